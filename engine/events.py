@@ -1,0 +1,217 @@
+"""Events the engine emits: typed, immutable, timestamped, and cheap to create.
+
+The engine pushes them to a bounded `EventQueue` that any thread may drain (the cockpit does, on
+a timer) and hands each one to its sinks (the metrics file, the headless progress printer) on
+the training thread. Every event turns into one JSON line of `metrics.jsonl` via `to_record`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class RunState:
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SAVING = "saving"
+    STOPPED = "stopped"
+    FINISHED = "finished"
+    FAILED = "failed"
+    ENDED = (STOPPED, FINISHED, FAILED)
+
+
+def _now() -> float:
+    return time.time()
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    time: float = field(default_factory=_now, kw_only=True)
+
+    def to_record(self) -> dict[str, Any]:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    """The resolved run: everything the cockpit needs to lay out its panels."""
+
+    kind: ClassVar[str] = "run_started"
+    run_dir: str
+    preset: str
+    description: str
+    config: dict[str, Any]
+    device: str
+    dtype: str
+    n_params: int
+    n_params_non_embedding: int
+    vocab_size: int
+    tokenizer: str
+    train_tokens: int
+    val_tokens: int
+    start_step: int
+    max_steps: int
+    tokens_per_step: int
+    planned_lr: tuple[tuple[int, float], ...]  # (step, lr) downsampled over the whole run
+    resumed_from: str | None = None
+
+
+@dataclass(frozen=True)
+class Step(Event):
+    kind: ClassVar[str] = "step"
+    step: int  # optimizer steps completed
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens_per_s: float
+    step_time_s: float
+    tokens: int  # tokens trained on so far
+
+
+@dataclass(frozen=True)
+class Eval(Event):
+    kind: ClassVar[str] = "eval"
+    step: int
+    train_loss: float
+    val_loss: float
+    train_time_s: float  # training wall time so far, evaluation excluded
+    full_split: bool = False
+
+
+@dataclass(frozen=True)
+class Sample(Event):
+    kind: ClassVar[str] = "sample"
+    step: int
+    prompt: str
+    text: str
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(Event):
+    kind: ClassVar[str] = "checkpoint"
+    step: int
+    path: str
+    reason: str  # interval, manual, final, stop, best
+
+
+@dataclass(frozen=True)
+class StateChanged(Event):
+    kind: ClassVar[str] = "state"
+    state: str
+    step: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class LrChanged(Event):
+    """Acknowledges set_lr/scale_lr: the LR the optimizer applies from the next step."""
+
+    kind: ClassVar[str] = "lr_changed"
+    step: int
+    old_lr: float
+    new_lr: float
+    scale: float  # multiplier now applied on top of the planned schedule
+
+
+@dataclass(frozen=True)
+class Alert(Event):
+    kind: ClassVar[str] = "alert"
+    level: str  # info, warning, error
+    message: str
+    step: int = 0
+    code: str = ""  # machine-readable: nan, spike, oom, disk, data, config, ...
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    index: int
+    name: str
+    util_percent: float | None = None
+    mem_util_percent: float | None = None
+    mem_used: int | None = None
+    mem_total: int | None = None
+    process_mem: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    throttle: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Telemetry(Event):
+    """One poll of the machine. source is 'nvml', 'psutil' or 'unavailable' (with reason)."""
+
+    kind: ClassVar[str] = "telemetry"
+    source: str
+    gpus: tuple[DeviceReading, ...] = ()
+    cpu_percent: float | None = None
+    cpu_per_core: tuple[float, ...] = ()
+    ram_used: int | None = None
+    ram_total: int | None = None
+    process_rss: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown(Event):
+    """Bytes by category on the training device; activations are measured or estimated."""
+
+    kind: ClassVar[str] = "memory"
+    step: int
+    device: str
+    capacity: int  # bytes of the device (RAM on CPU)
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    activations_measured: bool
+    cache: int  # allocator reserved but unused
+    other: int  # CUDA context and non-torch memory (RSS minus tensors on CPU)
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        RunStarted, Step, Eval, Sample, CheckpointSaved, StateChanged, LrChanged, Alert,
+        Telemetry, MemoryBreakdown,
+    )
+}
+
+
+class EventQueue:
+    """A bounded, thread-safe FIFO. When full, the oldest events are dropped and counted.
+
+    Nothing is lost for good when that happens: every event also goes to the metrics file.
+    """
+
+    def __init__(self, capacity: int = 20_000) -> None:
+        self._items: collections.deque[Event] = collections.deque(maxlen=capacity)
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def put(self, event: Event) -> None:
+        with self._lock:
+            if len(self._items) == self._items.maxlen:
+                self.dropped += 1
+            self._items.append(event)
+
+    def drain(self, limit: int | None = None) -> list[Event]:
+        """Remove and return the queued events, oldest first (at most `limit`)."""
+        with self._lock:
+            if limit is None or limit >= len(self._items):
+                out = list(self._items)
+                self._items.clear()
+            else:
+                out = [self._items.popleft() for _ in range(limit)]
+        return out
+
+    def __len__(self) -> int:
+        return len(self._items)
