@@ -99,7 +99,8 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     interval: int = _opt(250, help="steps between evaluations (0 = only at the end)", min=0)
-    batches: int = _opt(20, help="random batches per split; 0 = the whole split, deterministically", min=0)
+    batches: int = _opt(20, help="batches per split (the same fixed batches at every eval)", min=1)
+    full_val: bool = _opt(False, help="evaluate val on the whole split, deterministically")
     batch_size: int = _opt(0, help="eval batch size (0 = train.batch_size)", min=0)
 
 

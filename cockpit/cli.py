@@ -1,0 +1,221 @@
+"""The `cockpit` command: the app by default, `train --headless` for batch jobs, `presets`.
+
+Every user error ends as one line on stderr and exit status 2; no traceback reaches a user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.config import ConfigError
+from engine.events import Event
+
+SUBCOMMANDS = ("train", "presets", "plan")
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default=None, help="preset name or path to a .toml file (default: 'default')")
+    parser.add_argument("--data", metavar="PATH", help="local text file or folder to train on (or the local copy of the preset's corpus)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a preset value, e.g. --set optim.lr=3e-4 (repeatable)")
+    parser.add_argument("--run-dir", metavar="DIR", help="where checkpoints and metrics.jsonl go (default: runs/PRESET-TIME)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (or from one checkpoint file)")
+    parser.add_argument("--presets-dir", action="append", default=[], metavar="DIR", help="extra folder of presets (repeatable; later ones win)")
+    parser.add_argument("--headless", action="store_true", help="no UI: print progress lines (for batch jobs and CI)")
+    parser.add_argument("--no-mouse", action="store_true", help="turn off mouse tracking (saves bandwidth over slow SSH links)")
+    parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cockpit",
+        description="Train small GPT models and steer the run from the terminal.",
+        epilog="Run `cockpit` alone to open the app on the default preset; `cockpit train --headless` for batch jobs.",
+    )
+    sub = parser.add_subparsers(dest="command")
+    _run_options(sub.add_parser("train", help="train a preset (the app, or --headless)"))
+    presets = sub.add_parser("presets", help="list the presets and where they come from")
+    presets.add_argument("--presets-dir", action="append", default=[], metavar="DIR")
+    return parser
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    # `cockpit --preset x` is `cockpit train --preset x`: training is the default command.
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+        argv = ["train", *argv]
+    return build_parser().parse_args(argv)
+
+
+class ProgressPrinter:
+    """Headless progress: one step line at most every `interval_s`; evals, checkpoints,
+    samples, alerts and state changes always."""
+
+    def __init__(self, out: Callable[[str], None] = print, interval_s: float = 2.0) -> None:
+        self.out = out
+        self.interval_s = interval_s
+        self._last = -float("inf")
+        self._max_steps = 0
+        self._start_step = 0
+        self._t0 = time.monotonic()
+
+    def __call__(self, event: Event) -> None:
+        kind = event.kind
+        if kind == "run_started":
+            self._max_steps, self._start_step = event.max_steps, event.start_step
+            self._t0 = time.monotonic()
+            resumed = f", resumed from {event.resumed_from}" if event.resumed_from else ""
+            self.out(
+                f"{event.preset}: {event.n_params / 1e6:.2f}M parameters on {event.device} ({event.dtype}), "
+                f"{event.tokenizer} vocab {event.vocab_size}, {event.train_tokens:,} train tokens; "
+                f"run dir {event.run_dir}{resumed}"
+            )
+        elif kind == "step":
+            now = time.monotonic()
+            if now - self._last < self.interval_s and event.step != self._max_steps:
+                return
+            self._last = now
+            done = event.step - self._start_step
+            eta = (now - self._t0) / done * (self._max_steps - event.step) if done else 0.0
+            self.out(
+                f"step {event.step:>6}/{self._max_steps} | loss {event.loss:.4f} | lr {event.lr:.2e} | "
+                f"{event.tokens_per_s:,.0f} tok/s | ETA {format_duration(eta)}"
+            )
+        elif kind == "eval":
+            scope = "whole val split" if event.full_split else "estimate"
+            self.out(f"eval   {event.step:>6} | train {event.train_loss:.4f} | val {event.val_loss:.4f} ({scope}) | train time {format_duration(event.train_time_s)}")
+        elif kind == "sample":
+            text = (event.prompt + event.text).replace("\n", "⏎ ")
+            self.out(f"sample {event.step:>6} | {text[:160]}")
+        elif kind == "checkpoint":
+            self.out(f"saved  {event.step:>6} | {event.path} ({event.reason})")
+        elif kind == "alert":
+            self.out(f"{event.level}: {event.message}")
+        elif kind == "lr_changed":
+            self.out(f"lr     {event.step:>6} | {event.old_lr:.2e} -> {event.new_lr:.2e} (x{event.scale:.3g} on the schedule)")
+        elif kind == "state" and event.state in ("stopped", "finished"):
+            self.out(f"{event.state} at step {event.step}" + (f": {event.reason}" if event.reason else ""))
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def make_trainer(args: argparse.Namespace, preset: str | None = None, *, first: bool = True, sinks: list[Any] = ()) -> Any:
+    """Build a (not yet started) Trainer from the command line; `preset` overrides --preset.
+
+    --set, --data, --run-dir and --resume apply to the run named on the command line only,
+    not to presets picked later from the app's menu.
+    """
+    from engine.presets import load_preset
+    from engine.trainer import Trainer
+
+    name = preset or args.preset or "default"
+    overrides = args.overrides if first else []
+    cfg = load_preset(name, overrides, args.presets_dir)
+    return Trainer(
+        cfg,
+        run_dir=args.run_dir if first else None,
+        data_path=args.data if first else None,
+        resume=args.resume if first else None,
+        sinks=sinks,
+        telemetry=not args.no_telemetry,
+    )
+
+
+def run_headless(args: argparse.Namespace) -> int:
+    trainer = make_trainer(args, sinks=[ProgressPrinter()])
+    signals_seen: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if signals_seen and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second ctrl+c: the user really wants out
+        signals_seen.append(signum)
+        print(f"{signal.Signals(signum).name}: saving a checkpoint and stopping (ctrl+c again to abort)", file=sys.stderr)
+        trainer.stop(checkpoint=True)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, on_signal)
+    state = trainer.run()
+    if state == "failed":
+        return 1
+    return 0
+
+
+def run_app(args: argparse.Namespace) -> int:
+    from cockpit.app import CockpitApp, run_app
+    from engine.data import data_available
+    from engine.presets import load_preset
+
+    def preset_data_available(preset: str) -> tuple[bool, str]:
+        try:
+            cfg = load_preset(preset, [], args.presets_dir)
+        except ConfigError as e:
+            return False, str(e)
+        return data_available(cfg.data)
+
+    first = [True]
+
+    def factory(preset: str) -> Any:
+        trainer = make_trainer(args, preset, first=first[0])
+        first[0] = False
+        return trainer
+
+    app = CockpitApp(
+        factory,
+        args.preset or "default",
+        preset_dirs=args.presets_dir,
+        data_path=args.data,
+        data_available=preset_data_available,
+    )
+    run_app(app, mouse=not args.no_mouse)
+    return 0
+
+
+def list_presets(args: argparse.Namespace) -> int:
+    from engine.presets import discover, search_dirs
+
+    presets = discover(args.presets_dir)
+    width = max((len(n) for n in presets), default=10)
+    for info in presets.values():
+        print(f"{info.name:<{width}}  {info.origin:<13}  {info.description}")
+    print("\nsearched (later wins): " + ", ".join(str(d) for d, _ in search_dirs(args.presets_dir)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.command == "presets":
+            return list_presets(args)
+        # Validate the preset before anything else so a typo is one line, not a UI.
+        if args.resume is None:
+            from engine.presets import load_preset
+
+            load_preset(args.preset or "default", args.overrides, args.presets_dir)
+        elif not Path(args.resume).exists():
+            raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
+        if args.headless or not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
+            if not args.headless:
+                print("cockpit: no terminal, running headless (pass --headless to say so)", file=sys.stderr)
+            return run_headless(args)
+        return run_app(args)
+    except ConfigError as e:
+        print(f"cockpit: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cockpit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Atomic checkpoints: write to a temporary file, fsync, rename; keep the last N and the best.
+
+A checkpoint is one `torch.save` file `ckpt-STEP.pt` in the run directory. `best.pt` is a hard
+link to the checkpoint with the lowest val loss (a copy where links are not supported), so it
+costs no extra disk. Killing the process at any moment leaves every complete checkpoint intact:
+a partial write only ever exists under a temporary name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CKPT_RE = re.compile(r"^ckpt-(\d{8})\.pt$")
+BEST_NAME = "best.pt"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be read or does not fit the run; the message is for the user."""
+
+
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    return run_dir / f"ckpt-{step:08d}.pt"
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint, oldest first."""
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := CKPT_RE.match(p.name))]
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # not supported on this platform
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """torch.save to a temp file in the same directory, fsync it, then rename over `path`."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; checkpoints are ordinary files
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
+    """Save `state` as the checkpoint of `step` and prune all but the newest `keep_last`."""
+    path = checkpoint_path(run_dir, step)
+    atomic_save(state, path)
+    for _, old in list_checkpoints(run_dir)[:-keep_last]:
+        old.unlink(missing_ok=True)  # best.pt is its own link (or copy): it survives this
+    return path
+
+
+def mark_best(run_dir: Path, path: Path) -> Path:
+    """Point best.pt at `path` atomically (hard link, or a copy where links fail)."""
+    best = run_dir / BEST_NAME
+    tmp = run_dir / f".{BEST_NAME}.tmp"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(path, tmp)
+    except OSError:
+        shutil.copy2(path, tmp)
+    os.replace(tmp, best)
+    _fsync_dir(run_dir)
+    return best
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint on the CPU; any damage becomes a one-line CheckpointError."""
+    if path.is_dir():
+        found = latest_checkpoint(path)
+        if found is None:
+            raise CheckpointError(f"{path}: no checkpoint (ckpt-*.pt) in this run directory")
+        path = found
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # torch raises many types for truncated or foreign files
+        raise CheckpointError(
+            f"{path}: cannot read this checkpoint ({type(e).__name__}); it is truncated or not a "
+            "cockpit checkpoint: resume from an older ckpt-*.pt in the same directory"
+        ) from None
+    if not isinstance(state, dict) or "model" not in state or "config" not in state:
+        raise CheckpointError(f"{path}: not a cockpit checkpoint (no model/config inside)")
+    state["_path"] = str(path)
+    return state

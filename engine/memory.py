@@ -1,0 +1,82 @@
+"""Memory accounting: exact bytes of live tensors, and estimates for activations.
+
+The exact figures count distinct storages, so tied weights (embedding = head) count once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` (shared storages counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            continue
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen or storage.nbytes() == 0:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
+    return total
+
+
+def _state_tensors(state: Any) -> Iterable[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for v in state.values():
+            yield from _state_tensors(v)
+    elif isinstance(state, (list, tuple)):
+        for v in state:
+            yield from _state_tensors(v)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    return storage_bytes([*model.parameters(), *model.buffers()])
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    return storage_bytes(p.grad for p in model.parameters() if p.grad is not None)
+
+
+def optimizer_bytes(optimizer: Any) -> int:
+    """Bytes of the optimizer's state tensors (moments, factored statistics, step counters)."""
+    return storage_bytes(_state_tensors(list(optimizer.state.values())))
+
+
+def activation_bytes_estimate(
+    batch: int,
+    seq: int,
+    n_embd: int,
+    n_head: int,
+    n_layer: int,
+    vocab: int,
+    bytes_per_value: int,
+    *,
+    flash_attention: bool = True,
+    grad_checkpoint: bool = False,
+) -> int:
+    """Activations kept for backward, after Korthikanti et al. (2022), Eq. 2.
+
+    Per layer at 16-bit: s*b*h*(34 + 5*a*s/h) bytes; the 5*a*s/h term is the attention score
+    matrix, which fused (flash/memory-efficient) attention never materialises. With gradient
+    checkpointing only each block's input is kept (2*s*b*h bytes at 16-bit), plus one block's
+    full activations while it is recomputed. The logits (b*s*vocab) are stored for the loss,
+    once in the compute dtype and once as fp32 for the softmax.
+    """
+    sbh = seq * batch * n_embd
+    scale = bytes_per_value / 2  # the paper's constants assume 2-byte values
+    per_layer = sbh * (34 + (0 if flash_attention else 5 * n_head * seq / n_embd)) * scale
+    if grad_checkpoint:
+        layers = 2 * sbh * scale * n_layer + per_layer
+    else:
+        layers = per_layer * n_layer
+    logits = batch * seq * vocab * (bytes_per_value + 4)
+    return int(layers + logits)

@@ -1,0 +1,132 @@
+"""Optimizers: AdamW, Muon (+AdamW for the rest), Lion and Adafactor behind one interface.
+
+Every parameter group carries `base_lr`, its LR at the schedule's peak. The trainer sets
+`group["lr"] = group["base_lr"] * schedule_factor * user_multiplier` before each step, so the
+schedule and the cockpit's LR control scale every group consistently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from engine.config import OptimConfig
+
+
+class Lion(torch.optim.Optimizer):
+    """Lion (Chen et al., 2023): sign of an interpolated momentum; one state tensor per param."""
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["exp_avg"] = torch.zeros_like(p)
+                exp_avg = state["exp_avg"]
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                update = exp_avg.mul(beta1).add_(p.grad, alpha=1 - beta1).sign_()
+                p.add_(update, alpha=-group["lr"])
+                exp_avg.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+        return None
+
+
+class MultiOptimizer:
+    """Several optimizers stepped together (Muon for matrices, AdamW for everything else)."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return [g for opt in self.optimizers for g in opt.param_groups]
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {p: s for opt in self.optimizers for p, s in opt.state.items()}
+
+    def step(self) -> None:
+        for opt in self.optimizers:
+            opt.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizers": [opt.state_dict() for opt in self.optimizers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for opt, s in zip(self.optimizers, state["optimizers"], strict=True):
+            opt.load_state_dict(s)
+
+
+def _split_decay(params: list[nn.Parameter]) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """Weight decay applies to matrices and embeddings (>= 2 dims), not to gains and biases."""
+    return [p for p in params if p.dim() >= 2], [p for p in params if p.dim() < 2]
+
+
+def _adamw(groups: list[dict[str, Any]], cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
+    # fused is fastest on CUDA; foreach elsewhere (the default picks it where supported).
+    extra = {"fused": True} if device_type == "cuda" else {}
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, **extra)
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.Optimizer | MultiOptimizer:
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
+    decay, no_decay = _split_decay(params)
+
+    def groups(lr: float, decay_params: list, no_decay_params: list, wd: float) -> list[dict[str, Any]]:
+        out = [
+            {"params": decay_params, "weight_decay": wd, "base_lr": lr, "lr": lr},
+            {"params": no_decay_params, "weight_decay": 0.0, "base_lr": lr, "lr": lr},
+        ]
+        return [g for g in out if g["params"]]
+
+    if cfg.name == "adamw":
+        opt: Any = _adamw(groups(cfg.lr, decay, no_decay, cfg.weight_decay), cfg, device_type)
+    elif cfg.name == "lion":
+        opt = Lion(groups(cfg.lr, decay, no_decay, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    elif cfg.name == "adafactor":
+        opt = torch.optim.Adafactor(groups(cfg.lr, decay, no_decay, cfg.weight_decay), lr=cfg.lr, eps=(None, 1e-3))
+    elif cfg.name == "muon":
+        # Muon orthogonalises updates of the 2-D matrices inside the blocks; embeddings, the head
+        # and the 1-D gains are not matrices of a linear map in the same sense and use AdamW.
+        matrices = [p for n, p in named if p.dim() == 2 and n.startswith("blocks.")]
+        ids = {id(p) for p in matrices}
+        rest = [p for p in params if id(p) not in ids]
+        rest_decay, rest_no_decay = _split_decay(rest)
+        muon = torch.optim.Muon(
+            [{"params": matrices, "base_lr": cfg.muon_lr, "lr": cfg.muon_lr, "weight_decay": cfg.weight_decay}],
+            lr=cfg.muon_lr,
+            momentum=cfg.muon_momentum,
+            nesterov=True,
+            adjust_lr_fn="match_rms_adamw",
+        )
+        adam = _adamw(groups(cfg.lr, rest_decay, rest_no_decay, cfg.weight_decay), cfg, device_type)
+        opt = MultiOptimizer([muon, adam])
+    else:  # the config validates names; this guards programmatic use
+        raise ValueError(f"unknown optimizer {cfg.name!r}")
+    return opt
+
+
+def set_lr_factor(optimizer: Any, factor: float) -> None:
+    """Apply `factor` (schedule x user multiplier) to every group's peak LR."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["base_lr"] * factor
+
+
+def applied_lr(optimizer: Any) -> float:
+    """The LR of the first group: what the cockpit shows as "the" LR (AdamW's for Muon runs)."""
+    groups = optimizer.param_groups
+    return float(groups[-1]["lr"]) if groups else 0.0

@@ -1,0 +1,645 @@
+"""The training run: a loop that takes commands and emits events.
+
+`Trainer(cfg)` is cheap to build; `run()` does the work in the calling thread (a Textual worker
+in the cockpit, the main thread headless) and returns the final state. Commands may come from
+any thread; they are queued and applied at the next step boundary, each acknowledged by an
+event. The loop reads losses back from the device only every `log_every` steps, so the GPU is
+not synchronised on every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import queue
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import torch
+
+from engine import checkpoint as ckpt
+from engine import memory
+from engine.config import ConfigError, RunConfig, config_from_dict
+from engine.data import DataError, PreparedData, check_length, prepare
+from engine.events import (
+    Alert,
+    CheckpointSaved,
+    Eval,
+    Event,
+    EventQueue,
+    LrChanged,
+    MemoryBreakdown,
+    RunStarted,
+    RunState,
+    Sample,
+    StateChanged,
+    Step,
+)
+from engine.model import GPT
+from engine.optim import applied_lr, build_optimizer, set_lr_factor
+from engine.schedule import lr_factor, planned_curve
+
+MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
+MAX_LR = 10.0  # a larger LR is a typo, not a choice
+
+
+def select_device(requested: str) -> torch.device:
+    """'auto' picks cuda, then mps, then cpu; an explicit device that is missing is an error."""
+    if requested == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError:
+        raise ConfigError(f"train.device: unknown device {requested!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: CUDA is not available on this machine; use --set train.device=auto")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("train.device: MPS is not available on this machine; use --set train.device=auto")
+    return device
+
+
+def select_dtype(requested: str, device: torch.device) -> torch.dtype:
+    """'auto' is bf16 on GPUs that support it, fp16 on older GPUs, fp32 elsewhere."""
+    if requested == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[requested]
+
+
+class BatchSampler:
+    """Random (x, y) windows from a token array, from its own generator so resume is exact."""
+
+    def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, device: torch.device, seed: int) -> None:
+        self.tokens = tokens
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.device = device
+        self.generator = torch.Generator().manual_seed(seed)
+        self._window = np.arange(block_size + 1)
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = torch.randint(len(self.tokens) - self.block_size - 1, (self.batch_size,), generator=self.generator)
+        rows = torch.from_numpy(self.tokens[starts.numpy()[:, None] + self._window].astype(np.int64))
+        if self.device.type == "cuda":
+            rows = rows.pin_memory().to(self.device, non_blocking=True)
+        else:
+            rows = rows.to(self.device)
+        return rows[:, :-1], rows[:, 1:]
+
+
+class MetricsWriter:
+    """Appends every event to metrics.jsonl; flushes at least once a second and on key events."""
+
+    FLUSH_ON = {"eval", "checkpoint", "state", "alert", "run_started", "lr_changed", "sample"}
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+
+    def __call__(self, event: Event) -> None:
+        record = event.to_record()
+        record.pop("config", None) if event.kind == "run_started" else None
+        line = json.dumps(record, separators=(",", ":"), default=str)
+        with self._lock:
+            if self._file.closed:
+                return
+            self._file.write(line + "\n")
+            now = time.monotonic()
+            if event.kind in self.FLUSH_ON or now - self._last_flush > 1.0:
+                self._file.flush()
+                self._last_flush = now
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+
+
+@dataclass
+class _Pending:
+    """A step whose loss is still on the device; read back in batches."""
+
+    step: int
+    loss: torch.Tensor
+    grad_norm: torch.Tensor | None
+    lr: float
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{cfg.name}-{stamp}"
+
+
+class Trainer:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        *,
+        run_dir: str | Path | None = None,
+        data_path: str | None = None,
+        resume: str | Path | None = None,
+        sinks: Iterable[Callable[[Event], None]] = (),
+        telemetry: bool = True,
+        event_capacity: int = 20_000,
+    ) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir) if run_dir else (Path(resume) if resume and Path(resume).is_dir() else None)
+        self.data_path = data_path
+        self.resume_from = Path(resume) if resume else None
+        self.events = EventQueue(event_capacity)
+        self.sinks = list(sinks)
+        self.telemetry_enabled = telemetry
+        self.state = RunState.STARTING
+        self.step = 0
+        self.lr_scale = 1.0
+        self.current_lr = 0.0
+        self.train_time_s = 0.0
+        self.tokens = 0
+        self.best_val = math.inf
+        self.last_checkpoint: Path | None = None
+        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
+
+    # ------------------------------------------------------------------ commands (any thread)
+    def pause(self) -> None:
+        self._commands.put(("pause", None))
+
+    def resume(self) -> None:
+        self._commands.put(("resume", None))
+
+    def checkpoint(self) -> None:
+        self._commands.put(("checkpoint", None))
+
+    def set_lr(self, lr: float) -> None:
+        """Apply `lr` from the next step; kept as a multiplier so the schedule's shape goes on."""
+        self._commands.put(("set_lr", float(lr)))
+
+    def scale_lr(self, factor: float) -> None:
+        self._commands.put(("scale_lr", float(factor)))
+
+    def sample(self) -> None:
+        self._commands.put(("sample", None))
+
+    def evaluate(self) -> None:
+        self._commands.put(("evaluate", None))
+
+    def stop(self, checkpoint: bool = True) -> None:
+        self._commands.put(("stop", checkpoint))
+
+    # ------------------------------------------------------------------ events
+    def emit(self, event: Event) -> None:
+        """Queue an event for the UI and hand it to the sinks (thread-safe)."""
+        self.events.put(event)
+        for sink in self.sinks:
+            sink(event)
+
+    def _set_state(self, state: str, reason: str = "") -> None:
+        self.state = state
+        self.emit(StateChanged(state=state, step=self.step, reason=reason))
+
+    def _alert(self, level: str, message: str, code: str = "") -> None:
+        self.emit(Alert(level=level, message=message, step=self.step, code=code))
+
+    # ------------------------------------------------------------------ the run
+    def run(self, should_stop: Callable[[], bool] | None = None) -> str:
+        """Train until finished, stopped or failed; returns the final state. Never raises for
+        a problem with the run: that becomes an Alert and the FAILED state."""
+        self._should_stop = should_stop or (lambda: False)
+        self._set_state(RunState.STARTING)
+        poller = None
+        try:
+            self._setup()
+            poller = self._start_telemetry()
+            self._loop()
+        except (ConfigError, DataError, ckpt.CheckpointError) as e:
+            self._fail(str(e), "config" if isinstance(e, ConfigError) else "data")
+        except Exception as e:  # anything else: keep the details on disk, one line on screen
+            log = self._write_error_log()
+            where = f" (details in {log})" if log else ""
+            self._fail(f"{type(e).__name__}: {e}{where}", "crash")
+        finally:
+            if poller is not None:
+                poller.stop()
+            for sink in self.sinks:
+                close = getattr(sink, "close", None)
+                if close:
+                    close()
+        return self.state
+
+    def _fail(self, message: str, code: str) -> None:
+        self._alert("error", message, code)
+        self._set_state(RunState.FAILED, message)
+
+    def _write_error_log(self) -> Path | None:
+        if self.run_dir is None or not self.run_dir.is_dir():
+            return None
+        path = self.run_dir / "error.log"
+        with contextlib.suppress(OSError):
+            path.write_text(traceback.format_exc())
+            return path
+        return None
+
+    def _start_telemetry(self) -> Any:
+        if not self.telemetry_enabled:
+            return None
+        from engine.telemetry import TelemetryPoller, select_backend
+
+        try:
+            poller = TelemetryPoller(self.emit, backend=select_backend(), interval_s=1.0)
+            poller.start()
+        except Exception as e:  # telemetry must never stop training
+            self._alert("warning", f"telemetry unavailable: {e}", "telemetry")
+            return None
+        return poller
+
+    def _setup(self) -> None:
+        state = None
+        if self.resume_from is not None:
+            state = ckpt.load_checkpoint(self.resume_from)
+            # A resumed run continues with the configuration it was started with.
+            self.cfg = config_from_dict(state["config"], source=state["_path"])
+            self.run_dir = Path(state["_path"]).parent
+        cfg = self.cfg
+        self.run_dir = self.run_dir or default_run_dir(cfg)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.run_dir / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"run directory {self.run_dir} is not writable ({e.strerror}); pass --run-dir DIR") from None
+        self.sinks.insert(0, MetricsWriter(self.run_dir / "metrics.jsonl"))
+
+        self.device = select_device(cfg.train.device)
+        self.dtype = select_dtype(cfg.train.dtype, self.device)
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        random.seed(cfg.train.seed)
+        np.random.seed(cfg.train.seed)
+        torch.manual_seed(cfg.train.seed)
+
+        self.data: PreparedData = prepare(cfg.data, data_path=self.data_path)
+        check_length(self.data, cfg.model.block_size)
+        vocab = self.data.tokenizer.vocab_size
+        self.model = GPT(cfg.model, vocab).to(self.device)
+        self.optimizer = build_optimizer(self.model, cfg.optim, self.device.type)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        self.autocast = (
+            torch.autocast(self.device.type, dtype=self.dtype)
+            if self.dtype != torch.float32
+            else contextlib.nullcontext()
+        )
+        self.train_batches = BatchSampler(self.data.train, cfg.model.block_size, cfg.train.batch_size, self.device, cfg.train.seed + 1)
+        self.sample_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 2)
+        if state is not None:
+            self._restore(state)
+        self.forward = torch.compile(self.model) if cfg.train.compile else self.model
+        self.log_every = cfg.train.log_every or (1 if self.device.type == "cpu" else 10)
+        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+
+        self.emit(
+            RunStarted(
+                run_dir=str(self.run_dir),
+                preset=cfg.name,
+                description=cfg.description,
+                config=cfg.to_dict(),
+                device=str(self.device),
+                dtype=str(self.dtype).removeprefix("torch."),
+                n_params=self.model.num_params(non_embedding=False),
+                n_params_non_embedding=self.model.num_params(),
+                vocab_size=vocab,
+                tokenizer=self.data.tokenizer.name,
+                train_tokens=len(self.data.train),
+                val_tokens=len(self.data.val),
+                start_step=self.step,
+                max_steps=cfg.train.max_steps,
+                tokens_per_step=cfg.tokens_per_step,
+                planned_lr=planned_curve(cfg),
+                resumed_from=state["_path"] if state else None,
+            )
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_state(self) -> dict[str, Any]:
+        rng = {
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
+        }
+        return {
+            "version": 1,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "lr_scale": self.lr_scale,
+            "train_time_s": self.train_time_s,
+            "tokens": self.tokens,
+            "best_val": self.best_val,
+            "rng": rng,
+            "batch_rng": self.train_batches.generator.get_state(),
+            "sample_rng": self.sample_generator.get_state(),
+            "config": self.cfg.to_dict(),
+            "tokenizer": self.data.tokenizer.to_meta(),
+            "data_meta": self.data.meta,
+        }
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            first = str(e).strip().splitlines()[-1].strip()
+            raise ckpt.CheckpointError(
+                f"{state['_path']}: the checkpoint's model does not match this configuration ({first})"
+            ) from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step = state["step"]
+        self.lr_scale = state["lr_scale"]
+        self.train_time_s = state["train_time_s"]
+        self.tokens = state["tokens"]
+        self.best_val = state["best_val"]
+        rng = state["rng"]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        self.train_batches.generator.set_state(state["batch_rng"])
+        self.sample_generator.set_state(state["sample_rng"].to(self.sample_generator.device) if self.device.type == "cpu" else state["sample_rng"])
+        self.last_checkpoint = Path(state["_path"])
+
+    def _save(self, reason: str) -> Path | None:
+        """Write a checkpoint; a failure (full disk...) is an alert, never a lost run."""
+        previous = self.state
+        self._set_state(RunState.SAVING, reason)
+        try:
+            path = ckpt.save_checkpoint(self.run_dir, self.step, self._checkpoint_state(), self.cfg.checkpoint.keep_last)
+        except OSError as e:
+            self._alert("error", f"checkpoint at step {self.step} failed ({e.strerror or e}); the previous one is intact: free disk space, then press c", "disk")
+            self._set_state(previous if previous != RunState.SAVING else RunState.RUNNING, "checkpoint failed")
+            return None
+        self.last_checkpoint = path
+        self.emit(CheckpointSaved(step=self.step, path=str(path), reason=reason))
+        self._set_state(previous, "")
+        return path
+
+    # ------------------------------------------------------------------ evaluation and samples
+    @torch.no_grad()
+    def _split_loss(self, tokens: np.ndarray, batches: int, full: bool, seed: int) -> float:
+        cfg = self.cfg
+        block = cfg.model.block_size
+        batch = cfg.eval.batch_size or cfg.train.batch_size
+        window = np.arange(block + 1)
+        if full:  # every non-overlapping window, in order: the same answer every time
+            starts = np.arange(0, len(tokens) - block - 1, block)
+        else:  # the same fixed windows at every eval, so curves compare like with like
+            g = torch.Generator().manual_seed(seed)
+            starts = torch.randint(len(tokens) - block - 1, (batches * batch,), generator=g).numpy()
+        total, count = 0.0, 0
+        for i in range(0, len(starts), batch):
+            rows = torch.from_numpy(tokens[starts[i : i + batch, None] + window].astype(np.int64)).to(self.device)
+            with self.autocast:
+                _, loss = self.forward(rows[:, :-1], rows[:, 1:])
+            n = rows.size(0)
+            total += loss.float() * n
+            count += n
+        return float(total / count)
+
+    def _evaluate(self) -> Eval:
+        self._flush()
+        self.model.eval()
+        seed = self.cfg.train.seed + 3
+        try:
+            train_loss = self._split_loss(self.data.train, self.cfg.eval.batches, False, seed)
+            val_loss = self._split_loss(self.data.val, self.cfg.eval.batches, self.cfg.eval.full_val, seed)
+        finally:
+            self.model.train()
+        event = Eval(step=self.step, train_loss=train_loss, val_loss=val_loss, train_time_s=self.train_time_s, full_split=self.cfg.eval.full_val)
+        self.emit(event)
+        if not math.isfinite(val_loss):
+            self._alert("error", f"val loss is {val_loss} at step {self.step}", "nan")
+        return event
+
+    @torch.no_grad()
+    def _sample(self) -> None:
+        s = self.cfg.sample
+        tok = self.data.tokenizer
+        self.model.eval()
+        try:
+            for prompt in s.prompts:
+                ids = tok.encode(prompt) or [0]
+                idx = torch.tensor([ids], dtype=torch.long, device=self.device)
+                with self.autocast:
+                    out = self.model.generate(idx, s.max_new_tokens, s.temperature, s.top_k or None, self.sample_generator)
+                text = tok.decode(out[0, len(ids):].tolist())
+                self.emit(Sample(step=self.step, prompt=prompt, text=text))
+        finally:
+            self.model.train()
+
+    def _report_memory(self) -> None:
+        cfg, device = self.cfg, self.device
+        weights = memory.weight_bytes(self.model)
+        grads = memory.gradient_bytes(self.model)
+        opt = memory.optimizer_bytes(self.optimizer)
+        m = cfg.model
+        if device.type == "cuda":
+            capacity = torch.cuda.get_device_properties(device).total_memory
+            allocated = torch.cuda.memory_allocated(device)
+            reserved = torch.cuda.memory_reserved(device)
+            activations = max(0, torch.cuda.max_memory_allocated(device) - allocated)
+            measured = True
+            cache = reserved - allocated
+            other = 0
+        else:
+            capacity = psutil.virtual_memory().total
+            activations = memory.activation_bytes_estimate(
+                cfg.train.batch_size, m.block_size, m.n_embd, m.n_head, m.n_layer,
+                self.model.vocab_size, torch.finfo(self.dtype).bits // 8,
+                grad_checkpoint=m.grad_checkpoint,
+            )
+            measured = False
+            cache = 0
+            other = max(0, psutil.Process().memory_info().rss - weights - grads - opt)
+        self.emit(MemoryBreakdown(step=self.step, device=str(device), capacity=capacity, weights=weights, gradients=grads, optimizer=opt, activations=activations, activations_measured=measured, cache=cache, other=other))
+
+    # ------------------------------------------------------------------ commands
+    def _apply_commands(self) -> None:
+        """Run queued commands; while paused, block here until resumed or stopped."""
+        while True:
+            try:
+                timeout = 0.25 if self.state == RunState.PAUSED else None
+                name, arg = self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
+            except queue.Empty:
+                if self.state == RunState.PAUSED and not self._should_stop():
+                    continue
+                return
+            self._run_command(name, arg)
+            if self._stop_requested is not None:
+                return
+
+    def _run_command(self, name: str, arg: Any) -> None:
+        if name == "pause" and self.state == RunState.RUNNING:
+            self._flush()
+            self._set_state(RunState.PAUSED, "paused by user")
+        elif name == "resume" and self.state == RunState.PAUSED:
+            self._set_state(RunState.RUNNING, "resumed by user")
+        elif name == "checkpoint":
+            self._flush()
+            self._save("manual")
+        elif name in ("set_lr", "scale_lr"):
+            self._change_lr(name, arg)
+        elif name == "sample":
+            self._sample()
+        elif name == "evaluate":
+            self._evaluate()
+        elif name == "stop":
+            self._stop_requested = bool(arg)
+
+    def _change_lr(self, name: str, value: float) -> None:
+        schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr
+        old_lr = schedule * self.lr_scale
+        if name == "set_lr":
+            new_scale = value / schedule if schedule > 0 else math.nan
+        else:
+            new_scale = self.lr_scale * value
+        new_lr = schedule * new_scale
+        if not (math.isfinite(new_scale) and new_scale > 0 and 0 < new_lr <= MAX_LR):
+            self._alert("warning", f"LR change refused: {value!r} would give an LR of {new_lr:.3g}; use a value in (0, {MAX_LR:g}]", "lr")
+            return
+        self.lr_scale = new_scale
+        set_lr_factor(self.optimizer, lr_factor(self.step, self.cfg) * self.lr_scale)
+        self.current_lr = applied_lr(self.optimizer)
+        self.emit(LrChanged(step=self.step, old_lr=old_lr, new_lr=new_lr, scale=new_scale))
+
+    # ------------------------------------------------------------------ the loop
+    def _flush(self) -> None:
+        """Read pending losses back from the device (one sync) and emit their Step events."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        losses = torch.stack([p.loss for p in pending]).float().tolist()
+        norms = [p.grad_norm for p in pending]
+        norm_values = torch.stack(norms).float().tolist() if all(n is not None for n in norms) else [math.nan] * len(pending)
+        now = time.perf_counter()
+        window = max(now - self._window_start - self._window_excluded, 1e-9)
+        tokens_per_s = len(pending) * self.cfg.tokens_per_step / window
+        step_time = window / len(pending)
+        first_token_count = self.tokens - len(pending) * self.cfg.tokens_per_step
+        for i, (p, loss, norm) in enumerate(zip(pending, losses, norm_values, strict=True)):
+            self.emit(Step(step=p.step, loss=loss, lr=p.lr, grad_norm=norm, tokens_per_s=tokens_per_s, step_time_s=step_time, tokens=first_token_count + (i + 1) * self.cfg.tokens_per_step))
+        bad = next((p.step for p, loss in zip(pending, losses, strict=True) if not math.isfinite(loss)), None)
+        if bad is not None and self.state == RunState.RUNNING:
+            self._alert("error", f"loss is not finite at step {bad}: paused; lower the LR (l) or resume from the last checkpoint", "nan")
+            self._set_state(RunState.PAUSED, "non-finite loss")
+        self._window_start = time.perf_counter()
+        self._window_excluded = 0.0
+
+    def _train_step(self) -> None:
+        cfg = self.cfg
+        set_lr_factor(self.optimizer, lr_factor(self.step, cfg) * self.lr_scale)
+        lr = applied_lr(self.optimizer)
+        accum = cfg.train.grad_accum
+        loss_sum = None
+        for _ in range(accum):
+            x, y = self.train_batches.next()
+            with self.autocast:
+                _, loss = self.forward(x, y)
+                loss = loss / accum
+            self.scaler.scale(loss).backward()
+            loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+        grad_norm = None
+        if cfg.optim.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens += cfg.tokens_per_step
+        self.current_lr = lr
+        self._pending.append(_Pending(self.step, loss_sum, grad_norm, lr))
+
+    def _due(self, interval: int) -> bool:
+        return interval > 0 and self.step % interval == 0
+
+    def _loop(self) -> None:
+        cfg = self.cfg
+        self._pending: list[_Pending] = []
+        self._window_start = time.perf_counter()
+        self._window_excluded = 0.0
+        self._set_state(RunState.RUNNING, "resumed from checkpoint" if self.resume_from else "")
+        self.model.train()
+        last_memory_report = -math.inf
+        while self.step < cfg.train.max_steps:
+            self._apply_commands()
+            if self._should_stop() and self._stop_requested is None:
+                self._stop_requested = True  # the app is closing: keep the run
+            if self._stop_requested is not None:
+                break
+            if self.state != RunState.RUNNING:
+                continue
+            t0 = time.perf_counter()
+            self._train_step()
+            self.train_time_s += time.perf_counter() - t0
+            if len(self._pending) >= self.log_every:
+                self._flush()
+            t_extra = time.perf_counter()
+            if time.monotonic() - last_memory_report > MEMORY_REPORT_INTERVAL_S:
+                self._report_memory()
+                last_memory_report = time.monotonic()
+            if self._due(cfg.eval.interval) and self.step < cfg.train.max_steps:
+                self._track_best(self._evaluate())
+            if self._due(cfg.sample.interval) and self.step < cfg.train.max_steps:
+                self._sample()
+            if self._due(cfg.checkpoint.interval) and self.step < cfg.train.max_steps:
+                self._flush()
+                self._save_and_mark("interval")
+            if self._pending:
+                self._window_excluded += time.perf_counter() - t_extra
+            else:  # a flush started a fresh window
+                self._window_start = time.perf_counter()
+
+        self._flush()
+        if self._stop_requested is not None:
+            if self._stop_requested:
+                self._save("stop")
+            self._set_state(RunState.STOPPED, "stopped by user")
+            return
+        self._track_best(self._evaluate())
+        if cfg.sample.interval:
+            self._sample()
+        self._save_and_mark("final")
+        self._set_state(RunState.FINISHED, "")
+
+    def _track_best(self, event: Eval) -> None:
+        if event.val_loss < self.best_val:
+            self.best_val = event.val_loss
+            self._best_pending = True
+
+    def _save_and_mark(self, reason: str) -> None:
+        path = self._save(reason)
+        if path is not None and getattr(self, "_best_pending", False) and self.cfg.checkpoint.keep_best:
+            ckpt.mark_best(self.run_dir, path)
+            self._best_pending = False

@@ -1,0 +1,36 @@
+"""Shared fixtures: the read-only corpora in ../shared and tiny configurations."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
+TIKTOKEN_CACHE = SHARED_DATA / "tiktoken-cache"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep prepared data, user presets and runs out of the checkout and the home directory."""
+    cache = tmp_path_factory.getbasetemp() / "cockpit-cache"  # shared by the session: prepare once
+    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(cache))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "xdg-config"))
+    if SHAKESPEARE.exists():
+        monkeypatch.setenv("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
+    if TIKTOKEN_CACHE.exists():
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_CACHE))
+    monkeypatch.delenv("COCKPIT_PRESETS_DIR", raising=False)
+
+
+@pytest.fixture
+def shakespeare() -> Path:
+    if not SHAKESPEARE.exists():
+        pytest.skip(f"{SHAKESPEARE} is not here")
+    return SHAKESPEARE
+
+
+os.environ.setdefault("COCKPIT_TEST", "1")

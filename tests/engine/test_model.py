@@ -1,0 +1,94 @@
+import math
+
+import pytest
+import torch
+
+from engine.config import ModelConfig
+from engine.model import GPT
+
+VOCAB = 65
+
+
+def tiny(**kw) -> ModelConfig:
+    base = dict(n_layer=2, n_head=2, n_embd=32, block_size=16)
+    return ModelConfig(**{**base, **kw})
+
+
+def test_nanogpt_cpu_parameter_count_by_hand():
+    model = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=128, block_size=64), VOCAB)
+    per_block = 128 * 384 + 128 * 128 + 2 * 128 * 512 + 2 * 128  # qkv, proj, mlp, 2 LayerNorm gains
+    total = 4 * per_block + VOCAB * 128 + 64 * 128 + 128  # + wte (tied head) + wpe + ln_f
+    assert model.num_params(non_embedding=False) == total == 804_096
+    assert model.num_params() == total - 64 * 128  # nanoGPT's "0.80M"
+
+
+def test_initial_loss_is_about_log_vocab():
+    torch.manual_seed(0)
+    model = GPT(tiny(), VOCAB)
+    x, y = torch.randint(VOCAB, (2, 4, 16))
+    _, loss = model(x, y)
+    assert loss.item() == pytest.approx(math.log(VOCAB), rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "switch, delta",
+    [
+        (dict(pos_emb="rotary"), -16 * 32),  # no learned position table
+        (dict(tie_embeddings=False), VOCAB * 32),  # a separate head matrix
+        (dict(qk_norm=True), 2 * 2 * 16),  # q and k RMSNorm gains of head size, per layer
+        (dict(norm="rmsnorm"), 0),  # same gains, no bias either way
+        (dict(mlp="relu2"), 0),
+        (dict(bias=True), 2 * (3 * 32 + 32 + 4 * 32 + 32 + 2 * 32) + 32),
+    ],
+)
+def test_switches_change_parameter_counts_as_described(switch, delta):
+    base = GPT(tiny(), VOCAB).num_params(non_embedding=False)
+    model = GPT(tiny(**switch), VOCAB)
+    assert model.num_params(non_embedding=False) == base + delta
+    logits, loss = model(torch.randint(VOCAB, (2, 16)), torch.randint(VOCAB, (2, 16)))
+    assert logits.shape == (2, 16, VOCAB) and torch.isfinite(loss)
+
+
+def test_rotary_model_is_position_aware_without_a_table():
+    torch.manual_seed(0)
+    model = GPT(tiny(pos_emb="rotary"), VOCAB).eval()
+    assert model.wpe is None
+    x = torch.randint(VOCAB, (1, 8))
+    logits_a, _ = model(x, x)
+    # Same tokens, one shifted position: causal attention with rotary sees a different context.
+    logits_b, _ = model(torch.cat([x[:, :1], x], dim=1)[:, :8], x)
+    assert not torch.allclose(logits_a[0, 1:], logits_b[0, 1:])
+
+
+def test_zero_init_projections_and_softcap():
+    model = GPT(tiny(zero_init_proj=True, logit_softcap=5.0), VOCAB)
+    for block in model.blocks:
+        assert torch.count_nonzero(block.attn.c_proj.weight) == 0
+        assert torch.count_nonzero(block.mlp.c_proj.weight) == 0
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1000)  # huge logits before the cap
+    logits, _ = model(torch.randint(VOCAB, (1, 16)), torch.randint(VOCAB, (1, 16)))
+    assert logits.abs().max() <= 5.0
+
+
+def test_grad_checkpoint_gives_the_same_gradients():
+    torch.manual_seed(0)
+    plain = GPT(tiny(), VOCAB)
+    ckpt = GPT(tiny(grad_checkpoint=True), VOCAB)
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.randint(VOCAB, (2, 16))
+    for m in (plain, ckpt):
+        m(x, x)[1].backward()
+    for a, b in zip(plain.parameters(), ckpt.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_generate_extends_and_crops_context():
+    torch.manual_seed(0)
+    model = GPT(tiny(), VOCAB).eval()
+    g = torch.Generator().manual_seed(1)
+    out = model.generate(torch.zeros((1, 3), dtype=torch.long), 30, temperature=0.8, top_k=5, generator=g)
+    assert out.shape == (1, 33)  # longer than block_size 16: the context was cropped
+    g2 = torch.Generator().manual_seed(1)
+    again = model.generate(torch.zeros((1, 3), dtype=torch.long), 30, temperature=0.8, top_k=5, generator=g2)
+    assert torch.equal(out, again)  # its own generator: reproducible

@@ -1,0 +1,212 @@
+"""The training loop driven for real on tiny CPU models: commands, events, checkpoints, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.checkpoint import list_checkpoints, load_checkpoint
+from engine.events import Event
+from engine.presets import load_preset
+from engine.trainer import Trainer
+
+TINY = [
+    "model.n_layer=2",
+    "model.n_head=2",
+    "model.n_embd=32",
+    "model.block_size=32",
+    "train.batch_size=4",
+    "eval.batches=2",
+    "sample.max_new_tokens=8",
+]
+
+
+def tiny_cfg(*extra: str):
+    return load_preset("default", [*TINY, *extra])
+
+
+class Recorder:
+    """A sink that keeps every event and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, event: Event) -> None:
+        with self._cond:
+            self.events.append(event)
+            self._cond.notify_all()
+
+    def of(self, kind: str) -> list[Event]:
+        return [e for e in list(self.events) if e.kind == kind]
+
+    def wait_for(self, predicate, timeout: float = 30.0) -> Event:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for e in self.events:
+                    if predicate(e):
+                        return e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"event not seen; last: {self.events[-3:]}")
+                self._cond.wait(left)
+
+
+def start(trainer: Trainer) -> threading.Thread:
+    thread = threading.Thread(target=trainer.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_commands_are_applied_and_acknowledged(tmp_path):
+    rec = Recorder()
+    trainer = Trainer(tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"), run_dir=tmp_path, sinks=[rec], telemetry=False)
+    thread = start(trainer)
+    rec.wait_for(lambda e: e.kind == "step" and e.step >= 3)
+
+    trainer.pause()
+    paused = rec.wait_for(lambda e: e.kind == "state" and e.state == "paused")
+    time.sleep(0.4)
+    assert trainer.step == paused.step  # the step counter stops while paused
+    assert not [e for e in rec.of("step") if e.step > paused.step]
+
+    trainer.set_lr(5e-4)  # applied while paused, from the next step on
+    ack = rec.wait_for(lambda e: e.kind == "lr_changed")
+    assert ack.new_lr == pytest.approx(5e-4)
+    trainer.resume()
+    rec.wait_for(lambda e: e.kind == "state" and e.state == "running" and e.step == paused.step)
+    nxt = rec.wait_for(lambda e: e.kind == "step" and e.step == paused.step + 1)
+    # the LR the optimizer applied follows the schedule from the new point
+    assert nxt.lr == pytest.approx(5e-4, rel=0.02)
+
+    trainer.pause()
+    paused2 = rec.wait_for(lambda e: e.kind == "state" and e.state == "paused" and e is not paused)
+    last = [e for e in rec.of("step") if e.step == paused2.step][0]
+    assert [g["lr"] for g in trainer.optimizer.param_groups] == [last.lr] * 2  # what AdamW applied
+    trainer.resume()
+
+    trainer.scale_lr(2.0)
+    ack2 = rec.wait_for(lambda e: e.kind == "lr_changed" and e is not ack)
+    assert ack2.scale == pytest.approx(ack.scale * 2)
+
+    trainer.checkpoint()
+    saved = rec.wait_for(lambda e: e.kind == "checkpoint" and e.reason == "manual")
+    state = load_checkpoint(Path(saved.path))
+    assert state["step"] == saved.step
+    assert state["lr_scale"] == pytest.approx(ack2.scale)
+
+    trainer.sample()
+    sample = rec.wait_for(lambda e: e.kind == "sample")
+    assert sample.prompt in trainer.cfg.sample.prompts and len(sample.text) > 0
+
+    trainer.evaluate()
+    ev = rec.wait_for(lambda e: e.kind == "eval")
+    assert math.isfinite(ev.val_loss) and ev.train_time_s > 0
+
+    trainer.stop(checkpoint=True)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert trainer.state == "stopped"
+    assert rec.of("checkpoint")[-1].reason == "stop"
+
+
+def test_invalid_lr_changes_nothing(tmp_path):
+    rec = Recorder()
+    trainer = Trainer(tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"), run_dir=tmp_path, sinks=[rec], telemetry=False)
+    thread = start(trainer)
+    rec.wait_for(lambda e: e.kind == "step")
+    for bad in (-1.0, 0.0, math.nan, math.inf, 1e9):
+        trainer.set_lr(bad)
+    trainer.scale_lr(-2.0)
+    trainer.pause()
+    rec.wait_for(lambda e: e.kind == "state" and e.state == "paused")
+    assert trainer.lr_scale == 1.0
+    assert not rec.of("lr_changed")
+    assert len([a for a in rec.of("alert") if a.code == "lr"]) == 6
+    trainer.stop(checkpoint=False)
+    thread.join(30)
+    assert trainer.state == "stopped"
+
+
+def test_should_stop_keeps_the_run(tmp_path):
+    """The app closing (worker cancelled) checkpoints rather than losing the run."""
+    rec = Recorder()
+    trainer = Trainer(tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"), run_dir=tmp_path, sinks=[rec], telemetry=False)
+    flag = threading.Event()
+    thread = threading.Thread(target=trainer.run, kwargs={"should_stop": flag.is_set}, daemon=True)
+    thread.start()
+    rec.wait_for(lambda e: e.kind == "step" and e.step >= 2)
+    flag.set()
+    thread.join(30)
+    assert trainer.state == "stopped"
+    assert list_checkpoints(tmp_path)
+
+
+def run_straight_or_split(tmp_path: Path, split_at: int | None, total: int = 24):
+    """Train `total` steps, either straight or stopping at `split_at` and resuming."""
+    cfg = tiny_cfg(f"train.max_steps={total}", "model.dropout=0.1", "eval.interval=8", "sample.interval=8", "checkpoint.interval=0")
+    rec = Recorder()
+    trainer = Trainer(cfg, run_dir=tmp_path, sinks=[rec], telemetry=False)
+    if split_at is not None:
+        rec_stop = lambda e: e.kind == "step" and e.step == split_at and trainer.stop()  # noqa: E731
+        trainer.sinks.append(rec_stop)
+    trainer.run()
+    if split_at is not None:
+        assert trainer.state == "stopped" and trainer.step == split_at
+        trainer = Trainer(cfg, resume=tmp_path, sinks=[rec], telemetry=False)
+        trainer.run()
+    assert trainer.state == "finished"
+    losses = {e.step: e.loss for e in rec.of("step")}
+    return trainer.model.state_dict(), losses
+
+
+def test_resume_is_bit_exact(tmp_path):
+    straight_weights, straight_losses = run_straight_or_split(tmp_path / "a", None)
+    split_weights, split_losses = run_straight_or_split(tmp_path / "b", 12)
+    assert straight_losses == split_losses  # identical floats, every step
+    for name, tensor in straight_weights.items():
+        assert torch.equal(tensor, split_weights[name]), name
+
+
+def test_metrics_file_records_every_kind(tmp_path):
+    cfg = tiny_cfg("train.max_steps=20", "eval.interval=10", "sample.interval=10", "checkpoint.interval=10")
+    assert Trainer(cfg, run_dir=tmp_path, telemetry=False).run() == "finished"
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    kinds = {r["kind"] for r in records}
+    assert {"run_started", "step", "eval", "sample", "checkpoint", "state"} <= kinds
+    steps = [r["step"] for r in records if r["kind"] == "step"]
+    assert steps == list(range(1, 21))
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [e["step"] for e in evals] == [10, 20]
+    assert all({"train_loss", "val_loss", "train_time_s"} <= set(e) for e in evals)
+    assert (tmp_path / "best.pt").exists()
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [10, 20]
+
+
+def test_loss_falls_on_shakespeare(tmp_path, shakespeare):
+    cfg = load_preset(
+        "nanogpt-cpu",
+        ["train.max_steps=300", "eval.interval=0", "sample.interval=0", "checkpoint.interval=0", "schedule.decay_steps=300", "schedule.warmup_steps=30"],
+    )
+    rec = Recorder()
+    assert Trainer(cfg, run_dir=tmp_path, data_path=str(shakespeare), sinks=[rec], telemetry=False).run() == "finished"
+    first = rec.of("step")[0].loss
+    final = rec.of("eval")[-1].val_loss
+    assert first == pytest.approx(math.log(65), abs=0.3)  # starts near ln(vocab)
+    assert final < 2.6  # well below after 300 steps
+
+
+def test_errors_become_a_failed_state_not_an_exception(tmp_path):
+    rec = Recorder()
+    cfg = tiny_cfg("data.source=/no/such/corpus.txt")
+    assert Trainer(cfg, run_dir=tmp_path, sinks=[rec], telemetry=False).run() == "failed"
+    alert = rec.of("alert")[-1]
+    assert alert.level == "error" and "/no/such/corpus.txt" in alert.message
+    assert rec.of("state")[-1].state == "failed"
