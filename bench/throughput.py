@@ -27,7 +27,9 @@ from engine.optim import build_optimizer
 from engine.presets import load_preset
 from engine.trainer import BatchSampler, Trainer
 
-SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
+SHAKESPEARE = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
+)
 
 
 def minimal_loop(cfg, data, steps: int, warmup: int) -> float:
@@ -35,7 +37,9 @@ def minimal_loop(cfg, data, steps: int, warmup: int) -> float:
     torch.manual_seed(cfg.train.seed)
     model = GPT(cfg.model, data.tokenizer.vocab_size)
     optimizer = build_optimizer(model, cfg.optim, "cpu")
-    batches = BatchSampler(data.train, cfg.model.block_size, cfg.train.batch_size, torch.device("cpu"), 0)
+    batches = BatchSampler(
+        data.train, cfg.model.block_size, cfg.train.batch_size, torch.device("cpu"), 0
+    )
     for step in range(steps):
         if step == warmup:
             t0 = time.perf_counter()
@@ -67,7 +71,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE)))
+    parser.add_argument(
+        "--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
+    )
     args = parser.parse_args()
 
     overrides = [
@@ -78,14 +84,18 @@ def main() -> None:
     ]
     cfg = load_preset("nanogpt-cpu", overrides)
     data = prepare(cfg.data, data_path=args.data)
-    print(f"nanogpt-cpu: {args.steps} steps x {cfg.tokens_per_step} tokens, {torch.get_num_threads()} threads")
+    print(
+        f"nanogpt-cpu: {args.steps} steps x {cfg.tokens_per_step} tokens, {torch.get_num_threads()} threads"
+    )
     engine, minimal = [], []
     for r in range(args.rounds):
         minimal.append(minimal_loop(cfg, data, args.steps, args.warmup))
         engine.append(engine_run(cfg, args.data, args.steps, args.warmup))
         print(f"round {r + 1}: minimal {minimal[-1]:,.0f} tok/s   engine {engine[-1]:,.0f} tok/s")
     m, e = statistics.median(minimal), statistics.median(engine)
-    print(f"median: minimal {m:,.0f} tok/s   engine {e:,.0f} tok/s   ratio {e / m:.3f} (goal >= 0.98)")
+    print(
+        f"median: minimal {m:,.0f} tok/s   engine {e:,.0f} tok/s   ratio {e / m:.3f} (goal >= 0.98)"
+    )
 
 
 if __name__ == "__main__":

@@ -21,14 +21,49 @@ SUBCOMMANDS = ("train", "presets", "plan")
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default=None, help="preset name or path to a .toml file (default: 'default')")
-    parser.add_argument("--data", metavar="PATH", help="local text file or folder to train on (or the local copy of the preset's corpus)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a preset value, e.g. --set optim.lr=3e-4 (repeatable)")
-    parser.add_argument("--run-dir", metavar="DIR", help="where checkpoints and metrics.jsonl go (default: runs/PRESET-TIME)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (or from one checkpoint file)")
-    parser.add_argument("--presets-dir", action="append", default=[], metavar="DIR", help="extra folder of presets (repeatable; later ones win)")
-    parser.add_argument("--headless", action="store_true", help="no UI: print progress lines (for batch jobs and CI)")
-    parser.add_argument("--no-mouse", action="store_true", help="turn off mouse tracking (saves bandwidth over slow SSH links)")
+    parser.add_argument(
+        "--preset", default=None, help="preset name or path to a .toml file (default: 'default')"
+    )
+    parser.add_argument(
+        "--data",
+        metavar="PATH",
+        help="local text file or folder to train on (or the local copy of the preset's corpus)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset value, e.g. --set optim.lr=3e-4 (repeatable)",
+    )
+    parser.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where checkpoints and metrics.jsonl go (default: runs/PRESET-TIME)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR (or from one checkpoint file)",
+    )
+    parser.add_argument(
+        "--presets-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra folder of presets (repeatable; later ones win)",
+    )
+    parser.add_argument(
+        "--headless",
+        action="store_true",
+        help="no UI: print progress lines (for batch jobs and CI)",
+    )
+    parser.add_argument(
+        "--no-mouse",
+        action="store_true",
+        help="turn off mouse tracking (saves bandwidth over slow SSH links)",
+    )
     parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
 
 
@@ -88,7 +123,9 @@ class ProgressPrinter:
             )
         elif kind == "eval":
             scope = "whole val split" if event.full_split else "estimate"
-            self.out(f"eval   {event.step:>6} | train {event.train_loss:.4f} | val {event.val_loss:.4f} ({scope}) | train time {format_duration(event.train_time_s)}")
+            self.out(
+                f"eval   {event.step:>6} | train {event.train_loss:.4f} | val {event.val_loss:.4f} ({scope}) | train time {format_duration(event.train_time_s)}"
+            )
         elif kind == "sample":
             text = (event.prompt + event.text).replace("\n", "⏎ ")
             self.out(f"sample {event.step:>6} | {text[:160]}")
@@ -97,9 +134,14 @@ class ProgressPrinter:
         elif kind == "alert":
             self.out(f"{event.level}: {event.message}")
         elif kind == "lr_changed":
-            self.out(f"lr     {event.step:>6} | {event.old_lr:.2e} -> {event.new_lr:.2e} (x{event.scale:.3g} on the schedule)")
+            self.out(
+                f"lr     {event.step:>6} | {event.old_lr:.2e} -> {event.new_lr:.2e} (x{event.scale:.3g} on the schedule)"
+            )
         elif kind == "state" and event.state in ("stopped", "finished"):
-            self.out(f"{event.state} at step {event.step}" + (f": {event.reason}" if event.reason else ""))
+            self.out(
+                f"{event.state} at step {event.step}"
+                + (f": {event.reason}" if event.reason else "")
+            )
 
 
 def format_duration(seconds: float) -> str:
@@ -109,7 +151,13 @@ def format_duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def make_trainer(args: argparse.Namespace, preset: str | None = None, *, first: bool = True, sinks: list[Any] = ()) -> Any:
+def make_trainer(
+    args: argparse.Namespace,
+    preset: str | None = None,
+    *,
+    first: bool = True,
+    sinks: list[Any] = (),
+) -> Any:
     """Build a (not yet started) Trainer from the command line; `preset` overrides --preset.
 
     --set, --data, --run-dir and --resume apply to the run named on the command line only,
@@ -139,7 +187,10 @@ def run_headless(args: argparse.Namespace) -> int:
         if signals_seen and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second ctrl+c: the user really wants out
         signals_seen.append(signum)
-        print(f"{signal.Signals(signum).name}: saving a checkpoint and stopping (ctrl+c again to abort)", file=sys.stderr)
+        print(
+            f"{signal.Signals(signum).name}: saving a checkpoint and stopping (ctrl+c again to abort)",
+            file=sys.stderr,
+        )
         trainer.stop(checkpoint=True)
 
     for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
@@ -206,7 +257,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
         if args.headless or not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
             if not args.headless:
-                print("cockpit: no terminal, running headless (pass --headless to say so)", file=sys.stderr)
+                print(
+                    "cockpit: no terminal, running headless (pass --headless to say so)",
+                    file=sys.stderr,
+                )
             return run_headless(args)
         return run_app(args)
     except ConfigError as e:

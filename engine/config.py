@@ -81,7 +81,9 @@ class ScheduleConfig:
     warmup_steps: int = _opt(100, min=0)
     decay_steps: int = _opt(0, help="cosine: steps until min_lr (0 = max_steps)", min=0)
     min_lr: float = _opt(1e-4, help="LR floor", min=0.0)
-    decay_fraction: float = _opt(0.2, help="wsd: final fraction of the run spent decaying", min=0.0, max=1.0)
+    decay_fraction: float = _opt(
+        0.2, help="wsd: final fraction of the run spent decaying", min=0.0, max=1.0
+    )
 
 
 @dataclass
@@ -211,7 +213,9 @@ def _unknown_key(key: str, known: list[str], where: str) -> ConfigError:
 
 def _build_section(cls: type, table: Any, where: str) -> Any:
     if not isinstance(table, dict):
-        raise ConfigError(f"{where}: expected a table like [{where.rsplit(' ', 1)[-1]}], got {table!r}")
+        raise ConfigError(
+            f"{where}: expected a table like [{where.rsplit(' ', 1)[-1]}], got {table!r}"
+        )
     hints = get_type_hints(cls)
     by_name = {f.name: f for f in fields(cls)}
     values = {}
@@ -255,7 +259,7 @@ def validate(cfg: RunConfig, source: str = "config") -> None:
             f"{source}: schedule.min_lr ({cfg.schedule.min_lr:g}) must not exceed optim.lr ({cfg.optim.lr:g})"
         )
     if not cfg.sample.prompts:
-        raise ConfigError(f"{source}: sample.prompts must hold at least one prompt (\"\\n\" is fine)")
+        raise ConfigError(f'{source}: sample.prompts must hold at least one prompt ("\\n" is fine)')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,7 +324,9 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         with path.open("rb") as f:
             return tomllib.load(f)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such preset file; check the path or run `cockpit presets`") from None
+        raise ConfigError(
+            f"{path}: no such preset file; check the path or run `cockpit presets`"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path}: malformed TOML ({e}); fix the syntax at that line") from None
     except UnicodeDecodeError:

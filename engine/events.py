@@ -180,8 +180,16 @@ class MemoryBreakdown(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        RunStarted, Step, Eval, Sample, CheckpointSaved, StateChanged, LrChanged, Alert,
-        Telemetry, MemoryBreakdown,
+        RunStarted,
+        Step,
+        Eval,
+        Sample,
+        CheckpointSaved,
+        StateChanged,
+        LrChanged,
+        Alert,
+        Telemetry,
+        MemoryBreakdown,
     )
 }
 

@@ -43,7 +43,9 @@ def make_norm(cfg: ModelConfig, ndim: int) -> nn.Module:
     return RMSNorm(ndim) if cfg.norm == "rmsnorm" else LayerNorm(ndim, cfg.bias)
 
 
-def rotary_tables(block_size: int, head_dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(
+    block_size: int, head_dim: int, base: float = 10000.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)
     return angles.cos(), angles.sin()
@@ -70,7 +72,9 @@ class CausalSelfAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
         b, t, c = x.size()
         q, k, v = self.c_attn(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, self.head_dim).transpose(1, 2) for z in (q, k, v))
@@ -108,7 +112,9 @@ class Block(nn.Module):
         self.ln_2 = make_norm(cfg, cfg.n_embd)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x), rotary)
         return x + self.mlp(self.ln_2(x))
 
@@ -155,7 +161,9 @@ class GPT(nn.Module):
             n -= self.wpe.weight.numel()
         return n
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t = idx.size()
         if t > self.cfg.block_size:
             raise ValueError(f"sequence of length {t} exceeds block_size {self.cfg.block_size}")
@@ -174,7 +182,9 @@ class GPT(nn.Module):
             # Generation needs only the last position's logits.
             return self._logits(x[:, [-1], :]), None
         logits = self._logits(x)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+        loss = F.cross_entropy(
+            logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1
+        )
         return logits, loss
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,13 @@ from engine.config import OptimConfig
 class Lion(torch.optim.Optimizer):
     """Lion (Chen et al., 2023): sign of an interpolated momentum; one state tensor per param."""
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, weight_decay=weight_decay))
 
     @torch.no_grad()
@@ -81,12 +87,16 @@ def _adamw(groups: list[dict[str, Any]], cfg: OptimConfig, device_type: str) -> 
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, **extra)
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.Optimizer | MultiOptimizer:
+def build_optimizer(
+    model: nn.Module, cfg: OptimConfig, device_type: str
+) -> torch.optim.Optimizer | MultiOptimizer:
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     params = [p for _, p in named]
     decay, no_decay = _split_decay(params)
 
-    def groups(lr: float, decay_params: list, no_decay_params: list, wd: float) -> list[dict[str, Any]]:
+    def groups(
+        lr: float, decay_params: list, no_decay_params: list, wd: float
+    ) -> list[dict[str, Any]]:
         out = [
             {"params": decay_params, "weight_decay": wd, "base_lr": lr, "lr": lr},
             {"params": no_decay_params, "weight_decay": 0.0, "base_lr": lr, "lr": lr},
@@ -96,9 +106,15 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str) -> tor
     if cfg.name == "adamw":
         opt: Any = _adamw(groups(cfg.lr, decay, no_decay, cfg.weight_decay), cfg, device_type)
     elif cfg.name == "lion":
-        opt = Lion(groups(cfg.lr, decay, no_decay, cfg.weight_decay), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+        opt = Lion(
+            groups(cfg.lr, decay, no_decay, cfg.weight_decay),
+            lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2),
+        )
     elif cfg.name == "adafactor":
-        opt = torch.optim.Adafactor(groups(cfg.lr, decay, no_decay, cfg.weight_decay), lr=cfg.lr, eps=(None, 1e-3))
+        opt = torch.optim.Adafactor(
+            groups(cfg.lr, decay, no_decay, cfg.weight_decay), lr=cfg.lr, eps=(None, 1e-3)
+        )
     elif cfg.name == "muon":
         # Muon orthogonalises updates of the 2-D matrices inside the blocks; embeddings, the head
         # and the 1-D gains are not matrices of a linear map in the same sense and use AdamW.
@@ -107,7 +123,14 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str) -> tor
         rest = [p for p in params if id(p) not in ids]
         rest_decay, rest_no_decay = _split_decay(rest)
         muon = torch.optim.Muon(
-            [{"params": matrices, "base_lr": cfg.muon_lr, "lr": cfg.muon_lr, "weight_decay": cfg.weight_decay}],
+            [
+                {
+                    "params": matrices,
+                    "base_lr": cfg.muon_lr,
+                    "lr": cfg.muon_lr,
+                    "weight_decay": cfg.weight_decay,
+                }
+            ],
             lr=cfg.muon_lr,
             momentum=cfg.muon_momentum,
             nesterov=True,

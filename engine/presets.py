@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config import ConfigError, RunConfig, apply_overrides, config_from_dict, merge_tables, read_toml
+from engine.config import (
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    config_from_dict,
+    merge_tables,
+    read_toml,
+)
 
 DEFAULT_PRESET = "default"
 
@@ -62,7 +69,9 @@ def discover(extra_dirs: list[str | Path] = ()) -> dict[str, PresetInfo]:
     return dict(sorted(found.items()))
 
 
-def _resolve_raw(name_or_path: str, extra_dirs: list[str | Path], chain: tuple[str, ...]) -> tuple[dict[str, Any], str, str]:
+def _resolve_raw(
+    name_or_path: str, extra_dirs: list[str | Path], chain: tuple[str, ...]
+) -> tuple[dict[str, Any], str, str]:
     """The raw TOML dict of a preset with its `extends` chain merged in; also its name and path."""
     looks_like_path = name_or_path.endswith(".toml") or os.sep in name_or_path
     if looks_like_path:

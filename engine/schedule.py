@@ -23,7 +23,9 @@ def cosine_lr(step: int, peak: float, floor: float, warmup: int, decay_steps: in
     return floor + coeff * (peak - floor)
 
 
-def wsd_lr(step: int, peak: float, floor: float, warmup: int, total: int, decay_fraction: float) -> float:
+def wsd_lr(
+    step: int, peak: float, floor: float, warmup: int, total: int, decay_fraction: float
+) -> float:
     """Warmup-stable-decay: linear warmup, constant peak, linear decay to `floor` at the end."""
     if step < warmup:
         return peak * (step + 1) / (warmup + 1)

@@ -64,11 +64,17 @@ def select_device(requested: str) -> torch.device:
     try:
         device = torch.device(requested)
     except RuntimeError:
-        raise ConfigError(f"train.device: unknown device {requested!r}; use auto, cpu, cuda, cuda:N or mps") from None
+        raise ConfigError(
+            f"train.device: unknown device {requested!r}; use auto, cpu, cuda, cuda:N or mps"
+        ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device: CUDA is not available on this machine; use --set train.device=auto")
+        raise ConfigError(
+            "train.device: CUDA is not available on this machine; use --set train.device=auto"
+        )
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("train.device: MPS is not available on this machine; use --set train.device=auto")
+        raise ConfigError(
+            "train.device: MPS is not available on this machine; use --set train.device=auto"
+        )
     return device
 
 
@@ -78,13 +84,17 @@ def select_dtype(requested: str, device: torch.device) -> torch.dtype:
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[requested]
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+        requested
+    ]
 
 
 class BatchSampler:
     """Random (x, y) windows from a token array, from its own generator so resume is exact."""
 
-    def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, device: torch.device, seed: int) -> None:
+    def __init__(
+        self, tokens: np.ndarray, block_size: int, batch_size: int, device: torch.device, seed: int
+    ) -> None:
         self.tokens = tokens
         self.block_size = block_size
         self.batch_size = batch_size
@@ -93,8 +103,12 @@ class BatchSampler:
         self._window = np.arange(block_size + 1)
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(len(self.tokens) - self.block_size - 1, (self.batch_size,), generator=self.generator)
-        rows = torch.from_numpy(self.tokens[starts.numpy()[:, None] + self._window].astype(np.int64))
+        starts = torch.randint(
+            len(self.tokens) - self.block_size - 1, (self.batch_size,), generator=self.generator
+        )
+        rows = torch.from_numpy(
+            self.tokens[starts.numpy()[:, None] + self._window].astype(np.int64)
+        )
         if self.device.type == "cuda":
             rows = rows.pin_memory().to(self.device, non_blocking=True)
         else:
@@ -162,7 +176,11 @@ class Trainer:
         event_capacity: int = 20_000,
     ) -> None:
         self.cfg = cfg
-        self.run_dir = Path(run_dir) if run_dir else (Path(resume) if resume and Path(resume).is_dir() else None)
+        self.run_dir = (
+            Path(run_dir)
+            if run_dir
+            else (Path(resume) if resume and Path(resume).is_dir() else None)
+        )
         self.data_path = data_path
         self.resume_from = Path(resume) if resume else None
         self.events = EventQueue(event_capacity)
@@ -286,7 +304,9 @@ class Trainer:
             probe.write_text("ok")
             probe.unlink()
         except OSError as e:
-            raise ConfigError(f"run directory {self.run_dir} is not writable ({e.strerror}); pass --run-dir DIR") from None
+            raise ConfigError(
+                f"run directory {self.run_dir} is not writable ({e.strerror}); pass --run-dir DIR"
+            ) from None
         self.sinks.insert(0, MetricsWriter(self.run_dir / "metrics.jsonl"))
 
         self.device = select_device(cfg.train.device)
@@ -309,7 +329,13 @@ class Trainer:
             if self.dtype != torch.float32
             else contextlib.nullcontext()
         )
-        self.train_batches = BatchSampler(self.data.train, cfg.model.block_size, cfg.train.batch_size, self.device, cfg.train.seed + 1)
+        self.train_batches = BatchSampler(
+            self.data.train,
+            cfg.model.block_size,
+            cfg.train.batch_size,
+            self.device,
+            cfg.train.seed + 1,
+        )
         self.sample_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 2)
         if state is not None:
             self._restore(state)
@@ -387,7 +413,11 @@ class Trainer:
         if rng["cuda"] is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.train_batches.generator.set_state(state["batch_rng"])
-        self.sample_generator.set_state(state["sample_rng"].to(self.sample_generator.device) if self.device.type == "cpu" else state["sample_rng"])
+        self.sample_generator.set_state(
+            state["sample_rng"].to(self.sample_generator.device)
+            if self.device.type == "cpu"
+            else state["sample_rng"]
+        )
         self.last_checkpoint = Path(state["_path"])
 
     def _save(self, reason: str) -> Path | None:
@@ -395,10 +425,18 @@ class Trainer:
         previous = self.state
         self._set_state(RunState.SAVING, reason)
         try:
-            path = ckpt.save_checkpoint(self.run_dir, self.step, self._checkpoint_state(), self.cfg.checkpoint.keep_last)
+            path = ckpt.save_checkpoint(
+                self.run_dir, self.step, self._checkpoint_state(), self.cfg.checkpoint.keep_last
+            )
         except OSError as e:
-            self._alert("error", f"checkpoint at step {self.step} failed ({e.strerror or e}); the previous one is intact: free disk space, then press c", "disk")
-            self._set_state(previous if previous != RunState.SAVING else RunState.RUNNING, "checkpoint failed")
+            self._alert(
+                "error",
+                f"checkpoint at step {self.step} failed ({e.strerror or e}); the previous one is intact: free disk space, then press c",
+                "disk",
+            )
+            self._set_state(
+                previous if previous != RunState.SAVING else RunState.RUNNING, "checkpoint failed"
+            )
             return None
         self.last_checkpoint = path
         self.emit(CheckpointSaved(step=self.step, path=str(path), reason=reason))
@@ -419,7 +457,9 @@ class Trainer:
             starts = torch.randint(len(tokens) - block - 1, (batches * batch,), generator=g).numpy()
         total, count = 0.0, 0
         for i in range(0, len(starts), batch):
-            rows = torch.from_numpy(tokens[starts[i : i + batch, None] + window].astype(np.int64)).to(self.device)
+            rows = torch.from_numpy(
+                tokens[starts[i : i + batch, None] + window].astype(np.int64)
+            ).to(self.device)
             with self.autocast:
                 _, loss = self.forward(rows[:, :-1], rows[:, 1:])
             n = rows.size(0)
@@ -433,10 +473,18 @@ class Trainer:
         seed = self.cfg.train.seed + 3
         try:
             train_loss = self._split_loss(self.data.train, self.cfg.eval.batches, False, seed)
-            val_loss = self._split_loss(self.data.val, self.cfg.eval.batches, self.cfg.eval.full_val, seed)
+            val_loss = self._split_loss(
+                self.data.val, self.cfg.eval.batches, self.cfg.eval.full_val, seed
+            )
         finally:
             self.model.train()
-        event = Eval(step=self.step, train_loss=train_loss, val_loss=val_loss, train_time_s=self.train_time_s, full_split=self.cfg.eval.full_val)
+        event = Eval(
+            step=self.step,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            train_time_s=self.train_time_s,
+            full_split=self.cfg.eval.full_val,
+        )
         self.emit(event)
         if not math.isfinite(val_loss):
             self._alert("error", f"val loss is {val_loss} at step {self.step}", "nan")
@@ -452,8 +500,10 @@ class Trainer:
                 ids = tok.encode(prompt) or [0]
                 idx = torch.tensor([ids], dtype=torch.long, device=self.device)
                 with self.autocast:
-                    out = self.model.generate(idx, s.max_new_tokens, s.temperature, s.top_k or None, self.sample_generator)
-                text = tok.decode(out[0, len(ids):].tolist())
+                    out = self.model.generate(
+                        idx, s.max_new_tokens, s.temperature, s.top_k or None, self.sample_generator
+                    )
+                text = tok.decode(out[0, len(ids) :].tolist())
                 self.emit(Sample(step=self.step, prompt=prompt, text=text))
         finally:
             self.model.train()
@@ -475,14 +525,32 @@ class Trainer:
         else:
             capacity = psutil.virtual_memory().total
             activations = memory.activation_bytes_estimate(
-                cfg.train.batch_size, m.block_size, m.n_embd, m.n_head, m.n_layer,
-                self.model.vocab_size, torch.finfo(self.dtype).bits // 8,
+                cfg.train.batch_size,
+                m.block_size,
+                m.n_embd,
+                m.n_head,
+                m.n_layer,
+                self.model.vocab_size,
+                torch.finfo(self.dtype).bits // 8,
                 grad_checkpoint=m.grad_checkpoint,
             )
             measured = False
             cache = 0
             other = max(0, psutil.Process().memory_info().rss - weights - grads - opt)
-        self.emit(MemoryBreakdown(step=self.step, device=str(device), capacity=capacity, weights=weights, gradients=grads, optimizer=opt, activations=activations, activations_measured=measured, cache=cache, other=other))
+        self.emit(
+            MemoryBreakdown(
+                step=self.step,
+                device=str(device),
+                capacity=capacity,
+                weights=weights,
+                gradients=grads,
+                optimizer=opt,
+                activations=activations,
+                activations_measured=measured,
+                cache=cache,
+                other=other,
+            )
+        )
 
     # ------------------------------------------------------------------ commands
     def _apply_commands(self) -> None:
@@ -490,7 +558,9 @@ class Trainer:
         while True:
             try:
                 timeout = 0.25 if self.state == RunState.PAUSED else None
-                name, arg = self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
+                name, arg = (
+                    self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
+                )
             except queue.Empty:
                 if self.state == RunState.PAUSED and not self._should_stop():
                     continue
@@ -526,7 +596,11 @@ class Trainer:
             new_scale = self.lr_scale * value
         new_lr = schedule * new_scale
         if not (math.isfinite(new_scale) and new_scale > 0 and 0 < new_lr <= MAX_LR):
-            self._alert("warning", f"LR change refused: {value!r} would give an LR of {new_lr:.3g}; use a value in (0, {MAX_LR:g}]", "lr")
+            self._alert(
+                "warning",
+                f"LR change refused: {value!r} would give an LR of {new_lr:.3g}; use a value in (0, {MAX_LR:g}]",
+                "lr",
+            )
             return
         self.lr_scale = new_scale
         set_lr_factor(self.optimizer, lr_factor(self.step, self.cfg) * self.lr_scale)
@@ -541,17 +615,38 @@ class Trainer:
             return
         losses = torch.stack([p.loss for p in pending]).float().tolist()
         norms = [p.grad_norm for p in pending]
-        norm_values = torch.stack(norms).float().tolist() if all(n is not None for n in norms) else [math.nan] * len(pending)
+        norm_values = (
+            torch.stack(norms).float().tolist()
+            if all(n is not None for n in norms)
+            else [math.nan] * len(pending)
+        )
         now = time.perf_counter()
         window = max(now - self._window_start - self._window_excluded, 1e-9)
         tokens_per_s = len(pending) * self.cfg.tokens_per_step / window
         step_time = window / len(pending)
         first_token_count = self.tokens - len(pending) * self.cfg.tokens_per_step
         for i, (p, loss, norm) in enumerate(zip(pending, losses, norm_values, strict=True)):
-            self.emit(Step(step=p.step, loss=loss, lr=p.lr, grad_norm=norm, tokens_per_s=tokens_per_s, step_time_s=step_time, tokens=first_token_count + (i + 1) * self.cfg.tokens_per_step))
-        bad = next((p.step for p, loss in zip(pending, losses, strict=True) if not math.isfinite(loss)), None)
+            self.emit(
+                Step(
+                    step=p.step,
+                    loss=loss,
+                    lr=p.lr,
+                    grad_norm=norm,
+                    tokens_per_s=tokens_per_s,
+                    step_time_s=step_time,
+                    tokens=first_token_count + (i + 1) * self.cfg.tokens_per_step,
+                )
+            )
+        bad = next(
+            (p.step for p, loss in zip(pending, losses, strict=True) if not math.isfinite(loss)),
+            None,
+        )
         if bad is not None and self.state == RunState.RUNNING:
-            self._alert("error", f"loss is not finite at step {bad}: paused; lower the LR (l) or resume from the last checkpoint", "nan")
+            self._alert(
+                "error",
+                f"loss is not finite at step {bad}: paused; lower the LR (l) or resume from the last checkpoint",
+                "nan",
+            )
             self._set_state(RunState.PAUSED, "non-finite loss")
         self._window_start = time.perf_counter()
         self._window_excluded = 0.0
@@ -640,6 +735,10 @@ class Trainer:
 
     def _save_and_mark(self, reason: str) -> None:
         path = self._save(reason)
-        if path is not None and getattr(self, "_best_pending", False) and self.cfg.checkpoint.keep_best:
+        if (
+            path is not None
+            and getattr(self, "_best_pending", False)
+            and self.cfg.checkpoint.keep_best
+        ):
             ckpt.mark_best(self.run_dir, path)
             self._best_pending = False

@@ -14,7 +14,9 @@ TIKTOKEN_CACHE = SHARED_DATA / "tiktoken-cache"
 
 
 @pytest.fixture(autouse=True)
-def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Keep prepared data, user presets and runs out of the checkout and the home directory."""
     cache = tmp_path_factory.getbasetemp() / "cockpit-cache"  # shared by the session: prepare once
     monkeypatch.setenv("COCKPIT_CACHE_DIR", str(cache))

@@ -40,7 +40,10 @@ def test_nanogpt_cpu_is_nanogpts_recipe():
         ("[model]\nblock_size = 0\n", "model.block_size: expected a value >= 1"),
         ("[model]\nn_embd = 100\nn_head = 3\n", "must be divisible by model.n_head"),
         ("[model]\ndropout = 1.0\n", "model.dropout: expected a value < 1.0"),
-        ("[optim]\nname = 'sgd'\n", "optim.name: expected one of 'adamw', 'muon', 'lion', 'adafactor'"),
+        (
+            "[optim]\nname = 'sgd'\n",
+            "optim.name: expected one of 'adamw', 'muon', 'lion', 'adafactor'",
+        ),
         ("[modle]\n", "unknown key 'modle' (did you mean 'model'?)"),
         ("model = 3\n", "expected a table"),
         ("[model\n", "malformed TOML"),
@@ -88,7 +91,11 @@ def test_ambiguous_override_names_both_sections():
 
 
 def test_extends_merges_parent_and_child(tmp_path):
-    write(tmp_path, 'description = "base"\n[model]\nn_layer = 2\nn_embd = 64\n[optim]\nlr = 2e-3\n', "base.toml")
+    write(
+        tmp_path,
+        'description = "base"\n[model]\nn_layer = 2\nn_embd = 64\n[optim]\nlr = 2e-3\n',
+        "base.toml",
+    )
     write(tmp_path, 'extends = "base"\ndescription = "child"\n[model]\nn_layer = 3\n', "child.toml")
     cfg = load_preset("child", [], [tmp_path])
     assert (cfg.model.n_layer, cfg.model.n_embd, cfg.optim.lr) == (3, 64, 2e-3)

@@ -87,8 +87,12 @@ def test_generate_extends_and_crops_context():
     torch.manual_seed(0)
     model = GPT(tiny(), VOCAB).eval()
     g = torch.Generator().manual_seed(1)
-    out = model.generate(torch.zeros((1, 3), dtype=torch.long), 30, temperature=0.8, top_k=5, generator=g)
+    out = model.generate(
+        torch.zeros((1, 3), dtype=torch.long), 30, temperature=0.8, top_k=5, generator=g
+    )
     assert out.shape == (1, 33)  # longer than block_size 16: the context was cropped
     g2 = torch.Generator().manual_seed(1)
-    again = model.generate(torch.zeros((1, 3), dtype=torch.long), 30, temperature=0.8, top_k=5, generator=g2)
+    again = model.generate(
+        torch.zeros((1, 3), dtype=torch.long), 30, temperature=0.8, top_k=5, generator=g2
+    )
     assert torch.equal(out, again)  # its own generator: reproducible

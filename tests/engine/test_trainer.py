@@ -67,7 +67,12 @@ def start(trainer: Trainer) -> threading.Thread:
 
 def test_commands_are_applied_and_acknowledged(tmp_path):
     rec = Recorder()
-    trainer = Trainer(tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"), run_dir=tmp_path, sinks=[rec], telemetry=False)
+    trainer = Trainer(
+        tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"),
+        run_dir=tmp_path,
+        sinks=[rec],
+        telemetry=False,
+    )
     thread = start(trainer)
     rec.wait_for(lambda e: e.kind == "step" and e.step >= 3)
 
@@ -119,7 +124,12 @@ def test_commands_are_applied_and_acknowledged(tmp_path):
 
 def test_invalid_lr_changes_nothing(tmp_path):
     rec = Recorder()
-    trainer = Trainer(tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"), run_dir=tmp_path, sinks=[rec], telemetry=False)
+    trainer = Trainer(
+        tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"),
+        run_dir=tmp_path,
+        sinks=[rec],
+        telemetry=False,
+    )
     thread = start(trainer)
     rec.wait_for(lambda e: e.kind == "step")
     for bad in (-1.0, 0.0, math.nan, math.inf, 1e9):
@@ -138,7 +148,12 @@ def test_invalid_lr_changes_nothing(tmp_path):
 def test_should_stop_keeps_the_run(tmp_path):
     """The app closing (worker cancelled) checkpoints rather than losing the run."""
     rec = Recorder()
-    trainer = Trainer(tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"), run_dir=tmp_path, sinks=[rec], telemetry=False)
+    trainer = Trainer(
+        tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"),
+        run_dir=tmp_path,
+        sinks=[rec],
+        telemetry=False,
+    )
     flag = threading.Event()
     thread = threading.Thread(target=trainer.run, kwargs={"should_stop": flag.is_set}, daemon=True)
     thread.start()
@@ -151,7 +166,13 @@ def test_should_stop_keeps_the_run(tmp_path):
 
 def run_straight_or_split(tmp_path: Path, split_at: int | None, total: int = 24):
     """Train `total` steps, either straight or stopping at `split_at` and resuming."""
-    cfg = tiny_cfg(f"train.max_steps={total}", "model.dropout=0.1", "eval.interval=8", "sample.interval=8", "checkpoint.interval=0")
+    cfg = tiny_cfg(
+        f"train.max_steps={total}",
+        "model.dropout=0.1",
+        "eval.interval=8",
+        "sample.interval=8",
+        "checkpoint.interval=0",
+    )
     rec = Recorder()
     trainer = Trainer(cfg, run_dir=tmp_path, sinks=[rec], telemetry=False)
     if split_at is not None:
@@ -176,7 +197,9 @@ def test_resume_is_bit_exact(tmp_path):
 
 
 def test_metrics_file_records_every_kind(tmp_path):
-    cfg = tiny_cfg("train.max_steps=20", "eval.interval=10", "sample.interval=10", "checkpoint.interval=10")
+    cfg = tiny_cfg(
+        "train.max_steps=20", "eval.interval=10", "sample.interval=10", "checkpoint.interval=10"
+    )
     assert Trainer(cfg, run_dir=tmp_path, telemetry=False).run() == "finished"
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     kinds = {r["kind"] for r in records}
@@ -193,10 +216,22 @@ def test_metrics_file_records_every_kind(tmp_path):
 def test_loss_falls_on_shakespeare(tmp_path, shakespeare):
     cfg = load_preset(
         "nanogpt-cpu",
-        ["train.max_steps=300", "eval.interval=0", "sample.interval=0", "checkpoint.interval=0", "schedule.decay_steps=300", "schedule.warmup_steps=30"],
+        [
+            "train.max_steps=300",
+            "eval.interval=0",
+            "sample.interval=0",
+            "checkpoint.interval=0",
+            "schedule.decay_steps=300",
+            "schedule.warmup_steps=30",
+        ],
     )
     rec = Recorder()
-    assert Trainer(cfg, run_dir=tmp_path, data_path=str(shakespeare), sinks=[rec], telemetry=False).run() == "finished"
+    assert (
+        Trainer(
+            cfg, run_dir=tmp_path, data_path=str(shakespeare), sinks=[rec], telemetry=False
+        ).run()
+        == "finished"
+    )
     first = rec.of("step")[0].loss
     final = rec.of("eval")[-1].val_loss
     assert first == pytest.approx(math.log(65), abs=0.3)  # starts near ln(vocab)
