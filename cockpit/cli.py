@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.config import ConfigError
+from engine.config import ConfigError, parse_override
 from engine.events import Event
 
 SUBCOMMANDS = ("train", "presets", "plan")
@@ -167,13 +167,16 @@ def make_trainer(
     from engine.trainer import Trainer
 
     name = preset or args.preset or "default"
+    resume = args.resume if first else None
     overrides = args.overrides if first else []
-    cfg = load_preset(name, overrides, args.presets_dir)
+    # When resuming, the checkpoint's config is the base and --set applies on top of it.
+    cfg = load_preset(name, [] if resume else overrides, args.presets_dir)
     return Trainer(
         cfg,
         run_dir=args.run_dir if first else None,
         data_path=args.data if first else None,
-        resume=args.resume if first else None,
+        resume=resume,
+        resume_overrides=overrides if resume else (),
         sinks=sinks,
         telemetry=not args.no_telemetry,
     )
@@ -253,8 +256,11 @@ def main(argv: list[str] | None = None) -> int:
             from engine.presets import load_preset
 
             load_preset(args.preset or "default", args.overrides, args.presets_dir)
-        elif not Path(args.resume).exists():
-            raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
+        else:
+            if not Path(args.resume).exists():
+                raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
+            for text in args.overrides:
+                parse_override(text)
         if args.headless or not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
             if not args.headless:
                 print(

@@ -29,7 +29,7 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine import memory
-from engine.config import ConfigError, RunConfig, config_from_dict
+from engine.config import ConfigError, RunConfig, apply_overrides, config_from_dict
 from engine.data import DataError, PreparedData, check_length, prepare
 from engine.events import (
     Alert,
@@ -171,6 +171,7 @@ class Trainer:
         run_dir: str | Path | None = None,
         data_path: str | None = None,
         resume: str | Path | None = None,
+        resume_overrides: Iterable[str] = (),
         sinks: Iterable[Callable[[Event], None]] = (),
         telemetry: bool = True,
         event_capacity: int = 20_000,
@@ -183,6 +184,7 @@ class Trainer:
         )
         self.data_path = data_path
         self.resume_from = Path(resume) if resume else None
+        self.resume_overrides = list(resume_overrides)
         self.events = EventQueue(event_capacity)
         self.sinks = list(sinks)
         self.telemetry_enabled = telemetry
@@ -293,8 +295,10 @@ class Trainer:
         state = None
         if self.resume_from is not None:
             state = ckpt.load_checkpoint(self.resume_from)
-            # A resumed run continues with the configuration it was started with.
-            self.cfg = config_from_dict(state["config"], source=state["_path"])
+            # A resumed run continues with the configuration it was started with, plus any
+            # --set overrides (extending train.max_steps is the common one).
+            raw = apply_overrides(state["config"], self.resume_overrides)
+            self.cfg = config_from_dict(raw, source=state["_path"])
             self.run_dir = Path(state["_path"]).parent
         cfg = self.cfg
         self.run_dir = self.run_dir or default_run_dir(cfg)

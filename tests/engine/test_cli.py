@@ -1,0 +1,195 @@
+"""The headless command line, run as a user runs it: a real `cockpit` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TINY = [
+    "--set",
+    "model.n_layer=1",
+    "--set",
+    "model.n_embd=16",
+    "--set",
+    "model.n_head=2",
+    "--set",
+    "model.block_size=16",
+    "--set",
+    "train.batch_size=4",
+    "--set",
+    "eval.batches=2",
+    "--set",
+    "sample.max_new_tokens=8",
+]
+
+
+def cockpit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TERM": "dumb"},
+    )
+
+
+def test_headless_run_end_to_end_then_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    done = cockpit(
+        "train",
+        "--headless",
+        "--preset",
+        "tiny",
+        "--run-dir",
+        str(run_dir),
+        *TINY,
+        "--set",
+        "train.max_steps=30",
+        "--set",
+        "eval.interval=10",
+        "--set",
+        "checkpoint.interval=10",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "step     30/30" in done.stdout
+    assert "finished at step 30" in done.stdout
+    assert "Traceback" not in done.stderr
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [10, 20, 30]
+    assert sorted(p.name for p in run_dir.glob("ckpt-*.pt"))[-1] == "ckpt-00000030.pt"
+
+    # A finished run resumes as finished: nothing to do, nothing lost.
+    again = cockpit("train", "--headless", "--resume", str(run_dir))
+    assert again.returncode == 0, again.stderr
+    assert "resumed from" in again.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--preset", "nope"], "unknown preset 'nope'"),
+        (["--set", "model.n_layers=2"], "unknown key 'n_layers' (did you mean 'n_layer'?)"),
+        (["--set", "optim.lr=-1"], "optim.lr: expected a value > 0.0"),
+        (["--set", "optim.lr"], "expected KEY=VALUE"),
+        (["--set", "model.n_head=3"], "must be divisible by model.n_head"),
+        (["--resume", "/no/such/run"], "--resume /no/such/run: no such run directory"),
+        (["--preset", "/no/such/preset.toml"], "no such preset file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = cockpit("train", "--headless", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_missing_data_fails_cleanly(tmp_path):
+    result = cockpit(
+        "train",
+        "--headless",
+        "--preset",
+        "tiny",
+        "--run-dir",
+        str(tmp_path / "r"),
+        "--data",
+        "/no/such/file.txt",
+    )
+    assert result.returncode == 1
+    assert "/no/such/file.txt" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_presets_lists_names_origins_and_descriptions():
+    result = cockpit("presets")
+    assert result.returncode == 0
+    line = next(x for x in result.stdout.splitlines() if x.startswith("nanogpt-cpu"))
+    assert "built-in" in line and "nanoGPT's CPU recipe" in line
+
+
+def test_no_terminal_falls_back_to_headless(tmp_path):
+    result = cockpit(
+        "--preset", "tiny", "--run-dir", str(tmp_path / "r"), *TINY, "--set", "train.max_steps=5"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no terminal, running headless" in result.stderr
+    assert "finished at step 5" in result.stdout
+
+
+def test_sigterm_checkpoints_and_resume_continues(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cockpit.cli",
+            "train",
+            "--headless",
+            "--preset",
+            "tiny",
+            "--run-dir",
+            str(run_dir),
+            *TINY,
+            "--set",
+            "train.max_steps=100000",
+            "--set",
+            "eval.interval=0",
+            "--set",
+            "sample.interval=0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if metrics.exists() and '"kind":"step"' in metrics.read_text():
+            break
+        time.sleep(0.2)
+    proc.terminate()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "SIGTERM: saving a checkpoint" in err
+    ckpts = sorted(Path(run_dir).glob("ckpt-*.pt"))
+    assert ckpts, out
+    step = int(ckpts[-1].stem.split("-")[1])
+    assert step > 0
+    # Resume and extend the run by 5 steps: the curve continues where it stopped.
+    resumed = cockpit(
+        "train", "--headless", "--resume", str(run_dir), "--set", f"train.max_steps={step + 5}"
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"finished at step {step + 5}" in resumed.stdout
+    records = [json.loads(x) for x in metrics.read_text().splitlines()]
+    after = [
+        r["step"] for r in records if r["kind"] == "step" and r["time"] > records[-1]["time"] - 60
+    ]
+    assert after[-5:] == list(range(step + 1, step + 6))
+
+
+def test_resume_with_a_different_model_shape_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    assert (
+        cockpit(
+            "train",
+            "--headless",
+            "--preset",
+            "tiny",
+            "--run-dir",
+            str(run_dir),
+            *TINY,
+            "--set",
+            "train.max_steps=3",
+        ).returncode
+        == 0
+    )
+    result = cockpit("train", "--headless", "--resume", str(run_dir), "--set", "model.n_embd=32")
+    assert result.returncode == 1
+    assert "does not match" in result.stdout and "Traceback" not in result.stdout + result.stderr
