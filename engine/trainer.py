@@ -32,6 +32,7 @@ from engine import memory
 from engine.config import ConfigError, RunConfig, apply_overrides, config_from_dict
 from engine.data import DataError, PreparedData, check_length, prepare
 from engine.events import (
+    EVENT_TYPES,
     Alert,
     CheckpointSaved,
     Eval,
@@ -156,6 +157,45 @@ class _Pending:
     loss: torch.Tensor
     grad_norm: torch.Tensor | None
     lr: float
+
+
+HISTORY_KINDS = ("step", "eval", "lr_changed", "sample", "checkpoint")
+
+
+def read_history(metrics: Path, upto_step: int, max_steps: int = 8000) -> list[Event]:
+    """Past events of a run from its metrics file, for a resumed run's curves.
+
+    Records after `upto_step` belong to steps that will be trained again and are dropped; for a
+    step recorded twice (a crash, then a resume) the later record wins. Step records are thinned
+    evenly to at most `max_steps` so a long run does not flood the UI's queue.
+    """
+    if not metrics.exists():
+        return []
+    latest: dict[tuple[str, int, str], dict[str, Any]] = {}
+    with metrics.open(encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash
+            kind, step = record.get("kind"), record.get("step")
+            if kind in HISTORY_KINDS and isinstance(step, int) and step <= upto_step:
+                latest[(kind, step, record.get("prompt", ""))] = record
+    records = sorted(latest.values(), key=lambda r: (r["step"], r["time"]))
+    steps = [r for r in records if r["kind"] == "step"]
+    keep = {id(r) for r in steps[:: max(1, math.ceil(len(steps) / max_steps))]}
+    if steps:
+        keep.add(id(steps[-1]))
+    events = []
+    for r in records:
+        if r["kind"] == "step" and id(r) not in keep:
+            continue
+        cls = EVENT_TYPES[r.pop("kind")]
+        try:
+            events.append(cls(**r))
+        except TypeError:
+            continue  # a record from an older format
+    return events
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -368,6 +408,10 @@ class Trainer:
                 resumed_from=state["_path"] if state else None,
             )
         )
+        if state is not None:
+            # The curves so far, for the UI only: the metrics file has them already.
+            for event in read_history(self.run_dir / "metrics.jsonl", self.step):
+                self.events.put(event)
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self) -> dict[str, Any]:

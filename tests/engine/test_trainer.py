@@ -245,3 +245,20 @@ def test_errors_become_a_failed_state_not_an_exception(tmp_path):
     alert = rec.of("alert")[-1]
     assert alert.level == "error" and "/no/such/corpus.txt" in alert.message
     assert rec.of("state")[-1].state == "failed"
+
+
+def test_resume_replays_the_curves_to_the_ui(tmp_path):
+    cfg = tiny_cfg("train.max_steps=12", "eval.interval=4", "sample.interval=0", "checkpoint.interval=4")
+    assert Trainer(cfg, run_dir=tmp_path, telemetry=False).run() == "finished"
+    # a crash after step 8 would leave records past the checkpoint: simulate with the file as is
+    (tmp_path / "ckpt-00000012.pt").unlink()
+    (tmp_path / "best.pt").unlink()
+    trainer = Trainer(cfg, resume=tmp_path, telemetry=False)
+    trainer.cfg = cfg
+    trainer._should_stop = lambda: False
+    trainer._setup()
+    events = trainer.events.drain()
+    assert events[0].kind == "run_started" and events[0].start_step == 8
+    replayed = [e.step for e in events[1:] if e.kind == "step"]
+    assert replayed == list(range(1, 9))  # steps 9-12 will be trained again
+    assert [e.step for e in events if e.kind == "eval"] == [4, 8]
