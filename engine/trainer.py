@@ -708,8 +708,8 @@ class Trainer:
         for _ in range(accum):
             x, y = self.train_batches.next()
             with self.autocast:
-                _, loss = self.forward(x, y)
-                loss = loss / accum
+                # index, don't unpack: holding the logits through backward costs b*s*vocab memory
+                loss = self.forward(x, y)[1] / accum
             self.scaler.scale(loss).backward()
             loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
         grad_norm = None
