@@ -556,7 +556,9 @@ class Trainer:
         finally:
             self.model.train()
 
-    def _report_memory(self) -> None:
+    def _report_memory(self, step_start_allocated: int) -> None:
+        """Called inside a step, after the optimizer step and before zero_grad, so gradients
+        and optimizer state exist and the step's peak has just been reached."""
         cfg, device = self.cfg, self.device
         weights = memory.weight_bytes(self.model)
         grads = memory.gradient_bytes(self.model)
@@ -566,10 +568,13 @@ class Trainer:
             capacity = torch.cuda.get_device_properties(device).total_memory
             allocated = torch.cuda.memory_allocated(device)
             reserved = torch.cuda.memory_reserved(device)
-            activations = max(0, torch.cuda.max_memory_allocated(device) - allocated)
+            # the step's peak above what it started with, less the gradients it created
+            peak = torch.cuda.max_memory_allocated(device)
+            activations = max(0, peak - step_start_allocated - grads)
             measured = True
             cache = reserved - allocated
-            other = 0
+            driver_view = self._process_gpu_memory()
+            other = driver_view - reserved if driver_view else 0
         else:
             capacity = psutil.virtual_memory().total
             activations = memory.activation_bytes_estimate(
@@ -584,7 +589,7 @@ class Trainer:
             )
             measured = False
             cache = 0
-            other = max(0, psutil.Process().memory_info().rss - weights - grads - opt)
+            other = psutil.Process().memory_info().rss - weights - grads - opt
         self.emit(
             MemoryBreakdown(
                 step=self.step,
@@ -596,9 +601,22 @@ class Trainer:
                 activations=activations,
                 activations_measured=measured,
                 cache=cache,
-                other=other,
+                other=max(0, other),
             )
         )
+
+    def _process_gpu_memory(self) -> int:
+        """This process's GPU memory as the driver sees it (0 when NVML can't tell)."""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(self.device.index or 0)
+            pid = os.getpid()
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            return sum(p.usedGpuMemory or 0 for p in procs if p.pid == pid)
+        except Exception:  # no NVML, or pids from another namespace: report no "other"
+            return 0
 
     # ------------------------------------------------------------------ commands
     def _apply_commands(self) -> None:
@@ -699,8 +717,12 @@ class Trainer:
         self._window_start = time.perf_counter()
         self._window_excluded = 0.0
 
-    def _train_step(self) -> None:
+    def _train_step(self, report_memory: bool = False) -> None:
         cfg = self.cfg
+        on_cuda = self.device.type == "cuda"
+        if report_memory and on_cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        start_allocated = torch.cuda.memory_allocated(self.device) if report_memory and on_cuda else 0
         set_lr_factor(self.optimizer, lr_factor(self.step, cfg) * self.lr_scale)
         lr = applied_lr(self.optimizer)
         accum = cfg.train.grad_accum
@@ -718,6 +740,8 @@ class Trainer:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if report_memory:
+            self._report_memory(start_allocated)
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens += cfg.tokens_per_step
@@ -744,14 +768,14 @@ class Trainer:
             if self.state != RunState.RUNNING:
                 continue
             t0 = time.perf_counter()
-            self._train_step()
+            report_memory = time.monotonic() - last_memory_report > MEMORY_REPORT_INTERVAL_S
+            if report_memory:
+                last_memory_report = time.monotonic()
+            self._train_step(report_memory)
             self.train_time_s += time.perf_counter() - t0
             if len(self._pending) >= self.log_every:
                 self._flush()
             t_extra = time.perf_counter()
-            if time.monotonic() - last_memory_report > MEMORY_REPORT_INTERVAL_S:
-                self._report_memory()
-                last_memory_report = time.monotonic()
             if self._due(cfg.eval.interval) and self.step < cfg.train.max_steps:
                 self._track_best(self._evaluate())
             if self._due(cfg.sample.interval) and self.step < cfg.train.max_steps:
