@@ -1,0 +1,806 @@
+"""The cockpit: a Textual app that runs one training engine in a thread worker and shows it.
+
+Threads: the engine's `run()` blocks in a Textual thread worker; the UI thread never touches
+torch. A ~4 Hz timer drains the engine's `EventQueue` and routes events to the panels; text
+panels update at once, plots redraw at most about once a second (see `RedrawGovernor`). Nothing
+drawn comes from the wall clock: elapsed time and ETA derive from event timestamps.
+
+Commands (pause, checkpoint, LR, sample, eval, stop) go to the trainer's thread-safe methods and
+show up when the engine acknowledges them with an event.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container, Vertical
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from cockpit.history import ProgressTracker
+from cockpit.screens import (
+    ConfirmScreen,
+    HelpScreen,
+    LrScreen,
+    PresetRow,
+    PresetScreen,
+)
+from cockpit.widgets._format import (
+    fmt_duration,
+    fmt_int,
+    fmt_loss,
+    fmt_lr,
+    fmt_si,
+)
+from cockpit.widgets.device import DevicePanel
+from cockpit.widgets.loss import LossPanel
+from cockpit.widgets.lr import LrPanel
+from cockpit.widgets.memory import MemoryPanel
+from cockpit.widgets.samples import SamplesPanel
+from cockpit.widgets.status import AlertLine, Segment, StatusLine
+
+TICK_S = 0.25  # event drain period
+QUIT_TIMEOUT_S = 10.0  # how long quitting waits for the final checkpoint
+EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
+SWITCH_TIMEOUT_S = 60.0  # how long a preset switch waits before cancelling the old run
+LR_STEP = 1.25
+WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
+COMPACT_WIDTH = 120
+COMPACT_HEIGHT = 34
+ENDED = ("stopped", "finished", "failed")
+
+# Actions that talk to a running engine (disabled while a dialog is open or nothing runs).
+RUN_ACTIONS = {
+    "toggle_pause", "pause", "resume", "checkpoint", "lr_dialog", "lr_up", "lr_down", "sample", "evaluate",
+}
+# Actions only meaningful on the main screen.
+MAIN_ACTIONS = RUN_ACTIONS | {
+    "presets", "toggle_x", "toggle_log", "zoom", "zoom_panel", "help", "quit",
+}
+PANEL_IDS = ("loss", "lr", "device", "memory", "samples")
+
+
+_W = TypeVar("_W", bound=Widget)
+
+
+def _default_data_available(_preset: str) -> tuple[bool, str]:
+    return True, ""
+
+
+class CockpitApp(App[None]):
+    """Watch and steer one training run at a time; `p` switches to another preset."""
+
+    CSS_PATH = "cockpit.tcss"
+    TITLE = "cockpit"
+    ALLOW_IN_MAXIMIZED_VIEW = "StatusLine, AlertLine, Footer"
+
+    BINDINGS = [
+        # One key, two bindings: the footer shows whichever applies (see check_action).
+        Binding("space", "pause", "Pause"),
+        Binding("space", "resume", "Resume"),
+        Binding("c", "checkpoint", "Ckpt"),
+        Binding("l", "lr_dialog", "LR"),
+        Binding("plus,equals_sign", "lr_up", "LR×1.25", show=False),
+        Binding("minus,underscore", "lr_down", "LR÷1.25", show=False),
+        Binding("s", "sample", "Sample"),
+        Binding("e", "evaluate", "Eval"),
+        Binding("p", "presets", "Preset"),
+        Binding("t", "toggle_x", "x: steps/tokens", show=False),
+        Binding("g", "toggle_log", "log y", show=False),
+        Binding("z", "zoom", "Zoom", show=False),
+        *[
+            Binding(str(i + 1), f"zoom_panel('{pid}')", f"Zoom {pid}", show=False)
+            for i, pid in enumerate(PANEL_IDS)
+        ],
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "request_quit", "Quit", show=False, priority=True),
+        Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(
+        self,
+        trainer_factory: Callable[[str], Any],
+        preset: str = "default",
+        *,
+        preset_dirs: Sequence[str] = (),
+        data_path: str | None = None,
+        data_available: Callable[[str], tuple[bool, str]] | None = None,
+    ) -> None:
+        super().__init__()
+        self.trainer_factory = trainer_factory
+        self.preset = preset
+        self.preset_dirs = list(preset_dirs)
+        self.data_path = data_path
+        self.data_available = data_available or _default_data_available
+        self.trainer: Any = None
+        self.engine_worker: Worker | None = None
+        self.state = "idle"
+        self._requested: str | None = None  # optimistic pause/resume until acknowledged
+        self._quitting = False
+        self._pending_preset: str | None = None
+        self._switch_timer: Any = None
+        self._run_info: Any = None  # the RunStarted event
+        self.step = 0
+        self.max_steps = 0
+        self.tokens_per_s: float | None = None
+        self.grad_norm: float | None = None
+        self.lr: float | None = None
+        self.scale = 1.0
+        self.last_checkpoint: tuple[int, str, str] | None = None
+        self.tracker = ProgressTracker()
+        self._alert: tuple[str, str, int | None] | None = None  # level, message, expires at step
+        self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
+        self.event_count = 0
+        self._engine_thread: threading.Thread | None = None
+        self._watchdog_armed = False
+        self._widgets: dict[type, Widget] = {}
+
+    # layout -------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield StatusLine(id="status")
+        yield AlertLine(id="alert")
+        with Container(id="panels"):
+            yield LossPanel(id="loss", classes="panel")
+            with Vertical(id="side"):
+                yield DevicePanel(id="device", classes="panel")
+                yield MemoryPanel(id="memory", classes="panel")
+                yield SamplesPanel(id="samples", classes="panel")
+            yield LrPanel(id="lr", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for cls in (StatusLine, AlertLine, LossPanel, LrPanel, DevicePanel, MemoryPanel,
+                    SamplesPanel):
+            self._widget(cls)
+        self.status_line.set_state(self.state)
+        self._apply_size(self.size.width, self.size.height)
+        self.set_interval(TICK_S, self._tick, name="drain")
+        self._start_run(self.preset)
+
+    def on_resize(self, event: Any) -> None:
+        self._apply_size(event.size.width, event.size.height)
+
+    def _apply_size(self, width: int, height: int) -> None:
+        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
+        screen = self.main_screen
+        screen.set_class(compact, "compact")
+        screen.set_class(width < 100, "narrow")
+        screen.set_class(height < 30, "short")
+        self.set_class(height < 30, "-short")  # dialogs (other screens) tighten up too
+        for footer in screen.query(Footer):
+            footer.compact = width < COMPACT_WIDTH
+
+    @property
+    def main_screen(self) -> Screen:
+        return self.screen_stack[0]
+
+    def _widget(self, cls: type[_W]) -> _W:
+        """A panel of the main screen, looked up once (it stays valid during shutdown too)."""
+        found = self._widgets.get(cls)
+        if found is None:
+            found = self._widgets[cls] = self.main_screen.query_one(cls)
+        return found  # type: ignore[return-value]
+
+    @property
+    def status_line(self) -> StatusLine:
+        return self._widget(StatusLine)
+
+    @property
+    def alert_line(self) -> AlertLine:
+        return self._widget(AlertLine)
+
+    @property
+    def loss_panel(self) -> LossPanel:
+        return self._widget(LossPanel)
+
+    @property
+    def lr_panel(self) -> LrPanel:
+        return self._widget(LrPanel)
+
+    @property
+    def device_panel(self) -> DevicePanel:
+        return self._widget(DevicePanel)
+
+    @property
+    def memory_panel(self) -> MemoryPanel:
+        return self._widget(MemoryPanel)
+
+    @property
+    def samples_panel(self) -> SamplesPanel:
+        return self._widget(SamplesPanel)
+
+    # running the engine -------------------------------------------------------------------------
+    @property
+    def engine_running(self) -> bool:
+        w = self.engine_worker
+        return w is not None and not w.is_finished
+
+    def _start_run(self, preset: str) -> None:
+        """Build a trainer with the factory and start it in a thread worker."""
+        self.preset = preset
+        self._pending_preset = None
+        self._reset_run_view()
+        self._set_state("starting")
+        self._status_note = f"starting {preset}..."
+        try:
+            trainer = self.trainer_factory(preset)
+        except Exception as e:  # noqa: BLE001 - ConfigError or anything: show it, never crash
+            self.trainer = None
+            self._set_state("failed")
+            kind = "config error" if type(e).__name__ == "ConfigError" else type(e).__name__
+            self._status_note = ""
+            self._set_alert("error", f"✗ {kind}: {e}")
+            self.loss_panel.set_empty_message(
+                f"{preset} could not start (see above).\n"
+                "p: pick another preset   q: quit"
+            )
+            self.device_panel.set_waiting_note("no telemetry: no run")
+            self.notify(str(e), title=f"Cannot start {preset}", severity="error", timeout=10)
+            self._refresh_status()
+            return
+        self.trainer = trainer
+        self.device_panel.set_waiting_note("waiting for telemetry...")
+        self.engine_worker = self._run_engine(trainer)
+        self._refresh_status()
+
+    @work(thread=True, exit_on_error=False, group="engine", name="engine")
+    def _run_engine(self, trainer: Any) -> Any:
+        worker = get_current_worker()
+        self._engine_thread = threading.current_thread()
+        return trainer.run(should_stop=lambda: worker.is_cancelled)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker is not self.engine_worker or not worker.is_finished:
+            return
+        self.pump()  # whatever the engine said last
+        if event.state == WorkerState.ERROR:
+            err = worker.error
+            self._set_state("failed")
+            self._set_alert("error", f"✗ engine crashed: {type(err).__name__}: {err}")
+            self.notify(f"{type(err).__name__}: {err}", title="Engine crashed", severity="error")
+        elif self.state not in ENDED:
+            result = worker.result if event.state == WorkerState.SUCCESS else None
+            self._set_state(result if result in ENDED else "stopped")
+        self._engine_finished()
+
+    def _engine_finished(self) -> None:
+        if self._switch_timer is not None:
+            self._switch_timer.stop()
+            self._switch_timer = None
+        self.refresh_bindings()
+        if self._quitting:
+            self.exit()
+        elif self._pending_preset is not None:
+            self._start_run(self._pending_preset)
+        self._refresh_status()
+
+    # the drain timer -----------------------------------------------------------------------------
+    def _tick(self) -> None:
+        self.pump()
+
+    def pump(self, force: bool = False) -> int:
+        """Drain the engine's events, route them, update text at once and plots when due.
+
+        `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
+        """
+        trainer = self.trainer
+        events = trainer.events.drain() if trainer is not None else []
+        for ev in events:
+            try:
+                self._route(ev)
+            except Exception as e:  # noqa: BLE001 - a malformed event must not kill the UI
+                self.log.error(f"cannot route {ev!r}: {e}")
+        self.event_count += len(events)
+        if events:
+            self.loss_panel.finish_batch()
+            self.lr_panel.finish_batch()
+            self.samples_panel.finish_batch()
+        self._refresh_status()
+        now = time.monotonic()
+        self.loss_panel.flush(now, force)
+        self.lr_panel.flush(now, force)
+        return len(events)
+
+    def _route(self, ev: Any) -> None:
+        kind = getattr(ev, "kind", "")
+        t = getattr(ev, "time", None)
+        if kind == "step":
+            self.step = ev.step
+            self.tokens_per_s = ev.tokens_per_s
+            self.grad_norm = ev.grad_norm
+            self.lr = ev.lr
+            self.loss_panel.add_step(ev.step, ev.loss, ev.tokens)
+            self.lr_panel.add_step(ev.step, ev.lr)
+            if t is not None:
+                self.tracker.add_step(t, ev.step)
+            self._expire_alert()
+            return
+        if t is not None and kind != "run_started":
+            self.tracker.observe(t)
+        if kind == "telemetry":
+            self.device_panel.update_telemetry(ev)
+        elif kind == "memory":
+            self.memory_panel.update_breakdown(ev)
+        elif kind == "eval":
+            self.loss_panel.add_eval(ev.step, ev.val_loss)
+        elif kind == "sample":
+            self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
+        elif kind == "run_started":
+            self._on_run_started(ev)
+        elif kind == "state":
+            self._on_state(ev)
+        elif kind == "checkpoint":
+            self._on_checkpoint(ev)
+        elif kind == "lr_changed":
+            self.scale = ev.scale
+            self.lr = ev.new_lr
+            self.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
+            self.notify(
+                f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})",
+                title=f"LR changed at step {fmt_int(ev.step)}",
+                timeout=4,
+            )
+        elif kind == "alert":
+            self._on_alert(ev)
+
+    def _on_run_started(self, ev: Any) -> None:
+        self._run_info = ev
+        self.preset = ev.preset or self.preset
+        self.max_steps = ev.max_steps
+        self.step = ev.start_step
+        self.tracker.start(ev.time)
+        self.loss_panel.tokens_per_step = ev.tokens_per_step
+        self.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
+        self.sub_title = ev.preset
+        if self._status_note.startswith("starting"):
+            self._status_note = ""
+        if ev.resumed_from:
+            self.notify(f"from {ev.resumed_from}", title=f"Resumed at step {ev.start_step}")
+
+    def _on_state(self, ev: Any) -> None:
+        previous = self.state
+        self._requested = None
+        self._set_state(ev.state)
+        if ev.state == "running" and previous == "paused":
+            self.tracker.forget_rate()
+            if self._alert and self._alert[0] == "nan":
+                self._alert = None
+        if ev.state == "failed":
+            reason = ev.reason or "the run failed"
+            if not self._alert or self._alert[0] != "error":
+                self._set_alert("error", f"✗ FAILED at step {fmt_int(ev.step)}: {reason}")
+            if not self.loss_panel.has_data():
+                self.loss_panel.set_empty_message(
+                    "the run failed before its first step (see above).\n"
+                    "p: pick another preset   q: quit"
+                )
+        if ev.state in ENDED:
+            self._status_note = ""
+            if ev.state == "finished":
+                self.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
+                if not self._alert:
+                    self._status_note = self._finished_note(ev.step)
+            if self._quitting and not self.engine_running:
+                self.exit()
+        if self._quitting:
+            self._status_note = "quitting: waiting for the final checkpoint (ctrl+c again: now)"
+        elif self._pending_preset is not None:
+            self._status_note = f"switching to {self._pending_preset}: stopping this run..."
+
+    def _finished_note(self, step: int) -> str:
+        parts = [f"✓ finished at step {fmt_int(step)}"]
+        best = self.loss_panel.best_val
+        if best is not None:
+            parts.append(f"best val {fmt_loss(best)}")
+        if self.last_checkpoint is not None:
+            parts.append(f"checkpoint {self.last_checkpoint[1]}")
+        parts.append("p: another preset · q: quit")
+        return " · ".join(parts)
+
+    def _on_checkpoint(self, ev: Any) -> None:
+        self.last_checkpoint = (ev.step, ev.path, ev.reason)
+        if ev.reason in ("manual", "stop"):
+            self.notify(ev.path, title=f"Checkpoint saved at step {fmt_int(ev.step)}", timeout=6)
+
+    def _on_alert(self, ev: Any) -> None:
+        code = getattr(ev, "code", "")
+        step = f" at step {fmt_int(ev.step)}" if ev.step else ""
+        if code == "nan":
+            self._set_alert(
+                "nan",
+                f"✗ NaN loss{step}: training paused. Lower the LR (l) then resume (space).",
+            )
+            self.notify(ev.message, title="NaN loss", severity="error", timeout=10)
+        elif ev.level == "error":
+            self._set_alert("error", f"✗ {ev.message}")
+            self.notify(ev.message, title="Error", severity="error", timeout=10)
+        elif ev.level == "warning":
+            if not self._alert or self._alert[0] not in ("error", "nan"):
+                self._set_alert("warning", f"⚠ {ev.message}{step}", ttl=WARNING_TTL_STEPS)
+            self.notify(ev.message, title="Warning", severity="warning", timeout=6)
+        else:
+            self.notify(ev.message, timeout=4)
+
+    # state, alerts, status -------------------------------------------------------------------------
+    def _set_state(self, state: str) -> None:
+        if state != self.state:
+            self.refresh_bindings()
+        self.state = state
+        try:
+            self.status_line.set_state(state)
+        except Exception:  # noqa: BLE001 - before compose
+            pass
+
+    def _set_alert(self, level: str, message: str, ttl: int | None = None) -> None:
+        expires = self.step + ttl if ttl is not None else None
+        self._alert = (level, message, expires)
+
+    def _expire_alert(self) -> None:
+        if self._alert and self._alert[2] is not None and self.step >= self._alert[2]:
+            self._alert = None
+
+    def _refresh_status(self) -> None:
+        try:
+            status, alert = self.status_line, self.alert_line
+        except Exception:  # noqa: BLE001 - not composed yet
+            return
+        status.set_segments(self._status_segments())
+        if self._alert:
+            level, message, _ = self._alert
+            alert.show("error" if level in ("error", "nan") else level, message)
+        elif self._status_note:
+            alert.show("info", self._status_note)
+        else:
+            alert.clear()
+
+    def _status_segments(self) -> list[Segment]:
+        from textual.content import Content
+
+        segs: list[Segment] = []
+        segs.append(Segment(Content.styled(self.preset, "bold"), 1))
+        if self.max_steps:
+            pct = 100.0 * self.step / self.max_steps if self.max_steps else 0.0
+            segs.append(Segment(Content.assemble(
+                ("step ", "$text-muted"), (f"{fmt_int(self.step)}", "bold"),
+                (f"/{fmt_int(self.max_steps)}", "$text-muted"),
+            ), 0))
+            segs.append(Segment(Content.styled(f"{pct:.0f}%", "$text-muted"), 6))
+        if self.tokens_per_s is not None and self.state in ("running", "saving"):
+            segs.append(Segment(Content.assemble(
+                (fmt_si(self.tokens_per_s), "bold"), (" tok/s", "$text-muted")), 2))
+        elapsed = self.tracker.elapsed
+        if elapsed is not None:
+            segs.append(Segment(Content.assemble(
+                ("elapsed ", "$text-muted"), fmt_duration(elapsed)), 4))
+        if self.state in ("running", "saving"):
+            eta = self.tracker.eta(self.step, self.max_steps) if self.max_steps else None
+            if eta is not None:
+                segs.append(Segment(Content.assemble(("ETA ", "$text-muted"),
+                                                     (fmt_duration(eta), "bold")), 3))
+        if self.grad_norm is not None:
+            g = self.grad_norm
+            style = "$error" if not math.isfinite(g) else ""
+            segs.append(Segment(Content.assemble(("‖g‖ ", "$text-muted"),
+                                                 (fmt_loss(g) if not math.isfinite(g)
+                                                  else f"{g:.3g}", style)), 5))
+        if self.last_checkpoint is not None:
+            step, _path, _reason = self.last_checkpoint
+            segs.append(Segment(Content.assemble(("ckpt ", "$text-muted"),
+                                                 f"@{fmt_int(step)}"), 7))
+        info = self._run_info
+        if info is not None:
+            segs.append(Segment(Content.styled(
+                f"{info.device} {info.dtype} · {fmt_si(info.n_params)} params", "$text-muted"), 9))
+        return segs
+
+    # actions ---------------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in MAIN_ACTIONS and self.screen is not self.main_screen:
+            return False  # a dialog is open: its own keys only
+        if action in ("pause", "resume"):
+            paused = (self._requested or self.state) == "paused"
+            if (action == "resume") != paused:
+                return False  # the other one of the pair is shown
+        if action in RUN_ACTIONS and (not self.engine_running or self.state in ENDED):
+            return None  # shown disabled
+        return True
+
+    def _command(self, name: str, *args: Any, **kwargs: Any) -> bool:
+        trainer = self.trainer
+        if trainer is None or not self.engine_running:
+            self.notify("no run in progress", severity="warning", timeout=3)
+            return False
+        try:
+            getattr(trainer, name)(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - a refused command must not take the UI down
+            self.notify(f"{type(e).__name__}: {e}", title=f"{name} failed", severity="error")
+            return False
+        return True
+
+    def action_pause(self) -> None:
+        if self._command("pause"):
+            self._requested = "paused"
+            self.refresh_bindings()
+
+    def action_resume(self) -> None:
+        if self._command("resume"):
+            self._requested = "running"
+            self.refresh_bindings()
+
+    def action_toggle_pause(self) -> None:
+        current = self._requested or self.state
+        if current == "paused":
+            if self._command("resume"):
+                self._requested = "running"
+        elif self._command("pause"):
+            self._requested = "paused"
+
+    def action_checkpoint(self) -> None:
+        if self._command("checkpoint"):
+            self.notify("saving at the next step boundary...", title="Checkpoint", timeout=3)
+
+    def action_lr_up(self) -> None:
+        self._command("scale_lr", LR_STEP)
+
+    def action_lr_down(self) -> None:
+        self._command("scale_lr", 1.0 / LR_STEP)
+
+    def action_sample(self) -> None:
+        if self._command("sample"):
+            self.notify("sampling at the next step boundary...", timeout=3)
+
+    def action_evaluate(self) -> None:
+        if self._command("evaluate"):
+            self.notify("evaluating at the next step boundary...", timeout=3)
+
+    def action_lr_dialog(self) -> None:
+        if not self.engine_running:
+            return
+        planned = self.lr_panel.planned_at(self.step)
+        self.push_screen(LrScreen(self.lr, self.scale, planned), self._lr_chosen)
+
+    def _lr_chosen(self, result: tuple[str, float] | None) -> None:
+        if result is None:
+            return
+        op, value = result
+        if op == "set":
+            self._command("set_lr", value)
+        else:
+            self._command("scale_lr", value)
+
+    def action_toggle_x(self) -> None:
+        self.loss_panel.toggle_x()
+        self.loss_panel.flush(force=True)
+
+    def action_toggle_log(self) -> None:
+        self.loss_panel.toggle_log()
+        self.loss_panel.flush(force=True)
+
+    def action_zoom(self) -> None:
+        screen = self.main_screen
+        if screen.maximized is not None:
+            screen.minimize()
+            return
+        focused = screen.focused
+        target = None
+        while focused is not None:
+            if focused.has_class("panel"):
+                target = focused
+                break
+            focused = focused.parent  # type: ignore[assignment]
+        self._zoom(target or self.loss_panel)
+
+    def action_zoom_panel(self, panel_id: str) -> None:
+        screen = self.main_screen
+        panel = screen.query_one(f"#{panel_id}")
+        if screen.maximized is panel:
+            screen.minimize()
+        else:
+            self._zoom(panel)
+
+    def _zoom(self, panel: Any) -> None:
+        screen = self.main_screen
+        screen.maximize(panel, container=False)
+        panel.focus()
+        for plot in (self.loss_panel, self.lr_panel):
+            plot.touch()
+        self.call_after_refresh(self.pump, True)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def preset_rows(self) -> list[PresetRow]:
+        from engine.presets import discover
+
+        rows = []
+        try:
+            found = discover(self.preset_dirs)
+        except Exception as e:  # noqa: BLE001 - a broken preset dir must not crash the menu
+            self.notify(str(e), title="Cannot list presets", severity="error")
+            found = {}
+        for name, info in found.items():
+            try:
+                ok, note = self.data_available(name)
+            except Exception as e:  # noqa: BLE001
+                ok, note = False, f"cannot check data: {e}"
+            rows.append(PresetRow(name, info.description, info.origin, ok, note,
+                                  current=(name == self.preset)))
+        return rows
+
+    def action_presets(self) -> None:
+        self.push_screen(PresetScreen(self.preset_rows()), self._preset_chosen)
+
+    def _preset_chosen(self, name: str | None) -> None:
+        if not name:
+            return
+        rows = {r.name: r for r in self.preset_rows()}
+        row = rows.get(name)
+        msg = f"Start [b]{name}[/b]"
+        if self.engine_running:
+            msg = (f"Save a checkpoint of [b]{self.preset}[/b], stop it, "
+                   f"then start [b]{name}[/b]?")
+        else:
+            msg += "?"
+        if row is not None and not row.data_ok:
+            msg += f"\n\n[$warning]⚠ data: {row.data_note or 'not available'}[/]"
+        self.push_screen(
+            ConfirmScreen("Switch preset", msg, yes="Switch", no="Cancel", purpose="switch"),
+            lambda yes: self.switch_preset(name) if yes else None,
+        )
+
+    def switch_preset(self, name: str) -> None:
+        """Checkpoint and stop the current run (without blocking), then start `name`."""
+        if not self.engine_running:
+            self._start_run(name)
+            return
+        self._pending_preset = name
+        self._status_note = f"switching to {name}: saving a checkpoint and stopping this run..."
+        self._command("stop", checkpoint=self.state not in ENDED)
+        self._switch_timer = self.set_timer(SWITCH_TIMEOUT_S, self._switch_timeout)
+        self._refresh_status()
+
+    def _switch_timeout(self) -> None:
+        self._switch_timer = None
+        if self.engine_running and self.engine_worker is not None:
+            self.notify("the run did not stop in time; cancelling it", severity="warning")
+            self.engine_worker.cancel()
+
+    async def action_quit(self) -> None:
+        """`q` on the main screen (and the palette's Quit): see `action_request_quit`."""
+        await self.action_request_quit()
+
+    async def action_request_quit(self) -> None:
+        """Ask, then checkpoint and stop the run, then exit. Asked again while quitting: exit.
+
+        ctrl+c / ctrl+q (priority bindings, so they work in every dialog) come here directly; a
+        second ctrl+c in the quit dialog confirms it.
+        """
+        if self._quitting:
+            self._force_exit()  # asked again while waiting for the checkpoint: now
+            return
+        screen = self.screen
+        if isinstance(screen, ConfirmScreen) and screen.purpose == "quit":
+            screen.dismiss(True)  # ctrl+c twice
+            return
+        if self.engine_running:
+            msg = (f"Save a checkpoint of [b]{self.preset}[/b] at the next step, stop it and quit?")
+        else:
+            msg = "Quit cockpit? No run is in progress."
+        self.push_screen(
+            ConfirmScreen("Quit", msg, yes="Quit", no="Cancel", purpose="quit", danger=True),
+            self._quit_answer,
+        )
+
+    def _quit_answer(self, yes: bool) -> None:
+        if not yes:
+            return
+        if not self.engine_running or self.trainer is None:
+            self.exit()
+            return
+        self._quitting = True
+        self._status_note = "quitting: saving a checkpoint and stopping (ctrl+c again: now)"
+        self._refresh_status()
+        # An ended run has nothing left to save; its worker is on its way out anyway.
+        self._command("stop", checkpoint=self.state not in ENDED)
+        self.set_timer(QUIT_TIMEOUT_S, self._force_exit)
+
+    def _force_exit(self) -> None:
+        """Exit now: the engine is told to stop (should_stop) and given a few seconds."""
+        if self.engine_worker is not None and not self.engine_worker.is_finished:
+            self.engine_worker.cancel()
+            self._arm_watchdog()
+        self.exit()
+
+    def _arm_watchdog(self, grace_s: float = EXIT_GRACE_S) -> None:
+        """Make sure the process ends even if the engine thread never returns.
+
+        The thread worker runs in asyncio's default executor, which `App.run()` joins on the way
+        out: an engine stuck in one long call would keep the process alive after the UI closed.
+        Once the UI has shut down (terminal restored), give the engine `grace_s` seconds, then
+        leave with os._exit. Never armed in headless runs (tests).
+        """
+        thread = self._engine_thread
+        if self.is_headless or self._watchdog_armed or thread is None or not thread.is_alive():
+            return
+        self._watchdog_armed = True
+
+        def watch() -> None:
+            deadline = time.monotonic() + 30.0
+            while self._running and time.monotonic() < deadline:
+                time.sleep(0.1)
+            thread.join(grace_s)
+            if thread.is_alive():
+                sys.__stderr__.write(
+                    "cockpit: the training thread did not stop in time; exiting without it\n"
+                )
+                sys.__stderr__.flush()
+                os._exit(1)
+
+        threading.Thread(target=watch, name="cockpit-exit-watchdog", daemon=True).start()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield SystemCommand("Pause / resume", "Pause or resume training (space)",
+                            self.action_toggle_pause)
+        yield SystemCommand("Checkpoint now", "Save a checkpoint at the next step (c)",
+                            self.action_checkpoint)
+        yield SystemCommand("Set learning rate", "Set or scale the LR (l)", self.action_lr_dialog)
+        yield SystemCommand("LR ×1.25", "Scale the learning rate up (+)", self.action_lr_up)
+        yield SystemCommand("LR ÷1.25", "Scale the learning rate down (-)", self.action_lr_down)
+        yield SystemCommand("Sample now", "Generate text at the next step (s)", self.action_sample)
+        yield SystemCommand("Evaluate now", "Run an evaluation at the next step (e)",
+                            self.action_evaluate)
+        yield SystemCommand("Switch preset", "Checkpoint this run and start another (p)",
+                            self.action_presets)
+        yield SystemCommand("Loss x axis: steps / tokens", "Toggle the loss x axis (t)",
+                            self.action_toggle_x)
+        yield SystemCommand("Loss y axis: linear / log", "Toggle log-y on the loss (g)",
+                            self.action_toggle_log)
+        yield SystemCommand("Zoom panel", "Zoom the focused panel, again to restore (z)",
+                            self.action_zoom)
+        yield SystemCommand("Help", "Every key (?)", self.action_help)
+        yield SystemCommand("Quit", "Checkpoint, stop and quit (q)", self.action_quit)
+        for cmd in super().get_system_commands(screen):
+            if cmd.title not in ("Quit", "Keys", "Maximize", "Minimize"):
+                yield cmd
+
+    # run-view reset ---------------------------------------------------------------------------------
+    def _reset_run_view(self) -> None:
+        self._run_info = None
+        self.step = 0
+        self.max_steps = 0
+        self.tokens_per_s = None
+        self.grad_norm = None
+        self.lr = None
+        self.scale = 1.0
+        self.last_checkpoint = None
+        self.tracker = ProgressTracker()
+        self._alert = None
+        self._requested = None
+        try:
+            self.loss_panel.reset()
+            self.lr_panel.reset()
+            self.samples_panel.reset()
+            self.memory_panel.reset()
+        except Exception:  # noqa: BLE001 - before compose
+            pass
+
+
+def run_app(app: CockpitApp, mouse: bool = True) -> None:
+    """Run the cockpit in the terminal (`mouse=False` for slow SSH links)."""
+    app.run(mouse=mouse)
+
+
+__all__ = ["CockpitApp", "run_app"]

@@ -1,0 +1,305 @@
+"""Pure data structures behind the cockpit's panels: no Textual, no torch, no clocks.
+
+- `BoundedSeries`: an append-only (x, y) series whose memory stays bounded however long the run
+  is: when full, its older half is decimated 2:1 (alternately keeping the lower and the higher
+  point of each pair, so the envelope and its spikes survive).
+- `downsample_minmax`: reduces a series to at most two points per bucket (the lowest and the
+  highest, in the order they occurred), which is what a plot of that many columns can show.
+- `DebiasedEMA`: the exponential moving average with Adam-style bias correction, so the smoothed
+  loss starts at the first loss rather than creeping up from zero.
+- `RedrawGovernor`: decides how often an expensive widget may redraw so that drawing stays within
+  a share of one core (the UI thread shares the GIL with training).
+- `nice_ticks`: round tick positions for plot axes.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+DEFAULT_CAPACITY = 20_000
+
+
+class BoundedSeries:
+    """An (x, y) series with at most `capacity` points, x non-decreasing.
+
+    Recent points are kept at full resolution; when the series is full, the older half is
+    decimated 2:1, so older history gets coarser (geometrically) and memory never grows.
+    """
+
+    __slots__ = ("capacity", "xs", "ys", "_total", "_last")
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 4:
+            raise ValueError("capacity must be at least 4")
+        self.capacity = capacity
+        self.xs: list[float] = []
+        self.ys: list[float] = []
+        self._total = 0  # points ever appended
+        self._last: tuple[float, float] | None = None
+
+    def __len__(self) -> int:
+        return len(self.xs)
+
+    def __bool__(self) -> bool:
+        return bool(self.xs)
+
+    @property
+    def total(self) -> int:
+        """How many points were appended over the series' life (before any decimation)."""
+        return self._total
+
+    @property
+    def last(self) -> tuple[float, float] | None:
+        """The most recently appended point (never decimated away)."""
+        return self._last
+
+    def append(self, x: float, y: float) -> None:
+        if len(self.xs) >= self.capacity:
+            self._decimate()
+        self.xs.append(x)
+        self.ys.append(y)
+        self._total += 1
+        self._last = (x, y)
+
+    def extend(self, points: Iterable[tuple[float, float]]) -> None:
+        for x, y in points:
+            self.append(x, y)
+
+    def clear(self) -> None:
+        self.xs.clear()
+        self.ys.clear()
+        self._total = 0
+        self._last = None
+
+    def _decimate(self) -> None:
+        """Halve the older half: of each pair keep the lower point, then the higher, alternately.
+
+        Non-finite values (NaN, inf) always win their pair so that they stay visible.
+        """
+        half = (len(self.xs) // 2) & ~1  # an even number of points
+        xs, ys = self.xs, self.ys
+        new_x: list[float] = []
+        new_y: list[float] = []
+        for k, i in enumerate(range(0, half, 2)):
+            y0, y1 = ys[i], ys[i + 1]
+            if not math.isfinite(y0):
+                j = i
+            elif not math.isfinite(y1):
+                j = i + 1
+            elif k % 2 == 0:
+                j = i if y0 <= y1 else i + 1
+            else:
+                j = i if y0 >= y1 else i + 1
+            new_x.append(xs[j])
+            new_y.append(ys[j])
+        self.xs = new_x + xs[half:]
+        self.ys = new_y + ys[half:]
+
+    def window(self, x_min: float) -> tuple[list[float], list[float]]:
+        """The points with x >= x_min (a binary search; the series is sorted by x)."""
+        lo, hi = 0, len(self.xs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.xs[mid] < x_min:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self.xs[lo:], self.ys[lo:]
+
+
+def downsample_minmax(
+    xs: Sequence[float], ys: Sequence[float], n_buckets: int
+) -> tuple[list[float], list[float]]:
+    """At most 2 * n_buckets points: per bucket of equal x-width, its min and its max point.
+
+    xs must be sorted (non-decreasing). Bucket k holds x0 + k*w <= x < x0 + (k+1)*w, with
+    w = (x_last - x0) / n_buckets (the last bucket includes x_last). Within a bucket the two
+    points come in the order they occurred (first occurrence on ties), so the line still goes
+    through each spike. Non-finite points are dropped. Input that already fits is returned as is.
+    """
+    if len(xs) != len(ys):
+        raise ValueError("xs and ys differ in length")
+    if n_buckets <= 0 or not xs:
+        return [], []
+    isfinite = math.isfinite
+    if not (all(map(isfinite, ys)) and all(map(isfinite, xs))):
+        keep = [i for i in range(len(ys)) if isfinite(ys[i]) and isfinite(xs[i])]
+        xs = [xs[i] for i in keep]
+        ys = [ys[i] for i in keep]
+        if not xs:
+            return [], []
+    if len(xs) <= 2 * n_buckets:
+        return list(xs), list(ys)
+    x0, x1 = xs[0], xs[-1]
+    span = x1 - x0
+    out_x: list[float] = []
+    out_y: list[float] = []
+
+    def emit(a: int, b: int) -> None:
+        seg = ys[a:b]
+        i_lo = a + seg.index(min(seg))
+        i_hi = a + seg.index(max(seg))
+        first, second = (i_lo, i_hi) if i_lo <= i_hi else (i_hi, i_lo)
+        out_x.append(xs[first])
+        out_y.append(ys[first])
+        if second != first:
+            out_x.append(xs[second])
+            out_y.append(ys[second])
+
+    if span <= 0:
+        emit(0, len(xs))
+        return out_x, out_y
+    a = 0
+    n = len(xs)
+    for k in range(1, n_buckets + 1):
+        b = bisect_left(xs, x0 + span * k / n_buckets, a) if k < n_buckets else n
+        if b > a:
+            emit(a, b)
+        a = b
+    return out_x, out_y
+
+
+class DebiasedEMA:
+    """value_t = m_t / (1 - beta^t) with m_t = beta * m_{t-1} + (1 - beta) * y_t, m_0 = 0.
+
+    Non-finite inputs are skipped (a NaN loss must not poison the smoothed line forever).
+    """
+
+    __slots__ = ("beta", "_m", "_t")
+
+    def __init__(self, beta: float = 0.95) -> None:
+        if not 0.0 <= beta < 1.0:
+            raise ValueError("beta must be in [0, 1)")
+        self.beta = beta
+        self._m = 0.0
+        self._t = 0
+
+    def update(self, y: float) -> float | None:
+        if math.isfinite(y):
+            self._m = self.beta * self._m + (1.0 - self.beta) * y
+            self._t += 1
+        return self.value
+
+    @property
+    def value(self) -> float | None:
+        if self._t == 0:
+            return None
+        return self._m / (1.0 - self.beta**self._t)
+
+    def reset(self) -> None:
+        self._m = 0.0
+        self._t = 0
+
+
+class RedrawGovernor:
+    """How long an expensive widget waits between redraws.
+
+    It measures the drawing time and keeps `draw time / interval` under `budget` (a fraction of
+    one core), never redrawing more often than `min_interval` nor less often than
+    `max_interval` seconds. Time is passed in, so this stays pure and testable.
+    """
+
+    def __init__(
+        self, min_interval: float = 1.0, max_interval: float = 10.0, budget: float = 0.02
+    ) -> None:
+        self.min_interval = min_interval
+        self.max_interval = max_interval
+        self.budget = budget
+        self._avg_cost = 0.0
+        self._last_draw: float | None = None
+
+    @property
+    def interval(self) -> float:
+        want = self._avg_cost / self.budget if self.budget > 0 else self.min_interval
+        return max(self.min_interval, min(self.max_interval, want))
+
+    def due(self, now: float) -> bool:
+        return self._last_draw is None or now - self._last_draw >= self.interval
+
+    def record(self, now: float, cost_s: float) -> None:
+        """A redraw happened at `now` and took `cost_s` seconds."""
+        self._last_draw = now
+        a = 0.3
+        self._avg_cost = cost_s if self._avg_cost == 0.0 else (1 - a) * self._avg_cost + a * cost_s
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round tick positions covering [lo, hi] with about n ticks (1, 2, 2.5, 5 x 10^k steps)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or n < 2:
+        return []
+    if hi < lo:
+        lo, hi = hi, lo
+    if hi == lo:
+        return [lo]
+    raw = (hi - lo) / (n - 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        step = m * mag
+        if step >= raw:
+            break
+    first = math.ceil(lo / step - 1e-9) * step
+    ticks = []
+    t = first
+    while t <= hi + step * 1e-9:
+        ticks.append(round(t, 12))
+        t += step
+    return ticks
+
+
+class ProgressTracker:
+    """Elapsed time, step rate and ETA from event timestamps only (never the wall clock).
+
+    Elapsed is the newest event's time minus the run's start; the rate is measured over the last
+    `window` Step events, and forgotten after a pause so the gap does not count as slowness.
+    """
+
+    def __init__(self, window: int = 50) -> None:
+        self.start_time: float | None = None
+        self.last_time: float | None = None
+        self._points: deque[tuple[float, int]] = deque(maxlen=window)
+
+    def start(self, t: float) -> None:
+        self.start_time = t
+        self.last_time = t
+        self._points.clear()
+
+    def observe(self, t: float) -> None:
+        if self.start_time is None:
+            self.start_time = t
+        if self.last_time is None or t > self.last_time:
+            self.last_time = t
+
+    def add_step(self, t: float, step: int) -> None:
+        self.observe(t)
+        if self._points and step <= self._points[-1][1]:
+            self._points.clear()  # resumed from an earlier step
+        self._points.append((t, step))
+
+    def forget_rate(self) -> None:
+        """After a pause: measure the rate afresh from the next steps (the gap is not slowness)."""
+        self._points.clear()
+
+    @property
+    def elapsed(self) -> float | None:
+        if self.start_time is None or self.last_time is None:
+            return None
+        return max(0.0, self.last_time - self.start_time)
+
+    @property
+    def rate(self) -> float | None:
+        """Steps per second over the window, or None with too little data."""
+        if len(self._points) < 2:
+            return None
+        (t0, s0), (t1, s1) = self._points[0], self._points[-1]
+        if t1 <= t0 or s1 <= s0:
+            return None
+        return (s1 - s0) / (t1 - t0)
+
+    def eta(self, step: int, max_steps: int) -> float | None:
+        rate = self.rate
+        if rate is None or rate <= 0:
+            return None
+        return max(0, max_steps - step) / rate

@@ -1,0 +1,270 @@
+"""Modal screens: confirmation, learning-rate dialog, preset menu, help.
+
+`parse_lr_input` is the pure parser behind the LR dialog, tested on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from cockpit.widgets._format import fmt_lr
+
+MAX_LR = 10.0  # the same bound as the config's optim.lr
+MAX_FACTOR = 100.0
+LR_HINT = "an LR (3e-4, 0.0003) or a factor (x2, *2, /2)"
+
+
+def parse_lr_input(text: str, current_lr: float | None = None) -> tuple[str, float]:
+    """Parse what the user typed in the LR dialog.
+
+    Returns ("set", lr) for an absolute LR or ("scale", factor) for `x2`, `*2`, `2x`, `/2`.
+    Raises ValueError with a message meant for the user for anything else: not a number, not
+    finite, zero or negative, an LR above 10, a factor outside /100..x100, or a factor that
+    would take the current LR above 10.
+    """
+    s = text.strip().lower().replace(" ", "")
+    if not s:
+        raise ValueError("type an LR (3e-4, 0.0003) or a factor (x2, /2)")
+    op = ""
+    if s[0] in "x*×":
+        op, s = "mul", s[1:]
+    elif s[0] in "/÷":
+        op, s = "div", s[1:]
+    elif len(s) > 1 and s[-1] in "x×":
+        op, s = "mul", s[:-1]
+    try:
+        value = float(s)
+    except ValueError:
+        raise ValueError(f"'{text.strip()}' is not a number (try 3e-4, 0.0003, x2 or /2)") from None
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    if value <= 0:
+        raise ValueError("must be greater than 0" if op else "the LR must be greater than 0")
+    if op:
+        factor = value if op == "mul" else 1.0 / value
+        if not 1.0 / MAX_FACTOR <= factor <= MAX_FACTOR:
+            raise ValueError(f"a factor must be between /{MAX_FACTOR:g} and x{MAX_FACTOR:g}")
+        if current_lr is not None and current_lr * factor > MAX_LR:
+            raise ValueError(
+                f"that would make the LR {fmt_lr(current_lr * factor)}; the maximum is {MAX_LR:g}"
+            )
+        return ("scale", factor)
+    if value > MAX_LR:
+        raise ValueError(f"{value:g} is too large: the LR must be at most {MAX_LR:g}")
+    return ("set", value)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question. y/enter = yes, n/escape = no."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", show=False),
+        Binding("n,escape", "answer(False)", "No", show=False),
+    ]
+
+    def __init__(self, title: str, message: str, yes: str = "Yes", no: str = "No",
+                 purpose: str = "", danger: bool = False) -> None:
+        super().__init__(classes="dialog-screen")
+        self.title_text, self.message, self.yes, self.no = title, message, yes, no
+        self.purpose = purpose
+        self.danger = danger
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="confirm-dialog") as box:
+            box.border_title = self.title_text
+            yield Static(self.message, classes="dialog-message")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button(f"{self.yes} (y)", id="yes",
+                             variant="error" if self.danger else "primary")
+                yield Button(f"{self.no} (n)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#yes", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+class LrScreen(ModalScreen["tuple[str, float] | None"]):
+    """Set or scale the learning rate. Returns ("set", lr), ("scale", factor) or None."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", show=False)]
+
+    def __init__(self, current_lr: float | None, scale: float, planned_lr: float | None) -> None:
+        super().__init__(classes="dialog-screen")
+        self.current_lr, self.scale, self.planned_lr = current_lr, scale, planned_lr
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="lr-dialog") as box:
+            box.border_title = "Learning rate"
+            box.border_subtitle = "enter apply · esc cancel"
+            parts = [("now ", "$text-muted"), (fmt_lr(self.current_lr), "bold")]
+            mult_style = "bold $warning" if abs(self.scale - 1.0) > 1e-9 else ""
+            parts += [("   multiplier ", "$text-muted"), (f"×{self.scale:.3g}", mult_style)]
+            if self.planned_lr is not None:
+                parts += [("   planned ", "$text-muted"), fmt_lr(self.planned_lr)]
+            yield Static(Content.assemble(*parts), id="lr-current")
+            yield Input(placeholder=LR_HINT, id="lr-input", select_on_focus=False)
+            yield Label("", id="lr-error")
+            yield Static(
+                Content.styled(
+                    "A new LR applies from the next step as a multiplier on the planned "
+                    "schedule; x2 or /2 scales the current multiplier.",
+                    "$text-muted",
+                ),
+                id="lr-help",
+            )
+
+    def on_mount(self) -> None:
+        inp = self.query_one(Input)
+        inp.cursor_blink = False
+        inp.focus()
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        try:
+            result = parse_lr_input(event.value, self.current_lr)
+        except ValueError as e:
+            self.show_error(str(e))
+            return
+        self.dismiss(result)
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        self.show_error("")
+
+    def show_error(self, message: str) -> None:
+        label = self.query_one("#lr-error", Label)
+        label.update(Content.styled(f"✗ {message}", "bold $error") if message else "")
+        label.set_class(bool(message), "-shown")
+        self.error = message
+
+    error = ""
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+@dataclass(frozen=True)
+class PresetRow:
+    name: str
+    description: str
+    origin: str
+    data_ok: bool
+    data_note: str
+    current: bool = False
+
+
+class PresetScreen(ModalScreen["str | None"]):
+    """Every preset with its description, origin and data availability; enter chooses."""
+
+    BINDINGS = [Binding("escape,q", "cancel", "Cancel", show=False)]
+
+    def __init__(self, rows: Sequence[PresetRow]) -> None:
+        super().__init__(classes="dialog-screen")
+        self.rows = list(rows)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="preset-dialog") as box:
+            box.border_title = "Switch preset"
+            box.border_subtitle = "↑↓ choose · enter select · esc cancel"
+            options: list[Option | None] = []
+            for r in self.rows:
+                if options:
+                    options.append(None)  # a separator line
+                options.append(Option(self._prompt(r), id=r.name))
+            if not options:
+                yield Static("no presets found", classes="dialog-message")
+            yield OptionList(*options, id="preset-list")
+
+    def _prompt(self, r: PresetRow) -> Content:
+        name_w = max(len(x.name) for x in self.rows)
+        origin_w = max(len(x.origin) for x in self.rows)
+        head: list[tuple[str, str] | str] = [(r.name.ljust(name_w), "bold")]
+        head.append((f"  {r.origin.ljust(origin_w)}  ", "$text-muted"))
+        if r.data_ok:
+            head.append(("✓ data ready", "$success"))
+        else:
+            head.append((f"✗ {r.data_note or 'data missing'}", "$warning"))
+        if r.current:
+            head.append(("  ● current", "bold $accent"))
+        desc = r.description or "(no description)"
+        return Content.assemble(*head, "\n", (desc, "$text-muted"))
+
+    def on_mount(self) -> None:
+        ol = self.query_one(OptionList)
+        ol.focus()
+        for r in self.rows:
+            if r.current:
+                ol.highlighted = ol.get_option_index(r.name)
+                break
+
+    @on(OptionList.OptionSelected)
+    def _selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+HELP_KEYS: list[tuple[str, str]] = [
+    ("space", "pause / resume training"),
+    ("c", "save a checkpoint now"),
+    ("l", "set the learning rate (3e-4, x2, /2 ...)"),
+    ("+ / -", "learning rate ×1.25 / ÷1.25"),
+    ("s", "generate a sample now"),
+    ("e", "evaluate now"),
+    ("p", "switch preset (checkpoints the current run first)"),
+    ("t", "loss x axis: steps / tokens"),
+    ("g", "loss y axis: linear / log"),
+    ("1-5", "zoom a panel: loss, LR, device, memory, samples"),
+    ("z / esc", "zoom the focused panel / back"),
+    ("tab", "focus the next panel"),
+    ("ctrl+p", "command palette (every action)"),
+    ("?", "this help"),
+    ("q, ctrl+c", "quit (checkpoints first; press again to force)"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark,enter", "close", "Close", show=False)]
+
+    def __init__(self) -> None:
+        super().__init__(classes="dialog-screen")
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog", id="help-dialog") as box:
+            box.border_title = "Keys"
+            box.border_subtitle = "esc close"
+            key_w = max(len(k) for k, _ in HELP_KEYS)
+            lines = [
+                Content.assemble((k.rjust(key_w), "bold $accent"), "  ", d) for k, d in HELP_KEYS
+            ]
+            yield Static(Content("\n").join(lines), id="help-keys")
+            yield Static(
+                Content.styled(
+                    "Commands apply at the next step boundary; each one is acknowledged in the "
+                    "status line. Plots redraw about once a second to leave the CPU to training.",
+                    "$text-muted",
+                ),
+                id="help-note",
+            )
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,152 @@
+"""The Loss panel: raw train loss (faint), its debiased EMA, and val loss markers at each eval."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from cockpit.history import BoundedSeries, DebiasedEMA, downsample_minmax
+from cockpit.widgets._format import fmt_loss, fmt_tick
+from cockpit.widgets.plot import ThrottledPlot, palette
+
+Y_AXIS_COLS = 9  # plotext's y labels and frame take about this many columns
+
+
+class LossPanel(ThrottledPlot):
+    """Loss vs steps (or tokens, `t`), linear or log y (`g`)."""
+
+    BORDER_TITLE = "Loss"
+    ALLOW_MAXIMIZE = True
+    can_focus = True
+    EMPTY_MESSAGE = "waiting for the first step..."
+
+    def __init__(self, *, ema_beta: float = 0.9, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.ema_beta = ema_beta
+        self.x_tokens = False
+        self.log_y = False
+        self.reset()
+
+    def reset(self) -> None:
+        self.raw = BoundedSeries()
+        self.raw_tok = BoundedSeries()
+        self.smooth = BoundedSeries()
+        self.smooth_tok = BoundedSeries()
+        self.val = BoundedSeries(2_000)
+        self.val_tok = BoundedSeries(2_000)
+        self.ema = DebiasedEMA(self.ema_beta)
+        self.nan_steps: list[tuple[float, float]] = []  # (step, tokens) where the loss was NaN
+        self.last_loss: float | None = None
+        self.last_val: float | None = None
+        self.last_val_step: int | None = None
+        self.best_val: float | None = None
+        self.tokens_per_step = 0
+        self.empty_message = self.EMPTY_MESSAGE
+        self.touch()
+        self._update_labels()
+
+    # data ---------------------------------------------------------------------------------------
+    def add_step(self, step: int, loss: float, tokens: int) -> None:
+        self.last_loss = loss
+        if not math.isfinite(loss):
+            self.nan_steps = [*self.nan_steps[-4:], (step, tokens)]
+        self.raw.append(step, loss)
+        self.raw_tok.append(tokens, loss)
+        smoothed = self.ema.update(loss)
+        if smoothed is not None and math.isfinite(loss):
+            self.smooth.append(step, smoothed)
+            self.smooth_tok.append(tokens, smoothed)
+        self.touch()
+
+    def add_eval(self, step: int, val_loss: float, tokens: int | None = None) -> None:
+        if tokens is None:
+            tokens = step * self.tokens_per_step
+        self.val.append(step, val_loss)
+        self.val_tok.append(tokens, val_loss)
+        self.last_val, self.last_val_step = val_loss, step
+        if math.isfinite(val_loss) and (self.best_val is None or val_loss < self.best_val):
+            self.best_val = val_loss
+        self.touch()
+
+    def finish_batch(self) -> None:
+        """Called once per drain after a batch of events: refresh the cheap text parts."""
+        self._update_labels()
+
+    def toggle_x(self) -> bool:
+        self.x_tokens = not self.x_tokens
+        self.touch()
+        self._update_labels()
+        return self.x_tokens
+
+    def toggle_log(self) -> bool:
+        self.log_y = not self.log_y
+        self.touch()
+        self._update_labels()
+        return self.log_y
+
+    def has_data(self) -> bool:
+        return bool(self.raw) or bool(self.val)
+
+
+    # text ---------------------------------------------------------------------------------------
+    def _update_labels(self) -> None:
+        mode = "tokens" if self.x_tokens else "steps"
+        flags = f"[$text-muted]x:{mode}{' · log' if self.log_y else ''}[/]"
+        self.border_title = f"Loss {flags}"
+        parts = []
+        if self.last_loss is not None:
+            style = "$error" if not math.isfinite(self.last_loss) else "$text-muted"
+            parts.append(f"[{style}]train {fmt_loss(self.last_loss)}[/]")
+        if self.ema.value is not None:
+            parts.append(f"[$primary]━ ema {fmt_loss(self.ema.value)}[/]")
+        if self.last_val is not None:
+            parts.append(f"[$warning]● val {fmt_loss(self.last_val)}[/]")
+        self.border_subtitle = " ".join(parts)
+
+    # drawing ------------------------------------------------------------------------------------
+    def draw(self, plt: Any, width: int, height: int) -> None:
+        pal = palette(self)
+        raw, smooth, val = (
+            (self.raw_tok, self.smooth_tok, self.val_tok)
+            if self.x_tokens
+            else (self.raw, self.smooth, self.val)
+        )
+        cols = max(8, width - Y_AXIS_COLS)
+        rx, ry = downsample_minmax(raw.xs, raw.ys, cols)
+        sx, sy = downsample_minmax(smooth.xs, smooth.ys, cols)
+        vx, vy = downsample_minmax(val.xs, val.ys, max(4, cols // 2))
+        nan_xs = [tok if self.x_tokens else step for step, tok in self.nan_steps]
+        xs_all = rx + vx + nan_xs
+        ys_all = ry + sy + vy
+        if self.log_y:
+            ys_all = [y for y in ys_all if y > 0]
+        if not xs_all or not ys_all:
+            plt.text(self.empty_message, 0, 0)
+            return
+        x0, x1 = min(xs_all), max(xs_all)
+        if x1 <= x0:
+            x1 = x0 + 1
+        lo, hi = min(ys_all), max(ys_all)
+        if hi <= lo:
+            lo, hi = lo - 0.5 if lo > 0.5 else lo * 0.5, hi + 0.5
+        if self.log_y:
+            plt.yscale("log")
+            lo, hi = lo / 1.05, hi * 1.05
+        else:
+            pad = (hi - lo) * 0.04
+            lo, hi = lo - pad, hi + pad
+        plt.xlim(x0, x1)
+        plt.ylim(lo, hi)
+        if rx:
+            plt.plot(rx, ry, marker="braille", color=pal["muted"])
+        if sx:
+            plt.plot(sx, sy, marker="braille", color=pal["primary"])
+        if vx:
+            plt.scatter(vx, vy, marker="●", color=pal["warning"])
+        for step, tokens in self.nan_steps:
+            x = tokens if self.x_tokens else step
+            if x0 <= x <= x1:
+                plt.vertical_line(x, color=pal["error"])
+        self.set_x_ticks(plt, x0, x1, width - Y_AXIS_COLS, fmt_tick)
+        if not self.log_y:
+            self.set_y_ticks(plt, lo, hi, height, lambda v: f"{v:.3g}")

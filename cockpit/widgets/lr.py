@@ -1,0 +1,145 @@
+"""The Learning-rate panel: the planned schedule over the whole run, the LR actually applied so
+far, markers where it was changed by hand, and where the run is now.
+
+The planned curve is data from `RunStarted.planned_lr`; the panel only asks for a redraw when the
+"now" marker moves by a column or the LR was changed, so it costs next to nothing per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cockpit.history import BoundedSeries, downsample_minmax
+from cockpit.widgets._format import fmt_lr, fmt_lr_tick, fmt_tick
+from cockpit.widgets.plot import ThrottledPlot, palette
+
+Y_AXIS_COLS = 10
+
+
+class LrPanel(ThrottledPlot):
+    BORDER_TITLE = "Learning rate"
+    ALLOW_MAXIMIZE = True
+    can_focus = True
+    EMPTY_MESSAGE = "waiting for the schedule..."
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(min_interval=2.0, **kwargs)
+        self.reset()
+
+    def reset(self) -> None:
+        self.planned: list[tuple[int, float]] = []
+        self.max_steps = 0
+        self.start_step = 0
+        self.applied = BoundedSeries(10_000)
+        self.changes: list[tuple[int, float, float]] = []  # (step, old, new)
+        self.scale = 1.0
+        self.step = 0
+        self.lr: float | None = None
+        self._col = -1
+        self.touch()
+        self._update_labels()
+
+    # data ---------------------------------------------------------------------------------------
+    def set_plan(self, planned: Any, max_steps: int, start_step: int = 0) -> None:
+        self.planned = [(int(s), float(v)) for s, v in planned]
+        self.max_steps = max(int(max_steps), 1)
+        self.start_step = start_step
+        self.step = start_step
+        self.touch()
+        self._update_labels()
+
+    def _column(self, step: int) -> int:
+        cols = max(8, self.size.width - Y_AXIS_COLS) * 2  # braille: two dots per column
+        return int(step * cols / max(self.max_steps, 1))
+
+    def add_step(self, step: int, lr: float) -> None:
+        changed_lr = self.lr is None or abs(lr - self.lr) > 1e-3 * max(abs(self.lr), 1e-30)
+        self.step, self.lr = step, lr
+        self.applied.append(step, lr)
+        col = self._column(step)
+        if col != self._col or (changed_lr and not self.applied_follows_plan(step, lr)):
+            self._col = col
+            self.touch()
+
+    def applied_follows_plan(self, step: int, lr: float) -> bool:
+        """Whether lr is what the plan times the multiplier predicts (then no redraw needed)."""
+        planned = self.planned_at(step)
+        if planned is None:
+            return False
+        return abs(planned * self.scale - lr) <= 0.02 * max(abs(lr), 1e-30)
+
+    def planned_at(self, step: int) -> float | None:
+        """The planned LR at a step, interpolated linearly between the plan's points."""
+        pts = self.planned
+        if not pts:
+            return None
+        if step <= pts[0][0]:
+            return pts[0][1]
+        if step >= pts[-1][0]:
+            return pts[-1][1]
+        lo, hi = 0, len(pts) - 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if pts[mid][0] <= step:
+                lo = mid
+            else:
+                hi = mid
+        (s0, v0), (s1, v1) = pts[lo], pts[hi]
+        return v0 + (v1 - v0) * (step - s0) / max(s1 - s0, 1)
+
+    def add_change(self, step: int, old_lr: float, new_lr: float, scale: float) -> None:
+        self.changes = [*self.changes[-49:], (step, old_lr, new_lr)]
+        self.scale = scale
+        self.lr = new_lr
+        self.touch()
+        self._update_labels()
+
+    def finish_batch(self) -> None:
+        self._update_labels()
+
+    def has_data(self) -> bool:
+        return bool(self.planned) or bool(self.applied)
+
+    def _update_labels(self) -> None:
+        if self.lr is None:
+            self.border_subtitle = ""
+            return
+        mult = f"×{self.scale:.3g}"
+        mult_style = "$text-muted" if abs(self.scale - 1.0) < 1e-9 else "bold $warning"
+        self.border_subtitle = f"now {fmt_lr(self.lr)} [{mult_style}]{mult}[/]"
+
+    # drawing ------------------------------------------------------------------------------------
+    def draw(self, plt: Any, width: int, height: int) -> None:
+        pal = palette(self)
+        cols = max(8, width - Y_AXIS_COLS)
+        x_hi = max(self.max_steps, self.step, 1)
+        ys_all: list[float] = []
+        if self.planned:
+            px, py = downsample_minmax([p[0] for p in self.planned], [p[1] for p in self.planned], cols)
+            plt.plot(px, py, marker="braille", color=pal["muted"])
+            ys_all += py
+            if abs(self.scale - 1.0) > 1e-9:
+                fx = [x for x in px if x >= self.step]
+                fy = [y * self.scale for x, y in zip(px, py, strict=True) if x >= self.step]
+                if fx:
+                    plt.plot(fx, fy, marker="braille", color=pal["warning"])
+                    ys_all += fy
+        if self.applied:
+            ax, ay = downsample_minmax(self.applied.xs, self.applied.ys, cols)
+            plt.plot(ax, ay, marker="braille", color=pal["primary"])
+            ys_all += ay
+        for step, old, new in self.changes:
+            plt.scatter([step], [new], marker="▲" if new >= old else "▼", color=pal["warning"])
+            ys_all.append(new)
+        if self.lr is not None:
+            ys_all.append(self.lr)
+        hi = max(ys_all) * 1.1 if ys_all else 1.0
+        hi = hi if hi > 0 else 1.0
+        plt.xlim(0, x_hi)
+        plt.ylim(0, hi)
+        if self.step > 0:
+            plt.vertical_line(self.step, color=pal["faint"])
+        if self.lr is not None:
+            plt.scatter([self.step], [self.lr], marker="●", color=pal["primary"])
+        self.set_x_ticks(plt, 0, x_hi, width - Y_AXIS_COLS, fmt_tick)
+        self.set_y_ticks(plt, 0, hi, height, fmt_lr_tick)

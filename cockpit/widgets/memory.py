@@ -1,0 +1,141 @@
+"""The Memory panel: where the training device's memory goes, as one stacked bar and a legend.
+
+Each category has its own colour *and* fill glyph, so the bar reads in 16 colours and even
+without colour. Any category that is not zero gets at least one cell, so small models on a big
+device still show all their parts; the legend gives exact sizes and the share of capacity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.content import Content
+from textual.widget import Widget
+
+from cockpit.widgets._format import fmt_bytes
+
+# key, label, glyph, style
+CATEGORIES = (
+    ("weights", "weights", "█", "$primary"),
+    ("gradients", "gradients", "█", "$success"),
+    ("optimizer", "optimizer", "█", "$accent"),
+    ("activations", "activations", "▓", "$secondary-lighten-2"),
+    ("cache", "cache", "▒", "$foreground-darken-1"),
+    ("other", "other", "░", "$foreground-darken-1"),
+    ("free", "free", "·", "$text-disabled"),
+)
+
+
+def allocate_cells(sizes: list[float], width: int) -> list[int]:
+    """Split `width` cells in proportion to sizes (largest remainder), >= 1 for any non-zero.
+
+    The last entry (free space) gives up cells first when the minimums do not fit.
+    """
+    total = sum(sizes)
+    if total <= 0 or width <= 0:
+        return [0] * len(sizes)
+    raw = [s / total * width for s in sizes]
+    cells = [int(r) for r in raw]
+    rest = width - sum(cells)
+    order = sorted(range(len(sizes)), key=lambda i: raw[i] - cells[i], reverse=True)
+    for i in order[:rest]:
+        cells[i] += 1
+    # Minimum of one cell for every non-zero category, taken from the largest ones.
+    for i, s in enumerate(sizes):
+        if s > 0 and cells[i] == 0:
+            donor = max(range(len(cells)), key=lambda j: cells[j])
+            if cells[donor] > 1:
+                cells[donor] -= 1
+                cells[i] = 1
+    return cells
+
+
+class MemoryPanel(Widget):
+    BORDER_TITLE = "Memory"
+    ALLOW_MAXIMIZE = True
+    can_focus = True
+
+    DEFAULT_CSS = """
+    MemoryPanel {
+        height: auto;
+    }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.breakdown: Any = None
+
+    def reset(self) -> None:
+        self.breakdown = None
+        self.border_subtitle = ""
+        self.refresh(layout=True)
+
+    def update_breakdown(self, ev: Any) -> None:
+        self.breakdown = ev
+        used = sum(getattr(ev, k) for k, *_ in CATEGORIES[:-1])
+        pct = 100.0 * used / ev.capacity if ev.capacity else 0.0
+        self.border_title = f"Memory [$text-muted]{ev.device}[/]"
+        self.border_subtitle = f"used {fmt_bytes(used)} · {pct:.1f}% of {fmt_bytes(ev.capacity)}"
+        self.refresh(layout=True)
+
+    def _sizes(self) -> list[tuple[str, str, str, str, int]]:
+        ev = self.breakdown
+        rows = []
+        used = 0
+        for key, label, glyph, style in CATEGORIES[:-1]:
+            v = max(int(getattr(ev, key)), 0)
+            used += v
+            if key == "activations":
+                label = "activations" + (" (meas.)" if ev.activations_measured else " (est.)")
+            rows.append((key, label, glyph, style, v))
+        key, label, glyph, style = CATEGORIES[-1]
+        rows.append((key, label, glyph, style, max(int(ev.capacity) - used, 0)))
+        return rows
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self._lines(width))
+
+    def render(self) -> Content:
+        return Content("\n").join(self._lines(self.size.width))
+
+    def _lines(self, width: int) -> list[Content]:
+        if self.breakdown is None:
+            return [Content.styled("waiting for the memory breakdown...", "$text-muted")]
+        ev = self.breakdown
+        rows = self._sizes()
+        cells = allocate_cells([r[4] for r in rows], max(width, 1))
+        bar = Content.assemble(*[(g * n, s) for (_, _, g, s, _), n in zip(rows, cells, strict=True) if n])
+        cap = ev.capacity or 1
+        items = []
+        for _key, label, glyph, style, size in rows:
+            if size == 0 and _key not in ("weights", "free"):
+                continue
+            pct = 100.0 * size / cap
+            pct_s = f"{pct:.1f}%" if pct >= 0.1 or size == 0 else "<0.1%"
+            items.append((glyph, style, label, fmt_bytes(size), pct_s))
+        label_w = max(len(i[2]) for i in items)
+        size_w = max(len(i[3]) for i in items)
+        pct_w = max(len(i[4]) for i in items)
+        item_w = 2 + label_w + 1 + size_w + 1 + pct_w
+        n_cols = max(1, min(3, (width + 3) // (item_w + 3)))
+        lines: list[Content] = [bar]
+        per_col = -(-len(items) // n_cols)
+        for r in range(per_col):
+            parts: list[Any] = []
+            for c in range(n_cols):
+                i = c * per_col + r
+                if i >= len(items):
+                    continue
+                glyph, style, label, size_s, pct_s = items[i]
+                if c:
+                    parts.append("   ")
+                parts += [
+                    (glyph, style),
+                    " ",
+                    label.ljust(label_w) + " ",
+                    (size_s.rjust(size_w), "bold"),
+                    " ",
+                    (pct_s.rjust(pct_w), "$text-muted"),
+                ]
+            lines.append(Content.assemble(*parts))
+        return lines

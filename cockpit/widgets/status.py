@@ -1,0 +1,164 @@
+"""The status line (state badge, preset, progress, speed, times, checkpoint, grad norm) and the
+alert line below it (errors, NaN, pending actions).
+
+The status text is a list of segments with priorities; at narrow widths the least important
+ones are dropped rather than wrapped or cut, so the line stays readable at 80 columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.content import Content
+from textual.widget import Widget
+from textual.widgets import Label, Static
+
+STATE_LABELS = {
+    "starting": "STARTING",
+    "running": "RUNNING",
+    "paused": "PAUSED",
+    "saving": "SAVING",
+    "stopping": "STOPPING",
+    "stopped": "STOPPED",
+    "finished": "FINISHED",
+    "failed": "FAILED",
+    "idle": "IDLE",
+}
+
+
+@dataclass(frozen=True)
+class Segment:
+    text: Content
+    priority: int  # lower = more important (kept longer)
+
+
+def fit_segments(segments: list[Segment], width: int, sep: str = "  ") -> Content:
+    """Drop the least important segments until the rest fit in `width` (order is kept)."""
+    keep = list(segments)
+    sep_len = len(sep)
+
+    def total(segs: list[Segment]) -> int:
+        return sum(s.text.cell_length for s in segs) + sep_len * max(len(segs) - 1, 0)
+
+    while keep and total(keep) > width:
+        worst = max(range(len(keep)), key=lambda i: (keep[i].priority, i))
+        keep.pop(worst)
+    sep_c = Content.styled(sep, "")
+    out = sep_c.join([s.text for s in keep])
+    if out.cell_length > width:
+        out = out.truncate(width, ellipsis=True)
+    return out
+
+
+class StatusText(Widget):
+    DEFAULT_CSS = """
+    StatusText {
+        width: 1fr;
+        height: 1;
+        padding: 0 1;
+    }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.segments: list[Segment] = []
+
+    def set_segments(self, segments: list[Segment]) -> None:
+        if segments != self.segments:
+            self.segments = segments
+            self.refresh()
+
+    def render(self) -> Content:
+        return fit_segments(self.segments, max(self.size.width, 1))
+
+
+class StatusLine(Horizontal):
+    """`[ RUNNING ] preset  step 1,234/3,000 41%  12.3k tok/s  12:03 / ETA 17:40  ...`"""
+
+    DEFAULT_CSS = """
+    StatusLine {
+        height: 1;
+        width: 1fr;
+        background: $panel;
+    }
+    StatusLine > #badge {
+        width: auto;
+        min-width: 10;
+        height: 1;
+        padding: 0 1;
+        text-style: bold;
+        content-align: center middle;
+        background: $primary;
+        color: $text;
+    }
+    StatusLine > #badge.-running { background: $success; color: black; }
+    StatusLine > #badge.-paused { background: $warning; color: black; }
+    StatusLine > #badge.-saving { background: $accent; color: black; }
+    StatusLine > #badge.-stopping { background: $accent; color: black; }
+    StatusLine > #badge.-starting { background: $primary; color: white; }
+    StatusLine > #badge.-finished { background: $primary; color: white; }
+    StatusLine > #badge.-stopped { background: $foreground-darken-2; color: black; }
+    StatusLine > #badge.-failed { background: $error; color: white; }
+    StatusLine > #badge.-idle { background: $foreground-darken-2; color: black; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state = ""
+        self.badge = Label("", id="badge")
+        self.text = StatusText(id="status-text")
+
+    def compose(self) -> ComposeResult:
+        yield self.badge
+        yield self.text
+
+    def set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        badge = self.badge
+        if self.state:
+            badge.remove_class(f"-{self.state}")
+        self.state = state
+        badge.add_class(f"-{state}")
+        badge.update(STATE_LABELS.get(state, state.upper()))
+
+    def set_segments(self, segments: list[Segment]) -> None:
+        self.text.set_segments(segments)
+
+
+class AlertLine(Static):
+    """One prominent line for what needs the user's attention; hidden when there is nothing."""
+
+    DEFAULT_CSS = """
+    AlertLine {
+        height: auto;
+        max-height: 3;
+        width: 1fr;
+        padding: 0 1;
+        display: none;
+    }
+    AlertLine.-shown { display: block; }
+    AlertLine.-error { background: $error; color: white; text-style: bold; }
+    AlertLine.-warning { background: $warning; color: black; }
+    AlertLine.-info { background: $boost; color: $text; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("", **kwargs)
+        self.level = ""
+        self.message = ""
+
+    def show(self, level: str, message: str) -> None:
+        if (level, message) == (self.level, self.message):
+            return
+        for lv in ("error", "warning", "info"):
+            self.set_class(lv == level, f"-{lv}")
+        self.level, self.message = level, message
+        self.set_class(bool(message), "-shown")
+        self.update(Content(message))
+
+    def clear(self) -> None:
+        self.show("", "")

@@ -1,0 +1,495 @@
+"""Drive the cockpit with keys (Textual's Pilot) against the scripted trainer.
+
+Plain `def` tests running `asyncio.run(...)`: no async pytest plugin needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import pytest
+from scripted import ScriptedFactory, ScriptedTrainer, config_error, settle, wait_for
+from textual.notifications import Notify
+
+from cockpit.app import CockpitApp
+from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
+from cockpit.widgets.status import AlertLine
+
+SIZE = (120, 40)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def make_app(**factory_options: Any) -> tuple[CockpitApp, ScriptedFactory]:
+    factory = ScriptedFactory(**factory_options)
+    return CockpitApp(factory, "default"), factory
+
+
+def commands(trainer: ScriptedTrainer) -> list[str]:
+    return [c[0] for c in trainer.calls]
+
+
+def alert_text(app: CockpitApp) -> str:
+    return app.query_one(AlertLine).message
+
+
+def test_space_pauses_then_resumes() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            assert app.state == "running"
+            await pilot.press("space")
+            await settle(pilot)
+            assert app.state == "paused"
+            assert app.status_line.state == "paused"
+            await pilot.press("space")
+            await settle(pilot)
+            assert app.state == "running"
+            assert commands(factory.trainer) == ["pause", "resume"]
+
+    run(go())
+
+
+def test_space_twice_before_ack_still_resumes() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("space", "space")  # no drain in between
+            assert commands(factory.trainer) == ["pause", "resume"]
+
+    run(go())
+
+
+def test_checkpoint_key_shows_path_in_a_toast() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        toasts: list[Any] = []
+
+        def hook(message: Any) -> None:
+            if isinstance(message, Notify):
+                toasts.append(message.notification)
+
+        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("c")
+            await settle(pilot)
+            assert commands(factory.trainer) == ["checkpoint"]
+            path = "runs/default-scripted/ckpt-000300.pt"
+            assert any(path in t.message for t in toasts), [t.message for t in toasts]
+            assert app.last_checkpoint == (300, path, "manual")
+            assert app.state == "running"
+
+    run(go())
+
+
+def test_lr_dialog_sets_absolute_lr() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("l")
+            await pilot.pause()
+            assert isinstance(app.screen, LrScreen)
+            await pilot.press(*"5e-4", "enter")
+            await pilot.pause()
+            assert not isinstance(app.screen, LrScreen)
+            assert factory.trainer.calls == [("set_lr", 5e-4)]
+            await settle(pilot)
+            assert app.lr == pytest.approx(5e-4)
+
+    run(go())
+
+
+def test_lr_dialog_scales() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("l")
+            await pilot.pause()
+            await pilot.press("slash", "2", "enter")
+            await pilot.pause()
+            assert factory.trainer.calls == [("scale_lr", 0.5)]
+
+    run(go())
+
+
+INVALID_LR_INPUTS = ["abc", "-1", "0", "nan", "inf", "1e9", "x0", "/0", "x1000", ""]
+
+
+def test_lr_dialog_rejects_invalid_input() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            for text in INVALID_LR_INPUTS:
+                await pilot.press("l")
+                await pilot.pause()
+                await pilot.press(*text, "enter")
+                await pilot.pause()
+                screen = app.screen
+                assert isinstance(screen, LrScreen), f"{text!r}: the dialog stays open"
+                assert screen.error, f"{text!r}: an inline error is shown"
+                assert factory.trainer.calls == [], text
+                await pilot.press("escape")
+                await pilot.pause()
+                assert not isinstance(app.screen, LrScreen)
+            assert factory.trainer.calls == []
+
+    run(go())
+
+
+def test_plus_and_minus_scale_lr() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("plus")
+            await pilot.press("minus")
+            calls = factory.trainer.calls
+            assert calls[0] == ("scale_lr", 1.25)
+            assert calls[1][0] == "scale_lr" and calls[1][1] == pytest.approx(0.8)
+            await settle(pilot)
+            assert app.scale == pytest.approx(1.25)  # the script's 1.25, x1.25, x0.8
+
+    run(go())
+
+
+def test_sample_and_evaluate_keys() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            n_samples = len(app.samples_panel.samples)
+            await pilot.press("s", "e")
+            await settle(pilot)
+            assert commands(factory.trainer) == ["sample", "evaluate"]
+            assert len(app.samples_panel.samples) == n_samples + 1
+            assert app.loss_panel.last_val == pytest.approx(1.7)
+
+    run(go())
+
+
+def test_preset_switch_checkpoints_then_starts_the_new_preset() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            first = factory.trainer
+            await pilot.press("p")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, PresetScreen)
+            names = [r.name for r in screen.rows]
+            assert "default" in names and "tiny" in names
+            assert [r.name for r in screen.rows if r.current] == ["default"]
+            # the current preset is highlighted; walk down to "tiny" and choose it
+            target = names.index("tiny")
+            for _ in range(target - names.index("default")):
+                await pilot.press("down")
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            assert first.calls == []
+            await pilot.press("y")
+            await wait_for(pilot, lambda: len(factory.trainers) == 2)
+            assert first.calls == [("stop", True)]
+            assert factory.names == ["default", "tiny"]
+            await settle(pilot, factory)
+            assert app.preset == "tiny"
+            assert app.state == "running"
+            assert app.engine_running
+            # panels were reset and refilled by the new run (same script: 300 steps)
+            assert app.loss_panel.raw.total == 300
+
+    run(go())
+
+
+def test_preset_menu_cancel_changes_nothing() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("p")
+            await pilot.pause()
+            await pilot.press("down", "enter")
+            await pilot.pause()
+            await pilot.press("n")
+            await pilot.pause()
+            assert factory.trainer.calls == []
+            assert factory.names == ["default"]
+            await pilot.press("p")
+            await pilot.pause()
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, PresetScreen)
+            assert factory.names == ["default"]
+
+    run(go())
+
+
+def test_preset_menu_shows_data_availability() -> None:
+    async def go() -> None:
+        factory = ScriptedFactory()
+
+        def data_available(name: str) -> tuple[bool, str]:
+            return (False, "tinyshakespeare: not downloaded") if "shakespeare" in name else (
+                True, "")
+
+        app = CockpitApp(factory, "default", data_available=data_available)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("p")
+            await pilot.pause()
+            rows = {r.name: r for r in app.screen.rows}
+            assert rows["shakespeare-char"].data_ok is False
+            assert rows["shakespeare-char"].data_note == "tinyshakespeare: not downloaded"
+            assert rows["default"].data_ok is True
+
+    run(go())
+
+
+def test_quit_asks_then_checkpoints_and_exits() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("q")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            assert factory.trainer.calls == []
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.return_code is not None)
+            assert factory.trainer.calls == [("stop", True)]
+        assert app.return_code == 0
+
+    run(go())
+
+
+def test_quit_cancel_keeps_running() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("q")
+            await pilot.pause()
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.return_code is None
+            assert factory.trainer.calls == []
+            assert not isinstance(app.screen, ConfirmScreen)
+
+    run(go())
+
+
+def test_ctrl_c_asks_like_q_and_twice_confirms() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("ctrl+c")
+            await wait_for(pilot, lambda: app.return_code is not None)
+            assert factory.trainer.calls == [("stop", True)]
+
+    run(go())
+
+
+def test_factory_error_shows_failed_and_quit_still_works() -> None:
+    async def go() -> None:
+        app, factory = make_app(fail={"default": config_error("default")})
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            assert app.state == "failed"
+            assert app.status_line.state == "failed"
+            assert "optim.lr" in alert_text(app)
+            assert "config error" in alert_text(app)
+            await pilot.press("space", "c", "plus")  # nothing to command: no crash
+            await pilot.press("q")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.return_code is not None)
+
+    run(go())
+
+
+def test_unexpected_factory_exception_is_shown() -> None:
+    async def go() -> None:
+        app, factory = make_app(fail={"default": RuntimeError("no CUDA device")})
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            assert app.state == "failed"
+            assert "RuntimeError" in alert_text(app)
+            assert "no CUDA device" in alert_text(app)
+
+    run(go())
+
+
+def test_engine_exception_in_run_is_shown_not_raised() -> None:
+    class Exploding(ScriptedTrainer):
+        def run(self, should_stop: Any = None) -> str:
+            raise RuntimeError("boom in the engine")
+
+    async def go() -> None:
+        app = CockpitApp(lambda name: Exploding(name), "default")
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.state == "failed")
+            assert "boom in the engine" in alert_text(app)
+            await pilot.press("q")
+            await pilot.pause()
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.return_code is not None)
+
+    run(go())
+
+
+def test_engine_failure_events_show_failed() -> None:
+    async def go() -> None:
+        app, factory = make_app(fail_at=120, telemetry="nvml")
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            assert app.state == "failed"
+            assert "CUDA out of memory" in alert_text(app)
+            assert app.query_one(AlertLine).has_class("-error")
+
+    run(go())
+
+
+def test_finished_run_shows_a_summary_and_disables_run_keys() -> None:
+    async def go() -> None:
+        app, factory = make_app(finish=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await wait_for(pilot, lambda: not app.engine_running)
+            await settle(pilot)
+            assert app.state == "finished"
+            note = alert_text(app)
+            assert "finished at step 300" in note and "best val" in note
+            assert "ckpt-000300.pt" in note
+            assert app.check_action("checkpoint", ()) is None  # shown disabled
+            await pilot.press("c", "space")
+            assert factory.trainer.calls == []
+
+    run(go())
+
+
+def test_nan_alert_is_prominent_and_paused() -> None:
+    async def go() -> None:
+        app, factory = make_app(nan_at=180)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            assert app.state == "paused"
+            assert "NaN" in alert_text(app)
+            assert app.query_one(AlertLine).has_class("-error")
+            assert math.isnan(app.loss_panel.last_loss)
+            assert app.loss_panel.nan_steps == [(180, 180 * 768)]
+            # resuming clears the NaN banner
+            await pilot.press("space")
+            await settle(pilot)
+            assert app.state == "running"
+            assert "NaN" not in alert_text(app)
+
+    run(go())
+
+
+def test_dialogs_block_run_keys() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("c", "space", "s", "plus")
+            assert factory.trainer.calls == []
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, HelpScreen)
+
+    run(go())
+
+
+def test_command_palette_lists_the_actions() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            for want in ("Pause / resume", "Checkpoint now", "Set learning rate", "LR ×1.25",
+                         "LR ÷1.25", "Sample now", "Evaluate now", "Switch preset", "Help",
+                         "Quit", "Loss x axis: steps / tokens", "Loss y axis: linear / log"):
+                assert want in titles
+            assert titles.count("Quit") == 1
+            # and the palette's Quit asks too
+            quit_cmd = next(c for c in app.get_system_commands(app.screen) if c.title == "Quit")
+            await quit_cmd.callback()
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+
+    run(go())
+
+
+def test_toggles_and_zoom() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("t", "g")
+            assert app.loss_panel.x_tokens and app.loss_panel.log_y
+            assert "tokens" in str(app.loss_panel.border_title)
+            await pilot.press("4")
+            await pilot.pause()
+            assert app.screen.maximized is app.memory_panel
+            await pilot.press("4")
+            await pilot.pause()
+            assert app.screen.maximized is None
+            await pilot.press("z")
+            await pilot.pause()
+            assert app.screen.maximized is not None
+
+    run(go())
+
+
+def test_plots_redraw_at_most_about_once_a_second() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            panel = app.loss_panel
+            base = panel.governor._last_draw
+            assert base is not None
+            interval = panel.governor.interval
+            assert interval >= 1.0
+            draws = 0
+            for i in range(40):  # 40 data changes within the interval
+                panel.add_step(1000 + i, 1.5, (1000 + i) * 768)
+                draws += panel.flush(now=base + 0.5 + i / 80)
+            assert draws == 0
+            assert panel.flush(now=base + interval + 0.01) is True
+            assert panel.flush(now=base + interval + 0.02) is False  # nothing new
+
+    run(go())
+
+
+def test_resize_toggles_compact_layout() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=(160, 48)) as pilot:
+            await settle(pilot, factory)
+            assert not app.screen.has_class("compact")
+            assert app.samples_panel.display
+            await pilot.resize_terminal(80, 24)
+            await pilot.pause()
+            assert app.screen.has_class("compact")
+            assert app.samples_panel.region.area == 0
+
+    run(go())

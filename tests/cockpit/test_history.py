@@ -1,0 +1,178 @@
+"""The cockpit's pure data structures, against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cockpit.history import (
+    BoundedSeries,
+    DebiasedEMA,
+    ProgressTracker,
+    RedrawGovernor,
+    downsample_minmax,
+    nice_ticks,
+)
+
+# BoundedSeries ------------------------------------------------------------------------------------
+
+
+def test_bounded_series_decimates_the_older_half_alternating_low_high() -> None:
+    s = BoundedSeries(capacity=8)
+    ys = [5, 1, 4, 2, 8, 3, 0, 9]
+    for x, y in enumerate(ys):
+        s.append(x, y)
+    assert s.xs == list(range(8)) and len(s) == 8
+    s.append(8, 7)
+    # older half = points 0..3 in pairs (0,1) and (2,3): keep the lower of the first pair
+    # (x=1, y=1), the higher of the second (x=2, y=4); points 4.. are untouched.
+    assert s.xs == [1, 2, 4, 5, 6, 7, 8]
+    assert s.ys == [1, 4, 8, 3, 0, 9, 7]
+    assert s.total == 9
+    assert s.last == (8, 7)
+
+
+def test_bounded_series_keeps_non_finite_points_visible() -> None:
+    s = BoundedSeries(capacity=4)
+    for x, y in enumerate([1.0, float("nan"), 2.0, 3.0]):
+        s.append(x, y)
+    s.append(4, 4.0)
+    assert s.xs[0] == 1 and math.isnan(s.ys[0])
+
+
+def test_bounded_series_memory_is_bounded_and_recent_points_exact() -> None:
+    s = BoundedSeries(capacity=1000)
+    for i in range(100_000):
+        s.append(i, float(i % 97))
+    assert len(s) <= 1000
+    assert s.total == 100_000
+    assert s.xs == sorted(s.xs)
+    assert s.xs[0] < 1000  # the start of the run is still represented
+    # the newest points are at full resolution
+    assert s.xs[-100:] == list(range(99_900, 100_000))
+    assert s.last == (99_999, float(99_999 % 97))
+
+
+def test_bounded_series_window() -> None:
+    s = BoundedSeries()
+    for i in range(10):
+        s.append(i * 10, i)
+    xs, ys = s.window(35)
+    assert xs == [40, 50, 60, 70, 80, 90] and ys == [4, 5, 6, 7, 8, 9]
+
+
+# downsample_minmax ----------------------------------------------------------------------------------
+
+
+def test_downsample_returns_small_input_unchanged() -> None:
+    assert downsample_minmax([0, 1, 2], [3.0, 1.0, 2.0], 2) == ([0, 1, 2], [3.0, 1.0, 2.0])
+
+
+def test_downsample_min_and_max_per_bucket_in_order() -> None:
+    xs = list(range(10))
+    ys = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    # 2 buckets of width 4.5: x in [0, 4.5) -> ys 3 1 4 1 5: min 1 (first, x=1), max 5 (x=4);
+    # x in [4.5, 9] -> ys 9 2 6 5 3: max 9 (x=5) comes before min 2 (x=6).
+    assert downsample_minmax(xs, ys, 2) == ([1, 4, 5, 6], [1, 5, 9, 2])
+
+
+def test_downsample_keeps_spikes_and_bounds_the_output() -> None:
+    xs = list(range(10_000))
+    ys = [1.0] * 10_000
+    ys[5_678] = 50.0
+    ys[123] = -3.0
+    ox, oy = downsample_minmax(xs, ys, 40)
+    assert len(ox) <= 80
+    assert 50.0 in oy and -3.0 in oy
+    assert ox == sorted(ox)
+
+
+def test_downsample_drops_non_finite_points() -> None:
+    xs = list(range(8))
+    ys = [1.0, float("nan"), 2.0, float("inf"), 3.0, 4.0, 5.0, 6.0]
+    ox, oy = downsample_minmax(xs, ys, 1)
+    assert oy == [1.0, 6.0] and ox == [0, 7]
+    assert downsample_minmax([0, 1], [float("nan")] * 2, 5) == ([], [])
+
+
+def test_downsample_constant_x() -> None:
+    assert downsample_minmax([5] * 6, [2, 1, 3, 3, 0, 1], 2) == ([5, 5], [3, 0])
+
+
+def test_downsample_rejects_mismatched_lengths() -> None:
+    with pytest.raises(ValueError):
+        downsample_minmax([1, 2], [1], 3)
+
+
+# DebiasedEMA ----------------------------------------------------------------------------------------
+
+
+def test_debiased_ema_hand_computed() -> None:
+    ema = DebiasedEMA(beta=0.5)
+    assert ema.value is None
+    # m1 = 0.5*0 + 0.5*2 = 1; debiased 1 / (1 - 0.5) = 2
+    assert ema.update(2.0) == pytest.approx(2.0)
+    # m2 = 0.5*1 + 0.5*4 = 2.5; debiased 2.5 / (1 - 0.25) = 3.3333
+    assert ema.update(4.0) == pytest.approx(10 / 3)
+    # NaN is skipped
+    assert ema.update(float("nan")) == pytest.approx(10 / 3)
+    # m3 = 0.5*2.5 + 0.5*1 = 1.75; debiased 1.75 / (1 - 0.125) = 2.0
+    assert ema.update(1.0) == pytest.approx(2.0)
+
+
+def test_debiased_ema_starts_at_the_first_value() -> None:
+    ema = DebiasedEMA(beta=0.99)
+    assert ema.update(4.2) == pytest.approx(4.2)
+    ema.reset()
+    assert ema.value is None
+
+
+# RedrawGovernor -------------------------------------------------------------------------------------
+
+
+def test_governor_keeps_drawing_within_budget() -> None:
+    g = RedrawGovernor(min_interval=1.0, max_interval=10.0, budget=0.02)
+    assert g.due(0.0)
+    g.record(0.0, 0.005)  # 5 ms: the minimum interval applies
+    assert g.interval == 1.0
+    assert not g.due(0.9) and g.due(1.0)
+    g2 = RedrawGovernor(min_interval=1.0, max_interval=10.0, budget=0.02)
+    g2.record(0.0, 0.06)  # 60 ms per draw: at most 2% of a core means every 3 s
+    assert g2.interval == pytest.approx(3.0)
+    g2.record(3.0, 1.0)
+    assert g2.interval == 10.0  # capped
+
+
+# nice_ticks -----------------------------------------------------------------------------------------
+
+
+def test_nice_ticks() -> None:
+    assert nice_ticks(0, 2000, 5) == [0, 500, 1000, 1500, 2000]
+    assert nice_ticks(1.3, 4.5, 4) == [2, 4]
+    assert nice_ticks(0, 1.3e-3, 4) == pytest.approx([0, 5e-4, 1e-3])
+    assert nice_ticks(3, 3, 4) == [3]
+    assert nice_ticks(0, float("nan"), 4) == []
+
+
+# ProgressTracker ------------------------------------------------------------------------------------
+
+
+def test_progress_tracker_from_event_times() -> None:
+    p = ProgressTracker(window=10)
+    assert p.elapsed is None and p.rate is None
+    p.start(100.0)
+    p.add_step(102.0, 10)
+    assert p.rate is None  # one point
+    p.add_step(112.0, 60)
+    assert p.rate == pytest.approx(5.0)
+    assert p.elapsed == pytest.approx(12.0)
+    assert p.eta(60, 110) == pytest.approx(10.0)
+    p.observe(120.0)  # e.g. telemetry while paused: elapsed moves on
+    assert p.elapsed == pytest.approx(20.0)
+    p.forget_rate()
+    assert p.rate is None
+    p.add_step(130.0, 70)
+    assert p.rate is None
+    p.add_step(131.0, 75)
+    assert p.rate == pytest.approx(5.0)
