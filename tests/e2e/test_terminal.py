@@ -1,0 +1,106 @@
+"""`cockpit` in a real terminal (tmux): start it, press keys, read the screen."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+TINY = (
+    "--set model.n_layer=1 --set model.n_head=2 --set model.n_embd=16 --set model.block_size=16 "
+    "--set train.batch_size=4 --set train.max_steps=1000000 --set eval.interval=200 "
+    "--set eval.batches=2 --set sample.interval=200 --set sample.max_new_tokens=16"
+)
+
+
+class Tmux:
+    def __init__(self, command: str, width: int = 100, height: int = 30) -> None:
+        self.name = f"cockpit-e2e-{uuid.uuid4().hex[:8]}"
+        subprocess.run(
+            [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                self.name,
+                "-x",
+                str(width),
+                "-y",
+                str(height),
+                "-e",
+                "TERM=xterm-256color",
+                command,
+            ],
+            check=True,
+        )
+
+    def screen(self) -> str:
+        out = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+        )
+        return out.stdout
+
+    def send(self, *keys: str) -> None:
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
+
+    def alive(self) -> bool:
+        return (
+            subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode
+            == 0
+        )
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def test_cockpit_in_a_real_terminal(tmp_path):
+    run_dir = tmp_path / "run"
+    marker = tmp_path / "exited"
+    command = (
+        f"{shlex.quote(sys.executable)} -m cockpit.cli --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}; "
+        f"echo $? > {shlex.quote(str(marker))}"
+    )
+    term = Tmux(command)
+    try:
+        screen = term.wait_for("RUNNING")
+        screen = term.wait_for("LR")
+        assert "Loss" in screen and "Device" in screen
+        term.wait_for("val ")  # an evaluation reached the loss panel's legend
+        term.send("space")
+        term.wait_for("PAUSED")
+        term.send("space")
+        term.wait_for("RUNNING")
+        term.send("?")
+        term.wait_for("checkpoint")  # the help screen lists every key
+        term.send("Escape")
+        time.sleep(0.5)  # a key right after ESC would read as alt+key
+        deadline = time.monotonic() + 10
+        while "this help" in term.screen() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        term.send("q")
+        term.wait_for("Quit (y)")
+        term.send("y")
+        deadline = time.monotonic() + 20
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists(), term.screen()
+        assert marker.read_text().strip() == "0"
+        assert list(run_dir.glob("ckpt-*.pt")), "quitting must leave a checkpoint"
+    finally:
+        term.kill()
