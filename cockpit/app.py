@@ -51,6 +51,7 @@ from cockpit.widgets.samples import SamplesPanel
 from cockpit.widgets.status import AlertLine, Segment, StatusLine
 
 TICK_S = 0.25  # event drain period
+DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 QUIT_TIMEOUT_S = 10.0  # how long quitting waits for the final checkpoint
 EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
 SWITCH_TIMEOUT_S = 60.0  # how long a preset switch waits before cancelling the old run
@@ -62,11 +63,25 @@ ENDED = ("stopped", "finished", "failed")
 
 # Actions that talk to a running engine (disabled while a dialog is open or nothing runs).
 RUN_ACTIONS = {
-    "toggle_pause", "pause", "resume", "checkpoint", "lr_dialog", "lr_up", "lr_down", "sample", "evaluate",
+    "toggle_pause",
+    "pause",
+    "resume",
+    "checkpoint",
+    "lr_dialog",
+    "lr_up",
+    "lr_down",
+    "sample",
+    "evaluate",
 }
 # Actions only meaningful on the main screen.
 MAIN_ACTIONS = RUN_ACTIONS | {
-    "presets", "toggle_x", "toggle_log", "zoom", "zoom_panel", "help", "quit",
+    "presets",
+    "toggle_x",
+    "toggle_log",
+    "zoom",
+    "zoom_panel",
+    "help",
+    "quit",
 }
 PANEL_IDS = ("loss", "lr", "device", "memory", "samples")
 
@@ -83,7 +98,7 @@ class CockpitApp(App[None]):
 
     CSS_PATH = "cockpit.tcss"
     TITLE = "cockpit"
-    ALLOW_IN_MAXIMIZED_VIEW = "StatusLine, AlertLine, Footer"
+    ALLOW_IN_MAXIMIZED_VIEW = "#top, Footer"
 
     BINDINGS = [
         # One key, two bindings: the footer shows whichever applies (see check_action).
@@ -146,11 +161,13 @@ class CockpitApp(App[None]):
         self._engine_thread: threading.Thread | None = None
         self._watchdog_armed = False
         self._widgets: dict[type, Widget] = {}
+        self._ticks_under_dialog = 0
 
     # layout -------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield StatusLine(id="status")
-        yield AlertLine(id="alert")
+        with Vertical(id="top"):
+            yield StatusLine(id="status")
+            yield AlertLine(id="alert")
         with Container(id="panels"):
             yield LossPanel(id="loss", classes="panel")
             with Vertical(id="side"):
@@ -161,8 +178,15 @@ class CockpitApp(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        for cls in (StatusLine, AlertLine, LossPanel, LrPanel, DevicePanel, MemoryPanel,
-                    SamplesPanel):
+        for cls in (
+            StatusLine,
+            AlertLine,
+            LossPanel,
+            LrPanel,
+            DevicePanel,
+            MemoryPanel,
+            SamplesPanel,
+        ):
             self._widget(cls)
         self.status_line.set_state(self.state)
         self._apply_size(self.size.width, self.size.height)
@@ -243,8 +267,7 @@ class CockpitApp(App[None]):
             self._status_note = ""
             self._set_alert("error", f"✗ {kind}: {e}")
             self.loss_panel.set_empty_message(
-                f"{preset} could not start (see above).\n"
-                "p: pick another preset   q: quit"
+                f"{preset} could not start (see above).\np: pick another preset   q: quit"
             )
             self.device_panel.set_waiting_note("no telemetry: no run")
             self.notify(str(e), title=f"Cannot start {preset}", severity="error", timeout=10)
@@ -289,6 +312,14 @@ class CockpitApp(App[None]):
 
     # the drain timer -----------------------------------------------------------------------------
     def _tick(self) -> None:
+        if self.screen is not self.main_screen:
+            # A dialog is open: Textual re-blends the dimmed main screen behind it on every
+            # change, which costs far more than the change itself. Catch up every 2 s only.
+            self._ticks_under_dialog += 1
+            if self._ticks_under_dialog % DIALOG_TICK_EVERY:
+                return
+        else:
+            self._ticks_under_dialog = 0
         self.pump()
 
     def pump(self, force: bool = False) -> int:
@@ -317,6 +348,11 @@ class CockpitApp(App[None]):
     def _route(self, ev: Any) -> None:
         kind = getattr(ev, "kind", "")
         t = getattr(ev, "time", None)
+        # A resumed run replays its past (steps, evals, LR changes, samples, checkpoints) right
+        # after RunStarted, with their original timestamps: draw them, but do not announce them
+        # again nor count them in the current session's speed.
+        info = self._run_info
+        history = info is not None and t is not None and t < info.time
         if kind == "step":
             self.step = ev.step
             self.tokens_per_s = ev.tokens_per_s
@@ -324,11 +360,11 @@ class CockpitApp(App[None]):
             self.lr = ev.lr
             self.loss_panel.add_step(ev.step, ev.loss, ev.tokens)
             self.lr_panel.add_step(ev.step, ev.lr)
-            if t is not None:
+            if t is not None and not history:
                 self.tracker.add_step(t, ev.step)
             self._expire_alert()
             return
-        if t is not None and kind != "run_started":
+        if t is not None and kind != "run_started" and not history:
             self.tracker.observe(t)
         if kind == "telemetry":
             self.device_panel.update_telemetry(ev)
@@ -343,16 +379,17 @@ class CockpitApp(App[None]):
         elif kind == "state":
             self._on_state(ev)
         elif kind == "checkpoint":
-            self._on_checkpoint(ev)
+            self._on_checkpoint(ev, announce=not history)
         elif kind == "lr_changed":
             self.scale = ev.scale
             self.lr = ev.new_lr
             self.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
-            self.notify(
-                f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})",
-                title=f"LR changed at step {fmt_int(ev.step)}",
-                timeout=4,
-            )
+            if not history:
+                self.notify(
+                    f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})",
+                    title=f"LR changed at step {fmt_int(ev.step)}",
+                    timeout=4,
+                )
         elif kind == "alert":
             self._on_alert(ev)
 
@@ -410,9 +447,9 @@ class CockpitApp(App[None]):
         parts.append("p: another preset · q: quit")
         return " · ".join(parts)
 
-    def _on_checkpoint(self, ev: Any) -> None:
+    def _on_checkpoint(self, ev: Any, announce: bool = True) -> None:
         self.last_checkpoint = (ev.step, ev.path, ev.reason)
-        if ev.reason in ("manual", "stop"):
+        if announce and ev.reason in ("manual", "stop"):
             self.notify(ev.path, title=f"Checkpoint saved at step {fmt_int(ev.step)}", timeout=6)
 
     def _on_alert(self, ev: Any) -> None:
@@ -463,6 +500,8 @@ class CockpitApp(App[None]):
             alert.show("error" if level in ("error", "nan") else level, message)
         elif self._status_note:
             alert.show("info", self._status_note)
+        elif self.main_screen.maximized is not None:
+            alert.show("info", "zoomed in: esc to go back")
         else:
             alert.clear()
 
@@ -473,37 +512,65 @@ class CockpitApp(App[None]):
         segs.append(Segment(Content.styled(self.preset, "bold"), 1))
         if self.max_steps:
             pct = 100.0 * self.step / self.max_steps if self.max_steps else 0.0
-            segs.append(Segment(Content.assemble(
-                ("step ", "$text-muted"), (f"{fmt_int(self.step)}", "bold"),
-                (f"/{fmt_int(self.max_steps)}", "$text-muted"),
-            ), 0))
-            segs.append(Segment(Content.styled(f"{pct:.0f}%", "$text-muted"), 6))
+            segs.append(
+                Segment(
+                    Content.assemble(
+                        ("step ", "$foreground-muted"),
+                        (f"{fmt_int(self.step)}", "bold"),
+                        (f"/{fmt_int(self.max_steps)}", "$foreground-muted"),
+                    ),
+                    0,
+                )
+            )
+            segs.append(Segment(Content.styled(f"{pct:.0f}%", "$foreground-muted"), 6))
         if self.tokens_per_s is not None and self.state in ("running", "saving"):
-            segs.append(Segment(Content.assemble(
-                (fmt_si(self.tokens_per_s), "bold"), (" tok/s", "$text-muted")), 2))
+            segs.append(
+                Segment(
+                    Content.assemble(
+                        (fmt_si(self.tokens_per_s), "bold"), (" tok/s", "$foreground-muted")
+                    ),
+                    2,
+                )
+            )
         elapsed = self.tracker.elapsed
         if elapsed is not None:
-            segs.append(Segment(Content.assemble(
-                ("elapsed ", "$text-muted"), fmt_duration(elapsed)), 4))
+            segs.append(
+                Segment(Content.assemble(("elapsed ", "$foreground-muted"), fmt_duration(elapsed)), 4)
+            )
         if self.state in ("running", "saving"):
             eta = self.tracker.eta(self.step, self.max_steps) if self.max_steps else None
             if eta is not None:
-                segs.append(Segment(Content.assemble(("ETA ", "$text-muted"),
-                                                     (fmt_duration(eta), "bold")), 3))
+                segs.append(
+                    Segment(
+                        Content.assemble(("ETA ", "$foreground-muted"), (fmt_duration(eta), "bold")), 3
+                    )
+                )
         if self.grad_norm is not None:
             g = self.grad_norm
             style = "$error" if not math.isfinite(g) else ""
-            segs.append(Segment(Content.assemble(("‖g‖ ", "$text-muted"),
-                                                 (fmt_loss(g) if not math.isfinite(g)
-                                                  else f"{g:.3g}", style)), 5))
+            segs.append(
+                Segment(
+                    Content.assemble(
+                        ("‖g‖ ", "$foreground-muted"),
+                        (fmt_loss(g) if not math.isfinite(g) else f"{g:.3g}", style),
+                    ),
+                    5,
+                )
+            )
         if self.last_checkpoint is not None:
             step, _path, _reason = self.last_checkpoint
-            segs.append(Segment(Content.assemble(("ckpt ", "$text-muted"),
-                                                 f"@{fmt_int(step)}"), 7))
+            segs.append(Segment(Content.assemble(("ckpt ", "$foreground-muted"), f"@{fmt_int(step)}"), 7))
         info = self._run_info
         if info is not None:
-            segs.append(Segment(Content.styled(
-                f"{info.device} {info.dtype} · {fmt_si(info.n_params)} params", "$text-muted"), 9))
+            segs.append(
+                Segment(
+                    Content.styled(
+                        f"{info.device} {info.dtype} · {fmt_si(info.n_params)} params",
+                        "$foreground-muted",
+                    ),
+                    9,
+                )
+            )
         return segs
 
     # actions ---------------------------------------------------------------------------------------
@@ -615,6 +682,7 @@ class CockpitApp(App[None]):
         screen = self.main_screen
         screen.maximize(panel, container=False)
         panel.focus()
+        self._refresh_status()
         for plot in (self.loss_panel, self.lr_panel):
             plot.touch()
         self.call_after_refresh(self.pump, True)
@@ -636,8 +704,11 @@ class CockpitApp(App[None]):
                 ok, note = self.data_available(name)
             except Exception as e:  # noqa: BLE001
                 ok, note = False, f"cannot check data: {e}"
-            rows.append(PresetRow(name, info.description, info.origin, ok, note,
-                                  current=(name == self.preset)))
+            rows.append(
+                PresetRow(
+                    name, info.description, info.origin, ok, note, current=(name == self.preset)
+                )
+            )
         return rows
 
     def action_presets(self) -> None:
@@ -650,8 +721,7 @@ class CockpitApp(App[None]):
         row = rows.get(name)
         msg = f"Start [b]{name}[/b]"
         if self.engine_running:
-            msg = (f"Save a checkpoint of [b]{self.preset}[/b], stop it, "
-                   f"then start [b]{name}[/b]?")
+            msg = f"Save a checkpoint of [b]{self.preset}[/b], stop it, then start [b]{name}[/b]?"
         else:
             msg += "?"
         if row is not None and not row.data_ok:
@@ -696,7 +766,7 @@ class CockpitApp(App[None]):
             screen.dismiss(True)  # ctrl+c twice
             return
         if self.engine_running:
-            msg = (f"Save a checkpoint of [b]{self.preset}[/b] at the next step, stop it and quit?")
+            msg = f"Save a checkpoint of [b]{self.preset}[/b] at the next step, stop it and quit?"
         else:
             msg = "Quit cockpit? No run is in progress."
         self.push_screen(
@@ -752,24 +822,31 @@ class CockpitApp(App[None]):
         threading.Thread(target=watch, name="cockpit-exit-watchdog", daemon=True).start()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield SystemCommand("Pause / resume", "Pause or resume training (space)",
-                            self.action_toggle_pause)
-        yield SystemCommand("Checkpoint now", "Save a checkpoint at the next step (c)",
-                            self.action_checkpoint)
+        yield SystemCommand(
+            "Pause / resume", "Pause or resume training (space)", self.action_toggle_pause
+        )
+        yield SystemCommand(
+            "Checkpoint now", "Save a checkpoint at the next step (c)", self.action_checkpoint
+        )
         yield SystemCommand("Set learning rate", "Set or scale the LR (l)", self.action_lr_dialog)
         yield SystemCommand("LR ×1.25", "Scale the learning rate up (+)", self.action_lr_up)
         yield SystemCommand("LR ÷1.25", "Scale the learning rate down (-)", self.action_lr_down)
         yield SystemCommand("Sample now", "Generate text at the next step (s)", self.action_sample)
-        yield SystemCommand("Evaluate now", "Run an evaluation at the next step (e)",
-                            self.action_evaluate)
-        yield SystemCommand("Switch preset", "Checkpoint this run and start another (p)",
-                            self.action_presets)
-        yield SystemCommand("Loss x axis: steps / tokens", "Toggle the loss x axis (t)",
-                            self.action_toggle_x)
-        yield SystemCommand("Loss y axis: linear / log", "Toggle log-y on the loss (g)",
-                            self.action_toggle_log)
-        yield SystemCommand("Zoom panel", "Zoom the focused panel, again to restore (z)",
-                            self.action_zoom)
+        yield SystemCommand(
+            "Evaluate now", "Run an evaluation at the next step (e)", self.action_evaluate
+        )
+        yield SystemCommand(
+            "Switch preset", "Checkpoint this run and start another (p)", self.action_presets
+        )
+        yield SystemCommand(
+            "Loss x axis: steps / tokens", "Toggle the loss x axis (t)", self.action_toggle_x
+        )
+        yield SystemCommand(
+            "Loss y axis: linear / log", "Toggle log-y on the loss (g)", self.action_toggle_log
+        )
+        yield SystemCommand(
+            "Zoom panel", "Zoom the focused panel, again to restore (z)", self.action_zoom
+        )
         yield SystemCommand("Help", "Every key (?)", self.action_help)
         yield SystemCommand("Quit", "Checkpoint, stop and quit (q)", self.action_quit)
         for cmd in super().get_system_commands(screen):

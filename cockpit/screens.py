@@ -73,8 +73,15 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No", show=False),
     ]
 
-    def __init__(self, title: str, message: str, yes: str = "Yes", no: str = "No",
-                 purpose: str = "", danger: bool = False) -> None:
+    def __init__(
+        self,
+        title: str,
+        message: str,
+        yes: str = "Yes",
+        no: str = "No",
+        purpose: str = "",
+        danger: bool = False,
+    ) -> None:
         super().__init__(classes="dialog-screen")
         self.title_text, self.message, self.yes, self.no = title, message, yes, no
         self.purpose = purpose
@@ -85,8 +92,9 @@ class ConfirmScreen(ModalScreen[bool]):
             box.border_title = self.title_text
             yield Static(self.message, classes="dialog-message")
             with Horizontal(classes="dialog-buttons"):
-                yield Button(f"{self.yes} (y)", id="yes",
-                             variant="error" if self.danger else "primary")
+                yield Button(
+                    f"{self.yes} (y)", id="yes", variant="error" if self.danger else "primary"
+                )
                 yield Button(f"{self.no} (n)", id="no")
 
     def on_mount(self) -> None:
@@ -108,16 +116,17 @@ class LrScreen(ModalScreen["tuple[str, float] | None"]):
     def __init__(self, current_lr: float | None, scale: float, planned_lr: float | None) -> None:
         super().__init__(classes="dialog-screen")
         self.current_lr, self.scale, self.planned_lr = current_lr, scale, planned_lr
+        self.error = ""  # the message shown after enter on invalid input
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="lr-dialog") as box:
             box.border_title = "Learning rate"
             box.border_subtitle = "enter apply · esc cancel"
-            parts = [("now ", "$text-muted"), (fmt_lr(self.current_lr), "bold")]
+            parts = [("now ", "$foreground-muted"), (fmt_lr(self.current_lr), "bold")]
             mult_style = "bold $warning" if abs(self.scale - 1.0) > 1e-9 else ""
-            parts += [("   multiplier ", "$text-muted"), (f"×{self.scale:.3g}", mult_style)]
+            parts += [("   multiplier ", "$foreground-muted"), (f"×{self.scale:.3g}", mult_style)]
             if self.planned_lr is not None:
-                parts += [("   planned ", "$text-muted"), fmt_lr(self.planned_lr)]
+                parts += [("   planned ", "$foreground-muted"), fmt_lr(self.planned_lr)]
             yield Static(Content.assemble(*parts), id="lr-current")
             yield Input(placeholder=LR_HINT, id="lr-input", select_on_focus=False)
             yield Label("", id="lr-error")
@@ -125,7 +134,7 @@ class LrScreen(ModalScreen["tuple[str, float] | None"]):
                 Content.styled(
                     "A new LR applies from the next step as a multiplier on the planned "
                     "schedule; x2 or /2 scales the current multiplier.",
-                    "$text-muted",
+                    "$foreground-muted",
                 ),
                 id="lr-help",
             )
@@ -147,15 +156,27 @@ class LrScreen(ModalScreen["tuple[str, float] | None"]):
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
-        self.show_error("")
+        """Preview what enter would do; errors wait for enter (half-typed input is normal)."""
+        self.error = ""
+        label = self.query_one("#lr-error", Label)
+        try:
+            op, value = parse_lr_input(event.value, self.current_lr)
+        except ValueError:
+            label.update("")
+            return
+        label.update(Content.styled(self.preview(op, value), "$foreground-muted"))
+
+    def preview(self, op: str, value: float) -> str:
+        if op == "scale":
+            new_lr = f" → {fmt_lr(self.current_lr * value)}" if self.current_lr else ""
+            return f"enter: LR ×{value:.3g}{new_lr}, multiplier ×{self.scale * value:.3g}"
+        mult = f", multiplier ×{value / self.planned_lr:.3g}" if self.planned_lr else ""
+        return f"enter: LR {fmt_lr(value)} from the next step{mult}"
 
     def show_error(self, message: str) -> None:
         label = self.query_one("#lr-error", Label)
         label.update(Content.styled(f"✗ {message}", "bold $error") if message else "")
-        label.set_class(bool(message), "-shown")
         self.error = message
-
-    error = ""
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -197,7 +218,7 @@ class PresetScreen(ModalScreen["str | None"]):
         name_w = max(len(x.name) for x in self.rows)
         origin_w = max(len(x.origin) for x in self.rows)
         head: list[tuple[str, str] | str] = [(r.name.ljust(name_w), "bold")]
-        head.append((f"  {r.origin.ljust(origin_w)}  ", "$text-muted"))
+        head.append((f"  {r.origin.ljust(origin_w)}  ", "$foreground-muted"))
         if r.data_ok:
             head.append(("✓ data ready", "$success"))
         else:
@@ -205,7 +226,7 @@ class PresetScreen(ModalScreen["str | None"]):
         if r.current:
             head.append(("  ● current", "bold $accent"))
         desc = r.description or "(no description)"
-        return Content.assemble(*head, "\n", (desc, "$text-muted"))
+        return Content.assemble(*head, "\n", (desc, "$foreground-muted"))
 
     def on_mount(self) -> None:
         ol = self.query_one(OptionList)
@@ -261,7 +282,7 @@ class HelpScreen(ModalScreen[None]):
                 Content.styled(
                     "Commands apply at the next step boundary; each one is acknowledged in the "
                     "status line. Plots redraw about once a second to leave the CPU to training.",
-                    "$text-muted",
+                    "$foreground-muted",
                 ),
                 id="help-note",
             )

@@ -7,5 +7,12 @@ from cockpit.widgets.memory import MemoryPanel
 from cockpit.widgets.samples import SamplesPanel
 from cockpit.widgets.status import AlertLine, StatusLine
 
-__all__ = ["AlertLine", "DevicePanel", "LossPanel", "LrPanel", "MemoryPanel", "SamplesPanel",
-           "StatusLine"]
+__all__ = [
+    "AlertLine",
+    "DevicePanel",
+    "LossPanel",
+    "LrPanel",
+    "MemoryPanel",
+    "SamplesPanel",
+    "StatusLine",
+]

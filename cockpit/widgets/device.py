@@ -39,16 +39,16 @@ def gpu_header(r: Any) -> list[Segment]:
     name = r.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
     segs = [Segment(Content.assemble((f"{r.index} ", "bold"), name), 0)]
     if r.temperature_c is not None:
-        t_style = "$error" if r.temperature_c >= 85 else (
-            "$warning" if r.temperature_c >= 75 else "")
+        t_style = (
+            "$error" if r.temperature_c >= 85 else ("$warning" if r.temperature_c >= 75 else "")
+        )
         segs.append(Segment(Content.styled(f"{r.temperature_c:.0f}°C", t_style), 1))
     if r.power_w is not None:
         limit = f"/{r.power_limit_w:.0f}" if r.power_limit_w else ""
         segs.append(Segment(Content(f"{r.power_w:.0f}{limit} W"), 3))
     if r.sm_clock_mhz is not None:
         segs.append(Segment(Content(f"{r.sm_clock_mhz:.0f} MHz"), 4))
-    reasons = list(dict.fromkeys(
-        THROTTLE_NAMES.get(t, t.replace("_", " ")) for t in r.throttle))
+    reasons = list(dict.fromkeys(THROTTLE_NAMES.get(t, t.replace("_", " ")) for t in r.throttle))
     if reasons:
         segs.append(Segment(Content.styled("⚠ " + ", ".join(reasons), "$warning"), 2))
     return segs
@@ -126,7 +126,7 @@ class CpuView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(
-            Content.styled("CPU only: no GPU telemetry", "italic $text-muted"), classes="note"
+            Content.styled("CPU only: no GPU telemetry", "italic $foreground-muted"), classes="note"
         )
         yield self.cpu_meter
         yield self.cores
@@ -153,7 +153,7 @@ class CpuView(Vertical):
         bars = "".join(BARS[min(int(max(c, 0) / 100 * len(BARS)), len(BARS) - 1)] for c in cores)
         self.cores.update(
             Content.assemble(
-                ("cores ", "$text-muted"), (bars, "$primary"), (f" ×{len(cores)}", "$text-muted")
+                ("cores ", "$foreground-muted"), (bars, "$primary"), (f" ×{len(cores)}", "$foreground-muted")
             )
             if cores
             else ""
@@ -161,7 +161,7 @@ class CpuView(Vertical):
         self.ram_meter.set(self.ram, fmt_gib_pair(ev.ram_used, ev.ram_total))
         rss = ev.process_rss
         self.rss.update(
-            Content.assemble(("process RSS ", "$text-muted"), fmt_bytes(rss))
+            Content.assemble(("process RSS ", "$foreground-muted"), fmt_bytes(rss))
             if rss is not None
             else ""
         )
@@ -179,15 +179,16 @@ class DevicePanel(VerticalScroll):
         self.n_gpus = 0
         self.updates = 0
         self._views: list[Any] = []
-        self._waiting = Static(Content.styled("waiting for telemetry...", "$text-muted"),
-                               classes="note waiting")
+        self._waiting = Static(
+            Content.styled("waiting for telemetry...", "$foreground-muted"), classes="note waiting"
+        )
 
     def compose(self) -> ComposeResult:
         yield self._waiting
 
     def set_waiting_note(self, text: str) -> None:
         """The note shown until the first telemetry arrives."""
-        self._waiting.update(Content.styled(text, "$text-muted"))
+        self._waiting.update(Content.styled(text, "$foreground-muted"))
 
     def reset(self) -> None:
         """Telemetry is about the machine, not the run: keep the history across runs."""
@@ -209,11 +210,11 @@ class DevicePanel(VerticalScroll):
                 self._views = [Static("", classes="note unavailable")]
             self.mount_all(self._views)
         if source == "nvml":
-            self.border_title = f"Device [$text-muted]GPU × {len(ev.gpus)}[/]"
+            self.border_title = f"Device [not bold $foreground-muted]GPU × {len(ev.gpus)}[/]"
             for view, reading in zip(self._views, ev.gpus, strict=False):
                 view.update_reading(reading)
         elif source == "psutil":
-            self.border_title = "Device [$text-muted]CPU[/]"
+            self.border_title = "Device [not bold $foreground-muted]CPU[/]"
             for view in self._views:
                 view.update_event(ev)
         else:

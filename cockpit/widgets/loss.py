@@ -87,16 +87,15 @@ class LossPanel(ThrottledPlot):
     def has_data(self) -> bool:
         return bool(self.raw) or bool(self.val)
 
-
     # text ---------------------------------------------------------------------------------------
     def _update_labels(self) -> None:
         mode = "tokens" if self.x_tokens else "steps"
-        flags = f"[$text-muted]x:{mode}{' · log' if self.log_y else ''}[/]"
+        flags = f"[not bold $foreground-muted]x:{mode}{' · log y' if self.log_y else ''}[/]"
         self.border_title = f"Loss {flags}"
         parts = []
         if self.last_loss is not None:
-            style = "$error" if not math.isfinite(self.last_loss) else "$text-muted"
-            parts.append(f"[{style}]train {fmt_loss(self.last_loss)}[/]")
+            style = "$error" if not math.isfinite(self.last_loss) else "$foreground-muted"
+            parts.append(f"[{style}]┄ train {fmt_loss(self.last_loss)}[/]")
         if self.ema.value is not None:
             parts.append(f"[$primary]━ ema {fmt_loss(self.ema.value)}[/]")
         if self.last_val is not None:
@@ -136,7 +135,10 @@ class LossPanel(ThrottledPlot):
             pad = (hi - lo) * 0.04
             lo, hi = lo - pad, hi + pad
         plt.xlim(x0, x1)
-        plt.ylim(lo, hi)
+        if self.log_y:
+            plt.ylim(math.log10(lo), math.log10(hi))  # plotext takes log-scale limits in log10
+        else:
+            plt.ylim(lo, hi)
         if rx:
             plt.plot(rx, ry, marker="braille", color=pal["muted"])
         if sx:

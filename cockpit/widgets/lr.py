@@ -97,15 +97,23 @@ class LrPanel(ThrottledPlot):
     def finish_batch(self) -> None:
         self._update_labels()
 
+    def on_resize(self) -> None:
+        self._update_labels()
+
     def has_data(self) -> bool:
         return bool(self.planned) or bool(self.applied)
 
     def _update_labels(self) -> None:
+        legend = "[not bold $foreground-muted]planned[/] [not bold $primary]applied[/]"
+        if abs(self.scale - 1.0) > 1e-9:
+            legend += " [not bold $warning]ahead[/]"
+        name = "LR" if 0 < self.size.width < 56 else "Learning rate"
+        self.border_title = f"{name} {legend}" if self.planned else name
         if self.lr is None:
             self.border_subtitle = ""
             return
         mult = f"×{self.scale:.3g}"
-        mult_style = "$text-muted" if abs(self.scale - 1.0) < 1e-9 else "bold $warning"
+        mult_style = "$foreground-muted" if abs(self.scale - 1.0) < 1e-9 else "bold $warning"
         self.border_subtitle = f"now {fmt_lr(self.lr)} [{mult_style}]{mult}[/]"
 
     # drawing ------------------------------------------------------------------------------------
@@ -115,7 +123,9 @@ class LrPanel(ThrottledPlot):
         x_hi = max(self.max_steps, self.step, 1)
         ys_all: list[float] = []
         if self.planned:
-            px, py = downsample_minmax([p[0] for p in self.planned], [p[1] for p in self.planned], cols)
+            px, py = downsample_minmax(
+                [p[0] for p in self.planned], [p[1] for p in self.planned], cols
+            )
             plt.plot(px, py, marker="braille", color=pal["muted"])
             ys_all += py
             if abs(self.scale - 1.0) > 1e-9:

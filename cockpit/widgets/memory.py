@@ -22,7 +22,7 @@ CATEGORIES = (
     ("activations", "activations", "▓", "$secondary-lighten-2"),
     ("cache", "cache", "▒", "$foreground-darken-1"),
     ("other", "other", "░", "$foreground-darken-1"),
-    ("free", "free", "·", "$text-disabled"),
+    ("free", "free", "·", "$foreground-disabled"),
 )
 
 
@@ -74,7 +74,7 @@ class MemoryPanel(Widget):
         self.breakdown = ev
         used = sum(getattr(ev, k) for k, *_ in CATEGORIES[:-1])
         pct = 100.0 * used / ev.capacity if ev.capacity else 0.0
-        self.border_title = f"Memory [$text-muted]{ev.device}[/]"
+        self.border_title = f"Memory [not bold $foreground-muted]{ev.device}[/]"
         self.border_subtitle = f"used {fmt_bytes(used)} · {pct:.1f}% of {fmt_bytes(ev.capacity)}"
         self.refresh(layout=True)
 
@@ -100,11 +100,13 @@ class MemoryPanel(Widget):
 
     def _lines(self, width: int) -> list[Content]:
         if self.breakdown is None:
-            return [Content.styled("waiting for the memory breakdown...", "$text-muted")]
+            return [Content.styled("waiting for the memory breakdown...", "$foreground-muted")]
         ev = self.breakdown
         rows = self._sizes()
         cells = allocate_cells([r[4] for r in rows], max(width, 1))
-        bar = Content.assemble(*[(g * n, s) for (_, _, g, s, _), n in zip(rows, cells, strict=True) if n])
+        bar = Content.assemble(
+            *[(g * n, s) for (_, _, g, s, _), n in zip(rows, cells, strict=True) if n]
+        )
         cap = ev.capacity or 1
         items = []
         for _key, label, glyph, style, size in rows:
@@ -135,7 +137,7 @@ class MemoryPanel(Widget):
                     label.ljust(label_w) + " ",
                     (size_s.rjust(size_w), "bold"),
                     " ",
-                    (pct_s.rjust(pct_w), "$text-muted"),
+                    (pct_s.rjust(pct_w), "$foreground-muted"),
                 ]
             lines.append(Content.assemble(*parts))
         return lines

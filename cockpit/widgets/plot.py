@@ -126,7 +126,7 @@ class ThrottledPlot(PlotextPlot):
         if key == self._cache_key and self._cache is not None:
             return self._cache
         if not self.has_data() or width < 12 or height < 4:
-            self._cache = Content.styled(self.empty_message, "$text-muted")
+            self._cache = Content.styled(self.empty_message, "$foreground-muted")
             self._cache_key = key
             return self._cache
         t0 = time.perf_counter()

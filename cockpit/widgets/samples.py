@@ -31,10 +31,12 @@ def format_sample(step: int, prompt: str, text: str) -> Content:
     """One sample: a header line, then the prompt (styled) followed by the generated text."""
     continuation = text[len(prompt) :] if prompt and text.startswith(prompt) else text
     continuation = _visible(continuation[:MAX_CHARS]).rstrip()
-    header = Content.assemble(("step ", "$text-muted"), (fmt_int(step), "bold $accent"))
+    header = Content.assemble(("step ", "$foreground-muted"), (fmt_int(step), "bold $accent"))
     body = Content.assemble(
-        (_prompt_visible(prompt), "bold reverse $secondary-lighten-2" if prompt.strip() else
-         "bold $secondary-lighten-2"),
+        (
+            _prompt_visible(prompt),
+            "bold reverse $secondary-lighten-2" if prompt.strip() else "bold $secondary-lighten-2",
+        ),
         continuation,
     )
     return Content("\n").join([header, body])
@@ -48,7 +50,7 @@ class SamplesPanel(VerticalScroll):
         super().__init__(**kwargs)
         self.samples: deque[tuple[int, str, str]] = deque(maxlen=MAX_SAMPLES)
         self._dirty = False
-        self.text = Static(Content.styled("no samples yet", "$text-muted"), id="samples-text")
+        self.text = Static(Content.styled("no samples yet", "$foreground-muted"), id="samples-text")
 
     def compose(self) -> ComposeResult:
         yield self.text
@@ -68,7 +70,7 @@ class SamplesPanel(VerticalScroll):
         self._dirty = False
         self.border_subtitle = f"{len(self.samples)} kept" if self.samples else ""
         if not self.samples:
-            content = Content.styled("no samples yet (press s to sample now)", "$text-muted")
+            content = Content.styled("no samples yet (press s to sample now)", "$foreground-muted")
         else:
             blocks = [format_sample(*s) for s in reversed(self.samples)]
             content = Content("\n\n").join(blocks)

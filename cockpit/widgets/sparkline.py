@@ -57,8 +57,9 @@ class StripSparkline(Sparkline):
     }
     """
 
-    def __init__(self, data: Sequence[float] | None = None, *, lo: float = 0.0,
-                 hi: float = 100.0, **kwargs) -> None:
+    def __init__(
+        self, data: Sequence[float] | None = None, *, lo: float = 0.0, hi: float = 100.0, **kwargs
+    ) -> None:
         super().__init__(data, **kwargs)
         self.lo, self.hi = lo, hi
 

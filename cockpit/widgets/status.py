@@ -94,15 +94,15 @@ class StatusLine(Horizontal):
         background: $primary;
         color: $text;
     }
-    StatusLine > #badge.-running { background: $success; color: black; }
-    StatusLine > #badge.-paused { background: $warning; color: black; }
-    StatusLine > #badge.-saving { background: $accent; color: black; }
-    StatusLine > #badge.-stopping { background: $accent; color: black; }
-    StatusLine > #badge.-starting { background: $primary; color: white; }
-    StatusLine > #badge.-finished { background: $primary; color: white; }
-    StatusLine > #badge.-stopped { background: $foreground-darken-2; color: black; }
-    StatusLine > #badge.-failed { background: $error; color: white; }
-    StatusLine > #badge.-idle { background: $foreground-darken-2; color: black; }
+    StatusLine > #badge.-running { background: $success; color: $text; }
+    StatusLine > #badge.-paused { background: $warning; color: $text; }
+    StatusLine > #badge.-saving { background: $accent; color: $text; }
+    StatusLine > #badge.-stopping { background: $accent; color: $text; }
+    StatusLine > #badge.-starting { background: $primary; color: $text; }
+    StatusLine > #badge.-finished { background: $primary; color: $text; }
+    StatusLine > #badge.-stopped { background: $foreground-darken-2; color: $text; }
+    StatusLine > #badge.-failed { background: $error; color: $text; }
+    StatusLine > #badge.-idle { background: $foreground-darken-2; color: $text; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -141,8 +141,8 @@ class AlertLine(Static):
         display: none;
     }
     AlertLine.-shown { display: block; }
-    AlertLine.-error { background: $error; color: white; text-style: bold; }
-    AlertLine.-warning { background: $warning; color: black; }
+    AlertLine.-error { background: $error; color: $text; text-style: bold; }
+    AlertLine.-warning { background: $warning; color: $text; }
     AlertLine.-info { background: $boost; color: $text; }
     """
 

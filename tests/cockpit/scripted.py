@@ -42,8 +42,9 @@ SAMPLE_TEXTS = {
 }
 
 
-def planned_lr(step: int, max_steps: int, peak: float = 1e-3, warmup: int = 100,
-               floor: float = 1e-4) -> float:
+def planned_lr(
+    step: int, max_steps: int, peak: float = 1e-3, warmup: int = 100, floor: float = 1e-4
+) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
@@ -58,16 +59,32 @@ def telemetry_event(kind: str, t: float, k: int) -> Telemetry:
     if kind == "nvml":
         gpus = (
             DeviceReading(
-                index=0, name="NVIDIA H100 80GB HBM3", util_percent=94 + (k * 7) % 6,
-                mem_util_percent=61, mem_used=int(61.3 * GiB), mem_total=80 * GiB,
-                process_mem=int(60.1 * GiB), temperature_c=63, power_w=512 + (k * 13) % 40,
-                power_limit_w=700, sm_clock_mhz=1980, throttle=(),
+                index=0,
+                name="NVIDIA H100 80GB HBM3",
+                util_percent=94 + (k * 7) % 6,
+                mem_util_percent=61,
+                mem_used=int(61.3 * GiB),
+                mem_total=80 * GiB,
+                process_mem=int(60.1 * GiB),
+                temperature_c=63,
+                power_w=512 + (k * 13) % 40,
+                power_limit_w=700,
+                sm_clock_mhz=1980,
+                throttle=(),
             ),
             DeviceReading(
-                index=1, name="NVIDIA H100 80GB HBM3", util_percent=88 + (k * 5) % 9,
-                mem_util_percent=59, mem_used=int(60.2 * GiB), mem_total=80 * GiB,
-                process_mem=int(59.0 * GiB), temperature_c=78, power_w=690,
-                power_limit_w=700, sm_clock_mhz=1755, throttle=("sw_power_cap",),
+                index=1,
+                name="NVIDIA H100 80GB HBM3",
+                util_percent=88 + (k * 5) % 9,
+                mem_util_percent=59,
+                mem_used=int(60.2 * GiB),
+                mem_total=80 * GiB,
+                process_mem=int(59.0 * GiB),
+                temperature_c=78,
+                power_w=690,
+                power_limit_w=700,
+                sm_clock_mhz=1755,
+                throttle=("sw_power_cap",),
             ),
         )
         return Telemetry(source="nvml", gpus=gpus, cpu_percent=12.0, time=t)
@@ -88,14 +105,30 @@ def telemetry_event(kind: str, t: float, k: int) -> Telemetry:
 def memory_event(kind: str, step: int, t: float) -> MemoryBreakdown:
     if kind == "nvml":
         return MemoryBreakdown(
-            step=step, device="cuda:0", capacity=80 * GiB, weights=int(1.6 * GiB),
-            gradients=int(1.6 * GiB), optimizer=int(3.2 * GiB), activations=int(41.5 * GiB),
-            activations_measured=True, cache=int(6.3 * GiB), other=int(0.9 * GiB), time=t,
+            step=step,
+            device="cuda:0",
+            capacity=80 * GiB,
+            weights=int(1.6 * GiB),
+            gradients=int(1.6 * GiB),
+            optimizer=int(3.2 * GiB),
+            activations=int(41.5 * GiB),
+            activations_measured=True,
+            cache=int(6.3 * GiB),
+            other=int(0.9 * GiB),
+            time=t,
         )
     return MemoryBreakdown(
-        step=step, device="cpu", capacity=int(15.6 * GiB), weights=int(3.2 * MiB),
-        gradients=int(3.2 * MiB), optimizer=int(6.4 * MiB), activations=int(180 * MiB),
-        activations_measured=False, cache=0, other=int(1.02 * GiB), time=t,
+        step=step,
+        device="cpu",
+        capacity=int(15.6 * GiB),
+        weights=int(3.2 * MiB),
+        gradients=int(3.2 * MiB),
+        optimizer=int(6.4 * MiB),
+        activations=int(180 * MiB),
+        activations_measured=False,
+        cache=0,
+        other=int(1.02 * GiB),
+        time=t,
     )
 
 
@@ -118,12 +151,23 @@ def build_script(
     plan = tuple((s, planned_lr(s, max_steps)) for s in range(0, max_steps + 1, 10))
     ev: list[Any] = [
         RunStarted(
-            run_dir=f"runs/{preset}-scripted", preset=preset,
-            description="scripted run for the cockpit tests", config={"name": preset},
-            device=device, dtype="bfloat16" if device != "cpu" else "float32",
-            n_params=810_000, n_params_non_embedding=800_000, vocab_size=96, tokenizer="char",
-            train_tokens=2_000_000, val_tokens=220_000, start_step=0, max_steps=max_steps,
-            tokens_per_step=TOKENS_PER_STEP, planned_lr=plan, time=T0,
+            run_dir=f"runs/{preset}-scripted",
+            preset=preset,
+            description="scripted run for the cockpit tests",
+            config={"name": preset},
+            device=device,
+            dtype="bfloat16" if device != "cpu" else "float32",
+            n_params=810_000,
+            n_params_non_embedding=800_000,
+            vocab_size=96,
+            tokenizer="char",
+            train_tokens=2_000_000,
+            val_tokens=220_000,
+            start_step=0,
+            max_steps=max_steps,
+            tokens_per_step=TOKENS_PER_STEP,
+            planned_lr=plan,
+            time=T0,
         ),
         StateChanged(state="running", step=0, time=T0 + 1.5),
         telemetry_event(telemetry, T0 + 1.0, 0),
@@ -141,11 +185,18 @@ def build_script(
         gnorm = 0.4 + 1.6 * math.exp(-step / 80) + abs(rng.gauss(0, 0.05))
         if nan_at is not None and step == nan_at:
             loss, gnorm = float("nan"), float("nan")
-        ev.append(Step(
-            step=step, loss=loss, lr=planned_lr(step, max_steps) * scale, grad_norm=gnorm,
-            tokens_per_s=TOKENS_PER_STEP / STEP_S * (0.97 + 0.03 * math.sin(step)),
-            step_time_s=STEP_S, tokens=step * TOKENS_PER_STEP, time=t,
-        ))
+        ev.append(
+            Step(
+                step=step,
+                loss=loss,
+                lr=planned_lr(step, max_steps) * scale,
+                grad_norm=gnorm,
+                tokens_per_s=TOKENS_PER_STEP / STEP_S * (0.97 + 0.03 * math.sin(step)),
+                step_time_s=STEP_S,
+                tokens=step * TOKENS_PER_STEP,
+                time=t,
+            )
+        )
         if step % 5 == 0:
             ev.append(telemetry_event(telemetry, t + 0.01, k))
             k += 1
@@ -153,31 +204,68 @@ def build_script(
             ev.append(memory_event(telemetry, step, t + 0.02))
         if eval_every and step % eval_every == 0:
             val = loss_at(step, rng) + 0.08
-            ev.append(Eval(step=step, train_loss=loss_at(step, rng), val_loss=val,
-                           train_time_s=step * STEP_S, time=t + 0.5))
+            ev.append(
+                Eval(
+                    step=step,
+                    train_loss=loss_at(step, rng),
+                    val_loss=val,
+                    train_time_s=step * STEP_S,
+                    time=t + 0.5,
+                )
+            )
         if sample_every and step % sample_every == 0:
             for prompt in ("def ", "The "):
-                ev.append(Sample(step=step, prompt=prompt, text=prompt + SAMPLE_TEXTS[prompt],
-                                 time=t + 0.6))
+                ev.append(
+                    Sample(
+                        step=step, prompt=prompt, text=prompt + SAMPLE_TEXTS[prompt], time=t + 0.6
+                    )
+                )
         if step == 250:
-            ev.append(CheckpointSaved(step=step, path=f"runs/{preset}-scripted/ckpt-000250.pt",
-                                      reason="interval", time=t + 0.7))
+            ev.append(
+                CheckpointSaved(
+                    step=step,
+                    path=f"runs/{preset}-scripted/ckpt-000250.pt",
+                    reason="interval",
+                    time=t + 0.7,
+                )
+            )
         if nan_at is not None and step == nan_at:
-            ev.append(Alert(level="error", code="nan", step=step,
-                            message=f"loss is NaN at step {step}; paused", time=t + 0.01))
+            ev.append(
+                Alert(
+                    level="error",
+                    code="nan",
+                    step=step,
+                    message=f"loss is NaN at step {step}; paused",
+                    time=t + 0.01,
+                )
+            )
             ev.append(StateChanged(state="paused", step=step, reason="nan", time=t + 0.02))
             break
         if fail_at is not None and step == fail_at:
-            ev.append(Alert(level="error", code="oom", step=step,
-                            message="CUDA out of memory: tried to allocate 2.00 GiB "
-                                    "(GPU 0 has 80 GiB, 1.2 GiB free)", time=t + 0.01))
-            ev.append(StateChanged(state="failed", step=step, reason="out of memory",
-                                   time=t + 0.02))
+            ev.append(
+                Alert(
+                    level="error",
+                    code="oom",
+                    step=step,
+                    message="CUDA out of memory: tried to allocate 2.00 GiB "
+                    "(GPU 0 has 80 GiB, 1.2 GiB free)",
+                    time=t + 0.01,
+                )
+            )
+            ev.append(
+                StateChanged(state="failed", step=step, reason="out of memory", time=t + 0.02)
+            )
             break
     else:
         if finish:
-            ev.append(CheckpointSaved(step=steps, reason="final", time=t + 1.0,
-                                      path=f"runs/{preset}-scripted/ckpt-{steps:06d}.pt"))
+            ev.append(
+                CheckpointSaved(
+                    step=steps,
+                    reason="final",
+                    time=t + 1.0,
+                    path=f"runs/{preset}-scripted/ckpt-{steps:06d}.pt",
+                )
+            )
             ev.append(StateChanged(state="finished", step=steps, time=t + 1.1))
     return ev
 
@@ -185,8 +273,9 @@ def build_script(
 class ScriptedTrainer:
     """Plays `script` into `events` when run() starts, then idles until stopped."""
 
-    def __init__(self, preset: str = "default", script: list[Any] | None = None,
-                 **script_options: Any) -> None:
+    def __init__(
+        self, preset: str = "default", script: list[Any] | None = None, **script_options: Any
+    ) -> None:
         self.preset = preset
         self.script = script if script is not None else build_script(preset, **script_options)
         self.events = EventQueue()
@@ -245,8 +334,7 @@ class ScriptedTrainer:
             return self._t
 
     def _ack_state(self, state: str, reason: str = "") -> None:
-        self._emit(StateChanged(state=state, step=self.step, reason=reason,
-                                time=self._next_time()))
+        self._emit(StateChanged(state=state, step=self.step, reason=reason, time=self._next_time()))
 
     # commands (any thread) ----------------------------------------------------------------------------
     def pause(self) -> None:
@@ -261,32 +349,58 @@ class ScriptedTrainer:
         self.calls.append(("checkpoint",))
         previous = self.state
         self._ack_state("saving")
-        self._emit(CheckpointSaved(step=self.step, reason="manual", time=self._next_time(),
-                                   path=f"runs/{self.preset}-scripted/ckpt-{self.step:06d}.pt"))
+        self._emit(
+            CheckpointSaved(
+                step=self.step,
+                reason="manual",
+                time=self._next_time(),
+                path=f"runs/{self.preset}-scripted/ckpt-{self.step:06d}.pt",
+            )
+        )
         self._ack_state(previous if previous in ("running", "paused") else "running")
 
     def set_lr(self, lr: float) -> None:
         self.calls.append(("set_lr", lr))
         planned = planned_lr(self.step, self._max_steps)
         old = self._lr
-        self._emit(LrChanged(step=self.step, old_lr=old, new_lr=lr, scale=lr / planned,
-                             time=self._next_time()))
+        self._emit(
+            LrChanged(
+                step=self.step, old_lr=old, new_lr=lr, scale=lr / planned, time=self._next_time()
+            )
+        )
 
     def scale_lr(self, factor: float) -> None:
         self.calls.append(("scale_lr", factor))
         old = self._lr
-        self._emit(LrChanged(step=self.step, old_lr=old, new_lr=old * factor,
-                             scale=self._scale * factor, time=self._next_time()))
+        self._emit(
+            LrChanged(
+                step=self.step,
+                old_lr=old,
+                new_lr=old * factor,
+                scale=self._scale * factor,
+                time=self._next_time(),
+            )
+        )
 
     def sample(self) -> None:
         self.calls.append(("sample",))
-        self._emit(Sample(step=self.step, prompt="def ", text="def main():\n    pass",
-                          time=self._next_time()))
+        self._emit(
+            Sample(
+                step=self.step, prompt="def ", text="def main():\n    pass", time=self._next_time()
+            )
+        )
 
     def evaluate(self) -> None:
         self.calls.append(("evaluate",))
-        self._emit(Eval(step=self.step, train_loss=1.6, val_loss=1.7,
-                        train_time_s=self.step * STEP_S, time=self._next_time()))
+        self._emit(
+            Eval(
+                step=self.step,
+                train_loss=1.6,
+                val_loss=1.7,
+                train_time_s=self.step * STEP_S,
+                time=self._next_time(),
+            )
+        )
 
     def stop(self, checkpoint: bool = True) -> None:
         self.calls.append(("stop", checkpoint))
@@ -294,8 +408,14 @@ class ScriptedTrainer:
             self._stop.set()
             return
         if checkpoint:
-            self._emit(CheckpointSaved(step=self.step, reason="stop", time=self._next_time(),
-                                       path=f"runs/{self.preset}-scripted/ckpt-{self.step:06d}.pt"))
+            self._emit(
+                CheckpointSaved(
+                    step=self.step,
+                    reason="stop",
+                    time=self._next_time(),
+                    path=f"runs/{self.preset}-scripted/ckpt-{self.step:06d}.pt",
+                )
+            )
         self._ack_state("stopped", "user")
         self._stop.set()
 
@@ -323,9 +443,7 @@ class ScriptedFactory:
 
 
 def config_error(name: str) -> ConfigError:
-    return ConfigError(
-        f"presets/{name}.toml: optim.lr: expected a number > 0, got -0.001"
-    )
+    return ConfigError(f"presets/{name}.toml: optim.lr: expected a number > 0, got -0.001")
 
 
 # helpers for pilot and snapshot tests ------------------------------------------------------------
@@ -344,8 +462,6 @@ async def settle(pilot: Any, factory: ScriptedFactory | None = None) -> None:
     if factory is not None and factory.trainers:
         trainer = factory.trainer
         await wait_for(pilot, lambda: trainer.loaded.is_set() and app.trainer is trainer)
-    await pilot.pause()
-    app.pump(force=True)
     await pilot.pause()
     app.pump(force=True)
     await pilot.pause()

@@ -6,16 +6,26 @@ Plain `def` tests running `asyncio.run(...)`: no async pytest plugin needed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from typing import Any
 
 import pytest
-from scripted import ScriptedFactory, ScriptedTrainer, config_error, settle, wait_for
+from scripted import (
+    ScriptedFactory,
+    ScriptedTrainer,
+    build_script,
+    config_error,
+    settle,
+    wait_for,
+)
 from textual.notifications import Notify
+from textual.widgets import Input
 
 from cockpit.app import CockpitApp
 from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
+from engine.events import StateChanged, Step
 
 SIZE = (120, 40)
 
@@ -128,18 +138,20 @@ def test_lr_dialog_rejects_invalid_input() -> None:
         app, factory = make_app()
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot, factory)
+            await pilot.press("l")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, LrScreen)
+            field = screen.query_one(Input)
             for text in INVALID_LR_INPUTS:
-                await pilot.press("l")
-                await pilot.pause()
+                field.value = ""
                 await pilot.press(*text, "enter")
-                await pilot.pause()
-                screen = app.screen
-                assert isinstance(screen, LrScreen), f"{text!r}: the dialog stays open"
+                assert app.screen is screen, f"{text!r}: the dialog stays open"
                 assert screen.error, f"{text!r}: an inline error is shown"
                 assert factory.trainer.calls == [], text
-                await pilot.press("escape")
-                await pilot.pause()
-                assert not isinstance(app.screen, LrScreen)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, LrScreen)
             assert factory.trainer.calls == []
 
     run(go())
@@ -239,8 +251,9 @@ def test_preset_menu_shows_data_availability() -> None:
         factory = ScriptedFactory()
 
         def data_available(name: str) -> tuple[bool, str]:
-            return (False, "tinyshakespeare: not downloaded") if "shakespeare" in name else (
-                True, "")
+            return (
+                (False, "tinyshakespeare: not downloaded") if "shakespeare" in name else (True, "")
+            )
 
         app = CockpitApp(factory, "default", data_available=data_available)
         async with app.run_test(size=SIZE) as pilot:
@@ -382,6 +395,56 @@ def test_finished_run_shows_a_summary_and_disables_run_keys() -> None:
     run(go())
 
 
+def resumed_script() -> list[Any]:
+    """A run resumed at step 250: RunStarted, then its history replayed with old timestamps."""
+    past = build_script("default", steps=250)
+    started = past[0]
+    t1 = started.time + 10_000.0
+    script: list[Any] = [
+        dataclasses.replace(started, start_step=250, resumed_from="runs/x/ckpt-000250.pt", time=t1),
+        StateChanged(state="running", step=250, time=t1 + 1.0),
+    ]
+    script += [e for e in past if e.kind in ("step", "eval", "lr_changed", "sample", "checkpoint")]
+    for i in range(1, 51):
+        script.append(
+            Step(
+                step=250 + i,
+                loss=1.5,
+                lr=1e-3,
+                grad_norm=0.5,
+                tokens_per_s=3840.0,
+                step_time_s=0.2,
+                tokens=(250 + i) * 768,
+                time=t1 + 2.0 + i * 0.5,
+            )
+        )
+    return script
+
+
+def test_resumed_history_is_drawn_but_not_announced() -> None:
+    async def go() -> None:
+        script = resumed_script()
+        app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
+        toasts: list[Any] = []
+
+        def hook(message: Any) -> None:
+            if isinstance(message, Notify):
+                toasts.append(message.notification.title)
+
+        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+            await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
+            await settle(pilot)
+            assert app.loss_panel.raw.total == 300  # 250 replayed + 50 new
+            assert app.lr_panel.changes  # the past LR change is drawn
+            assert not any(t and t.startswith("LR changed") for t in toasts), toasts
+            assert any(t and t.startswith("Resumed") for t in toasts), toasts
+            # speed and ETA come from this session's steps only: 2 steps/s
+            assert app.tracker.rate == pytest.approx(2.0)
+            assert app.tracker.elapsed == pytest.approx(27.0)
+
+    run(go())
+
+
 def test_nan_alert_is_prominent_and_paused() -> None:
     async def go() -> None:
         app, factory = make_app(nan_at=180)
@@ -424,9 +487,20 @@ def test_command_palette_lists_the_actions() -> None:
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot, factory)
             titles = [c.title for c in app.get_system_commands(app.screen)]
-            for want in ("Pause / resume", "Checkpoint now", "Set learning rate", "LR ×1.25",
-                         "LR ÷1.25", "Sample now", "Evaluate now", "Switch preset", "Help",
-                         "Quit", "Loss x axis: steps / tokens", "Loss y axis: linear / log"):
+            for want in (
+                "Pause / resume",
+                "Checkpoint now",
+                "Set learning rate",
+                "LR ×1.25",
+                "LR ÷1.25",
+                "Sample now",
+                "Evaluate now",
+                "Switch preset",
+                "Help",
+                "Quit",
+                "Loss x axis: steps / tokens",
+                "Loss y axis: linear / log",
+            ):
                 assert want in titles
             assert titles.count("Quit") == 1
             # and the palette's Quit asks too

@@ -6,11 +6,10 @@ import asyncio
 import time
 from pathlib import Path
 
+from cockpit.app import CockpitApp
 from engine.checkpoint import list_checkpoints, load_checkpoint
 from engine.presets import load_preset
 from engine.trainer import Trainer
-
-from cockpit.app import CockpitApp
 
 TINY = [
     "model.n_layer=1",

@@ -24,12 +24,21 @@ def _fixed_presets(_dirs: Any = ()) -> dict[str, Any]:
     from engine.presets import PresetInfo
 
     rows = [
-        ("default", "built-in",
-         "Char-level GPT on the Python docs that ship with Python: trains anywhere, offline"),
-        ("nanogpt-cpu", "built-in",
-         "nanoGPT's CPU recipe on Tiny Shakespeare (char): 4x128, block 64, 2000 iters"),
-        ("shakespeare-char", "built-in",
-         "nanoGPT's GPU recipe on Tiny Shakespeare (char): 6x384, block 256, 5000 iters"),
+        (
+            "default",
+            "built-in",
+            "Char-level GPT on the Python docs that ship with Python: trains anywhere, offline",
+        ),
+        (
+            "nanogpt-cpu",
+            "built-in",
+            "nanoGPT's CPU recipe on Tiny Shakespeare (char): 4x128, block 64, 2000 iters",
+        ),
+        (
+            "shakespeare-char",
+            "built-in",
+            "nanoGPT's GPU recipe on Tiny Shakespeare (char): 6x384, block 256, 5000 iters",
+        ),
         ("tiny", "built-in", "A seconds-long smoke test: a 2-layer model on the Python docs"),
         ("my-experiment", "user", "wider MLP, rotary, Muon"),
     ]
@@ -132,3 +141,8 @@ def test_quit_confirm(snap_compare: Any) -> None:
 def test_zoomed_samples_compact(snap_compare: Any) -> None:
     app, before = scenario(["5"])
     assert snap_compare(app, terminal_size=(80, 24), run_before=before)
+
+
+def test_loss_tokens_log(snap_compare: Any) -> None:
+    app, before = scenario(["t", "g"])
+    assert snap_compare(app, terminal_size=(160, 48), run_before=before)
