@@ -18,6 +18,9 @@ from engine.config import ConfigError, parse_override
 from engine.events import Event
 
 SUBCOMMANDS = ("train", "presets", "plan")
+PLAN_EPILOG = (
+    "Example: cockpit plan --preset local-300m --device-memory 24GB --set train.batch_size=16"
+)
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -75,6 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command")
     _run_options(sub.add_parser("train", help="train a preset (the app, or --headless)"))
+    plan = sub.add_parser(
+        "plan",
+        help="estimate peak memory before training: will it fit, and what to change",
+        epilog=PLAN_EPILOG,
+    )
+    plan.add_argument("--preset", default=None, help="preset name or path (default: 'default')")
+    plan.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        help="plan for a GPU with this much memory, e.g. 24GB (default: this machine's device)",
+    )
+    plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    plan.add_argument("--data", metavar="PATH", help="corpus (for a char-level vocabulary)")
+    plan.add_argument("--presets-dir", action="append", default=[], metavar="DIR")
     presets = sub.add_parser("presets", help="list the presets and where they come from")
     presets.add_argument("--presets-dir", action="append", default=[], metavar="DIR")
     return parser
@@ -246,11 +263,42 @@ def list_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def show_plan(args: argparse.Namespace) -> int:
+    from engine.plan import format_plan, parse_size, plan_memory, suggest_fixes, vocab_size_for
+    from engine.presets import load_preset
+
+    cfg = load_preset(args.preset or "default", args.overrides, args.presets_dir)
+    if args.device_memory:
+        capacity = parse_size(args.device_memory)
+        device_type = "cpu" if cfg.train.device == "cpu" else "cuda"
+    else:
+        import psutil
+        import torch
+
+        from engine.trainer import select_device
+
+        device = select_device(cfg.train.device)
+        device_type = device.type
+        if device.type == "cuda":
+            capacity = torch.cuda.get_device_properties(device).total_memory
+        else:
+            capacity = psutil.virtual_memory().total
+    vocab, how = vocab_size_for(cfg, args.data)
+    plan = plan_memory(cfg, vocab, device_type, capacity)
+    print(format_plan(cfg, plan, suggest_fixes(cfg, vocab, device_type, capacity)))
+    print(
+        f"\nvocabulary {vocab:,} ({how}); activations per Korthikanti et al. 2022 with fused attention, logits at 12 B each"
+    )
+    return 0 if plan.fits else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.command == "presets":
             return list_presets(args)
+        if args.command == "plan":
+            return show_plan(args)
         # Validate the preset before anything else so a typo is one line, not a UI.
         if args.resume is None:
             from engine.presets import load_preset

@@ -61,6 +61,10 @@ class RunStarted(Event):
     tokens_per_step: int
     planned_lr: tuple[tuple[int, float], ...]  # (step, lr) downsampled over the whole run
     resumed_from: str | None = None
+    memory_plan: dict[str, int] | None = None  # pre-flight estimate: bytes by category + capacity
+    flops_per_token: float = 0.0
+    peak_flops: float = 0.0  # FLOP/s the MFU is measured against
+    peak_source: str = ""  # "table: H100 bf16" or "measured: ..."
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class Step(Event):
     tokens_per_s: float
     step_time_s: float
     tokens: int  # tokens trained on so far
+    mfu: float = 0.0  # model FLOPs utilisation, 0..1
+    data_time_s: float = 0.0  # of step_time_s, the time spent waiting for batches
+    update_ratio: float = float("nan")  # ||lr * update|| / ||weights||, sampled (nan when not)
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,9 @@ def measure_peak(
     device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 0.3
 ) -> Peak:
     """Sustained matmul FLOP/s on this device: the ceiling when no datasheet figure is known."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
+    g = torch.Generator(device=device).manual_seed(0)  # never touch the run's global RNG
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=g)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=g)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     a @ b  # warm up kernels and thread pools
     sync()

@@ -82,6 +82,11 @@ class MemoryPlan:
     def fits(self) -> bool | None:
         return None if self.capacity is None else self.total <= self.capacity
 
+    def as_dict(self) -> dict[str, int]:
+        names = ("weights", "gradients", "optimizer", "activations", "overhead")
+        values = {name: getattr(self, name) for name in names}
+        return {**values, "total": self.total, "capacity": self.capacity or 0}
+
     def rows(self) -> list[tuple[str, int]]:
         return [
             ("weights", self.weights),
@@ -199,6 +204,44 @@ def suggest_fixes(
                 )
             )
     return fixes
+
+
+def vocab_size_for(cfg: RunConfig, data_path: str | None = None) -> tuple[int, str]:
+    """The vocabulary the run will have, and how it was found (no training data is read for BPE)."""
+    from engine.data import DataError, prepare
+
+    if cfg.data.tokenizer != "char":
+        try:
+            import tiktoken
+
+            return tiktoken.get_encoding(cfg.data.tokenizer).n_vocab, cfg.data.tokenizer
+        except Exception:
+            return (
+                50257,
+                f"{cfg.data.tokenizer} (assumed GPT-2 size: encoding not available offline)",
+            )
+    try:
+        data = prepare(cfg.data, data_path=data_path)
+        return data.tokenizer.vocab_size, "characters of the corpus"
+    except DataError:
+        return 256, "assumed 256 characters (corpus not available)"
+
+
+def check_fits(cfg: RunConfig, vocab_size: int, device_type: str, capacity: int) -> MemoryPlan:
+    """The plan; a ConfigError naming the best fix if the estimate exceeds the capacity."""
+    plan = plan_memory(cfg, vocab_size, device_type, capacity)
+    if plan.fits:
+        return plan
+    fixes = [f for f in suggest_fixes(cfg, vocab_size, device_type, capacity) if f.plan.fits]
+    hint = (
+        f"try {' '.join('--set ' + o for o in fixes[0].overrides)} (estimate {format_bytes(fixes[0].plan.total)})"
+        if fixes
+        else "use a smaller model or micro-batch"
+    )
+    raise ConfigError(
+        f"{cfg.name} will not fit: estimated peak {format_bytes(plan.total)} of {format_bytes(capacity)} "
+        f"on {device_type}; {hint}; `cockpit plan` lists every option"
+    )
 
 
 def format_bytes(n: float) -> str:

@@ -46,12 +46,15 @@ from engine.events import (
     StateChanged,
     Step,
 )
+from engine.flops import device_peak, flops_per_token, mfu
 from engine.model import GPT
 from engine.optim import applied_lr, build_optimizer, set_lr_factor
+from engine.plan import check_fits
 from engine.schedule import lr_factor, planned_curve
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
-MAX_LR = 10.0  # a larger LR is a typo, not a choice
+MAX_LR = 10.0
+HEALTH_EVERY = 50  # steps between update-to-weight ratio samples (each clones a few matrices)  # a larger LR is a typo, not a choice
 
 
 def select_device(requested: str) -> torch.device:
@@ -157,6 +160,17 @@ class _Pending:
     loss: torch.Tensor
     grad_norm: torch.Tensor | None
     lr: float
+    data_time_s: float
+    update_ratio: torch.Tensor | None
+
+
+def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch.Tensor:
+    """||w_after - w_before|| / ||w_before|| over a set of tensors, on their device."""
+    delta = torch.stack(
+        [(a.detach() - b).float().pow(2).sum() for a, b in zip(after, before, strict=True)]
+    ).sum()
+    norm = torch.stack([b.float().pow(2).sum() for b in before]).sum()
+    return delta.sqrt() / norm.sqrt().clamp_min(1e-12)
 
 
 HISTORY_KINDS = ("step", "eval", "lr_changed", "sample", "checkpoint")
@@ -365,6 +379,12 @@ class Trainer:
         self.data: PreparedData = prepare(cfg.data, data_path=self.data_path)
         check_length(self.data, cfg.model.block_size)
         vocab = self.data.tokenizer.vocab_size
+        # Pre-flight: refuse a configuration that cannot fit before allocating anything.
+        if self.device.type == "cuda":
+            capacity = torch.cuda.get_device_properties(self.device).total_memory
+        else:
+            capacity = psutil.virtual_memory().total
+        self.memory_plan = check_fits(cfg, vocab, self.device.type, capacity)
         self.model = GPT(cfg.model, vocab).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg.optim, self.device.type)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
@@ -384,6 +404,8 @@ class Trainer:
         if state is not None:
             self._restore(state)
         self.forward = torch.compile(self.model) if cfg.train.compile else self.model
+        self.flops_per_token = flops_per_token(self.model.num_params(), cfg.model)
+        self.peak = device_peak(self.device, self.dtype)
         self.log_every = cfg.train.log_every or (1 if self.device.type == "cpu" else 10)
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
 
@@ -406,6 +428,10 @@ class Trainer:
                 tokens_per_step=cfg.tokens_per_step,
                 planned_lr=planned_curve(cfg),
                 resumed_from=state["_path"] if state else None,
+                memory_plan=self.memory_plan.as_dict(),
+                flops_per_token=self.flops_per_token,
+                peak_flops=self.peak.flops,
+                peak_source=self.peak.source,
             )
         )
         if state is not None:
@@ -691,6 +717,7 @@ class Trainer:
         tokens_per_s = len(pending) * self.cfg.tokens_per_step / window
         step_time = window / len(pending)
         first_token_count = self.tokens - len(pending) * self.cfg.tokens_per_step
+        utilisation = mfu(tokens_per_s, self.flops_per_token, self.peak.flops)
         for i, (p, loss, norm) in enumerate(zip(pending, losses, norm_values, strict=True)):
             self.emit(
                 Step(
@@ -701,6 +728,9 @@ class Trainer:
                     tokens_per_s=tokens_per_s,
                     step_time_s=step_time,
                     tokens=first_token_count + (i + 1) * self.cfg.tokens_per_step,
+                    mfu=utilisation,
+                    data_time_s=p.data_time_s,
+                    update_ratio=float(p.update_ratio) if p.update_ratio is not None else math.nan,
                 )
             )
         bad = next(
@@ -722,13 +752,18 @@ class Trainer:
         on_cuda = self.device.type == "cuda"
         if report_memory and on_cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
-        start_allocated = torch.cuda.memory_allocated(self.device) if report_memory and on_cuda else 0
+        start_allocated = (
+            torch.cuda.memory_allocated(self.device) if report_memory and on_cuda else 0
+        )
         set_lr_factor(self.optimizer, lr_factor(self.step, cfg) * self.lr_scale)
         lr = applied_lr(self.optimizer)
         accum = cfg.train.grad_accum
         loss_sum = None
+        data_time = 0.0
         for _ in range(accum):
+            t_data = time.perf_counter()
             x, y = self.train_batches.next()
+            data_time += time.perf_counter() - t_data
             with self.autocast:
                 # index, don't unpack: holding the logits through backward costs b*s*vocab memory
                 loss = self.forward(x, y)[1] / accum
@@ -738,15 +773,22 @@ class Trainer:
         if cfg.optim.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+        # Run health, sampled: how far this step moved the attention output projections,
+        # relative to their size (a cheap subset: d*d per layer, not every weight).
+        watched = before = None
+        if self.step % HEALTH_EVERY == 0:
+            watched = [block.attn.c_proj.weight for block in self.model.blocks]
+            before = [w.detach().clone() for w in watched]
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        ratio = update_ratio(before, watched) if watched else None
         if report_memory:
             self._report_memory(start_allocated)
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens += cfg.tokens_per_step
         self.current_lr = lr
-        self._pending.append(_Pending(self.step, loss_sum, grad_norm, lr))
+        self._pending.append(_Pending(self.step, loss_sum, grad_norm, lr, data_time, ratio))
 
     def _due(self, interval: int) -> bool:
         return interval > 0 and self.step % interval == 0

@@ -1,0 +1,188 @@
+"""Instruments that tell the truth: memory figures, the pre-flight plan, FLOPs and MFU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine import memory
+from engine.config import ConfigError, ModelConfig, OptimConfig
+from engine.flops import flops_per_token, measure_peak, mfu, table_peak
+from engine.model import GPT
+from engine.optim import build_optimizer
+from engine.plan import (
+    GIB,
+    check_fits,
+    optimizer_state_bytes,
+    param_shapes,
+    parse_size,
+    plan_memory,
+    suggest_fixes,
+)
+from engine.presets import load_preset
+from engine.trainer import Trainer
+
+OPTIMIZERS = ["adamw", "muon", "lion", "adafactor"]
+SMALL = [
+    "model.n_layer=2",
+    "model.n_head=2",
+    "model.n_embd=32",
+    "model.block_size=16",
+    "train.batch_size=4",
+]
+
+
+def stepped(optimizer: str, tie: bool = True):
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, tie_embeddings=tie), 50)
+    opt = build_optimizer(model, OptimConfig(name=optimizer), "cpu")
+    x = torch.randint(50, (2, 16))
+    model(x, x)[1].backward()
+    opt.step()
+    return model, opt
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_exact_bytes_match_the_real_tensors(optimizer):
+    model, opt = stepped(optimizer)
+    params = list(model.parameters())  # distinct: the tied head appears once
+    real_weights = sum(p.numel() * p.element_size() for p in params)
+    assert memory.weight_bytes(model) == real_weights
+    assert memory.gradient_bytes(model) == sum(
+        p.grad.numel() * p.grad.element_size() for p in params
+    )
+    state_tensors = [t for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+    assert memory.optimizer_bytes(opt) == sum(t.numel() * t.element_size() for t in state_tensors)
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("tie", [True, False])
+def test_the_plans_exact_parts_equal_what_training_allocates(optimizer, tie):
+    model, opt = stepped(optimizer, tie)
+    cfg = load_preset(
+        "default", [*SMALL, f"optim.name={optimizer}", f"model.tie_embeddings={str(tie).lower()}"]
+    )
+    shapes = param_shapes(cfg, 50)
+    plan = plan_memory(cfg, 50, "cpu", None)
+    assert plan.weights == memory.weight_bytes(model)
+    assert plan.gradients == memory.gradient_bytes(model)
+    assert optimizer_state_bytes(shapes, optimizer) == memory.optimizer_bytes(opt) == plan.optimizer
+
+
+def test_memory_event_reports_exact_sizes(tmp_path):
+    events = []
+    cfg = load_preset(
+        "default", [*SMALL, "train.max_steps=3", "eval.interval=0", "sample.interval=0"]
+    )
+    trainer = Trainer(cfg, run_dir=tmp_path, sinks=[events.append], telemetry=False)
+    assert trainer.run() == "finished"
+    (breakdown,) = [e for e in events if e.kind == "memory"]
+    n = sum(p.numel() for p in trainer.model.parameters())
+    assert breakdown.weights == 4 * n and breakdown.gradients == 4 * n
+    assert breakdown.optimizer == 8 * n + 4 * len(list(trainer.model.parameters()))  # AdamW + steps
+    assert breakdown.activations > 0 and not breakdown.activations_measured
+    started = next(e for e in events if e.kind == "run_started")
+    assert started.memory_plan["weights"] == breakdown.weights
+    assert started.memory_plan["optimizer"] == breakdown.optimizer
+
+
+def test_activation_estimate_by_hand():
+    # 1 layer, s=4, b=2, h=8, a=2, vocab 10, 16-bit, fused attention:
+    # s*b*h*34 = 2176 bytes, logits 2*4*10*12 = 960 bytes
+    assert memory.activation_bytes_estimate(2, 4, 8, 2, 1, 10, 2) == 2176 + 960
+    # without fused attention the score term 5*a*s/h = 5 joins the 34
+    assert (
+        memory.activation_bytes_estimate(2, 4, 8, 2, 1, 10, 2, flash_attention=False)
+        == 64 * 39 + 960
+    )
+    # fp32 doubles the layer term; checkpointing keeps 2*sbh per layer plus one live layer
+    assert memory.activation_bytes_estimate(2, 4, 8, 2, 1, 10, 4) == 4352 + 960
+    assert (
+        memory.activation_bytes_estimate(2, 4, 8, 2, 3, 10, 2, grad_checkpoint=True)
+        == 3 * 128 + 2176 + 960
+    )
+
+
+def test_flops_per_token_by_hand():
+    cfg = ModelConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024)
+    # nanoGPT's GPT-2 124M: N = 124,337,664 non-position parameters with vocab 50304
+    n = GPT(cfg, 50304).num_params()
+    assert flops_per_token(n, cfg) == 6 * n + 12 * 12 * 12 * 64 * 1024
+    assert mfu(1000.0, 6e9, 6e12) == pytest.approx(1.0)
+
+
+def test_peak_table_and_measured_fallback():
+    assert table_peak("NVIDIA H100 80GB HBM3", torch.bfloat16).flops == 989e12
+    assert table_peak("NVIDIA L40S", torch.float32).flops == 91.6e12  # not mistaken for an L4
+    assert table_peak("NVIDIA GeForce RTX 4090", torch.bfloat16).flops == 165.2e12
+    assert table_peak("Some Future GPU", torch.bfloat16) is None
+    peak = measure_peak(torch.device("cpu"), torch.float32, size=128, seconds=0.05)
+    assert peak.flops > 1e8 and peak.source.startswith("measured")
+
+
+def test_parse_size():
+    assert parse_size("24GB") == 24 * GIB
+    assert parse_size("80 GiB") == 80 * GIB
+    assert parse_size("512m") == 512 * 1024**2
+    with pytest.raises(ConfigError, match="expected a size like 24GB"):
+        parse_size("lots")
+
+
+def test_plan_refuses_what_cannot_fit_and_names_the_fix():
+    cfg = load_preset(
+        "default",
+        [
+            "model.n_layer=24",
+            "model.n_embd=1024",
+            "model.n_head=16",
+            "model.block_size=1024",
+            "train.batch_size=32",
+        ],
+    )
+    with pytest.raises(ConfigError) as err:
+        check_fits(cfg, 50257, "cuda", 24 * GIB)
+    message = str(err.value)
+    assert "will not fit" in message and "--set" in message and "\n" not in message
+    fixes = suggest_fixes(cfg, 50257, "cuda", 24 * GIB)
+    batch_fix = fixes[0]
+    assert "train.grad_accum" in " ".join(batch_fix.overrides)  # same effective batch first
+    assert any(f.plan.fits for f in fixes)
+    # each fix lowers the estimate
+    base = plan_memory(cfg, 50257, "cuda", 24 * GIB).total
+    assert all(f.plan.total < base for f in fixes)
+
+
+def test_cockpit_plan_cli_answers_with_figures():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cockpit.cli",
+            "plan",
+            "--device-memory",
+            "24GB",
+            *sum(
+                (
+                    ["--set", s]
+                    for s in [
+                        "model.n_layer=24",
+                        "model.n_embd=1024",
+                        "model.n_head=16",
+                        "model.block_size=1024",
+                        "train.batch_size=32",
+                        "data.tokenizer=r50k_base",
+                    ]
+                ),
+                [],
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1  # does not fit
+    assert "DOES NOT FIT" in result.stdout and "to lower peak memory" in result.stdout
+    assert "--set train.batch_size=" in result.stdout
