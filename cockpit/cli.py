@@ -174,6 +174,7 @@ def make_trainer(
     *,
     first: bool = True,
     sinks: list[Any] = (),
+    interactive: bool = True,
 ) -> Any:
     """Build a (not yet started) Trainer from the command line; `preset` overrides --preset.
 
@@ -196,11 +197,12 @@ def make_trainer(
         resume_overrides=overrides if resume else (),
         sinks=sinks,
         telemetry=not args.no_telemetry,
+        interactive=interactive,
     )
 
 
 def run_headless(args: argparse.Namespace) -> int:
-    trainer = make_trainer(args, sinks=[ProgressPrinter()])
+    trainer = make_trainer(args, sinks=[ProgressPrinter()], interactive=False)
     signals_seen: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:

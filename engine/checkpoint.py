@@ -98,6 +98,14 @@ def mark_best(run_dir: Path, path: Path) -> Path:
     return best
 
 
+def remove_partial_saves(run_dir: Path) -> int:
+    """Delete temporary files left by a save that was killed mid-write; returns how many."""
+    stale = list(run_dir.glob(".ckpt-*.tmp")) + list(run_dir.glob(f".{BEST_NAME}.tmp"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
+
+
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load a checkpoint on the CPU; any damage becomes a one-line CheckpointError."""
     if path.is_dir():

@@ -96,6 +96,18 @@ class TrainConfig:
     compile: bool = _opt(False, help="torch.compile the model")
     seed: int = _opt(1337)
     log_every: int = _opt(0, help="steps between loss read-backs (0 = 1 on CPU, 10 on GPU)", min=0)
+    check_finite: bool = _opt(
+        True, help="check each step's gradient norm before applying it (one sync)"
+    )
+    spike_sigma: float = _opt(
+        0.0, help="a loss this many std devs above its moving average is a spike (0 = off)", min=0.0
+    )
+    on_anomaly: str = _opt(
+        "auto",
+        help="on NaN or spike: pause, rollback (to the last checkpoint, LR halved) or auto (pause in the app, rollback headless)",
+        choices=("auto", "pause", "rollback"),
+    )
+    max_rollbacks: int = _opt(3, help="rollbacks before a headless run gives up", min=0)
 
 
 @dataclass

@@ -229,6 +229,7 @@ class Trainer:
         sinks: Iterable[Callable[[Event], None]] = (),
         telemetry: bool = True,
         event_capacity: int = 20_000,
+        interactive: bool = True,
     ) -> None:
         self.cfg = cfg
         self.run_dir = (
@@ -252,6 +253,11 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
+        self.interactive = (
+            interactive  # a person is watching: anomalies pause rather than roll back
+        )
+        self.rollbacks = 0
+        self._loss_mean = self._loss_var = None  # moving statistics for spike detection
 
     # ------------------------------------------------------------------ commands (any thread)
     def pause(self) -> None:
@@ -278,6 +284,10 @@ class Trainer:
 
     def stop(self, checkpoint: bool = True) -> None:
         self._commands.put(("stop", checkpoint))
+
+    def rollback(self, lr_factor: float = 0.5) -> None:
+        """Reload the last checkpoint and continue with the LR multiplied by `lr_factor`."""
+        self._commands.put(("rollback", float(lr_factor)))
 
     # ------------------------------------------------------------------ events
     def emit(self, event: Event) -> None:
@@ -365,6 +375,7 @@ class Trainer:
             raise ConfigError(
                 f"run directory {self.run_dir} is not writable ({e.strerror}); pass --run-dir DIR"
             ) from None
+        ckpt.remove_partial_saves(self.run_dir)  # a save killed mid-write left its temp file
         self.sinks.insert(0, MetricsWriter(self.run_dir / "metrics.jsonl"))
 
         self.device = select_device(cfg.train.device)
@@ -508,9 +519,8 @@ class Trainer:
                 f"checkpoint at step {self.step} failed ({e.strerror or e}); the previous one is intact: free disk space, then press c",
                 "disk",
             )
-            self._set_state(
-                previous if previous != RunState.SAVING else RunState.RUNNING, "checkpoint failed"
-            )
+            # Pausing keeps the run (and its progress) alive until there is room again.
+            self._set_state(RunState.PAUSED, "checkpoint failed")
             return None
         self.last_checkpoint = path
         self.emit(CheckpointSaved(step=self.step, path=str(path), reason=reason))
@@ -678,6 +688,110 @@ class Trainer:
             self._evaluate()
         elif name == "stop":
             self._stop_requested = bool(arg)
+        elif name == "rollback":
+            self._rollback(arg)
+
+    # ------------------------------------------------------------------ faults
+    def _anomaly(self, message: str, code: str) -> None:
+        """A NaN or a spike: the step was not applied; pause, or roll back when unattended."""
+        policy = self.cfg.train.on_anomaly
+        if policy == "auto":
+            policy = "pause" if self.interactive else "rollback"
+        if policy == "rollback" and self.rollbacks >= self.cfg.train.max_rollbacks:
+            self._alert(
+                "error",
+                f"{message}; {self.rollbacks} rollbacks did not help: stopping, resume with a lower LR",
+                code,
+            )
+            self._stop_requested = False
+            return
+        if policy == "rollback" and self.last_checkpoint is not None:
+            self._alert(
+                "warning",
+                f"{message}; rolling back to {self.last_checkpoint.name} with the LR halved",
+                code,
+            )
+            self._rollback(0.5)
+            return
+        if not self.interactive:  # nobody to press a key: keep what there is and stop
+            self._alert("error", f"{message}; no checkpoint to roll back to: stopping", code)
+            self._stop_requested = True
+            return
+        hint = "press r to roll back to the last checkpoint with half the LR, or l to lower the LR"
+        self._alert("error", f"{message}: paused; {hint}", code)
+        if self.state == RunState.RUNNING:
+            self._set_state(RunState.PAUSED, code)
+
+    def _rollback(self, factor: float) -> None:
+        self._pending = []
+        found = ckpt.latest_checkpoint(self.run_dir) if self.run_dir else None
+        if found is None:
+            self._alert(
+                "warning",
+                "no checkpoint to roll back to yet: lower the LR (l) and resume",
+                "rollback",
+            )
+            return
+        state = ckpt.load_checkpoint(found)
+        old_scale = self.lr_scale
+        self._restore(state)
+        self.rollbacks += 1
+        self._loss_mean = self._loss_var = None
+        self.lr_scale = old_scale * factor
+        schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr
+        self.emit(
+            LrChanged(
+                step=self.step,
+                old_lr=schedule * old_scale,
+                new_lr=schedule * self.lr_scale,
+                scale=self.lr_scale,
+            )
+        )
+        self._alert(
+            "info", f"rolled back to step {self.step} ({found.name}), LR x{factor:g}", "rollback"
+        )
+        self._set_state(RunState.RUNNING, "rolled back")
+
+    def _is_spike(self, loss: float) -> bool:
+        """Loss far above its exponential moving average (after 50 steps of history)."""
+        sigma = self.cfg.train.spike_sigma
+        if self._loss_mean is None:
+            self._loss_mean, self._loss_var, self._loss_count = loss, 0.0, 1
+            return False
+        mean, var = self._loss_mean, self._loss_var
+        spike = sigma > 0 and self._loss_count > 50 and loss > mean + sigma * max(var, 1e-12) ** 0.5
+        if not spike:  # a spike does not pollute the statistics it is judged by
+            beta = 0.98
+            self._loss_mean = beta * mean + (1 - beta) * loss
+            self._loss_var = beta * var + (1 - beta) * (loss - mean) ** 2
+            self._loss_count += 1
+        return spike
+
+    def _shrink_micro_batch(self) -> bool:
+        """After an out-of-memory error: halve the micro-batch, double accumulation (the same
+        effective batch). False when the micro-batch is already 1."""
+        t = self.cfg.train
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if t.batch_size <= 1 or t.batch_size % 2:
+            self._alert(
+                "error",
+                f"out of memory at micro-batch {t.batch_size}: paused; `cockpit plan` lists what to change "
+                "(gradient checkpointing, bf16, a lighter optimizer, a smaller model)",
+                "oom",
+            )
+            self._set_state(RunState.PAUSED, "out of memory")
+            return False
+        t.batch_size //= 2
+        t.grad_accum *= 2
+        self.train_batches.batch_size = t.batch_size
+        self._alert(
+            "warning",
+            f"out of memory: retrying the step with micro-batch {t.batch_size} x {t.grad_accum} accumulation (same effective batch)",
+            "oom",
+        )
+        return True
 
     def _change_lr(self, name: str, value: float) -> None:
         schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr
@@ -733,17 +847,16 @@ class Trainer:
                     update_ratio=float(p.update_ratio) if p.update_ratio is not None else math.nan,
                 )
             )
-        bad = next(
-            (p.step for p, loss in zip(pending, losses, strict=True) if not math.isfinite(loss)),
-            None,
-        )
-        if bad is not None and self.state == RunState.RUNNING:
-            self._alert(
-                "error",
-                f"loss is not finite at step {bad}: paused; lower the LR (l) or resume from the last checkpoint",
-                "nan",
-            )
-            self._set_state(RunState.PAUSED, "non-finite loss")
+        for p, loss in zip(pending, losses, strict=True):
+            if not math.isfinite(loss):
+                self._anomaly(f"loss is not finite at step {p.step}", "nan")
+                break
+            if self._is_spike(loss):
+                self._anomaly(
+                    f"loss spike at step {p.step}: {loss:.4f} against a moving average of {self._loss_mean:.4f}",
+                    "spike",
+                )
+                break
         self._window_start = time.perf_counter()
         self._window_excluded = 0.0
 
@@ -770,9 +883,24 @@ class Trainer:
             self.scaler.scale(loss).backward()
             loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
         grad_norm = None
-        if cfg.optim.grad_clip > 0:
+        if cfg.optim.grad_clip > 0 or cfg.train.check_finite:
             self.scaler.unscale_(self.optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+            clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        # fp16's GradScaler skips non-finite steps itself (and lowers its scale); otherwise
+        # a non-finite gradient must never reach the weights: one host sync buys that.
+        if (
+            cfg.train.check_finite
+            and not self.scaler.is_enabled()
+            and not torch.isfinite(grad_norm).item()
+        ):
+            self.optimizer.zero_grad(set_to_none=True)
+            self._flush()
+            self._anomaly(
+                f"non-finite gradient at step {self.step + 1} (loss {loss_sum.item():.4g}); the update was not applied",
+                "nan",
+            )
+            return
         # Run health, sampled: how far this step moved the attention output projections,
         # relative to their size (a cheap subset: d*d per layer, not every weight).
         watched = before = None
@@ -813,7 +941,11 @@ class Trainer:
             report_memory = time.monotonic() - last_memory_report > MEMORY_REPORT_INTERVAL_S
             if report_memory:
                 last_memory_report = time.monotonic()
-            self._train_step(report_memory)
+            try:
+                self._train_step(report_memory)
+            except torch.OutOfMemoryError:
+                self._shrink_micro_batch()  # retries with a smaller micro-batch, or pauses
+                continue
             self.train_time_s += time.perf_counter() - t0
             if len(self._pending) >= self.log_every:
                 self._flush()

@@ -1,0 +1,224 @@
+"""Faults the engine survives: NaN, loss spikes, out of memory, a full disk, SIGKILL mid-save."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from engine import checkpoint as ckpt
+from engine.checkpoint import list_checkpoints, load_checkpoint
+from engine.presets import load_preset
+from engine.trainer import Trainer
+
+SMALL = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.n_embd=16",
+    "model.block_size=16",
+    "train.batch_size=8",
+    "eval.interval=0",
+    "sample.interval=0",
+    "eval.batches=2",
+]
+
+
+def cfg(*extra: str):
+    return load_preset("default", [*SMALL, *extra])
+
+
+class PoisonAt:
+    """Wrap the model's forward to make the loss NaN (or raise OOM) at chosen calls."""
+
+    def __init__(self, trainer: Trainer, at: set[int], kind: str = "nan") -> None:
+        self.trainer, self.at, self.kind, self.calls = trainer, at, kind, 0
+        self.inner = trainer.forward
+
+    def __call__(self, x, y=None):
+        self.calls += 1
+        if self.calls in self.at:
+            if self.kind == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+            logits, loss = self.inner(x, y)
+            return logits, loss * float("nan")
+        return self.inner(x, y)
+
+
+def run_with(trainer: Trainer, install, *, stop_after_events=None) -> list:
+    """Run `trainer` with `install(trainer)` called once its model exists."""
+    events: list = []
+    original_setup = trainer._setup
+
+    def setup() -> None:
+        original_setup()
+        install(trainer)
+
+    trainer._setup = setup
+    trainer.sinks.append(events.append)
+    if stop_after_events:
+        trainer.sinks.append(lambda e: stop_after_events(trainer, e))
+    trainer.run()
+    return events
+
+
+def test_nan_step_is_never_applied_and_the_run_pauses(tmp_path):
+    trainer = Trainer(cfg("train.max_steps=50"), run_dir=tmp_path, telemetry=False)
+    snapshot = {}
+
+    def install(t: Trainer) -> None:
+        poison = PoisonAt(t, {6})
+        t.forward = poison
+
+    def on_event(t: Trainer, e) -> None:
+        if e.kind == "step" and e.step == 5:
+            snapshot["weights"] = {k: v.clone() for k, v in t.model.state_dict().items()}
+        if e.kind == "state" and e.state == "paused":
+            snapshot["paused_weights"] = {k: v.clone() for k, v in t.model.state_dict().items()}
+            snapshot["step"] = t.step
+            t.stop(checkpoint=False)
+
+    events = run_with(trainer, install, stop_after_events=on_event)
+    alert = next(e for e in events if e.kind == "alert" and e.code == "nan")
+    assert "not applied" in alert.message and "press r" in alert.message
+    assert snapshot["step"] == 5  # step 6 never happened
+    for name, value in snapshot["weights"].items():
+        assert torch.equal(value, snapshot["paused_weights"][name]), name
+    assert all(e.step <= 5 for e in events if e.kind == "step")
+
+
+def test_headless_nan_rolls_back_with_half_the_lr(tmp_path):
+    trainer = Trainer(
+        cfg("train.max_steps=30", "checkpoint.interval=10"),
+        run_dir=tmp_path,
+        telemetry=False,
+        interactive=False,
+    )
+    events = run_with(trainer, lambda t: setattr(t, "forward", PoisonAt(t, {15})))
+    assert trainer.state == "finished"
+    rolled = [e for e in events if e.kind == "alert" and e.code == "rollback"]
+    assert rolled and "step 10" in rolled[0].message
+    assert trainer.lr_scale == 0.5
+    assert trainer.step == 30
+
+
+def test_spike_detection_pauses(tmp_path):
+    trainer = Trainer(
+        cfg("train.max_steps=200", "train.spike_sigma=6"), run_dir=tmp_path, telemetry=False
+    )
+
+    class Spike:
+        def __init__(self, t):
+            self.inner, self.calls = t.forward, 0
+
+        def __call__(self, x, y=None):
+            self.calls += 1
+            logits, loss = self.inner(x, y)
+            return logits, loss * (50.0 if self.calls == 120 else 1.0)
+
+    def on_event(t, e):
+        if e.kind == "state" and e.state == "paused":
+            t.stop(checkpoint=False)
+
+    events = run_with(
+        trainer, lambda t: setattr(t, "forward", Spike(t)), stop_after_events=on_event
+    )
+    spike = next(e for e in events if e.kind == "alert" and e.code == "spike")
+    assert "step 120" in spike.message
+
+
+def test_out_of_memory_halves_the_micro_batch_and_goes_on(tmp_path):
+    trainer = Trainer(
+        cfg("train.max_steps=12", "train.batch_size=8", "train.grad_accum=1"),
+        run_dir=tmp_path,
+        telemetry=False,
+    )
+    events = run_with(trainer, lambda t: setattr(t, "forward", PoisonAt(t, {5}, kind="oom")))
+    assert trainer.state == "finished" and trainer.step == 12
+    assert (trainer.cfg.train.batch_size, trainer.cfg.train.grad_accum) == (4, 2)
+    oom = next(e for e in events if e.kind == "alert" and e.code == "oom")
+    assert "micro-batch 4 x 2" in oom.message
+    steps = [e.step for e in events if e.kind == "step"]
+    assert steps == list(range(1, 13))  # no step lost or repeated
+
+
+def test_out_of_memory_at_micro_batch_one_pauses_with_advice(tmp_path):
+    trainer = Trainer(
+        cfg("train.max_steps=50", "train.batch_size=1"), run_dir=tmp_path, telemetry=False
+    )
+
+    def on_event(t, e):
+        if e.kind == "state" and e.state == "paused":
+            t.stop(checkpoint=False)
+
+    events = run_with(
+        trainer,
+        lambda t: setattr(t, "forward", PoisonAt(t, {3}, kind="oom")),
+        stop_after_events=on_event,
+    )
+    oom = next(e for e in events if e.kind == "alert" and e.code == "oom")
+    assert "cockpit plan" in oom.message
+
+
+def test_full_disk_alerts_pauses_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    trainer = Trainer(
+        cfg("train.max_steps=40", "checkpoint.interval=10"), run_dir=tmp_path, telemetry=False
+    )
+    real_save = ckpt.save_checkpoint
+
+    def save(run_dir, step, state, keep_last):
+        if step >= 20:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(run_dir, step, state, keep_last)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save)
+
+    def on_event(t, e):
+        if e.kind == "state" and e.state == "paused":
+            t.stop(checkpoint=False)
+
+    events = run_with(trainer, lambda t: None, stop_after_events=on_event)
+    disk = next(e for e in events if e.kind == "alert" and e.code == "disk")
+    assert "No space left" in disk.message and "intact" in disk.message
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [10]
+    assert load_checkpoint(tmp_path / "ckpt-00000010.pt")["step"] == 10
+
+
+SAVER = r"""
+import sys, torch
+from pathlib import Path
+from engine.checkpoint import save_checkpoint
+run_dir = Path(sys.argv[1])
+big = {"model": {"w": torch.randn(4_000_000)}, "config": {}}
+step = 2
+print("ready", flush=True)
+while True:
+    save_checkpoint(run_dir, step, big, keep_last=1000)
+    step += 1
+"""
+
+
+def test_sigkill_during_saves_never_damages_a_complete_checkpoint(tmp_path):
+    good = {"model": {"w": torch.arange(10.0)}, "config": {"name": "x"}}
+    ckpt.save_checkpoint(tmp_path, 1, good, keep_last=100)
+    for attempt in range(6):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SAVER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.15 + 0.1 * attempt)  # land the kill at different points of a save
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for _, path in list_checkpoints(tmp_path):
+            state = load_checkpoint(path)  # every complete checkpoint still loads
+            assert "model" in state
+    assert torch.equal(
+        load_checkpoint(tmp_path / "ckpt-00000001.pt")["model"]["w"], torch.arange(10.0)
+    )
+    # the next run in that directory clears what the killed saves left behind
+    assert ckpt.remove_partial_saves(tmp_path) >= 0
+    assert not list(tmp_path.glob(".*.tmp"))
