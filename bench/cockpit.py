@@ -1,0 +1,323 @@
+"""What the cockpit costs the training run, how fast it reacts, and how long a redraw takes.
+
+    python bench/cockpit.py [--steps 400] [--rounds 2] [--data PATH]
+
+1. Overhead: tokens/s of `nanogpt-cpu` with the app drawing at 160x48 (Textual's headless
+   driver: layout, plots and compositing all run, only the terminal writes are dropped) against
+   the same run headless, alternating, in one invocation. Goal: ratio >= 0.97.
+2. Responsiveness: time from the pause key to the engine's pause acknowledgement, over 20
+   presses while training. Goal: p95 under one step time plus 50 ms.
+3. Redraw cost: every panel redrawn at 160x48 with 100,000 steps of history. Goal: p95 < 25 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+# Run as `python bench/cockpit.py`, this file would shadow the `cockpit` package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from engine.events import (  # noqa: E402
+    DeviceReading,
+    Eval,
+    EventQueue,
+    MemoryBreakdown,
+    RunStarted,
+    Sample,
+    StateChanged,
+    Step,
+    Telemetry,
+)
+from engine.presets import load_preset  # noqa: E402
+from engine.schedule import planned_curve  # noqa: E402
+from engine.trainer import Trainer  # noqa: E402
+
+from cockpit.app import CockpitApp  # noqa: E402
+from cockpit.widgets.plot import ThrottledPlot  # noqa: E402
+
+SHAKESPEARE = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
+)
+SIZE = (160, 48)
+
+
+def tokens_per_s(times: dict[int, float], tokens_per_step: int, warmup: int) -> float:
+    last = max(times)
+    return (last - warmup) * tokens_per_step / (times[last] - times[warmup])
+
+
+def make_trainer(steps: int, data: str, run_dir: str, times: dict[int, float]) -> Trainer:
+    cfg = load_preset("nanogpt-cpu", [f"train.max_steps={steps}", "checkpoint.interval=0"])
+
+    def clock(event) -> None:
+        if event.kind == "step":
+            times[event.step] = time.perf_counter()
+
+    return Trainer(cfg, run_dir=run_dir, data_path=data, sinks=[clock])
+
+
+def headless_run(steps: int, data: str, warmup: int) -> float:
+    times: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = make_trainer(steps, data, run_dir, times)
+        thread = threading.Thread(target=trainer.run)  # a thread, as in the app
+        thread.start()
+        thread.join()
+        return tokens_per_s(times, trainer.cfg.tokens_per_step, warmup)
+
+
+async def app_run(steps: int, data: str, warmup: int) -> float:
+    times: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as run_dir:
+        made: list[Trainer] = []
+
+        def factory(_preset: str) -> Trainer:
+            made.append(make_trainer(steps, data, run_dir, times))
+            return made[-1]
+
+        app = CockpitApp(factory, "nanogpt-cpu")
+        async with app.run_test(size=SIZE) as pilot:
+            while not made or made[0].state not in ("finished", "failed", "stopped"):
+                await asyncio.sleep(0.5)
+            await pilot.pause()
+        return tokens_per_s(times, made[0].cfg.tokens_per_step, warmup)
+
+
+async def pause_latency(data: str, presses: int) -> tuple[list[float], float]:
+    acks: list[float] = []
+    step_times: list[float] = []
+    with tempfile.TemporaryDirectory() as run_dir:
+        made: list[Trainer] = []
+
+        def factory(_preset: str) -> Trainer:
+            cfg = load_preset("nanogpt-cpu", ["train.max_steps=100000", "checkpoint.interval=0"])
+
+            def sink(event) -> None:
+                if event.kind == "state" and event.state == "paused":
+                    acks.append(event.time)
+                elif event.kind == "step":
+                    step_times.append(event.step_time_s)
+
+            made.append(Trainer(cfg, run_dir=run_dir, data_path=data, sinks=[sink]))
+            return made[-1]
+
+        app = CockpitApp(factory, "nanogpt-cpu")
+        latencies: list[float] = []
+        async with app.run_test(size=SIZE) as pilot:
+            while not made or made[0].step < 20:
+                await asyncio.sleep(0.2)
+            for _ in range(presses):
+                seen = len(acks)
+                pressed = time.time()
+                await pilot.press("space")
+                while len(acks) == seen:
+                    await asyncio.sleep(0.005)
+                latencies.append(acks[-1] - pressed)
+                await pilot.press("space")  # resume, and let a few steps run
+                resumed_at = made[0].step
+                while made[0].step < resumed_at + 5:
+                    await asyncio.sleep(0.01)
+            made[0].stop(checkpoint=False)
+            while made[0].state != "stopped":
+                await asyncio.sleep(0.05)
+        return latencies, statistics.median(step_times)
+
+
+class FrozenTrainer:
+    """Holds a long scripted history; run() blocks until stopped (for the redraw benchmark)."""
+
+    def __init__(self, steps: int) -> None:
+        cfg = load_preset("nanogpt-cpu", [f"train.max_steps={steps * 2}"])
+        self.cfg, self.state, self.step = cfg, "running", steps
+        self.events = EventQueue(capacity=steps + 10_000)
+        self._stopped = threading.Event()
+        t0 = 1_000_000.0
+        self.events.put(
+            RunStarted(
+                run_dir="/tmp/x",
+                preset="nanogpt-cpu",
+                description="",
+                config={},
+                device="cpu",
+                dtype="float32",
+                n_params=800_000,
+                n_params_non_embedding=790_000,
+                vocab_size=65,
+                tokenizer="char",
+                train_tokens=1_000_000,
+                val_tokens=100_000,
+                start_step=0,
+                max_steps=steps * 2,
+                tokens_per_step=768,
+                planned_lr=planned_curve(cfg),
+                time=t0,
+            )
+        )
+        for s in range(1, steps + 1):
+            loss = 1.5 + 3 * math.exp(-s / 3000) + 0.05 * math.sin(s)
+            self.events.put(
+                Step(
+                    step=s,
+                    loss=loss,
+                    lr=1e-3,
+                    grad_norm=0.5,
+                    tokens_per_s=25_000,
+                    step_time_s=0.03,
+                    tokens=768 * s,
+                    time=t0 + 0.03 * s,
+                )
+            )
+            if s % 250 == 0:
+                self.events.put(
+                    Eval(
+                        step=s,
+                        train_loss=loss,
+                        val_loss=loss + 0.05,
+                        train_time_s=0.03 * s,
+                        time=t0 + 0.03 * s,
+                    )
+                )
+        for i in range(50):
+            self.events.put(
+                Sample(
+                    step=steps - i,
+                    prompt="ROMEO:",
+                    text="O, she doth teach the torches to burn bright!\n" * 3,
+                    time=t0 + 0.03 * steps,
+                )
+            )
+        self.events.put(
+            Telemetry(
+                source="nvml",
+                gpus=(
+                    DeviceReading(
+                        0,
+                        "NVIDIA H100",
+                        97.0,
+                        40.0,
+                        30 * 2**30,
+                        80 * 2**30,
+                        29 * 2**30,
+                        71.0,
+                        650.0,
+                        700.0,
+                        1980.0,
+                        ("power",),
+                    ),
+                ),
+                cpu_percent=12.0,
+                ram_used=20 * 2**30,
+                ram_total=256 * 2**30,
+                process_rss=3 * 2**30,
+                time=t0 + 0.03 * steps,
+            )
+        )
+        self.events.put(
+            MemoryBreakdown(
+                step=steps,
+                device="cuda:0",
+                capacity=80 * 2**30,
+                weights=2**30,
+                gradients=2**30,
+                optimizer=2 * 2**30,
+                activations=20 * 2**30,
+                activations_measured=True,
+                cache=3 * 2**30,
+                other=2**29,
+                time=t0 + 0.03 * steps,
+            )
+        )
+        self.events.put(StateChanged(state="running", step=steps, time=t0 + 0.03 * steps))
+
+    def run(self, should_stop=None) -> str:
+        while not self._stopped.wait(0.1):
+            if should_stop and should_stop():
+                break
+        self.state = "stopped"
+        self.events.put(StateChanged(state="stopped", step=self.step))
+        return self.state
+
+    def stop(self, checkpoint: bool = True) -> None:
+        self._stopped.set()
+
+    def __getattr__(self, name: str):  # pause, resume, ...: no-ops here
+        return lambda *args, **kwargs: None
+
+
+async def redraw_cost(history: int, repeats: int) -> list[float]:
+    trainer = FrozenTrainer(history)
+    app = CockpitApp(lambda _p: trainer, "nanogpt-cpu")
+    costs: list[float] = []
+    async with app.run_test(size=SIZE) as pilot:
+        while len(trainer.events):
+            await pilot.pause(0.2)
+        await pilot.pause(0.5)
+        panels = [
+            app.query_one(f"#{pid}")
+            for pid in ("loss", "lr", "device", "memory", "samples", "status")
+        ]
+        widgets = [w for panel in panels for w in (panel, *panel.query("*"))]
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for widget in widgets:
+                if isinstance(widget, ThrottledPlot):
+                    widget.flush(force=True)  # a plot rebuilds from its full history
+                widget._render_content()  # what Textual does to repaint it: render to strips
+            costs.append(time.perf_counter() - start)
+        trainer.stop()
+    return costs
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--presses", type=int, default=20)
+    parser.add_argument("--history", type=int, default=100_000)
+    parser.add_argument(
+        "--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
+    )
+    args = parser.parse_args()
+
+    print(
+        f"1. overhead: nanogpt-cpu, {args.steps} steps, app at {SIZE[0]}x{SIZE[1]} vs headless, alternating"
+    )
+    headless, drawn = [], []
+    for r in range(args.rounds):
+        headless.append(headless_run(args.steps, args.data, args.warmup))
+        drawn.append(asyncio.run(app_run(args.steps, args.data, args.warmup)))
+        print(
+            f"   round {r + 1}: headless {headless[-1]:,.0f} tok/s   cockpit {drawn[-1]:,.0f} tok/s"
+        )
+    h, d = statistics.median(headless), statistics.median(drawn)
+    print(f"   median: headless {h:,.0f}  cockpit {d:,.0f}  ratio {d / h:.3f} (goal >= 0.97)")
+
+    latencies, step_time = asyncio.run(pause_latency(args.data, args.presses))
+    p50, p95 = statistics.median(latencies), percentile(latencies, 0.95)
+    print(
+        f"2. pause key -> engine acknowledgement over {len(latencies)} presses: p50 {p50 * 1e3:.1f} ms  p95 {p95 * 1e3:.1f} ms  (goal: p95 < step {step_time * 1e3:.1f} ms + 50 ms = {(step_time + 0.05) * 1e3:.1f} ms)"
+    )
+
+    costs = asyncio.run(redraw_cost(args.history, 30))
+    print(
+        f"3. redraw of every panel at {SIZE[0]}x{SIZE[1]} with {args.history:,} steps of history: p50 {statistics.median(costs) * 1e3:.1f} ms  p95 {percentile(costs, 0.95) * 1e3:.1f} ms (goal p95 < 25 ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()
