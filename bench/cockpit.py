@@ -26,6 +26,8 @@ from pathlib import Path
 # Run as `python bench/cockpit.py`, this file would shadow the `cockpit` package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from cockpit.app import CockpitApp  # noqa: E402
+from cockpit.widgets.plot import ThrottledPlot  # noqa: E402
 from engine.events import (  # noqa: E402
     DeviceReading,
     Eval,
@@ -40,9 +42,6 @@ from engine.events import (  # noqa: E402
 from engine.presets import load_preset  # noqa: E402
 from engine.schedule import planned_curve  # noqa: E402
 from engine.trainer import Trainer  # noqa: E402
-
-from cockpit.app import CockpitApp  # noqa: E402
-from cockpit.widgets.plot import ThrottledPlot  # noqa: E402
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
