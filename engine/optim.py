@@ -134,7 +134,7 @@ def build_optimizer(
             lr=cfg.muon_lr,
             momentum=cfg.muon_momentum,
             nesterov=True,
-            adjust_lr_fn=__import__("os").environ.get("TMP_MUON_ADJUST", "match_rms_adamw"),  # TMP
+            adjust_lr_fn="match_rms_adamw",
         )
         adam = _adamw(groups(cfg.lr, rest_decay, rest_no_decay, cfg.weight_decay), cfg, device_type)
         opt = MultiOptimizer([muon, adam])

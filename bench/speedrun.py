@@ -1,0 +1,263 @@
+"""Time to val loss 1.88 on Tiny Shakespeare (char): `nanogpt-cpu` against `speedrun-cpu`.
+
+Both presets train on the CPU in one invocation, alternating (nanogpt, speedrun, nanogpt, ...),
+so machine noise hits both alike. Every evaluation is on the WHOLE val split. The time is the
+engine's training wall time (`Eval.train_time_s`): evaluation is excluded, compilation (if a
+preset compiles) is included.
+
+    python bench/speedrun.py [--rounds 2] [--target 1.88] [--data PATH]
+    python bench/speedrun.py --ablation [--rounds 1]
+
+Evaluation cadence: every `--coarse` steps, and every `--fine` steps once the last val loss is
+within `--margin` of the target, so the first crossing is seen within a few steps. The time to
+the target is reported two ways: at the first evaluation at or below the target ("eval"), and
+linearly interpolated in train time between that evaluation and the one before ("interp").
+
+nanogpt-cpu ends its 2000 cosine iterations near 1.90-1.91 on the whole val split; as nanoGPT
+does when max_iters > lr_decay_iters, it continues at min_lr (train.max_steps raised, the decay
+kept at 2000) until it reaches the target, and stops there. speedrun-cpu runs its whole (short)
+schedule, so its final val loss and total time are reported too, and nanogpt's val loss at the
+same train time is read off nanogpt's curve (interpolated).
+
+Figures only, no pass/fail; the issue's goal is a ratio (speedrun / nanogpt time) <= 0.40.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.presets import load_preset
+from engine.trainer import Trainer
+
+SHAKESPEARE = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
+)
+
+COMMON = [
+    "eval.interval=0",  # the bench asks for evaluations itself (see Cadence)
+    "eval.full_val=true",
+    "eval.batches=1",  # the train-split estimate is not used here: keep it cheap
+    "eval.batch_size=128",
+    "sample.interval=0",
+    "checkpoint.interval=0",
+    "checkpoint.keep_best=false",
+]
+# nanoGPT continues at min_lr past lr_decay_iters when max_iters is larger.
+BASELINE = ["train.max_steps=4000", "schedule.decay_steps=2000"]
+
+
+@dataclass
+class Result:
+    name: str
+    curve: list[tuple[int, float, float]] = field(default_factory=list)  # step, time, val
+    crossed: bool = False
+    wall_s: float = 0.0
+
+    def time_to(self, target: float) -> tuple[float, float, int]:
+        """(time at the first eval <= target, interpolated time, step); nan if never."""
+        prev = (0, 0.0, math.inf)
+        for step, t, val in self.curve:
+            if val <= target:
+                t0, v0 = prev[1], prev[2]
+                interp = t if not math.isfinite(v0) else t0 + (t - t0) * (v0 - target) / (v0 - val)
+                return t, interp, step
+            prev = (step, t, val)
+        return math.nan, math.nan, -1
+
+    def val_at(self, t_query: float) -> float:
+        """Val loss at train time t_query, linear between evals; nan outside the curve."""
+        prev = None
+        for step, t, val in self.curve:
+            if t >= t_query:
+                if prev is None:
+                    return math.nan
+                return prev[2] + (val - prev[2]) * (t_query - prev[1]) / max(t - prev[1], 1e-9)
+            prev = (step, t, val)
+        return math.nan
+
+    @property
+    def final(self) -> tuple[int, float, float]:
+        return self.curve[-1] if self.curve else (0, math.nan, math.nan)
+
+
+def timed_run(
+    preset: str,
+    overrides: list[str],
+    data: str,
+    target: float,
+    stop_at_target: bool,
+    coarse: int,
+    fine: int,
+    margin: float,
+    label: str | None = None,
+) -> Result:
+    cfg = load_preset(preset, [*overrides, *COMMON])
+    result = Result(label or preset)
+    state = {"last_val": math.inf, "trainer": None}
+
+    def sink(event) -> None:
+        trainer = state["trainer"]
+        if event.kind == "eval":
+            result.curve.append((event.step, event.train_time_s, event.val_loss))
+            state["last_val"] = event.val_loss
+            if event.val_loss <= target:
+                result.crossed = True
+                if stop_at_target:
+                    trainer.stop(checkpoint=False)
+        elif event.kind == "step":
+            every = fine if state["last_val"] - target <= margin else coarse
+            if event.step % every == 0 and event.step < cfg.train.max_steps:
+                trainer.evaluate()  # applied at the next step boundary, before the next step
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = Trainer(cfg, run_dir=run_dir, data_path=data, sinks=[sink], telemetry=False)
+        state["trainer"] = trainer
+        t0 = time.perf_counter()
+        final_state = trainer.run()
+        result.wall_s = time.perf_counter() - t0
+    if final_state not in ("finished", "stopped"):
+        raise SystemExit(f"{preset} {overrides}: run ended {final_state}")
+    return result
+
+
+def fmt(x: float, spec: str = ".1f") -> str:
+    return "-" if not math.isfinite(x) else format(x, spec)
+
+
+def compare(args: argparse.Namespace) -> None:
+    runs = {"nanogpt-cpu": [], "speedrun-cpu": []}
+    for r in range(args.rounds):
+        for name in runs:
+            extra = BASELINE if name == "nanogpt-cpu" else []
+            res = timed_run(
+                name,
+                extra,
+                args.data,
+                args.target,
+                stop_at_target=name == "nanogpt-cpu",
+                coarse=args.coarse if name == "nanogpt-cpu" else min(args.coarse, 50),
+                fine=args.fine,
+                margin=args.margin,
+            )
+            runs[name].append(res)
+            t_eval, t_int, step = res.time_to(args.target)
+            fs, ft, fv = res.final
+            print(
+                f"round {r + 1} {name:13s} reached {args.target} at step {step:5d}: "
+                f"train time {fmt(t_eval)} s (interp {fmt(t_int)} s); "
+                f"last eval step {fs} val {fv:.4f} at {ft:.1f} s; wall {res.wall_s:.0f} s",
+                flush=True,
+            )
+    base, fast = runs["nanogpt-cpu"], runs["speedrun-cpu"]
+    print()
+    print("per round (times in seconds of training, evaluation excluded):")
+    for r, (b, s) in enumerate(zip(base, fast, strict=True)):
+        tb, tbi, _ = b.time_to(args.target)
+        ts, tsi, _ = s.time_to(args.target)
+        print(
+            f"  round {r + 1}: nanogpt {fmt(tbi)} s, speedrun {fmt(tsi)} s, ratio {fmt(tsi / tbi, '.3f')};"
+            f" nanogpt val at speedrun's time {fmt(b.val_at(tsi), '.4f')},"
+            f" at speedrun's end ({s.final[1]:.1f} s) {fmt(b.val_at(s.final[1]), '.4f')};"
+            f" speedrun val at nanogpt's time: {s.final[2]:.4f} (finished at {s.final[1]:.1f} s)"
+        )
+    mb = statistics.median(b.time_to(args.target)[1] for b in base)
+    ms = statistics.median(s.time_to(args.target)[1] for s in fast)
+    mbe = statistics.median(b.time_to(args.target)[0] for b in base)
+    mse = statistics.median(s.time_to(args.target)[0] for s in fast)
+    print()
+    print(
+        f"median time to val {args.target} (interpolated): nanogpt-cpu {mb:.1f} s, "
+        f"speedrun-cpu {ms:.1f} s, ratio {ms / mb:.3f} (goal <= 0.40)"
+    )
+    print(
+        f"median time to val {args.target} (first eval at/below): nanogpt-cpu {mbe:.1f} s, "
+        f"speedrun-cpu {mse:.1f} s, ratio {mse / mbe:.3f}"
+    )
+    print(
+        f"median final val of speedrun-cpu {statistics.median(s.final[2] for s in fast):.4f} "
+        f"at {statistics.median(s.final[1] for s in fast):.1f} s; nanogpt-cpu at that time "
+        f"{statistics.median(b.val_at(s.final[1]) for b, s in zip(base, fast, strict=True)):.4f}"
+    )
+
+
+# One technique removed at a time from speedrun-cpu (the --set overrides that undo it).
+ABLATIONS: list[tuple[str, list[str]]] = [
+    ("speedrun-cpu (all)", []),
+    ("- muon (AdamW everywhere)", ["optim.name=adamw"]),
+    ("- wsd (cosine to min_lr)", ["schedule.kind=cosine"]),
+    ("- rotary (learned positions)", ["model.pos_emb=learned"]),
+    ("- rmsnorm (LayerNorm)", ["model.norm=layernorm"]),
+    ("- qk_norm", ["model.qk_norm=false"]),
+    ("- relu2 (GELU)", ["model.mlp=gelu"]),
+    ("- untied head (tied)", ["model.tie_embeddings=true"]),
+    ("- zero-init projections", ["model.zero_init_proj=false"]),
+    ("- logit softcap", ["model.logit_softcap=0.0"]),
+]
+
+
+def ablation(args: argparse.Namespace) -> None:
+    base_cfg = load_preset("speedrun-cpu")
+    budget_steps = base_cfg.train.max_steps
+    print(
+        f"ablation: speedrun-cpu less one technique at a time; {args.rounds} round(s); "
+        f"each runs speedrun-cpu's {budget_steps}-step schedule (no early stop)"
+    )
+    rows: dict[str, list[Result]] = {label: [] for label, _ in ABLATIONS}
+    for _ in range(args.rounds):
+        for label, overrides in ABLATIONS:
+            res = timed_run(
+                "speedrun-cpu",
+                overrides,
+                args.data,
+                args.target,
+                stop_at_target=False,
+                coarse=min(args.coarse, 50),
+                fine=args.fine,
+                margin=args.margin,
+                label=label,
+            )
+            rows[label].append(res)
+            print(f"  {label:32s} done in {res.wall_s:.0f} s", flush=True)
+    print()
+    print(
+        f"{'variant':32s} {'time to ' + str(args.target):>14s} {'final val':>10s} "
+        f"{'train s':>8s} {'s/step':>8s}"
+    )
+    for label, results in rows.items():
+        t = statistics.median(r.time_to(args.target)[1] for r in results)
+        v = statistics.median(r.final[2] for r in results)
+        tt = statistics.median(r.final[1] for r in results)
+        steps = results[0].final[0]
+        t_txt = fmt(t) if math.isfinite(t) else "not reached"
+        print(f"{label:32s} {t_txt:>14s} {v:10.4f} {tt:8.1f} {1000 * tt / steps:7.1f}ms")
+    print("(time to target interpolated between full-val evaluations; median over rounds)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--target", type=float, default=1.88)
+    parser.add_argument("--coarse", type=int, default=100, help="steps between evals far away")
+    parser.add_argument("--fine", type=int, default=10, help="steps between evals near target")
+    parser.add_argument("--margin", type=float, default=0.04, help="'near' = within this much")
+    parser.add_argument("--ablation", action="store_true", help="one technique removed at a time")
+    parser.add_argument(
+        "--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
+    )
+    args = parser.parse_args()
+    os.environ.setdefault("COCKPIT_CACHE_DIR", str(Path(tempfile.gettempdir()) / "speedrun-cache"))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, data {args.data}")
+    ablation(args) if args.ablation else compare(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Every shipped preset loads, plans and trains a few steps with falling loss (shrunk with --set)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.plan import plan_memory
+from engine.presets import discover, load_preset
+from engine.trainer import Trainer
+
+# Shrink any preset to seconds on a CPU; everything else (optimizer, switches, schedule kind,
+# tokenizer, data source) is the preset's own.
+SHRINK = [
+    "model.n_layer=2",
+    "model.n_embd=32",
+    "model.n_head=2",
+    "model.block_size=32",
+    "model.dropout=0.0",
+    "train.batch_size=8",
+    "train.grad_accum=1",
+    "train.max_steps=40",
+    "train.device=cpu",
+    "train.dtype=float32",
+    "train.compile=false",
+    "schedule.warmup_steps=5",
+    "schedule.decay_steps=0",
+    "eval.interval=0",
+    "eval.batches=2",
+    "eval.full_val=false",
+    "sample.interval=0",
+    "checkpoint.interval=0",
+]
+NEW = ("speedrun-cpu", "speedrun-shakespeare", "gpt2-small", "local-300m")
+
+
+def test_new_presets_are_shipped_with_descriptions():
+    presets = discover()
+    for name in NEW:
+        assert name in presets and presets[name].description, name
+        assert len(presets[name].description.splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", sorted(discover()))
+def test_preset_trains_a_few_steps_with_falling_loss(name, tmp_path, shakespeare):
+    cfg = load_preset(name, SHRINK)
+    losses: list[float] = []
+
+    def sink(event) -> None:
+        if event.kind == "step":
+            losses.append(event.loss)
+
+    trainer = Trainer(cfg, run_dir=tmp_path, sinks=[sink], telemetry=False)
+    assert trainer.run() == "finished"
+    assert len(losses) == 40
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 0.1, (name, first, last)
+
+
+def test_speedrun_cpu_uses_the_speedrun_techniques():
+    cfg = load_preset("speedrun-cpu")
+    m = cfg.model
+    assert (m.pos_emb, m.norm, m.mlp, m.qk_norm, m.tie_embeddings) == (
+        "rotary",
+        "rmsnorm",
+        "relu2",
+        True,
+        False,
+    )
+    assert cfg.optim.name == "muon" and cfg.schedule.kind == "wsd" and cfg.eval.full_val
+
+
+def test_gpt2_small_is_gpt2_124m():
+    cfg = load_preset("gpt2-small")
+    m = cfg.model
+    assert (m.n_layer, m.n_head, m.n_embd, m.block_size) == (12, 12, 768, 1024)
+    assert cfg.data.tokenizer == "r50k_base"
+    assert cfg.tokens_per_step == 524_288
+    plan = plan_memory(cfg, 50257, "cuda", None)
+    assert 123e6 < plan.n_params < 125e6
+
+
+def test_local_300m_plans_to_fit_in_24_gb():
+    cfg = load_preset("local-300m")
+    assert cfg.model.grad_checkpoint and cfg.train.dtype == "bfloat16"
+    plan = plan_memory(cfg, 50257, "cuda", 24 * 1024**3)
+    assert 250e6 < plan.n_params < 350e6
+    assert plan.fits, plan
