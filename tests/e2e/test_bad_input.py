@@ -1,0 +1,200 @@
+"""The bad-input catalogue: each mistake is one line naming the problem and the fix, no
+traceback, and nothing already on disk is lost."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+import torch
+
+from cockpit.cli import main
+
+TINY = [
+    "--set",
+    "model.n_layer=1",
+    "--set",
+    "model.n_head=2",
+    "--set",
+    "model.n_embd=16",
+    "--set",
+    "model.block_size=16",
+    "--set",
+    "train.batch_size=4",
+    "--set",
+    "eval.batches=2",
+    "--set",
+    "sample.max_new_tokens=4",
+    "--set",
+    "train.max_steps=4",
+    "--no-telemetry",
+]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str]:
+    code = main(["train", "--headless", *args])
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "Traceback" not in text
+    return code, text
+
+
+def write(path, content: str | bytes):
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return str(path)
+
+
+# (name, preset TOML body, --set overrides, expected text)
+PRESET_CASES = [
+    ("malformed toml", "[model\nn_layer = 2\n", [], "malformed TOML"),
+    ("unknown key", "[model]\nlayers = 2\n", [], "unknown key 'layers'"),
+    ("unknown section", "[optimizer]\nlr = 1\n", [], "unknown key 'optimizer'"),
+    ("wrong type", "[train]\nmax_steps = 'many'\n", [], "train.max_steps: expected an integer"),
+    ("negative lr", "[optim]\nlr = -3e-4\n", [], "optim.lr: expected a value > 0.0"),
+    ("zero lr", "[optim]\nlr = 0.0\n", [], "optim.lr: expected a value > 0.0"),
+    ("block size 0", "[model]\nblock_size = 0\n", [], "model.block_size: expected a value >= 1"),
+    (
+        "embd not divisible",
+        "[model]\nn_embd = 30\nn_head = 4\n",
+        [],
+        "must be divisible by model.n_head",
+    ),
+    ("dropout 1", "[model]\ndropout = 1.0\n", [], "model.dropout: expected a value < 1.0"),
+    ("negative dropout", "[model]\ndropout = -0.1\n", [], "model.dropout: expected a value >= 0.0"),
+    ("unknown optimizer", "[optim]\nname = 'adamx'\n", [], "optim.name: expected one of"),
+    ("unknown switch value", "[model]\nnorm = 'batchnorm'\n", [], "model.norm: expected one of"),
+    (
+        "min_lr above lr",
+        "[optim]\nlr = 1e-4\n[schedule]\nmin_lr = 1e-3\n",
+        [],
+        "must not exceed optim.lr",
+    ),
+    ("set without =", "", ["--set", "optim.lr"], "expected KEY=VALUE"),
+    ("set unknown key", "", ["--set", "optim.learning_rate=1e-3"], "unknown key 'learning_rate'"),
+    (
+        "set bad value",
+        "",
+        ["--set", "train.max_steps=lots"],
+        "train.max_steps: expected an integer",
+    ),
+    ("set ambiguous key", "", ["--set", "interval=5"], "ambiguous key"),
+]
+
+
+@pytest.mark.parametrize(
+    "name, body, extra, expected", PRESET_CASES, ids=[c[0] for c in PRESET_CASES]
+)
+def test_bad_presets_and_overrides(tmp_path, capsys, name, body, extra, expected):
+    preset = write(tmp_path / "mine.toml", body)
+    code, text = run_cli(capsys, "--preset", preset, "--run-dir", str(tmp_path / "run"), *extra)
+    assert code == 2
+    assert expected in text
+    assert len(text.strip().splitlines()) == 1
+
+
+DATA_CASES = [
+    ("missing file", None, "no such file"),
+    ("empty corpus", "", "empty"),
+    ("whitespace corpus", "   \n\n  ", "only whitespace"),
+    ("shorter than block", "abc", "block_size"),
+    ("binary file", b"\x00\x01\x02\xff\xfe" * 100, "UTF-8"),
+    ("latin-1 file", "caf\xe9 ".encode("latin-1") * 200, "UTF-8"),
+]
+
+
+@pytest.mark.parametrize("name, content, expected", DATA_CASES, ids=[c[0] for c in DATA_CASES])
+def test_bad_corpora(tmp_path, capsys, name, content, expected):
+    corpus = tmp_path / "corpus.txt"
+    if content is not None:
+        write(corpus, content)
+    code, text = run_cli(
+        capsys, "--preset", "tiny", "--data", str(corpus), "--run-dir", str(tmp_path / "run"), *TINY
+    )
+    assert code == 1
+    assert expected.lower() in text.lower()
+    assert str(corpus) in text
+
+
+def train_tiny(tmp_path, capsys) -> str:
+    run_dir = tmp_path / "run"
+    code, _ = run_cli(capsys, "--preset", "tiny", "--run-dir", str(run_dir), *TINY)
+    assert code == 0
+    return str(run_dir)
+
+
+def test_truncated_checkpoint_is_refused_and_kept(tmp_path, capsys):
+    run_dir = train_tiny(tmp_path, capsys)
+    latest = sorted(os.listdir(run_dir))
+    path = os.path.join(run_dir, [p for p in latest if p.startswith("ckpt-")][-1])
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    code, text = run_cli(capsys, "--resume", path)
+    assert code == 1 and "truncated or not a cockpit checkpoint" in text
+    assert os.path.getsize(path) == len(data) // 2  # nothing deleted or overwritten
+
+
+def test_foreign_file_as_checkpoint(tmp_path, capsys):
+    path = tmp_path / "weights.pt"
+    torch.save({"state_dict": {}}, path)
+    code, text = run_cli(capsys, "--resume", str(path))
+    assert code == 1 and "not a cockpit checkpoint" in text
+
+
+def test_checkpoint_from_a_different_model_shape(tmp_path, capsys):
+    run_dir = train_tiny(tmp_path, capsys)
+    code, text = run_cli(capsys, "--resume", run_dir, "--set", "model.n_embd=32")
+    assert code == 1 and "does not match this configuration" in text
+
+
+def test_resume_of_a_missing_run(tmp_path, capsys):
+    code, text = run_cli(capsys, "--resume", str(tmp_path / "nope"))
+    assert code == 2 and "no such run directory" in text
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_run_directory(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    code, text = run_cli(capsys, "--preset", "tiny", "--run-dir", str(locked / "run"), *TINY)
+    assert code == 1 and "not writable" in text
+
+
+def test_run_directory_that_is_a_file(tmp_path, capsys):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    code, text = run_cli(capsys, "--preset", "tiny", "--run-dir", str(blocker / "run"), *TINY)
+    assert code == 1 and "not writable" in text and "--run-dir" in text
+    assert blocker.read_text() == "not a directory"
+
+
+def test_unknown_tokenizer(tmp_path, capsys):
+    code, text = run_cli(
+        capsys,
+        "--preset",
+        "tiny",
+        "--run-dir",
+        str(tmp_path / "r"),
+        *TINY,
+        "--set",
+        "data.tokenizer=gpt5",
+    )
+    assert code == 1 and "gpt5" in text
+
+
+def test_unknown_device(tmp_path, capsys):
+    code, text = run_cli(
+        capsys,
+        "--preset",
+        "tiny",
+        "--run-dir",
+        str(tmp_path / "r"),
+        *TINY,
+        "--set",
+        "train.device=tpu",
+    )
+    assert code == 1 and "train.device" in text
