@@ -9,6 +9,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -224,6 +225,17 @@ def run_headless(args: argparse.Namespace) -> int:
     return 0
 
 
+def exit_when_ended(trainer: Any, grace_s: float, timeout_s: float = 300.0) -> None:
+    """Wait for the run to end (its checkpoint written), then end the process after `grace_s`."""
+    deadline = time.monotonic() + timeout_s
+    while trainer is not None and trainer.state not in ("stopped", "finished", "failed"):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    time.sleep(grace_s)
+    os._exit(0)
+
+
 def run_app(args: argparse.Namespace) -> int:
     from cockpit.app import CockpitApp, run_app
     from engine.data import data_available
@@ -250,6 +262,24 @@ def run_app(args: argparse.Namespace) -> int:
         data_path=args.data,
         data_available=preset_data_available,
     )
+    def on_signal(signum: int, _frame: Any) -> None:
+        # SIGHUP: the terminal is gone (the SSH link dropped); SIGTERM: a scheduler wants the
+        # machine. Either way: checkpoint, stop and exit, as a confirmed quit does. With no
+        # terminal left, restoring it can block forever, so once the run has ended the process
+        # leaves on its own after a grace period.
+        trainer = app.trainer
+        if signum == getattr(signal, "SIGHUP", None):
+            if trainer is not None:
+                trainer.stop(checkpoint=True)
+            grace = 0.5
+        else:
+            app.call_later(app._quit_answer, True)
+            grace = 10.0
+        threading.Thread(target=exit_when_ended, args=(trainer, grace), daemon=True).start()
+
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, on_signal)
     run_app(app, mouse=not args.no_mouse)
     return 0
 
