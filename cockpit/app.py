@@ -23,12 +23,13 @@ from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Vertical
+from textual.content import Content
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from cockpit.history import ProgressTracker
+from cockpit.history import LoadGovernor, ProgressTracker
 from cockpit.screens import (
     ConfirmScreen,
     HelpScreen,
@@ -51,6 +52,12 @@ from cockpit.widgets.samples import SamplesPanel
 from cockpit.widgets.status import AlertLine, Segment, StatusLine
 
 TICK_S = 0.25  # event drain period
+STATUS_REFRESH_S = 1.0  # counters in the status line redraw at most this often
+LOSS_MIN_INTERVAL_S = 1.0  # plots redraw at most this often (more while the UI is busy)
+LR_MIN_INTERVAL_S = 2.0
+DEVICE_MIN_INTERVAL_S = 1.0
+UI_CPU_TARGET = 0.02  # the UI thread's share of one core that LoadGovernor aims for
+URGENT_KINDS = ("run_started", "state", "alert", "lr_changed", "checkpoint")
 DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 QUIT_TIMEOUT_S = 10.0  # how long quitting waits for the final checkpoint
 EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
@@ -87,6 +94,15 @@ PANEL_IDS = ("loss", "lr", "device", "memory", "samples")
 
 
 _W = TypeVar("_W", bound=Widget)
+
+
+def progress_bar(fraction: float, width: int) -> Content:
+    """`━━━━━━╸─────────` in the theme's colours (done, then to do)."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    halves = round(fraction * width * 2)
+    full, half = divmod(halves, 2)
+    done = "━" * full + ("╸" if half else "")
+    return Content.assemble((done, "$success"), ("─" * (width - len(done)), "$foreground-muted"))
 
 
 def _default_data_available(_preset: str) -> tuple[bool, str]:
@@ -137,7 +153,7 @@ class CockpitApp(App[None]):
         self.trainer_factory = trainer_factory
         self.preset = preset
         self.preset_dirs = list(preset_dirs)
-        self.data_path = data_path
+        self.data_path = data_path  # informational: the factory applies --data itself
         self.data_available = data_available or _default_data_available
         self.trainer: Any = None
         self.engine_worker: Worker | None = None
@@ -162,6 +178,8 @@ class CockpitApp(App[None]):
         self._watchdog_armed = False
         self._widgets: dict[type, Widget] = {}
         self._ticks_under_dialog = 0
+        self._status_drawn_at = -1e9
+        self.load = LoadGovernor(target=UI_CPU_TARGET)
 
     # layout -------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -312,6 +330,7 @@ class CockpitApp(App[None]):
 
     # the drain timer -----------------------------------------------------------------------------
     def _tick(self) -> None:
+        self._adapt_to_load()
         if self.screen is not self.main_screen:
             # A dialog is open: Textual re-blends the dimmed main screen behind it on every
             # change, which costs far more than the change itself. Catch up every 2 s only.
@@ -336,14 +355,26 @@ class CockpitApp(App[None]):
                 self.log.error(f"cannot route {ev!r}: {e}")
         self.event_count += len(events)
         if events:
-            self.loss_panel.finish_batch()
-            self.lr_panel.finish_batch()
             self.samples_panel.finish_batch()
-        self._refresh_status()
         now = time.monotonic()
+        # Counters (step, loss, tok/s, times) change on every tick; redrawing them once a
+        # second is plenty and keeps the UI thread off the GIL. What the user did or must see
+        # (state, alerts, LR changes, checkpoints) shows on the next tick.
+        urgent = force or any(getattr(ev, "kind", "") in URGENT_KINDS for ev in events)
+        if urgent or now - self._status_drawn_at >= STATUS_REFRESH_S * self.load.factor:
+            self._status_drawn_at = now
+            self._refresh_status()
+        self.device_panel.flush(now, force)
         self.loss_panel.flush(now, force)
         self.lr_panel.flush(now, force)
         return len(events)
+
+    def _adapt_to_load(self) -> None:
+        """Stretch every periodic redraw when the UI thread uses more than its share of CPU."""
+        factor = self.load.sample(time.monotonic(), time.thread_time())
+        self.loss_panel.governor.min_interval = LOSS_MIN_INTERVAL_S * factor
+        self.lr_panel.governor.min_interval = LR_MIN_INTERVAL_S * factor
+        self.device_panel.min_interval = DEVICE_MIN_INTERVAL_S * factor
 
     def _route(self, ev: Any) -> None:
         kind = getattr(ev, "kind", "")
@@ -506,8 +537,6 @@ class CockpitApp(App[None]):
             alert.clear()
 
     def _status_segments(self) -> list[Segment]:
-        from textual.content import Content
-
         segs: list[Segment] = []
         segs.append(Segment(Content.styled(self.preset, "bold"), 1))
         if self.max_steps:
@@ -522,7 +551,16 @@ class CockpitApp(App[None]):
                     0,
                 )
             )
+            segs.append(Segment(progress_bar(self.step / self.max_steps, 16), 8))
             segs.append(Segment(Content.styled(f"{pct:.0f}%", "$foreground-muted"), 6))
+        loss = self.loss_panel.last_loss
+        if loss is not None:
+            style = "bold" if math.isfinite(loss) else "bold $error"
+            segs.append(
+                Segment(
+                    Content.assemble(("loss ", "$foreground-muted"), (fmt_loss(loss), style)), 2
+                )
+            )
         if self.tokens_per_s is not None and self.state in ("running", "saving"):
             segs.append(
                 Segment(
@@ -535,14 +573,19 @@ class CockpitApp(App[None]):
         elapsed = self.tracker.elapsed
         if elapsed is not None:
             segs.append(
-                Segment(Content.assemble(("elapsed ", "$foreground-muted"), fmt_duration(elapsed)), 4)
+                Segment(
+                    Content.assemble(("elapsed ", "$foreground-muted"), fmt_duration(elapsed)), 4
+                )
             )
         if self.state in ("running", "saving"):
             eta = self.tracker.eta(self.step, self.max_steps) if self.max_steps else None
             if eta is not None:
                 segs.append(
                     Segment(
-                        Content.assemble(("ETA ", "$foreground-muted"), (fmt_duration(eta), "bold")), 3
+                        Content.assemble(
+                            ("ETA ", "$foreground-muted"), (fmt_duration(eta), "bold")
+                        ),
+                        3,
                     )
                 )
         if self.grad_norm is not None:
@@ -559,7 +602,14 @@ class CockpitApp(App[None]):
             )
         if self.last_checkpoint is not None:
             step, _path, _reason = self.last_checkpoint
-            segs.append(Segment(Content.assemble(("ckpt ", "$foreground-muted"), f"@{fmt_int(step)}"), 7))
+            segs.append(
+                Segment(Content.assemble(("ckpt ", "$foreground-muted"), f"@{fmt_int(step)}"), 7)
+            )
+        dropped = getattr(getattr(self.trainer, "events", None), "dropped", 0)
+        if dropped:
+            segs.append(
+                Segment(Content.styled(f"⚠ {fmt_int(dropped)} events dropped", "$warning"), 1)
+            )
         info = self._run_info
         if info is not None:
             segs.append(

@@ -227,26 +227,28 @@ class RedrawGovernor:
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
-    """Round tick positions covering [lo, hi] with about n ticks (1, 2, 2.5, 5 x 10^k steps)."""
+    """Round tick positions covering [lo, hi] with about n ticks (1, 2, 2.5, 5 x 10^k steps).
+
+    A range too narrow to tell apart in floating point gives just [lo]; never more than 4n ticks.
+    """
     if not (math.isfinite(lo) and math.isfinite(hi)) or n < 2:
         return []
     if hi < lo:
         lo, hi = hi, lo
-    if hi == lo:
+    if hi - lo <= 1e-12 * max(abs(lo), abs(hi), 1e-300):
         return [lo]
     raw = (hi - lo) / (n - 1)
     mag = 10 ** math.floor(math.log10(raw))
+    step = 10 * mag
     for m in (1, 2, 2.5, 5, 10):
-        step = m * mag
-        if step >= raw:
+        if m * mag >= raw:
+            step = m * mag
             break
-    first = math.ceil(lo / step - 1e-9) * step
-    ticks = []
-    t = first
-    while t <= hi + step * 1e-9:
-        ticks.append(round(t, 12))
-        t += step
-    return ticks
+    first = math.ceil(lo / step - 1e-9)
+    last = math.floor(hi / step + 1e-9)
+    if last - first > 4 * n:
+        return [lo]
+    return [round(k * step, 12) for k in range(first, last + 1)]
 
 
 class ProgressTracker:
@@ -303,3 +305,38 @@ class ProgressTracker:
         if rate is None or rate <= 0:
             return None
         return max(0, max_steps - step) / rate
+
+
+class LoadGovernor:
+    """Keeps the UI thread's CPU share near a target by slowing every periodic redraw.
+
+    Feed it the UI thread's CPU time (`time.thread_time()` read on that thread) and the wall
+    clock; every `window` seconds it compares the share used with `target` and moves `factor`
+    (>= 1, <= max_factor): up by 1.5x when over target, back down by 1.25x when under half of
+    it. Redraw intervals are multiplied by `factor`. Everything the UI thread does counts,
+    Textual's own rendering included, which the per-plot RedrawGovernor cannot see.
+    """
+
+    def __init__(self, target: float = 0.02, window: float = 5.0, max_factor: float = 8.0) -> None:
+        self.target = target
+        self.window = window
+        self.max_factor = max_factor
+        self.factor = 1.0
+        self.share: float | None = None
+        self._start: tuple[float, float] | None = None
+
+    def sample(self, wall: float, cpu: float) -> float:
+        """Record a reading; returns the current factor."""
+        if self._start is None:
+            self._start = (wall, cpu)
+            return self.factor
+        w0, c0 = self._start
+        if wall - w0 < self.window:
+            return self.factor
+        self.share = (cpu - c0) / (wall - w0)
+        self._start = (wall, cpu)
+        if self.share > self.target:
+            self.factor = min(self.max_factor, self.factor * 1.5)
+        elif self.share < self.target / 2:
+            self.factor = max(1.0, self.factor / 1.25)
+        return self.factor

@@ -251,7 +251,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("+ / -", "learning rate ×1.25 / ÷1.25"),
     ("s", "generate a sample now"),
     ("e", "evaluate now"),
-    ("p", "switch preset (checkpoints the current run first)"),
+    ("p", "switch preset (saves a checkpoint first)"),
     ("t", "loss x axis: steps / tokens"),
     ("g", "loss y axis: linear / log"),
     ("1-5", "zoom a panel: loss, LR, device, memory, samples"),
@@ -259,7 +259,8 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("tab", "focus the next panel"),
     ("ctrl+p", "command palette (every action)"),
     ("?", "this help"),
-    ("q, ctrl+c", "quit (checkpoints first; press again to force)"),
+    ("q", "quit: asks, saves a checkpoint, then exits"),
+    ("ctrl+c ctrl+q", "quit too; again to confirm, or to force"),
 ]
 
 

@@ -70,7 +70,8 @@ class Meter(Horizontal):
 
     def set(self, data: deque, value_text: str) -> None:
         self.spark.data = tuple(data)
-        self.value.update(value_text)
+        # fixed width in CSS: no layout pass (it would re-arrange the whole screen each second)
+        self.value.update(value_text, layout=False)
 
 
 class GpuView(Vertical):
@@ -82,6 +83,7 @@ class GpuView(Vertical):
         self.util: deque[float] = deque(maxlen=HISTORY)
         self.mem: deque[float] = deque(maxlen=HISTORY)
         self._reading: Any = None
+        self._ready = False
         self.header = StatusText(classes="gpu-header")
         self.util_meter = Meter("util")
         self.mem_meter = Meter("mem")
@@ -92,20 +94,21 @@ class GpuView(Vertical):
         yield self.mem_meter
 
     def on_mount(self) -> None:
-        if self._reading is not None:
-            self._apply()
+        self._ready = True  # composed: the meters exist
+        self.apply()
 
-    def update_reading(self, reading: Any) -> None:
+    def add(self, reading: Any) -> None:
+        """Record a reading (drawn by the next apply)."""
         self._reading = reading
         if reading.util_percent is not None:
             self.util.append(reading.util_percent)
         if reading.mem_used is not None and reading.mem_total:
             self.mem.append(100.0 * reading.mem_used / reading.mem_total)
-        if self.is_mounted and self.children:
-            self._apply()
 
-    def _apply(self) -> None:
+    def apply(self) -> None:
         r = self._reading
+        if r is None or not self._ready:
+            return
         self.header.set_segments(gpu_header(r))
         self.util_meter.set(self.util, fmt_pct(r.util_percent))
         self.mem_meter.set(self.mem, fmt_gib_pair(r.mem_used, r.mem_total))
@@ -119,6 +122,8 @@ class CpuView(Vertical):
         self.cpu: deque[float] = deque(maxlen=HISTORY)
         self.ram: deque[float] = deque(maxlen=HISTORY)
         self._event: Any = None
+        self._ready = False
+        self._n_cores = -1
         self.cpu_meter = Meter("cpu")
         self.cores = Static("", classes="cores")
         self.ram_meter = Meter("ram")
@@ -134,41 +139,63 @@ class CpuView(Vertical):
         yield self.rss
 
     def on_mount(self) -> None:
-        if self._event is not None:
-            self._apply()
+        self._ready = True  # composed: the meters exist
+        self.apply()
 
-    def update_event(self, ev: Any) -> None:
+    def add(self, ev: Any) -> None:
+        """Record a reading (drawn by the next apply)."""
         self._event = ev
         if ev.cpu_percent is not None:
             self.cpu.append(ev.cpu_percent)
         if ev.ram_used is not None and ev.ram_total:
             self.ram.append(100.0 * ev.ram_used / ev.ram_total)
-        if self.is_mounted and self.children:
-            self._apply()
 
-    def _apply(self) -> None:
+    def apply(self) -> None:
         ev = self._event
+        if ev is None or not self._ready:
+            return
         self.cpu_meter.set(self.cpu, fmt_pct(ev.cpu_percent))
         cores = ev.cpu_per_core or ()
         bars = "".join(BARS[min(int(max(c, 0) / 100 * len(BARS)), len(BARS) - 1)] for c in cores)
         self.cores.update(
             Content.assemble(
-                ("cores ", "$foreground-muted"), (bars, "$primary"), (f" ×{len(cores)}", "$foreground-muted")
+                ("cores ", "$foreground-muted"),
+                (bars, "$primary"),
+                (f" ×{len(cores)}", "$foreground-muted"),
             )
             if cores
-            else ""
+            else "",
+            layout=len(cores) != self._n_cores,  # the height can change only with the count
         )
+        self._n_cores = len(cores)
         self.ram_meter.set(self.ram, fmt_gib_pair(ev.ram_used, ev.ram_total))
         rss = ev.process_rss
         self.rss.update(
             Content.assemble(("process RSS ", "$foreground-muted"), fmt_bytes(rss))
             if rss is not None
-            else ""
+            else "",
+            layout=False,
         )
 
 
+class UnavailableView(Static):
+    def __init__(self) -> None:
+        super().__init__("", classes="note unavailable")
+        self._reason = ""
+
+    def add(self, ev: Any) -> None:
+        self._reason = ev.reason or "no reason given"
+
+    def apply(self) -> None:
+        self.update(Content.assemble(("telemetry unavailable: ", "$warning"), self._reason))
+
+
 class DevicePanel(VerticalScroll):
-    """Switches between GPU, CPU and 'unavailable' views as telemetry arrives."""
+    """Switches between GPU, CPU and 'unavailable' views as telemetry arrives.
+
+    Readings are recorded as they come; `flush()` (the app's timer) draws them at most every
+    `min_interval` seconds, which the app stretches when the UI uses too much CPU.
+    """
 
     BORDER_TITLE = "Device"
     ALLOW_MAXIMIZE = True
@@ -178,6 +205,9 @@ class DevicePanel(VerticalScroll):
         self.mode = "waiting"
         self.n_gpus = 0
         self.updates = 0
+        self.min_interval = 1.0
+        self._pending = False
+        self._drawn_at = -1e9
         self._views: list[Any] = []
         self._waiting = Static(
             Content.styled("waiting for telemetry...", "$foreground-muted"), classes="note waiting"
@@ -194,6 +224,7 @@ class DevicePanel(VerticalScroll):
         """Telemetry is about the machine, not the run: keep the history across runs."""
 
     def update_telemetry(self, ev: Any) -> None:
+        """Record one Telemetry event (switching views if the source changed)."""
         self.updates += 1
         source = ev.source
         if source == "nvml" and not ev.gpus:
@@ -204,21 +235,30 @@ class DevicePanel(VerticalScroll):
             self.remove_children()
             if source == "nvml":
                 self._views = [GpuView(g.index) for g in ev.gpus]
+                title = f"Device [not bold $foreground-muted]GPU × {len(ev.gpus)}[/]"
             elif source == "psutil":
                 self._views = [CpuView()]
+                title = "Device [not bold $foreground-muted]CPU[/]"
             else:
-                self._views = [Static("", classes="note unavailable")]
+                self._views = [UnavailableView()]
+                title = "Device"
+            self.border_title = title
             self.mount_all(self._views)
+            self._drawn_at = -1e9  # draw the new view at once
         if source == "nvml":
-            self.border_title = f"Device [not bold $foreground-muted]GPU × {len(ev.gpus)}[/]"
             for view, reading in zip(self._views, ev.gpus, strict=False):
-                view.update_reading(reading)
-        elif source == "psutil":
-            self.border_title = "Device [not bold $foreground-muted]CPU[/]"
-            for view in self._views:
-                view.update_event(ev)
+                view.add(reading)
         else:
-            self.border_title = "Device"
-            reason = ev.reason or "no reason given"
-            for note in self._views:
-                note.update(Content.assemble(("telemetry unavailable: ", "$warning"), reason))
+            for view in self._views:
+                view.add(ev)
+        self._pending = True
+
+    def flush(self, now: float, force: bool = False) -> bool:
+        """Draw the latest readings if there are new ones and it is time (or force)."""
+        if not self._pending or (not force and now - self._drawn_at < self.min_interval * 0.9):
+            return False
+        self._pending = False
+        self._drawn_at = now
+        for view in self._views:
+            view.apply()
+        return True

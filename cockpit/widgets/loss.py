@@ -43,7 +43,7 @@ class LossPanel(ThrottledPlot):
         self.tokens_per_step = 0
         self.empty_message = self.EMPTY_MESSAGE
         self.touch()
-        self._update_labels()
+        self.update_labels()
 
     # data ---------------------------------------------------------------------------------------
     def add_step(self, step: int, loss: float, tokens: int) -> None:
@@ -68,30 +68,25 @@ class LossPanel(ThrottledPlot):
             self.best_val = val_loss
         self.touch()
 
-    def finish_batch(self) -> None:
-        """Called once per drain after a batch of events: refresh the cheap text parts."""
-        self._update_labels()
-
     def toggle_x(self) -> bool:
         self.x_tokens = not self.x_tokens
         self.touch()
-        self._update_labels()
+        self.update_labels()
         return self.x_tokens
 
     def toggle_log(self) -> bool:
         self.log_y = not self.log_y
         self.touch()
-        self._update_labels()
+        self.update_labels()
         return self.log_y
 
     def has_data(self) -> bool:
         return bool(self.raw) or bool(self.val)
 
     # text ---------------------------------------------------------------------------------------
-    def _update_labels(self) -> None:
+    def update_labels(self) -> None:
         mode = "tokens" if self.x_tokens else "steps"
         flags = f"[not bold $foreground-muted]x:{mode}{' · log y' if self.log_y else ''}[/]"
-        self.border_title = f"Loss {flags}"
         parts = []
         if self.last_loss is not None:
             style = "$error" if not math.isfinite(self.last_loss) else "$foreground-muted"
@@ -100,7 +95,7 @@ class LossPanel(ThrottledPlot):
             parts.append(f"[$primary]━ ema {fmt_loss(self.ema.value)}[/]")
         if self.last_val is not None:
             parts.append(f"[$warning]● val {fmt_loss(self.last_val)}[/]")
-        self.border_subtitle = " ".join(parts)
+        self.set_labels(f"Loss {flags}", " ".join(parts))
 
     # drawing ------------------------------------------------------------------------------------
     def draw(self, plt: Any, width: int, height: int) -> None:
@@ -126,8 +121,12 @@ class LossPanel(ThrottledPlot):
         if x1 <= x0:
             x1 = x0 + 1
         lo, hi = min(ys_all), max(ys_all)
-        if hi <= lo:
-            lo, hi = lo - 0.5 if lo > 0.5 else lo * 0.5, hi + 0.5
+        if hi - lo <= 1e-6 * max(abs(hi), 1e-6):  # a flat line: give it some room
+            mid = (lo + hi) / 2
+            half = max(abs(mid) * 0.05, 1e-3)
+            lo, hi = mid - half, mid + half
+            if self.log_y and lo <= 0:
+                lo = mid / 2
         if self.log_y:
             plt.yscale("log")
             lo, hi = lo / 1.05, hi * 1.05

@@ -23,7 +23,7 @@ class LrPanel(ThrottledPlot):
     EMPTY_MESSAGE = "waiting for the schedule..."
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(min_interval=2.0, **kwargs)
+        super().__init__(min_interval=2.0, budget=0.005, **kwargs)
         self.reset()
 
     def reset(self) -> None:
@@ -37,7 +37,7 @@ class LrPanel(ThrottledPlot):
         self.lr: float | None = None
         self._col = -1
         self.touch()
-        self._update_labels()
+        self.update_labels()
 
     # data ---------------------------------------------------------------------------------------
     def set_plan(self, planned: Any, max_steps: int, start_step: int = 0) -> None:
@@ -46,7 +46,7 @@ class LrPanel(ThrottledPlot):
         self.start_step = start_step
         self.step = start_step
         self.touch()
-        self._update_labels()
+        self.update_labels()
 
     def _column(self, step: int) -> int:
         cols = max(8, self.size.width - Y_AXIS_COLS) * 2  # braille: two dots per column
@@ -92,29 +92,25 @@ class LrPanel(ThrottledPlot):
         self.scale = scale
         self.lr = new_lr
         self.touch()
-        self._update_labels()
-
-    def finish_batch(self) -> None:
-        self._update_labels()
 
     def on_resize(self) -> None:
-        self._update_labels()
+        self.update_labels()
 
     def has_data(self) -> bool:
         return bool(self.planned) or bool(self.applied)
 
-    def _update_labels(self) -> None:
+    def update_labels(self) -> None:
         legend = "[not bold $foreground-muted]planned[/] [not bold $primary]applied[/]"
         if abs(self.scale - 1.0) > 1e-9:
             legend += " [not bold $warning]ahead[/]"
         name = "LR" if 0 < self.size.width < 56 else "Learning rate"
-        self.border_title = f"{name} {legend}" if self.planned else name
+        title = f"{name} {legend}" if self.planned else name
         if self.lr is None:
-            self.border_subtitle = ""
+            self.set_labels(title, "")
             return
         mult = f"×{self.scale:.3g}"
         mult_style = "$foreground-muted" if abs(self.scale - 1.0) < 1e-9 else "bold $warning"
-        self.border_subtitle = f"now {fmt_lr(self.lr)} [{mult_style}]{mult}[/]"
+        self.set_labels(title, f"now {fmt_lr(self.lr)} [{mult_style}]{mult}[/]")
 
     # drawing ------------------------------------------------------------------------------------
     def draw(self, plt: Any, width: int, height: int) -> None:

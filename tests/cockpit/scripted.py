@@ -320,8 +320,6 @@ class ScriptedTrainer:
                 self.step, self._lr = ev.step, ev.lr
             elif kind == "state":
                 self.state = ev.state
-                if ev.state in ("stopped", "finished", "failed"):
-                    pass
             elif kind == "run_started":
                 self._max_steps = ev.max_steps
             elif kind == "lr_changed":

@@ -27,7 +27,7 @@ from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
 from engine.events import StateChanged, Step
 
-SIZE = (120, 40)
+SIZE = (100, 30)
 
 
 def run(coro: Any) -> Any:
@@ -441,6 +441,35 @@ def test_resumed_history_is_drawn_but_not_announced() -> None:
             # speed and ETA come from this session's steps only: 2 steps/s
             assert app.tracker.rate == pytest.approx(2.0)
             assert app.tracker.elapsed == pytest.approx(27.0)
+
+    run(go())
+
+
+def test_a_flat_loss_curve_draws() -> None:
+    """Regression: a constant loss once sent the tick computation into an endless loop."""
+    started = build_script("default", steps=0)[0]
+    script = [started] + [
+        Step(
+            step=i,
+            loss=2.0,
+            lr=1e-3,
+            grad_norm=0.5,
+            tokens_per_s=1.0,
+            step_time_s=0.1,
+            tokens=i * 768,
+            time=started.time + i,
+        )
+        for i in range(1, 60)
+    ]
+
+    async def go() -> None:
+        app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
+            await settle(pilot)
+            await pilot.press("g")  # log y too
+            await settle(pilot)
+            assert app.loss_panel.draw_count >= 2
 
     run(go())
 

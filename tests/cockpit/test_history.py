@@ -153,6 +153,10 @@ def test_nice_ticks() -> None:
     assert nice_ticks(0, 1.3e-3, 4) == pytest.approx([0, 5e-4, 1e-3])
     assert nice_ticks(3, 3, 4) == [3]
     assert nice_ticks(0, float("nan"), 4) == []
+    # ranges below floating-point resolution must not loop forever
+    assert nice_ticks(1.9999999999999996, 2.0000000000000004, 9) == [1.9999999999999996]
+    assert nice_ticks(1e9, 1e9 + 1e-6, 5) == [1e9]
+    assert nice_ticks(1e9, 1e9 + 1e4, 5) == [1e9, 1e9 + 2500, 1e9 + 5000, 1e9 + 7500, 1e9 + 1e4]
 
 
 # ProgressTracker ------------------------------------------------------------------------------------
@@ -176,3 +180,25 @@ def test_progress_tracker_from_event_times() -> None:
     assert p.rate is None
     p.add_step(131.0, 75)
     assert p.rate == pytest.approx(5.0)
+
+
+def test_load_governor_slows_down_and_recovers() -> None:
+    from cockpit.history import LoadGovernor
+
+    g = LoadGovernor(target=0.02, window=5.0, max_factor=8.0)
+    assert g.sample(0.0, 0.0) == 1.0
+    assert g.sample(4.0, 1.0) == 1.0  # window not over yet
+    assert g.sample(5.0, 0.25) == pytest.approx(1.5)  # 5% > 2%
+    assert g.share == pytest.approx(0.05)
+    assert g.sample(10.0, 0.50) == pytest.approx(2.25)
+    for i in range(3, 20):
+        g.sample(5.0 * i, 0.25 * i)
+    assert g.factor == 8.0  # capped
+    assert g.sample(200.0, 5.0) == pytest.approx(8.0 / 1.25)  # 0.5% < 1%: speed back up
+    cpu = 5.0
+    for i in range(1, 40):
+        cpu += 0.04  # 0.8% of 5 s
+        g.sample(200.0 + 5 * i, cpu)
+    assert g.factor == 1.0
+    g.sample(400.0, cpu + 0.075)  # 1.5%: between half and target, holds
+    assert g.factor == 1.0

@@ -60,3 +60,26 @@ def test_sample_shows_the_prompt_once_and_keeps_newlines() -> None:
     assert c.plain == "step 1,250\ndef main():\n    pass"
     c2 = format_sample(10, "\n", "hello")
     assert c2.plain == "step 10\n⏎\nhello"
+
+
+def test_progress_bar() -> None:
+    from cockpit.app import progress_bar
+
+    assert progress_bar(0.0, 8).plain == "────────"
+    assert progress_bar(0.5, 8).plain == "━━━━────"
+    assert progress_bar(0.0625, 8).plain == "╸───────"
+    assert progress_bar(1.2, 8).plain == "━━━━━━━━"
+
+
+def test_help_lists_every_key() -> None:
+    from cockpit.app import CockpitApp
+    from cockpit.screens import HELP_KEYS
+
+    listed = " ".join(k for k, _ in HELP_KEYS)
+    names = {"question_mark": "?", "plus": "+", "minus": "-", "equals_sign": "+", "underscore": "-"}
+    for binding in CockpitApp.BINDINGS:
+        for key in binding.key.split(","):
+            key = names.get(key, key)
+            if key.isdigit():
+                key = "1-5"
+            assert key in listed, key
