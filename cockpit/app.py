@@ -26,7 +26,7 @@ from textual.containers import Container, Vertical
 from textual.content import Content
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from cockpit.history import LoadGovernor, ProgressTracker
@@ -64,6 +64,7 @@ EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets befor
 SWITCH_TIMEOUT_S = 60.0  # how long a preset switch waits before cancelling the old run
 LR_STEP = 1.25
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
+MIN_WIDTH, MIN_HEIGHT = 80, 24
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 34
 ENDED = ("stopped", "finished", "failed")
@@ -79,6 +80,7 @@ RUN_ACTIONS = {
     "lr_down",
     "sample",
     "evaluate",
+    "rollback",
 }
 # Actions only meaningful on the main screen.
 MAIN_ACTIONS = RUN_ACTIONS | {
@@ -125,6 +127,7 @@ class CockpitApp(App[None]):
         Binding("plus,equals_sign", "lr_up", "LR×1.25", show=False),
         Binding("minus,underscore", "lr_down", "LR÷1.25", show=False),
         Binding("s", "sample", "Sample"),
+        Binding("r", "rollback", "Roll back", show=False),
         Binding("e", "evaluate", "Eval"),
         Binding("p", "presets", "Preset"),
         Binding("t", "toggle_x", "x: steps/tokens", show=False),
@@ -186,6 +189,7 @@ class CockpitApp(App[None]):
         with Vertical(id="top"):
             yield StatusLine(id="status")
             yield AlertLine(id="alert")
+        yield Static(id="too-small")
         with Container(id="panels"):
             yield LossPanel(id="loss", classes="panel")
             with Vertical(id="side"):
@@ -221,6 +225,15 @@ class CockpitApp(App[None]):
         screen.set_class(width < 100, "narrow")
         screen.set_class(height < 30, "short")
         self.set_class(height < 30, "-short")  # dialogs (other screens) tighten up too
+        # Below 80x24 the panels cannot be drawn legibly: say so rather than draw them broken.
+        too_small = width < MIN_WIDTH or height < MIN_HEIGHT
+        screen.set_class(too_small, "too-small")
+        if too_small:
+            for notice in screen.query("#too-small"):
+                notice.update(
+                    f"Terminal too small: {width}x{height}.\n"
+                    f"Enlarge it to at least {MIN_WIDTH}x{MIN_HEIGHT}; training goes on meanwhile."
+                )
         for footer in screen.query(Footer):
             footer.compact = width < COMPACT_WIDTH
 
@@ -674,6 +687,10 @@ class CockpitApp(App[None]):
 
     def action_lr_down(self) -> None:
         self._command("scale_lr", 1.0 / LR_STEP)
+
+    def action_rollback(self) -> None:
+        """After a NaN or a spike: back to the last checkpoint with half the LR."""
+        self._command("rollback", 0.5)
 
     def action_sample(self) -> None:
         if self._command("sample"):

@@ -251,6 +251,7 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("+ / -", "learning rate ×1.25 / ÷1.25"),
     ("s", "generate a sample now"),
     ("e", "evaluate now"),
+    ("r", "roll back to the last checkpoint, LR halved (after a NaN or spike)"),
     ("p", "switch preset (saves a checkpoint first)"),
     ("t", "loss x axis: steps / tokens"),
     ("g", "loss y axis: linear / log"),

@@ -162,3 +162,41 @@ def test_q_confirmed_checkpoints_and_exits_within_a_second(tmp_path):
     elapsed = asyncio.run(scenario())
     assert elapsed < 1.0
     assert list_checkpoints(made[0].run_dir)
+
+
+def test_a_terminal_below_80x24_says_enlarge(tmp_path):
+    made: list[Trainer] = []
+
+    async def scenario() -> None:
+        app = CockpitApp(make_factory(tmp_path, made), "tiny")
+        async with app.run_test(size=(60, 20)) as pilot:
+            await wait_until(pilot, lambda: made and made[0].step >= 1)
+            notice = app.screen.query_one("#too-small")
+            assert notice.display and "Enlarge it to at least 80x24" in str(notice.render())
+            assert not app.screen.query_one("#panels").display
+            await pilot.resize_terminal(100, 30)
+            await pilot.pause(0.3)
+            assert not notice.display and app.screen.query_one("#panels").display
+            made[0].stop(checkpoint=False)
+
+    run(scenario())
+
+
+def test_r_rolls_back_to_the_last_checkpoint(tmp_path):
+    made: list[Trainer] = []
+
+    async def scenario() -> None:
+        app = CockpitApp(make_factory(tmp_path, made), "tiny")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: made and made[0].step >= 2)
+            trainer = made[0]
+            await pilot.press("c")
+            await wait_until(pilot, lambda: trainer.last_checkpoint is not None)
+            saved_at = load_checkpoint(trainer.last_checkpoint)["step"]
+            await wait_until(pilot, lambda: trainer.step > saved_at + 3)
+            await pilot.press("r")
+            await wait_until(pilot, lambda: trainer.rollbacks == 1)
+            assert trainer.lr_scale == 0.5
+            trainer.stop(checkpoint=False)
+
+    run(scenario())
