@@ -170,6 +170,9 @@ class CockpitApp(App[None]):
         self.max_steps = 0
         self.tokens_per_s: float | None = None
         self.grad_norm: float | None = None
+        self.mfu = 0.0
+        self.data_share = 0.0  # of the step time, the part spent waiting for batches
+        self.update_ratio: float | None = None
         self.lr: float | None = None
         self.scale = 1.0
         self.last_checkpoint: tuple[int, str, str] | None = None
@@ -401,6 +404,11 @@ class CockpitApp(App[None]):
             self.step = ev.step
             self.tokens_per_s = ev.tokens_per_s
             self.grad_norm = ev.grad_norm
+            self.mfu = getattr(ev, "mfu", 0.0)
+            self.data_share = ev.data_time_s / ev.step_time_s if getattr(ev, "step_time_s", 0) else 0.0
+            ratio = getattr(ev, "update_ratio", math.nan)
+            if math.isfinite(ratio):
+                self.update_ratio = ratio
             self.lr = ev.lr
             self.loss_panel.add_step(ev.step, ev.loss, ev.tokens)
             self.lr_panel.add_step(ev.step, ev.lr)
@@ -613,6 +621,17 @@ class CockpitApp(App[None]):
                     5,
                 )
             )
+        if self.mfu > 0 and self.state in ("running", "saving"):
+            peak = self._run_info.peak_source if self._run_info is not None else ""
+            label = "MFU~" if peak.startswith("measured") else "MFU "
+            segs.append(Segment(Content.assemble((label, "$foreground-muted"), f"{100 * self.mfu:.1f}%"), 6))
+        if self.data_share >= 0.05 and self.state in ("running", "saving"):
+            # only worth a place when the loader is a real part of the step
+            segs.append(Segment(Content.assemble(("data ", "$warning"), f"{100 * self.data_share:.0f}%"), 6))
+        if self.update_ratio is not None:
+            r = self.update_ratio
+            style = "$warning" if r > 1e-2 else ""
+            segs.append(Segment(Content.assemble(("Δw/w ", "$foreground-muted"), (f"{r:.1e}", style)), 7))
         if self.last_checkpoint is not None:
             step, _path, _reason = self.last_checkpoint
             segs.append(
@@ -927,6 +946,9 @@ class CockpitApp(App[None]):
         self.max_steps = 0
         self.tokens_per_s = None
         self.grad_norm = None
+        self.mfu = 0.0
+        self.data_share = 0.0
+        self.update_ratio = None
         self.lr = None
         self.scale = 1.0
         self.last_checkpoint = None

@@ -200,3 +200,21 @@ def test_r_rolls_back_to_the_last_checkpoint(tmp_path):
             trainer.stop(checkpoint=False)
 
     run(scenario())
+
+
+def test_status_line_shows_mfu_and_update_ratio(tmp_path):
+    made: list[Trainer] = []
+
+    async def scenario() -> str:
+        app = CockpitApp(make_factory(tmp_path, made), "tiny")
+        async with app.run_test(size=(200, 40)) as pilot:
+            await wait_until(pilot, lambda: made and made[0].step >= 60)
+            await wait_until(pilot, lambda: app.update_ratio is not None)
+            await pilot.pause(0.5)
+            text = str(app.status_line.text.render())
+            made[0].stop(checkpoint=False)
+            return text
+
+    text = asyncio.run(scenario())
+    assert "MFU~" in text  # measured peak on a CPU: labelled approximate
+    assert "Δw/w" in text
