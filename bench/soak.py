@@ -53,14 +53,30 @@ class Terminal:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
 
 
-def records(metrics: Path) -> list[dict]:
-    out = []
-    for line in metrics.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass
-    return out
+class Follower:
+    """Reads metrics.jsonl incrementally: re-parsing a growing file at 100 Hz would itself load
+    the CPU the run trains on, and grow the latency it is measuring."""
+
+    def __init__(self) -> None:
+        self.offset: dict[Path, int] = {}
+        self.cache: dict[Path, list[dict]] = {}
+
+    def __call__(self, metrics: Path) -> list[dict]:
+        out = self.cache.setdefault(metrics, [])
+        with metrics.open("rb") as f:
+            f.seek(self.offset.get(metrics, 0))
+            chunk = f.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset[metrics] = self.offset.get(metrics, 0) + len(complete)
+        for line in complete.splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+        return out
+
+
+records = Follower()
 
 
 def find_process(run_dir: Path, timeout: float = 60) -> psutil.Process:

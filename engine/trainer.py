@@ -941,12 +941,15 @@ class Trainer:
             report_memory = time.monotonic() - last_memory_report > MEMORY_REPORT_INTERVAL_S
             if report_memory:
                 last_memory_report = time.monotonic()
+            step_before = self.step
             try:
                 self._train_step(report_memory)
             except torch.OutOfMemoryError:
                 self._shrink_micro_batch()  # retries with a smaller micro-batch, or pauses
                 continue
             self.train_time_s += time.perf_counter() - t0
+            if self.step == step_before:
+                continue  # the step was refused (non-finite): nothing new to evaluate or save
             if len(self._pending) >= self.log_every:
                 self._flush()
             t_extra = time.perf_counter()

@@ -104,3 +104,46 @@ def test_cockpit_in_a_real_terminal(tmp_path):
         assert list(run_dir.glob("ckpt-*.pt")), "quitting must leave a checkpoint"
     finally:
         term.kill()
+
+
+def test_dropped_terminal_checkpoints_and_resume_continues(tmp_path):
+    """SIGHUP, as when an SSH connection drops: the run is saved, then resumes where it stopped."""
+    run_dir = tmp_path / "run"
+    metrics = run_dir / "metrics.jsonl"
+    command = f"{shlex.quote(sys.executable)} -m cockpit.cli --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}"
+    term = Tmux(command)
+    try:
+        term.wait_for("RUNNING")
+        deadline = time.monotonic() + 60
+        while (
+            time.monotonic() < deadline
+            and metrics.exists()
+            and metrics.read_text().count('"kind":"step"') < 20
+        ):
+            time.sleep(0.2)
+    finally:
+        term.kill()  # the pty closes: the process gets SIGHUP
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list(run_dir.glob("ckpt-*.pt")):
+        time.sleep(0.2)
+    saved = sorted(run_dir.glob("ckpt-*.pt"))
+    assert saved, "a dropped terminal must leave a checkpoint"
+    step = int(saved[-1].stem.split("-")[1])
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cockpit.cli",
+            "train",
+            "--headless",
+            "--resume",
+            str(run_dir),
+            "--set",
+            f"train.max_steps={step + 3}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"finished at step {step + 3}" in resumed.stdout
