@@ -150,6 +150,6 @@ def set_lr_factor(optimizer: Any, factor: float) -> None:
 
 
 def applied_lr(optimizer: Any) -> float:
-    """The LR of the first group: what the cockpit shows as "the" LR (AdamW's for Muon runs)."""
+    """The LR of the last group (AdamW's in a Muon run): what the cockpit shows as "the" LR."""
     groups = optimizer.param_groups
     return float(groups[-1]["lr"]) if groups else 0.0
