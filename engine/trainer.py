@@ -133,7 +133,7 @@ class MetricsWriter:
 
     def __call__(self, event: Event) -> None:
         record = event.to_record()
-        record.pop("config", None) if event.kind == "run_started" else None
+        record.pop("config", None)  # run_started's config lives in config.json
         line = json.dumps(record, separators=(",", ":"), default=str)
         with self._lock:
             if self._file.closed:
