@@ -7,7 +7,8 @@
    the same run headless, alternating, in one invocation. Goal: ratio >= 0.97.
 2. Responsiveness: time from the pause key to the engine's pause acknowledgement, over 20
    presses while training. Goal: p95 under one step time plus 50 ms.
-3. Redraw cost: every panel redrawn at 160x48 with 100,000 steps of history. Goal: p95 < 25 ms.
+3. Redraw cost: every panel redrawn at 160x48 with 100,000 steps of history, all of them with
+   new data each frame, through Textual's compositor down to the terminal bytes. Goal: p95 < 25 ms.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from pathlib import Path
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from cockpit.app import CockpitApp  # noqa: E402
-from cockpit.widgets.plot import ThrottledPlot  # noqa: E402
 from engine.events import (  # noqa: E402
     DeviceReading,
     Eval,
@@ -41,7 +41,7 @@ from engine.events import (  # noqa: E402
 )
 from engine.presets import load_preset  # noqa: E402
 from engine.schedule import planned_curve  # noqa: E402
-from engine.trainer import Trainer  # noqa: E402
+from engine.trainer import Trainer, settle_garbage_collector  # noqa: E402
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -194,50 +194,13 @@ class FrozenTrainer:
                     time=t0 + 0.03 * steps,
                 )
             )
-        self.events.put(
-            Telemetry(
-                source="nvml",
-                gpus=(
-                    DeviceReading(
-                        0,
-                        "NVIDIA H100",
-                        97.0,
-                        40.0,
-                        30 * 2**30,
-                        80 * 2**30,
-                        29 * 2**30,
-                        71.0,
-                        650.0,
-                        700.0,
-                        1980.0,
-                        ("power",),
-                    ),
-                ),
-                cpu_percent=12.0,
-                ram_used=20 * 2**30,
-                ram_total=256 * 2**30,
-                process_rss=3 * 2**30,
-                time=t0 + 0.03 * steps,
-            )
-        )
-        self.events.put(
-            MemoryBreakdown(
-                step=steps,
-                device="cuda:0",
-                capacity=80 * 2**30,
-                weights=2**30,
-                gradients=2**30,
-                optimizer=2 * 2**30,
-                activations=20 * 2**30,
-                activations_measured=True,
-                cache=3 * 2**30,
-                other=2**29,
-                time=t0 + 0.03 * steps,
-            )
-        )
+        for event in frame_events(steps):  # the latest telemetry and memory breakdown
+            if event.kind in ("telemetry", "memory"):
+                self.events.put(event)
         self.events.put(StateChanged(state="running", step=steps, time=t0 + 0.03 * steps))
 
     def run(self, should_stop=None) -> str:
+        settle_garbage_collector()  # as the real Trainer does when its setup is done
         while not self._stopped.wait(0.1):
             if should_stop and should_stop():
                 break
@@ -252,28 +215,108 @@ class FrozenTrainer:
         return lambda *args, **kwargs: None
 
 
-async def redraw_cost(history: int, repeats: int) -> list[float]:
+def frame_events(step: int) -> list:
+    """Everything the cockpit shows, new at once: a step, an eval, a sample, a telemetry
+    reading and a memory breakdown (values vary, so nothing can be served from a cache)."""
+    t = 1_000_000.0 + 0.03 * step
+    loss = 1.5 + 3 * math.exp(-step / 3000) + 0.05 * math.sin(step)
+    wobble = 0.5 + 0.5 * math.sin(step / 7)
+    return [
+        Step(
+            step=step,
+            loss=loss,
+            lr=1e-3,
+            grad_norm=0.5,
+            tokens_per_s=25_000 + 1_000 * wobble,
+            step_time_s=0.03,
+            tokens=768 * step,
+            time=t,
+        ),
+        Eval(step=step, train_loss=loss, val_loss=loss + 0.05, train_time_s=0.03 * step, time=t),
+        Sample(
+            step=step,
+            prompt="ROMEO:",
+            text=f"ROMEO:\nstep {step}: " + "O, she doth teach " * 4,
+            time=t,
+        ),
+        Telemetry(
+            source="nvml",
+            gpus=(
+                DeviceReading(
+                    0,
+                    "NVIDIA H100",
+                    90.0 + 9 * wobble,
+                    40.0,
+                    int((29 + wobble) * 2**30),
+                    80 * 2**30,
+                    29 * 2**30,
+                    70.0 + wobble,
+                    600.0 + 50 * wobble,
+                    700.0,
+                    1980.0,
+                    ("power",),
+                ),
+            ),
+            cpu_percent=12.0 + wobble,
+            ram_used=20 * 2**30,
+            ram_total=256 * 2**30,
+            process_rss=3 * 2**30,
+            time=t,
+        ),
+        MemoryBreakdown(
+            step=step,
+            device="cuda:0",
+            capacity=80 * 2**30,
+            weights=2**30,
+            gradients=2**30,
+            optimizer=2 * 2**30,
+            activations=int((20 + wobble) * 2**30),
+            activations_measured=True,
+            cache=3 * 2**30,
+            other=2**29,
+            time=t,
+        ),
+    ]
+
+
+async def redraw_cost(history: int, repeats: int) -> tuple[list[float], list[float]]:
+    """One frame per repeat, the worst a live run produces: every panel has new data at once
+    (`frame_events`), the app drains it as its timer does (`pump`, with every plot forced to
+    redraw), and Textual lays out, renders and composes the screen; the update is encoded into
+    the bytes a terminal would receive. Returns (wall seconds, UI-thread CPU seconds) per
+    frame, from handing over the events to the end of the screen update."""
     trainer = FrozenTrainer(history)
     app = CockpitApp(lambda _p: trainer, "nanogpt-cpu")
-    costs: list[float] = []
+    walls: list[float] = []
+    cpus: list[float] = []
+    painted: list[float] = []
+
+    def display(_screen, update) -> None:  # the headless driver drops updates: encode them
+        if update is not None:
+            update.render_segments(app.console)
+            painted.append(time.perf_counter())
+
     async with app.run_test(size=SIZE) as pilot:
         while len(trainer.events):
             await pilot.pause(0.2)
         await pilot.pause(0.5)
-        panels = [
-            app.query_one(f"#{pid}")
-            for pid in ("loss", "lr", "device", "memory", "samples", "status")
-        ]
-        widgets = [w for panel in panels for w in (panel, *panel.query("*"))]
+        app._display = display
+        step = trainer.step
         for _ in range(repeats):
-            start = time.perf_counter()
-            for widget in widgets:
-                if isinstance(widget, ThrottledPlot):
-                    widget.flush(force=True)  # a plot rebuilds from its full history
-                widget._render_content()  # what Textual does to repaint it: render to strips
-            costs.append(time.perf_counter() - start)
+            step += 1
+            for event in frame_events(step):
+                trainer.events.put(event)
+            painted.clear()
+            cpu0, start = time.thread_time(), time.perf_counter()
+            app.pump(force=True)
+            await pilot.pause()  # Textual handles the resulting messages and repaints
+            cpu = time.thread_time() - cpu0
+            if painted:
+                walls.append(painted[-1] - start)
+                cpus.append(cpu)
+            await pilot.pause(0.05)  # the app's timer would wait longer between frames
         trainer.stop()
-    return costs
+    return walls, cpus
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -288,6 +331,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--presses", type=int, default=20)
     parser.add_argument("--history", type=int, default=100_000)
+    parser.add_argument("--frames", type=int, default=100)
     parser.add_argument(
         "--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
     )
@@ -312,9 +356,11 @@ def main() -> None:
         f"2. pause key -> engine acknowledgement over {len(latencies)} presses: p50 {p50 * 1e3:.1f} ms  p95 {p95 * 1e3:.1f} ms  (goal: p95 < step {step_time * 1e3:.1f} ms + 50 ms = {(step_time + 0.05) * 1e3:.1f} ms)"
     )
 
-    costs = asyncio.run(redraw_cost(args.history, 30))
+    walls, cpus = asyncio.run(redraw_cost(args.history, args.frames))
     print(
-        f"3. redraw of every panel at {SIZE[0]}x{SIZE[1]} with {args.history:,} steps of history: p50 {statistics.median(costs) * 1e3:.1f} ms  p95 {percentile(costs, 0.95) * 1e3:.1f} ms (goal p95 < 25 ms)"
+        f"3. redraw of every panel at {SIZE[0]}x{SIZE[1]} with {args.history:,} steps of history, all new data each frame ({len(walls)} frames):\n"
+        f"   wall p50 {statistics.median(walls) * 1e3:.1f} ms  p95 {percentile(walls, 0.95) * 1e3:.1f} ms   "
+        f"UI-thread CPU p50 {statistics.median(cpus) * 1e3:.1f} ms  p95 {percentile(cpus, 0.95) * 1e3:.1f} ms  (goal p95 < 25 ms)"
     )
 
 

@@ -10,6 +10,7 @@ not synchronised on every step.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -215,6 +216,21 @@ def read_history(metrics: Path, upto_step: int, max_steps: int = 8000) -> list[E
 def default_run_dir(cfg: RunConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{cfg.name}-{stamp}"
+
+
+def settle_garbage_collector() -> None:
+    """Take everything alive now (modules, model, optimizer, the UI's widgets) out of the cyclic
+    garbage collector's reach, after collecting what a previous run left behind.
+
+    A full collection walks every tracked object with the GIL held: with torch and Textual
+    loaded that is ~250k objects and ~80 ms, during which neither training nor the UI moves
+    (measured: the redraw benchmark's p95 outliers and late pause acknowledgements). Frozen
+    objects are still freed by reference counting; only cycles among them would outlive the
+    run, and the next run's call collects those (it unfreezes first).
+    """
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 class Trainer:
@@ -449,6 +465,7 @@ class Trainer:
             # The curves so far, for the UI only: the metrics file has them already.
             for event in read_history(self.run_dir / "metrics.jsonl", self.step):
                 self.events.put(event)
+        settle_garbage_collector()
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self) -> dict[str, Any]:

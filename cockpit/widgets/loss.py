@@ -139,9 +139,9 @@ class LossPanel(ThrottledPlot):
         else:
             plt.ylim(lo, hi)
         if rx:
-            plt.plot(rx, ry, marker="braille", color=pal["muted"])
+            self.line(plt, rx, ry, pal["muted"])
         if sx:
-            plt.plot(sx, sy, marker="braille", color=pal["primary"])
+            self.line(plt, sx, sy, pal["primary"])
         if vx:
             plt.scatter(vx, vy, marker="●", color=pal["warning"])
         for step, tokens in self.nan_steps:

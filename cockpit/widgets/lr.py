@@ -122,17 +122,17 @@ class LrPanel(ThrottledPlot):
             px, py = downsample_minmax(
                 [p[0] for p in self.planned], [p[1] for p in self.planned], cols
             )
-            plt.plot(px, py, marker="braille", color=pal["muted"])
+            self.line(plt, px, py, pal["muted"])
             ys_all += py
             if abs(self.scale - 1.0) > 1e-9:
                 fx = [x for x in px if x >= self.step]
                 fy = [y * self.scale for x, y in zip(px, py, strict=True) if x >= self.step]
                 if fx:
-                    plt.plot(fx, fy, marker="braille", color=pal["warning"])
+                    self.line(plt, fx, fy, pal["warning"])
                     ys_all += fy
         if self.applied:
             ax, ay = downsample_minmax(self.applied.xs, self.applied.ys, cols)
-            plt.plot(ax, ay, marker="braille", color=pal["primary"])
+            self.line(plt, ax, ay, pal["primary"])
             ys_all += ay
         for step, old, new in self.changes:
             plt.scatter([step], [new], marker="▲" if new >= old else "▼", color=pal["warning"])

@@ -71,12 +71,19 @@ class MemoryPanel(Widget):
         self.refresh(layout=True)
 
     def update_breakdown(self, ev: Any) -> None:
+        lines_before = len(self._lines(self.size.width))
         self.breakdown = ev
         used = sum(getattr(ev, k) for k, *_ in CATEGORIES[:-1])
         pct = 100.0 * used / ev.capacity if ev.capacity else 0.0
-        self.border_title = f"Memory [not bold $foreground-muted]{ev.device}[/]"
-        self.border_subtitle = f"used {fmt_bytes(used)} · {pct:.1f}% of {fmt_bytes(ev.capacity)}"
-        self.refresh(layout=True)
+        title = f"Memory [not bold $foreground-muted]{ev.device}[/]"
+        subtitle = f"used {fmt_bytes(used)} · {pct:.1f}% of {fmt_bytes(ev.capacity)}"
+        if title != self.border_title:
+            self.border_title = title
+        if subtitle != self.border_subtitle:
+            self.border_subtitle = subtitle
+        # The height follows the number of lines: only a change there needs a layout pass,
+        # which re-arranges the whole screen; otherwise repainting this panel is enough.
+        self.refresh(layout=len(self._lines(self.size.width)) != lines_before)
 
     def _sizes(self) -> list[tuple[str, str, str, str, int]]:
         ev = self.breakdown

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
 from textual.content import Content
-from textual.widgets import Static
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.visual import Visual
 
 from cockpit.widgets._format import fmt_int
 
@@ -42,36 +43,124 @@ def format_sample(step: int, prompt: str, text: str) -> Content:
     return Content("\n").join([header, body])
 
 
-class SamplesPanel(VerticalScroll):
+class SamplesPanel(ScrollView):
+    """Newest first, scrollable. Drawn through the line API: each sample is wrapped once, when
+    it arrives (or when the width changes), and a new sample never re-arranges the screen. One
+    widget per sample, or one long text, cost a layout pass or a full re-wrap per sample."""
+
     BORDER_TITLE = "Samples"
     ALLOW_MAXIMIZE = True
+    can_focus = True
+    EMPTY = "no samples yet (press s to sample now)"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.samples: deque[tuple[int, str, str]] = deque(maxlen=MAX_SAMPLES)
+        self._pending: list[tuple[int, str, str]] = []
         self._dirty = False
-        self.text = Static(Content.styled("no samples yet", "$foreground-muted"), id="samples-text")
-
-    def compose(self) -> ComposeResult:
-        yield self.text
+        # (sample, its wrapped lines), newest first
+        self._blocks: deque[tuple[tuple[int, str, str], list[Strip]]] = deque()
+        self._wrap_width = 0
+        self._empty_text = "no samples yet"
 
     def reset(self) -> None:
         self.samples.clear()
+        self._pending.clear()
+        self._blocks.clear()
+        self._empty_text = self.EMPTY
         self._dirty = True
         self.finish_batch()
 
     def add_sample(self, step: int, prompt: str, text: str) -> None:
-        self.samples.append((step, prompt, text))
+        sample = (step, prompt, text)  # one object: the view finds it again by identity
+        self.samples.append(sample)
+        self._pending = [*self._pending[-(MAX_SAMPLES - 1) :], sample]
         self._dirty = True
 
     def finish_batch(self) -> None:
+        """Show what arrived since the last call: new samples on top, the oldest dropped."""
         if not self._dirty:
             return
         self._dirty = False
         self.border_subtitle = f"{len(self.samples)} kept" if self.samples else ""
         if not self.samples:
-            content = Content.styled("no samples yet (press s to sample now)", "$foreground-muted")
+            self._empty_text = self.EMPTY
+        anchor = self._anchor()
+        width = self._text_width()
+        if width != self._wrap_width:
+            self._rewrap(width)  # also wraps the pending samples
         else:
-            blocks = [format_sample(*s) for s in reversed(self.samples)]
-            content = Content("\n\n").join(blocks)
-        self.text.update(content)
+            for sample in self._pending:
+                self._blocks.appendleft((sample, self._wrap(sample, width)))
+            while len(self._blocks) > len(self.samples):
+                self._blocks.pop()
+        self._pending.clear()
+        self._update_virtual_size()
+        self._restore(anchor)
+        self.refresh()
+
+    def _anchor(self) -> tuple[tuple[int, str, str], int] | None:
+        """The sample at the top of the view and the line within it (None at the very top:
+        then the view follows the newest sample)."""
+        y = self.scroll_offset.y
+        if y <= 0:
+            return None
+        for sample, block in self._blocks:
+            if y < len(block):
+                return sample, y
+            y -= len(block)
+        return None
+
+    def _restore(self, anchor: tuple[tuple[int, str, str], int] | None) -> None:
+        """Scroll so that someone reading older samples keeps reading the same line."""
+        if anchor is None:
+            return
+        target, line = anchor
+        y = 0
+        for sample, block in self._blocks:
+            if sample is target:
+                y += min(line, len(block) - 1)
+                self.scroll_to(y=y, animate=False, immediate=True)
+                return
+            y += len(block)
+
+    # wrapping ---------------------------------------------------------------------------------
+    def _text_width(self) -> int:
+        return max(self.scrollable_content_region.width, 1)
+
+    def _wrap(self, sample: tuple[int, str, str], width: int) -> list[Strip]:
+        strips = Visual.to_strips(self, format_sample(*sample), width, None, self.visual_style)
+        return [*strips, Strip.blank(width)]  # a blank line after each sample
+
+    def _rewrap(self, width: int) -> None:
+        self._wrap_width = width
+        self._blocks = deque((s, self._wrap(s, width)) for s in reversed(self.samples))
+
+    def _update_virtual_size(self) -> None:
+        lines = sum(len(b) for _, b in self._blocks) - (1 if self._blocks else 0)
+        self.virtual_size = Size(self._wrap_width, max(lines, 0))
+
+    def on_resize(self) -> None:
+        if self._text_width() != self._wrap_width and self.samples:
+            anchor = self._anchor()
+            self._rewrap(self._text_width())
+            self._update_virtual_size()
+            self._restore(anchor)
+            self.refresh()
+
+    # drawing ----------------------------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        base = self.visual_style.rich_style
+        if not self._blocks:
+            empty = Content.styled(self._empty_text, "$foreground-muted")
+            lines = Visual.to_strips(self, empty, width, None, self.visual_style)
+            return (
+                lines[y].crop_extend(0, width, base) if y < len(lines) else Strip.blank(width, base)
+            )
+        index = y + self.scroll_offset.y
+        for _, block in self._blocks:
+            if index < len(block):
+                return block[index].crop_extend(0, width, base).apply_style(base)
+            index -= len(block)
+        return Strip.blank(width, base)

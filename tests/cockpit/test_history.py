@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -23,12 +24,12 @@ def test_bounded_series_decimates_the_older_half_alternating_low_high() -> None:
     ys = [5, 1, 4, 2, 8, 3, 0, 9]
     for x, y in enumerate(ys):
         s.append(x, y)
-    assert s.xs == list(range(8)) and len(s) == 8
+    assert s.xs.tolist() == list(range(8)) and len(s) == 8
     s.append(8, 7)
     # older half = points 0..3 in pairs (0,1) and (2,3): keep the lower of the first pair
     # (x=1, y=1), the higher of the second (x=2, y=4); points 4.. are untouched.
-    assert s.xs == [1, 2, 4, 5, 6, 7, 8]
-    assert s.ys == [1, 4, 8, 3, 0, 9, 7]
+    assert s.xs.tolist() == [1, 2, 4, 5, 6, 7, 8]
+    assert s.ys.tolist() == [1, 4, 8, 3, 0, 9, 7]
     assert s.total == 9
     assert s.last == (8, 7)
 
@@ -47,10 +48,10 @@ def test_bounded_series_memory_is_bounded_and_recent_points_exact() -> None:
         s.append(i, float(i % 97))
     assert len(s) <= 1000
     assert s.total == 100_000
-    assert s.xs == sorted(s.xs)
+    assert s.xs.tolist() == sorted(s.xs.tolist())
     assert s.xs[0] < 1000  # the start of the run is still represented
     # the newest points are at full resolution
-    assert s.xs[-100:] == list(range(99_900, 100_000))
+    assert s.xs[-100:].tolist() == list(range(99_900, 100_000))
     assert s.last == (99_999, float(99_999 % 97))
 
 
@@ -98,6 +99,44 @@ def test_downsample_drops_non_finite_points() -> None:
 
 def test_downsample_constant_x() -> None:
     assert downsample_minmax([5] * 6, [2, 1, 3, 3, 0, 1], 2) == ([5, 5], [3, 0])
+
+
+def _downsample_by_definition(xs, ys, n):
+    """The docstring's definition, point by point: the reference for the vectorised version."""
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(x) and math.isfinite(y)]
+    if len(pts) <= 2 * n:
+        return [p[0] for p in pts], [p[1] for p in pts]
+    x0, span = pts[0][0], pts[-1][0] - pts[0][0]
+    buckets: dict[int, list[int]] = {}
+    for i, (x, _) in enumerate(pts):
+        k = (
+            n - 1
+            if span <= 0
+            else min(n - 1, next(j for j in range(n) if j == n - 1 or x < x0 + span * (j + 1) / n))
+        )
+        buckets.setdefault(0 if span <= 0 else k, []).append(i)
+    out = []
+    for k in sorted(buckets):
+        idx = buckets[k]
+        lo = min(idx, key=lambda i: (pts[i][1], i))
+        hi = min(idx, key=lambda i: (-pts[i][1], i))
+        out += sorted({lo, hi})
+    return [pts[i][0] for i in out], [pts[i][1] for i in out]
+
+
+def test_downsample_matches_its_definition_on_random_series() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        n_points = rng.randint(0, 120)
+        xs = sorted(
+            rng.choice([rng.random() * 50, float(rng.randint(0, 9))]) for _ in range(n_points)
+        )
+        ys = [
+            rng.choice([rng.random(), float(rng.randint(0, 2)), float("nan"), float("-inf")])
+            for _ in range(n_points)
+        ]
+        n = rng.randint(1, 25)
+        assert downsample_minmax(xs, ys, n) == _downsample_by_definition(xs, ys, n)
 
 
 def test_downsample_rejects_mismatched_lengths() -> None:
