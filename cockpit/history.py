@@ -9,7 +9,8 @@
   loss starts at the first loss rather than creeping up from zero.
 - `RedrawGovernor`: decides how often an expensive widget may redraw so that drawing stays within
   a share of one core (the UI thread shares the GIL with training).
-- `nice_ticks`: round tick positions for plot axes.
+- `nice_ticks`: round tick positions for plot axes; `steady_limits`: axis limits that move in
+  round steps.
 """
 
 from __future__ import annotations
@@ -234,6 +235,19 @@ class RedrawGovernor:
         self._last_draw = now
         a = 0.3
         self._avg_cost = cost_s if self._avg_cost == 0.0 else (1 - a) * self._avg_cost + a * cost_s
+
+
+def steady_limits(lo: float, hi: float, grain: float = 1 / 64) -> tuple[float, float]:
+    """[lo, hi] widened outwards to multiples of a round step (1, 2 or 5 x 10^k) of at least
+    `grain` of the span, so that axes drawn from them stay put while the data grows a little
+    (a plot's frame is then reused instead of rebuilt). An empty span is returned as is."""
+    span = hi - lo
+    if not (math.isfinite(lo) and math.isfinite(hi)) or span <= 0:
+        return lo, hi
+    want = span * grain
+    mag = 10 ** math.floor(math.log10(want))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= want)
+    return math.floor(lo / step) * step, math.ceil(hi / step) * step
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:

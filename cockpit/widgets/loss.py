@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cockpit.history import BoundedSeries, DebiasedEMA, downsample_minmax
+from cockpit.history import BoundedSeries, DebiasedEMA, downsample_minmax, steady_limits
 from cockpit.widgets._format import fmt_loss, fmt_tick
 from cockpit.widgets.plot import ThrottledPlot, palette
 
@@ -133,21 +133,27 @@ class LossPanel(ThrottledPlot):
         else:
             pad = (hi - lo) * 0.04
             lo, hi = lo - pad, hi + pad
+        # Limits move in round steps (1/64 of the span): new data seldom changes the axes, and
+        # unchanged axes let the plot reuse plotext's frame (see ThrottledPlot).
+        x0, x1 = steady_limits(x0, x1)
         plt.xlim(x0, x1)
         if self.log_y:
-            plt.ylim(math.log10(lo), math.log10(hi))  # plotext takes log-scale limits in log10
+            log_lo, log_hi = steady_limits(math.log10(lo), math.log10(hi))
+            lo, hi = 10**log_lo, 10**log_hi
+            plt.ylim(log_lo, log_hi)  # plotext takes log-scale limits in log10
         else:
+            lo, hi = steady_limits(lo, hi)
             plt.ylim(lo, hi)
         if rx:
             self.line(plt, rx, ry, pal["muted"])
         if sx:
             self.line(plt, sx, sy, pal["primary"])
         if vx:
-            plt.scatter(vx, vy, marker="●", color=pal["warning"])
+            self.points(plt, vx, vy, "●", pal["warning"])
         for step, tokens in self.nan_steps:
             x = tokens if self.x_tokens else step
             if x0 <= x <= x1:
-                plt.vertical_line(x, color=pal["error"])
+                self.vline(plt, x, pal["error"])
         self.set_x_ticks(plt, x0, x1, width - Y_AXIS_COLS, fmt_tick)
         if not self.log_y:
             self.set_y_ticks(plt, lo, hi, height, lambda v: f"{v:.3g}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from cockpit.history import BoundedSeries, downsample_minmax
 from cockpit.widgets._format import fmt_lr, fmt_lr_tick, fmt_tick
 from cockpit.widgets.plot import ThrottledPlot, palette
@@ -28,6 +30,7 @@ class LrPanel(ThrottledPlot):
 
     def reset(self) -> None:
         self.planned: list[tuple[int, float]] = []
+        self._planned_xs = self._planned_ys = np.zeros(0)
         self.max_steps = 0
         self.start_step = 0
         self.applied = BoundedSeries(10_000)
@@ -42,6 +45,9 @@ class LrPanel(ThrottledPlot):
     # data ---------------------------------------------------------------------------------------
     def set_plan(self, planned: Any, max_steps: int, start_step: int = 0) -> None:
         self.planned = [(int(s), float(v)) for s, v in planned]
+        # as arrays once, for drawing: the plan does not change during a run
+        self._planned_xs = np.array([p[0] for p in self.planned], dtype=np.float64)
+        self._planned_ys = np.array([p[1] for p in self.planned], dtype=np.float64)
         self.max_steps = max(int(max_steps), 1)
         self.start_step = start_step
         self.step = start_step
@@ -119,9 +125,7 @@ class LrPanel(ThrottledPlot):
         x_hi = max(self.max_steps, self.step, 1)
         ys_all: list[float] = []
         if self.planned:
-            px, py = downsample_minmax(
-                [p[0] for p in self.planned], [p[1] for p in self.planned], cols
-            )
+            px, py = downsample_minmax(self._planned_xs, self._planned_ys, cols)
             self.line(plt, px, py, pal["muted"])
             ys_all += py
             if abs(self.scale - 1.0) > 1e-9:
@@ -135,7 +139,7 @@ class LrPanel(ThrottledPlot):
             self.line(plt, ax, ay, pal["primary"])
             ys_all += ay
         for step, old, new in self.changes:
-            plt.scatter([step], [new], marker="▲" if new >= old else "▼", color=pal["warning"])
+            self.points(plt, [step], [new], "▲" if new >= old else "▼", pal["warning"])
             ys_all.append(new)
         if self.lr is not None:
             ys_all.append(self.lr)
@@ -144,8 +148,8 @@ class LrPanel(ThrottledPlot):
         plt.xlim(0, x_hi)
         plt.ylim(0, hi)
         if self.step > 0:
-            plt.vertical_line(self.step, color=pal["faint"])
+            self.vline(plt, self.step, pal["faint"])
         if self.lr is not None:
-            plt.scatter([self.step], [self.lr], marker="●", color=pal["primary"])
+            self.points(plt, [self.step], [self.lr], "●", pal["primary"])
         self.set_x_ticks(plt, 0, x_hi, width - Y_AXIS_COLS, fmt_tick)
         self.set_y_ticks(plt, 0, hi, height, fmt_lr_tick)

@@ -4,8 +4,14 @@
 changes; the app's timer calls `flush()`, which lets a redraw through only when the data changed
 and the `RedrawGovernor` says it is time (about once a second, slower if drawing is expensive:
 the UI thread shares the GIL with training). The plot is drawn through Textual's line API
-(`render_line`): strips are built straight from plotext's character and colour matrices and
-cached by (size, version, theme), so resizes and screen changes never rebuild an unchanged plot.
+(`render_line`), cached by (size, version, theme), so resizes and screen changes never rebuild
+an unchanged plot.
+
+Drawing is split: plotext draws the frame (axes, ticks, labels) from the calls a panel makes on
+`plt`, and that frame is kept until those calls change; the data (`line`, `points`, `vline`) is
+laid over a copy of it with numpy (braille.py), using plotext's own value-to-cell mapping. A
+redraw with new data but the same axes therefore never runs plotext. If plotext's internals
+ever differ from what this relies on, the panel falls back to drawing everything with plotext.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from rich.style import Style as RichStyle
 from rich.text import Text
 from textual.color import Color
 from textual.content import Content
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.visual import Visual
 from textual.widget import Widget
@@ -29,7 +35,7 @@ from textual_plotext import PlotextPlot
 
 from cockpit.history import RedrawGovernor, nice_ticks
 from cockpit.widgets._format import fmt_tick
-from cockpit.widgets.braille import line_cells
+from cockpit.widgets.braille import line_cells, to_dots
 
 try:  # plotext's colour names and 256-colour codes to RGB (private, hence the fallback)
     from plotext._utility import to_rgb as plotext_to_rgb
@@ -73,37 +79,94 @@ def _style(fg: Any, st: Any, bg: Any) -> RichStyle | None:
     return _STYLE_CACHE[key]
 
 
-def build_strips(
-    plt: Any, width: int, base: RichStyle, lines: Sequence[DenseLine] = ()
-) -> list[Strip]:
-    """The plot as one Strip per row, straight from plotext's character and colour matrices.
+class PlotextChanged(Exception):
+    """plotext's internals are not what the fast drawing path expects."""
 
-    `plt.build()` renders ANSI text that would then be parsed back and wrapped as Content,
-    which costs more than plotext's own drawing; here each row's runs of one colour become
-    segments directly. `lines` are laid over the canvas first (see `overlay_lines`). Raises
-    PlotextChanged if plotext's internals differ from what this relies on.
-    """
-    try:
-        plt._set_sizes()
-        plt._build_matrix()
-        if lines:
-            overlay_lines(plt, lines)
-        m = plt.monitor.matrix
-        marker, fg, bg, st = m.marker, m.fullground, m.background, m.style
-        strips: list[Strip] = []
-        for row in range(m.rows - 1, -1, -1):
-            chars = marker[row]
-            keys = list(zip(fg[row], st[row], bg[row], strict=True))
-            # where the colour changes: each run of one colour becomes one segment
-            cuts = [i for i, (a, b) in enumerate(zip(keys, keys[1:], strict=False), 1) if a != b]
-            segments: list[Segment] = []
-            for start, end in zip([0, *cuts], [*cuts, len(chars)], strict=True):
-                style = _style(*keys[start]) if end > start else None
-                segments.append(Segment("".join(chars[start:end]), base + style if style else base))
-            strips.append(Strip(segments).adjust_cell_length(width, base))
-        return strips
-    except (AttributeError, IndexError, TypeError, ValueError) as e:
-        raise PlotextChanged(str(e)) from e
+
+class Frame:
+    """plotext's drawing of everything but the data: its matrices and where the canvas is."""
+
+    def __init__(self, plt: Any) -> None:
+        try:
+            plt._set_sizes()
+            plt._build_matrix()
+            monitor = plt.monitor
+            m = monitor.matrix
+            self.marker = [list(row) for row in m.marker]
+            self.fullground = [list(row) for row in m.fullground]
+            self.background = [list(row) for row in m.background]
+            self.style = [list(row) for row in m.style]
+            self.cols, self.rows = m.Cols_canvas, m.Rows_canvas
+            self.xlim = tuple(float(v) for v in monitor.xlim[0])
+            self.ylim = tuple(float(v) for v in monitor.ylim[0])
+            self.log_y = monitor.yscale[0] == "log"
+        except (AttributeError, IndexError, TypeError, ValueError) as e:
+            raise PlotextChanged(str(e)) from e
+
+    def draw(self, items: Sequence[tuple[Any, ...]], width: int, base: RichStyle) -> list[Strip]:
+        """The frame with the data laid over it, as one Strip per row (top row first)."""
+        marker = [list(row) for row in self.marker]
+        fullground = [list(row) for row in self.fullground]
+        w, h = len(self.cols), len(self.rows)
+        if w > 0 and h > 0:
+            # vertical lines under the data lines, markers on top (plotext's own order)
+            for kind in ("vline", "line", "points"):
+                for item in items:
+                    if item[0] == kind:
+                        self._overlay(item, marker, fullground, w, h)
+        return _to_strips(marker, fullground, self.background, self.style, width, base)
+
+    def _overlay(self, item: tuple[Any, ...], marker: list, fg: list, w: int, h: int) -> None:
+        kind, xs, ys, glyph, color = item
+        if self.log_y and kind != "vline":
+            positive = ys > 0
+            xs, ys = xs[positive], np.log10(ys[positive])
+        c0, r0 = self.cols.start, self.rows.start
+        if kind == "line":
+            cx, cy, chars = line_cells(xs, ys, self.xlim, self.ylim, w, h)
+            for c, r, ch in zip(cx.tolist(), cy.tolist(), chars, strict=True):
+                current = marker[r0 + r][c0 + c]
+                if current == " " or "\u2800" <= current <= "\u28ff" or current in _LINE_GLYPHS:
+                    marker[r0 + r][c0 + c] = ch
+                    fg[r0 + r][c0 + c] = color
+        elif kind == "points":
+            keep = np.isfinite(xs) & np.isfinite(ys)
+            cx = to_dots(xs[keep], *self.xlim, w)
+            cy = to_dots(ys[keep], *self.ylim, h)
+            for c, r in zip(cx.tolist(), cy.tolist(), strict=True):
+                if 0 <= c < w and 0 <= r < h:
+                    marker[r0 + r][c0 + c] = glyph
+                    fg[r0 + r][c0 + c] = color
+        else:  # vline: a column of the canvas
+            (c,) = to_dots(xs, *self.xlim, w).tolist()
+            if 0 <= c < w:
+                for r in range(h):
+                    marker[r0 + r][c0 + c] = "│"
+                    fg[r0 + r][c0 + c] = color
+
+
+_LINE_GLYPHS = frozenset("│─┼")  # grid and marker lines: data is drawn over them, as in plotext
+
+
+def _to_strips(
+    marker: list, fullground: list, background: list, style: list, width: int, base: RichStyle
+) -> list[Strip]:
+    """plotext-style matrices (row 0 at the bottom) as Strips: each run of one colour in a row
+    becomes one segment. (plotext's own `build()` renders ANSI text that Textual would then
+    parse back, which costs more than the drawing itself.)"""
+    strips: list[Strip] = []
+    for row in range(len(marker) - 1, -1, -1):
+        chars = marker[row]
+        keys = list(zip(fullground[row], style[row], background[row], strict=True))
+        cuts = [i for i, (a, b) in enumerate(zip(keys, keys[1:], strict=False), 1) if a != b]
+        segments: list[Segment] = []
+        for start, end in zip([0, *cuts], [*cuts, len(chars)], strict=True):
+            cell_style = _style(*keys[start]) if end > start else None
+            segments.append(
+                Segment("".join(chars[start:end]), base + cell_style if cell_style else base)
+            )
+        strips.append(Strip(segments).adjust_cell_length(width, base))
+    return strips
 
 
 def build_strips_public(plt: Any, width: int, base: RichStyle) -> list[Strip]:
@@ -115,38 +178,33 @@ def build_strips_public(plt: Any, width: int, base: RichStyle) -> list[Strip]:
     ]
 
 
-class PlotextChanged(Exception):
-    """plotext's internals are not what the fast drawing path expects."""
+def _frozen(value: Any) -> Any:
+    """A hashable copy of a plotting call's argument (lists and arrays become tuples)."""
+    if isinstance(value, np.ndarray):
+        return tuple(value.tolist())
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    return value
 
 
-DenseLine = tuple[np.ndarray, np.ndarray, Any]  # xs, ys, colour
-_LINE_GLYPHS = frozenset("│─┼")  # grid and marker lines: data is drawn over them, as plotext does
+class _Recorder:
+    """Stands in for the plotext figure while a panel draws: the calls are remembered (they
+    decide the frame) and replayed on plotext only when they differ from the last frame's."""
 
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any, Any]] = []
 
-def overlay_lines(plt: Any, lines: Sequence[DenseLine]) -> None:
-    """Lay braille polylines over plotext's built canvas, under its markers.
+    def __getattr__(self, name: str) -> Any:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.calls.append((name, _frozen(args), _frozen(kwargs)))
 
-    Reads the canvas area, limits and y scale plotext settled on, so the lines use its exact
-    value-to-dot mapping; a later line covers an earlier one cell by cell, as in plotext."""
-    monitor = plt.monitor
-    m = monitor.matrix
-    cols, rows = m.Cols_canvas, m.Rows_canvas
-    width, height = len(cols), len(rows)
-    if width <= 0 or height <= 0:
-        return
-    xlim, ylim = monitor.xlim[0], monitor.ylim[0]
-    log_y = monitor.yscale[0] == "log"
-    for xs, ys, color in lines:
-        if log_y:
-            positive = ys > 0
-            xs, ys = xs[positive], np.log10(ys[positive])
-        cx, cy, chars = line_cells(xs, ys, xlim, ylim, width, height)
-        for c, r, ch in zip(cx.tolist(), cy.tolist(), chars, strict=True):
-            row, col = rows.start + r, cols.start + c
-            current = m.marker[row][col]
-            if current == " " or "\u2800" <= current <= "\u28ff" or current in _LINE_GLYPHS:
-                m.marker[row][col] = ch
-                m.fullground[row][col] = color
+        return record
+
+    def replay(self, plt: Any) -> None:
+        for name, args, kwargs in self.calls:
+            getattr(plt, name)(*args, **dict(kwargs))
 
 
 def palette(widget: Widget) -> dict[str, RGB]:
@@ -204,8 +262,11 @@ class ThrottledPlot(PlotextPlot):
         self.empty_message = self.EMPTY_MESSAGE
         self.draw_count = 0  # how many times the plot was actually built (for tests/benches)
         self.last_draw_s = 0.0
-        self._lines: list[DenseLine] = []  # this build's dense lines (see `line`)
-        self._plotext_lines = False  # True once plotext's internals proved different
+        self._items: list[tuple[Any, ...]] = []  # this build's data (line, points, vline)
+        self._frame: Frame | None = None  # plotext's last frame, and the calls that made it
+        self._frame_key: tuple[Any, ...] | None = None
+        self.frame_builds = 0  # how often plotext actually ran (for tests and benches)
+        self._plotext_only = False  # True once plotext's internals proved different
 
     # data side -------------------------------------------------------------------------------
     def touch(self) -> None:
@@ -230,8 +291,23 @@ class ThrottledPlot(PlotextPlot):
             return False
         self._drawn_version = self._version
         self.update_labels()
-        self.refresh()
+        self._repaint_changed_rows()
         return True
+
+    def _repaint_changed_rows(self) -> None:
+        """Draw now and ask Textual to repaint only the rows that differ from what is on
+        screen: with steady axes a new step changes a few rows at the right end of a line."""
+        before, before_key = self._cache, self._cache_key
+        width, height = self.size
+        if before is None or before_key is None or before_key[:2] != (width, height):
+            self.refresh()
+            return
+        after = self._strips()
+        changed = [y for y, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+        if len(changed) == len(after):
+            self.refresh()
+        elif changed:
+            self.refresh(*[Region(0, y, width, 1) for y in changed])
 
     # drawing side ----------------------------------------------------------------------------
     def has_data(self) -> bool:
@@ -256,19 +332,27 @@ class ThrottledPlot(PlotextPlot):
         raise NotImplementedError
 
     def line(self, plt: Any, xs: Any, ys: Any, color: Any) -> None:
-        """A dense series as a braille polyline (what plotext's `plot(..., marker="braille")`
-        draws), rasterised with numpy over plotext's frame. plotext sees only its end points:
-        set the plot's limits with `plt.xlim` / `plt.ylim`."""
-        xs = np.asarray(xs, dtype=np.float64)
-        ys = np.asarray(ys, dtype=np.float64)
-        if len(xs) == 0:
-            return
-        if self._plotext_lines:
+        """A series as a braille polyline (plotext's `plot(..., marker="braille")`)."""
+        xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+        if self._plotext_only:
             plt.plot(xs.tolist(), ys.tolist(), marker="braille", color=color)
-            return
-        self._lines.append((xs, ys, color))
-        ends = [0, len(xs) - 1]
-        plt.scatter(xs[ends].tolist(), ys[ends].tolist(), marker="braille", color=color)
+        elif len(xs):
+            self._items.append(("line", xs, ys, None, color))
+
+    def points(self, plt: Any, xs: Any, ys: Any, marker: str, color: Any) -> None:
+        """One marker character per point (plotext's `scatter`), drawn over the lines."""
+        xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+        if self._plotext_only:
+            plt.scatter(xs.tolist(), ys.tolist(), marker=marker, color=color)
+        elif len(xs):
+            self._items.append(("points", xs, ys, marker, color))
+
+    def vline(self, plt: Any, x: float, color: Any) -> None:
+        """A vertical line across the canvas (plotext's `vertical_line`), under the lines."""
+        if self._plotext_only:
+            plt.vertical_line(x, color=color)
+        else:
+            self._items.append(("vline", np.array([float(x)]), np.array([0.0]), "│", color))
 
     def render_line(self, y: int) -> Strip:
         """Textual's line API: the plot's row y (built once per data version and size)."""
@@ -288,12 +372,7 @@ class ThrottledPlot(PlotextPlot):
             strips = Visual.to_strips(self, message, width, height, self.visual_style)
         else:
             t0 = time.perf_counter()
-            try:
-                strips = build_strips(self._draw_figure(width, height), width, base, self._lines)
-            except PlotextChanged:  # draw everything through plotext's public API from now on
-                self._plotext_lines = True
-                strips = build_strips_public(self._draw_figure(width, height), width, base)
-            strips = strips[:height]
+            strips = self._draw(width, height, base)[:height]
             cost = time.perf_counter() - t0
             self.governor.record(time.monotonic(), cost)
             self.draw_count += 1
@@ -303,15 +382,38 @@ class ThrottledPlot(PlotextPlot):
         self._cache, self._cache_key = strips, key
         return strips
 
-    def _draw_figure(self, width: int, height: int) -> Any:
+    def _draw(self, width: int, height: int, base: RichStyle) -> list[Strip]:
+        if not self._plotext_only:
+            try:
+                return self._draw_over_frame(width, height, base)
+            except PlotextChanged:  # from now on, everything through plotext's public API
+                self._plotext_only = True
+        plt = self._new_figure(width, height)
+        self.draw(plt, width, height)
+        return build_strips_public(plt, width, base)
+
+    def _draw_over_frame(self, width: int, height: int, base: RichStyle) -> list[Strip]:
+        recorder = _Recorder()
+        self._items = []
+        self.draw(recorder, width, height)
+        key = (width, height, self.app.theme, palette(self)["muted"], tuple(recorder.calls))
+        if key != self._frame_key or self._frame is None:
+            plt = self._new_figure(width, height)
+            recorder.replay(plt)
+            for _kind, xs, ys, _glyph, _color in self._items[:1]:
+                # an invisible point of the data, so that plotext draws the axes it would
+                plt.scatter(xs[:1].tolist(), ys[:1].tolist(), marker=" ")
+            self._frame, self._frame_key = Frame(plt), key
+            self.frame_builds += 1
+        return self._frame.draw(self._items, width, base)
+
+    def _new_figure(self, width: int, height: int) -> Any:
         plt = self.plt
         plt.clear_figure()
         plt.plotsize(width, height)
         plt._set_size(width, height)  # see PlotextPlot.render: plotsize alone is not enough
         plt.theme(self._get_plotext_theme_name(self.app.theme))
         plt.ticks_color(palette(self)["muted"])
-        self._lines = []
-        self.draw(plt, width, height)
         return plt
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:

@@ -14,6 +14,7 @@ from cockpit.history import (
     RedrawGovernor,
     downsample_minmax,
     nice_ticks,
+    steady_limits,
 )
 
 # BoundedSeries ------------------------------------------------------------------------------------
@@ -241,3 +242,15 @@ def test_load_governor_slows_down_and_recovers() -> None:
     assert g.factor == 1.0
     g.sample(400.0, cpu + 0.075)  # 1.5%: between half and target, holds
     assert g.factor == 1.0
+
+
+def test_steady_limits_widen_to_round_steps_and_hold_still() -> None:
+    # span 100,000 -> at least 1/64 of it (1,562.5) -> step 2,000
+    assert steady_limits(1, 100_001) == (0, 102_000)
+    # the frame holds while the data grows within the step
+    assert steady_limits(1, 101_999) == (0, 102_000)
+    # span 3.18 -> at least 0.0497 -> step 0.05
+    lo, hi = steady_limits(1.43, 4.61)
+    assert math.isclose(lo, 1.40) and math.isclose(hi, 4.65)
+    assert steady_limits(2.0, 2.0) == (2.0, 2.0)
+    assert steady_limits(0.0, float("nan"))[0] == 0.0
