@@ -1,0 +1,77 @@
+"""The plots' drawing path: plotext's frame is reused while the axes stay, the data is drawn
+where plotext would draw it, and a plotext whose internals changed still gets a plot."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from textual.app import App, ComposeResult
+
+from cockpit.widgets import plot as plot_module
+from cockpit.widgets.loss import LossPanel
+
+
+class LossApp(App):
+    def compose(self) -> ComposeResult:
+        yield LossPanel(id="loss")
+
+
+def loss(step: int) -> float:
+    return 1.5 + 3 * math.exp(-step / 300) + 0.02 * math.sin(step)
+
+
+def text_of(panel: LossPanel) -> str:
+    return "\n".join(panel.render_line(y).text for y in range(panel.size.height))
+
+
+def test_new_steps_reuse_the_frame_and_repaint_few_rows() -> None:
+    async def go() -> None:
+        app = LossApp()
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = app.query_one(LossPanel)
+            for step in range(1, 2991):
+                panel.add_step(step, loss(step), 64 * step)
+            panel.flush(force=True)
+            await pilot.pause()
+            builds = panel.frame_builds
+            before = text_of(panel)
+            panel.add_step(2991, 3.0, 64 * 2991)  # a spike at the right end, within the axes
+            panel.flush(force=True)
+            after = text_of(panel)
+            assert after != before  # the spike is drawn...
+            assert panel.frame_builds == builds  # ...over the same axes: plotext did not run
+            changed = [
+                y
+                for y, (a, b) in enumerate(zip(before.split("\n"), after.split("\n"), strict=True))
+                if a != b
+            ]
+            assert 0 < len(changed) < panel.size.height // 2
+            panel.add_step(6000, 1.0, 64 * 6000)  # the x range doubles: new axes
+            panel.flush(force=True)
+            text_of(panel)
+            assert panel.frame_builds == builds + 1
+
+    asyncio.run(go())
+
+
+def test_a_changed_plotext_falls_back_to_its_public_api(monkeypatch) -> None:
+    def broken(self, plt):  # as if plotext's matrices had moved
+        raise plot_module.PlotextChanged("no monitor.matrix")
+
+    monkeypatch.setattr(plot_module.Frame, "__init__", broken)
+
+    async def go() -> None:
+        app = LossApp()
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = app.query_one(LossPanel)
+            for step in range(1, 500):
+                panel.add_step(step, loss(step), 64 * step)
+            panel.flush(force=True)
+            await pilot.pause()
+            drawn = text_of(panel)
+            assert panel._plotext_only
+            assert any("\u2800" < ch <= "\u28ff" for ch in drawn)  # braille lines, by plotext
+            assert "500" in drawn or "400" in drawn  # its x ticks
+
+    asyncio.run(go())
