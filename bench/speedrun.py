@@ -193,6 +193,7 @@ def compare(args: argparse.Namespace) -> None:
 ABLATIONS: list[tuple[str, list[str]]] = [
     ("speedrun-cpu (all)", []),
     ("- muon (AdamW everywhere)", ["optim.name=adamw"]),
+    ("- fp32 Newton-Schulz (bf16)", ["optim.muon_ns=bf16"]),
     ("- wsd (cosine to min_lr)", ["schedule.kind=cosine"]),
     ("- rotary (learned positions)", ["model.pos_emb=learned"]),
     ("- rmsnorm (LayerNorm)", ["model.norm=layernorm"]),

@@ -73,6 +73,12 @@ class OptimConfig:
     grad_clip: float = _opt(1.0, help="max gradient norm; 0 turns clipping off", min=0.0)
     muon_lr: float = _opt(0.02, help="Muon's LR for the 2-D block matrices", min_excl=0.0)
     muon_momentum: float = _opt(0.95, min=0.0, below=1.0)
+    muon_ns: str = _opt(
+        "bf16",
+        help="Muon's Newton-Schulz: 'bf16' (torch's, per matrix) or 'fp32' (batched by shape; "
+        "faster on CPUs)",
+        choices=("bf16", "fp32"),
+    )
 
 
 @dataclass

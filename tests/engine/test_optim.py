@@ -10,7 +10,7 @@ import torch
 
 from engine.config import ConfigError, OptimConfig
 from engine.model import GPT
-from engine.optim import MultiOptimizer, build_optimizer, set_lr_factor
+from engine.optim import BatchedMuon, MultiOptimizer, build_optimizer, set_lr_factor
 from engine.presets import load_preset
 
 NAMES = ("adamw", "muon", "lion", "adafactor")
@@ -36,15 +36,16 @@ def train_steps(model: GPT, opt, seeds) -> None:
         opt.zero_grad(set_to_none=True)
 
 
+@pytest.mark.parametrize("muon_class", [torch.optim.Muon, BatchedMuon], ids=["torch", "fp32"])
 @pytest.mark.parametrize("adjust", ["original", "match_rms_adamw"])
-def test_muon_update_is_orthogonalised_with_the_expected_scale(adjust):
+def test_muon_update_is_orthogonalised_with_the_expected_scale(adjust, muon_class):
     """One step from zero momentum: the update is -lr * scale * NS(grad), NS(grad) ~ U S' V^T
     with S' in roughly [0.5, 1.5] (torch's quintic iteration does not converge to exactly 1)."""
     rows, cols, lr = 96, 32, 0.01
     torch.manual_seed(0)
     w = torch.nn.Parameter(torch.zeros(rows, cols))
     w.grad = torch.randn(rows, cols)
-    opt = torch.optim.Muon([w], lr=lr, weight_decay=0.0, adjust_lr_fn=adjust)
+    opt = muon_class([w], lr=lr, weight_decay=0.0, adjust_lr_fn=adjust)
     opt.step()
     update = -w.detach() / lr
     # torch.optim._muon._adjust_lr: "original" scales by sqrt(max(1, A/B)), Moonshot's
@@ -56,6 +57,54 @@ def test_muon_update_is_orthogonalised_with_the_expected_scale(adjust):
     # and the direction follows the gradient's: positive alignment with U V^T of the gradient
     u, _, vh = torch.linalg.svd(w.grad, full_matrices=False)
     assert (update * (u @ vh)).sum() > 0.5 * scale * cols
+
+
+def test_fp32_muon_is_torchs_iteration_without_the_rounding():
+    """BatchedMuon's step is torch.optim.Muon's algorithm (Nesterov momentum, the quintic
+    Newton-Schulz with torch's coefficients, decoupled weight decay, the LR rule) computed
+    exactly: it matches a float64 rendering of it; torch's own runs the iteration in bfloat16,
+    which only roughly agrees (it amplifies rounding along small singular directions)."""
+    torch.manual_seed(0)
+    lr, wd, momentum = 0.02, 0.1, 0.95
+    shapes = [(96, 32), (96, 32), (32, 128)]  # two of one shape: batched together
+    weights = [torch.randn(s) * 0.02 for s in shapes]
+    grads = [torch.randn(s) for s in shapes]
+    params = [torch.nn.Parameter(w.clone()) for w in weights]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.clone()
+    opt = BatchedMuon(params, lr=lr, weight_decay=wd, momentum=momentum)
+    opt.step()
+    a, b, c = 3.4445, -4.7750, 2.0315  # torch.optim.Muon's defaults
+    for w, g, p in zip(weights, grads, params, strict=True):
+        update = g.double().lerp(g.double() * (1 - momentum), momentum)  # Nesterov, first step
+        x = update.T if update.size(0) > update.size(1) else update
+        x = x / x.norm()
+        for _ in range(5):
+            gram = x @ x.T
+            x = a * x + (b * gram + c * gram @ gram) @ x
+        x = x.T if update.size(0) > update.size(1) else x
+        scale = math.sqrt(max(1, w.size(0) / w.size(1)))  # torch's "original" rule
+        expected = w.double() * (1 - lr * wd) - lr * scale * x
+        torch.testing.assert_close(p.detach().double(), expected, rtol=0, atol=1e-5)
+
+
+def test_fp32_muon_trains_like_torchs_and_shares_its_state():
+    runs = {}
+    start = dict(tiny_model().named_parameters())
+    for ns in ("bf16", "fp32"):
+        model = tiny_model()
+        opt = build_optimizer(model, OptimConfig(name="muon", muon_lr=0.02, muon_ns=ns), "cpu")
+        train_steps(model, opt, range(4))
+        runs[ns] = (model, opt, loss_of(model, 99).item())
+    assert isinstance(runs["fp32"][1].optimizers[0], BatchedMuon)
+    for (name, a), b in zip(
+        runs["bf16"][0].named_parameters(), runs["fp32"][0].parameters(), strict=True
+    ):
+        if name.startswith("blocks.") and a.dim() == 2:
+            moved_a, moved_b = (a - start[name]).flatten(), (b - start[name]).flatten()
+            assert torch.nn.functional.cosine_similarity(moved_a, moved_b, dim=0) > 0.98
+    assert abs(runs["bf16"][2] - runs["fp32"][2]) < 0.01  # the same loss, to rounding
+    runs["bf16"][1].optimizers[0].load_state_dict(runs["fp32"][1].optimizers[0].state_dict())
 
 
 def test_engine_muon_covers_block_matrices_and_adamw_the_rest():
