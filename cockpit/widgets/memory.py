@@ -64,6 +64,7 @@ class MemoryPanel(Widget):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.breakdown: Any = None
+        self._lines_cache: tuple[Any, int, list[Content]] | None = None
 
     def reset(self) -> None:
         self.breakdown = None
@@ -106,6 +107,14 @@ class MemoryPanel(Widget):
         return Content("\n").join(self._lines(self.size.width))
 
     def _lines(self, width: int) -> list[Content]:
+        """The panel's lines at a width (kept until the reading or the width changes: the
+        height check, the layout and the render all ask for them)."""
+        cache = self._lines_cache
+        if cache is None or cache[0] is not self.breakdown or cache[1] != width:
+            cache = self._lines_cache = (self.breakdown, width, self._build_lines(width))
+        return cache[2]
+
+    def _build_lines(self, width: int) -> list[Content]:
         if self.breakdown is None:
             return [Content.styled("waiting for the memory breakdown...", "$foreground-muted")]
         ev = self.breakdown

@@ -100,11 +100,14 @@ class Frame:
             self.xlim = tuple(float(v) for v in monitor.xlim[0])
             self.ylim = tuple(float(v) for v in monitor.ylim[0])
             self.log_y = monitor.yscale[0] == "log"
+            # the last drawing: (marker rows, colour rows, strips, width, base style)
+            self._last: tuple[list, list, list[Strip], int, RichStyle] | None = None
         except (AttributeError, IndexError, TypeError, ValueError) as e:
             raise PlotextChanged(str(e)) from e
 
     def draw(self, items: Sequence[tuple[Any, ...]], width: int, base: RichStyle) -> list[Strip]:
-        """The frame with the data laid over it, as one Strip per row (top row first)."""
+        """The frame with the data laid over it, as one Strip per row (top row first). Rows
+        identical to the last drawing's keep their Strip: only changed rows are converted."""
         marker = [list(row) for row in self.marker]
         fullground = [list(row) for row in self.fullground]
         w, h = len(self.cols), len(self.rows)
@@ -114,7 +117,19 @@ class Frame:
                 for item in items:
                     if item[0] == kind:
                         self._overlay(item, marker, fullground, w, h)
-        return _to_strips(marker, fullground, self.background, self.style, width, base)
+        last = self._last if self._last is not None and self._last[3:] == (width, base) else None
+        strips: list[Strip] = []
+        for r in range(len(marker)):
+            if last is not None and marker[r] == last[0][r] and fullground[r] == last[1][r]:
+                strips.append(last[2][r])
+            else:
+                strips.append(
+                    _row_strip(
+                        marker[r], fullground[r], self.style[r], self.background[r], width, base
+                    )
+                )
+        self._last = (marker, fullground, strips, width, base)
+        return strips[::-1]  # plotext's row 0 is the bottom one
 
     def _overlay(self, item: tuple[Any, ...], marker: list, fg: list, w: int, h: int) -> None:
         kind, xs, ys, glyph, color = item
@@ -148,25 +163,21 @@ class Frame:
 _LINE_GLYPHS = frozenset("│─┼")  # grid and marker lines: data is drawn over them, as in plotext
 
 
-def _to_strips(
-    marker: list, fullground: list, background: list, style: list, width: int, base: RichStyle
-) -> list[Strip]:
-    """plotext-style matrices (row 0 at the bottom) as Strips: each run of one colour in a row
-    becomes one segment. (plotext's own `build()` renders ANSI text that Textual would then
-    parse back, which costs more than the drawing itself.)"""
-    strips: list[Strip] = []
-    for row in range(len(marker) - 1, -1, -1):
-        chars = marker[row]
-        keys = list(zip(fullground[row], style[row], background[row], strict=True))
-        cuts = [i for i, (a, b) in enumerate(zip(keys, keys[1:], strict=False), 1) if a != b]
-        segments: list[Segment] = []
-        for start, end in zip([0, *cuts], [*cuts, len(chars)], strict=True):
-            cell_style = _style(*keys[start]) if end > start else None
-            segments.append(
-                Segment("".join(chars[start:end]), base + cell_style if cell_style else base)
-            )
-        strips.append(Strip(segments).adjust_cell_length(width, base))
-    return strips
+def _row_strip(
+    chars: list[str], fg: list, st: list, bg: list, width: int, base: RichStyle
+) -> Strip:
+    """One row of plotext-style matrices as a Strip: each run of one colour is one segment.
+    (plotext's own `build()` renders ANSI text that Textual would then parse back, which costs
+    more than the drawing itself.)"""
+    keys = list(zip(fg, st, bg, strict=True))
+    cuts = [i for i, (a, b) in enumerate(zip(keys, keys[1:], strict=False), 1) if a != b]
+    segments: list[Segment] = []
+    for start, end in zip([0, *cuts], [*cuts, len(chars)], strict=True):
+        cell_style = _style(*keys[start]) if end > start else None
+        segments.append(
+            Segment("".join(chars[start:end]), base + cell_style if cell_style else base)
+        )
+    return Strip(segments).adjust_cell_length(width, base)
 
 
 def build_strips_public(plt: Any, width: int, base: RichStyle) -> list[Strip]:
