@@ -230,17 +230,25 @@ def ablation(args: argparse.Namespace) -> None:
             print(f"  {label:32s} done in {res.wall_s:.0f} s", flush=True)
     print()
     print(
-        f"{'variant':32s} {'time to ' + str(args.target):>14s} {'final val':>10s} "
+        f"{'variant':32s} {'time to ' + str(args.target):>14s} {'step':>6s} {'final val':>10s} "
         f"{'train s':>8s} {'s/step':>8s}"
     )
     for label, results in rows.items():
         t = statistics.median(r.time_to(args.target)[1] for r in results)
+        step = results[0].time_to(args.target)[2]  # the same every round: same seed, CPU
         v = statistics.median(r.final[2] for r in results)
         tt = statistics.median(r.final[1] for r in results)
         steps = results[0].final[0]
         t_txt = fmt(t) if math.isfinite(t) else "not reached"
-        print(f"{label:32s} {t_txt:>14s} {v:10.4f} {tt:8.1f} {1000 * tt / steps:7.1f}ms")
-    print("(time to target interpolated between full-val evaluations; median over rounds)")
+        s_txt = str(step) if step >= 0 else "-"
+        print(
+            f"{label:32s} {t_txt:>14s} {s_txt:>6s} {v:10.4f} {tt:8.1f} {1000 * tt / steps:7.1f}ms"
+        )
+    print(
+        "(time to target interpolated between full-val evaluations, median over rounds; step: "
+        "the first evaluation at or below it, every 10 steps near it; the step and the final val "
+        "do not depend on the machine's speed, the times do)"
+    )
 
 
 def main() -> None:
