@@ -362,6 +362,11 @@ class CockpitApp(App[None]):
 
         `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
         """
+        # One screen update for everything this drain changes, not one per widget touched.
+        with self.batch_update():
+            return self._pump(force)
+
+    def _pump(self, force: bool) -> int:
         trainer = self.trainer
         events = trainer.events.drain() if trainer is not None else []
         for ev in events:

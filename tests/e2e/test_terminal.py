@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 import uuid
 
+import psutil
 import pytest
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -123,12 +125,28 @@ def test_dropped_terminal_checkpoints_and_resume_continues(tmp_path):
             time.sleep(0.2)
     finally:
         term.kill()  # the pty closes: the process gets SIGHUP
+    # The hang-up save is at the last step run (a periodic checkpoint may already exist from
+    # earlier in the run, and the metrics file is written in batches): wait for the exit.
+    def last_step() -> int:
+        steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines() if '"step"' in x]
+        return max(steps, default=0)
+
+    def newest() -> int:
+        saved = sorted(run_dir.glob("ckpt-*.pt"))
+        return int(saved[-1].stem.split("-")[1]) if saved else -1
+
+    def still_running() -> bool:  # the cockpit process, which saves on SIGHUP, then exits
+        for proc in psutil.process_iter(["cmdline"]):
+            if str(run_dir) in " ".join(proc.info["cmdline"] or ()):
+                return True
+        return False
+
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not list(run_dir.glob("ckpt-*.pt")):
+    while time.monotonic() < deadline and still_running():
         time.sleep(0.2)
-    saved = sorted(run_dir.glob("ckpt-*.pt"))
-    assert saved, "a dropped terminal must leave a checkpoint"
-    step = int(saved[-1].stem.split("-")[1])
+    step = newest()
+    assert step >= 0, "a dropped terminal must leave a checkpoint"
+    assert step == last_step(), "the checkpoint must be at the last step run: none lost"
     resumed = subprocess.run(
         [
             sys.executable,
