@@ -277,6 +277,7 @@ class ThrottledPlot(PlotextPlot):
         self._frame: Frame | None = None  # plotext's last frame, and the calls that made it
         self._frame_key: tuple[Any, ...] | None = None
         self.frame_builds = 0  # how often plotext actually ran (for tests and benches)
+        self._subtitle = ""
         self._plotext_only = False  # True once plotext's internals proved different
 
     # data side -------------------------------------------------------------------------------
@@ -331,8 +332,22 @@ class ThrottledPlot(PlotextPlot):
     def set_labels(self, title: str, subtitle: str) -> None:
         if title != self.border_title:
             self.border_title = title
-        if subtitle != self.border_subtitle:
+        if subtitle != self._subtitle:
+            self._subtitle = subtitle
+            self._set_subtitle(subtitle)
+
+    def _set_subtitle(self, subtitle: str) -> None:
+        """Set the border subtitle, repainting the bottom border only. (`border_subtitle = ...`
+        repaints the whole widget, and the subtitle's figures change with every redraw.)"""
+        width, height = self.outer_size
+        try:
+            # what Textual's border-title descriptor stores, set without its full refresh
+            self._border_subtitle = self.render_str(subtitle).expand_tabs(4).split()[0]
+        except Exception:  # noqa: BLE001 - Textual changed: the public, dearer way
             self.border_subtitle = subtitle
+            return
+        left, top = self.content_offset
+        self.refresh(Region(-left, height - 1 - top, width, 1))
 
     def set_empty_message(self, message: str) -> None:
         """What the panel says while it has no data (e.g. why there will be none)."""

@@ -7,12 +7,15 @@ import asyncio
 import math
 
 from textual.app import App, ComposeResult
+from textual.geometry import Region
 
 from cockpit.widgets import plot as plot_module
 from cockpit.widgets.loss import LossPanel
 
 
 class LossApp(App):
+    CSS = "LossPanel { border: round $primary; }"  # the border carries the legend
+
     def compose(self) -> ComposeResult:
         yield LossPanel(id="loss")
 
@@ -73,5 +76,29 @@ def test_a_changed_plotext_falls_back_to_its_public_api(monkeypatch) -> None:
             assert panel._plotext_only
             assert any("\u2800" < ch <= "\u28ff" for ch in drawn)  # braille lines, by plotext
             assert "500" in drawn or "400" in drawn  # its x ticks
+
+    asyncio.run(go())
+
+
+def test_the_legend_in_the_bottom_border_follows_the_data() -> None:
+    async def go() -> None:
+        app = LossApp()
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = app.query_one(LossPanel)
+
+            def bottom_border() -> str:
+                width, height = panel.outer_size
+                return panel.render_lines(Region(0, 0, width, height))[-1].text
+
+            for step in range(1, 100):
+                panel.add_step(step, loss(step), 64 * step)
+            panel.add_step(100, 2.3456, 6400)
+            panel.flush(force=True)
+            await pilot.pause()
+            assert "train 2.3456" in bottom_border()
+            panel.add_step(101, 2.1234, 6464)
+            panel.flush(force=True)
+            await pilot.pause()
+            assert "train 2.1234" in bottom_border()
 
     asyncio.run(go())
