@@ -244,10 +244,14 @@ def steady_limits(lo: float, hi: float, grain: float = 1 / 64) -> tuple[float, f
     span = hi - lo
     if not (math.isfinite(lo) and math.isfinite(hi)) or span <= 0:
         return lo, hi
-    want = span * grain
-    mag = 10 ** math.floor(math.log10(want))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= want)
+    step = round_step(span * grain, (1, 2, 5))
     return math.floor(lo / step) * step, math.ceil(hi / step) * step
+
+
+def round_step(at_least: float, multiples: tuple[float, ...]) -> float:
+    """The smallest m x 10^k >= at_least, m one of `multiples` (within [1, 10)) or 10."""
+    mag = 10 ** math.floor(math.log10(at_least))
+    return next(m * mag for m in (*multiples, 10) if m * mag >= at_least)
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -261,13 +265,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         lo, hi = hi, lo
     if hi - lo <= 1e-12 * max(abs(lo), abs(hi), 1e-300):
         return [lo]
-    raw = (hi - lo) / (n - 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    step = 10 * mag
-    for m in (1, 2, 2.5, 5, 10):
-        if m * mag >= raw:
-            step = m * mag
-            break
+    step = round_step((hi - lo) / (n - 1), (1, 2, 2.5, 5))
     first = math.ceil(lo / step - 1e-9)
     last = math.floor(hi / step + 1e-9)
     if last - first > 4 * n:

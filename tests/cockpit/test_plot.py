@@ -24,6 +24,11 @@ def loss(step: int) -> float:
     return 1.5 + 3 * math.exp(-step / 300) + 0.02 * math.sin(step)
 
 
+def feed(panel: LossPanel, steps: range) -> None:
+    for step in steps:
+        panel.add_step(step, loss(step), 64 * step)
+
+
 def text_of(panel: LossPanel) -> str:
     return "\n".join(panel.render_line(y).text for y in range(panel.size.height))
 
@@ -33,8 +38,7 @@ def test_new_steps_reuse_the_frame_and_repaint_few_rows() -> None:
         app = LossApp()
         async with app.run_test(size=(80, 24)) as pilot:
             panel = app.query_one(LossPanel)
-            for step in range(1, 2991):
-                panel.add_step(step, loss(step), 64 * step)
+            feed(panel, range(1, 2991))
             panel.flush(force=True)
             await pilot.pause()
             builds = panel.frame_builds
@@ -68,8 +72,7 @@ def test_a_changed_plotext_falls_back_to_its_public_api(monkeypatch) -> None:
         app = LossApp()
         async with app.run_test(size=(80, 24)) as pilot:
             panel = app.query_one(LossPanel)
-            for step in range(1, 500):
-                panel.add_step(step, loss(step), 64 * step)
+            feed(panel, range(1, 500))
             panel.flush(force=True)
             await pilot.pause()
             drawn = text_of(panel)
@@ -90,8 +93,7 @@ def test_the_legend_in_the_bottom_border_follows_the_data() -> None:
                 width, height = panel.outer_size
                 return panel.render_lines(Region(0, 0, width, height))[-1].text
 
-            for step in range(1, 100):
-                panel.add_step(step, loss(step), 64 * step)
+            feed(panel, range(1, 100))
             panel.add_step(100, 2.3456, 6400)
             panel.flush(force=True)
             await pilot.pause()
