@@ -106,20 +106,27 @@ class LossPanel(ThrottledPlot):
             else (self.raw, self.smooth, self.val)
         )
         cols = max(8, width - Y_AXIS_COLS)
-        rx, ry = downsample_minmax(raw.xs, raw.ys, cols)
-        sx, sy = downsample_minmax(smooth.xs, smooth.ys, cols)
-        vx, vy = downsample_minmax(val.xs, val.ys, max(4, cols // 2))
         nan_xs = [tok if self.x_tokens else step for step, tok in self.nan_steps]
-        xs_all = rx + vx + nan_xs
+        ends = [float(s.xs[i]) for s in (raw, val) if s for i in (0, -1)] + nan_xs
+        if not ends:
+            plt.text(self.empty_message, 0, 0)
+            return
+        # x limits first, from the series' ends, moving in round steps (1/64 of the span);
+        # the buckets of the downsampling share them, so a new step changes only the last
+        # bucket: most rows of the drawing stay as they were and are not repainted.
+        x0, x1 = min(ends), max(ends)
+        if x1 <= x0:
+            x1 = x0 + 1
+        x0, x1 = steady_limits(x0, x1)
+        rx, ry = downsample_minmax(raw.xs, raw.ys, cols, (x0, x1))
+        sx, sy = downsample_minmax(smooth.xs, smooth.ys, cols, (x0, x1))
+        vx, vy = downsample_minmax(val.xs, val.ys, max(4, cols // 2), (x0, x1))
         ys_all = ry + sy + vy
         if self.log_y:
             ys_all = [y for y in ys_all if y > 0]
-        if not xs_all or not ys_all:
+        if not ys_all:
             plt.text(self.empty_message, 0, 0)
             return
-        x0, x1 = min(xs_all), max(xs_all)
-        if x1 <= x0:
-            x1 = x0 + 1
         lo, hi = min(ys_all), max(ys_all)
         if hi - lo <= 1e-6 * max(abs(hi), 1e-6):  # a flat line: give it some room
             mid = (lo + hi) / 2
@@ -133,9 +140,8 @@ class LossPanel(ThrottledPlot):
         else:
             pad = (hi - lo) * 0.04
             lo, hi = lo - pad, hi + pad
-        # Limits move in round steps (1/64 of the span): new data seldom changes the axes, and
-        # unchanged axes let the plot reuse plotext's frame (see ThrottledPlot).
-        x0, x1 = steady_limits(x0, x1)
+        # Limits move in round steps: new data seldom changes the axes, and unchanged axes let
+        # the plot reuse plotext's frame (see ThrottledPlot).
         plt.xlim(x0, x1)
         if self.log_y:
             log_lo, log_hi = steady_limits(math.log10(lo), math.log10(hi))

@@ -125,7 +125,7 @@ class LrPanel(ThrottledPlot):
         x_hi = max(self.max_steps, self.step, 1)
         ys_all: list[float] = []
         if self.planned:
-            px, py = downsample_minmax(self._planned_xs, self._planned_ys, cols)
+            px, py = downsample_minmax(self._planned_xs, self._planned_ys, cols, (0, x_hi))
             self.line(plt, px, py, pal["muted"])
             ys_all += py
             if abs(self.scale - 1.0) > 1e-9:
@@ -135,7 +135,8 @@ class LrPanel(ThrottledPlot):
                     self.line(plt, fx, fy, pal["warning"])
                     ys_all += fy
         if self.applied:
-            ax, ay = downsample_minmax(self.applied.xs, self.applied.ys, cols)
+            # buckets on the fixed axis: a new step changes only the last one
+            ax, ay = downsample_minmax(self.applied.xs, self.applied.ys, cols, (0, x_hi))
             self.line(plt, ax, ay, pal["primary"])
             ys_all += ay
         for step, old, new in self.changes:

@@ -10,8 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from textual.content import Content
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widget import Widget
 
+from cockpit.widgets._border import QuietBorderLabels
 from cockpit.widgets._format import fmt_bytes
 
 # key, label, glyph, style
@@ -50,7 +54,7 @@ def allocate_cells(sizes: list[float], width: int) -> list[int]:
     return cells
 
 
-class MemoryPanel(Widget):
+class MemoryPanel(QuietBorderLabels, Widget):
     BORDER_TITLE = "Memory"
     ALLOW_MAXIMIZE = True
     can_focus = True
@@ -65,26 +69,66 @@ class MemoryPanel(Widget):
         super().__init__(**kwargs)
         self.breakdown: Any = None
         self._lines_cache: tuple[Any, int, list[Content]] | None = None
+        self._strips_cache: tuple[tuple[Any, ...], list[Strip]] | None = None
 
     def reset(self) -> None:
         self.breakdown = None
-        self.border_subtitle = ""
+        self.set_border_labels(subtitle="")
         self.refresh(layout=True)
 
     def update_breakdown(self, ev: Any) -> None:
-        lines_before = len(self._lines(self.size.width))
+        width = self.size.width
+        lines_before = len(self._lines(width))
+        before = self._strips_cache
         self.breakdown = ev
         used = sum(getattr(ev, k) for k, *_ in CATEGORIES[:-1])
         pct = 100.0 * used / ev.capacity if ev.capacity else 0.0
-        title = f"Memory [not bold $foreground-muted]{ev.device}[/]"
-        subtitle = f"used {fmt_bytes(used)} · {pct:.1f}% of {fmt_bytes(ev.capacity)}"
-        if title != self.border_title:
-            self.border_title = title
-        if subtitle != self.border_subtitle:
-            self.border_subtitle = subtitle
-        # The height follows the number of lines: only a change there needs a layout pass,
-        # which re-arranges the whole screen; otherwise repainting this panel is enough.
-        self.refresh(layout=len(self._lines(self.size.width)) != lines_before)
+        self.set_border_labels(
+            f"Memory [not bold $foreground-muted]{ev.device}[/]",
+            f"used {fmt_bytes(used)} · {pct:.1f}% of {fmt_bytes(ev.capacity)}",
+        )
+        if len(self._lines(width)) != lines_before or before is None:
+            # the height follows the number of lines: only then is a layout pass needed (it
+            # re-arranges the whole screen)
+            self.refresh(layout=True)
+            return
+        # otherwise repaint only the rows that changed (a new reading moves a figure or two)
+        after = self._strips()
+        if before[0][1:] != self._strips_cache[0][1:]:  # type: ignore[index]
+            self.refresh()
+            return
+        changed = [y for y, (a, b) in enumerate(zip(before[1], after, strict=True)) if a != b]
+        if changed:
+            self.refresh(*[Region(0, y, width, 1) for y in changed])
+
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
+        return len(self._lines(width))
+
+    def render_line(self, y: int) -> Strip:
+        """Textual's line API: the panel's row y, built once per reading, width and theme."""
+        strips = self._strips()
+        if 0 <= y < len(strips):
+            return strips[y]
+        return Strip.blank(self.size.width, self.visual_style.rich_style)
+
+    def _strips(self) -> list[Strip]:
+        width = self.size.width
+        style = self.visual_style
+        key = (self.breakdown, width, self.app.theme, style)
+        cache = self._strips_cache
+        if cache is None or cache[0] != key:
+            lines = self._lines(width)
+            strips = Visual.to_strips(self, Content("\n").join(lines), width, len(lines), style)
+            cache = self._strips_cache = (key, strips)
+        return cache[1]
+
+    def _lines(self, width: int) -> list[Content]:
+        """The panel's lines at a width (kept until the reading or the width changes: the
+        height check, the layout and the render all ask for them)."""
+        cache = self._lines_cache
+        if cache is None or cache[0] is not self.breakdown or cache[1] != width:
+            cache = self._lines_cache = (self.breakdown, width, self._build_lines(width))
+        return cache[2]
 
     def _sizes(self) -> list[tuple[str, str, str, str, int]]:
         ev = self.breakdown
@@ -99,20 +143,6 @@ class MemoryPanel(Widget):
         key, label, glyph, style = CATEGORIES[-1]
         rows.append((key, label, glyph, style, max(int(ev.capacity) - used, 0)))
         return rows
-
-    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
-        return len(self._lines(width))
-
-    def render(self) -> Content:
-        return Content("\n").join(self._lines(self.size.width))
-
-    def _lines(self, width: int) -> list[Content]:
-        """The panel's lines at a width (kept until the reading or the width changes: the
-        height check, the layout and the render all ask for them)."""
-        cache = self._lines_cache
-        if cache is None or cache[0] is not self.breakdown or cache[1] != width:
-            cache = self._lines_cache = (self.breakdown, width, self._build_lines(width))
-        return cache[2]
 
     def _build_lines(self, width: int) -> list[Content]:
         if self.breakdown is None:

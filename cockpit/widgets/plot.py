@@ -34,6 +34,7 @@ from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
 from cockpit.history import RedrawGovernor, nice_ticks
+from cockpit.widgets._border import QuietBorderLabels
 from cockpit.widgets._format import fmt_tick
 from cockpit.widgets.braille import line_cells, to_dots
 
@@ -250,7 +251,7 @@ def _make_palette(v: dict[str, str]) -> dict[str, RGB]:
     return {k: c.rgb for k, c in out.items()}
 
 
-class ThrottledPlot(PlotextPlot):
+class ThrottledPlot(QuietBorderLabels, PlotextPlot):
     """Base class: subclasses implement `draw(plt, width, height)` and call `touch()`."""
 
     DEFAULT_CSS = """
@@ -277,7 +278,6 @@ class ThrottledPlot(PlotextPlot):
         self._frame: Frame | None = None  # plotext's last frame, and the calls that made it
         self._frame_key: tuple[Any, ...] | None = None
         self.frame_builds = 0  # how often plotext actually ran (for tests and benches)
-        self._subtitle = ""
         self._plotext_only = False  # True once plotext's internals proved different
 
     # data side -------------------------------------------------------------------------------
@@ -330,24 +330,7 @@ class ThrottledPlot(PlotextPlot):
         re-renders the whole widget, so they change at the plot's pace, not the data's)."""
 
     def set_labels(self, title: str, subtitle: str) -> None:
-        if title != self.border_title:
-            self.border_title = title
-        if subtitle != self._subtitle:
-            self._subtitle = subtitle
-            self._set_subtitle(subtitle)
-
-    def _set_subtitle(self, subtitle: str) -> None:
-        """Set the border subtitle, repainting the bottom border only. (`border_subtitle = ...`
-        repaints the whole widget, and the subtitle's figures change with every redraw.)"""
-        width, height = self.outer_size
-        try:
-            # what Textual's border-title descriptor stores, set without its full refresh
-            self._border_subtitle = self.render_str(subtitle).expand_tabs(4).split()[0]
-        except Exception:  # noqa: BLE001 - Textual changed: the public, dearer way
-            self.border_subtitle = subtitle
-            return
-        left, top = self.content_offset
-        self.refresh(Region(-left, height - 1 - top, width, 1))
+        self.set_border_labels(title, subtitle)
 
     def set_empty_message(self, message: str) -> None:
         """What the panel says while it has no data (e.g. why there will be none)."""

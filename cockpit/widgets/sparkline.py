@@ -12,37 +12,39 @@ from collections.abc import Sequence
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.strip import Strip
 from textual.widgets import Sparkline
 
 BARS = "▁▂▃▄▅▆▇█"
 
 
-class _StripRenderable:
-    def __init__(
-        self, data: Sequence[float], width: int, lo: float, hi: float, low: Style, high: Style
-    ) -> None:
-        self.data, self.width, self.lo, self.hi = data, width, lo, hi
-        self.low, self.high = low, high
-        self.track = Style(color=low.color, dim=True)
-
-    def __rich_console__(self, console, options):  # noqa: ANN001 - rich protocol
-        width = self.width
-        data = list(self.data)[-width:] if width > 0 else []
-        pad = width - len(data)
-        if pad > 0:
-            yield Segment("▁" * pad, self.track)
-        extent = (self.hi - self.lo) or 1.0
-        for v in data:
-            if v is None or not math.isfinite(v):
-                yield Segment(" ")
-                continue
-            r = min(max((v - self.lo) / extent, 0.0), 1.0)
-            bar = BARS[min(int(r * len(BARS)), len(BARS) - 1)]
-            yield Segment(bar, self.high if r >= 0.5 else self.low)
+def strip_chart(
+    data: Sequence[float | None], width: int, lo: float, hi: float, low: Style, high: Style
+) -> Strip:
+    """One row: the last `width` readings as bars between lo and hi, newest on the right;
+    a dim baseline where there is no history yet, a blank for a missing reading."""
+    values = list(data)[-width:] if width > 0 else []
+    segments = []
+    pad = width - len(values)
+    if pad > 0:
+        segments.append(Segment("▁" * pad, Style(color=low.color, dim=True)))
+    extent = (hi - lo) or 1.0
+    for v in values:
+        if v is None or not math.isfinite(v):
+            segments.append(Segment(" "))
+            continue
+        r = min(max((v - lo) / extent, 0.0), 1.0)
+        bar = BARS[min(int(r * len(BARS)), len(BARS) - 1)]
+        segments.append(Segment(bar, high if r >= 0.5 else low))
+    return Strip(Segment.simplify(segments), width)
 
 
 class StripSparkline(Sparkline):
-    """`Sparkline(data)` with `lo`/`hi` bounds; newest reading in the rightmost column."""
+    """`Sparkline(data)` with `lo`/`hi` bounds; newest reading in the rightmost column.
+
+    Drawn through Textual's line API, one Strip kept per (data, width, colours): a reading
+    costs one row built from segments, not a pass through Rich's console.
+    """
 
     DEFAULT_CSS = """
     StripSparkline {
@@ -62,16 +64,19 @@ class StripSparkline(Sparkline):
     ) -> None:
         super().__init__(data, **kwargs)
         self.lo, self.hi = lo, hi
+        self._strip: tuple[tuple[object, ...], Strip] | None = None
 
-    def render(self):
-        _, base = self.background_colors
-        low = base + self.get_component_styles("sparkline--min-color").color
-        high = base + self.get_component_styles("sparkline--max-color").color
-        return _StripRenderable(
-            self.data or [],
-            self.size.width,
-            self.lo,
-            self.hi,
-            Style(color=low.rich_color),
-            Style(color=high.rich_color),
-        )
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.visual_style.rich_style
+        if y != 0:
+            return Strip.blank(width, base)
+        _, background = self.background_colors
+        low = (background + self.get_component_styles("sparkline--min-color").color).rich_color
+        high = (background + self.get_component_styles("sparkline--max-color").color).rich_color
+        data = tuple(self.data or ())
+        key = (data, width, self.lo, self.hi, low, high, base)
+        if self._strip is None or self._strip[0] != key:
+            strip = strip_chart(data, width, self.lo, self.hi, Style(color=low), Style(color=high))
+            self._strip = (key, strip.apply_style(base))
+        return self._strip[1]

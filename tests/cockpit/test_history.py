@@ -102,12 +102,13 @@ def test_downsample_constant_x() -> None:
     assert downsample_minmax([5] * 6, [2, 1, 3, 3, 0, 1], 2) == ([5, 5], [3, 0])
 
 
-def _downsample_by_definition(xs, ys, n):
+def _downsample_by_definition(xs, ys, n, x_range=None):
     """The docstring's definition, point by point: the reference for the vectorised version."""
     pts = [(x, y) for x, y in zip(xs, ys, strict=True) if math.isfinite(x) and math.isfinite(y)]
     if len(pts) <= 2 * n:
         return [p[0] for p in pts], [p[1] for p in pts]
-    x0, span = pts[0][0], pts[-1][0] - pts[0][0]
+    x0, x1 = (pts[0][0], pts[-1][0]) if x_range is None else x_range
+    span = x1 - x0
     buckets: dict[int, list[int]] = {}
     for i, (x, _) in enumerate(pts):
         k = (
@@ -138,6 +139,23 @@ def test_downsample_matches_its_definition_on_random_series() -> None:
         ]
         n = rng.randint(1, 25)
         assert downsample_minmax(xs, ys, n) == _downsample_by_definition(xs, ys, n)
+        x_range = (rng.uniform(-5, 10), rng.uniform(20, 70))  # may cut into the data
+        assert downsample_minmax(xs, ys, n, x_range) == _downsample_by_definition(
+            xs, ys, n, x_range
+        )
+
+
+def test_downsample_with_fixed_range_changes_only_the_last_bucket_as_points_arrive() -> None:
+    rng = random.Random(3)
+    xs = list(range(5_000))
+    ys = [rng.random() for _ in xs]
+    before = downsample_minmax(xs, ys, 50, x_range=(0, 6_400))  # buckets 128 steps wide
+    after = downsample_minmax(xs + [5_000], ys + [7.0], 50, x_range=(0, 6_400))
+    # bucket 39 holds x 4992..5119: only its points change, everything before stays put
+    kept = [i for i, x in enumerate(before[0]) if x < 4_992]
+    assert after[0][: len(kept)] == before[0][: len(kept)]
+    assert after[1][: len(kept)] == before[1][: len(kept)]
+    assert after[1][-1] == 7.0
 
 
 def test_downsample_rejects_mismatched_lengths() -> None:

@@ -1,4 +1,5 @@
-"""The Memory panel re-arranges the screen only when its height must change."""
+"""The Memory panel re-arranges the screen only when its height must change, and repaints
+only the rows a new reading changes."""
 
 from __future__ import annotations
 
@@ -21,24 +22,27 @@ def test_new_readings_repaint_without_a_layout_pass_unless_the_height_changes() 
         app = MemoryApp()
         async with app.run_test(size=(100, 20)) as pilot:
             panel = app.query_one(MemoryPanel)
-            layouts: list[bool] = []
+            calls: list[tuple[int, bool]] = []  # (regions, layout) of each refresh asked
             original = panel.refresh
 
             def spy(*regions, **kwargs):
-                if "layout" in kwargs:  # the panel's own calls (Textual's pass no layout=)
-                    layouts.append(kwargs["layout"])
+                calls.append((len(regions), kwargs.get("layout", False)))
                 return original(*regions, **kwargs)
 
             panel.refresh = spy  # type: ignore[method-assign]
             first = memory_event("nvml", 10, 1.0)
             panel.update_breakdown(first)  # waiting message -> bar and legend: taller
             await pilot.pause()
+            assert (0, True) in calls  # the first reading grew the panel
             height = panel.size.height
+            calls.clear()
             panel.update_breakdown(dataclasses.replace(first, activations=first.activations // 2))
             await pilot.pause()
             assert panel.size.height == height
             assert "used" in panel.border_subtitle
-            assert True in layouts[:-1]  # the first reading grew the panel...
-            assert layouts[-1] is False  # ...the next one, the same height, did not
+            # the next one, the same height, repainted some rows: no layout, not the whole panel
+            assert calls and not any(layout for _, layout in calls)
+            assert all(0 < n_regions < height for n_regions, _ in calls)
+            assert any("activations" in panel.render_line(y).text for y in range(height))
 
     asyncio.run(go())
