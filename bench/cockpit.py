@@ -282,19 +282,26 @@ def frame_events(step: int) -> list:
 async def redraw_cost(history: int, repeats: int) -> tuple[list[float], list[float]]:
     """One frame per repeat, the worst a live run produces: every panel has new data at once
     (`frame_events`), the app drains it as its timer does (`pump`, with every plot forced to
-    redraw), and Textual lays out, renders and composes the screen; the update is encoded into
-    the bytes a terminal would receive. Returns (wall seconds, UI-thread CPU seconds) per
-    frame, from handing over the events to the end of the screen update."""
+    redraw), and Textual's own screen-update timer lays out, renders and composes the screen;
+    the update is encoded into the bytes a terminal would receive.
+
+    Returns per frame (UI-thread CPU seconds, wall seconds), both from handing over the events
+    to the end of the encoding. The CPU time is the frame's cost; the wall time also holds the
+    wait for Textual's next screen update (it repaints at most 60 times a second). The frame
+    is left to the app's own machinery: `pilot.pause()` would add a message round trip through
+    every widget, which only tests do."""
     trainer = FrozenTrainer(history)
     app = CockpitApp(lambda _p: trainer, "nanogpt-cpu")
-    walls: list[float] = []
     cpus: list[float] = []
-    painted: list[float] = []
+    walls: list[float] = []
+    painted = asyncio.Event()
+    marks: dict[str, float] = {}
 
     def display(_screen, update) -> None:  # the headless driver drops updates: encode them
         if update is not None:
             update.render_segments(app.console)
-            painted.append(time.perf_counter())
+            marks["cpu"], marks["wall"] = time.thread_time(), time.perf_counter()
+            painted.set()
 
     async with app.run_test(size=SIZE) as pilot:
         while len(trainer.events):
@@ -309,14 +316,17 @@ async def redraw_cost(history: int, repeats: int) -> tuple[list[float], list[flo
             painted.clear()
             cpu0, start = time.thread_time(), time.perf_counter()
             app.pump(force=True)
-            await pilot.pause()  # Textual handles the resulting messages and repaints
-            cpu = time.thread_time() - cpu0
-            if painted:
-                walls.append(painted[-1] - start)
-                cpus.append(cpu)
-            await pilot.pause(0.05)  # the app's timer would wait longer between frames
+            try:
+                await asyncio.wait_for(painted.wait(), timeout=5)
+            except TimeoutError:
+                continue  # nothing was painted: not a frame
+            # Textual may paint in more than one update: take the last of them
+            await asyncio.sleep(0.03)
+            cpus.append(marks["cpu"] - cpu0)
+            walls.append(marks["wall"] - start)
+            await asyncio.sleep(0.05)  # the app's timer would wait longer between frames
         trainer.stop()
-    return walls, cpus
+    return cpus, walls
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -366,11 +376,11 @@ def main() -> None:
         f"2. pause key -> engine acknowledgement over {len(latencies)} presses: p50 {p50 * 1e3:.1f} ms  p95 {p95 * 1e3:.1f} ms  (goal: p95 < step {step_time * 1e3:.1f} ms + 50 ms = {(step_time + 0.05) * 1e3:.1f} ms)"
     )
 
-    walls, cpus = asyncio.run(redraw_cost(args.history, args.frames))
+    cpus, walls = asyncio.run(redraw_cost(args.history, args.frames))
     print(
-        f"3. redraw of every panel at {SIZE[0]}x{SIZE[1]} with {args.history:,} steps of history, all new data each frame ({len(walls)} frames):\n"
-        f"   wall p50 {statistics.median(walls) * 1e3:.1f} ms  p95 {percentile(walls, 0.95) * 1e3:.1f} ms   "
-        f"UI-thread CPU p50 {statistics.median(cpus) * 1e3:.1f} ms  p95 {percentile(cpus, 0.95) * 1e3:.1f} ms  (goal p95 < 25 ms)"
+        f"3. redraw of every panel at {SIZE[0]}x{SIZE[1]} with {args.history:,} steps of history, all new data each frame ({len(cpus)} frames):\n"
+        f"   UI-thread CPU p50 {statistics.median(cpus) * 1e3:.1f} ms  p95 {percentile(cpus, 0.95) * 1e3:.1f} ms  (goal p95 < 25 ms)   "
+        f"wall, with the wait for Textual's screen update: p50 {statistics.median(walls) * 1e3:.1f} ms  p95 {percentile(walls, 0.95) * 1e3:.1f} ms"
     )
 
 

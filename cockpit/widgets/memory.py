@@ -70,6 +70,7 @@ class MemoryPanel(QuietBorderLabels, Widget):
         self.breakdown: Any = None
         self._lines_cache: tuple[Any, int, list[Content]] | None = None
         self._strips_cache: tuple[tuple[Any, ...], list[Strip]] | None = None
+        self._lines_drawn: list[Content] = []  # the lines behind _strips_cache
 
     def reset(self) -> None:
         self.breakdown = None
@@ -117,8 +118,19 @@ class MemoryPanel(QuietBorderLabels, Widget):
         key = (self.breakdown, width, self.app.theme, style)
         cache = self._strips_cache
         if cache is None or cache[0] != key:
+            # a line seen in the last drawing keeps its Strip (most of the legend does not
+            # change between readings); the others are rendered, one line each
+            reuse = (
+                dict(zip(self._lines_drawn, cache[1], strict=True))
+                if cache is not None and cache[0][1:] == key[1:]
+                else {}
+            )
             lines = self._lines(width)
-            strips = Visual.to_strips(self, Content("\n").join(lines), width, len(lines), style)
+            strips = [
+                reuse.get(line) or Visual.to_strips(self, line, width, 1, style)[0]
+                for line in lines
+            ]
+            self._lines_drawn = lines
             cache = self._strips_cache = (key, strips)
         return cache[1]
 
