@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import math
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -26,6 +27,8 @@ from pathlib import Path
 
 # Run as `python bench/cockpit.py`, this file would shadow the `cockpit` package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from textual import events  # noqa: E402
 
 from cockpit.app import CockpitApp  # noqa: E402
 from engine.events import (  # noqa: E402
@@ -91,6 +94,17 @@ async def app_run(steps: int, data: str, warmup: int) -> float:
         return tokens_per_s(times, made[0].cfg.tokens_per_step, warmup)
 
 
+def press_like_a_terminal(app: CockpitApp, key: str) -> None:
+    """Hand a key to the app the way its terminal driver does when the bytes arrive.
+
+    (`pilot.press` would then wait for every widget to answer a message and for the process
+    to look idle: test-harness work that holds the GIL while the engine steps, and that no
+    terminal does.)"""
+    event = events.Key(key, " " if key == "space" else key)
+    event.set_sender(app)
+    app._driver.send_message(event)
+
+
 async def pause_latency(data: str, presses: int) -> tuple[list[float], float]:
     acks: list[float] = []
     step_times: list[float] = []
@@ -111,17 +125,21 @@ async def pause_latency(data: str, presses: int) -> tuple[list[float], float]:
 
         app = CockpitApp(factory, "nanogpt-cpu")
         latencies: list[float] = []
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=SIZE):
             while not made or made[0].step < 20:
                 await asyncio.sleep(0.2)
+            phase = random.Random(0)
             for _ in range(presses):
+                # a person presses at any point of a step, not just as one begins (this loop
+                # wakes right after a step ends): wait a random part of a step first
+                await asyncio.sleep(phase.uniform(0, statistics.median(step_times)))
                 seen = len(acks)
                 pressed = time.time()
-                await pilot.press("space")
+                press_like_a_terminal(app, "space")
                 while len(acks) == seen:
                     await asyncio.sleep(0.005)
                 latencies.append(acks[-1] - pressed)
-                await pilot.press("space")  # resume, and let a few steps run
+                press_like_a_terminal(app, "space")  # resume, and let a few steps run
                 resumed_at = made[0].step
                 while made[0].step < resumed_at + 5:
                     await asyncio.sleep(0.01)

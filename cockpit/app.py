@@ -466,7 +466,12 @@ class CockpitApp(App[None]):
 
     def _on_state(self, ev: Any) -> None:
         previous = self.state
-        self._requested = None
+        # A state older than the last key press (paused, drained after space was pressed
+        # again to resume) must not undo that request while the engine already carries it out:
+        # the next press would then send the wrong one of pause/resume.
+        live = getattr(self.trainer, "state", None)
+        if ev.state == self._requested or live != self._requested:
+            self._requested = None
         self._set_state(ev.state)
         if ev.state == "running" and previous == "paused":
             self.tracker.forget_rate()
@@ -665,12 +670,20 @@ class CockpitApp(App[None]):
         if action in MAIN_ACTIONS and self.screen is not self.main_screen:
             return False  # a dialog is open: its own keys only
         if action in ("pause", "resume"):
-            paused = (self._requested or self.state) == "paused"
+            paused = self._pause_target_state() == "paused"
             if (action == "resume") != paused:
                 return False  # the other one of the pair is shown
         if action in RUN_ACTIONS and (not self.engine_running or self.state in ENDED):
             return None  # shown disabled
         return True
+
+    def _pause_target_state(self) -> str:
+        """The state space toggles from: the one last asked for, else the engine's own (read
+        live: the last drained event can be a step behind a quick second press)."""
+        if self._requested:
+            return self._requested
+        live = getattr(self.trainer, "state", None) if self.engine_running else None
+        return live if isinstance(live, str) else self.state
 
     def _command(self, name: str, *args: Any, **kwargs: Any) -> bool:
         trainer = self.trainer
@@ -684,18 +697,19 @@ class CockpitApp(App[None]):
             return False
         return True
 
+    # The footer flips between Pause and Resume when the engine acknowledges (`_set_state`),
+    # not at the key press: rebuilding the footer costs the UI thread tens of milliseconds,
+    # which would slow the very step the engine must finish before it can pause.
     def action_pause(self) -> None:
         if self._command("pause"):
             self._requested = "paused"
-            self.refresh_bindings()
 
     def action_resume(self) -> None:
         if self._command("resume"):
             self._requested = "running"
-            self.refresh_bindings()
 
     def action_toggle_pause(self) -> None:
-        current = self._requested or self.state
+        current = self._pause_target_state()
         if current == "paused":
             if self._command("resume"):
                 self._requested = "running"

@@ -76,6 +76,27 @@ def test_space_twice_before_ack_still_resumes() -> None:
     run(go())
 
 
+def test_space_acts_on_the_engine_state_even_before_its_event_is_drained() -> None:
+    """Pause, resume, then pause again before the app drained the engine's "running": the
+    third press must pause (the engine runs), not send a second resume that changes nothing."""
+
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("space")
+            app.pump()  # drains "paused"
+            assert app.state == "paused"
+            await pilot.press("space")  # resume: the engine runs, its event not drained yet
+            app.pump = lambda force=False: 0  # type: ignore[method-assign] # the timer waits
+            app._requested = None  # as after draining the stale "paused" echo
+            app.state = "paused"
+            await pilot.press("space")
+            assert commands(factory.trainer) == ["pause", "resume", "pause"]
+
+    run(go())
+
+
 def test_checkpoint_key_shows_path_in_a_toast() -> None:
     async def go() -> None:
         app, factory = make_app()
