@@ -326,10 +326,11 @@ class ThrottledPlot(QuietBorderLabels, PlotextPlot):
         return False
 
     def update_labels(self) -> None:
-        """Refresh the border title/subtitle; called with each redraw (setting either one
-        re-renders the whole widget, so they change at the plot's pace, not the data's)."""
+        """Refresh the border title/subtitle (`set_labels`); called with each redraw, so the
+        figures in them change at the plot's pace, not the data's."""
 
     def set_labels(self, title: str, subtitle: str) -> None:
+        """Title and legend; a change repaints only its border row (QuietBorderLabels)."""
         self.set_border_labels(title, subtitle)
 
     def set_empty_message(self, message: str) -> None:
