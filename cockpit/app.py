@@ -466,12 +466,7 @@ class CockpitApp(App[None]):
 
     def _on_state(self, ev: Any) -> None:
         previous = self.state
-        # A state older than the last key press (paused, drained after space was pressed
-        # again to resume) must not undo that request while the engine already carries it out:
-        # the next press would then send the wrong one of pause/resume.
-        live = getattr(self.trainer, "state", None)
-        if ev.state == self._requested or live != self._requested:
-            self._requested = None
+        self._requested = None  # space now toggles from the engine's live state
         self._set_state(ev.state)
         if ev.state == "running" and previous == "paused":
             self.tracker.forget_rate()

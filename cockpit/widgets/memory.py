@@ -7,16 +7,15 @@ device still show all their parts; the legend gives exact sizes and the share of
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from textual.content import Content
-from textual.geometry import Region
 from textual.strip import Strip
 from textual.visual import Visual
 from textual.widget import Widget
 
-from cockpit.widgets._border import QuietBorderLabels
 from cockpit.widgets._format import fmt_bytes
+from cockpit.widgets._repaint import QuietBorderLabels, RowStrips
 
 # key, label, glyph, style
 CATEGORIES = (
@@ -54,7 +53,16 @@ def allocate_cells(sizes: list[float], width: int) -> list[int]:
     return cells
 
 
-class MemoryPanel(QuietBorderLabels, Widget):
+class _Drawn(NamedTuple):
+    """The rows on screen and what they were drawn from."""
+
+    breakdown: Any
+    look: tuple[Any, ...]  # width, theme, base style
+    lines: list[Content]
+    strips: list[Strip]
+
+
+class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
     BORDER_TITLE = "Memory"
     ALLOW_MAXIMIZE = True
     can_focus = True
@@ -69,8 +77,7 @@ class MemoryPanel(QuietBorderLabels, Widget):
         super().__init__(**kwargs)
         self.breakdown: Any = None
         self._lines_cache: tuple[Any, int, list[Content]] | None = None
-        self._strips_cache: tuple[tuple[Any, ...], list[Strip]] | None = None
-        self._lines_drawn: list[Content] = []  # the lines behind _strips_cache
+        self._drawn: _Drawn | None = None
 
     def reset(self) -> None:
         self.breakdown = None
@@ -80,7 +87,7 @@ class MemoryPanel(QuietBorderLabels, Widget):
     def update_breakdown(self, ev: Any) -> None:
         width = self.size.width
         lines_before = len(self._lines(width))
-        before = self._strips_cache
+        before = self._drawn
         self.breakdown = ev
         used = sum(getattr(ev, k) for k, *_ in CATEGORIES[:-1])
         pct = 100.0 * used / ev.capacity if ev.capacity else 0.0
@@ -88,51 +95,38 @@ class MemoryPanel(QuietBorderLabels, Widget):
             f"Memory [not bold $foreground-muted]{ev.device}[/]",
             f"used {fmt_bytes(used)} · {pct:.1f}% of {fmt_bytes(ev.capacity)}",
         )
-        if len(self._lines(width)) != lines_before or before is None:
+        if before is None or len(self._lines(width)) != lines_before:
             # the height follows the number of lines: only then is a layout pass needed (it
             # re-arranges the whole screen)
             self.refresh(layout=True)
             return
         # otherwise repaint only the rows that changed (a new reading moves a figure or two)
         after = self._strips()
-        if before[0][1:] != self._strips_cache[0][1:]:  # type: ignore[index]
-            self.refresh()
-            return
-        changed = [y for y, (a, b) in enumerate(zip(before[1], after, strict=True)) if a != b]
-        if changed:
-            self.refresh(*[Region(0, y, width, 1) for y in changed])
+        self.repaint_changed_rows(before.strips if before.look == self._look() else None, after)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         return len(self._lines(width))
 
-    def render_line(self, y: int) -> Strip:
-        """Textual's line API: the panel's row y, built once per reading, width and theme."""
-        strips = self._strips()
-        if 0 <= y < len(strips):
-            return strips[y]
-        return Strip.blank(self.size.width, self.visual_style.rich_style)
+    def _look(self) -> tuple[Any, ...]:
+        return (self.size.width, self.app.theme, self.visual_style)
 
     def _strips(self) -> list[Strip]:
-        width = self.size.width
-        style = self.visual_style
-        key = (self.breakdown, width, self.app.theme, style)
-        cache = self._strips_cache
-        if cache is None or cache[0] != key:
-            # a line seen in the last drawing keeps its Strip (most of the legend does not
-            # change between readings); the others are rendered, one line each
-            reuse = (
-                dict(zip(self._lines_drawn, cache[1], strict=True))
-                if cache is not None and cache[0][1:] == key[1:]
-                else {}
-            )
-            lines = self._lines(width)
-            strips = [
-                reuse.get(line) or Visual.to_strips(self, line, width, 1, style)[0]
-                for line in lines
-            ]
-            self._lines_drawn = lines
-            cache = self._strips_cache = (key, strips)
-        return cache[1]
+        """The rows, built once per reading, width and theme. A line already on screen keeps
+        its Strip (most of the legend does not change between readings); the others are
+        rendered, one line each."""
+        drawn, look = self._drawn, self._look()
+        if drawn is not None and drawn.breakdown is self.breakdown and drawn.look == look:
+            return drawn.strips
+        reuse = {}
+        if drawn is not None and drawn.look == look:
+            reuse = dict(zip(drawn.lines, drawn.strips, strict=True))
+        width, _theme, style = look
+        lines = self._lines(width)
+        strips = [
+            reuse.get(line) or Visual.to_strips(self, line, width, 1, style)[0] for line in lines
+        ]
+        self._drawn = _Drawn(self.breakdown, look, lines, strips)
+        return strips
 
     def _lines(self, width: int) -> list[Content]:
         """The panel's lines at a width (kept until the reading or the width changes: the

@@ -27,15 +27,15 @@ from rich.style import Style as RichStyle
 from rich.text import Text
 from textual.color import Color
 from textual.content import Content
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.strip import Strip
 from textual.visual import Visual
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
 from cockpit.history import RedrawGovernor, nice_ticks
-from cockpit.widgets._border import QuietBorderLabels
 from cockpit.widgets._format import fmt_tick
+from cockpit.widgets._repaint import QuietBorderLabels, RowStrips
 from cockpit.widgets.braille import line_cells, to_dots
 
 try:  # plotext's colour names and 256-colour codes to RGB (private, hence the fallback)
@@ -251,7 +251,7 @@ def _make_palette(v: dict[str, str]) -> dict[str, RGB]:
     return {k: c.rgb for k, c in out.items()}
 
 
-class ThrottledPlot(QuietBorderLabels, PlotextPlot):
+class ThrottledPlot(QuietBorderLabels, RowStrips, PlotextPlot):
     """Base class: subclasses implement `draw(plt, width, height)` and call `touch()`."""
 
     DEFAULT_CSS = """
@@ -309,17 +309,11 @@ class ThrottledPlot(QuietBorderLabels, PlotextPlot):
     def _repaint_changed_rows(self) -> None:
         """Draw now and ask Textual to repaint only the rows that differ from what is on
         screen: with steady axes a new step changes a few rows at the right end of a line."""
-        before, before_key = self._cache, self._cache_key
-        width, height = self.size
-        if before is None or before_key is None or before_key[:2] != (width, height):
-            self.refresh()
+        on_screen, key = self._cache, self._cache_key
+        if on_screen is None or key is None or key[:2] != tuple(self.size):
+            self.refresh()  # nothing comparable on screen: draw when Textual renders
             return
-        after = self._strips()
-        changed = [y for y, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
-        if len(changed) == len(after):
-            self.refresh()
-        elif changed:
-            self.refresh(*[Region(0, y, width, 1) for y in changed])
+        self.repaint_changed_rows(on_screen, self._strips())
 
     # drawing side ----------------------------------------------------------------------------
     def has_data(self) -> bool:
@@ -363,13 +357,6 @@ class ThrottledPlot(QuietBorderLabels, PlotextPlot):
             plt.vertical_line(x, color=color)
         else:
             self._items.append(("vline", np.array([float(x)]), np.array([0.0]), "│", color))
-
-    def render_line(self, y: int) -> Strip:
-        """Textual's line API: the plot's row y (built once per data version and size)."""
-        strips = self._strips()
-        if 0 <= y < len(strips):
-            return strips[y]
-        return Strip.blank(self.size.width, self.visual_style.rich_style)
 
     def _strips(self) -> list[Strip]:
         width, height = self.size.width, self.size.height

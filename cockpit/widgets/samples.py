@@ -142,11 +142,8 @@ class SamplesPanel(ScrollView):
 
     def on_resize(self) -> None:
         if self._text_width() != self._wrap_width and self.samples:
-            anchor = self._anchor()
-            self._rewrap(self._text_width())
-            self._update_virtual_size()
-            self._restore(anchor)
-            self.refresh()
+            self._dirty = True
+            self.finish_batch()  # re-wraps at the new width, keeping the reader's place
 
     # drawing ----------------------------------------------------------------------------------
     def render_line(self, y: int) -> Strip:

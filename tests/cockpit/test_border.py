@@ -8,7 +8,7 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widget import Widget
 
-from cockpit.widgets._border import QuietBorderLabels
+from cockpit.widgets._repaint import QuietBorderLabels
 
 
 class Panel(QuietBorderLabels, Widget):
