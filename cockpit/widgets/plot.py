@@ -273,7 +273,6 @@ class ThrottledPlot(QuietBorderLabels, RowStrips, PlotextPlot):
         self._cache: Any = None
         self.empty_message = self.EMPTY_MESSAGE
         self.draw_count = 0  # how many times the plot was actually built (for tests/benches)
-        self.last_draw_s = 0.0
         self._items: list[tuple[Any, ...]] = []  # this build's data (line, points, vline)
         self._frame: Frame | None = None  # plotext's last frame, and the calls that made it
         self._frame_key: tuple[Any, ...] | None = None
@@ -373,7 +372,6 @@ class ThrottledPlot(QuietBorderLabels, RowStrips, PlotextPlot):
             cost = time.perf_counter() - t0
             self.governor.record(time.monotonic(), cost)
             self.draw_count += 1
-            self.last_draw_s = cost
         blank = Strip.blank(width, base)
         strips = [*strips, *[blank] * (height - len(strips))]
         self._cache, self._cache_key = strips, key
