@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -26,22 +27,35 @@ from engine.events import DeviceReading, Telemetry
 
 log = logging.getLogger(__name__)
 
-# Throttle ("clocks event") reasons, in display order: (pynvml constant suffix, short name,
-# bit value from nvml.h). The bit values are a stable part of the NVML ABI; they are the fallback
-# when the module (or a test fake) does not define the constant.
-_THROTTLE_REASONS: tuple[tuple[str, str, int], ...] = (
-    ("SwPowerCap", "power", 0x4),
-    ("SwThermalSlowdown", "sw_thermal", 0x20),
-    ("HwThermalSlowdown", "hw_thermal", 0x40),
-    ("HwSlowdown", "hw_slowdown", 0x8),
-    ("HwPowerBrakeSlowdown", "hw_power_brake", 0x80),
-    ("SyncBoost", "sync_boost", 0x10),
-    ("ApplicationsClocksSetting", "app_clocks", 0x2),
-    ("DisplayClockSetting", "display_clocks", 0x100),
-    ("BoardLimit", "board_limit", 0x200),
-    ("Reliability", "reliability", 0x400),
-    ("GpuIdle", "idle", 0x1),
+
+@dataclass(frozen=True)
+class ThrottleReason:
+    """One throttle ("clocks event") reason: the one table the engine emits from and the
+    cockpit draws from, so the two cannot disagree on names."""
+
+    name: str  # the short name in DeviceReading.throttle
+    label: str  # how the cockpit shows it
+    warning: bool  # True: it slows training against the user's will; False: informational
+    nvml_suffix: str  # pynvml constant suffix (nvmlClocksEventReason<suffix>)
+    bit: int  # bit value from nvml.h: the fallback when the module lacks the constant
+
+
+# In display order, most important first. The bit values are a stable part of the NVML ABI.
+# Idle, application clocks, display clocks and sync boost are settings or rest, not slowdowns.
+THROTTLE_REASONS: tuple[ThrottleReason, ...] = (
+    ThrottleReason("power", "power cap", True, "SwPowerCap", 0x4),
+    ThrottleReason("sw_thermal", "thermal (sw)", True, "SwThermalSlowdown", 0x20),
+    ThrottleReason("hw_thermal", "thermal (hw)", True, "HwThermalSlowdown", 0x40),
+    ThrottleReason("hw_slowdown", "hw slowdown", True, "HwSlowdown", 0x8),
+    ThrottleReason("hw_power_brake", "power brake", True, "HwPowerBrakeSlowdown", 0x80),
+    ThrottleReason("board_limit", "board limit", True, "BoardLimit", 0x200),
+    ThrottleReason("reliability", "reliability", True, "Reliability", 0x400),
+    ThrottleReason("sync_boost", "sync boost", False, "SyncBoost", 0x10),
+    ThrottleReason("app_clocks", "app clocks", False, "ApplicationsClocksSetting", 0x2),
+    ThrottleReason("display_clocks", "display clocks", False, "DisplayClockSetting", 0x100),
+    ThrottleReason("idle", "idle", False, "GpuIdle", 0x1),
 )
+THROTTLE_BY_NAME: dict[str, ThrottleReason] = {r.name: r for r in THROTTLE_REASONS}
 
 # NVML errors that mean the device or driver is gone, not that one query is unsupported: these
 # must fail the whole reading so the poller reports "unavailable" instead of a reading of Nones.
@@ -74,10 +88,10 @@ class TelemetryBackend(Protocol):
 def throttle_names(mask: int, nvml: Any = None) -> tuple[str, ...]:
     """Turn a clocks-event-reason bitmask into short names, most important first."""
     names = []
-    for suffix, short, default in _THROTTLE_REASONS:
-        bit = _reason_bit(nvml, suffix, default)
+    for reason in THROTTLE_REASONS:
+        bit = _reason_bit(nvml, reason.nvml_suffix, reason.bit)
         if bit and mask & bit:
-            names.append(short)
+            names.append(reason.name)
     return tuple(names)
 
 

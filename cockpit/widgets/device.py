@@ -20,18 +20,9 @@ from textual.widgets import Label, Static
 from cockpit.widgets._format import fmt_bytes, fmt_gib_pair, fmt_pct
 from cockpit.widgets.sparkline import BARS, StripSparkline
 from cockpit.widgets.status import Segment, StatusText
+from engine.telemetry import THROTTLE_BY_NAME
 
 HISTORY = 240  # readings kept per series (about 4 minutes at 1 Hz)
-
-THROTTLE_NAMES = {
-    "sw_power_cap": "power cap",
-    "hw_slowdown": "hw slowdown",
-    "hw_thermal_slowdown": "thermal",
-    "sw_thermal_slowdown": "thermal",
-    "hw_power_brake_slowdown": "power brake",
-    "sync_boost": "sync boost",
-    "applications_clocks_setting": "app clocks",
-}
 
 
 def gpu_header(r: Any) -> list[Segment]:
@@ -48,10 +39,28 @@ def gpu_header(r: Any) -> list[Segment]:
         segs.append(Segment(Content(f"{r.power_w:.0f}{limit} W"), 3))
     if r.sm_clock_mhz is not None:
         segs.append(Segment(Content(f"{r.sm_clock_mhz:.0f} MHz"), 4))
-    reasons = list(dict.fromkeys(THROTTLE_NAMES.get(t, t.replace("_", " ")) for t in r.throttle))
-    if reasons:
-        segs.append(Segment(Content.styled("⚠ " + ", ".join(reasons), "$warning"), 2))
+    warnings, notes = throttle_labels(r.throttle)
+    if warnings:
+        segs.append(Segment(Content.styled("⚠ " + ", ".join(warnings), "$warning"), 2))
+    if notes:
+        segs.append(Segment(Content.styled(", ".join(notes), "$foreground-muted"), 5))
     return segs
+
+
+def throttle_labels(names: Any) -> tuple[list[str], list[str]]:
+    """(warnings, notes): the labels of the engine's throttle names, from the engine's table.
+
+    A name the table lacks (a newer engine) is shown as it is, as a warning: it may be a slowdown.
+    """
+    warnings: list[str] = []
+    notes: list[str] = []
+    for name in names:
+        reason = THROTTLE_BY_NAME.get(name)
+        label = reason.label if reason is not None else name.replace("_", " ")
+        target = warnings if reason is None or reason.warning else notes
+        if label not in target:
+            target.append(label)
+    return warnings, notes
 
 
 class Meter(Horizontal):

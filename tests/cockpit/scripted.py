@@ -84,7 +84,7 @@ def telemetry_event(kind: str, t: float, k: int) -> Telemetry:
                 power_w=690,
                 power_limit_w=700,
                 sm_clock_mhz=1755,
-                throttle=("sw_power_cap",),
+                throttle=("power",),
             ),
         )
         return Telemetry(source="nvml", gpus=gpus, cpu_percent=12.0, time=t)

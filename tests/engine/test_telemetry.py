@@ -364,3 +364,30 @@ def test_poller_over_nvml_backend_closes_nvml(nvml: FakeNvml) -> None:
         items = sink.wait_for(1)
     assert len(items[0].gpus) == 2
     assert nvml.shutdowns == 1
+
+
+def test_every_name_the_nvml_backend_can_emit_has_one_table_entry() -> None:
+    """One table (engine.telemetry.THROTTLE_REASONS) names, labels and grades every reason."""
+    from engine.telemetry import THROTTLE_BY_NAME, THROTTLE_REASONS
+
+    every_bit = sum(r.bit for r in THROTTLE_REASONS)
+    emitted = throttle_names(every_bit) + throttle_names(every_bit, FakeNvml())
+    assert emitted and all(name in THROTTLE_BY_NAME for name in emitted)
+    assert len(THROTTLE_BY_NAME) == len(THROTTLE_REASONS)  # no name twice
+    if importlib.util.find_spec("pynvml") is not None:
+        import pynvml
+
+        # every reason the installed NVML bindings define maps to a row of the table
+        for attr in dir(pynvml):
+            for prefix in ("nvmlClocksEventReason", "nvmlClocksThrottleReason"):
+                suffix = attr.removeprefix(prefix)
+                if attr.startswith(prefix) and suffix not in ("All", "None", "UserDefinedClocks"):
+                    names = throttle_names(getattr(pynvml, attr), pynvml)
+                    assert len(names) == 1 and names[0] in THROTTLE_BY_NAME, attr
+        assert throttle_names(pynvml.nvmlClocksThrottleReasonAll, pynvml) == tuple(
+            r.name for r in THROTTLE_REASONS
+        )
+    # rest and settings are not slowdowns: an idle GPU must not look throttled
+    assert not THROTTLE_BY_NAME["idle"].warning
+    assert not THROTTLE_BY_NAME["app_clocks"].warning
+    assert THROTTLE_BY_NAME["power"].warning and THROTTLE_BY_NAME["hw_thermal"].warning
