@@ -65,6 +65,7 @@ class RunStarted(Event):
     flops_per_token: float = 0.0
     peak_flops: float = 0.0  # FLOP/s the MFU is measured against
     peak_source: str = ""  # "table: H100 bf16" or "measured: ..."
+    train_time_s: float = 0.0  # training time already done before this session (a resume)
 
 
 @dataclass(frozen=True)

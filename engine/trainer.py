@@ -459,6 +459,7 @@ class Trainer:
                 flops_per_token=self.flops_per_token,
                 peak_flops=self.peak.flops,
                 peak_source=self.peak.source,
+                train_time_s=self.train_time_s,
             )
         )
         if state is not None:
