@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import json
 import math
 import os
@@ -697,7 +698,15 @@ class Trainer:
             self._set_state(RunState.RUNNING, "resumed by user")
         elif name == "checkpoint":
             self._flush()
-            self._save("manual")
+            # c pressed again at the same step: nothing changed since that save, so acknowledge
+            # the file already on disk rather than write the same checkpoint again.
+            fingerprint = self._checkpoint_fingerprint()
+            saved = getattr(self, "_manual_save", None)
+            if saved is not None and saved[1] == fingerprint and saved[0].exists():
+                self.emit(CheckpointSaved(step=self.step, path=str(saved[0]), reason="manual"))
+            else:
+                path = self._save("manual")
+                self._manual_save = (path, fingerprint) if path is not None else None
         elif name in ("set_lr", "scale_lr"):
             self._change_lr(name, arg)
         elif name == "sample":
@@ -708,6 +717,34 @@ class Trainer:
             self._stop_requested = bool(arg)
         elif name == "rollback":
             self._rollback(arg)
+
+    def _checkpoint_fingerprint(self) -> str:
+        """A hash of what a save now would write, weights and optimizer moments aside: those
+        change only with a step or a restore, and both change what is hashed (step, LR scale)."""
+        state = self._checkpoint_state()
+        for heavy in ("model", "optimizer", "scaler"):
+            state.pop(heavy, None)
+        digest = hashlib.sha256()
+
+        def feed(value: Any) -> None:
+            if isinstance(value, dict):
+                for key in sorted(value, key=str):
+                    digest.update(repr(key).encode())
+                    feed(value[key])
+            elif isinstance(value, (list, tuple)):
+                digest.update(b"[")
+                for item in value:
+                    feed(item)
+                digest.update(b"]")
+            elif isinstance(value, torch.Tensor):
+                digest.update(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+            elif isinstance(value, np.ndarray):
+                digest.update(np.ascontiguousarray(value).tobytes())
+            else:
+                digest.update(repr(value).encode())
+
+        feed(state)
+        return digest.hexdigest()
 
     # ------------------------------------------------------------------ faults
     def _anomaly(self, message: str, code: str) -> None:
