@@ -11,12 +11,16 @@ show up when the engine acknowledges them with an event.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from textual import work
@@ -93,6 +97,13 @@ MAIN_ACTIONS = RUN_ACTIONS | {
     "quit",
 }
 PANEL_IDS = ("loss", "lr", "device", "memory", "samples")
+PANEL_TITLES = {
+    "loss": "loss",
+    "lr": "learning rate",
+    "device": "device",
+    "memory": "memory",
+    "samples": "samples",
+}
 
 
 _W = TypeVar("_W", bound=Widget)
@@ -109,6 +120,66 @@ def progress_bar(fraction: float, width: int) -> Content:
 
 def _default_data_available(_preset: str) -> tuple[bool, str]:
     return True, ""
+
+
+ANOMALY_CODES = ("nan", "spike")  # the faults the engine pauses (or rolls back) on
+# Where the engine's own advice starts in an anomaly message: the app gives its own, from the
+# state the run is in (the engine's cannot know whether a checkpoint exists for r).
+_ENGINE_ADVICE = re.compile(
+    r":\s*paused\b|;\s*rolling back\b|;\s*no checkpoint\b|;\s*\d+ rollbacks?\b|;\s*stopping\b"
+)
+_LOSS_IN_MESSAGE = re.compile(r"\(loss ([^)\s]+)\)|spike at step [\d,]+: ([^\s,;]+)")
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """A NaN or a loss spike the engine reported (an Alert with code nan or spike)."""
+
+    code: str
+    fault: str  # what went wrong, in the engine's words, without its advice
+    message: str  # the engine's whole message
+    loss: float | None  # the loss of the faulty step, when the message gives it
+
+
+def fault_of(message: str) -> str:
+    """The fault part of an engine anomaly message ("non-finite gradient at step 226 (loss
+    906); the update was not applied"), without the advice that follows it."""
+    return _ENGINE_ADVICE.split(message, maxsplit=1)[0].strip() or message
+
+
+def loss_in(message: str) -> float | None:
+    """The loss an anomaly message quotes: "(loss 906)" or "spike at step 40: 9.1 against...""""
+    found = _LOSS_IN_MESSAGE.search(message)
+    if found is None:
+        return None
+    try:
+        return float(found.group(1) or found.group(2))
+    except ValueError:
+        return None
+
+
+def last_finite(values: Any) -> float | None:
+    """The last finite number of a sequence (the loss before a NaN), or None."""
+    for value in reversed(values):
+        if math.isfinite(value):
+            return float(value)
+    return None
+
+
+def run_dir_of(resume: Any) -> str:
+    """The run directory of `--resume`'s argument (a run directory or a checkpoint in one)."""
+    path = os.fspath(resume)
+    return path if os.path.isdir(path) else os.path.dirname(path) or "."
+
+
+def resumed_preset(resume: Any) -> str | None:
+    """The preset name of the run being resumed, from its config.json; None when unreadable."""
+    try:
+        with open(os.path.join(run_dir_of(resume), "config.json"), encoding="utf-8") as f:
+            name = json.load(f).get("name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None
 
 
 class CockpitApp(App[None]):
@@ -134,7 +205,7 @@ class CockpitApp(App[None]):
         Binding("g", "toggle_log", "log y", show=False),
         Binding("z", "zoom", "Zoom", show=False),
         *[
-            Binding(str(i + 1), f"zoom_panel('{pid}')", f"Zoom {pid}", show=False)
+            Binding(str(i + 1), f"zoom_panel('{pid}')", f"Zoom {PANEL_TITLES[pid]}", show=False)
             for i, pid in enumerate(PANEL_IDS)
         ],
         Binding("question_mark", "help", "Help"),
@@ -178,6 +249,9 @@ class CockpitApp(App[None]):
         self.last_checkpoint: tuple[int, str, str] | None = None
         self.tracker = ProgressTracker()
         self._alert: tuple[str, str, int | None] | None = None  # level, message, expires at step
+        self._anomaly: Anomaly | None = None  # a NaN or spike the run is stopped at, until resumed
+        self._checkpoint_pending = False  # c was pressed and the engine has not answered yet
+        self._checkpoint_nagged = False  # "already saving" was said for the pending save
         self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
         self.event_count = 0
         self._engine_thread: threading.Thread | None = None
@@ -216,6 +290,7 @@ class CockpitApp(App[None]):
         self.status_line.set_state(self.state)
         self._apply_size(self.size.width, self.size.height)
         self.set_interval(TICK_S, self._tick, name="drain")
+        self.watch(self.main_screen, "maximized", self._zoom_changed, init=False)
         self._start_run(self.preset)
 
     def on_resize(self, event: Any) -> None:
@@ -303,14 +378,27 @@ class CockpitApp(App[None]):
             self.loss_panel.set_empty_message(
                 f"{preset} could not start (see above).\np: pick another preset   q: quit"
             )
-            self.device_panel.set_waiting_note("no telemetry: no run")
+            self._show_no_run(f"no run: {preset} could not start")
             self.notify(str(e), title=f"Cannot start {preset}", severity="error", timeout=10)
             self._refresh_status()
             return
         self.trainer = trainer
+        resume = getattr(trainer, "resume_from", None)
+        if resume:
+            # The preset named on the command line is not the run's: say whose run this is
+            # from the start (loading the checkpoint and the data can take seconds).
+            name = resumed_preset(resume)
+            self.preset = name or os.path.basename(os.path.normpath(run_dir_of(resume)))
+            self._status_note = f"resuming {name + ' from ' if name else ''}{resume}..."
         self.device_panel.set_waiting_note("waiting for telemetry...")
         self.engine_worker = self._run_engine(trainer)
         self._refresh_status()
+
+    def _show_no_run(self, why: str) -> None:
+        """The run panels say there is no run (and why), not "waiting for..." nor the last run."""
+        self.lr_panel.set_empty_message(why)
+        self.memory_panel.set_empty_message(why)
+        self.device_panel.set_waiting_note("no telemetry: no run")
 
     @work(thread=True, exit_on_error=False, group="engine", name="engine")
     def _run_engine(self, trainer: Any) -> Any:
@@ -334,6 +422,7 @@ class CockpitApp(App[None]):
         self._engine_finished()
 
     def _engine_finished(self) -> None:
+        self.device_panel.readings_stopped("run ended")  # its telemetry poller is gone
         if self._switch_timer is not None:
             self._switch_timer.stop()
             self._switch_timer = None
@@ -407,10 +496,11 @@ class CockpitApp(App[None]):
         history = info is not None and t is not None and t < info.time
         if kind == "step":
             self.step = ev.step
-            self.tokens_per_s = ev.tokens_per_s
             self.grad_norm = ev.grad_norm
-            self.mfu = getattr(ev, "mfu", 0.0)
-            self.data_share = ev.data_time_s / ev.step_time_s if getattr(ev, "step_time_s", 0) else 0.0
+            if not history:  # a replayed step's speed is the last session's, not this one's
+                self.tokens_per_s = ev.tokens_per_s
+                self.mfu = getattr(ev, "mfu", 0.0)
+                self.data_share = ev.data_time_s / ev.step_time_s if getattr(ev, "step_time_s", 0) else 0.0
             ratio = getattr(ev, "update_ratio", math.nan)
             if math.isfinite(ratio):
                 self.update_ratio = ratio
@@ -455,13 +545,16 @@ class CockpitApp(App[None]):
         self.preset = ev.preset or self.preset
         self.max_steps = ev.max_steps
         self.step = ev.start_step
-        self.tracker.start(ev.time)
+        # elapsed goes on from the training time of the earlier sessions of a resumed run
+        self.tracker.start(ev.time, before=getattr(ev, "train_time_s", 0.0) or 0.0)
         self.loss_panel.tokens_per_step = ev.tokens_per_step
         self.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
         self.sub_title = ev.preset
-        if self._status_note.startswith("starting"):
+        if self._status_note.startswith(("starting", "resuming")):
             self._status_note = ""
         if ev.resumed_from:
+            # the checkpoint it resumed from is one to roll back to (replayed saves follow)
+            self.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
             self.notify(f"from {ev.resumed_from}", title=f"Resumed at step {ev.start_step}")
 
     def _on_state(self, ev: Any) -> None:
@@ -470,8 +563,16 @@ class CockpitApp(App[None]):
         self._set_state(ev.state)
         if ev.state == "running" and previous == "paused":
             self.tracker.forget_rate()
-            if self._alert and self._alert[0] == "nan":
-                self._alert = None
+        if self._anomaly is not None and ev.state != "saving":
+            if ev.state == "running" and previous == "paused":
+                # resumed (or rolled back): the fault is behind the run, and so is its banner
+                self._anomaly = None
+                if self._alert and self._alert[0] == "nan":
+                    self._alert = None
+            else:
+                self._set_alert("nan", self._anomaly_banner())
+        if ev.state in ENDED:
+            self._checkpoint_pending = False
         if ev.state == "failed":
             reason = ev.reason or "the run failed"
             if not self._alert or self._alert[0] != "error":
@@ -481,6 +582,7 @@ class CockpitApp(App[None]):
                     "the run failed before its first step (see above).\n"
                     "p: pick another preset   q: quit"
                 )
+                self._show_no_run("the run failed before its first step")
         if ev.state in ENDED:
             self._status_note = ""
             if ev.state == "finished":
@@ -505,20 +607,39 @@ class CockpitApp(App[None]):
         return " · ".join(parts)
 
     def _on_checkpoint(self, ev: Any, announce: bool = True) -> None:
+        again = self.last_checkpoint is not None and self.last_checkpoint[:2] == (ev.step, ev.path)
         self.last_checkpoint = (ev.step, ev.path, ev.reason)
+        if ev.reason == "manual":
+            self._checkpoint_pending = False
         if announce and ev.reason in ("manual", "stop"):
-            self.notify(ev.path, title=f"Checkpoint saved at step {fmt_int(ev.step)}", timeout=6)
+            title = f"Checkpoint {'already ' if again else ''}saved at step {fmt_int(ev.step)}"
+            self.notify(ev.path, title=title, timeout=6)
+        if self._anomaly is not None:  # the banner names the checkpoint r goes back to
+            self._set_alert("nan", self._anomaly_banner())
 
     def _on_alert(self, ev: Any) -> None:
         code = getattr(ev, "code", "")
         step = f" at step {fmt_int(ev.step)}" if ev.step else ""
-        if code == "nan":
-            self._set_alert(
-                "nan",
-                f"✗ NaN loss{step}: training paused. Lower the LR (l) then resume (space).",
-            )
-            self.notify(ev.message, title="NaN loss", severity="error", timeout=10)
+        if code in ANOMALY_CODES and ev.level in ("error", "warning"):
+            # The banner names the real fault and offers what works in the state the run is in
+            # (paused, rolling back, given up): it is rebuilt as that state arrives.
+            self._anomaly = Anomaly(code, fault_of(ev.message), ev.message, loss_in(ev.message))
+            if ev.level == "warning":  # unattended: the engine rolls back on its own
+                self._set_alert("warning", f"⚠ {self._anomaly.fault}: rolling back...")
+            else:
+                self._set_alert("nan", self._anomaly_banner())
+            title = "Loss spike" if code == "spike" else "Not a number"
+            self.notify(ev.message, title=f"{title}{step}", severity="error", timeout=10)
+        elif code == "rollback" and ev.level == "info":
+            fault = self._anomaly.fault if self._anomaly is not None else ""
+            self._anomaly = None
+            text = f"↺ {fault} → {ev.message}" if fault else f"↺ {ev.message}"
+            self._set_alert("warning", text, ttl=WARNING_TTL_STEPS, at_step=ev.step)
+        elif code == "rollback":  # e.g. nothing to roll back to: a short notice, not a banner
+            self.notify(ev.message, title="Roll back", severity="warning", timeout=5)
         elif ev.level == "error":
+            if code == "disk":
+                self._checkpoint_pending = False  # that save failed: c may try again
             self._set_alert("error", f"✗ {ev.message}")
             self.notify(ev.message, title="Error", severity="error", timeout=10)
         elif ev.level == "warning":
@@ -538,9 +659,56 @@ class CockpitApp(App[None]):
         except Exception:  # noqa: BLE001 - before compose
             pass
 
-    def _set_alert(self, level: str, message: str, ttl: int | None = None) -> None:
-        expires = self.step + ttl if ttl is not None else None
+    def _set_alert(
+        self, level: str, message: str, ttl: int | None = None, at_step: int | None = None
+    ) -> None:
+        """Show `message` until replaced, or for `ttl` steps from `at_step` (default: now)."""
+        start = self.step if at_step is None else at_step
+        expires = start + ttl if ttl is not None else None
         self._alert = (level, message, expires)
+
+    def _anomaly_banner(self) -> str:
+        """The fault in the engine's words, whether the weights may be damaged, and what works
+        from the state the run is in now."""
+        a = self._anomaly
+        if a is None:
+            return ""
+        if self.state in ENDED:
+            return f"✗ {a.message}"
+        parts = [f"✗ {a.fault}"]
+        damage = self._damage_note(a)
+        if damage:
+            parts.append(damage)
+        if self.state == "paused":
+            ckpt = self.last_checkpoint
+            if ckpt is None:
+                fresh = "p starts a fresh run"
+                resume = "l lowers the LR then space resumes"
+                parts.append(
+                    f"paused, no checkpoint yet: {fresh} ({resume} on these weights)"
+                    if damage
+                    else f"paused, no checkpoint yet: {resume}, or {fresh}"
+                )
+            else:
+                back = f"r rolls back to {os.path.basename(ckpt[1])} (step {fmt_int(ckpt[0])}, LR halved)"
+                lower = "l lowers the LR, space resumes"
+                parts.append(f"paused: {back}; {lower}" if damage else f"paused: {lower}, {back}")
+        return " · ".join(parts)
+
+    def _damage_note(self, a: Anomaly) -> str:
+        """Say so when the loss was already far above a fresh model's (ln of the vocabulary)."""
+        info = self._run_info
+        vocab = getattr(info, "vocab_size", 0) or 0
+        loss = a.loss if a.loss is not None else last_finite(self.loss_panel.raw.ys)
+        if vocab < 2 or loss is None:
+            return ""
+        fresh = math.log(vocab)
+        if math.isfinite(loss) and loss <= 2 * fresh:
+            return ""
+        return (
+            f"the loss was already {fmt_loss(loss)} (a fresh model starts near {fresh:.2f}): "
+            "the weights may be damaged"
+        )
 
     def _expire_alert(self) -> None:
         if self._alert and self._alert[2] is not None and self.step >= self._alert[2]:
@@ -779,9 +947,11 @@ class CockpitApp(App[None]):
             self._zoom(panel)
 
     def _zoom(self, panel: Any) -> None:
-        screen = self.main_screen
-        screen.maximize(panel, container=False)
+        self.main_screen.maximize(panel, container=False)
         panel.focus()
+
+    def _zoom_changed(self, _panel: Any) -> None:
+        """Zoom in or out, by key, palette or Textual's own esc: the banner and plots follow now."""
         self._refresh_status()
         for plot in (self.loss_panel, self.lr_panel):
             plot.touch()
@@ -936,6 +1106,11 @@ class CockpitApp(App[None]):
             "Evaluate now", "Run an evaluation at the next step (e)", self.action_evaluate
         )
         yield SystemCommand(
+            "Roll back",
+            "Back to the last checkpoint with half the LR, after a NaN or a spike (r)",
+            self.action_rollback,
+        )
+        yield SystemCommand(
             "Switch preset", "Checkpoint this run and start another (p)", self.action_presets
         )
         yield SystemCommand(
@@ -947,6 +1122,13 @@ class CockpitApp(App[None]):
         yield SystemCommand(
             "Zoom panel", "Zoom the focused panel, again to restore (z)", self.action_zoom
         )
+        for i, pid in enumerate(PANEL_IDS):
+            title = PANEL_TITLES[pid]
+            yield SystemCommand(
+                f"Zoom {title}",
+                f"Fill the screen with the {title} panel, again to restore ({i + 1})",
+                partial(self.action_zoom_panel, pid),
+            )
         yield SystemCommand("Help", "Every key (?)", self.action_help)
         yield SystemCommand("Quit", "Checkpoint, stop and quit (q)", self.action_quit)
         for cmd in super().get_system_commands(screen):

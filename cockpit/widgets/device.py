@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Any
 
@@ -218,6 +219,8 @@ class DevicePanel(VerticalScroll):
         self._pending = False
         self._drawn_at = -1e9
         self._views: list[Any] = []
+        self._last_reading_time: float | None = None  # the engine's timestamp of the last reading
+        self._stopped_because = ""  # why readings stopped ("run ended"); "" while they come
         self._waiting = Static(
             Content.styled("waiting for telemetry...", "$foreground-muted"), classes="note waiting"
         )
@@ -232,9 +235,34 @@ class DevicePanel(VerticalScroll):
     def reset(self) -> None:
         """Telemetry is about the machine, not the run: keep the history across runs."""
 
+    def readings_stopped(self, why: str) -> None:
+        """No more readings will come (the run that polled them ended): say so, with the time of
+        the last one, rather than leave it on screen as if it were live."""
+        if self.mode == "waiting":
+            self.set_waiting_note(f"no telemetry: {why}")
+            return
+        self._stopped_because = why
+        self._show_stopped()
+
+    def _show_stopped(self) -> None:
+        t = self._last_reading_time
+        when = time.strftime("%H:%M:%S", time.localtime(t)) if t is not None else "?"
+        # the panel is ~40 columns at 80x24: the reason only where it fits
+        long = f"readings stopped {when} ({self._stopped_because})"
+        text = long if len(long) + 6 <= self.outer_size.width else f"readings stopped {when}"
+        self.border_subtitle = f"[$warning]{text}[/]"
+
+    def on_resize(self) -> None:
+        if self._stopped_because:
+            self._show_stopped()
+
     def update_telemetry(self, ev: Any) -> None:
         """Record one Telemetry event (switching views if the source changed)."""
         self.updates += 1
+        self._last_reading_time = getattr(ev, "time", None)
+        if self._stopped_because:  # readings come again (a new run)
+            self._stopped_because = ""
+            self.border_subtitle = ""
         source = ev.source
         if source == "nvml" and not ev.gpus:
             source = "unavailable"

@@ -39,6 +39,7 @@ class LrPanel(ThrottledPlot):
         self.step = 0
         self.lr: float | None = None
         self._col = -1
+        self.empty_message = self.EMPTY_MESSAGE  # a new run waits again (after "no run")
         self.touch()
         self.update_labels()
 

@@ -73,15 +73,26 @@ class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
     }
     """
 
+    EMPTY_MESSAGE = "waiting for the memory breakdown..."
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.breakdown: Any = None
+        self.empty_message = self.EMPTY_MESSAGE
         self._lines_cache: tuple[Any, int, list[Content]] | None = None
         self._drawn: _Drawn | None = None
 
     def reset(self) -> None:
         self.breakdown = None
+        self.set_empty_message(self.EMPTY_MESSAGE)
         self.set_border_labels(subtitle="")
+
+    def set_empty_message(self, message: str) -> None:
+        """What the panel says while it has no breakdown (e.g. that there is no run)."""
+        self.empty_message = message
+        # the cached lines and rows may hold the previous message
+        self._lines_cache = None
+        self._drawn = None
         self.refresh(layout=True)
 
     def update_breakdown(self, ev: Any) -> None:
@@ -152,7 +163,7 @@ class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
 
     def _build_lines(self, width: int) -> list[Content]:
         if self.breakdown is None:
-            return [Content.styled("waiting for the memory breakdown...", "$foreground-muted")]
+            return [Content.styled(self.empty_message, "$foreground-muted")]
         ev = self.breakdown
         rows = self._sizes()
         cells = allocate_cells([r[4] for r in rows], max(width, 1))

@@ -7,7 +7,8 @@ cleared before the screenshot and the input cursor does not blink. Update with
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,16 @@ def _frozen_presets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("engine.presets.discover", _fixed_presets)
 
 
+@pytest.fixture(autouse=True)
+def _utc_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Times of day on screen (e.g. "readings stopped 22:13:34") read the same everywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
 def test_running(snap_compare: Any, size: tuple[int, int]) -> None:
     app, before = scenario()
     assert snap_compare(app, terminal_size=size, run_before=before)
@@ -146,3 +157,13 @@ def test_zoomed_samples_compact(snap_compare: Any) -> None:
 def test_loss_tokens_log(snap_compare: Any) -> None:
     app, before = scenario(["t", "g"])
     assert snap_compare(app, terminal_size=(160, 48), run_before=before)
+
+
+def test_zoomed_device_compact(snap_compare: Any) -> None:
+    app, before = scenario(["3"])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=before)
+
+
+def test_zoomed_memory_compact(snap_compare: Any) -> None:
+    app, before = scenario(["4"])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=before)
