@@ -148,7 +148,7 @@ def fault_of(message: str) -> str:
 
 
 def loss_in(message: str) -> float | None:
-    """The loss an anomaly message quotes: "(loss 906)" or "spike at step 40: 9.1 against...""""
+    """The loss an anomaly message quotes: (loss 906), or the loss of a spike."""
     found = _LOSS_IN_MESSAGE.search(message)
     if found is None:
         return None
@@ -755,12 +755,12 @@ class CockpitApp(App[None]):
                     Content.assemble(("loss ", "$foreground-muted"), (fmt_loss(loss), style)), 2
                 )
             )
-        if self.tokens_per_s is not None and self.state in ("running", "saving"):
+        if self.state in ("running", "saving"):
+            # "–" until this session's first step: a resumed run's replayed speed is not live
+            speed = "–" if self.tokens_per_s is None else fmt_si(self.tokens_per_s)
             segs.append(
                 Segment(
-                    Content.assemble(
-                        (fmt_si(self.tokens_per_s), "bold"), (" tok/s", "$foreground-muted")
-                    ),
+                    Content.assemble((speed, "bold"), (" tok/s", "$foreground-muted")),
                     2,
                 )
             )
@@ -880,7 +880,15 @@ class CockpitApp(App[None]):
             self._requested = "paused"
 
     def action_checkpoint(self) -> None:
+        # One save per press-burst: more presses before the engine answers add nothing to save
+        # and, once, a note that it is on its way (never a toast per press).
+        if self._checkpoint_pending:
+            if not self._checkpoint_nagged:
+                self._checkpoint_nagged = True
+                self.notify("already saving at the next step boundary", title="Checkpoint", timeout=3)
+            return
         if self._command("checkpoint"):
+            self._checkpoint_pending, self._checkpoint_nagged = True, False
             self.notify("saving at the next step boundary...", title="Checkpoint", timeout=3)
 
     def action_lr_up(self) -> None:
@@ -890,8 +898,37 @@ class CockpitApp(App[None]):
         self._command("scale_lr", 1.0 / LR_STEP)
 
     def action_rollback(self) -> None:
-        """After a NaN or a spike: back to the last checkpoint with half the LR."""
-        self._command("rollback", 0.5)
+        """Back to the last checkpoint with half the LR: at once when paused at a NaN or a
+        spike; on a healthy run only after a question that shows what would be lost."""
+        ckpt = self.last_checkpoint
+        if ckpt is None:
+            self.notify(
+                "no checkpoint to roll back to yet (c saves one; l lowers the LR)",
+                title="Roll back",
+                severity="warning",
+                timeout=4,
+            )
+            return
+        if self._anomaly is not None and self.state == "paused":
+            self._command("rollback", 0.5)
+            return
+        step, path, _ = ckpt
+        lost = max(0, self.step - step)
+        message = (
+            f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
+            f"This discards the {fmt_int(lost)} steps trained since (more while you decide: "
+            "training goes on) and halves the LR for the rest of the run."
+        )
+        self.push_screen(
+            ConfirmScreen(
+                "Roll back", message, yes="Roll back", no="Cancel", purpose="rollback", danger=True
+            ),
+            self._rollback_answer,
+        )
+
+    def _rollback_answer(self, yes: bool | None) -> None:
+        if yes:
+            self._command("rollback", 0.5)
 
     def action_sample(self) -> None:
         if self._command("sample"):
@@ -1150,6 +1187,8 @@ class CockpitApp(App[None]):
         self.last_checkpoint = None
         self.tracker = ProgressTracker()
         self._alert = None
+        self._anomaly = None
+        self._checkpoint_pending = self._checkpoint_nagged = False
         self._requested = None
         try:
             self.loss_panel.reset()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
@@ -249,23 +249,27 @@ HELP_KEYS: list[tuple[str, str]] = [
     ("c", "save a checkpoint now"),
     ("l", "set the learning rate (3e-4, x2, /2 ...)"),
     ("+ / -", "learning rate ×1.25 / ÷1.25"),
-    ("s", "generate a sample now"),
-    ("e", "evaluate now"),
+    ("s / e", "generate a sample / evaluate now"),
     ("r", "roll back to the last checkpoint, LR halved (after a NaN or spike)"),
     ("p", "switch preset (saves a checkpoint first)"),
-    ("t", "loss x axis: steps / tokens"),
-    ("g", "loss y axis: linear / log"),
+    ("t / g", "loss x axis: steps or tokens / log y"),
     ("1-5", "zoom a panel: loss, LR, device, memory, samples"),
     ("z / esc", "zoom the focused panel / back"),
     ("tab", "focus the next panel"),
     ("ctrl+p", "command palette (every action)"),
     ("?", "this help"),
-    ("q", "quit: asks, saves a checkpoint, then exits"),
-    ("ctrl+c ctrl+q", "quit too; again to confirm, or to force"),
+    ("q", "quit: asks, then saves a checkpoint and exits"),
+    ("ctrl+c ctrl+q", "quit, in dialogs too; again while waiting: exit unsaved"),
 ]
+HELP_NOTE = (
+    "Commands apply at the next step. Notifications confirm checkpoints, samples, evaluations "
+    "and LR changes; the status line shows pause and resume."
+)
 
 
 class HelpScreen(ModalScreen[None]):
+    """Every key in two columns (a long description wraps in its own column), then a note."""
+
     BINDINGS = [Binding("escape,q,question_mark,enter", "close", "Close", show=False)]
 
     def __init__(self) -> None:
@@ -275,19 +279,11 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(classes="dialog", id="help-dialog") as box:
             box.border_title = "Keys"
             box.border_subtitle = "esc close"
-            key_w = max(len(k) for k, _ in HELP_KEYS)
-            lines = [
-                Content.assemble((k.rjust(key_w), "bold $accent"), "  ", d) for k, d in HELP_KEYS
-            ]
-            yield Static(Content("\n").join(lines), id="help-keys")
-            yield Static(
-                Content.styled(
-                    "Commands apply at the next step boundary; each one is acknowledged in the "
-                    "status line. Plots redraw about once a second to leave the CPU to training.",
-                    "$foreground-muted",
-                ),
-                id="help-note",
-            )
+            with Grid(id="help-keys"):
+                for key, description in HELP_KEYS:
+                    yield Static(key, classes="help-key")
+                    yield Static(description, classes="help-description")
+            yield Static(Content.styled(HELP_NOTE, "$foreground-muted"), id="help-note")
 
     def action_close(self) -> None:
         self.dismiss(None)

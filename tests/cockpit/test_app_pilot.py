@@ -22,7 +22,7 @@ from scripted import (
 from textual.notifications import Notify
 from textual.widgets import Input
 
-from cockpit.app import CockpitApp
+from cockpit.app import PANEL_IDS, CockpitApp
 from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
 from engine.events import StateChanged, Step
@@ -615,5 +615,108 @@ def test_resize_toggles_compact_layout() -> None:
             await pilot.pause()
             assert app.screen.has_class("compact")
             assert app.samples_panel.region.area == 0
+
+    run(go())
+
+
+# zoom, palette, help (issue 10, item 18) -----------------------------------------------------
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_zoom_fills_the_screen_for_every_panel(size: tuple[int, int]) -> None:
+    """1-5 zoom each panel to the whole screen (below the status line, above the footer): the
+    device and memory panels too, which are sized to their content in the grid."""
+
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot, factory)
+            width, height = size
+            for key, panel_id in enumerate(PANEL_IDS, start=1):
+                await pilot.press(str(key))
+                await pilot.pause()
+                panel = app.main_screen.query_one(f"#{panel_id}")
+                assert app.main_screen.maximized is panel
+                region = panel.region
+                assert region.width == width, (panel_id, region)
+                assert region.height >= height - 4, (panel_id, region)  # status, alert, footer
+                await pilot.press(str(key))
+                await pilot.pause()
+                assert app.main_screen.maximized is None
+
+    run(go())
+
+
+def test_zoom_banner_goes_when_the_zoom_ends() -> None:
+    """The "zoomed in" banner goes at once, whether the zoom ends by esc, z or the same key."""
+
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            for unzoom in ("escape", "z", "3"):
+                await pilot.press("3")
+                await pilot.pause()
+                assert "zoomed in" in alert_text(app)
+                await pilot.press(unzoom)
+                await pilot.pause()
+                assert app.main_screen.maximized is None
+                assert "zoomed in" not in alert_text(app), unzoom
+
+    run(go())
+
+
+# Palette entries that stand for several bindings, or for a binding under another name.
+PALETTE_ALIASES = {"pause": "toggle_pause", "resume": "toggle_pause", "request_quit": "quit"}
+
+
+def test_every_key_action_has_a_palette_entry() -> None:
+    """The README says the command palette has every action: each binding's action (and its
+    argument, for the zoom keys) is reachable from get_system_commands, so they cannot drift."""
+    import functools
+    import re
+
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            reachable: set[tuple[str, tuple[Any, ...]]] = set()
+            for cmd in app.get_system_commands(app.screen):
+                callback, args = cmd.callback, ()
+                if isinstance(callback, functools.partial):
+                    callback, args = callback.func, tuple(callback.args)
+                name = getattr(callback, "__name__", "")
+                if name.startswith("action_"):
+                    reachable.add((name.removeprefix("action_"), args))
+            for binding in CockpitApp.BINDINGS:
+                m = re.fullmatch(r"(\w+)(?:\('(\w+)'\))?", binding.action)
+                assert m, binding.action
+                action = PALETTE_ALIASES.get(m.group(1), m.group(1))
+                args = (m.group(2),) if m.group(2) else ()
+                assert (action, args) in reachable, f"{binding.key}: {binding.action}"
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            assert "Roll back" in titles and "Zoom device" in titles and "Zoom memory" in titles
+
+    run(go())
+
+
+def test_help_fits_80x24_and_long_entries_wrap_in_their_column() -> None:
+    from textual.widgets import Static
+
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, HelpScreen)
+            dialog = screen.query_one("#help-dialog")
+            assert dialog.max_scroll_y == 0, "everything shows without scrolling"
+            note = screen.query_one("#help-note", Static)
+            assert note.region.height >= 1 and note.region.bottom <= dialog.region.bottom
+            assert "toast" not in str(note.render()).lower()
+            descriptions = list(screen.query(".help-description"))
+            assert len({d.region.x for d in descriptions}) == 1, "one column for descriptions"
+            rollback = next(d for d in descriptions if "roll back" in str(d.render()))
+            assert rollback.region.height >= 1
 
     run(go())
