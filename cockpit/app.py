@@ -63,7 +63,7 @@ DEVICE_MIN_INTERVAL_S = 1.0
 UI_CPU_TARGET = 0.02  # the UI thread's share of one core that LoadGovernor aims for
 URGENT_KINDS = ("run_started", "state", "alert", "lr_changed", "checkpoint")
 DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
-QUIT_TIMEOUT_S = 10.0  # how long quitting waits for the final checkpoint
+QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
 SWITCH_TIMEOUT_S = 60.0  # how long a preset switch waits before cancelling the old run
 LR_STEP = 1.25
@@ -234,6 +234,13 @@ class CockpitApp(App[None]):
         self.state = "idle"
         self._requested: str | None = None  # optimistic pause/resume until acknowledged
         self._quitting = False
+        self._quit_started: float | None = None  # clock() when a confirmed quit began
+        self._quit_forced = False  # the user quit again while waiting: no checkpoint awaited
+        self._quit_timer: Any = None
+        # This session's newest step: (event time, step time), for the quit countdown.
+        self._last_step_seen: tuple[float, float] | None = None
+        self._past_runs: list[RunSummary] = []  # runs switched away from, for the exit report
+        self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
         self._pending_preset: str | None = None
         self._switch_timer: Any = None
         self._run_info: Any = None  # the RunStarted event
@@ -364,6 +371,7 @@ class CockpitApp(App[None]):
         """Build a trainer with the factory and start it in a thread worker."""
         self.preset = preset
         self._pending_preset = None
+        self._remember_run()
         self._reset_run_view()
         self._set_state("starting")
         self._status_note = f"starting {preset}..."
@@ -509,6 +517,7 @@ class CockpitApp(App[None]):
             self.lr_panel.add_step(ev.step, ev.lr)
             if t is not None and not history:
                 self.tracker.add_step(t, ev.step)
+                self._last_step_seen = (t, getattr(ev, "step_time_s", 0.0) or 0.0)
             self._expire_alert()
             return
         if t is not None and kind != "run_started" and not history:
@@ -592,7 +601,7 @@ class CockpitApp(App[None]):
             if self._quitting and not self.engine_running:
                 self.exit()
         if self._quitting:
-            self._status_note = "quitting: waiting for the final checkpoint (ctrl+c again: now)"
+            self._status_note = self._quit_note()
         elif self._pending_preset is not None:
             self._status_note = f"switching to {self._pending_preset}: stopping this run..."
 
@@ -720,7 +729,9 @@ class CockpitApp(App[None]):
         except Exception:  # noqa: BLE001 - not composed yet
             return
         status.set_segments(self._status_segments())
-        if self._alert:
+        if self._quitting and self._status_note:  # the wait and how to cut it short come first
+            alert.show("warning", self._status_note)
+        elif self._alert:
             level, message, _ = self._alert
             alert.show("error" if level in ("error", "nan") else level, message)
         elif self._status_note:

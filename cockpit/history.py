@@ -286,18 +286,21 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 class ProgressTracker:
     """Elapsed time, step rate and ETA from event timestamps only (never the wall clock).
 
-    Elapsed is the newest event's time minus the run's start; the rate is measured over the last
-    `window` Step events, and forgotten after a pause so the gap does not count as slowness.
+    Elapsed is the training time done before this session (a resumed run's) plus the newest
+    event's time minus this session's start; the rate is measured over the last `window` Step
+    events, and forgotten after a pause so the gap does not count as slowness.
     """
 
     def __init__(self, window: int = 50) -> None:
         self.start_time: float | None = None
         self.last_time: float | None = None
+        self.before = 0.0  # seconds of training done in earlier sessions of this run
         self._points: deque[tuple[float, int]] = deque(maxlen=window)
 
-    def start(self, t: float) -> None:
+    def start(self, t: float, before: float = 0.0) -> None:
         self.start_time = t
         self.last_time = t
+        self.before = max(0.0, before)
         self._points.clear()
 
     def observe(self, t: float) -> None:
@@ -320,7 +323,7 @@ class ProgressTracker:
     def elapsed(self) -> float | None:
         if self.start_time is None or self.last_time is None:
             return None
-        return max(0.0, self.last_time - self.start_time)
+        return self.before + max(0.0, self.last_time - self.start_time)
 
     @property
     def rate(self) -> float | None:
