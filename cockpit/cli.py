@@ -31,7 +31,13 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",
         metavar="PATH",
-        help="local text file or folder to train on (or the local copy of the preset's corpus)",
+        help="local text file or folder to train on (or the local copy of the preset's corpus); "
+        "with --resume, where the run's corpus is now (its sha256 must match)",
+    )
+    parser.add_argument(
+        "--allow-data-change",
+        action="store_true",
+        help="with --resume: train on the corpus even though its sha256 is not the recorded one",
     )
     parser.add_argument(
         "--set",
@@ -128,6 +134,8 @@ class ProgressPrinter:
                 f"{event.tokenizer} vocab {event.vocab_size}, {event.train_tokens:,} train tokens; "
                 f"run dir {event.run_dir}{resumed}"
             )
+            for note in getattr(event, "notes", ()):
+                self.out(f"resume: {note}")
         elif kind == "step":
             now = time.monotonic()
             if now - self._last < self.interval_s and event.step != self._max_steps:
@@ -199,6 +207,7 @@ def make_trainer(
         sinks=sinks,
         telemetry=not args.no_telemetry,
         interactive=interactive,
+        allow_data_change=args.allow_data_change if first else False,
     )
 
 
@@ -300,7 +309,7 @@ def show_plan(args: argparse.Namespace) -> int:
     from engine.presets import load_preset
 
     cfg = load_preset(args.preset or "default", args.overrides, args.presets_dir)
-    if args.device_memory:
+    if args.device_memory is not None:  # "" and "0" are refused, not ignored
         capacity = parse_size(args.device_memory)
         device_type = "cpu" if cfg.train.device == "cpu" else "cuda"
     else:
@@ -324,6 +333,43 @@ def show_plan(args: argparse.Namespace) -> int:
     return 0 if plan.fits else 1
 
 
+def check_resume(args: argparse.Namespace) -> str | None:
+    """Check a resume before anything starts, so a refusal is exit 2 with nothing touched: the
+    checkpoint reads, --run-dir is not given, and every --set is one a resume may apply
+    (engine/resume.py, the rules the run itself follows). Returns the message to print when
+    the run is already finished."""
+    from engine import checkpoint as ckpt
+    from engine.resume import plan_resume
+
+    if args.run_dir:
+        raise ConfigError(
+            f"--run-dir {args.run_dir} with --resume {args.resume}: a resumed run continues in its "
+            "own directory; drop --run-dir (to branch a run, copy its directory and resume the copy)"
+        )
+    try:  # memory-mapped: the weights are not read
+        state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
+    except ckpt.CheckpointError as e:
+        raise ConfigError(str(e)) from None
+    return plan_resume(state, args.overrides, state["_path"], label=args.resume).finished
+
+
+def check_resume_corpus(args: argparse.Namespace) -> None:
+    """Refuse a resume whose corpus is gone or changed before anything starts (exit 2)."""
+    from engine import checkpoint as ckpt
+    from engine.config import config_from_dict
+    from engine.data import DataRefused, resume_data_path
+
+    try:  # memory-mapped: the weights are not read
+        state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
+        cfg = config_from_dict(state["config"], source=state["_path"])
+    except (ckpt.CheckpointError, ConfigError):
+        return  # check_resume (or the run itself) says what is wrong with this checkpoint
+    try:
+        resume_data_path(state, cfg.data, args.data, args.allow_data_change)
+    except DataRefused as e:
+        raise ConfigError(f"--resume {args.resume}: {e}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -341,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
             for text in args.overrides:
                 parse_override(text)
+            finished = check_resume(args)
+            if finished is not None:
+                print(finished)  # nothing to train; nothing touched
+                return 0
+            check_resume_corpus(args)
         if args.headless or not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
             if not args.headless:
                 print(

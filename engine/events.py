@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,7 +37,20 @@ class Event:
     time: float = field(default_factory=_now, kw_only=True)
 
     def to_record(self) -> dict[str, Any]:
-        return {"kind": self.kind, **dataclasses.asdict(self)}
+        """The event as strict JSON data: a non-finite float (NaN, inf) becomes None (null)."""
+        return _strict_json({"kind": self.kind, **dataclasses.asdict(self)})
+
+
+def _strict_json(value: Any) -> Any:
+    # JSON has no NaN or Infinity; Python writes them bare, and strict parsers (JavaScript's
+    # JSON.parse, jq, Go) reject the whole line.
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(v) for v in value]
+    return value
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ not synchronised on every step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import hashlib
 import json
@@ -31,8 +32,15 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine import memory
-from engine.config import ConfigError, RunConfig, apply_overrides, config_from_dict
-from engine.data import DataError, PreparedData, check_length, prepare
+from engine.config import ConfigError, RunConfig
+from engine.data import (
+    DataError,
+    PreparedData,
+    check_length,
+    check_vocabulary,
+    prepare,
+    resume_data_path,
+)
 from engine.events import (
     EVENT_TYPES,
     Alert,
@@ -52,6 +60,7 @@ from engine.flops import device_peak, flops_per_token, mfu
 from engine.model import GPT
 from engine.optim import applied_lr, build_optimizer, set_lr_factor
 from engine.plan import check_fits
+from engine.resume import plan_resume
 from engine.schedule import lr_factor, planned_curve
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
@@ -123,22 +132,43 @@ class BatchSampler:
 
 
 class MetricsWriter:
-    """Appends every event to metrics.jsonl; flushes at least once a second and on key events."""
+    """Appends every event to metrics.jsonl; flushes at least once a second and on key events.
+
+    Without a path it holds the lines in memory until `open(path)`: a run that fails before
+    its directory is made (a bad corpus, a refused resume) leaves nothing on disk, and one that
+    gets there still records its start. Lines are strict JSON (no NaN: see Event.to_record).
+    """
 
     FLUSH_ON = {"eval", "checkpoint", "state", "alert", "run_started", "lr_changed", "sample"}
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file = path.open("a", encoding="utf-8")
+    def __init__(self, path: Path | None = None) -> None:
+        self.path: Path | None = None
+        self._file: Any = None
+        self._held: list[str] = []
+        self._closed = False
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
+        if path is not None:
+            self.open(path)
+
+    def open(self, path: Path) -> None:
+        """Start writing to `path` (appending), held lines first."""
+        with self._lock:
+            self.path = path
+            self._file = path.open("a", encoding="utf-8")
+            self._file.writelines(line + "\n" for line in self._held)
+            self._held = []
+            self._file.flush()
 
     def __call__(self, event: Event) -> None:
         record = event.to_record()
         record.pop("config", None)  # run_started's config lives in config.json
         line = json.dumps(record, separators=(",", ":"), default=str)
         with self._lock:
-            if self._file.closed:
+            if self._closed:
+                return
+            if self._file is None:
+                self._held.append(line)
                 return
             self._file.write(line + "\n")
             now = time.monotonic()
@@ -148,7 +178,9 @@ class MetricsWriter:
 
     def close(self) -> None:
         with self._lock:
-            if not self._file.closed:
+            self._closed = True
+            self._held = []  # never opened: the run never got a directory to record in
+            if self._file is not None and not self._file.closed:
                 self._file.flush()
                 os.fsync(self._file.fileno())
                 self._file.close()
@@ -178,12 +210,18 @@ def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch
 HISTORY_KINDS = ("step", "eval", "lr_changed", "sample", "checkpoint")
 
 
+def _float_fields(cls: type[Event]) -> list[str]:
+    """The fields of an event type declared as a plain float (annotations are strings here)."""
+    return [f.name for f in dataclasses.fields(cls) if f.type in ("float", float)]
+
+
 def read_history(metrics: Path, upto_step: int, max_steps: int = 8000) -> list[Event]:
     """Past events of a run from its metrics file, for a resumed run's curves.
 
     Records after `upto_step` belong to steps that will be trained again and are dropped; for a
-    step recorded twice (a crash, then a resume) the later record wins. Step records are thinned
-    evenly to at most `max_steps` so a long run does not flood the UI's queue.
+    step recorded twice (a crash, then a resume) the later record wins, and a resume at step S
+    drops every earlier record after S (a resume from an older checkpoint abandons that branch).
+    Step records are thinned evenly to at most `max_steps` so a long run does not flood the UI.
     """
     if not metrics.exists():
         return []
@@ -195,6 +233,9 @@ def read_history(metrics: Path, upto_step: int, max_steps: int = 8000) -> list[E
             except json.JSONDecodeError:
                 continue  # a line cut short by a crash
             kind, step = record.get("kind"), record.get("step")
+            if kind == "run_started" and isinstance(record.get("start_step"), int):
+                start = record["start_step"]
+                latest = {key: r for key, r in latest.items() if key[1] <= start}
             if kind in HISTORY_KINDS and isinstance(step, int) and step <= upto_step:
                 latest[(kind, step, record.get("prompt", ""))] = record
     records = sorted(latest.values(), key=lambda r: (r["step"], r["time"]))
@@ -207,6 +248,9 @@ def read_history(metrics: Path, upto_step: int, max_steps: int = 8000) -> list[E
         if r["kind"] == "step" and id(r) not in keep:
             continue
         cls = EVENT_TYPES[r.pop("kind")]
+        for name in _float_fields(cls):
+            if r.get(name, 0.0) is None:
+                r[name] = math.nan  # written as null: JSON has no NaN
         try:
             events.append(cls(**r))
         except TypeError:
@@ -247,6 +291,7 @@ class Trainer:
         telemetry: bool = True,
         event_capacity: int = 20_000,
         interactive: bool = True,
+        allow_data_change: bool = False,
     ) -> None:
         self.cfg = cfg
         self.run_dir = (
@@ -255,10 +300,14 @@ class Trainer:
             else (Path(resume) if resume and Path(resume).is_dir() else None)
         )
         self.data_path = data_path
+        self.allow_data_change = allow_data_change  # resume on a corpus whose sha256 changed
         self.resume_from = Path(resume) if resume else None
         self.resume_overrides = list(resume_overrides)
+        self.resume_notes: list[str] = []  # what the resume changed or kept (RunStarted.notes)
+        self._already_finished: str | None = None  # resuming a run that has nothing left to do
         self.events = EventQueue(event_capacity)
-        self.sinks = list(sinks)
+        self.metrics = MetricsWriter()  # opened once the run has a directory (_setup)
+        self.sinks = [self.metrics, *sinks]
         self.telemetry_enabled = telemetry
         self.state = RunState.STARTING
         self.step = 0
@@ -377,23 +426,25 @@ class Trainer:
         if self.resume_from is not None:
             state = ckpt.load_checkpoint(self.resume_from)
             # A resumed run continues with the configuration it was started with, plus any
-            # --set overrides (extending train.max_steps is the common one).
-            raw = apply_overrides(state["config"], self.resume_overrides)
-            self.cfg = config_from_dict(raw, source=state["_path"])
+            # --set overrides that may change (engine/resume.py decides, and says what changed).
+            plan = plan_resume(
+                state, self.resume_overrides, state["_path"], label=str(self.resume_from)
+            )
+            self.cfg = plan.config
+            self.resume_notes = list(plan.notes)
             self.run_dir = Path(state["_path"]).parent
+            if plan.finished is not None:
+                self._already_finished = plan.finished  # _loop says so; nothing is touched
+                self.step = int(state["step"])
+                return
+        data_notes: list[str] = []
+        if state is not None:
+            # The corpus belongs to the weights: the recorded one, a verified copy, or a refusal
+            # (before anything on disk is touched).
+            self.data_path, data_notes = resume_data_path(
+                state, self.cfg.data, self.data_path, self.allow_data_change
+            )
         cfg = self.cfg
-        self.run_dir = self.run_dir or default_run_dir(cfg)
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            probe = self.run_dir / ".write-test"
-            probe.write_text("ok")
-            probe.unlink()
-        except OSError as e:
-            raise ConfigError(
-                f"run directory {self.run_dir} is not writable ({e.strerror}); pass --run-dir DIR"
-            ) from None
-        ckpt.remove_partial_saves(self.run_dir)  # a save killed mid-write left its temp file
-        self.sinks.insert(0, MetricsWriter(self.run_dir / "metrics.jsonl"))
 
         self.device = select_device(cfg.train.device)
         self.dtype = select_dtype(cfg.train.dtype, self.device)
@@ -405,6 +456,10 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)
 
         self.data: PreparedData = prepare(cfg.data, data_path=self.data_path)
+        if state is not None:
+            check_vocabulary(state, self.data.tokenizer, self.data.source)
+        if self.data.record["source"] == "path":
+            cfg.data.source = self.data.record["path"]  # config.json names what was trained on
         check_length(self.data, cfg.model.block_size)
         vocab = self.data.tokenizer.vocab_size
         # Pre-flight: refuse a configuration that cannot fit before allocating anything.
@@ -431,6 +486,28 @@ class Trainer:
         self.sample_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 2)
         if state is not None:
             self._restore(state)
+            # An older checkpoint starts a new branch: the newer ones must not be pruned into
+            # it, nor picked by the next --resume RUN_DIR.
+            aside, moved = ckpt.set_aside_newer(self.run_dir, self.step)
+            if aside is not None:
+                self.resume_notes.append(
+                    f"resumed at step {self.step} from an older checkpoint: {', '.join(moved)} "
+                    f"moved to {aside} (kept); this run continues the new branch"
+                )
+        # Only now, with the corpus, config and checkpoint all accepted, is anything written:
+        # a run refused before this point leaves no directory and no record behind.
+        self.run_dir = self.run_dir or default_run_dir(cfg)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.run_dir / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(
+                f"run directory {self.run_dir} is not writable ({e.strerror}); pass --run-dir DIR"
+            ) from None
+        ckpt.remove_partial_saves(self.run_dir)  # a save killed mid-write left its temp file
+        self.metrics.open(self.run_dir / "metrics.jsonl")
         self.forward = torch.compile(self.model) if cfg.train.compile else self.model
         self.flops_per_token = flops_per_token(self.model.num_params(), cfg.model)
         self.peak = device_peak(self.device, self.dtype)
@@ -460,9 +537,20 @@ class Trainer:
                 flops_per_token=self.flops_per_token,
                 peak_flops=self.peak.flops,
                 peak_source=self.peak.source,
+                notes=tuple(self.resume_notes),
+                data_source=self.data.record,
                 train_time_s=self.train_time_s,
             )
         )
+        if state is not None and state["config"]["optim"]["name"] != cfg.optim.name:
+            self._alert(
+                "warning",
+                f"optimizer switched to {cfg.optim.name} on resume: it starts fresh from the "
+                f"checkpoint's weights at step {self.step}",
+                "resume",
+            )
+        for note in data_notes:
+            self._alert("info", note, "data")
         if state is not None:
             # The curves so far, for the UI only: the metrics file has them already.
             for event in read_history(self.run_dir / "metrics.jsonl", self.step):
@@ -493,7 +581,33 @@ class Trainer:
             "config": self.cfg.to_dict(),
             "tokenizer": self.data.tokenizer.to_meta(),
             "data_meta": self.data.meta,
+            "data_source": self.data.record,
         }
+
+    def _restore_optimizer(self, state: dict[str, Any]) -> None:
+        """Load the checkpoint's optimizer state under this run's optimizer settings.
+
+        The config is the truth: its hyperparameters (peak LRs, weight decay, betas, eps,
+        momentum) are written back into the parameter groups after loading, since
+        `load_state_dict` would restore the old ones. Another optimizer than the checkpoint's
+        starts fresh (its state would not fit: Lion's moments are not AdamW's)."""
+        saved_name = state["config"].get("optim", {}).get("name", "adamw")
+        if saved_name != self.cfg.optim.name:
+            self.optimizer = build_optimizer(self.model, self.cfg.optim, self.device.type)
+            return
+        settings = [
+            {k: v for k, v in group.items() if k != "params"}
+            for group in self.optimizer.param_groups
+        ]
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:
+            raise ckpt.CheckpointError(
+                f"{state['_path']}: the checkpoint's optimizer state does not fit "
+                f"{self.cfg.optim.name} ({type(e).__name__}: {e}); resume from another checkpoint"
+            ) from None
+        for group, values in zip(self.optimizer.param_groups, settings, strict=True):
+            group.update(values)
 
     def _restore(self, state: dict[str, Any]) -> None:
         try:
@@ -503,7 +617,7 @@ class Trainer:
             raise ckpt.CheckpointError(
                 f"{state['_path']}: the checkpoint's model does not match this configuration ({first})"
             ) from None
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._restore_optimizer(state)
         self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
         self.lr_scale = state["lr_scale"]
@@ -977,6 +1091,11 @@ class Trainer:
         return interval > 0 and self.step % interval == 0
 
     def _loop(self) -> None:
+        if self._already_finished is not None:
+            # Nothing to train: no second final eval, sample or save, no record on disk.
+            self._alert("info", self._already_finished, "finished")
+            self._set_state(RunState.FINISHED, "already finished")
+            return
         cfg = self.cfg
         self._pending: list[_Pending] = []
         self._window_start = time.perf_counter()
