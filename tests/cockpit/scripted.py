@@ -132,6 +132,80 @@ def memory_event(kind: str, step: int, t: float) -> MemoryBreakdown:
     )
 
 
+def step_event(step: int, loss: float, lr: float, grad_norm: float, t: float) -> Step:
+    return Step(
+        step=step,
+        loss=loss,
+        lr=lr,
+        grad_norm=grad_norm,
+        tokens_per_s=TOKENS_PER_STEP / STEP_S * (0.97 + 0.03 * math.sin(step)),
+        step_time_s=STEP_S,
+        tokens=step * TOKENS_PER_STEP,
+        time=t,
+    )
+
+
+ENGINE_HINT = "press r to roll back to the last checkpoint with half the LR, or l to lower the LR"
+
+
+def anomaly_events(
+    anomaly: str, on_anomaly: str, step: int, t: float, preset: str, max_steps: int, scale: float
+) -> list[Any]:
+    """What the engine emits after a NaN, a non-finite gradient or a spike at `step`, in its
+    words (engine/trainer.py `_train_step`, `_flush`, `_anomaly`, `_rollback`)."""
+    if anomaly == "gradient":
+        fault, code, at = (
+            f"non-finite gradient at step {step} (loss 906); the update was not applied",
+            "nan",
+            step - 1,
+        )
+    elif anomaly == "spike":
+        fault, code, at = (
+            f"loss spike at step {step}: 9.1000 against a moving average of 1.6000",
+            "spike",
+            step,
+        )
+    else:
+        fault, code, at = f"loss is not finite at step {step}", "nan", step
+    if on_anomaly == "pause":
+        return [
+            Alert(
+                level="error",
+                code=code,
+                step=at,
+                message=f"{fault}: paused; {ENGINE_HINT}",
+                time=t + 0.01,
+            ),
+            StateChanged(state="paused", step=at, reason=code, time=t + 0.02),
+        ]
+    ckpt = f"ckpt-{250:06d}.pt"
+    old = planned_lr(250, max_steps) * scale
+    events: list[Any] = [
+        Alert(
+            level="warning",
+            code=code,
+            step=at,
+            message=f"{fault}; rolling back to {ckpt} with the LR halved",
+            time=t + 0.01,
+        ),
+        LrChanged(step=250, old_lr=old, new_lr=old * 0.5, scale=scale * 0.5, time=t + 0.02),
+        Alert(
+            level="info",
+            code="rollback",
+            step=250,
+            message=f"rolled back to step 250 ({ckpt}), LR x0.5",
+            time=t + 0.03,
+        ),
+        StateChanged(state="running", step=250, reason="rolled back", time=t + 0.04),
+    ]
+    rng = random.Random(99)
+    for i in range(1, 11):
+        s = 250 + i
+        lr = planned_lr(s, max_steps) * scale * 0.5
+        events.append(step_event(s, loss_at(s, rng), lr, 0.5, t + 0.1 + i * STEP_S))
+    return events
+
+
 def build_script(
     preset: str = "default",
     *,
@@ -139,13 +213,21 @@ def build_script(
     max_steps: int = 2000,
     telemetry: str = "psutil",
     nan_at: int | None = None,
+    anomaly: str = "loss",
+    on_anomaly: str = "pause",
     fail_at: int | None = None,
     lr_change_at: int | None = 220,
     eval_every: int = 100,
     sample_every: int = 100,
     finish: bool = False,
 ) -> list[Any]:
-    """The events of a run that got to `steps` (and possibly hit NaN or failed there)."""
+    """The events of a run that got to `steps` (and possibly hit NaN or failed there).
+
+    At `nan_at` the run meets an `anomaly`: "loss" (a NaN loss), "gradient" (a non-finite
+    gradient with loss 906: the update refused, no Step) or "spike"; then, as the engine does,
+    it pauses (`on_anomaly="pause"`, a person is watching) or rolls back to the checkpoint of
+    step 250 with half the LR and trains 10 more steps (`on_anomaly="rollback"`).
+    """
     rng = random.Random(1234)
     device = "cuda:0" if telemetry == "nvml" else "cpu"
     plan = tuple((s, planned_lr(s, max_steps)) for s in range(0, max_steps + 1, 10))
@@ -184,19 +266,13 @@ def build_script(
         loss = loss_at(step, rng)
         gnorm = 0.4 + 1.6 * math.exp(-step / 80) + abs(rng.gauss(0, 0.05))
         if nan_at is not None and step == nan_at:
-            loss, gnorm = float("nan"), float("nan")
-        ev.append(
-            Step(
-                step=step,
-                loss=loss,
-                lr=planned_lr(step, max_steps) * scale,
-                grad_norm=gnorm,
-                tokens_per_s=TOKENS_PER_STEP / STEP_S * (0.97 + 0.03 * math.sin(step)),
-                step_time_s=STEP_S,
-                tokens=step * TOKENS_PER_STEP,
-                time=t,
-            )
-        )
+            if anomaly == "spike":
+                loss = 9.1
+            else:
+                loss, gnorm = float("nan"), float("nan")
+        refused = nan_at is not None and step == nan_at and anomaly == "gradient"
+        if not refused:  # a non-finite gradient is never applied: no Step for it
+            ev.append(step_event(step, loss, planned_lr(step, max_steps) * scale, gnorm, t))
         if step % 5 == 0:
             ev.append(telemetry_event(telemetry, t + 0.01, k))
             k += 1
@@ -230,16 +306,7 @@ def build_script(
                 )
             )
         if nan_at is not None and step == nan_at:
-            ev.append(
-                Alert(
-                    level="error",
-                    code="nan",
-                    step=step,
-                    message=f"loss is NaN at step {step}; paused",
-                    time=t + 0.01,
-                )
-            )
-            ev.append(StateChanged(state="paused", step=step, reason="nan", time=t + 0.02))
+            ev += anomaly_events(anomaly, on_anomaly, step, t, preset, max_steps, scale)
             break
         if fail_at is not None and step == fail_at:
             ev.append(
@@ -274,9 +341,14 @@ class ScriptedTrainer:
     """Plays `script` into `events` when run() starts, then idles until stopped."""
 
     def __init__(
-        self, preset: str = "default", script: list[Any] | None = None, **script_options: Any
+        self,
+        preset: str = "default",
+        script: list[Any] | None = None,
+        resume_from: str | None = None,
+        **script_options: Any,
     ) -> None:
         self.preset = preset
+        self.resume_from = resume_from  # as the real Trainer: what --resume named
         self.script = script if script is not None else build_script(preset, **script_options)
         self.events = EventQueue()
         self.cfg = None
@@ -379,6 +451,44 @@ class ScriptedTrainer:
                 time=self._next_time(),
             )
         )
+
+    def rollback(self, lr_factor: float = 0.5) -> None:
+        self.calls.append(("rollback", lr_factor))
+        saved = [e for e in self.script if e.kind == "checkpoint"]
+        if not saved:
+            self._emit(
+                Alert(
+                    level="warning",
+                    code="rollback",
+                    step=self.step,
+                    message="no checkpoint to roll back to yet: lower the LR (l) and resume",
+                    time=self._next_time(),
+                )
+            )
+            return
+        ckpt = saved[-1]
+        old = self._lr
+        self.step = ckpt.step
+        self._emit(
+            LrChanged(
+                step=ckpt.step,
+                old_lr=old,
+                new_lr=old * lr_factor,
+                scale=self._scale * lr_factor,
+                time=self._next_time(),
+            )
+        )
+        name = ckpt.path.rsplit("/", 1)[-1]
+        self._emit(
+            Alert(
+                level="info",
+                code="rollback",
+                step=ckpt.step,
+                message=f"rolled back to step {ckpt.step} ({name}), LR x{lr_factor:g}",
+                time=self._next_time(),
+            )
+        )
+        self._ack_state("running", "rolled back")
 
     def sample(self) -> None:
         self.calls.append(("sample",))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import threading
 from typing import Any
 
 import pytest
@@ -22,10 +23,10 @@ from scripted import (
 from textual.notifications import Notify
 from textual.widgets import Input
 
-from cockpit.app import PANEL_IDS, CockpitApp
+from cockpit.app import PANEL_IDS, CockpitApp, RunSummary, format_exit_report
 from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
-from engine.events import StateChanged, Step
+from engine.events import CheckpointSaved, StateChanged, Step
 
 SIZE = (100, 30)
 
@@ -497,19 +498,162 @@ def test_a_flat_loss_curve_draws() -> None:
 
 def test_nan_alert_is_prominent_and_paused() -> None:
     async def go() -> None:
-        app, factory = make_app(nan_at=180)
+        app, factory = make_app(nan_at=180)  # before the first checkpoint (step 250)
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot, factory)
             assert app.state == "paused"
-            assert "NaN" in alert_text(app)
+            banner = alert_text(app)
+            assert "loss is not finite at step 180" in banner
+            # no checkpoint yet: it says so and offers what works
+            assert "no checkpoint yet" in banner
+            assert "l lowers the LR then space resumes" in banner and "p starts a fresh run" in banner
+            assert "r rolls back" not in banner
             assert app.query_one(AlertLine).has_class("-error")
             assert math.isnan(app.loss_panel.last_loss)
             assert app.loss_panel.nan_steps == [(180, 180 * 768)]
-            # resuming clears the NaN banner
+            # resuming clears the banner
             await pilot.press("space")
             await settle(pilot)
             assert app.state == "running"
-            assert "NaN" not in alert_text(app)
+            assert alert_text(app) == ""
+
+    run(go())
+
+
+def test_a_non_finite_gradient_banner_names_the_fault_the_damage_and_the_checkpoint() -> None:
+    """Loss 906 on a 96-symbol vocabulary (a fresh model starts near 4.56): the weights were
+    already damaged before the gradient went non-finite; r goes back to ckpt-250 at once."""
+
+    async def go() -> None:
+        app, factory = make_app(nan_at=280, anomaly="gradient")
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            assert app.state == "paused"
+            banner = alert_text(app)
+            assert banner.startswith("✗ non-finite gradient at step 280 (loss 906)")
+            assert "NaN loss" not in banner
+            assert "the weights may be damaged" in banner
+            assert "paused: r rolls back to ckpt-000250.pt (step 250, LR halved)" in banner
+            assert app.query_one(AlertLine).has_class("-error")
+            await pilot.press("r")  # during an anomaly pause: at once, no question
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmScreen)
+            assert factory.trainer.calls == [("rollback", 0.5)]
+            await settle(pilot)
+            assert app.state == "running"
+            banner = alert_text(app)
+            assert "rolled back to step 250 (ckpt-000250.pt), LR x0.5" in banner
+            assert "paused" not in banner
+
+    run(go())
+
+
+def test_an_unattended_rollback_is_not_called_a_pause() -> None:
+    async def go() -> None:
+        app, factory = make_app(nan_at=280, on_anomaly="rollback")
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            assert app.state == "running"
+            assert app.step == 260  # trained on after the rollback to 250
+            banner = alert_text(app)
+            assert "loss is not finite at step 280" in banner
+            assert "rolled back to step 250 (ckpt-000250.pt), LR x0.5" in banner
+            assert "paused" not in banner and "resume" not in banner
+
+    run(go())
+
+
+def test_resuming_from_a_spike_pause_clears_the_banner() -> None:
+    async def go() -> None:
+        app, factory = make_app(nan_at=280, anomaly="spike")
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            assert app.state == "paused"
+            banner = alert_text(app)
+            assert banner.startswith("✗ loss spike at step 280: 9.1000 against a moving average")
+            assert "NaN" not in banner and "damaged" not in banner
+            assert "paused: l lowers the LR, space resumes, r rolls back to ckpt-000250.pt" in banner
+            await pilot.press("space")
+            await settle(pilot)
+            assert app.state == "running"
+            assert alert_text(app) == ""
+
+    run(go())
+
+
+def notifications(app: CockpitApp) -> tuple[list[Any], Any]:
+    """A list the app's toasts land in, and the message_hook that fills it."""
+    toasts: list[Any] = []
+
+    def hook(message: Any) -> None:
+        if isinstance(message, Notify):
+            toasts.append(message.notification)
+
+    return toasts, hook
+
+
+def test_r_on_a_healthy_run_asks_first_and_cancel_changes_nothing() -> None:
+    async def go() -> None:
+        app, factory = make_app()  # step 300, last checkpoint at 250
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            for cancel in ("n", "escape"):
+                await pilot.press("r")
+                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                question = str(app.screen.query_one(".dialog-message").render())
+                assert "ckpt-000250.pt at step 250" in question
+                assert "discards the 50 steps" in question and "halves the LR" in question
+                await pilot.press(cancel)
+                await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+                assert factory.trainer.calls == []  # the engine is never told to roll back
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
+            await wait_for(pilot, lambda: factory.trainer.calls == [("rollback", 0.5)])
+
+    run(go())
+
+
+def test_r_without_a_checkpoint_is_a_short_notice_not_a_banner() -> None:
+    async def go() -> None:
+        app, factory = make_app(steps=120)  # the script's first checkpoint is at step 250
+        toasts, hook = notifications(app)
+        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("r")
+            await settle(pilot)
+            assert not isinstance(app.screen, ConfirmScreen)
+            assert factory.trainer.calls == []
+            notice = [t for t in toasts if "no checkpoint to roll back to" in t.message]
+            assert len(notice) == 1 and notice[0].timeout <= 5
+            assert alert_text(app) == ""  # nothing that stays for hundreds of steps
+
+    run(go())
+
+
+def test_ten_c_presses_ask_for_one_save_and_show_three_toasts_at_most() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        toasts, hook = notifications(app)
+        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+            await settle(pilot, factory)
+            toasts.clear()  # the script's own (an LR change)
+            pump = app.pump
+            app.pump = lambda force=False: 0  # type: ignore[method-assign] # the engine's answer waits
+            await pilot.press(*["c"] * 10)
+            assert commands(factory.trainer) == ["checkpoint"]
+            app.pump = pump  # type: ignore[method-assign]
+            await settle(pilot)
+            titles = [t.title for t in toasts]
+            assert titles == ["Checkpoint", "Checkpoint", "Checkpoint saved at step 300"], titles
+            assert "already saving" in toasts[1].message
+            assert all(t.timeout <= 6 for t in toasts)
+            # pressed again once answered: a new request, and the engine's re-acknowledgement
+            # of the same file is called what it is
+            await pilot.press("c")
+            await settle(pilot)
+            assert commands(factory.trainer) == ["checkpoint", "checkpoint"]
+            assert toasts[-1].title == "Checkpoint already saved at step 300"
 
     run(go())
 
@@ -718,5 +862,194 @@ def test_help_fits_80x24_and_long_entries_wrap_in_their_column() -> None:
             assert len({d.region.x for d in descriptions}) == 1, "one column for descriptions"
             rollback = next(d for d in descriptions if "roll back" in str(d.render()))
             assert rollback.region.height >= 1
+
+    run(go())
+
+
+# quitting a run whose next step boundary is minutes away (issue 10, item 16) -------------------
+SLOW_STEP_S = 120.0  # gpt2-small on 2 CPU cores: one optimizer step takes minutes
+
+
+class SlowStepTrainer(ScriptedTrainer):
+    """Three 2-minute steps, then a step in progress: a stop is honoured (checkpoint, then
+    "stopped") only when the test sets `boundary`, as the engine does at its next step."""
+
+    def __init__(self) -> None:
+        started = build_script("gpt2-small", steps=0)[0]
+        t0 = started.time
+        self.last_step_time = t0 + 2.0 + 3 * SLOW_STEP_S
+        script: list[Any] = [started, StateChanged(state="running", step=0, time=t0 + 1.0)]
+        for i in range(1, 4):
+            script.append(
+                Step(
+                    step=i,
+                    loss=10.5,
+                    lr=6e-4,
+                    grad_norm=1.0,
+                    tokens_per_s=524_288 / SLOW_STEP_S,
+                    step_time_s=SLOW_STEP_S,
+                    tokens=i * 524_288,
+                    time=t0 + 2.0 + i * SLOW_STEP_S,
+                )
+            )
+        super().__init__("gpt2-small", script=script)
+        self.boundary = threading.Event()
+        self.stop_requested: bool | None = None
+        self.cancelled = False
+
+    def stop(self, checkpoint: bool = True) -> None:
+        self.calls.append(("stop", checkpoint))
+        self.stop_requested = checkpoint
+
+    def run(self, should_stop: Any = None) -> str:
+        for ev in self.script:
+            self._emit(ev)
+        self.loaded.set()
+        try:
+            while not self.boundary.wait(0.01):
+                if should_stop is not None and should_stop():
+                    self.cancelled = True
+                    return "stopped"  # a forced quit: the step never reached its end
+            self.step += 1
+            if self.stop_requested:
+                self._emit(
+                    CheckpointSaved(
+                        step=self.step,
+                        reason="stop",
+                        time=self._next_time(),
+                        path=f"runs/gpt2-small-scripted/ckpt-{self.step:06d}.pt",
+                    )
+                )
+            self._ack_state("stopped", "user")
+            return "stopped"
+        finally:
+            self.finished.set()
+
+
+def test_quit_waits_for_a_distant_step_boundary_with_a_countdown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The old fixed limit (QUIT_TIMEOUT_S, 10 s) shortened: quitting must not time out at all.
+    monkeypatch.setattr("cockpit.app.QUIT_TIMEOUT_S", 0.05, raising=False)
+    monkeypatch.setattr("cockpit.app.QUIT_NOTE_REFRESH_S", 0.05)
+    trainer = SlowStepTrainer()
+
+    async def go() -> None:
+        app = CockpitApp(lambda name: trainer, "gpt2-small")
+        now = [trainer.last_step_time + 30.0]  # 30 s into the fourth step
+        app.clock = lambda: now[0]
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: trainer.loaded.is_set())
+            await settle(pilot)
+            await pilot.press("q")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            assert "A step takes 2:00" in app.screen.message
+            await pilot.press("y")
+            await pilot.pause()
+            assert trainer.calls == [("stop", True)]
+            note = alert_text(app)
+            assert "in ~1:30" in note and "a step takes 2:00" in note, note
+            assert "ctrl+c again: quit now without saving" in note
+            await pilot.pause(0.3)  # several times the (shortened) old limit
+            now[0] += 600.0  # ten minutes later, the step still has not ended
+            await pilot.pause(0.2)
+            assert app.return_code is None, "quitting gave up before the checkpoint"
+            note = alert_text(app)
+            assert "waited 10:00" in note and "any moment now" in note, note
+            assert not trainer.cancelled
+            trainer.boundary.set()  # the step ends: checkpoint, stopped, exit
+            await wait_for(pilot, lambda: app.return_code is not None)
+        assert app.return_code == 0
+        assert not app.quit_forced
+        [run_summary] = app.exit_summary()
+        assert run_summary.checkpoint == (4, "runs/gpt2-small-scripted/ckpt-000004.pt")
+        assert run_summary.unsaved_steps == 0
+
+    run(go())
+
+
+def test_quit_before_the_first_step_says_there_is_no_estimate() -> None:
+    async def go() -> None:
+        trainer = SlowStepTrainer()
+        trainer.script = trainer.script[:2]  # started, running, no step finished yet
+        app = CockpitApp(lambda name: trainer, "gpt2-small")
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: trainer.loaded.is_set())
+            await settle(pilot)
+            await pilot.press("q")
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+            assert "when the first step ends" in alert_text(app)
+            assert "no estimate" in alert_text(app)
+            trainer.boundary.set()
+            await wait_for(pilot, lambda: app.return_code is not None)
+
+    run(go())
+
+
+def test_ctrl_c_while_quitting_waits_forces_and_reports_what_was_lost() -> None:
+    async def go() -> None:
+        trainer = SlowStepTrainer()
+        app = CockpitApp(lambda name: trainer, "gpt2-small")
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: trainer.loaded.is_set())
+            await settle(pilot)
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+            await pilot.press("ctrl+c")  # confirms the quit dialog
+            await pilot.pause()
+            assert app.return_code is None and trainer.calls == [("stop", True)]
+            await pilot.press("ctrl+c")  # again while it waits: now, without the checkpoint
+            await wait_for(pilot, lambda: app.return_code is not None)
+        assert app.quit_forced
+        assert trainer.cancelled
+        report = format_exit_report(app.exit_summary(), forced=app.quit_forced)
+        assert "no checkpoint was saved" in report
+        assert "quit without saving: steps 1-3 (3) are lost" in report
+        assert "resume:" not in report  # nothing to resume from
+
+    run(go())
+
+
+def test_exit_report_names_the_run_dir_checkpoint_and_resume_command() -> None:
+    saved = RunSummary("tiny", "runs/my run", "stopped", 120, 0, (120, "runs/my run/ckpt-000120.pt"))
+    assert format_exit_report([saved]).splitlines() == [
+        "run dir: runs/my run",
+        "last checkpoint: runs/my run/ckpt-000120.pt (step 120)",
+        "resume: cockpit --resume 'runs/my run'",
+    ]
+    unsaved = RunSummary("default", "runs/d", "stopped", 40, 0, None)
+    assert format_exit_report([unsaved]).splitlines() == [
+        "run dir: runs/d",
+        "no checkpoint was saved",
+        "start again: cockpit --preset default",
+    ]
+    behind = RunSummary("tiny", "runs/t", "running", 130, 0, (120, "runs/t/ckpt-000120.pt"))
+    assert "steps 121-130 (10) are lost" in format_exit_report([behind], forced=True)
+    # a session that switched presets reports both runs, the current one last
+    both = format_exit_report([saved, behind])
+    assert both.index("runs/my run") < both.index("runs/t") and "\n\n" in both
+
+
+def test_leaving_after_a_preset_switch_reports_both_runs() -> None:
+    async def go() -> None:
+        app, factory = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            app.switch_preset("tiny")
+            await wait_for(pilot, lambda: len(factory.trainers) == 2)
+            await settle(pilot, factory)
+            await pilot.press("q")
+            await pilot.pause()
+            await pilot.press("y")
+            await wait_for(pilot, lambda: app.return_code is not None)
+        runs = app.exit_summary()
+        assert [r.run_dir for r in runs] == ["runs/default-scripted", "runs/tiny-scripted"]
+        assert [r.checkpoint for r in runs] == [
+            (300, "runs/default-scripted/ckpt-000300.pt"),
+            (300, "runs/tiny-scripted/ckpt-000300.pt"),
+        ]
 
     run(go())
