@@ -315,10 +315,14 @@ class Trainer:
         self.current_lr = 0.0
         self.train_time_s = 0.0
         self.tokens = 0
-        self.best_val = math.inf
+        self.best_val = math.inf  # val loss of the best checkpoint (best.pt), not of any eval
+        self._last_eval: Eval | None = None  # a checkpoint at its step may become best.pt
+        self._checkpoint_is_best = False  # recorded in the checkpoint being written
         self.last_checkpoint: Path | None = None
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
+        self._stop_reason = "stopped by user"  # the final state's reason: who or what stopped it
+        self._failure: str | None = None  # the run gave up (a NaN it could not recover from)
         self.interactive = (
             interactive  # a person is watching: anomalies pause rather than roll back
         )
@@ -348,8 +352,11 @@ class Trainer:
     def evaluate(self) -> None:
         self._commands.put(("evaluate", None))
 
-    def stop(self, checkpoint: bool = True) -> None:
-        self._commands.put(("stop", checkpoint))
+    def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
+        """Stop at the next step boundary, saving a checkpoint first unless told not to (or
+        nothing was trained yet: step 0). `reason` ("SIGTERM", "quit", ...) is recorded in the
+        final state; the first stop asked for wins."""
+        self._commands.put(("stop", (bool(checkpoint), reason)))
 
     def rollback(self, lr_factor: float = 0.5) -> None:
         """Reload the last checkpoint and continue with the LR multiplied by `lr_factor`."""
@@ -437,13 +444,13 @@ class Trainer:
                 self._already_finished = plan.finished  # _loop says so; nothing is touched
                 self.step = int(state["step"])
                 return
-        data_notes: list[str] = []
         if state is not None:
             # The corpus belongs to the weights: the recorded one, a verified copy, or a refusal
             # (before anything on disk is touched).
             self.data_path, data_notes = resume_data_path(
                 state, self.cfg.data, self.data_path, self.allow_data_change
             )
+            self.resume_notes.extend(data_notes)
         cfg = self.cfg
 
         self.device = select_device(cfg.train.device)
@@ -549,8 +556,6 @@ class Trainer:
                 f"checkpoint's weights at step {self.step}",
                 "resume",
             )
-        for note in data_notes:
-            self._alert("info", note, "data")
         if state is not None:
             # The curves so far, for the UI only: the metrics file has them already.
             for event in read_history(self.run_dir / "metrics.jsonl", self.step):
@@ -575,6 +580,7 @@ class Trainer:
             "train_time_s": self.train_time_s,
             "tokens": self.tokens,
             "best_val": self.best_val,
+            "is_best": self._checkpoint_is_best,
             "rng": rng,
             "batch_rng": self.train_batches.generator.get_state(),
             "sample_rng": self.sample_generator.get_state(),
@@ -827,8 +833,8 @@ class Trainer:
             self._sample()
         elif name == "evaluate":
             self._evaluate()
-        elif name == "stop":
-            self._stop_requested = bool(arg)
+        elif name == "stop" and self._stop_requested is None:  # the first stop asked for wins
+            self._stop_requested, self._stop_reason = arg
         elif name == "rollback":
             self._rollback(arg)
 
@@ -872,6 +878,8 @@ class Trainer:
                 f"{message}; {self.rollbacks} rollbacks did not help: stopping, resume with a lower LR",
                 code,
             )
+            # the run failed (exit 1); the last checkpoint is the good state to resume from
+            self._failure = f"{message}; {self.rollbacks} rollbacks did not help"
             self._stop_requested = False
             return
         if policy == "rollback" and self.last_checkpoint is not None:
@@ -882,8 +890,9 @@ class Trainer:
             )
             self._rollback(0.5)
             return
-        if not self.interactive:  # nobody to press a key: keep what there is and stop
+        if not self.interactive:  # nobody to press a key: keep what there is and fail
             self._alert("error", f"{message}; no checkpoint to roll back to: stopping", code)
+            self._failure = f"{message}; no checkpoint to roll back to"
             self._stop_requested = True
             return
         hint = "press r to roll back to the last checkpoint with half the LR, or l to lower the LR"
@@ -1104,7 +1113,11 @@ class Trainer:
         self.model.train()
         last_memory_report = -math.inf
         while self.step < cfg.train.max_steps:
+            t_commands = time.perf_counter()
             self._apply_commands()
+            # Time paused or blocked on a command is not training, any more than an evaluation
+            # is: keep it out of the next Step's throughput and step time.
+            self._exclude_from_window(t_commands)
             if self._should_stop() and self._stop_requested is None:
                 self._stop_requested = True  # the app is closing: keep the run
             if self._stop_requested is not None:
@@ -1115,7 +1128,7 @@ class Trainer:
             report_memory = time.monotonic() - last_memory_report > MEMORY_REPORT_INTERVAL_S
             if report_memory:
                 last_memory_report = time.monotonic()
-            step_before = self.step
+            step_before, rollbacks_before = self.step, self.rollbacks
             try:
                 self._train_step(report_memory)
             except torch.OutOfMemoryError:
@@ -1124,26 +1137,45 @@ class Trainer:
             self.train_time_s += time.perf_counter() - t0
             if self.step == step_before:
                 continue  # the step was refused (non-finite): nothing new to evaluate or save
-            if len(self._pending) >= self.log_every:
+            due = [
+                self._due(interval) and self.step < cfg.train.max_steps
+                for interval in (cfg.eval.interval, cfg.sample.interval, cfg.checkpoint.interval)
+            ]
+            # Read the losses back before any work due at this step, and at the last step, so
+            # an anomaly among them is handled (rolled back, paused) before that work is done.
+            if len(self._pending) >= self.log_every or any(due) or self.step >= cfg.train.max_steps:
                 self._flush()
+            if (
+                self.rollbacks != rollbacks_before
+                or self._stop_requested is not None
+                or self.state != RunState.RUNNING
+            ):
+                # Rolled back (the restored step had its eval, sample and checkpoint already),
+                # giving up, or paused on an anomaly (these weights are suspect: no checkpoint).
+                self._exclude_from_window(time.perf_counter())
+                continue
             t_extra = time.perf_counter()
-            if self._due(cfg.eval.interval) and self.step < cfg.train.max_steps:
+            due_eval, due_sample, due_checkpoint = due
+            if due_eval:
                 self._track_best(self._evaluate())
-            if self._due(cfg.sample.interval) and self.step < cfg.train.max_steps:
+            if due_sample:
                 self._sample()
-            if self._due(cfg.checkpoint.interval) and self.step < cfg.train.max_steps:
-                self._flush()
+            if due_checkpoint:
                 self._save_and_mark("interval")
-            if self._pending:
-                self._window_excluded += time.perf_counter() - t_extra
-            else:  # a flush started a fresh window
-                self._window_start = time.perf_counter()
+            self._exclude_from_window(t_extra)
 
         self._flush()
         if self._stop_requested is not None:
-            if self._stop_requested:
+            # Step 0: nothing trained, nothing to save (the same seed makes the same weights).
+            # Failed: keep the weights only if they are intact, never a NaN as the newest.
+            if self._stop_requested and self.step > 0 and (
+                self._failure is None or self._weights_finite()
+            ):
                 self._save("stop")
-            self._set_state(RunState.STOPPED, "stopped by user")
+            if self._failure is not None:
+                self._set_state(RunState.FAILED, self._failure)
+            else:
+                self._set_state(RunState.STOPPED, self._stop_reason)
             return
         self._track_best(self._evaluate())
         if cfg.sample.interval:
@@ -1151,17 +1183,42 @@ class Trainer:
         self._save_and_mark("final")
         self._set_state(RunState.FINISHED, "")
 
+    def _exclude_from_window(self, since: float) -> None:
+        """Leave the time from `since` to now out of the throughput window (evaluation, pauses,
+        commands); with no step in the window yet, the window simply starts now."""
+        if self._pending:
+            self._window_excluded += time.perf_counter() - since
+        else:
+            self._window_start = time.perf_counter()
+            self._window_excluded = 0.0
+
+    def _weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+
     def _track_best(self, event: Eval) -> None:
-        if event.val_loss < self.best_val:
-            self.best_val = event.val_loss
-            self._best_pending = True
+        """Remember the latest eval: a checkpoint saved at its step may become best.pt."""
+        self._last_eval = event
 
     def _save_and_mark(self, reason: str) -> None:
-        path = self._save(reason)
-        if (
-            path is not None
-            and getattr(self, "_best_pending", False)
-            and self.cfg.checkpoint.keep_best
-        ):
+        """Save a checkpoint; it becomes best.pt when the eval at this very step beat every
+        earlier checkpoint's val loss. An eval between checkpoints marks nothing: its weights
+        are not on disk, and the next checkpoint's are not the ones it measured."""
+        last = self._last_eval
+        is_best = (
+            last is not None
+            and last.step == self.step
+            and math.isfinite(last.val_loss)
+            and last.val_loss < self.best_val
+        )
+        previous_best = self.best_val
+        if is_best:
+            self.best_val = last.val_loss  # saved inside the checkpoint, so a resume agrees
+        self._checkpoint_is_best = is_best
+        try:
+            path = self._save(reason)
+        finally:
+            self._checkpoint_is_best = False
+        if path is None:
+            self.best_val = previous_best  # not on disk: it cannot be best.pt
+        elif is_best and self.cfg.checkpoint.keep_best:
             ckpt.mark_best(self.run_dir, path)
-            self._best_pending = False
