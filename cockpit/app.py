@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import threading
 import time
@@ -65,6 +66,7 @@ URGENT_KINDS = ("run_started", "state", "alert", "lr_changed", "checkpoint")
 DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
+LONG_STEP_S = 10.0  # steps at least this long: the quit dialog warns that the save can be far off
 SWITCH_TIMEOUT_S = 60.0  # how long a preset switch waits before cancelling the old run
 LR_STEP = 1.25
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
@@ -116,6 +118,48 @@ def progress_bar(fraction: float, width: int) -> Content:
     full, half = divmod(halves, 2)
     done = "━" * full + ("╸" if half else "")
     return Content.assemble((done, "$success"), ("─" * (width - len(done)), "$foreground-muted"))
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What leaving the app prints about one run of the session (`format_exit_report`)."""
+
+    preset: str
+    run_dir: str
+    state: str
+    step: int  # the newest step the app saw
+    start_step: int  # where this session's run started (0, or the step resumed from)
+    checkpoint: tuple[int, str] | None  # the newest checkpoint: (step, path)
+
+    @property
+    def unsaved_steps(self) -> int:
+        """Steps trained that no checkpoint holds."""
+        saved = self.checkpoint[0] if self.checkpoint is not None else self.start_step
+        return max(0, self.step - saved)
+
+
+def format_exit_report(runs: Sequence[RunSummary], forced: bool = False) -> str:
+    """The lines printed once the app has closed: per run its directory, newest checkpoint and
+    the command that resumes it; after a forced quit, the steps that were not saved."""
+    blocks = []
+    for i, run in enumerate(runs):
+        lines = [f"run dir: {run.run_dir}"]
+        if run.checkpoint is not None:
+            step, path = run.checkpoint
+            lines.append(f"last checkpoint: {path} (step {step})")
+        else:
+            lines.append("no checkpoint was saved")
+        lost = run.unsaved_steps
+        if forced and i == len(runs) - 1 and lost:
+            lines.append(
+                f"quit without saving: steps {run.step - lost + 1}-{run.step} ({lost}) are lost"
+            )
+        if run.checkpoint is not None:
+            lines.append(f"resume: cockpit --resume {shlex.quote(run.run_dir)}")
+        elif run.start_step == 0:
+            lines.append(f"start again: cockpit --preset {shlex.quote(run.preset)}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) if blocks else "no run was started"
 
 
 def _default_data_available(_preset: str) -> tuple[bool, str]:
@@ -1085,6 +1129,12 @@ class CockpitApp(App[None]):
             return
         if self.engine_running:
             msg = f"Save a checkpoint of [b]{self.preset}[/b] at the next step, stop it and quit?"
+            step_s = self._last_step_seen[1] if self._last_step_seen else 0.0
+            if step_s >= LONG_STEP_S and self.state not in ENDED:
+                msg += (
+                    f"\n\nA step takes {fmt_duration(step_s)} here: the checkpoint may be that far "
+                    "away. While it waits, ctrl+c again quits without saving."
+                )
         else:
             msg = "Quit cockpit? No run is in progress."
         self.push_screen(
@@ -1093,24 +1143,107 @@ class CockpitApp(App[None]):
         )
 
     def _quit_answer(self, yes: bool) -> None:
-        if not yes:
+        """Quit confirmed: stop with a checkpoint and exit once the engine has ended.
+
+        There is no time limit: the checkpoint comes at the next step boundary, which can be
+        minutes away (a GPU preset on a CPU). The alert line counts down to it and says how to
+        force (`_force_exit`); the app exits when the engine's worker ends (`_engine_finished`).
+        """
+        if not yes or self._quitting:
             return
         if not self.engine_running or self.trainer is None:
             self.exit()
             return
         self._quitting = True
-        self._status_note = "quitting: saving a checkpoint and stopping (ctrl+c again: now)"
-        self._refresh_status()
+        self._quit_started = self.clock()
         # An ended run has nothing left to save; its worker is on its way out anyway.
         self._command("stop", checkpoint=self.state not in ENDED)
-        self.set_timer(QUIT_TIMEOUT_S, self._force_exit)
+        self._update_quit_note()
+        self._quit_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_quit_note)
+
+    def _update_quit_note(self) -> None:
+        if self._quitting and not self._quit_forced:
+            self._status_note = self._quit_note()
+            self._refresh_status()
+
+    def _quit_note(self) -> str:
+        """What quitting waits for, how long it has waited, and how to stop waiting."""
+        now = self.clock()
+        waited = fmt_duration(max(0.0, now - (self._quit_started or now)))
+        if self.state == "saving":
+            what = "writing the final checkpoint"
+        elif self.state in ENDED:
+            what = f"the run has {self.state}; closing"
+        elif self.state == "paused":
+            what = "saving a checkpoint and stopping"
+        elif self._last_step_seen is None or self._last_step_seen[1] <= 0:
+            what = "saving when the first step ends (none has finished yet: no estimate)"
+        else:
+            t, step_s = self._last_step_seen
+            left = t + step_s - now
+            took = fmt_duration(step_s)
+            if left >= 0.5:
+                what = f"saving at the next step boundary, in ~{fmt_duration(left)} (a step takes {took})"
+            else:
+                what = f"saving at the next step boundary, any moment now (a step takes {took})"
+        return f"quitting: {what} · waited {waited} · ctrl+c again: quit now without saving"
 
     def _force_exit(self) -> None:
-        """Exit now: the engine is told to stop (should_stop) and given a few seconds."""
+        """Exit now, without waiting for the checkpoint: the engine is told to stop
+        (should_stop) and given a few seconds after the UI closed (`_arm_watchdog`)."""
+        self._quit_forced = True
+        if self._quit_timer is not None:
+            self._quit_timer.stop()
+            self._quit_timer = None
         if self.engine_worker is not None and not self.engine_worker.is_finished:
             self.engine_worker.cancel()
             self._arm_watchdog()
         self.exit()
+
+    def _summary(self) -> RunSummary | None:
+        """The run on screen as the exit report describes it, or None if it never started."""
+        info = self._run_info
+        run_dir = getattr(info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
+        if run_dir is None or (info is None and not os.path.isdir(run_dir)):
+            return None  # refused before anything was written: nothing to report
+        ckpt = self.last_checkpoint
+        return RunSummary(
+            preset=self.preset,
+            run_dir=str(run_dir),
+            state=self.state,
+            step=self.step,
+            start_step=getattr(info, "start_step", 0),
+            checkpoint=(ckpt[0], ckpt[1]) if ckpt is not None else None,
+        )
+
+    def _remember_run(self) -> None:
+        """Before another preset starts: keep the outgoing run for the exit report."""
+        self._last_step_seen = None
+        summary = self._summary()
+        if summary is not None:
+            self._past_runs.append(summary)
+
+    def exit_summary(self) -> list[RunSummary]:
+        """Every run of this session, the current one last (call once the app has closed)."""
+        trainer = self.trainer
+        if trainer is not None:
+            # What the engine said after the UI stopped draining (a checkpoint written while
+            # the app was closing, after a forced quit).
+            for ev in trainer.events.drain():
+                kind = getattr(ev, "kind", "")
+                if kind == "checkpoint":
+                    self.last_checkpoint = (ev.step, ev.path, ev.reason)
+                elif kind == "step":
+                    self.step = ev.step
+                elif kind == "run_started" and self._run_info is None:
+                    self._run_info = ev
+        current = self._summary()
+        return [*self._past_runs, *([current] if current is not None else [])]
+
+    @property
+    def quit_forced(self) -> bool:
+        """The user quit without waiting for the final checkpoint."""
+        return self._quit_forced
 
     def _arm_watchdog(self, grace_s: float = EXIT_GRACE_S) -> None:
         """Make sure the process ends even if the engine thread never returns.
@@ -1131,10 +1264,13 @@ class CockpitApp(App[None]):
                 time.sleep(0.1)
             thread.join(grace_s)
             if thread.is_alive():
+                # Only after a forced quit: a quit that waits for its checkpoint never arms this.
                 sys.__stderr__.write(
-                    "cockpit: the training thread did not stop in time; exiting without it\n"
+                    "cockpit: quit without waiting for the training thread; exiting without it\n"
                 )
                 sys.__stderr__.flush()
+                sys.__stdout__.write(format_exit_report(self.exit_summary(), forced=True) + "\n")
+                sys.__stdout__.flush()
                 os._exit(1)
 
         threading.Thread(target=watch, name="cockpit-exit-watchdog", daemon=True).start()

@@ -211,26 +211,70 @@ def make_trainer(
     )
 
 
-def run_headless(args: argparse.Namespace) -> int:
-    trainer = make_trainer(args, sinks=[ProgressPrinter()], interactive=False)
-    signals_seen: list[int] = []
+SIGNAL_REASONS = {"SIGINT": "SIGINT (ctrl+c)", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP"}
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        if signals_seen and signum == signal.SIGINT:
+
+def signal_reason(signum: int) -> str:
+    """The reason a stop by this signal records in the run's final state."""
+    name = signal.Signals(signum).name
+    return SIGNAL_REASONS.get(name, name)
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP, caught from the start of `cockpit train`.
+
+    Each asks the run to stop at its next step boundary (checkpointing what was trained), with
+    the signal's name as the recorded reason. A signal that comes before the run exists (while
+    torch is imported or the corpus prepared) is kept and handed to the run once it is attached,
+    rather than killing the process with nothing on disk. A second ctrl+c aborts at once.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.trainer: Any = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None:
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def restore(self, only: tuple[int, ...] | None = None) -> None:
+        """Put back the handlers there were before (all, or `only` these signals)."""
+        for sig in list(self._previous):
+            if only is None or sig in only:
+                signal.signal(sig, self._previous.pop(sig))
+
+    def attach(self, trainer: Any) -> None:
+        """From now on signals stop `trainer`; one already received stops it now."""
+        self.trainer = trainer
+        if self.received:
+            trainer.stop(checkpoint=True, reason=signal_reason(self.received[0]))
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if self.received and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second ctrl+c: the user really wants out
-        signals_seen.append(signum)
-        print(
-            f"{signal.Signals(signum).name}: saving a checkpoint and stopping (ctrl+c again to abort)",
-            file=sys.stderr,
-        )
-        trainer.stop(checkpoint=True)
+        self.received.append(signum)
+        name = signal.Signals(signum).name
+        trainer = self.trainer
+        if trainer is None or trainer.step == 0:
+            what = "stopping before the first step (nothing trained yet: no checkpoint)"
+        else:
+            what = "saving a checkpoint and stopping"
+        print(f"{name}: {what} (ctrl+c again to abort)", file=sys.stderr)
+        if trainer is not None:
+            trainer.stop(checkpoint=True, reason=signal_reason(signum))
 
-    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if sig is not None:
-            signal.signal(sig, on_signal)
+
+def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -> int:
+    if signals is None:
+        signals = StopSignals()
+        signals.install()
+    trainer = make_trainer(args, sinks=[ProgressPrinter()], interactive=False)
+    signals.attach(trainer)
     state = trainer.run()
     if state == "failed":
-        return 1
+        return 1  # the reason is printed and is the final state record's
     return 0
 
 
@@ -245,8 +289,8 @@ def exit_when_ended(trainer: Any, grace_s: float, timeout_s: float = 300.0) -> N
     os._exit(0)
 
 
-def run_app(args: argparse.Namespace) -> int:
-    from cockpit.app import CockpitApp, run_app
+def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int:
+    from cockpit.app import CockpitApp, format_exit_report, run_app
     from engine.data import data_available
     from engine.presets import load_preset
 
@@ -276,10 +320,11 @@ def run_app(args: argparse.Namespace) -> int:
         # machine. Either way: checkpoint, stop and exit, as a confirmed quit does. With no
         # terminal left, restoring it can block forever, so once the run has ended the process
         # leaves on its own after a grace period.
+        # The run records the signal as its reason (the quit that follows asks too late).
         trainer = app.trainer
+        if trainer is not None:
+            trainer.stop(checkpoint=True, reason=signal_reason(signum))
         if signum == getattr(signal, "SIGHUP", None):
-            if trainer is not None:
-                trainer.stop(checkpoint=True)
             grace = 0.5
         else:
             app.call_later(app._quit_answer, True)
@@ -289,8 +334,18 @@ def run_app(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if sig is not None:
             signal.signal(sig, on_signal)
+    if signals is not None:
+        signals.restore(only=(signal.SIGINT,))  # in the app ctrl+c is a key: it asks, like q
+        if signals.received:  # before the app was up: no run has started, nothing to save
+            name = signal.Signals(signals.received[0]).name
+            print(f"cockpit: {name} before the app started: no run was started", file=sys.stderr)
+            return 0
     run_app(app, mouse=not args.no_mouse)
-    return 0
+    # The terminal is restored: say where the run is and how to pick it up again.
+    runs = app.exit_summary()
+    print(format_exit_report(runs, forced=app.quit_forced))
+    lost = app.quit_forced and bool(runs) and runs[-1].unsaved_steps > 0
+    return 1 if lost else 0
 
 
 def list_presets(args: argparse.Namespace) -> int:
@@ -357,7 +412,7 @@ def check_resume_corpus(args: argparse.Namespace) -> None:
     """Refuse a resume whose corpus is gone or changed before anything starts (exit 2)."""
     from engine import checkpoint as ckpt
     from engine.config import config_from_dict
-    from engine.data import DataRefused, resume_data_path
+    from engine.data import DataError, resume_data_path
 
     try:  # memory-mapped: the weights are not read
         state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
@@ -366,12 +421,17 @@ def check_resume_corpus(args: argparse.Namespace) -> None:
         return  # check_resume (or the run itself) says what is wrong with this checkpoint
     try:
         resume_data_path(state, cfg.data, args.data, args.allow_data_change)
-    except DataRefused as e:
+    except DataError as e:  # refused, or --data names nothing usable
         raise ConfigError(f"--resume {args.resume}: {e}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    # Before anything slow (torch, the corpus): a SIGTERM during startup must stop the run
+    # cleanly with its reason recorded, not kill the process with nothing on disk.
+    signals = StopSignals()
+    if args.command not in ("presets", "plan"):
+        signals.install()
     try:
         if args.command == "presets":
             return list_presets(args)
@@ -398,14 +458,16 @@ def main(argv: list[str] | None = None) -> int:
                     "cockpit: no terminal, running headless (pass --headless to say so)",
                     file=sys.stderr,
                 )
-            return run_headless(args)
-        return run_app(args)
+            return run_headless(args, signals)
+        return run_app(args, signals)
     except ConfigError as e:
         print(f"cockpit: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("cockpit: interrupted", file=sys.stderr)
         return 130
+    finally:
+        signals.restore()
 
 
 if __name__ == "__main__":

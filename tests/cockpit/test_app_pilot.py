@@ -417,17 +417,32 @@ def test_finished_run_shows_a_summary_and_disables_run_keys() -> None:
     run(go())
 
 
-def resumed_script() -> list[Any]:
-    """A run resumed at step 250: RunStarted, then its history replayed with old timestamps."""
-    past = build_script("default", steps=250)
+def resumed_script(
+    new_steps: int = 50, train_time_s: float = 0.0, preset: str = "default"
+) -> list[Any]:
+    """A run resumed at step 250: RunStarted, then its history replayed with old timestamps
+    (the last session ran at 3,840 tokens/s and 31% MFU), then `new_steps` live steps."""
+    past = build_script(preset, steps=250)
     started = past[0]
     t1 = started.time + 10_000.0
     script: list[Any] = [
-        dataclasses.replace(started, start_step=250, resumed_from="runs/x/ckpt-000250.pt", time=t1),
+        dataclasses.replace(
+            started,
+            start_step=250,
+            resumed_from="runs/x/ckpt-000250.pt",
+            time=t1,
+            train_time_s=train_time_s,
+            peak_flops=1e12,
+            peak_source="measured: matmul",
+        ),
         StateChanged(state="running", step=250, time=t1 + 1.0),
     ]
-    script += [e for e in past if e.kind in ("step", "eval", "lr_changed", "sample", "checkpoint")]
-    for i in range(1, 51):
+    script += [
+        dataclasses.replace(e, mfu=0.31) if e.kind == "step" else e
+        for e in past
+        if e.kind in ("step", "eval", "lr_changed", "sample", "checkpoint")
+    ]
+    for i in range(1, new_steps + 1):
         script.append(
             Step(
                 step=250 + i,
@@ -463,6 +478,102 @@ def test_resumed_history_is_drawn_but_not_announced() -> None:
             # speed and ETA come from this session's steps only: 2 steps/s
             assert app.tracker.rate == pytest.approx(2.0)
             assert app.tracker.elapsed == pytest.approx(27.0)
+
+    run(go())
+
+
+def status_text(app: CockpitApp) -> str:
+    return str(app.status_line.text.render())
+
+
+def test_a_resumed_run_continues_elapsed_and_shows_no_replayed_speed_as_live() -> None:
+    async def go() -> None:
+        script = resumed_script(new_steps=0, train_time_s=500.0)
+        trainer = ScriptedTrainer("default", script=script)
+        app = CockpitApp(lambda name: trainer, "default")
+        async with app.run_test(size=(160, 40)) as pilot:
+            await settle(pilot)
+            await wait_for(pilot, lambda: trainer.loaded.is_set())
+            await settle(pilot)
+            assert app.state == "running" and app.step == 250
+            # the replayed step 250 ran at 3,840 tok/s and 31% MFU in the last session
+            assert app.tokens_per_s is None
+            text = status_text(app)
+            assert "– tok/s" in text and "3.8k" not in text
+            assert "MFU" not in text
+            # 500 s trained before, 1 s since this session started (its "running" event)
+            assert app.tracker.elapsed == pytest.approx(501.0)
+            assert "elapsed 8:21" in text, text
+            # the first live step: its own speed, and elapsed goes on from 500 s
+            trainer._emit(
+                Step(
+                    step=251,
+                    loss=1.5,
+                    lr=1e-3,
+                    grad_norm=0.5,
+                    tokens_per_s=2000.0,
+                    step_time_s=0.4,
+                    tokens=251 * 768,
+                    mfu=0.2,
+                    time=script[0].time + 4.0,
+                )
+            )
+            await settle(pilot)
+            assert app.tokens_per_s == 2000.0 and app.mfu == 0.2
+            assert "2.00k tok/s" in status_text(app)
+            assert app.tracker.elapsed == pytest.approx(504.0)
+
+    run(go())
+
+
+class GatedTrainer(ScriptedTrainer):
+    """Plays its script only once `gate` is set: the seconds a resume spends loading."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate = threading.Event()
+
+    def run(self, should_stop: Any = None) -> str:
+        self.gate.wait(10)
+        return super().run(should_stop)
+
+
+def test_a_resume_shows_the_runs_preset_from_the_start(tmp_path) -> None:
+    run_dir = tmp_path / "tiny-20261130-142301"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text('{"name": "tiny"}')
+    resume = str(run_dir / "ckpt-000250.pt")
+
+    async def go() -> None:
+        trainer = GatedTrainer("tiny", script=resumed_script(preset="tiny"), resume_from=resume)
+        app = CockpitApp(lambda name: trainer, "default")  # what the CLI passes with --resume
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            assert app.status_line.state == "starting"
+            assert status_text(app).startswith("tiny"), status_text(app)
+            assert "default" not in status_text(app) + alert_text(app)
+            assert alert_text(app) == f"resuming tiny from {resume}..."
+            trainer.gate.set()
+            await wait_for(pilot, lambda: trainer.loaded.is_set())
+            await settle(pilot)
+            assert app.preset == "tiny" and alert_text(app) == ""
+
+    run(go())
+
+
+def test_a_resume_whose_preset_is_unknown_says_which_run_it_resumes(tmp_path) -> None:
+    run_dir = tmp_path / "my-run"
+    run_dir.mkdir()  # no config.json to read the preset from
+
+    async def go() -> None:
+        trainer = GatedTrainer("tiny", script=resumed_script(), resume_from=str(run_dir))
+        app = CockpitApp(lambda name: trainer, "default")
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            assert alert_text(app) == f"resuming {run_dir}..."
+            assert status_text(app).startswith("my-run")
+            trainer.gate.set()
+            await wait_for(pilot, lambda: trainer.loaded.is_set())
 
     run(go())
 

@@ -76,7 +76,7 @@ def test_cockpit_in_a_real_terminal(tmp_path):
     marker = tmp_path / "exited"
     command = (
         f"{shlex.quote(sys.executable)} -m cockpit.cli --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}; "
-        f"echo $? > {shlex.quote(str(marker))}"
+        f"echo $? > {shlex.quote(str(marker))}; sleep 60"  # the pane stays to be read
     )
     term = Tmux(command)
     try:
@@ -103,7 +103,15 @@ def test_cockpit_in_a_real_terminal(tmp_path):
             time.sleep(0.2)
         assert marker.exists(), term.screen()
         assert marker.read_text().strip() == "0"
-        assert list(run_dir.glob("ckpt-*.pt")), "quitting must leave a checkpoint"
+        saved = sorted(run_dir.glob("ckpt-*.pt"))
+        assert saved, "quitting must leave a checkpoint"
+        # Once the terminal is restored: where the run is and how to resume it.
+        screen = term.wait_for("resume: cockpit --resume")
+        flat = "".join(screen.split())  # long paths wrap at the pane's width
+        step = int(saved[-1].stem.split("-")[1])
+        assert f"rundir:{run_dir}" in flat, screen
+        assert f"lastcheckpoint:{saved[-1]}(step{step})" in flat, screen
+        assert f"resume:cockpit--resume{run_dir}" in flat, screen
     finally:
         term.kill()
 
