@@ -222,3 +222,31 @@ def test_sigkill_during_saves_never_damages_a_complete_checkpoint(tmp_path):
     # the next run in that directory clears what the killed saves left behind
     assert ckpt.remove_partial_saves(tmp_path) >= 0
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_rollback_does_not_redo_the_restored_steps_eval_sample_and_checkpoint(tmp_path):
+    trainer = Trainer(
+        cfg(
+            "train.max_steps=30",
+            "checkpoint.interval=10",
+            "eval.interval=10",
+            "sample.interval=10",
+            "sample.max_new_tokens=4",
+        ),
+        run_dir=tmp_path,
+        telemetry=False,
+        interactive=False,
+    )
+    # forward calls: steps 1-10, then 4 for the eval at 10: call 19 is step 15
+    events = run_with(trainer, lambda t: setattr(t, "forward", PoisonAt(t, {19})))
+    assert trainer.state == "finished"
+    rolled = [e for e in events if e.kind == "alert" and e.code == "rollback"]
+    assert rolled and "rolled back to step 10" in rolled[0].message
+
+    def steps(kind: str) -> list[int]:
+        return [e.step for e in events if e.kind == kind]
+
+    assert steps("eval") == [10, 20, 30]
+    assert steps("checkpoint") == [10, 20, 30]
+    per_step = {s: steps("sample").count(s) for s in steps("sample")}
+    assert sorted(per_step) == [10, 20, 30] and len(set(per_step.values())) == 1

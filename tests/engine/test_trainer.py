@@ -262,3 +262,98 @@ def test_resume_replays_the_curves_to_the_ui(tmp_path):
     replayed = [e.step for e in events[1:] if e.kind == "step"]
     assert replayed == list(range(1, 9))  # steps 9-12 will be trained again
     assert [e.step for e in events if e.kind == "eval"] == [4, 8]
+
+
+def strict_json(line: str) -> dict:
+    """Parse as Node's JSON.parse would: NaN and Infinity are not JSON."""
+
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_metrics_file_is_strict_json_and_history_reads_it_back(tmp_path):
+    from engine.trainer import read_history
+
+    cfg = tiny_cfg(
+        "train.max_steps=60", "eval.interval=30", "sample.interval=30", "checkpoint.interval=30"
+    )
+    assert Trainer(cfg, run_dir=tmp_path, telemetry=False).run() == "finished"
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    records = [strict_json(line) for line in lines]  # every line, not just most
+    steps = [r for r in records if r["kind"] == "step"]
+    assert len(steps) == 60
+    # update_ratio is sampled every 50 steps; the others say "no reading" as null
+    assert [r["step"] for r in steps if r["update_ratio"] is not None] == [1, 51]
+    replayed = [e for e in read_history(tmp_path / "metrics.jsonl", 60) if e.kind == "step"]
+    assert len(replayed) == 60
+    assert all(isinstance(e.update_ratio, float) for e in replayed)  # null back to NaN
+    assert math.isnan(replayed[1].update_ratio) and math.isfinite(replayed[0].update_ratio)
+
+
+def test_a_pause_is_not_counted_in_step_time_or_throughput(tmp_path):
+    rec = Recorder()
+    trainer = Trainer(
+        tiny_cfg("train.max_steps=100000", "eval.interval=0", "sample.interval=0"),
+        run_dir=tmp_path,
+        sinks=[rec],
+        telemetry=False,
+    )
+    thread = start(trainer)
+    rec.wait_for(lambda e: e.kind == "step" and e.step >= 5)
+    trainer.pause()
+    paused = rec.wait_for(lambda e: e.kind == "state" and e.state == "paused")
+    time.sleep(1.5)
+    trainer.resume()
+    after = rec.wait_for(lambda e: e.kind == "step" and e.step == paused.step + 1)
+    before = [e for e in rec.of("step") if 1 < e.step <= paused.step]
+    trainer.stop(checkpoint=False)
+    thread.join(30)
+    typical = sorted(e.step_time_s for e in before)[len(before) // 2]
+    assert after.step_time_s < 0.5, after  # the 1.5 s pause is not part of the step
+    assert after.step_time_s < 20 * typical + 0.05
+    assert after.tokens_per_s > trainer.cfg.tokens_per_step / 0.5
+
+
+def scripted_evals(trainer: Trainer, val_by_step: dict[int, float]) -> None:
+    """Replace the trainer's evaluation with one reporting the given val loss at each step."""
+    from engine.events import Eval
+
+    def evaluate() -> Eval:
+        trainer._flush()
+        val = val_by_step[trainer.step]
+        event = Eval(
+            step=trainer.step, train_loss=val, val_loss=val, train_time_s=trainer.train_time_s
+        )
+        trainer.emit(event)
+        return event
+
+    trainer._evaluate = evaluate
+
+
+def test_best_is_the_lowest_val_among_checkpoints_and_survives_resume(tmp_path):
+    vals = {10: 3.0, 20: 2.5, 30: 2.0, 40: 2.6, 50: 2.45, 60: 2.3, 70: 2.9, 80: 2.8}
+    cfg = tiny_cfg(
+        "train.max_steps=40",
+        "eval.interval=10",
+        "sample.interval=0",
+        "checkpoint.interval=20",
+        "checkpoint.keep_last=1",
+    )
+    trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False)
+    scripted_evals(trainer, vals)
+    assert trainer.run() == "finished"
+    # val 2.0 at step 30 had no checkpoint; ckpt-40 (2.6) is worse than ckpt-20 (2.5)
+    best = load_checkpoint(tmp_path / "best.pt")
+    assert best["step"] == 20 and best["best_val"] == 2.5 and best["is_best"]
+    last = load_checkpoint(tmp_path / "ckpt-00000040.pt")
+    assert last["best_val"] == 2.5 and not last["is_best"]
+
+    # Resumed: ckpt-60 (2.3) beats ckpt-20 (2.5), though not the unsaved 2.0 at step 30.
+    resumed = Trainer(cfg, resume=tmp_path, resume_overrides=["train.max_steps=80"], telemetry=False)
+    scripted_evals(resumed, vals)
+    assert resumed.run() == "finished"
+    best = load_checkpoint(tmp_path / "best.pt")
+    assert best["step"] == 60 and best["best_val"] == 2.3 and best["is_best"]
+    assert load_checkpoint(tmp_path / "ckpt-00000080.pt")["best_val"] == 2.3

@@ -1,0 +1,215 @@
+"""How a run ends, and what it says about it: exit status, the final `state` record's reason,
+and nothing on disk when the run never started."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cockpit.cli import main
+from engine.model import GPT
+from engine.presets import load_preset
+from engine.trainer import Trainer
+
+SMALL = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.n_embd=16",
+    "model.block_size=16",
+    "train.batch_size=4",
+    "eval.interval=0",
+    "sample.interval=0",
+    "eval.batches=2",
+]
+TINY_ARGS = [arg for kv in SMALL for arg in ("--set", kv)] + ["--no-telemetry"]
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_state(run_dir: Path) -> dict:
+    return [r for r in records(run_dir) if r["kind"] == "state"][-1]
+
+
+def poison_forward(monkeypatch: pytest.MonkeyPatch, from_call: int) -> None:
+    """Make every training loss from the `from_call`-th forward on NaN (as a diverged run)."""
+    real = GPT.forward
+    calls = [0]
+
+    def forward(self, idx, targets=None):
+        logits, loss = real(self, idx, targets)
+        if self.training:
+            calls[0] += 1
+            if calls[0] >= from_call and loss is not None:
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", forward)
+
+
+# ---------------------------------------------------------------------- giving up on a NaN
+def test_nan_with_no_checkpoint_to_roll_back_to_fails_with_the_reason(tmp_path):
+    cfg = load_preset("default", [*SMALL, "train.max_steps=40", "checkpoint.interval=0"])
+    trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False, interactive=False)
+    original = trainer._setup
+
+    def setup() -> None:
+        original()
+        inner = trainer.forward
+        calls = [0]
+
+        def forward(x, y=None):
+            calls[0] += 1
+            logits, loss = inner(x, y)
+            return logits, loss * (float("nan") if calls[0] == 8 else 1.0)
+
+        trainer.forward = forward
+
+    trainer._setup = setup
+    assert trainer.run() == "failed"
+    state = final_state(tmp_path)
+    assert state["state"] == "failed"
+    assert "no checkpoint to roll back to" in state["reason"]
+    assert "stopped by user" not in json.dumps(records(tmp_path))
+    # what there was is kept: the weights before the refused step
+    assert (tmp_path / "ckpt-00000007.pt").exists()
+
+
+def test_headless_gives_up_after_max_rollbacks_with_exit_1(tmp_path, capsys, monkeypatch):
+    poison_forward(monkeypatch, from_call=12)
+    run_dir = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "--headless",
+            "--preset",
+            "tiny",
+            "--run-dir",
+            str(run_dir),
+            *TINY_ARGS,
+            "--set",
+            "train.max_steps=60",
+            "--set",
+            "checkpoint.interval=5",
+            "--set",
+            "train.max_rollbacks=2",
+        ]
+    )
+    out = capsys.readouterr()
+    assert code == 1
+    assert "rollbacks did not help" in out.out
+    assert "stopped by user" not in out.out + out.err
+    state = final_state(run_dir)
+    assert state["state"] == "failed" and "2 rollbacks did not help" in state["reason"]
+
+
+# ---------------------------------------------------------------------- signals
+def cli_process(run_dir: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cockpit.cli",
+            "train",
+            "--headless",
+            "--preset",
+            "tiny",
+            "--run-dir",
+            str(run_dir),
+            *TINY_ARGS,
+            "--set",
+            "train.max_steps=100000",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TERM": "dumb"},
+    )
+
+
+def test_sigterm_during_startup_stops_cleanly_and_says_why(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = cli_process(run_dir)
+    time.sleep(0.5)  # importing torch, preparing data: the trainer loop has not started
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in out + err
+    state = final_state(run_dir)
+    assert (state["state"], state["reason"], state["step"]) == ("stopped", "SIGTERM", 0)
+    assert "stopped at step 0: SIGTERM" in out
+    assert not list(run_dir.glob("ckpt-*.pt"))  # step 0: nothing trained, nothing to save
+
+
+@pytest.mark.parametrize("sig, reason", [(signal.SIGHUP, "SIGHUP"), (signal.SIGTERM, "SIGTERM")])
+def test_signal_mid_run_is_recorded_as_the_reason(tmp_path, sig, reason):
+    run_dir = tmp_path / "run"
+    proc = cli_process(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if metrics.exists() and '"kind":"step"' in metrics.read_text():
+            break
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    state = final_state(run_dir)
+    assert (state["state"], state["reason"]) == ("stopped", reason)
+    assert state["step"] > 0 and (run_dir / f"ckpt-{state['step']:08d}.pt").exists()
+    assert f": {reason}" in out
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_app_records_sighup_as_the_reason(tmp_path):
+    run_dir = tmp_path / "run"
+    metrics = run_dir / "metrics.jsonl"
+    name = f"cockpit-reason-{os.getpid()}"
+    command = (
+        f"{shlex.quote(sys.executable)} -m cockpit.cli --preset tiny --run-dir "
+        f"{shlex.quote(str(run_dir))} {' '.join(TINY_ARGS)} --set train.max_steps=1000000"
+    )
+    subprocess.run(
+        ["tmux", "new-session", "-d", "-s", name, "-x", "100", "-y", "30", command], check=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if metrics.exists() and metrics.read_text().count('"kind":"step"') >= 5:
+                break
+            time.sleep(0.2)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if metrics.exists() and '"state":"stopped"' in metrics.read_text():
+            break
+        time.sleep(0.2)
+    state = final_state(run_dir)
+    assert (state["state"], state["reason"]) == ("stopped", "SIGHUP")
+
+
+# ---------------------------------------------------------------------- nothing on disk
+def test_data_error_leaves_nothing_on_disk(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "--headless", "--preset", "tiny", "--data", "/no/such/corpus.txt"])
+    out = capsys.readouterr()
+    assert code == 1
+    assert "/no/such/corpus.txt" in out.out + out.err
+    assert not (tmp_path / "runs").exists()
+    code = main(
+        ["train", "--headless", "--preset", "tiny", "--run-dir", "r", "--data", "/no/such/x.txt"]
+    )
+    assert code == 1
+    assert not (tmp_path / "r").exists()
