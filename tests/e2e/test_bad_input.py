@@ -198,3 +198,47 @@ def test_unknown_device(tmp_path, capsys):
         "train.device=tpu",
     )
     assert code == 1 and "train.device" in text
+
+
+# (name, what happens to the corpus after the run, extra resume arguments, expected text)
+RESUME_CORPUS_CASES = [
+    ("corpus moved", "move", [], "is gone (moved or deleted); pass --data NEWPATH"),
+    ("corpus edited", "edit", [], "is not the one this run trained on"),
+    ("--data other text", "other", [], "is not the one this run trained on"),
+    ("--data missing", "keep", ["--data", "/nonexistent/corpus.txt"], "no such file"),
+    (
+        "vocabulary changed on purpose",
+        "recase",
+        ["--allow-data-change"],
+        "token ids would change meaning",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "name, change, extra, expected", RESUME_CORPUS_CASES, ids=[c[0] for c in RESUME_CORPUS_CASES]
+)
+def test_resume_on_another_corpus(tmp_path, capsys, name, change, extra, expected):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i}: the cat sat on the mat.\n" for i in range(200)))
+    run_dir = tmp_path / "run"
+    code, _ = run_cli(
+        capsys, "--preset", "tiny", "--data", str(corpus), "--run-dir", str(run_dir), *TINY
+    )
+    assert code == 0
+    other = tmp_path / "other.txt"
+    if change == "move":
+        corpus.rename(other)
+    elif change == "edit":
+        corpus.write_text(corpus.read_text().replace("cat", "act"))
+    elif change == "other":
+        other.write_text(corpus.read_text()[::-1])
+        extra = ["--data", str(other)]
+    elif change == "recase":
+        corpus.write_text(corpus.read_text().upper())
+    on_disk = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    code, text = run_cli(capsys, "--resume", str(run_dir), "--set", "train.max_steps=8", *extra)
+    assert code == 2
+    assert expected in text
+    assert len(text.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == on_disk  # nothing touched
