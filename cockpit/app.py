@@ -29,6 +29,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Vertical
 from textual.content import Content
+from textual.markup import escape
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
@@ -265,14 +266,20 @@ class CockpitApp(App[None]):
         *,
         preset_dirs: Sequence[str] = (),
         data_path: str | None = None,
-        data_available: Callable[[str], tuple[bool, str]] | None = None,
+        data_available: Callable[[str], tuple[Any, ...]] | None = None,
+        fit_warning: Callable[[str, tuple[str, float] | None], str] | None = None,
     ) -> None:
+        """`data_available(preset)` -> (ok, note) or (ok, note, stand_in) for the preset menu;
+        `fit_warning(preset, (device, peak FLOP/s) of the current run or None)` -> a warning
+        when the preset is far beyond this machine, else "" (called off the UI thread: it may
+        use torch)."""
         super().__init__()
         self.trainer_factory = trainer_factory
         self.preset = preset
         self.preset_dirs = list(preset_dirs)
         self.data_path = data_path  # informational: the factory applies --data itself
         self.data_available = data_available or _default_data_available
+        self.fit_warning = fit_warning
         self.trainer: Any = None
         self.engine_worker: Worker | None = None
         self.state = "idle"
@@ -281,6 +288,7 @@ class CockpitApp(App[None]):
         self._quit_started: float | None = None  # clock() when a confirmed quit began
         self._quit_forced = False  # the user quit again while waiting: no checkpoint awaited
         self._quit_timer: Any = None
+        self._switch_note = ""  # the status note shown while a picked preset is checked
         # This session's newest step: (event time, step time), for the quit countdown.
         self._last_step_seen: tuple[float, float] | None = None
         self._past_runs: list[RunSummary] = []  # runs switched away from, for the exit report
@@ -303,6 +311,8 @@ class CockpitApp(App[None]):
         self._anomaly: Anomaly | None = None  # a NaN or spike the run is stopped at, until resumed
         self._checkpoint_pending = False  # c was pressed and the engine has not answered yet
         self._checkpoint_nagged = False  # "already saving" was said for the pending save
+        self._checkpoint_toast_until = 0.0  # a checkpoint toast is on screen until then
+        self._checkpoint_said = False  # the pending save's "saving..." toast was shown
         self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
         self.event_count = 0
         self._engine_thread: threading.Thread | None = None
@@ -662,11 +672,15 @@ class CockpitApp(App[None]):
     def _on_checkpoint(self, ev: Any, announce: bool = True) -> None:
         again = self.last_checkpoint is not None and self.last_checkpoint[:2] == (ev.step, ev.path)
         self.last_checkpoint = (ev.step, ev.path, ev.reason)
+        said, self._checkpoint_said = self._checkpoint_said, False
         if ev.reason == "manual":
             self._checkpoint_pending = False
         if announce and ev.reason in ("manual", "stop"):
+            # the engine's answer to a repeated c (the same file, not rewritten) is shown only
+            # when its "saving..." was: otherwise a toast about that file is still on screen
             title = f"Checkpoint {'already ' if again else ''}saved at step {fmt_int(ev.step)}"
-            self.notify(ev.path, title=title, timeout=6)
+            if not again or ev.reason != "manual" or said:
+                self._checkpoint_toast(ev.path, title, 6, new=True)
         if self._anomaly is not None:  # the banner names the checkpoint r goes back to
             self._set_alert("nan", self._anomaly_banner())
 
@@ -940,11 +954,24 @@ class CockpitApp(App[None]):
         if self._checkpoint_pending:
             if not self._checkpoint_nagged:
                 self._checkpoint_nagged = True
-                self.notify("already saving at the next step boundary", title="Checkpoint", timeout=3)
+                self._checkpoint_toast("already saving at the next step boundary", "Checkpoint", 3)
             return
         if self._command("checkpoint"):
             self._checkpoint_pending, self._checkpoint_nagged = True, False
-            self.notify("saving at the next step boundary...", title="Checkpoint", timeout=3)
+            self._checkpoint_said = self._checkpoint_toast(
+                "saving at the next step boundary...", "Checkpoint", 3
+            )
+
+    def _checkpoint_toast(self, message: str, title: str, timeout: float, new: bool = False) -> bool:
+        """A checkpoint toast, unless one is still on screen: a burst of c presses shows what is
+        happening once, not once per press. `new` (a file written, or the answer to a request
+        that was announced) is always shown. Returns whether it was shown."""
+        now = time.monotonic()
+        if not new and now < self._checkpoint_toast_until:
+            return False
+        self._checkpoint_toast_until = now + timeout
+        self.notify(message, title=title, timeout=timeout)
+        return True
 
     def action_lr_up(self) -> None:
         self._command("scale_lr", LR_STEP)
@@ -1063,12 +1090,18 @@ class CockpitApp(App[None]):
             found = {}
         for name, info in found.items():
             try:
-                ok, note = self.data_available(name)
+                ok, note, *more = self.data_available(name)
             except Exception as e:  # noqa: BLE001
-                ok, note = False, f"cannot check data: {e}"
+                ok, note, more = False, f"cannot check data: {e}", []
             rows.append(
                 PresetRow(
-                    name, info.description, info.origin, ok, note, current=(name == self.preset)
+                    name,
+                    info.description,
+                    info.origin,
+                    ok,
+                    note,
+                    current=(name == self.preset),
+                    data_stand_in=bool(more and more[0]),
                 )
             )
         return rows
@@ -1077,10 +1110,35 @@ class CockpitApp(App[None]):
         self.push_screen(PresetScreen(self.preset_rows()), self._preset_chosen)
 
     def _preset_chosen(self, name: str | None) -> None:
+        """A preset was picked: check it against this machine (off the UI thread: the memory
+        plan builds the model on torch's meta device), then ask."""
         if not name:
             return
-        rows = {r.name: r for r in self.preset_rows()}
-        row = rows.get(name)
+        if self.fit_warning is None:
+            self._confirm_switch(name, "")
+            return
+        info = self._run_info
+        known_peak = (info.device, info.peak_flops) if info is not None and info.peak_flops else None
+        self._switch_note = f"checking {name} against this machine..."
+        self._status_note = self._switch_note
+        self._refresh_status()
+        self._check_preset(name, known_peak)
+
+    @work(thread=True, exit_on_error=False, group="preset-check", exclusive=True)
+    def _check_preset(self, name: str, known_peak: tuple[str, float] | None) -> None:
+        try:
+            warning = self.fit_warning(name, known_peak) if self.fit_warning else ""
+        except Exception as e:  # noqa: BLE001 - a failed estimate must not block the switch
+            warning = f"could not check {name} against this machine: {e}"
+        self.call_from_thread(self._confirm_switch, name, warning)
+
+    def _confirm_switch(self, name: str, fit_warning: str) -> None:
+        if self._switch_note and self._status_note == self._switch_note:
+            self._status_note = ""
+            self._refresh_status()
+        if self._quitting or self.screen is not self.main_screen:
+            return  # the user moved on (quit, another dialog) while it was checked
+        row = {r.name: r for r in self.preset_rows()}.get(name)
         msg = f"Start [b]{name}[/b]"
         if self.engine_running:
             msg = f"Save a checkpoint of [b]{self.preset}[/b], stop it, then start [b]{name}[/b]?"
@@ -1088,6 +1146,14 @@ class CockpitApp(App[None]):
             msg += "?"
         if row is not None and not row.data_ok:
             msg += f"\n\n[$warning]⚠ data: {row.data_note or 'not available'}[/]"
+        elif row is not None and row.data_stand_in:
+            msg += (
+                f"\n\n[$warning]⚠ data: {escape(row.data_note)}. Picked here, {name} trains on "
+                f"the Python docs; for your corpus quit and run: "
+                f"cockpit --preset {name} --data PATH[/]"
+            )
+        if fit_warning:
+            msg += f"\n\n[$warning]⚠ {escape(fit_warning)}[/]"
         self.push_screen(
             ConfirmScreen("Switch preset", msg, yes="Switch", no="Cancel", purpose="switch"),
             lambda yes: self.switch_preset(name) if yes else None,
@@ -1335,7 +1401,7 @@ class CockpitApp(App[None]):
         self.tracker = ProgressTracker()
         self._alert = None
         self._anomaly = None
-        self._checkpoint_pending = self._checkpoint_nagged = False
+        self._checkpoint_pending = self._checkpoint_nagged = self._checkpoint_said = False
         self._requested = None
         try:
             self.loss_panel.reset()

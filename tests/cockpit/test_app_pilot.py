@@ -756,15 +756,20 @@ def test_ten_c_presses_ask_for_one_save_and_show_three_toasts_at_most() -> None:
             app.pump = pump  # type: ignore[method-assign]
             await settle(pilot)
             titles = [t.title for t in toasts]
-            assert titles == ["Checkpoint", "Checkpoint", "Checkpoint saved at step 300"], titles
-            assert "already saving" in toasts[1].message
+            # "saving..." is still on screen for the other nine: no "already saving" under it
+            assert titles == ["Checkpoint", "Checkpoint saved at step 300"], titles
             assert all(t.timeout <= 6 for t in toasts)
-            # pressed again once answered: a new request, and the engine's re-acknowledgement
-            # of the same file is called what it is
+            # pressed again while that toast shows: a new request, no new toast
             await pilot.press("c")
             await settle(pilot)
             assert commands(factory.trainer) == ["checkpoint", "checkpoint"]
+            assert len(toasts) == 2
+            # once it is gone, the engine's re-acknowledgement of the same file says what it is
+            app._checkpoint_toast_until = 0.0
+            await pilot.press("c")
+            await settle(pilot)
             assert toasts[-1].title == "Checkpoint already saved at step 300"
+            assert app.last_checkpoint[:2] == (300, "runs/default-scripted/ckpt-000300.pt")
 
     run(go())
 
@@ -1164,3 +1169,68 @@ def test_leaving_after_a_preset_switch_reports_both_runs() -> None:
         ]
 
     run(go())
+
+
+# the preset menu: stand-in corpora, presets far beyond this machine (issue 10, item 17) -------
+def test_picking_a_preset_far_beyond_this_machine_warns_before_starting() -> None:
+    checked_on: list[threading.Thread] = []
+
+    def data_available(name: str) -> tuple[bool, str, bool]:
+        if name == "gpt2-small":
+            return True, "stand-in corpus (pydoc): pass --data", True
+        return True, "", False
+
+    def fit_warning(name: str, known_peak: Any) -> str:
+        checked_on.append(threading.current_thread())
+        if name != "gpt2-small":
+            return ""
+        return "gpt2-small is far beyond this machine: it needs ~17.22 GiB of memory"
+
+    async def go() -> None:
+        factory = ScriptedFactory()
+        app = CockpitApp(
+            factory, "default", data_available=data_available, fit_warning=fit_warning
+        )
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, factory)
+            await pilot.press("p")
+            await pilot.pause()
+            rows = {r.name: r for r in app.screen.rows}
+            assert rows["gpt2-small"].data_stand_in and not rows["default"].data_stand_in
+            app.screen.dismiss("gpt2-small")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            message = app.screen.message
+            assert "far beyond this machine" in message and "17.22 GiB" in message
+            assert "stand-in corpus (pydoc)" in message
+            assert "cockpit --preset gpt2-small --data PATH" in message
+            assert checked_on and checked_on[0] is not threading.main_thread()  # never the UI's
+            await pilot.press("n")
+            await pilot.pause()
+            assert factory.names == ["default"]  # nothing started
+            # a preset that fits is asked about without a warning
+            await pilot.press("p")
+            await pilot.pause()
+            app.screen.dismiss("tiny")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert "⚠" not in app.screen.message
+
+    run(go())
+
+
+def test_preset_fit_warning_from_the_memory_plan_and_the_step_time(tmp_path: Any) -> None:
+    """The real estimate (meta-device model, FLOPs per step) for a CPU at 50 GFLOP/s."""
+    from cockpit.cli import preset_fit_warning
+
+    cpu = ("cpu", 50e9)
+    warning = preset_fit_warning("gpt2-small", [], cpu)
+    assert "gpt2-small is far beyond this machine" in warning
+    assert "needs ~17." in warning and "GiB of memory" in warning  # what `cockpit plan` says
+    assert "524,288 tokens" in warning and "~2.5 h" in warning and "sized for a GPU" in warning
+    assert preset_fit_warning("tiny", [], cpu) == ""
+    assert preset_fit_warning("default", [], cpu) == ""
+    huge = tmp_path / "huge.toml"
+    huge.write_text(
+        'extends = "gpt2-small"\n[model]\nn_layer = 96\nn_embd = 4096\nn_head = 32\n'
+        "[train]\nbatch_size = 64\n"
+    )
+    assert "it does not fit: starting it is refused" in preset_fit_warning(str(huge), [], cpu)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
+
+from textual.notifications import Notify
 
 from cockpit.app import CockpitApp
+from cockpit.screens import ConfirmScreen
 from engine.checkpoint import list_checkpoints, load_checkpoint
 from engine.presets import load_preset
 from engine.trainer import Trainer
@@ -182,7 +186,7 @@ def test_a_terminal_below_80x24_says_enlarge(tmp_path):
     run(scenario())
 
 
-def test_r_rolls_back_to_the_last_checkpoint(tmp_path):
+def test_r_on_a_healthy_run_asks_and_rolls_back_only_when_confirmed(tmp_path):
     made: list[Trainer] = []
 
     async def scenario() -> None:
@@ -191,13 +195,87 @@ def test_r_rolls_back_to_the_last_checkpoint(tmp_path):
             await wait_until(pilot, lambda: made and made[0].step >= 2)
             trainer = made[0]
             await pilot.press("c")
-            await wait_until(pilot, lambda: trainer.last_checkpoint is not None)
+            await wait_until(pilot, lambda: app.last_checkpoint is not None)
             saved_at = load_checkpoint(trainer.last_checkpoint)["step"]
             await wait_until(pilot, lambda: trainer.step > saved_at + 3)
+            # no anomaly: r asks, showing what would be lost; n changes nothing
             await pilot.press("r")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            question = str(app.screen.query_one(".dialog-message").render())
+            assert f"step {saved_at}" in question and "halves the LR" in question
+            await pilot.press("n")
+            await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+            step = trainer.step
+            await wait_until(pilot, lambda: trainer.step > step + 3)  # it keeps counting
+            assert trainer.rollbacks == 0 and trainer.lr_scale == 1.0
+            # confirmed: back to the checkpoint with half the LR
+            await pilot.press("r")
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press("y")
             await wait_until(pilot, lambda: trainer.rollbacks == 1)
             assert trainer.lr_scale == 0.5
+            await wait_until(pilot, lambda: "rolled back to step" in app.alert_line.message)
             trainer.stop(checkpoint=False)
+
+    run(scenario())
+
+
+def test_ten_c_presses_write_one_checkpoint(tmp_path):
+    made: list[Trainer] = []
+    toasts: list[Any] = []
+
+    def hook(message: Any) -> None:
+        if isinstance(message, Notify):
+            toasts.append(message.notification)
+
+    async def scenario() -> None:
+        app = CockpitApp(make_factory(tmp_path, made), "tiny")
+        async with app.run_test(size=(120, 40), message_hook=hook) as pilot:
+            await wait_until(pilot, lambda: made and made[0].step >= 2)
+            trainer = made[0]
+            await pilot.press("space")
+            await wait_until(pilot, lambda: app.state == "paused")
+            toasts.clear()
+            await pilot.press(*["c"] * 10)
+            await wait_until(pilot, lambda: app.last_checkpoint is not None)
+            path = Path(app.last_checkpoint[1])
+            first = path.stat()
+            await pilot.press(*["c"] * 10)
+            await pilot.pause(1.0)  # the engine answers within a quarter second while paused
+            await wait_until(pilot, lambda: not app._checkpoint_pending)
+            assert [p for _, p in list_checkpoints(trainer.run_dir)] == [path]
+            again = path.stat()
+            assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+            assert len(toasts) <= 3, [t.title for t in toasts]  # not 40
+            assert all(t.timeout <= 6 for t in toasts)
+            trainer.stop(checkpoint=False)
+
+    run(scenario())
+
+
+def test_a_resume_shows_its_preset_and_continues_elapsed(tmp_path):
+    first = Trainer(load_preset("tiny", [*TINY, "train.max_steps=30"]), run_dir=tmp_path / "run", telemetry=False)
+    assert first.run() == "finished"
+    trained_s = load_checkpoint(first.last_checkpoint)["train_time_s"]
+    assert trained_s > 0
+
+    def factory(preset: str) -> Trainer:  # the CLI's: `cockpit --resume DIR --set ...`
+        return Trainer(
+            load_preset(preset, []),
+            resume=tmp_path / "run",
+            resume_overrides=["train.max_steps=1000000"],
+            telemetry=False,
+        )
+
+    async def scenario() -> None:
+        app = CockpitApp(factory, "default")
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            assert app.preset == "tiny"  # from the start, not "default"
+            await wait_until(pilot, lambda: app.step > 31)
+            assert app.tracker.elapsed >= trained_s
+            assert app.tokens_per_s is not None
+            app.trainer.stop(checkpoint=False)
 
     run(scenario())
 
