@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +107,48 @@ def remove_partial_saves(run_dir: Path) -> int:
     return len(stale)
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint on the CPU; any damage becomes a one-line CheckpointError."""
+def set_aside_newer(run_dir: Path, step: int) -> tuple[Path | None, list[str]]:
+    """Resuming from an older checkpoint starts a new branch: move the checkpoints after `step`
+    (and best.pt when it is one of them) into `RUN_DIR/abandoned-TIME/`, kept and named, so
+    pruning and the next `--resume RUN_DIR` follow the new branch. Returns the folder and the
+    names moved (None, [] when there were none)."""
+    newer = [p for s, p in list_checkpoints(run_dir) if s > step]
+    if not newer:
+        return None, []
+    best = run_dir / BEST_NAME
+    if best.exists() and _best_step(best, newer) > step:
+        newer.append(best)
+    aside = run_dir / time.strftime("abandoned-%Y%m%d-%H%M%S")
+    suffix = 1
+    while aside.exists():
+        suffix += 1
+        aside = aside.with_name(f"{aside.name.split('.')[0]}.{suffix}")
+    aside.mkdir()
+    for path in newer:
+        os.replace(path, aside / path.name)
+    _fsync_dir(aside)
+    _fsync_dir(run_dir)
+    return aside, [p.name for p in newer]
+
+
+def _best_step(best: Path, candidates: list[Path]) -> int:
+    """The step best.pt is at: a hard link is one of `candidates`; a copy is read (mmap)."""
+    for path in candidates:
+        try:
+            if best.samefile(path):
+                return int(CKPT_RE.match(path.name).group(1))
+        except OSError:
+            continue
+    try:
+        return int(load_checkpoint(best, mmap=True).get("step", -1))
+    except CheckpointError:
+        return -1
+
+
+def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """Load a checkpoint on the CPU; any damage becomes a one-line CheckpointError.
+
+    mmap=True maps the tensors instead of reading them: cheap for a look at the config."""
     if path.is_dir():
         found = latest_checkpoint(path)
         if found is None:
@@ -116,7 +157,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as e:  # torch raises many types for truncated or foreign files
         raise CheckpointError(
             f"{path}: cannot read this checkpoint ({type(e).__name__}); it is truncated or not a "

@@ -64,10 +64,15 @@ def test_headless_run_end_to_end_then_resume(tmp_path):
     assert [r["step"] for r in records if r["kind"] == "eval"] == [10, 20, 30]
     assert sorted(p.name for p in run_dir.glob("ckpt-*.pt"))[-1] == "ckpt-00000030.pt"
 
-    # A finished run resumes as finished: nothing to do, nothing lost.
+    # A finished run is not run again: one line saying so and how to extend it, nothing touched.
+    before = (run_dir / "metrics.jsonl").read_bytes()
     again = cockpit("train", "--headless", "--resume", str(run_dir))
     assert again.returncode == 0, again.stderr
-    assert "resumed from" in again.stdout
+    assert again.stdout.strip() == (
+        f"{run_dir} is finished at step 30/30; extend it with "
+        f"--resume {run_dir} --set train.max_steps=60"
+    )
+    assert (run_dir / "metrics.jsonl").read_bytes() == before
 
 
 @pytest.mark.parametrize(
@@ -191,5 +196,6 @@ def test_resume_with_a_different_model_shape_is_refused(tmp_path):
         == 0
     )
     result = cockpit("train", "--headless", "--resume", str(run_dir), "--set", "model.n_embd=32")
-    assert result.returncode == 1
-    assert "does not match" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert result.returncode == 2
+    assert "cannot change model.n_embd on resume (16 -> 32)" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
