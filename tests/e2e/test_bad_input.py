@@ -133,7 +133,8 @@ def test_truncated_checkpoint_is_refused_and_kept(tmp_path, capsys):
     data = open(path, "rb").read()
     open(path, "wb").write(data[: len(data) // 2])
     code, text = run_cli(capsys, "--resume", path)
-    assert code == 1 and "truncated or not a cockpit checkpoint" in text
+    assert code == 2 and "truncated or not a cockpit checkpoint" in text
+    assert len(text.strip().splitlines()) == 1
     assert os.path.getsize(path) == len(data) // 2  # nothing deleted or overwritten
 
 
@@ -141,13 +142,43 @@ def test_foreign_file_as_checkpoint(tmp_path, capsys):
     path = tmp_path / "weights.pt"
     torch.save({"state_dict": {}}, path)
     code, text = run_cli(capsys, "--resume", str(path))
-    assert code == 1 and "not a cockpit checkpoint" in text
+    assert code == 2 and "not a cockpit checkpoint" in text
 
 
-def test_checkpoint_from_a_different_model_shape(tmp_path, capsys):
+# (--set on resume, expected text): refused before anything starts, exit 2 like a fresh run
+RESUME_CASES = [
+    ("model.n_embd=32", "cannot change model.n_embd on resume (16 -> 32)"),
+    ("model.mlp=relu2", "cannot change model.mlp on resume ('gelu' -> 'relu2')"),
+    ("model.norm=rmsnorm", "cannot change model.norm on resume ('layernorm' -> 'rmsnorm')"),
+    ("data.tokenizer=r50k_base", "cannot change data.tokenizer on resume"),
+    ("train.seed=7", "cannot change train.seed on resume (1337 -> 7)"),
+    ("optim.lr=abc", "optim.lr: expected a number, got 'abc'"),
+    ("schedule.min_lr=1", "schedule.min_lr (1) must not exceed optim.lr"),
+    ("optim.learning_rate=1", "unknown key 'learning_rate'"),
+]
+
+
+@pytest.mark.parametrize("override, expected", RESUME_CASES, ids=[c[0] for c in RESUME_CASES])
+def test_refused_changes_on_resume(tmp_path, capsys, override, expected):
     run_dir = train_tiny(tmp_path, capsys)
-    code, text = run_cli(capsys, "--resume", run_dir, "--set", "model.n_embd=32")
-    assert code == 1 and "does not match this configuration" in text
+    before = {name: os.path.getmtime(os.path.join(run_dir, name)) for name in os.listdir(run_dir)}
+    code, text = run_cli(
+        capsys, "--resume", run_dir, "--set", "train.max_steps=8", "--set", override
+    )
+    assert code == 2 and expected in text
+    assert len(text.strip().splitlines()) == 1
+    assert {n: os.path.getmtime(os.path.join(run_dir, n)) for n in os.listdir(run_dir)} == before
+
+
+def test_run_dir_with_resume_is_refused(tmp_path, capsys):
+    run_dir = train_tiny(tmp_path, capsys)
+    other = tmp_path / "other"
+    code, text = run_cli(
+        capsys, "--resume", run_dir, "--run-dir", str(other), "--set", "train.max_steps=8"
+    )
+    assert code == 2 and "drop --run-dir" in text
+    assert len(text.strip().splitlines()) == 1
+    assert not other.exists()
 
 
 def test_resume_of_a_missing_run(tmp_path, capsys):
