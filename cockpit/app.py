@@ -747,19 +747,17 @@ class CockpitApp(App[None]):
         if damage:
             parts.append(damage)
         if self.state == "paused":
+            # short: at 80 columns the banner has three lines for all of this
             ckpt = self.last_checkpoint
+            resume = "l: lower the LR, then space: resume"
             if ckpt is None:
-                fresh = "p starts a fresh run"
-                resume = "l lowers the LR then space resumes"
-                parts.append(
-                    f"paused, no checkpoint yet: {fresh} ({resume} on these weights)"
-                    if damage
-                    else f"paused, no checkpoint yet: {resume}, or {fresh}"
-                )
+                fresh = "p: start afresh"
+                parts.append("paused, no checkpoint yet")
+                parts += [fresh, f"{resume} on these weights"] if damage else [resume, fresh]
             else:
-                back = f"r rolls back to {os.path.basename(ckpt[1])} (step {fmt_int(ckpt[0])}, LR halved)"
-                lower = "l lowers the LR, space resumes"
-                parts.append(f"paused: {back}; {lower}" if damage else f"paused: {lower}, {back}")
+                back = f"r: back to {os.path.basename(ckpt[1])}, LR halved"
+                parts.append("paused")
+                parts += [back, resume] if damage else [resume, back]
         return " · ".join(parts)
 
     def _damage_note(self, a: Anomaly) -> str:
@@ -772,10 +770,9 @@ class CockpitApp(App[None]):
         fresh = math.log(vocab)
         if math.isfinite(loss) and loss <= 2 * fresh:
             return ""
-        return (
-            f"the loss was already {fmt_loss(loss)} (a fresh model starts near {fresh:.2f}): "
-            "the weights may be damaged"
-        )
+        if a.loss is not None:  # the fault quotes it already
+            return f"the weights may be damaged (a fresh model's loss is {fresh:.2f})"
+        return f"the loss was already {fmt_loss(loss)} (a fresh model's: {fresh:.2f}): the weights may be damaged"
 
     def _expire_alert(self) -> None:
         if self._alert and self._alert[2] is not None and self.step >= self._alert[2]:

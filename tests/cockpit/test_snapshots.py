@@ -31,6 +31,11 @@ def _fixed_presets(_dirs: Any = ()) -> dict[str, Any]:
             "Char-level GPT on the Python docs that ship with Python: trains anywhere, offline",
         ),
         (
+            "gpt2-small",
+            "built-in",
+            "GPT-2 124M (12x768, block 1024, r50k_base BPE) on your corpus: pass --data PATH",
+        ),
+        (
             "nanogpt-cpu",
             "built-in",
             "nanoGPT's CPU recipe on Tiny Shakespeare (char): 4x128, block 64, 2000 iters",
@@ -46,10 +51,12 @@ def _fixed_presets(_dirs: Any = ()) -> dict[str, Any]:
     return {n: PresetInfo(n, Path(f"/presets/{n}.toml"), o, d) for n, o, d in rows}
 
 
-def _data_available(name: str) -> tuple[bool, str]:
+def _data_available(name: str) -> tuple[bool, str, bool]:
     if name in ("nanogpt-cpu", "shakespeare-char"):
-        return False, "tinyshakespeare not downloaded (offline)"
-    return True, ""
+        return False, "tinyshakespeare not downloaded (offline)", False
+    if name == "gpt2-small":
+        return True, "stand-in corpus (pydoc): pass --data", True
+    return True, "", False
 
 
 def scenario(
@@ -132,6 +139,30 @@ def test_engine_failed(snap_compare: Any, size: tuple[int, int]) -> None:
 def test_nan_alert(snap_compare: Any, size: tuple[int, int]) -> None:
     app, before = scenario(factory=ScriptedFactory(nan_at=260))
     assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+def test_non_finite_gradient_paused(snap_compare: Any, size: tuple[int, int]) -> None:
+    """The banner names the fault (loss 906: the weights may be damaged) and r's checkpoint."""
+    app, before = scenario(factory=ScriptedFactory(nan_at=280, anomaly="gradient"))
+    assert snap_compare(app, terminal_size=size, run_before=before)
+
+
+def test_unattended_rollback(snap_compare: Any) -> None:
+    """Rolled back on its own: the banner says so, and nothing about a pause."""
+    app, before = scenario(factory=ScriptedFactory(nan_at=280, on_anomaly="rollback"))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=before)
+
+
+def test_spike_pause_resumed(snap_compare: Any) -> None:
+    """Resumed from a spike pause: no banner left."""
+    app, before = scenario(["space"], factory=ScriptedFactory(nan_at=280, anomaly="spike"))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=before)
+
+
+def test_rollback_confirm(snap_compare: Any) -> None:
+    """r on a healthy run asks first, showing what would be lost."""
+    app, before = scenario(["r"])
+    assert snap_compare(app, terminal_size=(80, 24), run_before=before)
 
 
 def test_device_two_gpus(snap_compare: Any, size: tuple[int, int]) -> None:
