@@ -190,6 +190,7 @@ class PresetRow:
     data_ok: bool
     data_note: str
     current: bool = False
+    data_stand_in: bool = False  # usable, but only a stand-in for the corpus the preset wants
 
 
 class PresetScreen(ModalScreen["str | None"]):
@@ -219,7 +220,9 @@ class PresetScreen(ModalScreen["str | None"]):
         origin_w = max(len(x.origin) for x in self.rows)
         head: list[tuple[str, str] | str] = [(r.name.ljust(name_w), "bold")]
         head.append((f"  {r.origin.ljust(origin_w)}  ", "$foreground-muted"))
-        if r.data_ok:
+        if r.data_ok and r.data_stand_in:
+            head.append((f"⚠ {r.data_note or 'stand-in corpus'}", "$warning"))
+        elif r.data_ok:
             head.append(("✓ data ready", "$success"))
         else:
             head.append((f"✗ {r.data_note or 'data missing'}", "$warning"))

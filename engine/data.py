@@ -834,10 +834,25 @@ def check_length(data: PreparedData, block_size: int) -> None:
             )
 
 
+STAND_IN_NOTE = "stand-in corpus (pydoc): pass --data"
+
+
+def is_stand_in_corpus(cfg: DataConfig, data_path: str | None = None) -> bool:
+    """Whether the corpus only stands in for the user's own: the offline Python docs under a
+    BPE tokenizer. At about 110K BPE tokens pydoc is far too small for the presets that pair it
+    with one (gpt2-small, local-300m: their TOML says it is an offline placeholder for --data);
+    `default` and `tiny` train on pydoc char by char on purpose."""
+    return cfg.source == "pydoc" and data_path is None and cfg.tokenizer != "char"
+
+
 def data_available(
     cfg: DataConfig, data_path: str | None = None, cache_dir: Path | None = None
 ) -> tuple[bool, str]:
-    """Whether prepare() can work without the network, cheaply: no tokenizing, no download."""
+    """Whether prepare() can work without the network, cheaply: no tokenizing, no download.
+
+    The note says why not, or where the data comes from; for a stand-in corpus
+    (`is_stand_in_corpus`) it is STAND_IN_NOTE: usable, but not what the preset is meant for.
+    """
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     try:
         _check_tokenizer_name(cfg.tokenizer)
@@ -849,6 +864,8 @@ def data_available(
                     f"download it); offline, {TINYSHAKESPEARE_HINT}"
                 )
             identity, slug, found = "tinyshakespeare", "tinyshakespeare", "local file"
+        elif is_stand_in_corpus(cfg, data_path):
+            return True, STAND_IN_NOTE
         elif cfg.source == "pydoc" and data_path is None:
             identity, slug, found = "pydoc", "pydoc", "built in, offline"
         else:

@@ -477,3 +477,20 @@ def test_default_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(data, "_REPO_ROOT", tmp_path / "site-packages")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_dir() == tmp_path / "xdg" / "cockpit"
+
+
+def test_a_stand_in_corpus_is_told_apart(tmp_path: Path) -> None:
+    """gpt2-small and local-300m fall back to pydoc (their TOML: an offline placeholder for
+    --data): the menu must not call that "data ready" as for default and tiny."""
+    from engine.data import STAND_IN_NOTE, is_stand_in_corpus
+    from engine.presets import load_preset
+
+    own = write(tmp_path / "own.txt", "my corpus\n" * 10)
+    for name in ("gpt2-small", "local-300m"):
+        cfg = load_preset(name).data
+        assert is_stand_in_corpus(cfg)
+        assert data_available(cfg, cache_dir=tmp_path) == (True, STAND_IN_NOTE)
+        assert "pass --data" in STAND_IN_NOTE
+        assert not is_stand_in_corpus(cfg, str(own))  # --data given: the user's own corpus
+    for name in ("default", "tiny", "nanogpt-cpu"):
+        assert not is_stand_in_corpus(load_preset(name).data), name
