@@ -1236,3 +1236,42 @@ def test_preset_fit_warning_from_the_memory_plan_and_the_step_time(
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=8 * 2**30))
     small_machine = preset_fit_warning("gpt2-small", [], cpu)
     assert "this machine has 8.00 GiB (it does not fit: starting it is refused)" in small_machine
+
+
+def test_switching_away_from_a_slow_run_waits_for_its_checkpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A preset switch, like quitting, waits for the step boundary with a countdown instead of
+    cancelling the run after a fixed time."""
+    monkeypatch.setattr("cockpit.app.SWITCH_TIMEOUT_S", 0.05, raising=False)  # the old limit
+    monkeypatch.setattr("cockpit.app.QUIT_NOTE_REFRESH_S", 0.05)
+    slow = SlowStepTrainer()
+    started: list[str] = []
+
+    def factory(name: str) -> ScriptedTrainer:
+        started.append(name)
+        return slow if name == "gpt2-small" else ScriptedTrainer(name)
+
+    async def go() -> None:
+        app = CockpitApp(factory, "gpt2-small")
+        now = [slow.last_step_time + 30.0]
+        app.clock = lambda: now[0]
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: slow.loaded.is_set())
+            await settle(pilot)
+            app.switch_preset("tiny")
+            await pilot.pause()
+            assert "switching to tiny: saving at the next step boundary, in ~1:30" in alert_text(
+                app
+            )
+            await pilot.pause(0.3)
+            now[0] += 600.0
+            await pilot.pause(0.2)
+            assert not slow.cancelled and started == ["gpt2-small"]
+            assert "waited 10:00" in alert_text(app)
+            slow.boundary.set()
+            await wait_for(pilot, lambda: started == ["gpt2-small", "tiny"])
+        [first, _second] = app.exit_summary()
+        assert first.checkpoint == (4, "runs/gpt2-small-scripted/ckpt-000004.pt")
+
+    run(go())
