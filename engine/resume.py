@@ -99,10 +99,6 @@ def plan_resume(
     if pinned:
         raw.setdefault("schedule", {})["decay_steps"] = old.decay_steps
         new = config_from_dict(raw, source=where)
-        notes.append(
-            f"schedule.decay_steps: kept at {old.decay_steps}, the run's decay horizon, so the LR "
-            "goes on without a jump (--set schedule.decay_steps=N re-plans the decay)"
-        )
         after = _flat(new)
 
     switched = old.optim.name != new.optim.name
@@ -116,8 +112,13 @@ def plan_resume(
                 f"{before[key]}'s optimizer state is dropped)"
             )
         elif key.startswith("optim.") and not switched:
-            change += " (applied to the optimizer)"
+            change += " (applied from the first resumed step)"
         notes.append(change)
+    if pinned:
+        notes.append(
+            f"schedule.decay_steps: kept at {old.decay_steps}, the run's decay horizon, so the LR "
+            "goes on without a jump (--set schedule.decay_steps=N re-plans the decay)"
+        )
 
     if step >= new.train.max_steps:
         name = label or source

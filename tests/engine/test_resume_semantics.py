@@ -106,7 +106,9 @@ def test_optimizer_settings_set_on_resume_are_the_ones_training(tmp_path):
     assert {g["base_lr"] for g in groups} == {1e-2}
     # ...said in the first lines, kept in metrics.jsonl, and config.json is the truth.
     notes = of(events, "run_started")[0].notes
-    assert any(n.startswith("optim.lr: 0.003 -> 0.01 (applied") for n in notes), notes
+    assert any(
+        n.startswith("optim.lr: 0.003 -> 0.01 (applied from the first resumed step)") for n in notes
+    ), notes
     assert any(n.startswith("optim.weight_decay: 0.1 -> 0.05") for n in notes), notes
     assert any(n.startswith("LR at step 20:") for n in notes), notes
     assert records(tmp_path, "run_started")[-1]["notes"] == list(notes)
