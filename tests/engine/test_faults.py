@@ -250,3 +250,33 @@ def test_rollback_does_not_redo_the_restored_steps_eval_sample_and_checkpoint(tm
     assert steps("checkpoint") == [10, 20, 30]
     per_step = {s: steps("sample").count(s) for s in steps("sample")}
     assert sorted(per_step) == [10, 20, 30] and len(set(per_step.values())) == 1
+
+
+def test_a_nan_loss_is_written_as_null_not_bare_nan(tmp_path):
+    import json
+
+    from engine.trainer import read_history
+
+    # Without the finite check the NaN step reaches the Step record (then the rollback).
+    trainer = Trainer(
+        cfg(
+            "train.max_steps=20",
+            "checkpoint.interval=5",
+            "train.check_finite=false",
+            "optim.grad_clip=0",
+        ),
+        run_dir=tmp_path,
+        telemetry=False,
+        interactive=False,
+    )
+    run_with(trainer, lambda t: setattr(t, "forward", PoisonAt(t, {8})))
+
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line, parse_constant=refuse) for line in lines]
+    bad = [r for r in records if r["kind"] == "step" and r["step"] == 8][0]
+    assert bad["loss"] is None and bad["grad_norm"] is None
+    replayed = [e for e in read_history(tmp_path / "metrics.jsonl", 7) if e.kind == "step"]
+    assert all(isinstance(e.grad_norm, float) for e in replayed)  # null read back as NaN
