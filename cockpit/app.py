@@ -1163,7 +1163,7 @@ class CockpitApp(App[None]):
             return
         self._pending_preset = name
         self._switch_started = self.clock()
-        self._command("stop", checkpoint=self.state not in ENDED)
+        self._command("stop", checkpoint=self.state not in ENDED, reason="switching preset")
         # Like quitting, no time limit: the next step boundary can be minutes away.
         self._update_switch_note()
         self._switch_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_switch_note)
@@ -1223,7 +1223,7 @@ class CockpitApp(App[None]):
         self._quitting = True
         self._quit_started = self.clock()
         # An ended run has nothing left to save; its worker is on its way out anyway.
-        self._command("stop", checkpoint=self.state not in ENDED)
+        self._command("stop", checkpoint=self.state not in ENDED, reason="quit")
         self._update_quit_note()
         self._quit_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_quit_note)
 

@@ -510,7 +510,7 @@ class ScriptedTrainer:
             )
         )
 
-    def stop(self, checkpoint: bool = True) -> None:
+    def stop(self, checkpoint: bool = True, reason: str = "user") -> None:
         self.calls.append(("stop", checkpoint))
         if self.state in ("stopped", "finished", "failed"):
             self._stop.set()
@@ -524,7 +524,7 @@ class ScriptedTrainer:
                     path=f"runs/{self.preset}-scripted/ckpt-{self.step:06d}.pt",
                 )
             )
-        self._ack_state("stopped", "user")
+        self._ack_state("stopped", reason)
         self._stop.set()
 
 

@@ -1014,9 +1014,10 @@ class SlowStepTrainer(ScriptedTrainer):
         self.stop_requested: bool | None = None
         self.cancelled = False
 
-    def stop(self, checkpoint: bool = True) -> None:
+    def stop(self, checkpoint: bool = True, reason: str = "user") -> None:
         self.calls.append(("stop", checkpoint))
         self.stop_requested = checkpoint
+        self.stop_reason = reason
 
     def run(self, should_stop: Any = None) -> str:
         for ev in self.script:
@@ -1064,7 +1065,7 @@ def test_quit_waits_for_a_distant_step_boundary_with_a_countdown(
             assert "A step takes 2:00" in app.screen.message
             await pilot.press("y")
             await pilot.pause()
-            assert trainer.calls == [("stop", True)]
+            assert trainer.calls == [("stop", True)] and trainer.stop_reason == "quit"
             note = alert_text(app)
             assert "in ~1:30" in note and "a step takes 2:00" in note, note
             assert "ctrl+c again: quit now without saving" in note
@@ -1268,6 +1269,7 @@ def test_switching_away_from_a_slow_run_waits_for_its_checkpoint(
             now[0] += 600.0
             await pilot.pause(0.2)
             assert not slow.cancelled and started == ["gpt2-small"]
+            assert slow.stop_reason == "switching preset"
             assert "waited 10:00" in alert_text(app)
             slow.boundary.set()
             await wait_for(pilot, lambda: started == ["gpt2-small", "tiny"])
