@@ -157,7 +157,13 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+        except Exception:
+            if not mmap:
+                raise
+            # a file torch cannot map (an old serialisation format): read it whole
+            state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # torch raises many types for truncated or foreign files
         raise CheckpointError(
             f"{path}: cannot read this checkpoint ({type(e).__name__}); it is truncated or not a "
