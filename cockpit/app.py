@@ -1127,14 +1127,15 @@ class CockpitApp(App[None]):
             warning = self.fit_warning(name, known_peak) if self.fit_warning else ""
         except Exception as e:  # noqa: BLE001 - a failed estimate must not block the switch
             warning = f"could not check {name} against this machine: {e}"
-        self.call_from_thread(self._confirm_switch, name, warning)
+        if not get_current_worker().is_cancelled:  # a later pick replaced this one
+            self.call_from_thread(self._confirm_switch, name, warning)
 
     def _confirm_switch(self, name: str, fit_warning: str) -> None:
         if self._check_note and self._status_note == self._check_note:
             self._status_note = ""
             self._refresh_status()
-        if self._quitting or self.screen is not self.main_screen:
-            return  # the user moved on (quit, another dialog) while it was checked
+        if self._quitting:
+            return  # the user quit while it was checked
         row = {r.name: r for r in self.preset_rows()}.get(name)
         msg = f"Start [b]{name}[/b]"
         if self.engine_running:
