@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from cockpit.cli import main
@@ -172,7 +173,8 @@ def test_signal_mid_run_is_recorded_as_the_reason(tmp_path, sig, reason):
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-def test_app_records_sighup_as_the_reason(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGHUP", "SIGTERM"])
+def test_app_records_the_signal_as_the_reason(tmp_path, sig):
     run_dir = tmp_path / "run"
     metrics = run_dir / "metrics.jsonl"
     name = f"cockpit-reason-{os.getpid()}"
@@ -189,15 +191,25 @@ def test_app_records_sighup_as_the_reason(tmp_path):
             if metrics.exists() and metrics.read_text().count('"kind":"step"') >= 5:
                 break
             time.sleep(0.2)
+        if sig == "SIGTERM":  # a scheduler, with the terminal still there
+            for proc in psutil.process_iter(["cmdline"]):
+                cmdline = proc.info["cmdline"] or ()
+                if cmdline[:1] == [sys.executable] and str(run_dir) in " ".join(cmdline):
+                    proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if '"state":"stopped"' in metrics.read_text():
+                    break
+                time.sleep(0.2)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)  # SIGHUP
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if metrics.exists() and '"state":"stopped"' in metrics.read_text():
             break
         time.sleep(0.2)
     state = final_state(run_dir)
-    assert (state["state"], state["reason"]) == ("stopped", "SIGHUP")
+    assert (state["state"], state["reason"]) == ("stopped", sig)
 
 
 # ---------------------------------------------------------------------- nothing on disk
