@@ -768,7 +768,15 @@ def resume_data_path(
                 f"where it is now (its sha256 must be {expected})"
             )
         # a Tiny Shakespeare copy that is gone: any other copy will do, it is hashed below
-    source = resolve_source(cfg, chosen, cache_dir, download)
+    try:
+        source = resolve_source(cfg, chosen, cache_dir, download)
+    except DataError:
+        if chosen is not None or where is None:
+            raise
+        raise DataRefused(
+            f"this run's corpus {where} is gone and no other copy could be found or downloaded; "
+            f"pass --data NEWPATH to where it is now (its sha256 must be {expected})"
+        ) from None
     digest = _current_sha256(source, cfg, cache_dir)
     if digest != expected:
         if not allow_changed:

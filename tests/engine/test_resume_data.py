@@ -224,6 +224,14 @@ def test_tinyshakespeare_offline_resumes_from_the_recorded_copy(
     code, text = resume(capsys, run_dir, steps=4)
     assert code == 0, text
     assert records(run_dir, "run_started")[-1]["data_source"]["path"] == str(copy)
+    # the copy gone too, nothing to download: where it was and what to pass
+    moved = tmp_path / "moved.txt"
+    shutil.move(copy, moved)
+    code, text = resume(capsys, run_dir, steps=6)
+    assert code == 2 and len(text.strip().splitlines()) == 1, text
+    assert str(copy) in text and "--data NEWPATH" in text and sha256(moved) in text
+    code, text = resume(capsys, run_dir, "--data", str(moved), steps=6)
+    assert code == 0, text
 
 
 def test_a_checkpoint_from_before_recording_falls_back_to_its_data_meta(
