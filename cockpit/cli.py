@@ -524,6 +524,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume is None:
             from engine.presets import load_preset
 
+            if args.allow_data_change:
+                raise ConfigError(
+                    "--allow-data-change applies to --resume RUN_DIR only: a new run records "
+                    "whatever corpus it starts on; drop the flag"
+                )
             load_preset(args.preset or "default", args.overrides, args.presets_dir)
         else:
             if not Path(args.resume).exists():

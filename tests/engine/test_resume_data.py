@@ -234,9 +234,7 @@ def test_tinyshakespeare_offline_resumes_from_the_recorded_copy(
     assert code == 0, text
 
 
-def test_a_checkpoint_from_before_recording_falls_back_to_its_data_meta(
-    tmp_path, capsys, corpus
-):
+def test_a_checkpoint_from_before_recording_falls_back_to_its_data_meta(tmp_path, capsys, corpus):
     run_dir = first_run(capsys, tmp_path, corpus)
     # What older versions wrote: no data_source, the preset's source in the config.
     path = ckpt.latest_checkpoint(run_dir)
@@ -251,3 +249,37 @@ def test_a_checkpoint_from_before_recording_falls_back_to_its_data_meta(
     resumed = records(run_dir, "run_started")[-1]
     assert resumed["data_source"]["path"] == str(corpus)
     assert resumed["train_tokens"] == records(run_dir, "run_started")[0]["train_tokens"]
+
+
+def test_a_folder_corpus_that_moved_resumes_from_its_new_place(tmp_path, capsys):
+    folder = tmp_path / "texts"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text(CORPUS)
+    (folder / "sub" / "b.md").write_text(CORPUS[::-1])
+    run_dir = first_run(capsys, tmp_path, folder)
+    record = records(run_dir, "run_started")[0]["data_source"]
+    assert record["source"] == "path" and record["path"] == str(folder)
+    moved = tmp_path / "archive" / "texts"
+    moved.parent.mkdir()
+    shutil.move(folder, moved)
+    code, text = resume(capsys, run_dir)
+    assert code == 2 and str(folder) in text and record["sha256"] in text
+    code, text = resume(capsys, run_dir, "--data", str(moved))
+    assert code == 0, text
+    assert records(run_dir, "run_started")[-1]["data_source"]["path"] == str(moved)
+
+
+def test_allow_data_change_without_resume_is_refused(tmp_path, capsys, corpus):
+    code, text = cli(
+        capsys,
+        "--preset",
+        "tiny",
+        "--data",
+        str(corpus),
+        "--run-dir",
+        str(tmp_path / "r"),
+        "--allow-data-change",
+        *TINY,
+    )
+    assert code == 2 and "--allow-data-change applies to --resume" in text
+    assert not (tmp_path / "r").exists()
