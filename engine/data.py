@@ -637,7 +637,6 @@ def _memmap(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
 # The corpus a run trained on: recorded at the start, checked when it resumes
 
 ALLOW_DATA_CHANGE_FLAG = "--allow-data-change"
-BUILT_IN_SOURCES = ("pydoc", "tinyshakespeare")
 
 
 class DataRefused(DataError):
@@ -659,7 +658,7 @@ def vocab_fingerprint(tokenizer_meta: dict[str, Any]) -> str:
 
 
 def source_record(source: Source, meta: dict[str, Any]) -> dict[str, Any]:
-    """Where a run's corpus came from, for its config, checkpoints and run_started record:
+    """Where a run's corpus came from, for its checkpoints and run_started record:
     source (pydoc, tinyshakespeare or path), absolute path, sha256 of the text, tokenizer."""
     kind, path = _kind_and_path(source.identity, source.files)
     return {
