@@ -21,6 +21,7 @@ GIB = 1024**3
 CUDA_OVERHEAD = int(0.6 * GIB)  # CUDA context, cuBLAS workspaces and kernels: not torch tensors
 CPU_OVERHEAD = int(0.35 * GIB)  # the Python process with torch loaded
 ALLOCATOR_SLACK = 0.05  # fragmentation in the caching allocator, as a share of the tensors
+MIN_DEVICE_MEMORY = 1024**2  # below this, --device-memory is a typo (0, or 24 meant as 24GB)
 
 
 def parse_size(text: str) -> int:
@@ -29,7 +30,13 @@ def parse_size(text: str) -> int:
     if not m:
         raise ConfigError(f"--device-memory {text!r}: expected a size like 24GB or 80GiB")
     scale = {"": 1, "k": 1024, "m": 1024**2, "g": GIB, "t": 1024**4}[m.group(2)]
-    return int(float(m.group(1)) * scale)
+    size = int(float(m.group(1)) * scale)
+    if size < MIN_DEVICE_MEMORY:  # 0, or bytes meant as GB: a plan against it says nothing
+        raise ConfigError(
+            f"--device-memory {text!r}: {format_bytes(size)} is no device's memory; "
+            "give a size of at least 1 MiB, like 24GB or 80GiB"
+        )
+    return size
 
 
 def param_shapes(cfg: RunConfig, vocab_size: int) -> list[tuple[str, tuple[int, ...]]]:

@@ -129,6 +129,23 @@ def test_parse_size():
     assert parse_size("512m") == 512 * 1024**2
     with pytest.raises(ConfigError, match="expected a size like 24GB"):
         parse_size("lots")
+    for nonsense in ("0", "0GB", "0.0001GB", "512"):  # nothing, or bytes meant as GB
+        with pytest.raises(ConfigError, match="no device's memory"):
+            parse_size(nonsense)
+
+
+@pytest.mark.parametrize("size", ["0", "-1", "", "-24GB"])
+def test_cockpit_plan_refuses_a_device_memory_of_nothing(size):
+    result = subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", "plan", f"--device-memory={size}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stdout
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--device-memory" in lines[0] and "24GB" in lines[0]
 
 
 def test_plan_refuses_what_cannot_fit_and_names_the_fix():
