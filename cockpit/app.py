@@ -30,6 +30,7 @@ from textual.binding import Binding
 from textual.containers import Container, Vertical
 from textual.content import Content
 from textual.markup import escape
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
@@ -969,6 +970,28 @@ class CockpitApp(App[None]):
         self._checkpoint_toast_until = now + timeout
         self.notify(message, title=title, timeout=timeout)
         return True
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Textual's toast, and a full repaint of the screen once it has gone.
+
+        When more toasts are up than the screen is tall, Textual scrolls its toast rack and,
+        as they expire, leaves the rows the rack covered unpainted; the panels repaint only
+        rows whose content changed, so a toast's ghost stayed on screen (for good while paused).
+        """
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        shown_for = self.NOTIFICATION_TIMEOUT if timeout is None else timeout
+        self.set_timer(shown_for + 0.25, self._repaint_after_toast)
+
+    def _repaint_after_toast(self) -> None:
+        self.screen.refresh()
 
     def action_lr_up(self) -> None:
         self._command("scale_lr", LR_STEP)

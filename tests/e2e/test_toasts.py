@@ -1,0 +1,34 @@
+"""Toasts in a real terminal (tmux): every one goes when its time is up, none leaves a ghost."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+
+from test_terminal import TINY, Tmux, pytestmark  # noqa: F401 - skipped without tmux
+
+TOAST_MARK = "▌"  # the left edge Textual draws on every toast
+
+
+def test_no_toast_outlives_its_timeout_at_80x24(tmp_path):
+    """Eight LR changes while paused: eight 4-second toasts, more than 24 rows hold, so
+    Textual scrolls them; once they are gone, none may stay painted over the panels (a paused
+    run repaints nothing by itself, so a ghost would stay for good)."""
+    run_dir = tmp_path / "run"
+    command = f"{shlex.quote(sys.executable)} -m cockpit.cli --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}"
+    term = Tmux(command, width=80, height=24)
+    try:
+        term.wait_for("RUNNING")
+        term.send("space")
+        term.wait_for("PAUSED")
+        for _ in range(8):
+            term.send("+")
+            time.sleep(0.1)
+        term.wait_for("LR changed")
+        time.sleep(4.0 + 3.0)  # their timeout, and some slack for a loaded machine
+        screen = term.screen()
+        assert "LR changed" not in screen and TOAST_MARK not in screen, screen
+        assert "PAUSED" in screen
+    finally:
+        term.kill()
