@@ -864,7 +864,9 @@ class CockpitApp(App[None]):
         if self.mfu > 0 and self.state in ("running", "saving"):
             peak = self._run_info.peak_source if self._run_info is not None else ""
             label = "MFU~" if peak.startswith("measured") else "MFU "
-            segs.append(Segment(Content.assemble((label, "$foreground-muted"), f"{100 * self.mfu:.1f}%"), 6))
+            # the engine corrects its peak so this cannot exceed 1; an old or foreign event might
+            shown = f"{100 * min(self.mfu, 1.0):.1f}%"
+            segs.append(Segment(Content.assemble((label, "$foreground-muted"), shown), 6))
         if self.data_share >= 0.05 and self.state in ("running", "saving"):
             # only worth a place when the loader is a real part of the step
             segs.append(Segment(Content.assemble(("data ", "$warning"), f"{100 * self.data_share:.0f}%"), 6))

@@ -10,8 +10,11 @@ FLOPs per token = 6N + 12*L*H*Q*T (Chowdhery et al. 2022, PaLM, appendix B), whe
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -65,27 +68,50 @@ def table_peak(device_name: str, dtype: torch.dtype) -> Peak | None:
 
 
 def measure_peak(
-    device: torch.device, dtype: torch.dtype, size: int = 1024, seconds: float = 0.3
+    device: torch.device,
+    dtype: torch.dtype,
+    size: int = 1024,
+    seconds: float = 0.3,
+    repeats: int = 6,
 ) -> Peak:
-    """Sustained matmul FLOP/s on this device: the ceiling when no datasheet figure is known."""
+    """Matmul FLOP/s on this device: the ceiling when no datasheet figure is known.
+
+    The best of `repeats` short windows, not one long average: load from another thread or
+    process only ever slows a window down, so the fastest one is closest to what the device can
+    do (one 0.3 s average read 98, 59 and 49 GFLOP/s on the same idle-then-busy CPU).
+    """
     g = torch.Generator(device=device).manual_seed(0)  # never touch the run's global RNG
     a = torch.randn(size, size, device=device, dtype=dtype, generator=g)
     b = torch.randn(size, size, device=device, dtype=dtype, generator=g)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     a @ b  # warm up kernels and thread pools
     sync()
+    # a GPU queues matmuls: sync every few so the clock measures work, not queueing
+    per_sync = 4 if device.type == "cuda" else 1
+    window = seconds / max(repeats, 1)
+    rates = [
+        _window_rate(lambda: a @ b, sync, 2 * size**3, window, per_sync)
+        for _ in range(max(repeats, 1))
+    ]
+    name = str(dtype).removeprefix("torch.")
+    return Peak(
+        max(rates), f"measured: best of {len(rates)} {size}^3 {name} matmuls on {device.type}"
+    )
+
+
+def _window_rate(
+    matmul: Callable[[], Any], sync: Callable[[], Any], flops: float, seconds: float, per_sync: int
+) -> float:
+    """FLOP/s of `matmul` (worth `flops`) repeated for at least `seconds`."""
     count, start = 0, time.perf_counter()
     while True:
-        a @ b
+        matmul()
         count += 1
-        if count % 4 == 0:
+        if count % per_sync == 0:
             sync()
             elapsed = time.perf_counter() - start
             if elapsed >= seconds:
-                break
-    flops = 2 * size**3 * count / elapsed
-    name = str(dtype).removeprefix("torch.")
-    return Peak(flops, f"measured: {size}^3 {name} matmul on {device.type}")
+                return flops * count / elapsed
 
 
 def device_peak(device: torch.device, dtype: torch.dtype) -> Peak:
@@ -96,6 +122,84 @@ def device_peak(device: torch.device, dtype: torch.dtype) -> Peak:
     return measure_peak(device, dtype)
 
 
+def peak_meter(
+    device: torch.device, dtype: torch.dtype, on_change: Callable[[str], None] | None = None
+) -> PeakMeter:
+    """The device's peak (datasheet, else measured) in a meter that corrects a measured one."""
+    peak = device_peak(device, dtype)
+    if peak.source.startswith("table"):
+        return PeakMeter(peak)
+    return PeakMeter(peak, lambda: measure_peak(device, dtype), on_change=on_change)
+
+
 def mfu(tokens_per_s: float, flops_per_tok: float, peak_flops: float) -> float:
-    """Model FLOPs utilisation: achieved model FLOP/s as a fraction of the peak."""
-    return tokens_per_s * flops_per_tok / peak_flops if peak_flops > 0 else 0.0
+    """Model FLOPs utilisation: achieved model FLOP/s as a fraction of the peak, at most 1.
+
+    Above 1 the peak is wrong, not the model faster than the device: `PeakMeter` then raises
+    the peak; the cap keeps any other caller from reporting an impossible figure.
+    """
+    if peak_flops <= 0 or not math.isfinite(tokens_per_s):
+        return 0.0
+    return min(tokens_per_s * flops_per_tok / peak_flops, 1.0)
+
+
+class PeakMeter:
+    """The peak MFU is measured against, corrected while the run goes on.
+
+    A measured peak can only have been deflated (by load while it was taken). When the model's
+    own FLOP/s exceeds it, the device is measured again and the peak becomes the best of the old
+    figure, the new measurement and what the model just did (which the device evidently can
+    do), so MFU never reads above 100%. A re-measurement costs `measure_peak`'s 0.3 s, taken
+    between steps and kept out of the throughput; they are spaced `remeasure_every_s` apart,
+    doubling each time, and in between the peak just follows the model's rate. A datasheet
+    peak (`remeasure=None`) is not second-guessed: the figure is capped at 100%.
+    `on_change(message)` hears each correction of 10% or more (the trainer records it as an
+    info alert); smaller ones are noise in the throughput, not news.
+    """
+
+    ANNOUNCE_RATIO = 1.1
+
+    def __init__(
+        self,
+        peak: Peak,
+        remeasure: Callable[[], Peak] | None = None,
+        *,
+        on_change: Callable[[str], None] | None = None,
+        remeasure_every_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.peak = peak
+        self.remeasurements = 0
+        self._remeasure = remeasure
+        self._on_change = on_change
+        self._every_s = remeasure_every_s
+        self._clock = clock
+        self._next_at = -math.inf  # the first re-measurement may run at once
+        self._announced = peak.flops
+
+    def mfu(self, tokens_per_s: float, flops_per_tok: float) -> float:
+        """MFU of this throughput (0..1), correcting the peak first if the throughput beats it."""
+        achieved = tokens_per_s * flops_per_tok
+        if self._remeasure is not None and math.isfinite(achieved) and achieved > self.peak.flops:
+            self._correct(achieved)
+        return mfu(tokens_per_s, flops_per_tok, self.peak.flops)
+
+    def _correct(self, achieved: float) -> None:
+        assert self._remeasure is not None
+        best, source = self.peak.flops, self.peak.source
+        if self._clock() >= self._next_at:
+            fresh = self._remeasure()
+            self.remeasurements += 1
+            self._next_at = self._clock() + self._every_s * 2 ** (self.remeasurements - 1)
+            if fresh.flops > best:
+                best, source = fresh.flops, fresh.source
+        if achieved > best:
+            best = achieved
+            source = source.split(" (")[0] + " (raised to the model's own rate)"
+        self.peak = Peak(best, source)
+        if self._on_change is not None and best >= self._announced * self.ANNOUNCE_RATIO:
+            self._on_change(
+                f"MFU peak corrected: {self._announced / 1e9:.3g} -> {best / 1e9:.3g} GFLOP/s "
+                f"(the model ran at {achieved / 1e9:.3g}; {source})"
+            )
+            self._announced = best

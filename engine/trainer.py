@@ -56,7 +56,7 @@ from engine.events import (
     StateChanged,
     Step,
 )
-from engine.flops import device_peak, flops_per_token, mfu
+from engine.flops import flops_per_token, peak_meter
 from engine.model import GPT
 from engine.optim import applied_lr, build_optimizer, set_lr_factor
 from engine.plan import check_fits
@@ -517,7 +517,11 @@ class Trainer:
         self.metrics.open(self.run_dir / "metrics.jsonl")
         self.forward = torch.compile(self.model) if cfg.train.compile else self.model
         self.flops_per_token = flops_per_token(self.model.num_params(), cfg.model)
-        self.peak = device_peak(self.device, self.dtype)
+        # a measured peak is corrected when the model beats it (MFU never above 100%)
+        self.peak_meter = peak_meter(
+            self.device, self.dtype, on_change=lambda msg: self._alert("info", msg, "peak")
+        )
+        self.peak = self.peak_meter.peak  # as it was at the start (RunStarted)
         self.log_every = cfg.train.log_every or (1 if self.device.type == "cpu" else 10)
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
 
@@ -1009,7 +1013,7 @@ class Trainer:
         tokens_per_s = len(pending) * self.cfg.tokens_per_step / window
         step_time = window / len(pending)
         first_token_count = self.tokens - len(pending) * self.cfg.tokens_per_step
-        utilisation = mfu(tokens_per_s, self.flops_per_token, self.peak.flops)
+        utilisation = self.peak_meter.mfu(tokens_per_s, self.flops_per_token)
         for i, (p, loss, norm) in enumerate(zip(pending, losses, norm_values, strict=True)):
             self.emit(
                 Step(

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from engine import memory
+from engine import flops, memory
 from engine.config import ConfigError, ModelConfig, OptimConfig
-from engine.flops import flops_per_token, measure_peak, mfu, table_peak
+from engine.flops import Peak, PeakMeter, flops_per_token, measure_peak, mfu, table_peak
 from engine.model import GPT
 from engine.optim import build_optimizer
 from engine.plan import (
@@ -112,6 +113,95 @@ def test_flops_per_token_by_hand():
     n = GPT(cfg, 50304).num_params()
     assert flops_per_token(n, cfg) == 6 * n + 12 * 12 * 12 * 64 * 1024
     assert mfu(1000.0, 6e9, 6e12) == pytest.approx(1.0)
+
+
+def test_mfu_is_a_fraction_never_above_one():
+    assert mfu(500.0, 6e9, 6e12) == pytest.approx(0.5)  # 3e12 of 6e12 FLOP/s
+    assert mfu(2240.0, 6e9, 6e12) == 1.0  # "224%": the peak is wrong, not the model that fast
+    assert mfu(500.0, 6e9, 0.0) == 0.0
+
+
+def test_measured_peak_is_the_best_of_short_windows(monkeypatch):
+    """Load only slows a window: three windows at 49, 98, 59 GFLOP/s mean the device does 98."""
+    rates = iter([49e9, 98e9, 59e9])
+    monkeypatch.setattr(flops, "_window_rate", lambda *args: next(rates))
+    peak = measure_peak(torch.device("cpu"), torch.float32, size=64, repeats=3)
+    assert peak.flops == 98e9
+    assert peak.source == "measured: best of 3 64^3 float32 matmuls on cpu"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_peak_meter_corrects_a_deflated_peak_so_mfu_never_exceeds_one():
+    clock = FakeClock()
+    fresh = iter([Peak(120e9, "measured: again"), Peak(150e9, "measured: third")])
+    remeasured: list[int] = []
+
+    def remeasure() -> Peak:
+        remeasured.append(1)
+        return next(fresh)
+
+    said: list[str] = []
+    meter = PeakMeter(
+        Peak(50e9, "measured: at start"), remeasure, on_change=said.append, clock=clock
+    )
+    # below the peak: a plain ratio, nothing re-measured
+    assert meter.mfu(100.0, 0.25e9) == pytest.approx(25e9 / 50e9)
+    assert remeasured == []
+    # 100 GFLOP/s against a 50 GFLOP/s peak: re-measure (120) -> 100/120
+    assert meter.mfu(400.0, 0.25e9) == pytest.approx(100 / 120)
+    assert meter.peak == Peak(120e9, "measured: again") and len(remeasured) == 1
+    assert said == ["MFU peak corrected: 50 -> 120 GFLOP/s (the model ran at 100; measured: again)"]
+    # 130 within the next 30 s: no new measurement, the peak follows the model's own rate
+    clock.now = 10.0
+    assert meter.mfu(520.0, 0.25e9) == 1.0
+    assert meter.peak.flops == 130e9 and "raised to the model's own rate" in meter.peak.source
+    assert len(remeasured) == 1 and len(said) == 1  # +8%: not announced
+    # after 30 s, beaten again: measured again (150)
+    clock.now = 41.0
+    assert meter.mfu(560.0, 0.25e9) == pytest.approx(140 / 150)
+    assert len(remeasured) == 2 and meter.peak.flops == 150e9
+    # the next re-measurement waits twice as long (60 s)
+    clock.now = 41.0 + 59.0
+    assert meter.mfu(800.0, 0.25e9) == 1.0
+    assert len(remeasured) == 2
+
+
+def test_a_datasheet_peak_is_kept_and_the_figure_capped():
+    meter = PeakMeter(Peak(989e12, "table: H100 bf16"))
+    assert meter.mfu(1e6, 6e9) == 1.0  # 6e15 FLOP/s claimed: capped, the table kept
+    assert meter.mfu(1e3, 6e9) == pytest.approx(6e12 / 989e12)
+    assert meter.peak.flops == 989e12
+
+
+@pytest.mark.parametrize("remeasured_flops", [1e6, 1e18])
+def test_trainer_corrects_a_deflated_peak_and_records_it(tmp_path, monkeypatch, remeasured_flops):
+    """A real tiny run whose start-up measurement was deflated (1 MFLOP/s): no step reports an
+    MFU above 100%, and metrics.jsonl says the peak was corrected and why."""
+    peaks = iter([Peak(1e6, "measured: deflated at start")])
+    monkeypatch.setattr(
+        flops,
+        "measure_peak",
+        lambda *a, **k: next(peaks, Peak(remeasured_flops, "measured: again")),
+    )
+    cfg = load_preset("tiny", [*SMALL, "train.max_steps=6", "eval.interval=0", "sample.interval=0"])
+    trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False)
+    assert trainer.run() == "finished"
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r["kind"] == "step"]
+    assert len(steps) == 6 and all(0 < r["mfu"] <= 1.0 for r in steps)
+    if remeasured_flops > 1e15:  # the new measurement is the peak: a small, true fraction
+        assert steps[-1]["mfu"] < 1e-3
+    corrections = [r for r in records if r["kind"] == "alert" and r["code"] == "peak"]
+    assert corrections and corrections[0]["level"] == "info"
+    assert "MFU peak corrected: 0.001 ->" in corrections[0]["message"]
+    assert trainer.peak_meter.peak.flops > 1e6
 
 
 def test_peak_table_and_measured_fallback():

@@ -1,0 +1,35 @@
+"""The status line's MFU: labelled approximate for a measured peak, and never above 100%."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from scripted import ScriptedTrainer, build_script, settle
+
+from cockpit.app import CockpitApp
+
+
+def test_status_line_never_shows_an_mfu_above_100_percent() -> None:
+    script = build_script(steps=20, lr_change_at=None)
+    script = [
+        dataclasses.replace(e, peak_source="measured: best of 6 1024^3 float32 matmuls on cpu")
+        if e.kind == "run_started"
+        else dataclasses.replace(e, mfu=2.24 if e.step == 20 else 0.31)
+        if e.kind == "step"
+        else e
+        for e in script
+    ]
+
+    async def go() -> str:
+        trainer = ScriptedTrainer("default", script=script)
+        app = CockpitApp(lambda name: trainer, "default")
+        async with app.run_test(size=(200, 30)) as pilot:
+            await settle(pilot)
+            await settle(pilot)
+            assert app.step == 20 and app.mfu == 2.24  # an event from an engine that did not cap
+            return str(app.status_line.text.render())
+
+    text = asyncio.run(go())
+    assert "MFU~100.0%" in text, text
+    assert "224" not in text
