@@ -240,6 +240,18 @@ def test_progress_tracker_from_event_times() -> None:
     assert p.rate == pytest.approx(5.0)
 
 
+def test_progress_tracker_of_a_resumed_run_counts_the_time_trained_before() -> None:
+    p = ProgressTracker(window=10)
+    p.start(1000.0, before=600.0)  # 10 minutes trained in earlier sessions
+    assert p.elapsed == pytest.approx(600.0)
+    p.add_step(1002.0, 251)
+    p.add_step(1004.0, 252)
+    assert p.elapsed == pytest.approx(604.0)
+    assert p.rate == pytest.approx(0.5)  # the rate is this session's own
+    p.start(2000.0)  # a new run: nothing before
+    assert p.elapsed == pytest.approx(0.0)
+
+
 def test_load_governor_slows_down_and_recovers() -> None:
     from cockpit.history import LoadGovernor
 
