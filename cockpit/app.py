@@ -705,6 +705,8 @@ class CockpitApp(App[None]):
             self._set_alert("warning", text, ttl=WARNING_TTL_STEPS, at_step=ev.step)
         elif code == "rollback":  # e.g. nothing to roll back to: a short notice, not a banner
             self.notify(ev.message, title="Roll back", severity="warning", timeout=5)
+            if self._anomaly is not None:  # not "rolling back..." any more
+                self._set_alert("nan", self._anomaly_banner())
         elif ev.level == "error":
             if code == "disk":
                 self._checkpoint_pending = False  # that save failed: c may try again
@@ -773,7 +775,10 @@ class CockpitApp(App[None]):
             return ""
         if a.loss is not None:  # the fault quotes it already
             return f"the weights may be damaged (a fresh model's loss is {fresh:.2f})"
-        return f"the loss was already {fmt_loss(loss)} (a fresh model's: {fresh:.2f}): the weights may be damaged"
+        return (
+            f"the loss was already {fmt_loss(loss)} (a fresh model's: {fresh:.2f}): "
+            "the weights may be damaged"
+        )
 
     def _expire_alert(self) -> None:
         if self._alert and self._alert[2] is not None and self.step >= self._alert[2]:

@@ -27,7 +27,7 @@ from textual.widgets import Input
 from cockpit.app import PANEL_IDS, CockpitApp, RunSummary, format_exit_report
 from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
-from engine.events import CheckpointSaved, StateChanged, Step
+from engine.events import Alert, CheckpointSaved, StateChanged, Step
 
 SIZE = (100, 30)
 
@@ -689,6 +689,37 @@ def test_resuming_from_a_spike_pause_clears_the_banner() -> None:
             await settle(pilot)
             assert app.state == "running"
             assert alert_text(app) == ""
+
+    run(go())
+
+
+def test_a_run_that_gives_up_on_a_nan_says_failed_and_why_not_paused() -> None:
+    """A headless-style give-up (no checkpoint to roll back to) seen in the app."""
+    script = build_script("default", steps=120)
+    t = script[-1].time
+    fault = "loss is not finite at step 121"
+    script += [
+        Alert(
+            level="error",
+            code="nan",
+            step=121,
+            time=t + 0.1,
+            message=f"{fault}; no checkpoint to roll back to: stopping",
+        ),
+        StateChanged(
+            state="failed", step=121, reason=f"{fault}; no checkpoint to roll back to", time=t + 0.2
+        ),
+    ]
+
+    async def go() -> None:
+        app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
+            await settle(pilot)
+            assert app.state == "failed"
+            banner = alert_text(app)
+            assert banner == f"✗ FAILED at step 121: {fault}; no checkpoint to roll back to"
+            assert "paused" not in banner and "resume" not in banner
 
     run(go())
 
