@@ -1,12 +1,18 @@
-"""The planner's activation estimate against a measurement on the CPU, for 3 configurations.
+"""The planner's activation estimate against a measurement on the CPU, with and without
+gradient checkpointing.
 
-    python bench/memory_cpu.py
+    python bench/memory_cpu.py [INDEX ...]
 
-Each configuration runs in a fresh process with glibc's mmap threshold lowered, so freed tensor
-memory goes straight back to the OS and RSS follows live tensors. The process first makes the
-gradients and optimizer state exist with a one-sequence step, then records its RSS; the
-high-water mark (ru_maxrss) after one forward-backward of the real batch, minus that baseline,
-is the memory the step's activations took. Goal: the estimate within 15% of the measurement.
+Each configuration runs in a fresh process, twice:
+- "live": glibc's mmap threshold lowered, so freed tensor memory goes straight back to the OS
+  and RSS follows live tensors. This is what `activation_bytes_estimate` models.
+- "process": glibc as it comes, as in a real run. Its heap keeps freed buffers, so the RSS can
+  peak above the live tensors; with checkpointing by about one block of activations (the
+  recomputed blocks' buffers), which `plan_memory` adds to the CPU overhead.
+The process first makes the gradients and optimizer state exist with a one-sequence step, then
+records its RSS; the high-water mark (ru_maxrss) over three training steps of the real batch,
+minus that baseline, is the memory the steps' activations took. Goal: each estimate within 15%
+of its measurement.
 """
 
 from __future__ import annotations
@@ -17,10 +23,17 @@ import subprocess
 import sys
 
 CONFIGS = [
-    # (n_layer, n_head, n_embd, block_size, batch, vocab)
-    (4, 4, 128, 64, 12, 65),  # nanogpt-cpu
-    (6, 6, 384, 256, 16, 65),  # shakespeare-char's shape, smaller batch
-    (4, 8, 512, 512, 4, 50257),  # a BPE model: the logits dominate
+    # (n_layer, n_head, n_embd, block_size, batch, vocab, grad_checkpoint)
+    (4, 4, 128, 64, 12, 65, False),  # nanogpt-cpu
+    (6, 6, 384, 256, 16, 65, False),  # shakespeare-char's shape, smaller batch
+    (4, 8, 512, 512, 4, 50257, False),  # a BPE model: the logits dominate
+    # gradient checkpointing: the block inputs, plus one block recomputed with its backward
+    # issue 10's case: the default preset with block 256, n_embd 256 (`cockpit plan` was 19-28%
+    # under the run's peak RSS); without checkpointing for comparison
+    (4, 4, 256, 256, 32, 103, True),
+    (4, 4, 256, 256, 64, 103, True),
+    (4, 4, 256, 256, 32, 103, False),
+    (4, 8, 512, 512, 4, 50257, True),  # checkpointed with large logits
 ]
 
 CHILD = r"""
@@ -29,11 +42,13 @@ import psutil, torch
 from engine.config import ModelConfig, OptimConfig
 from engine.model import GPT
 from engine.optim import build_optimizer
-from engine.memory import activation_bytes_estimate
+from engine.memory import activation_bytes_estimate, layer_activation_bytes
 
-n_layer, n_head, n_embd, block, batch, vocab = json.loads(sys.argv[1])
+n_layer, n_head, n_embd, block, batch, vocab, ckpt = json.loads(sys.argv[1])
 torch.manual_seed(0)
-cfg = ModelConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block)
+cfg = ModelConfig(
+    n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block, grad_checkpoint=ckpt
+)
 model = GPT(cfg, vocab)
 opt = build_optimizer(model, OptimConfig(), "cpu")
 x1 = torch.randint(vocab, (1, block))
@@ -43,24 +58,48 @@ opt.zero_grad(set_to_none=False)  # gradients stay allocated, as during a real s
 x = torch.randint(vocab, (batch, block))
 y = torch.randint(vocab, (batch, block))
 baseline = psutil.Process().memory_info().rss
-model(x, y)[1].backward()
+for _ in range(3):
+    model(x, y)[1].backward()
+    opt.step()
+    opt.zero_grad(set_to_none=False)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-estimate = activation_bytes_estimate(batch, block, n_embd, n_head, n_layer, vocab, 4)
-print(json.dumps({"measured": peak - baseline, "estimate": estimate}))
+estimate = activation_bytes_estimate(
+    batch, block, n_embd, n_head, n_layer, vocab, 4, grad_checkpoint=ckpt
+)
+# what plan_memory adds to the CPU overhead for the glibc heap under checkpointing
+retained = layer_activation_bytes(batch, block, n_embd, n_head, 4) if ckpt else 0
+print(json.dumps({"measured": peak - baseline, "estimate": estimate, "retained": retained}))
 """
 
 
+def measure(config: tuple, live: bool) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    if live:
+        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(config)], capture_output=True, text=True, env=env, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1"}
-    print(f"{'configuration':<42} {'estimate':>10} {'measured':>10} {'est/meas':>9}")
-    for config in CONFIGS:
-        out = subprocess.run(
-            [sys.executable, "-c", CHILD, json.dumps(config)], capture_output=True, text=True, env=env, check=True
-        )
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        n_layer, n_head, n_embd, block, batch, vocab = config
+    only = sys.argv[1:]  # optional: indices of CONFIGS to run
+    mi = 2**20
+    print(f"{'configuration':<52} {'live: estimate':>15} {'measured':>9} {'ratio':>6}   {'process: estimate':>18} {'measured':>9} {'ratio':>6}")
+    for i, config in enumerate(CONFIGS):
+        if only and str(i) not in only:
+            continue
+        live, process = measure(config, True), measure(config, False)
+        n_layer, n_head, n_embd, block, batch, vocab, ckpt = config
         label = f"{n_layer}x{n_embd} h{n_head} block {block} batch {batch} vocab {vocab}"
-        print(f"{label:<42} {r['estimate'] / 2**20:>8.1f}Mi {r['measured'] / 2**20:>8.1f}Mi {r['estimate'] / r['measured']:>9.2f}")
+        label += " grad-ckpt" if ckpt else ""
+        est = live["estimate"]
+        est_process = est + process["retained"]
+        print(
+            f"{label:<52} {est / mi:>13.1f}Mi {live['measured'] / mi:>7.1f}Mi {est / live['measured']:>6.2f}"
+            f"   {est_process / mi:>16.1f}Mi {process['measured'] / mi:>7.1f}Mi {est_process / process['measured']:>6.2f}"
+        )
 
 
 if __name__ == "__main__":

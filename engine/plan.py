@@ -14,7 +14,7 @@ from math import prod
 import torch
 
 from engine.config import ConfigError, RunConfig
-from engine.memory import activation_bytes_estimate
+from engine.memory import activation_bytes_estimate, layer_activation_bytes
 from engine.model import GPT
 
 GIB = 1024**3
@@ -136,6 +136,14 @@ def plan_memory(
     tensors = weights + gradients + optimizer + activations
     fixed = CUDA_OVERHEAD if device_type == "cuda" else CPU_OVERHEAD
     overhead = fixed + int(ALLOCATOR_SLACK * tensors)
+    if m.grad_checkpoint and device_type == "cpu":
+        # glibc keeps freed activation buffers in its heap, so the process peaks about one block
+        # of activations above its live tensors (bench/memory_cpu.py, "process" column). Without
+        # checkpointing the fixed overhead's margin covers that; with it, the activations are
+        # small, the recomputed blocks' buffers many, and the plan was 19-28% short.
+        overhead += layer_activation_bytes(
+            cfg.train.batch_size, m.block_size, m.n_embd, m.n_head, value_bytes
+        )
     return MemoryPlan(
         device_type, capacity, n_params, weights, gradients, optimizer, activations, overhead
     )
