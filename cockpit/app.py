@@ -498,6 +498,8 @@ class CockpitApp(App[None]):
 
     # the drain timer -----------------------------------------------------------------------------
     def _tick(self) -> None:
+        if not self.screen_stack:
+            return  # the app is shutting down: nothing left to draw on
         self._adapt_to_load()
         if self.screen is not self.main_screen:
             # A dialog is open: Textual re-blends the dimmed main screen behind it on every
@@ -998,7 +1000,8 @@ class CockpitApp(App[None]):
         self.set_timer(shown_for + 0.25, self._repaint_after_toast)
 
     def _repaint_after_toast(self) -> None:
-        self.screen.refresh()
+        if self.screen_stack:  # not after the app has shut down
+            self.screen.refresh()
 
     def action_lr_up(self) -> None:
         self._command("scale_lr", LR_STEP)

@@ -199,3 +199,39 @@ def test_resume_with_a_different_model_shape_is_refused(tmp_path):
     assert result.returncode == 2
     assert "cannot change model.n_embd on resume (16 -> 32)" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_reader_that_goes_away_does_not_stop_the_run(tmp_path):
+    """`cockpit train --headless | head -1`: the pipe closes, the run trains on to its end."""
+    run_dir = tmp_path / "r"
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cockpit.cli",
+            "train",
+            "--headless",
+            "--preset",
+            "tiny",
+            "--run-dir",
+            str(run_dir),
+            *TINY,
+            "--set",
+            "train.max_steps=40",
+        ],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TERM": "dumb"},
+    )
+    reader.stdin.close()
+    first = reader.stdout.read().decode()
+    reader.wait(timeout=10)
+    assert first.startswith("tiny:")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+    assert (run_dir / "ckpt-00000040.pt").exists()
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["state"] == "finished"
