@@ -319,6 +319,7 @@ class Trainer:
         self._last_eval: Eval | None = None  # a checkpoint at its step may become best.pt
         self._checkpoint_is_best = False  # recorded in the checkpoint being written
         self.last_checkpoint: Path | None = None
+        self._last_save: tuple[Path, str] | None = None  # path, fingerprint: c repeats nothing
         self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
         self._stop_reason = "stopped by user"  # the final state's reason: who or what stopped it
@@ -666,6 +667,7 @@ class Trainer:
             self._set_state(RunState.PAUSED, "checkpoint failed")
             return None
         self.last_checkpoint = path
+        self._last_save = (path, self._checkpoint_fingerprint())
         self.emit(CheckpointSaved(step=self.step, path=str(path), reason=reason))
         self._set_state(previous, "")
         return path
@@ -824,13 +826,11 @@ class Trainer:
             self._flush()
             # c pressed again at the same step: nothing changed since that save, so acknowledge
             # the file already on disk rather than write the same checkpoint again.
-            fingerprint = self._checkpoint_fingerprint()
-            saved = getattr(self, "_manual_save", None)
-            if saved is not None and saved[1] == fingerprint and saved[0].exists():
+            saved = self._last_save
+            if saved is not None and saved[0].exists() and saved[1] == self._checkpoint_fingerprint():
                 self.emit(CheckpointSaved(step=self.step, path=str(saved[0]), reason="manual"))
             else:
-                path = self._save("manual")
-                self._manual_save = (path, fingerprint) if path is not None else None
+                self._save("manual")
         elif name in ("set_lr", "scale_lr"):
             self._change_lr(name, arg)
         elif name == "sample":
@@ -846,7 +846,7 @@ class Trainer:
         """A hash of what a save now would write, weights and optimizer moments aside: those
         change only with a step or a restore, and both change what is hashed (step, LR scale)."""
         state = self._checkpoint_state()
-        for heavy in ("model", "optimizer", "scaler"):
+        for heavy in ("model", "optimizer", "scaler", "is_best"):  # is_best: same weights
             state.pop(heavy, None)
         digest = hashlib.sha256()
 

@@ -62,3 +62,35 @@ def test_ten_checkpoints_at_one_step_write_once_and_answer_ten_times(tmp_path):
     trainer.stop(checkpoint=False)
     thread.join(30)
     assert not thread.is_alive()
+
+
+def test_c_right_after_an_interval_save_at_that_step_writes_nothing(tmp_path):
+    rec = Recorder()
+    trainer = Trainer(
+        tiny_cfg(
+            "train.max_steps=100000",
+            "eval.interval=0",
+            "sample.interval=0",
+            "checkpoint.interval=1",
+        ),
+        run_dir=tmp_path,
+        sinks=[rec],
+        telemetry=False,
+    )
+    thread = start(trainer)
+    rec.wait_for(lambda e: e.kind == "step" and e.step >= 2)
+    trainer.pause()
+    paused = rec.wait_for(lambda e: e.kind == "state" and e.state == "paused")
+    interval_save = [e for e in rec.of("checkpoint") if e.step == paused.step]
+    assert [e.reason for e in interval_save] == ["interval"]
+    path = Path(interval_save[0].path)
+    identity = file_identity(path)
+    time.sleep(0.02)
+
+    trainer.checkpoint()
+    ack = rec.wait_for(lambda e: e.kind == "checkpoint" and e.reason == "manual")
+    assert (ack.step, ack.path) == (paused.step, str(path))
+    assert file_identity(path) == identity
+    trainer.stop(checkpoint=False)
+    thread.join(30)
+    assert not thread.is_alive()
