@@ -621,7 +621,13 @@ class CockpitApp(App[None]):
         if ev.resumed_from:
             # the checkpoint it resumed from is one to roll back to (replayed saves follow)
             self.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
-            self.notify(f"from {ev.resumed_from}", title=f"Resumed at step {ev.start_step}")
+            # what the resume changed, set aside or kept (also in metrics.jsonl and headless)
+            notes = tuple(getattr(ev, "notes", ()) or ())
+            self.notify(
+                "\n".join((f"from {ev.resumed_from}", *(f"• {n}" for n in notes))),
+                title=f"Resumed at step {fmt_int(ev.start_step)}",
+                timeout=6 + 4 * len(notes),
+            )
 
     def _on_state(self, ev: Any) -> None:
         previous = self.state

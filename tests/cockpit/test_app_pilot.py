@@ -483,6 +483,33 @@ def test_resumed_history_is_drawn_but_not_announced() -> None:
     run(go())
 
 
+def test_a_resume_says_what_it_changed() -> None:
+    """The resume's notes (an LR set with --set, an optimizer started fresh...) reach the
+    screen, not only the headless output and metrics.jsonl."""
+
+    async def go() -> None:
+        script = resumed_script(new_steps=0)
+        script[0] = dataclasses.replace(
+            script[0], notes=("optim.lr: 0.001 -> 0.01 (applied from the first resumed step)",)
+        )
+        app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
+        toasts: list[Any] = []
+
+        def hook(message: Any) -> None:
+            if isinstance(message, Notify):
+                toasts.append(message.notification)
+
+        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+            await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
+            await settle(pilot)
+            resumed = [t for t in toasts if t.title.startswith("Resumed at step 250")]
+            assert len(resumed) == 1
+            assert "optim.lr: 0.001 -> 0.01" in resumed[0].message
+            assert resumed[0].timeout >= 10  # time to read it
+
+    run(go())
+
+
 def status_text(app: CockpitApp) -> str:
     return str(app.status_line.text.render())
 
