@@ -155,7 +155,13 @@ def format_exit_report(runs: Sequence[RunSummary], forced: bool = False) -> str:
             lines.append(
                 f"quit without saving: steps {run.step - lost + 1}-{run.step} ({lost}) are lost"
             )
-        if run.checkpoint is not None:
+        if run.checkpoint is not None and run.state == "finished":
+            # resuming a finished run only says so: the command that trains on is an extension
+            lines.append(
+                f"finished; to train on: cockpit --resume {shlex.quote(run.run_dir)} "
+                f"--set train.max_steps={2 * run.step}"
+            )
+        elif run.checkpoint is not None:
             lines.append(f"resume: cockpit --resume {shlex.quote(run.run_dir)}")
         elif run.start_step == 0:
             lines.append(f"start again: cockpit --preset {shlex.quote(run.preset)}")

@@ -1202,6 +1202,10 @@ def test_exit_report_names_the_run_dir_checkpoint_and_resume_command() -> None:
         "no checkpoint was saved",
         "start again: cockpit --preset default",
     ]
+    finished = RunSummary("tiny", "runs/f", "finished", 300, 0, (300, "runs/f/ckpt-000300.pt"))
+    assert format_exit_report([finished]).splitlines()[-1] == (
+        "finished; to train on: cockpit --resume runs/f --set train.max_steps=600"
+    )
     behind = RunSummary("tiny", "runs/t", "running", 130, 0, (120, "runs/t/ckpt-000120.pt"))
     assert "steps 121-130 (10) are lost" in format_exit_report([behind], forced=True)
     # a session that switched presets reports both runs, the current one last
