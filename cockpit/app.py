@@ -1040,7 +1040,7 @@ class CockpitApp(App[None]):
         lost = max(0, self.step - step)
         message = (
             f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
-            f"This discards the {fmt_int(lost)} steps trained since (more while you decide: "
+            f"This discards the {fmt_int(lost)} step{'' if lost == 1 else 's'} trained since (more while you decide: "
             "training goes on) and halves the LR for the rest of the run."
         )
         self.push_screen(
