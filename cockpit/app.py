@@ -479,6 +479,11 @@ class CockpitApp(App[None]):
         worker = event.worker
         if worker is not self.engine_worker or not worker.is_finished:
             return
+        if not self.screen_stack:  # the app has shut down: nothing to draw, keep the state
+            if self.state not in ENDED:
+                result = worker.result if event.state == WorkerState.SUCCESS else None
+                self.state = result if result in ENDED else "stopped"
+            return
         self.pump()  # whatever the engine said last
         if event.state == WorkerState.ERROR:
             err = worker.error
@@ -522,6 +527,8 @@ class CockpitApp(App[None]):
 
         `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
         """
+        if not self.screen_stack:
+            return 0  # the app has shut down: nothing left to draw on
         # One screen update for everything this drain changes, not one per widget touched.
         with self.batch_update():
             return self._pump(force)
