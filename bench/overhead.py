@@ -1,6 +1,6 @@
 """What the cockpit costs the training run, how fast it reacts, and how long a redraw takes.
 
-    python bench/cockpit.py [--steps 300] [--rounds 6] [--data PATH]
+    python bench/overhead.py [--steps 300] [--rounds 6] [--data PATH]
 
 1. Overhead: tokens/s of `nanogpt-cpu` with the app drawing at 160x48 (Textual's headless
    driver: layout, plots and compositing all run, only the terminal writes are dropped) against
@@ -10,29 +10,37 @@
 3. Redraw cost: the UI thread's CPU time for a frame at 160x48 with 100,000 steps of history,
    every panel with new data, through Textual's compositor down to the terminal bytes.
    Goal: p95 < 25 ms.
+
+Beside the tokens/s ratio (which drifts with the machine's speed, and on a shared machine with
+everyone else's load), part 1 reports the CPU seconds the UI thread and the telemetry thread
+use per second of training, read from each thread's own CPU clock: these do not drift. Their
+sum against the process's CPU is what the cockpit costs (goal: about 3% on 2 cores).
+`--profile` adds a cProfile of the UI thread alone over a minute of live training.
+`--parts` picks the parts to run (e.g. `--parts cpu,profile`; `cpu` is part 1 without the
+headless rounds).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
 import math
 import os
+import pstats
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-# Run as `python bench/cockpit.py`, this file would shadow the `cockpit` package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+from textual import events
 
-from textual import events  # noqa: E402
-
-from cockpit.app import CockpitApp  # noqa: E402
-from engine.events import (  # noqa: E402
+from cockpit.app import CockpitApp
+from engine.events import (
     DeviceReading,
     Eval,
     EventQueue,
@@ -43,9 +51,9 @@ from engine.events import (  # noqa: E402
     Step,
     Telemetry,
 )
-from engine.presets import load_preset  # noqa: E402
-from engine.schedule import planned_curve  # noqa: E402
-from engine.trainer import Trainer, settle_garbage_collector  # noqa: E402
+from engine.presets import load_preset
+from engine.schedule import planned_curve
+from engine.trainer import Trainer, settle_garbage_collector
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -53,46 +61,130 @@ SHAKESPEARE = (
 SIZE = (160, 48)
 
 
-def tokens_per_s(times: dict[int, float], tokens_per_step: int, warmup: int) -> float:
-    last = max(times)
-    return (last - warmup) * tokens_per_step / (times[last] - times[warmup])
+UI_THREAD = "MainThread"  # Textual runs its event loop, so all drawing, on the main thread
+TELEMETRY_THREAD = "telemetry-poller"
 
 
-def make_trainer(steps: int, data: str, run_dir: str, times: dict[int, float]) -> Trainer:
+def thread_cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each live Python thread, by name, read from
+    each thread's own CPU clock (any thread may read them), and by the whole process under
+    "process" (torch's worker threads included)."""
+    clocks = {"process": time.process_time()}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            clocks[thread.name] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (OSError, AttributeError):  # the thread ended meanwhile; no such clock here
+            pass
+    return clocks
+
+
+@dataclass
+class Timing:
+    """What a run's step sink saw: each step's wall time, and the threads' CPU clocks at the
+    warm-up step and at the last step (read on the engine thread, which is then between steps)."""
+
+    warmup: int
+    last_step: int
+    steps: dict[int, float] = field(default_factory=dict)
+    cpu_at_warmup: dict[str, float] = field(default_factory=dict)
+    cpu_at_end: dict[str, float] = field(default_factory=dict)
+
+    def tokens_per_s(self, tokens_per_step: int) -> float:
+        last = max(self.steps)
+        return (last - self.warmup) * tokens_per_step / (self.steps[last] - self.steps[self.warmup])
+
+    def cpu_per_training_s(self) -> dict[str, float]:
+        """Each thread's CPU seconds per wall second of training, between the two readings."""
+        wall = self.steps[max(self.steps)] - self.steps[self.warmup]
+        return {
+            name: (self.cpu_at_end[name] - start) / wall
+            for name, start in self.cpu_at_warmup.items()
+            if name in self.cpu_at_end
+        }
+
+
+def make_trainer(steps: int, data: str, run_dir: str, timing: Timing) -> Trainer:
     cfg = load_preset("nanogpt-cpu", [f"train.max_steps={steps}", "checkpoint.interval=0"])
 
     def clock(event) -> None:
         if event.kind == "step":
-            times[event.step] = time.perf_counter()
+            timing.steps[event.step] = time.perf_counter()
+            if event.step == timing.warmup:
+                timing.cpu_at_warmup = thread_cpu_seconds()
+            elif event.step == timing.last_step:
+                timing.cpu_at_end = thread_cpu_seconds()
 
     return Trainer(cfg, run_dir=run_dir, data_path=data, sinks=[clock])
 
 
-def headless_run(steps: int, data: str, warmup: int) -> float:
-    times: dict[int, float] = {}
+def headless_run(steps: int, data: str, warmup: int) -> tuple[float, Timing]:
+    timing = Timing(warmup, steps)
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = make_trainer(steps, data, run_dir, times)
+        trainer = make_trainer(steps, data, run_dir, timing)
         thread = threading.Thread(target=trainer.run)  # a thread, as in the app
         thread.start()
         thread.join()
-        return tokens_per_s(times, trainer.cfg.tokens_per_step, warmup)
+        return timing.tokens_per_s(trainer.cfg.tokens_per_step), timing
 
 
-async def app_run(steps: int, data: str, warmup: int) -> float:
-    times: dict[int, float] = {}
+async def app_run(
+    steps: int, data: str, warmup: int, profile_s: float = 0.0
+) -> tuple[float, Timing, cProfile.Profile | None]:
+    """A run with the app drawing it. With `profile_s`, the UI thread (only: cProfile hooks the
+    thread that enables it) is profiled for that long from the warm-up step on, then the run is
+    stopped."""
+    timing = Timing(warmup, steps)
+    profile = cProfile.Profile() if profile_s else None
     with tempfile.TemporaryDirectory() as run_dir:
         made: list[Trainer] = []
 
         def factory(_preset: str) -> Trainer:
-            made.append(make_trainer(steps, data, run_dir, times))
+            made.append(make_trainer(steps, data, run_dir, timing))
             return made[-1]
 
         app = CockpitApp(factory, "nanogpt-cpu")
         async with app.run_test(size=SIZE) as pilot:
+            if profile is not None:
+                while warmup not in timing.steps:
+                    await asyncio.sleep(0.05)
+                profile.enable()
+                await asyncio.sleep(profile_s)
+                profile.disable()
+                made[0].stop(checkpoint=False)
             while not made or made[0].state not in ("finished", "failed", "stopped"):
                 await asyncio.sleep(0.5)
             await pilot.pause()
-        return tokens_per_s(times, made[0].cfg.tokens_per_step, warmup)
+        return timing.tokens_per_s(made[0].cfg.tokens_per_step), timing, profile
+
+
+def cpu_shares(timing: Timing) -> tuple[float, float, float]:
+    """(UI, telemetry, process) CPU seconds per second of training."""
+    per_s = timing.cpu_per_training_s()
+    return per_s.get(UI_THREAD, 0.0), per_s.get(TELEMETRY_THREAD, 0.0), per_s["process"]
+
+
+def print_cpu_line(label: str, timing: Timing) -> tuple[float, float, float]:
+    ui, telemetry, process = cpu_shares(timing)
+    print(
+        f"   {label}: CPU s per s of training: UI thread {ui:.4f}  telemetry thread {telemetry:.4f}"
+        f"  process {process:.3f}  (UI + telemetry = {100 * (ui + telemetry) / process:.2f}% of the process)"
+    )
+    return ui, telemetry, process
+
+
+def print_profile(profile: cProfile.Profile, seconds: float, top: int = 25) -> None:
+    for order, what in (("cumulative", "cumulative"), ("tottime", "own")):
+        out = io.StringIO()
+        stats = pstats.Stats(profile, stream=out)
+        stats.sort_stats(order).print_stats(top)
+        print(f"   UI thread over {seconds:.0f} s of live training, top {top} by {what} time:")
+        text = out.getvalue()
+        # from the table's header on (pstats first prints the file name and totals)
+        lines = text.splitlines()
+        start = next((i for i, line in enumerate(lines) if "function calls" in line), 0)
+        print("\n".join("   " + line for line in lines[start:] if line.strip()))
 
 
 def press_like_a_terminal(app: CockpitApp, key: str) -> None:
@@ -227,8 +319,15 @@ class FrozenTrainer:
         self.events.put(StateChanged(state="stopped", step=self.step))
         return self.state
 
-    def stop(self, checkpoint: bool = True) -> None:
+    def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         self._stopped.set()
+
+    def drain_events(self) -> list:
+        return self.events.drain()
+
+    @property
+    def dropped_events(self) -> int:
+        return self.events.dropped
 
     def __getattr__(self, name: str):  # pause, resume, ...: no-ops here
         return lambda *args, **kwargs: None
@@ -353,6 +452,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+PARTS = ("overhead", "cpu", "pause", "redraw", "profile")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -362,45 +464,86 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument(
+        "--profile", action="store_true", help="add a cProfile of the UI thread (the 'profile' part)"
+    )
+    parser.add_argument("--profile-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--parts",
+        default="overhead,pause,redraw",
+        help=f"comma-separated, from {', '.join(PARTS)} ('cpu': the app's rounds only, no headless)",
+    )
+    parser.add_argument(
         "--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
     )
     args = parser.parse_args()
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if args.profile:
+        parts.add("profile")
+    unknown = parts - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part {', '.join(sorted(unknown))}: choose from {', '.join(PARTS)}")
 
-    print(
-        f"1. overhead: nanogpt-cpu, {args.steps} steps, app at {SIZE[0]}x{SIZE[1]} vs headless, alternating"
-    )
-    headless, drawn, ratios = [], [], []
-    for r in range(args.rounds):
-        # alternate which goes first, so a machine slowing down or speeding up hits both alike
-        first_headless = r % 2 == 0
-        if first_headless:
-            headless.append(headless_run(args.steps, args.data, args.warmup))
-        drawn.append(asyncio.run(app_run(args.steps, args.data, args.warmup)))
-        if not first_headless:
-            headless.append(headless_run(args.steps, args.data, args.warmup))
-        ratios.append(drawn[-1] / headless[-1])
+    if parts & {"overhead", "cpu"}:
+        with_headless = "overhead" in parts
         print(
-            f"   round {r + 1}: headless {headless[-1]:,.0f} tok/s   cockpit {drawn[-1]:,.0f} tok/s"
-            f"   ratio {ratios[-1]:.3f}"
+            f"1. overhead: nanogpt-cpu, {args.steps} steps, app at {SIZE[0]}x{SIZE[1]}"
+            + (" vs headless, alternating" if with_headless else " (no headless rounds)")
         )
-    h, d = statistics.median(headless), statistics.median(drawn)
-    print(
-        f"   median of the rounds' ratios {statistics.median(ratios):.3f} (goal >= 0.97); "
-        f"medians: headless {h:,.0f}  cockpit {d:,.0f}  ratio {d / h:.3f}"
-    )
+        headless, drawn, ratios, shares = [], [], [], []
+        for r in range(args.rounds):
+            # alternate which goes first, so a machine slowing down or speeding up hits both alike
+            first_headless = r % 2 == 0
+            if with_headless and first_headless:
+                headless.append(headless_run(args.steps, args.data, args.warmup)[0])
+            tok_s, timing, _ = asyncio.run(app_run(args.steps, args.data, args.warmup))
+            drawn.append(tok_s)
+            if with_headless and not first_headless:
+                headless.append(headless_run(args.steps, args.data, args.warmup)[0])
+            if with_headless:
+                ratios.append(drawn[-1] / headless[-1])
+                print(
+                    f"   round {r + 1}: headless {headless[-1]:,.0f} tok/s   cockpit {drawn[-1]:,.0f} tok/s"
+                    f"   ratio {ratios[-1]:.3f}"
+                )
+            else:
+                print(f"   round {r + 1}: cockpit {drawn[-1]:,.0f} tok/s")
+            shares.append(print_cpu_line(f"round {r + 1}", timing))
+        if with_headless:
+            h, d = statistics.median(headless), statistics.median(drawn)
+            print(
+                f"   median of the rounds' ratios {statistics.median(ratios):.3f} (goal >= 0.97); "
+                f"medians: headless {h:,.0f}  cockpit {d:,.0f}  ratio {d / h:.3f}"
+            )
+        ui, telemetry, process = (statistics.median(column) for column in zip(*shares, strict=True))
+        print(
+            f"   medians: CPU s per s of training: UI thread {ui:.4f}  telemetry thread {telemetry:.4f}"
+            f"  process {process:.3f}: the cockpit takes {100 * (ui + telemetry) / process:.2f}%"
+            " of the process's CPU (goal: about 3%)"
+        )
 
-    latencies, step_time = asyncio.run(pause_latency(args.data, args.presses))
-    p50, p95 = statistics.median(latencies), percentile(latencies, 0.95)
-    print(
-        f"2. pause key -> engine acknowledgement over {len(latencies)} presses: p50 {p50 * 1e3:.1f} ms  p95 {p95 * 1e3:.1f} ms  (goal: p95 < step {step_time * 1e3:.1f} ms + 50 ms = {(step_time + 0.05) * 1e3:.1f} ms)"
-    )
+    if "pause" in parts:
+        latencies, step_time = asyncio.run(pause_latency(args.data, args.presses))
+        p50, p95 = statistics.median(latencies), percentile(latencies, 0.95)
+        print(
+            f"2. pause key -> engine acknowledgement over {len(latencies)} presses: p50 {p50 * 1e3:.1f} ms  p95 {p95 * 1e3:.1f} ms  (goal: p95 < step {step_time * 1e3:.1f} ms + 50 ms = {(step_time + 0.05) * 1e3:.1f} ms)"
+        )
 
-    cpus, walls = asyncio.run(redraw_cost(args.history, args.frames))
-    print(
-        f"3. redraw of every panel at {SIZE[0]}x{SIZE[1]} with {args.history:,} steps of history, all new data each frame ({len(cpus)} frames):\n"
-        f"   UI-thread CPU p50 {statistics.median(cpus) * 1e3:.1f} ms  p95 {percentile(cpus, 0.95) * 1e3:.1f} ms  (goal p95 < 25 ms)   "
-        f"wall, with the wait for Textual's screen update: p50 {statistics.median(walls) * 1e3:.1f} ms  p95 {percentile(walls, 0.95) * 1e3:.1f} ms"
-    )
+    if "redraw" in parts:
+        cpus, walls = asyncio.run(redraw_cost(args.history, args.frames))
+        print(
+            f"3. redraw of every panel at {SIZE[0]}x{SIZE[1]} with {args.history:,} steps of history, all new data each frame ({len(cpus)} frames):\n"
+            f"   UI-thread CPU p50 {statistics.median(cpus) * 1e3:.1f} ms  p95 {percentile(cpus, 0.95) * 1e3:.1f} ms  (goal p95 < 25 ms)   "
+            f"wall, with the wait for Textual's screen update: p50 {statistics.median(walls) * 1e3:.1f} ms  p95 {percentile(walls, 0.95) * 1e3:.1f} ms"
+        )
+
+    if "profile" in parts:
+        print(f"4. profile of the UI thread, nanogpt-cpu at {SIZE[0]}x{SIZE[1]}:")
+        # enough steps to outlast the profile; the run is stopped when it ends
+        _, _, profile = asyncio.run(
+            app_run(1_000_000, args.data, args.warmup, profile_s=args.profile_seconds)
+        )
+        assert profile is not None
+        print_profile(profile, args.profile_seconds)
 
 
 if __name__ == "__main__":
