@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 import threading
 import time
+import types
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -40,6 +44,26 @@ class Event:
         """The event as strict JSON data: a non-finite float (NaN, inf) becomes None (null)."""
         return _strict_json({"kind": self.kind, **dataclasses.asdict(self)})
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Event:
+        """The event that `to_record` made `record` from, once it went through JSON and back.
+
+        Exact for every type in EVENT_TYPES: lists become the declared tuples, nested readings
+        their dataclass, and null in a `float` field NaN again (a null in a `float | None` field
+        stays None: an infinity comes back as NaN or None). Fields a record lacks take their
+        defaults (older records). Raises ValueError for a record that is not one of these
+        events: an unknown kind, unknown or missing fields, or a kind other than `cls`'s.
+        """
+        kind = record.get("kind")
+        event_type = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+        if event_type is None or not issubclass(event_type, cls):
+            raise ValueError(f"not a record of {cls.__name__}: kind {kind!r}")
+        fields = {name: value for name, value in record.items() if name != "kind"}
+        try:
+            return _from_json_fields(event_type, fields)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"malformed {kind!r} record: {e}") from None
+
 
 def _strict_json(value: Any) -> Any:
     # JSON has no NaN or Infinity; Python writes them bare, and strict parsers (JavaScript's
@@ -50,6 +74,47 @@ def _strict_json(value: Any) -> Any:
         return {k: _strict_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_strict_json(v) for v in value]
+    return value
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    """A dataclass's fields and their declared types (the annotations here are strings)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _from_json_fields(cls: type, fields: Mapping[str, Any]) -> Any:
+    types_by_name = _field_types(cls)
+    unknown = sorted(set(fields) - set(types_by_name))
+    if unknown:
+        raise TypeError(f"unknown fields {unknown}")
+    return cls(**{name: _from_json(value, types_by_name[name]) for name, value in fields.items()})
+
+
+def _from_json(value: Any, declared: Any) -> Any:
+    """`value` as parsed from JSON, turned back into the `declared` type (undoes _strict_json)."""
+    if value is None:
+        return math.nan if declared is float else None
+    origin = typing.get_origin(declared)
+    if origin in (typing.Union, types.UnionType):
+        arms = [arm for arm in typing.get_args(declared) if arm is not type(None)]
+        return _from_json(value, arms[0]) if len(arms) == 1 else value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"expected a list, got {value!r}")
+        args = typing.get_args(declared)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_json(item, args[0]) for item in value)
+        if len(args) != len(value):
+            raise TypeError(f"expected {len(args)} items, got {value!r}")
+        return tuple(_from_json(item, arg) for item, arg in zip(value, args, strict=True))
+    if dataclasses.is_dataclass(declared):
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected an object, got {value!r}")
+        return _from_json_fields(declared, value)
+    if declared is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)  # JSON writes 2.0 as 2.0, but a writer may say 2
     return value
 
 

@@ -10,15 +10,11 @@ not synchronised on every step.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
-import hashlib
 import json
 import math
-import os
 import queue
 import random
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -27,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 import torch
 
 from engine import checkpoint as ckpt
 from engine import memory
+from engine.batches import BatchSampler
 from engine.config import ConfigError, RunConfig
 from engine.data import (
     DataError,
@@ -41,149 +37,32 @@ from engine.data import (
     prepare,
     resume_data_path,
 )
+from engine.device import device_capacity, select_device, select_dtype
+from engine.evaluation import Evaluator
 from engine.events import (
-    EVENT_TYPES,
     Alert,
     CheckpointSaved,
     Eval,
     Event,
     EventQueue,
     LrChanged,
-    MemoryBreakdown,
     RunStarted,
     RunState,
     Sample,
     StateChanged,
     Step,
 )
+from engine.faults import ROLLBACK_LR_FACTOR, SpikeDetector, decide_anomaly, halved_micro_batch
 from engine.flops import flops_per_token, peak_meter
+from engine.metrics_log import MetricsWriter, read_history
 from engine.model import GPT
 from engine.optim import applied_lr, build_optimizer, set_lr_factor
 from engine.plan import check_fits
-from engine.resume import plan_resume
-from engine.schedule import lr_factor, planned_curve
+from engine.resume import plan_resume, restore_optimizer
+from engine.schedule import lr_change, lr_factor, planned_curve
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
-MAX_LR = 10.0
-HEALTH_EVERY = 50  # steps between update-to-weight ratio samples (each clones a few matrices)  # a larger LR is a typo, not a choice
-
-
-def select_device(requested: str) -> torch.device:
-    """'auto' picks cuda, then mps, then cpu; an explicit device that is missing is an error."""
-    if requested == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(requested)
-    except RuntimeError:
-        raise ConfigError(
-            f"train.device: unknown device {requested!r}; use auto, cpu, cuda, cuda:N or mps"
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            "train.device: CUDA is not available on this machine; use --set train.device=auto"
-        )
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(
-            "train.device: MPS is not available on this machine; use --set train.device=auto"
-        )
-    return device
-
-
-def select_dtype(requested: str, device: torch.device) -> torch.dtype:
-    """'auto' is bf16 on GPUs that support it, fp16 on older GPUs, fp32 elsewhere."""
-    if requested == "auto":
-        if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
-        requested
-    ]
-
-
-class BatchSampler:
-    """Random (x, y) windows from a token array, from its own generator so resume is exact."""
-
-    def __init__(
-        self, tokens: np.ndarray, block_size: int, batch_size: int, device: torch.device, seed: int
-    ) -> None:
-        self.tokens = tokens
-        self.block_size = block_size
-        self.batch_size = batch_size
-        self.device = device
-        self.generator = torch.Generator().manual_seed(seed)
-        self._window = np.arange(block_size + 1)
-
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(
-            len(self.tokens) - self.block_size - 1, (self.batch_size,), generator=self.generator
-        )
-        rows = torch.from_numpy(
-            self.tokens[starts.numpy()[:, None] + self._window].astype(np.int64)
-        )
-        if self.device.type == "cuda":
-            rows = rows.pin_memory().to(self.device, non_blocking=True)
-        else:
-            rows = rows.to(self.device)
-        return rows[:, :-1], rows[:, 1:]
-
-
-class MetricsWriter:
-    """Appends every event to metrics.jsonl; flushes at least once a second and on key events.
-
-    Without a path it holds the lines in memory until `open(path)`: a run that fails before
-    its directory is made (a bad corpus, a refused resume) leaves nothing on disk, and one that
-    gets there still records its start. Lines are strict JSON (no NaN: see Event.to_record).
-    """
-
-    FLUSH_ON = {"eval", "checkpoint", "state", "alert", "run_started", "lr_changed", "sample"}
-
-    def __init__(self, path: Path | None = None) -> None:
-        self.path: Path | None = None
-        self._file: Any = None
-        self._held: list[str] = []
-        self._closed = False
-        self._lock = threading.Lock()
-        self._last_flush = time.monotonic()
-        if path is not None:
-            self.open(path)
-
-    def open(self, path: Path) -> None:
-        """Start writing to `path` (appending), held lines first."""
-        with self._lock:
-            self.path = path
-            self._file = path.open("a", encoding="utf-8")
-            self._file.writelines(line + "\n" for line in self._held)
-            self._held = []
-            self._file.flush()
-
-    def __call__(self, event: Event) -> None:
-        record = event.to_record()
-        record.pop("config", None)  # run_started's config lives in config.json
-        line = json.dumps(record, separators=(",", ":"), default=str)
-        with self._lock:
-            if self._closed:
-                return
-            if self._file is None:
-                self._held.append(line)
-                return
-            self._file.write(line + "\n")
-            now = time.monotonic()
-            if event.kind in self.FLUSH_ON or now - self._last_flush > 1.0:
-                self._file.flush()
-                self._last_flush = now
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._held = []  # never opened: the run never got a directory to record in
-            if self._file is not None and not self._file.closed:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
+HEALTH_EVERY = 50  # steps between update-to-weight ratio samples (each clones a few matrices)
 
 
 @dataclass
@@ -205,57 +84,6 @@ def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch
     ).sum()
     norm = torch.stack([b.float().pow(2).sum() for b in before]).sum()
     return delta.sqrt() / norm.sqrt().clamp_min(1e-12)
-
-
-HISTORY_KINDS = ("step", "eval", "lr_changed", "sample", "checkpoint")
-
-
-def _float_fields(cls: type[Event]) -> list[str]:
-    """The fields of an event type declared as a plain float (annotations are strings here)."""
-    return [f.name for f in dataclasses.fields(cls) if f.type in ("float", float)]
-
-
-def read_history(metrics: Path, upto_step: int, max_steps: int = 8000) -> list[Event]:
-    """Past events of a run from its metrics file, for a resumed run's curves.
-
-    Records after `upto_step` belong to steps that will be trained again and are dropped; for a
-    step recorded twice (a crash, then a resume) the later record wins, and a resume at step S
-    drops every earlier record after S (a resume from an older checkpoint abandons that branch).
-    Step records are thinned evenly to at most `max_steps` so a long run does not flood the UI.
-    """
-    if not metrics.exists():
-        return []
-    latest: dict[tuple[str, int, str], dict[str, Any]] = {}
-    with metrics.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash
-            kind, step = record.get("kind"), record.get("step")
-            if kind == "run_started" and isinstance(record.get("start_step"), int):
-                start = record["start_step"]
-                latest = {key: r for key, r in latest.items() if key[1] <= start}
-            if kind in HISTORY_KINDS and isinstance(step, int) and step <= upto_step:
-                latest[(kind, step, record.get("prompt", ""))] = record
-    records = sorted(latest.values(), key=lambda r: (r["step"], r["time"]))
-    steps = [r for r in records if r["kind"] == "step"]
-    keep = {id(r) for r in steps[:: max(1, math.ceil(len(steps) / max_steps))]}
-    if steps:
-        keep.add(id(steps[-1]))
-    events = []
-    for r in records:
-        if r["kind"] == "step" and id(r) not in keep:
-            continue
-        cls = EVENT_TYPES[r.pop("kind")]
-        for name in _float_fields(cls):
-            if r.get(name, 0.0) is None:
-                r[name] = math.nan  # written as null: JSON has no NaN
-        try:
-            events.append(cls(**r))
-        except TypeError:
-            continue  # a record from an older format
-    return events
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -328,7 +156,6 @@ class Trainer:
             interactive  # a person is watching: anomalies pause rather than roll back
         )
         self.rollbacks = 0
-        self._loss_mean = self._loss_var = None  # moving statistics for spike detection
 
     # ------------------------------------------------------------------ commands (any thread)
     def pause(self) -> None:
@@ -364,6 +191,15 @@ class Trainer:
         self._commands.put(("rollback", float(lr_factor)))
 
     # ------------------------------------------------------------------ events
+    def drain_events(self) -> list[Event]:
+        """Remove and return the queued events, oldest first (engine.contract.EngineHandle)."""
+        return self.events.drain()
+
+    @property
+    def dropped_events(self) -> int:
+        """Events the bounded queue dropped because nobody drained it in time."""
+        return self.events.dropped
+
     def emit(self, event: Event) -> None:
         """Queue an event for the UI and hand it to the sinks (thread-safe)."""
         self.events.put(event)
@@ -388,8 +224,12 @@ class Trainer:
             self._setup()
             poller = self._start_telemetry()
             self._loop()
-        except (ConfigError, DataError, ckpt.CheckpointError) as e:
-            self._fail(str(e), "config" if isinstance(e, ConfigError) else "data")
+        except ConfigError as e:
+            self._fail(str(e), "config")
+        except DataError as e:
+            self._fail(str(e), "data")
+        except ckpt.CheckpointError as e:
+            self._fail(str(e), "checkpoint")
         except Exception as e:  # anything else: keep the details on disk, one line on screen
             log = self._write_error_log()
             where = f" (details in {log})" if log else ""
@@ -471,11 +311,7 @@ class Trainer:
         check_length(self.data, cfg.model.block_size)
         vocab = self.data.tokenizer.vocab_size
         # Pre-flight: refuse a configuration that cannot fit before allocating anything.
-        if self.device.type == "cuda":
-            capacity = torch.cuda.get_device_properties(self.device).total_memory
-        else:
-            capacity = psutil.virtual_memory().total
-        self.memory_plan = check_fits(cfg, vocab, self.device.type, capacity)
+        self.memory_plan = check_fits(cfg, vocab, self.device.type, device_capacity(self.device))
         self.model = GPT(cfg.model, vocab).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg.optim, self.device.type)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
@@ -492,6 +328,7 @@ class Trainer:
             cfg.train.seed + 1,
         )
         self.sample_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 2)
+        self.spikes = SpikeDetector(cfg.train.spike_sigma)
         if state is not None:
             self._restore(state)
             # An older checkpoint starts a new branch: the newer ones must not be pruned into
@@ -517,6 +354,7 @@ class Trainer:
         ckpt.remove_partial_saves(self.run_dir)  # a save killed mid-write left its temp file
         self.metrics.open(self.run_dir / "metrics.jsonl")
         self.forward = torch.compile(self.model) if cfg.train.compile else self.model
+        self.evaluator = Evaluator(self.model, self.forward, self.autocast, self.device, cfg)
         self.flops_per_token = flops_per_token(self.model.num_params(), cfg.model)
         # a measured peak is corrected when the model beats it (MFU never above 100%)
         self.peak_meter = peak_meter(
@@ -595,31 +433,6 @@ class Trainer:
             "data_source": self.data.record,
         }
 
-    def _restore_optimizer(self, state: dict[str, Any]) -> None:
-        """Load the checkpoint's optimizer state under this run's optimizer settings.
-
-        The config is the truth: its hyperparameters (peak LRs, weight decay, betas, eps,
-        momentum) are written back into the parameter groups after loading, since
-        `load_state_dict` would restore the old ones. Another optimizer than the checkpoint's
-        starts fresh (its state would not fit: Lion's moments are not AdamW's)."""
-        saved_name = state["config"].get("optim", {}).get("name", "adamw")
-        if saved_name != self.cfg.optim.name:
-            self.optimizer = build_optimizer(self.model, self.cfg.optim, self.device.type)
-            return
-        settings = [
-            {k: v for k, v in group.items() if k != "params"}
-            for group in self.optimizer.param_groups
-        ]
-        try:
-            self.optimizer.load_state_dict(state["optimizer"])
-        except (ValueError, KeyError, TypeError, RuntimeError) as e:
-            raise ckpt.CheckpointError(
-                f"{state['_path']}: the checkpoint's optimizer state does not fit "
-                f"{self.cfg.optim.name} ({type(e).__name__}: {e}); resume from another checkpoint"
-            ) from None
-        for group, values in zip(self.optimizer.param_groups, settings, strict=True):
-            group.update(values)
-
     def _restore(self, state: dict[str, Any]) -> None:
         try:
             self.model.load_state_dict(state["model"])
@@ -628,7 +441,9 @@ class Trainer:
             raise ckpt.CheckpointError(
                 f"{state['_path']}: the checkpoint's model does not match this configuration ({first})"
             ) from None
-        self._restore_optimizer(state)
+        self.optimizer = restore_optimizer(
+            self.optimizer, self.model, state, self.cfg.optim, self.device.type
+        )
         self.scaler.load_state_dict(state["scaler"])
         self.step = state["step"]
         self.lr_scale = state["lr_scale"]
@@ -673,40 +488,9 @@ class Trainer:
         return path
 
     # ------------------------------------------------------------------ evaluation and samples
-    @torch.no_grad()
-    def _split_loss(self, tokens: np.ndarray, batches: int, full: bool, seed: int) -> float:
-        cfg = self.cfg
-        block = cfg.model.block_size
-        batch = cfg.eval.batch_size or cfg.train.batch_size
-        window = np.arange(block + 1)
-        if full:  # every non-overlapping window, in order: the same answer every time
-            starts = np.arange(0, len(tokens) - block - 1, block)
-        else:  # the same fixed windows at every eval, so curves compare like with like
-            g = torch.Generator().manual_seed(seed)
-            starts = torch.randint(len(tokens) - block - 1, (batches * batch,), generator=g).numpy()
-        total, count = 0.0, 0
-        for i in range(0, len(starts), batch):
-            rows = torch.from_numpy(
-                tokens[starts[i : i + batch, None] + window].astype(np.int64)
-            ).to(self.device)
-            with self.autocast:
-                _, loss = self.forward(rows[:, :-1], rows[:, 1:])
-            n = rows.size(0)
-            total += loss.float() * n
-            count += n
-        return float(total / count)
-
     def _evaluate(self) -> Eval:
         self._flush()
-        self.model.eval()
-        seed = self.cfg.train.seed + 3
-        try:
-            train_loss = self._split_loss(self.data.train, self.cfg.eval.batches, False, seed)
-            val_loss = self._split_loss(
-                self.data.val, self.cfg.eval.batches, self.cfg.eval.full_val, seed
-            )
-        finally:
-            self.model.train()
+        train_loss, val_loss = self.evaluator.losses(self.data)
         event = Eval(
             step=self.step,
             train_loss=train_loss,
@@ -719,85 +503,9 @@ class Trainer:
             self._alert("error", f"val loss is {val_loss} at step {self.step}", "nan")
         return event
 
-    @torch.no_grad()
     def _sample(self) -> None:
-        s = self.cfg.sample
-        tok = self.data.tokenizer
-        self.model.eval()
-        try:
-            for prompt in s.prompts:
-                ids = tok.encode(prompt) or [0]
-                idx = torch.tensor([ids], dtype=torch.long, device=self.device)
-                with self.autocast:
-                    out = self.model.generate(
-                        idx, s.max_new_tokens, s.temperature, s.top_k or None, self.sample_generator
-                    )
-                text = tok.decode(out[0, len(ids) :].tolist())
-                self.emit(Sample(step=self.step, prompt=prompt, text=text))
-        finally:
-            self.model.train()
-
-    def _report_memory(self, step_start_allocated: int) -> None:
-        """Called inside a step, after the optimizer step and before zero_grad, so gradients
-        and optimizer state exist and the step's peak has just been reached."""
-        cfg, device = self.cfg, self.device
-        weights = memory.weight_bytes(self.model)
-        grads = memory.gradient_bytes(self.model)
-        opt = memory.optimizer_bytes(self.optimizer)
-        m = cfg.model
-        if device.type == "cuda":
-            capacity = torch.cuda.get_device_properties(device).total_memory
-            allocated = torch.cuda.memory_allocated(device)
-            reserved = torch.cuda.memory_reserved(device)
-            # the step's peak above what it started with, less the gradients it created
-            peak = torch.cuda.max_memory_allocated(device)
-            activations = max(0, peak - step_start_allocated - grads)
-            measured = True
-            cache = reserved - allocated
-            driver_view = self._process_gpu_memory()
-            other = driver_view - reserved if driver_view else 0
-        else:
-            capacity = psutil.virtual_memory().total
-            activations = memory.activation_bytes_estimate(
-                cfg.train.batch_size,
-                m.block_size,
-                m.n_embd,
-                m.n_head,
-                m.n_layer,
-                self.model.vocab_size,
-                torch.finfo(self.dtype).bits // 8,
-                grad_checkpoint=m.grad_checkpoint,
-            )
-            measured = False
-            cache = 0
-            other = psutil.Process().memory_info().rss - weights - grads - opt
-        self.emit(
-            MemoryBreakdown(
-                step=self.step,
-                device=str(device),
-                capacity=capacity,
-                weights=weights,
-                gradients=grads,
-                optimizer=opt,
-                activations=activations,
-                activations_measured=measured,
-                cache=cache,
-                other=max(0, other),
-            )
-        )
-
-    def _process_gpu_memory(self) -> int:
-        """This process's GPU memory as the driver sees it (0 when NVML can't tell)."""
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(self.device.index or 0)
-            pid = os.getpid()
-            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            return sum(p.usedGpuMemory or 0 for p in procs if p.pid == pid)
-        except Exception:  # no NVML, or pids from another namespace: report no "other"
-            return 0
+        for prompt, text in self.evaluator.samples(self.data.tokenizer, self.sample_generator):
+            self.emit(Sample(step=self.step, prompt=prompt, text=text))
 
     # ------------------------------------------------------------------ commands
     def _apply_commands(self) -> None:
@@ -848,60 +556,26 @@ class Trainer:
         state = self._checkpoint_state()
         for heavy in ("model", "optimizer", "scaler", "is_best"):  # is_best: same weights
             state.pop(heavy, None)
-        digest = hashlib.sha256()
-
-        def feed(value: Any) -> None:
-            if isinstance(value, dict):
-                for key in sorted(value, key=str):
-                    digest.update(repr(key).encode())
-                    feed(value[key])
-            elif isinstance(value, (list, tuple)):
-                digest.update(b"[")
-                for item in value:
-                    feed(item)
-                digest.update(b"]")
-            elif isinstance(value, torch.Tensor):
-                digest.update(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
-            elif isinstance(value, np.ndarray):
-                digest.update(np.ascontiguousarray(value).tobytes())
-            else:
-                digest.update(repr(value).encode())
-
-        feed(state)
-        return digest.hexdigest()
+        return ckpt.state_fingerprint(state)
 
     # ------------------------------------------------------------------ faults
     def _anomaly(self, message: str, code: str) -> None:
-        """A NaN or a spike: the step was not applied; pause, or roll back when unattended."""
-        policy = self.cfg.train.on_anomaly
-        if policy == "auto":
-            policy = "pause" if self.interactive else "rollback"
-        if policy == "rollback" and self.rollbacks >= self.cfg.train.max_rollbacks:
-            self._alert(
-                "error",
-                f"{message}; {self.rollbacks} rollbacks did not help: stopping, resume with a lower LR",
-                code,
-            )
-            # the run failed (exit 1); the last checkpoint is the good state to resume from
-            self._failure = f"{message}; {self.rollbacks} rollbacks did not help"
-            self._stop_requested = False
-            return
-        if policy == "rollback" and self.last_checkpoint is not None:
-            self._alert(
-                "warning",
-                f"{message}; rolling back to {self.last_checkpoint.name} with the LR halved",
-                code,
-            )
-            self._rollback(0.5)
-            return
-        if not self.interactive:  # nobody to press a key: keep what there is and fail
-            self._alert("error", f"{message}; no checkpoint to roll back to: stopping", code)
-            self._failure = f"{message}; no checkpoint to roll back to"
-            self._stop_requested = True
-            return
-        hint = "press r to roll back to the last checkpoint with half the LR, or l to lower the LR"
-        self._alert("error", f"{message}: paused; {hint}", code)
-        if self.state == RunState.RUNNING:
+        """A NaN or a spike: the step was not applied; carry out what engine/faults.py decides."""
+        decision = decide_anomaly(
+            message,
+            policy=self.cfg.train.on_anomaly,
+            interactive=self.interactive,
+            rollbacks=self.rollbacks,
+            max_rollbacks=self.cfg.train.max_rollbacks,
+            checkpoint_name=self.last_checkpoint.name if self.last_checkpoint else None,
+        )
+        self._alert(decision.level, decision.message, code)
+        if decision.action == "stop":
+            self._failure = decision.failure
+            self._stop_requested = decision.save_on_stop
+        elif decision.action == "rollback":
+            self._rollback(ROLLBACK_LR_FACTOR)
+        elif self.state == RunState.RUNNING:
             self._set_state(RunState.PAUSED, code)
 
     def _rollback(self, factor: float) -> None:
@@ -918,7 +592,7 @@ class Trainer:
         old_scale = self.lr_scale
         self._restore(state)
         self.rollbacks += 1
-        self._loss_mean = self._loss_var = None
+        self.spikes.reset()
         self.lr_scale = old_scale * factor
         schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr
         self.emit(
@@ -934,21 +608,6 @@ class Trainer:
         )
         self._set_state(RunState.RUNNING, "rolled back")
 
-    def _is_spike(self, loss: float) -> bool:
-        """Loss far above its exponential moving average (after 50 steps of history)."""
-        sigma = self.cfg.train.spike_sigma
-        if self._loss_mean is None:
-            self._loss_mean, self._loss_var, self._loss_count = loss, 0.0, 1
-            return False
-        mean, var = self._loss_mean, self._loss_var
-        spike = sigma > 0 and self._loss_count > 50 and loss > mean + sigma * max(var, 1e-12) ** 0.5
-        if not spike:  # a spike does not pollute the statistics it is judged by
-            beta = 0.98
-            self._loss_mean = beta * mean + (1 - beta) * loss
-            self._loss_var = beta * var + (1 - beta) * (loss - mean) ** 2
-            self._loss_count += 1
-        return spike
-
     def _shrink_micro_batch(self) -> bool:
         """After an out-of-memory error: halve the micro-batch, double accumulation (the same
         effective batch). False when the micro-batch is already 1."""
@@ -956,7 +615,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        if t.batch_size <= 1 or t.batch_size % 2:
+        halved = halved_micro_batch(t.batch_size, t.grad_accum)
+        if halved is None:
             self._alert(
                 "error",
                 f"out of memory at micro-batch {t.batch_size}: paused; `cockpit plan` lists what to change "
@@ -965,8 +625,7 @@ class Trainer:
             )
             self._set_state(RunState.PAUSED, "out of memory")
             return False
-        t.batch_size //= 2
-        t.grad_accum *= 2
+        t.batch_size, t.grad_accum = halved
         self.train_batches.batch_size = t.batch_size
         self._alert(
             "warning",
@@ -977,23 +636,16 @@ class Trainer:
 
     def _change_lr(self, name: str, value: float) -> None:
         schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr
-        old_lr = schedule * self.lr_scale
-        if name == "set_lr":
-            new_scale = value / schedule if schedule > 0 else math.nan
-        else:
-            new_scale = self.lr_scale * value
-        new_lr = schedule * new_scale
-        if not (math.isfinite(new_scale) and new_scale > 0 and 0 < new_lr <= MAX_LR):
-            self._alert(
-                "warning",
-                f"LR change refused: {value!r} would give an LR of {new_lr:.3g}; use a value in (0, {MAX_LR:g}]",
-                "lr",
-            )
+        change = lr_change(name, value, schedule, self.lr_scale)  # engine/schedule.py decides
+        if isinstance(change, str):
+            self._alert("warning", change, "lr")
             return
-        self.lr_scale = new_scale
+        self.lr_scale = change.scale
         set_lr_factor(self.optimizer, lr_factor(self.step, self.cfg) * self.lr_scale)
         self.current_lr = applied_lr(self.optimizer)
-        self.emit(LrChanged(step=self.step, old_lr=old_lr, new_lr=new_lr, scale=new_scale))
+        self.emit(
+            LrChanged(step=self.step, old_lr=change.old_lr, new_lr=change.new_lr, scale=change.scale)
+        )
 
     # ------------------------------------------------------------------ the loop
     def _flush(self) -> None:
@@ -1033,9 +685,9 @@ class Trainer:
             if not math.isfinite(loss):
                 self._anomaly(f"loss is not finite at step {p.step}", "nan")
                 break
-            if self._is_spike(loss):
+            if self.spikes.observe(loss):
                 self._anomaly(
-                    f"loss spike at step {p.step}: {loss:.4f} against a moving average of {self._loss_mean:.4f}",
+                    f"loss spike at step {p.step}: {loss:.4f} against a moving average of {self.spikes.mean:.4f}",
                     "spike",
                 )
                 break
@@ -1044,12 +696,7 @@ class Trainer:
 
     def _train_step(self, report_memory: bool = False) -> None:
         cfg = self.cfg
-        on_cuda = self.device.type == "cuda"
-        if report_memory and on_cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)
-        start_allocated = (
-            torch.cuda.memory_allocated(self.device) if report_memory and on_cuda else 0
-        )
+        start_allocated = memory.step_start_allocated(self.device) if report_memory else 0
         set_lr_factor(self.optimizer, lr_factor(self.step, cfg) * self.lr_scale)
         lr = applied_lr(self.optimizer)
         accum = cfg.train.grad_accum
@@ -1093,7 +740,11 @@ class Trainer:
         self.scaler.update()
         ratio = update_ratio(before, watched) if watched else None
         if report_memory:
-            self._report_memory(start_allocated)
+            self.emit(
+                memory.memory_breakdown(
+                    self.model, self.optimizer, cfg, self.device, self.dtype, self.step, start_allocated
+                )
+            )
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.tokens += cfg.tokens_per_step

@@ -1,9 +1,10 @@
 """A stand-in for `engine.trainer.Trainer` that plays a fixed script of events.
 
-Same surface as the real trainer (`events`, `state`, `step`, `cfg`, `run(should_stop)`, and the
-thread-safe commands), but no torch and nothing random or clocked: every event has a fixed
-timestamp, so what the cockpit draws is the same on every run. Commands are recorded in `calls`
-and acknowledged at once with the events the real engine would send.
+It satisfies `engine.contract.EngineHandle` as the real trainer does (`state`, `drain_events`,
+`dropped_events`, `run(should_stop)` and the thread-safe commands; tests/cockpit/test_contract.py
+checks it), plus `events`, `step` and `cfg`, but no torch and nothing random or clocked: every
+event has a fixed timestamp, so what the cockpit draws is the same on every run. Commands are
+recorded in `calls` and acknowledged at once with the events the real engine would send.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from engine.events import (
     CheckpointSaved,
     DeviceReading,
     Eval,
+    Event,
     EventQueue,
     LrChanged,
     MemoryBreakdown,
@@ -384,6 +386,13 @@ class ScriptedTrainer:
             self.finished.set()
         return self.state
 
+    def drain_events(self) -> list[Event]:
+        return self.events.drain()
+
+    @property
+    def dropped_events(self) -> int:
+        return self.events.dropped
+
     def _emit(self, ev: Any) -> None:
         with self._lock:
             self._t = max(self._t, ev.time)
@@ -510,7 +519,7 @@ class ScriptedTrainer:
             )
         )
 
-    def stop(self, checkpoint: bool = True, reason: str = "user") -> None:
+    def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         self.calls.append(("stop", checkpoint))
         if self.state in ("stopped", "finished", "failed"):
             self._stop.set()
@@ -552,24 +561,3 @@ class ScriptedFactory:
 
 def config_error(name: str) -> ConfigError:
     return ConfigError(f"presets/{name}.toml: optim.lr: expected a number > 0, got -0.001")
-
-
-# helpers for pilot and snapshot tests ------------------------------------------------------------
-async def wait_for(pilot: Any, condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Let the app run until `condition()` holds (or fail after `timeout` seconds)."""
-    for _ in range(int(timeout / 0.01)):
-        if condition():
-            return
-        await pilot.pause(0.01)
-    raise AssertionError("timed out waiting for the app")
-
-
-async def settle(pilot: Any, factory: ScriptedFactory | None = None) -> None:
-    """Wait until the current scripted trainer played its script, then route and draw it all."""
-    app = pilot.app
-    if factory is not None and factory.trainers:
-        trainer = factory.trainer
-        await wait_for(pilot, lambda: trainer.loaded.is_set() and app.trainer is trainer)
-    await pilot.pause()
-    app.pump(force=True)
-    await pilot.pause()

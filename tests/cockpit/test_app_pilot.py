@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import math
 import threading
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -372,7 +373,7 @@ def test_unexpected_factory_exception_is_shown() -> None:
 
 def test_engine_exception_in_run_is_shown_not_raised() -> None:
     class Exploding(ScriptedTrainer):
-        def run(self, should_stop: Any = None) -> str:
+        def run(self, should_stop: Callable[[], bool] | None = None) -> str:
             raise RuntimeError("boom in the engine")
 
     async def go() -> None:
@@ -561,7 +562,7 @@ class GatedTrainer(ScriptedTrainer):
         super().__init__(*args, **kwargs)
         self.gate = threading.Event()
 
-    def run(self, should_stop: Any = None) -> str:
+    def run(self, should_stop: Callable[[], bool] | None = None) -> str:
         self.gate.wait(10)
         return super().run(should_stop)
 
@@ -1072,12 +1073,12 @@ class SlowStepTrainer(ScriptedTrainer):
         self.stop_requested: bool | None = None
         self.cancelled = False
 
-    def stop(self, checkpoint: bool = True, reason: str = "user") -> None:
+    def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         self.calls.append(("stop", checkpoint))
         self.stop_requested = checkpoint
         self.stop_reason = reason
 
-    def run(self, should_stop: Any = None) -> str:
+    def run(self, should_stop: Callable[[], bool] | None = None) -> str:
         for ev in self.script:
             self._emit(ev)
         self.loaded.set()

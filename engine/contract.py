@@ -1,0 +1,83 @@
+"""What the cockpit may ask of a run: the one interface the app is typed against.
+
+The in-process `engine.trainer.Trainer` satisfies it, and so must anything standing in for a
+run: the scripted test engine, and a client of a run in another process (attach). So every
+member is something that can be served over a transport: commands that take plain values and
+return nothing (each is acknowledged later by an event), events that are drained in batches
+(each one survives `Event.to_record` -> JSON -> `Event.from_record`), and the live state.
+Torch-free and textual-free, like `engine.events`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from engine.events import Event
+
+
+@runtime_checkable
+class EngineHandle(Protocol):
+    """One run, seen from the app. Commands may come from any thread; the engine applies them
+    at its next step boundary and acknowledges each with an event (a refused one with an
+    Alert), never with a return value."""
+
+    @property
+    def state(self) -> str:
+        """The live state, one of the `engine.events.RunState` values; read at any time (it
+        can be ahead of the last drained `StateChanged`)."""
+        ...
+
+    @property
+    def dropped_events(self) -> int:
+        """Events the bounded queue dropped, oldest first, because nobody drained it in time
+        (they are still in `metrics.jsonl`)."""
+        ...
+
+    def drain_events(self) -> list[Event]:
+        """Remove and return the events emitted since the last drain, oldest first."""
+        ...
+
+    def run(self, should_stop: Callable[[], bool] | None = None) -> str:
+        """Train until finished, stopped or failed (blocking: call it on a worker thread) and
+        return the final state. `should_stop()` is polled between steps: True stops the run
+        there as `stop()` does, with a checkpoint (the app is closing: keep the run)."""
+        ...
+
+    def pause(self) -> None:
+        """Pause at the next step boundary (acknowledged by StateChanged "paused")."""
+        ...
+
+    def resume(self) -> None:
+        """Resume a paused run (StateChanged "running")."""
+        ...
+
+    def checkpoint(self) -> None:
+        """Save a checkpoint now (CheckpointSaved, reason "manual")."""
+        ...
+
+    def set_lr(self, lr: float) -> None:
+        """Make the LR `lr` from the next step on, keeping the schedule's shape (LrChanged)."""
+        ...
+
+    def scale_lr(self, factor: float) -> None:
+        """Multiply the LR by `factor` from the next step on (LrChanged)."""
+        ...
+
+    def sample(self) -> None:
+        """Generate a sample from the current weights (Sample)."""
+        ...
+
+    def evaluate(self) -> None:
+        """Measure train and validation loss now (Eval)."""
+        ...
+
+    def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
+        """Stop at the next step boundary, saving a checkpoint first unless told not to;
+        `reason` ends up in the final StateChanged. The first stop asked for wins."""
+        ...
+
+    def rollback(self, lr_factor: float = 0.5) -> None:
+        """Reload the last checkpoint and go on with the LR times `lr_factor` (LrChanged and
+        an Alert with code "rollback"; a warning Alert when there is no checkpoint yet)."""
+        ...

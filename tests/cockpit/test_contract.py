@@ -1,0 +1,105 @@
+"""Every engine the app can be handed satisfies `engine.contract.EngineHandle`, member by member.
+
+`isinstance` with a runtime-checkable Protocol only checks that the names exist; the signature
+comparison catches a drift in what a caller may pass (a renamed parameter, a changed default).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+import test_app_pilot
+from scripted import ScriptedTrainer
+
+from engine.contract import EngineHandle
+from engine.events import Event, Step
+from engine.presets import load_preset
+from engine.trainer import Trainer
+
+PROPERTIES = [
+    name for name, value in vars(EngineHandle).items() if isinstance(value, property)
+]
+METHODS = [
+    name
+    for name, value in vars(EngineHandle).items()
+    if inspect.isfunction(value) and not name.startswith("_")
+]
+
+
+def real_trainer(tmp_path: Any) -> Trainer:
+    return Trainer(load_preset("tiny"), run_dir=tmp_path / "run", telemetry=False)
+
+
+def fake_engine_types() -> list[type]:
+    """The scripted engine and every variant of it the pilot tests define."""
+    variants = [
+        value
+        for value in vars(test_app_pilot).values()
+        if isinstance(value, type) and issubclass(value, ScriptedTrainer)
+    ]
+    return [ScriptedTrainer, *(v for v in variants if v is not ScriptedTrainer)]
+
+
+def engines(tmp_path: Any) -> list[Any]:
+    return [real_trainer(tmp_path), *(cls() for cls in fake_engine_types())]
+
+
+def test_the_protocol_has_the_members_the_app_uses() -> None:
+    assert set(METHODS) == {
+        "pause", "resume", "checkpoint", "set_lr", "scale_lr", "sample", "evaluate", "stop",
+        "rollback", "drain_events", "run",
+    }  # fmt: skip
+    assert set(PROPERTIES) == {"state", "dropped_events"}
+
+
+def test_fake_engines_cover_the_pilot_tests_variants() -> None:
+    names = {cls.__name__ for cls in fake_engine_types()}
+    assert {"ScriptedTrainer", "GatedTrainer", "SlowStepTrainer"} <= names
+
+
+def test_every_engine_is_an_engine_handle(tmp_path: Any) -> None:
+    for engine in engines(tmp_path):
+        assert isinstance(engine, EngineHandle), type(engine).__name__
+
+
+def signature(function: Any) -> list[tuple[Any, ...]]:
+    sig = inspect.signature(function, eval_str=True)
+    return [
+        *((p.name, p.kind, p.default, p.annotation) for p in sig.parameters.values()),
+        ("return", sig.return_annotation),
+    ]
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_engine_takes_the_protocols_arguments(tmp_path: Any, name: str) -> None:
+    expected = signature(getattr(EngineHandle, name))
+    for engine in engines(tmp_path):
+        implementation = getattr(type(engine), name)
+        assert signature(implementation) == expected, f"{type(engine).__name__}.{name}"
+
+
+def test_events_are_drained_through_the_handle(tmp_path: Any) -> None:
+    step = Step(
+        step=1, loss=2.5, lr=1e-3, grad_norm=0.5, tokens_per_s=1e4, step_time_s=0.1, tokens=768
+    )
+    for engine in engines(tmp_path):
+        engine.events.put(step)
+        drained = engine.drain_events()
+        assert drained == [step] and all(isinstance(e, Event) for e in drained)
+        assert engine.drain_events() == []
+        assert engine.dropped_events == 0 and isinstance(engine.state, str)
+
+
+def test_dropped_events_counts_what_the_bounded_queue_let_go(tmp_path: Any) -> None:
+    trainer = Trainer(
+        load_preset("tiny"), run_dir=tmp_path / "run", telemetry=False, event_capacity=2
+    )
+    for step in range(1, 6):
+        trainer.emit(
+            Step(step=step, loss=2.0, lr=1e-3, grad_norm=0.5, tokens_per_s=1e4,
+                 step_time_s=0.1, tokens=768 * step)
+        )  # fmt: skip
+    assert trainer.dropped_events == 3
+    assert [e.step for e in trainer.drain_events()] == [4, 5]
