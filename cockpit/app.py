@@ -11,22 +11,18 @@ show up when the engine acknowledges them with an event.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
-import shlex
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 from textual import work
+from textual.actions import parse as parse_action
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
 from textual.containers import Container, Vertical
 from textual.content import Content
 from textual.markup import escape
@@ -36,7 +32,17 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from cockpit.history import LoadGovernor, ProgressTracker
+from cockpit.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner
+from cockpit.commands import (
+    LR_STEP,
+    MAIN_ACTIONS,
+    RUN_ACTIONS,
+    key_bindings,
+    palette_entries,
+)
+from cockpit.pacing import LoadGovernor
+from cockpit.progress import ProgressTracker
+from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
 from cockpit.screens import (
     ConfirmScreen,
     HelpScreen,
@@ -69,44 +75,11 @@ DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
 LONG_STEP_S = 10.0  # steps at least this long: the quit dialog warns that the save can be far off
-LR_STEP = 1.25
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 34
 ENDED = ("stopped", "finished", "failed")
-
-# Actions that talk to a running engine (disabled while a dialog is open or nothing runs).
-RUN_ACTIONS = {
-    "toggle_pause",
-    "pause",
-    "resume",
-    "checkpoint",
-    "lr_dialog",
-    "lr_up",
-    "lr_down",
-    "sample",
-    "evaluate",
-    "rollback",
-}
-# Actions only meaningful on the main screen.
-MAIN_ACTIONS = RUN_ACTIONS | {
-    "presets",
-    "toggle_x",
-    "toggle_log",
-    "zoom",
-    "zoom_panel",
-    "help",
-    "quit",
-}
-PANEL_IDS = ("loss", "lr", "device", "memory", "samples")
-PANEL_TITLES = {
-    "loss": "loss",
-    "lr": "learning rate",
-    "device": "device",
-    "memory": "memory",
-    "samples": "samples",
-}
 
 
 _W = TypeVar("_W", bound=Widget)
@@ -121,116 +94,8 @@ def progress_bar(fraction: float, width: int) -> Content:
     return Content.assemble((done, "$success"), ("─" * (width - len(done)), "$foreground-muted"))
 
 
-@dataclass(frozen=True)
-class RunSummary:
-    """What leaving the app prints about one run of the session (`format_exit_report`)."""
-
-    preset: str
-    run_dir: str
-    state: str
-    step: int  # the newest step the app saw
-    start_step: int  # where this session's run started (0, or the step resumed from)
-    checkpoint: tuple[int, str] | None  # the newest checkpoint: (step, path)
-
-    @property
-    def unsaved_steps(self) -> int:
-        """Steps trained that no checkpoint holds."""
-        saved = self.checkpoint[0] if self.checkpoint is not None else self.start_step
-        return max(0, self.step - saved)
-
-
-def format_exit_report(runs: Sequence[RunSummary], forced: bool = False) -> str:
-    """The lines printed once the app has closed: per run its directory, newest checkpoint and
-    the command that resumes it; after a forced quit, the steps that were not saved."""
-    blocks = []
-    for i, run in enumerate(runs):
-        lines = [f"run dir: {run.run_dir}"]
-        if run.checkpoint is not None:
-            step, path = run.checkpoint
-            lines.append(f"last checkpoint: {path} (step {step})")
-        else:
-            lines.append("no checkpoint was saved")
-        lost = run.unsaved_steps
-        if forced and i == len(runs) - 1 and lost:
-            lines.append(
-                f"quit without saving: steps {run.step - lost + 1}-{run.step} ({lost}) are lost"
-            )
-        if run.checkpoint is not None and run.state == "finished":
-            # resuming a finished run only says so: the command that trains on is an extension
-            lines.append(
-                f"finished; to train on: cockpit --resume {shlex.quote(run.run_dir)} "
-                f"--set train.max_steps={2 * run.step}"
-            )
-        elif run.checkpoint is not None:
-            lines.append(f"resume: cockpit --resume {shlex.quote(run.run_dir)}")
-        elif run.start_step == 0:
-            lines.append(f"start again: cockpit --preset {shlex.quote(run.preset)}")
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks) if blocks else "no run was started"
-
-
 def _default_data_available(_preset: str) -> tuple[bool, str]:
     return True, ""
-
-
-ANOMALY_CODES = ("nan", "spike")  # the faults the engine pauses (or rolls back) on
-# Where the engine's own advice starts in an anomaly message: the app gives its own, from the
-# state the run is in (the engine's cannot know whether a checkpoint exists for r).
-_ENGINE_ADVICE = re.compile(
-    r":\s*paused\b|;\s*rolling back\b|;\s*no checkpoint\b|;\s*\d+ rollbacks?\b|;\s*stopping\b"
-)
-_LOSS_IN_MESSAGE = re.compile(r"\(loss ([^)\s]+)\)|spike at step [\d,]+: ([^\s,;]+)")
-
-
-@dataclass(frozen=True)
-class Anomaly:
-    """A NaN or a loss spike the engine reported (an Alert with code nan or spike)."""
-
-    code: str
-    fault: str  # what went wrong, in the engine's words, without its advice
-    message: str  # the engine's whole message
-    loss: float | None  # the loss of the faulty step, when the message gives it
-
-
-def fault_of(message: str) -> str:
-    """The fault part of an engine anomaly message ("non-finite gradient at step 226 (loss
-    906); the update was not applied"), without the advice that follows it."""
-    return _ENGINE_ADVICE.split(message, maxsplit=1)[0].strip() or message
-
-
-def loss_in(message: str) -> float | None:
-    """The loss an anomaly message quotes: (loss 906), or the loss of a spike."""
-    found = _LOSS_IN_MESSAGE.search(message)
-    if found is None:
-        return None
-    try:
-        return float(found.group(1) or found.group(2))
-    except ValueError:
-        return None
-
-
-def last_finite(values: Any) -> float | None:
-    """The last finite number of a sequence (the loss before a NaN), or None."""
-    for value in reversed(values):
-        if math.isfinite(value):
-            return float(value)
-    return None
-
-
-def run_dir_of(resume: Any) -> str:
-    """The run directory of `--resume`'s argument (a run directory or a checkpoint in one)."""
-    path = os.fspath(resume)
-    return path if os.path.isdir(path) else os.path.dirname(path) or "."
-
-
-def resumed_preset(resume: Any) -> str | None:
-    """The preset name of the run being resumed, from its config.json; None when unreadable."""
-    try:
-        with open(os.path.join(run_dir_of(resume), "config.json"), encoding="utf-8") as f:
-            name = json.load(f).get("name")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) and name else None
 
 
 class CockpitApp(App[None]):
@@ -240,30 +105,7 @@ class CockpitApp(App[None]):
     TITLE = "cockpit"
     ALLOW_IN_MAXIMIZED_VIEW = "#top, Footer"
 
-    BINDINGS = [
-        # One key, two bindings: the footer shows whichever applies (see check_action).
-        Binding("space", "pause", "Pause"),
-        Binding("space", "resume", "Resume"),
-        Binding("c", "checkpoint", "Ckpt"),
-        Binding("l", "lr_dialog", "LR"),
-        Binding("plus,equals_sign", "lr_up", "LR×1.25", show=False),
-        Binding("minus,underscore", "lr_down", "LR÷1.25", show=False),
-        Binding("s", "sample", "Sample"),
-        Binding("r", "rollback", "Roll back", show=False),
-        Binding("e", "evaluate", "Eval"),
-        Binding("p", "presets", "Preset"),
-        Binding("t", "toggle_x", "x: steps/tokens", show=False),
-        Binding("g", "toggle_log", "log y", show=False),
-        Binding("z", "zoom", "Zoom", show=False),
-        *[
-            Binding(str(i + 1), f"zoom_panel('{pid}')", f"Zoom {PANEL_TITLES[pid]}", show=False)
-            for i, pid in enumerate(PANEL_IDS)
-        ],
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
-        Binding("ctrl+c", "request_quit", "Quit", show=False, priority=True),
-        Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
-    ]
+    BINDINGS = key_bindings()  # cockpit/commands.py: keys, footer, help and palette
 
     def __init__(
         self,
@@ -271,7 +113,6 @@ class CockpitApp(App[None]):
         preset: str = "default",
         *,
         preset_dirs: Sequence[str] = (),
-        data_path: str | None = None,
         data_available: Callable[[str], tuple[Any, ...]] | None = None,
         fit_warning: Callable[[str, tuple[str, float] | None], str] | None = None,
     ) -> None:
@@ -283,7 +124,6 @@ class CockpitApp(App[None]):
         self.trainer_factory = trainer_factory
         self.preset = preset
         self.preset_dirs = list(preset_dirs)
-        self.data_path = data_path  # informational: the factory applies --data itself
         self.data_available = data_available or _default_data_available
         self.fit_warning = fit_warning
         self.trainer: Any = None
@@ -321,7 +161,6 @@ class CockpitApp(App[None]):
         self._checkpoint_toast_until = 0.0  # a checkpoint toast is on screen until then
         self._checkpoint_said = False  # the pending save's "saving..." toast was shown
         self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
-        self.event_count = 0
         self._engine_thread: threading.Thread | None = None
         self._watchdog_armed = False
         self._widgets: dict[type, Widget] = {}
@@ -541,7 +380,6 @@ class CockpitApp(App[None]):
                 self._route(ev)
             except Exception as e:  # noqa: BLE001 - a malformed event must not kill the UI
                 self.log.error(f"cannot route {ev!r}: {e}")
-        self.event_count += len(events)
         if events:
             self.samples_panel.finish_batch()
         now = time.monotonic()
@@ -712,7 +550,7 @@ class CockpitApp(App[None]):
         if code in ANOMALY_CODES and ev.level in ("error", "warning"):
             # The banner names the real fault and offers what works in the state the run is in
             # (paused, rolling back, given up): it is rebuilt as that state arrives.
-            self._anomaly = Anomaly(code, fault_of(ev.message), ev.message, loss_in(ev.message))
+            self._anomaly = Anomaly.from_message(code, ev.message)
             if ev.level == "warning":  # unattended: the engine rolls back on its own
                 self._set_alert("warning", f"⚠ {self._anomaly.fault}: rolling back...")
             else:
@@ -759,46 +597,12 @@ class CockpitApp(App[None]):
         self._alert = (level, message, expires)
 
     def _anomaly_banner(self) -> str:
-        """The fault in the engine's words, whether the weights may be damaged, and what works
-        from the state the run is in now."""
-        a = self._anomaly
-        if a is None:
+        if self._anomaly is None:
             return ""
-        if self.state in ENDED:
-            return f"✗ {a.message}"
-        parts = [f"✗ {a.fault}"]
-        damage = self._damage_note(a)
-        if damage:
-            parts.append(damage)
-        if self.state == "paused":
-            # short: at 80 columns the banner has three lines for all of this
-            ckpt = self.last_checkpoint
-            resume = "l: lower the LR, then space: resume"
-            if ckpt is None:
-                fresh = "p: start afresh"
-                parts.append("paused, no checkpoint yet")
-                parts += [fresh, f"{resume} on these weights"] if damage else [resume, fresh]
-            else:
-                back = f"r: back to {os.path.basename(ckpt[1])}, LR halved"
-                parts.append("paused")
-                parts += [back, resume] if damage else [resume, back]
-        return " · ".join(parts)
-
-    def _damage_note(self, a: Anomaly) -> str:
-        """Say so when the loss was already far above a fresh model's (ln of the vocabulary)."""
-        info = self._run_info
-        vocab = getattr(info, "vocab_size", 0) or 0
-        loss = a.loss if a.loss is not None else last_finite(self.loss_panel.raw.ys)
-        if vocab < 2 or loss is None:
-            return ""
-        fresh = math.log(vocab)
-        if math.isfinite(loss) and loss <= 2 * fresh:
-            return ""
-        if a.loss is not None:  # the fault quotes it already
-            return f"the weights may be damaged (a fresh model's loss is {fresh:.2f})"
-        return (
-            f"the loss was already {fmt_loss(loss)} (a fresh model's: {fresh:.2f}): "
-            "the weights may be damaged"
+        ckpt = self.last_checkpoint
+        vocab = getattr(self._run_info, "vocab_size", 0) or 0
+        return anomaly_banner(
+            self._anomaly, self.state, ckpt[1] if ckpt else None, vocab, self.loss_panel.raw.ys
         )
 
     def _expire_alert(self) -> None:
@@ -1401,45 +1205,12 @@ class CockpitApp(App[None]):
         threading.Thread(target=watch, name="cockpit-exit-watchdog", daemon=True).start()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield SystemCommand(
-            "Pause / resume", "Pause or resume training (space)", self.action_toggle_pause
-        )
-        yield SystemCommand(
-            "Checkpoint now", "Save a checkpoint at the next step (c)", self.action_checkpoint
-        )
-        yield SystemCommand("Set learning rate", "Set or scale the LR (l)", self.action_lr_dialog)
-        yield SystemCommand("LR ×1.25", "Scale the learning rate up (+)", self.action_lr_up)
-        yield SystemCommand("LR ÷1.25", "Scale the learning rate down (-)", self.action_lr_down)
-        yield SystemCommand("Sample now", "Generate text at the next step (s)", self.action_sample)
-        yield SystemCommand(
-            "Evaluate now", "Run an evaluation at the next step (e)", self.action_evaluate
-        )
-        yield SystemCommand(
-            "Roll back",
-            "Back to the last checkpoint with half the LR, after a NaN or a spike (r)",
-            self.action_rollback,
-        )
-        yield SystemCommand(
-            "Switch preset", "Checkpoint this run and start another (p)", self.action_presets
-        )
-        yield SystemCommand(
-            "Loss x axis: steps / tokens", "Toggle the loss x axis (t)", self.action_toggle_x
-        )
-        yield SystemCommand(
-            "Loss y axis: linear / log", "Toggle log-y on the loss (g)", self.action_toggle_log
-        )
-        yield SystemCommand(
-            "Zoom panel", "Zoom the focused panel, again to restore (z)", self.action_zoom
-        )
-        for i, pid in enumerate(PANEL_IDS):
-            title = PANEL_TITLES[pid]
-            yield SystemCommand(
-                f"Zoom {title}",
-                f"Fill the screen with the {title} panel, again to restore ({i + 1})",
-                partial(self.action_zoom_panel, pid),
-            )
-        yield SystemCommand("Help", "Every key (?)", self.action_help)
-        yield SystemCommand("Quit", "Checkpoint, stop and quit (q)", self.action_quit)
+        for title, description, action in palette_entries():
+            _, name, args = parse_action(action)
+            method = getattr(self, f"action_{name}")
+            # The method itself, not run_action: check_action would refuse it, the palette
+            # being the open screen.
+            yield SystemCommand(title, description, partial(method, *args) if args else method)
         for cmd in super().get_system_commands(screen):
             if cmd.title not in ("Quit", "Keys", "Maximize", "Minimize"):
                 yield cmd

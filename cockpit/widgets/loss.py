@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cockpit.history import BoundedSeries, DebiasedEMA, downsample_minmax, steady_limits
+from cockpit.axes import steady_limits
+from cockpit.series import BoundedSeries, DebiasedEMA, downsample_minmax
 from cockpit.widgets._format import fmt_loss, fmt_tick
 from cockpit.widgets.plot import ThrottledPlot, palette
 

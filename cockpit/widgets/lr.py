@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from cockpit.history import BoundedSeries, downsample_minmax
+from cockpit.series import BoundedSeries, downsample_minmax
 from cockpit.widgets._format import fmt_lr, fmt_lr_tick, fmt_tick
 from cockpit.widgets.plot import ThrottledPlot, palette
 

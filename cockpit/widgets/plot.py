@@ -33,7 +33,8 @@ from textual.visual import Visual
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
-from cockpit.history import RedrawGovernor, nice_ticks
+from cockpit.axes import nice_ticks
+from cockpit.pacing import RedrawGovernor
 from cockpit.widgets._format import fmt_tick
 from cockpit.widgets._repaint import QuietBorderLabels, RowStrips
 from cockpit.widgets.braille import line_cells, to_dots
