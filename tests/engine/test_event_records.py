@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,24 @@ def test_from_record_on_a_subclass_accepts_only_its_kind() -> None:
     assert Step.from_record(record) == REALISTIC[1]
     with pytest.raises(ValueError, match="not a record of Eval"):
         Eval.from_record(record)
+
+
+def test_a_runs_history_reads_back_the_events_the_writer_wrote(tmp_path: Path) -> None:
+    # read_history rebuilds events with from_record: what a resumed run redraws is what was
+    # emitted, NaN loss included (written as null).
+    from engine.metrics_log import MetricsWriter, read_history
+
+    nan_step = Step(
+        step=302, loss=math.nan, lr=0.001, grad_norm=math.nan, tokens_per_s=25_000.0,
+        step_time_s=0.04, tokens=309_248, time=T + 11,
+    )  # fmt: skip
+    writer = MetricsWriter(tmp_path / "metrics.jsonl")
+    for event in [*REALISTIC, nan_step]:
+        writer(event)
+    writer.close()
+    history = read_history(tmp_path / "metrics.jsonl", upto_step=302)
+    kinds = ("step", "eval", "lr_changed", "sample", "checkpoint")
+    expected = [e for e in REALISTIC if e.kind in kinds]
+    assert history[:-1] == sorted(expected, key=lambda e: (e.step, e.time))
+    last = history[-1]
+    assert isinstance(last, Step) and last.step == 302 and math.isnan(last.loss)

@@ -10,3 +10,14 @@ def test_engine_never_imports_textual():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_contract_needs_neither_torch_nor_textual():
+    # A client of a run in another process (attach) imports the contract and the events only.
+    code = (
+        "import sys, engine.contract, engine.events;"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'textual', 'cockpit')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
