@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -34,5 +33,3 @@ def shakespeare() -> Path:
         pytest.skip(f"{SHAKESPEARE} is not here")
     return SHAKESPEARE
 
-
-os.environ.setdefault("COCKPIT_TEST", "1")

@@ -214,7 +214,6 @@ class DevicePanel(VerticalScroll):
         super().__init__(**kwargs)
         self.mode = "waiting"
         self.n_gpus = 0
-        self.updates = 0
         self.min_interval = 1.0
         self._pending = False
         self._drawn_at = -1e9
@@ -258,7 +257,6 @@ class DevicePanel(VerticalScroll):
 
     def update_telemetry(self, ev: Any) -> None:
         """Record one Telemetry event (switching views if the source changed)."""
-        self.updates += 1
         self._last_reading_time = getattr(ev, "time", None)
         if self._stopped_because:  # readings come again (a new run)
             self._stopped_because = ""

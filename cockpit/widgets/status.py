@@ -21,7 +21,6 @@ STATE_LABELS = {
     "running": "RUNNING",
     "paused": "PAUSED",
     "saving": "SAVING",
-    "stopping": "STOPPING",
     "stopped": "STOPPED",
     "finished": "FINISHED",
     "failed": "FAILED",
@@ -97,7 +96,6 @@ class StatusLine(Horizontal):
     StatusLine > #badge.-running { background: $success; color: $text; }
     StatusLine > #badge.-paused { background: $warning; color: $text; }
     StatusLine > #badge.-saving { background: $accent; color: $text; }
-    StatusLine > #badge.-stopping { background: $accent; color: $text; }
     StatusLine > #badge.-starting { background: $primary; color: $text; }
     StatusLine > #badge.-finished { background: $primary; color: $text; }
     StatusLine > #badge.-stopped { background: $foreground-darken-2; color: $text; }

@@ -71,15 +71,11 @@ def test_progress_bar() -> None:
     assert progress_bar(1.2, 8).plain == "━━━━━━━━"
 
 
-def test_help_lists_every_key() -> None:
-    from cockpit.app import CockpitApp
-    from cockpit.screens import HELP_KEYS
+def test_status_badge_has_a_label_for_each_state_the_engine_sends_and_no_other() -> None:
+    # a state the engine never emits (e.g. "stopping") is dead code that the badge would lie with
+    from cockpit.widgets.status import STATE_LABELS
+    from engine.events import RunState
 
-    listed = " ".join(k for k, _ in HELP_KEYS)
-    names = {"question_mark": "?", "plus": "+", "minus": "-", "equals_sign": "+", "underscore": "-"}
-    for binding in CockpitApp.BINDINGS:
-        for key in binding.key.split(","):
-            key = names.get(key, key)
-            if key.isdigit():
-                key = "1-5"
-            assert key in listed, key
+    engine_states = {v for k, v in vars(RunState).items() if k.isupper() and isinstance(v, str)}
+    assert set(STATE_LABELS) == engine_states | {"idle"}
+    assert all(label == state.upper() for state, label in STATE_LABELS.items())
