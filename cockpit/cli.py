@@ -332,23 +332,19 @@ def preset_fit_warning(
     meta-device model of `plan_memory`, a short matmul when no peak is known): call it off the
     UI thread.
     """
-    import psutil
     import torch
 
+    from engine.device import device_capacity, select_device
     from engine.flops import flops_per_token, measure_peak, table_peak
     from engine.plan import compute_dtype, format_bytes, plan_memory
     from engine.presets import load_preset
-    from engine.trainer import select_device
 
     try:
         cfg = load_preset(preset, [], presets_dir)
         device = select_device(cfg.train.device)
     except ConfigError as e:
         return str(e)
-    if device.type == "cuda":
-        capacity = torch.cuda.get_device_properties(device).total_memory
-    else:
-        capacity = psutil.virtual_memory().total
+    capacity = device_capacity(device)
     tokenizer = cfg.data.tokenizer
     vocab = 256 if tokenizer == "char" else BPE_VOCAB.get(tokenizer, 50257)
     plan = plan_memory(cfg, vocab, device.type, capacity)
@@ -385,7 +381,8 @@ def preset_fit_warning(
 
 
 def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int:
-    from cockpit.app import CockpitApp, format_exit_report, run_app
+    from cockpit.app import CockpitApp, run_app
+    from cockpit.runs import format_exit_report
     from engine.data import data_available, is_stand_in_corpus
     from engine.presets import load_preset
 
@@ -411,7 +408,6 @@ def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int
         factory,
         args.preset or "default",
         preset_dirs=args.presets_dir,
-        data_path=args.data,
         data_available=preset_data_available,
         fit_warning=fit_warning,
     )
@@ -468,17 +464,11 @@ def show_plan(args: argparse.Namespace) -> int:
         capacity = parse_size(args.device_memory)
         device_type = "cpu" if cfg.train.device == "cpu" else "cuda"
     else:
-        import psutil
-        import torch
-
-        from engine.trainer import select_device
+        from engine.device import device_capacity, select_device
 
         device = select_device(cfg.train.device)
         device_type = device.type
-        if device.type == "cuda":
-            capacity = torch.cuda.get_device_properties(device).total_memory
-        else:
-            capacity = psutil.virtual_memory().total
+        capacity = device_capacity(device)
     vocab, how = vocab_size_for(cfg, args.data)
     plan = plan_memory(cfg, vocab, device_type, capacity)
     print(format_plan(cfg, plan, suggest_fixes(cfg, vocab, device_type, capacity)))

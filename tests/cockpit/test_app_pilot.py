@@ -1,11 +1,11 @@
 """Drive the cockpit with keys (Textual's Pilot) against the scripted trainer.
 
-Plain `def` tests running `asyncio.run(...)`: no async pytest plugin needed.
+Each test runs as a plain test through `pilot_test` or `run_pilot` (tests/cockpit/pilot.py): no
+async pytest plugin needed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import threading
@@ -14,361 +14,294 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from scripted import (
-    ScriptedFactory,
-    ScriptedTrainer,
-    build_script,
-    config_error,
+from pilot import (
+    Toasts,
+    alert_text,
+    pilot_test,
+    run_pilot,
+    scripted_app,
     settle,
+    status_text,
     wait_for,
 )
-from textual.notifications import Notify
+from scripted import ScriptedFactory, ScriptedTrainer, build_script, config_error
+from textual.pilot import Pilot
 from textual.widgets import Input
 
-from cockpit.app import PANEL_IDS, CockpitApp, RunSummary, format_exit_report
+from cockpit.app import CockpitApp
+from cockpit.commands import PANEL_IDS
+from cockpit.runs import RunSummary, format_exit_report
 from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
 from engine.events import Alert, CheckpointSaved, StateChanged, Step
-
-SIZE = (100, 30)
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-def make_app(**factory_options: Any) -> tuple[CockpitApp, ScriptedFactory]:
-    factory = ScriptedFactory(**factory_options)
-    return CockpitApp(factory, "default"), factory
 
 
 def commands(trainer: ScriptedTrainer) -> list[str]:
     return [c[0] for c in trainer.calls]
 
 
-def alert_text(app: CockpitApp) -> str:
-    return app.query_one(AlertLine).message
+@pilot_test()
+async def test_space_pauses_then_resumes(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    assert app.state == "running"
+    await pilot.press("space")
+    await settle(pilot)
+    assert app.state == "paused"
+    assert app.status_line.state == "paused"
+    await pilot.press("space")
+    await settle(pilot)
+    assert app.state == "running"
+    assert commands(factory.trainer) == ["pause", "resume"]
 
 
-def test_space_pauses_then_resumes() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            assert app.state == "running"
-            await pilot.press("space")
-            await settle(pilot)
-            assert app.state == "paused"
-            assert app.status_line.state == "paused"
-            await pilot.press("space")
-            await settle(pilot)
-            assert app.state == "running"
-            assert commands(factory.trainer) == ["pause", "resume"]
-
-    run(go())
+@pilot_test()
+async def test_space_twice_before_ack_still_resumes(pilot: Pilot, factory: ScriptedFactory) -> None:
+    await pilot.press("space", "space")  # no drain in between
+    assert commands(factory.trainer) == ["pause", "resume"]
 
 
-def test_space_twice_before_ack_still_resumes() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("space", "space")  # no drain in between
-            assert commands(factory.trainer) == ["pause", "resume"]
-
-    run(go())
-
-
-def test_space_acts_on_the_engine_state_even_before_its_event_is_drained() -> None:
+@pilot_test()
+async def test_space_acts_on_the_engine_state_even_before_its_event_is_drained(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
     """Pause, resume, then pause again before the app drained the engine's "running": the
     third press must pause (the engine runs), not send a second resume that changes nothing."""
-
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("space")
-            app.pump()  # drains "paused"
-            assert app.state == "paused"
-            await pilot.press("space")  # resume: the engine runs, its event not drained yet
-            app.pump = lambda force=False: 0  # type: ignore[method-assign] # the timer waits
-            app._requested = None  # as after draining the stale "paused" echo
-            app.state = "paused"
-            await pilot.press("space")
-            assert commands(factory.trainer) == ["pause", "resume", "pause"]
-
-    run(go())
+    await pilot.press("space")
+    app.pump()  # drains "paused"
+    assert app.state == "paused"
+    await pilot.press("space")  # resume: the engine runs, its event not drained yet
+    app.pump = lambda force=False: 0  # type: ignore[method-assign] # the timer waits
+    app._requested = None  # as after draining the stale "paused" echo
+    app.state = "paused"
+    await pilot.press("space")
+    assert commands(factory.trainer) == ["pause", "resume", "pause"]
 
 
-def test_checkpoint_key_shows_path_in_a_toast() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        toasts: list[Any] = []
-
-        def hook(message: Any) -> None:
-            if isinstance(message, Notify):
-                toasts.append(message.notification)
-
-        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("c")
-            await settle(pilot)
-            assert commands(factory.trainer) == ["checkpoint"]
-            path = "runs/default-scripted/ckpt-000300.pt"
-            assert any(path in t.message for t in toasts), [t.message for t in toasts]
-            assert app.last_checkpoint == (300, path, "manual")
-            assert app.state == "running"
-
-    run(go())
+@pilot_test()
+async def test_checkpoint_key_shows_path_in_a_toast(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
+) -> None:
+    await pilot.press("c")
+    await settle(pilot)
+    assert commands(factory.trainer) == ["checkpoint"]
+    path = "runs/default-scripted/ckpt-000300.pt"
+    assert any(path in t.message for t in toasts), [t.message for t in toasts]
+    assert app.last_checkpoint == (300, path, "manual")
+    assert app.state == "running"
 
 
-def test_lr_dialog_sets_absolute_lr() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("l")
-            await pilot.pause()
-            assert isinstance(app.screen, LrScreen)
-            await pilot.press(*"5e-4", "enter")
-            await pilot.pause()
-            assert not isinstance(app.screen, LrScreen)
-            assert factory.trainer.calls == [("set_lr", 5e-4)]
-            await settle(pilot)
-            assert app.lr == pytest.approx(5e-4)
-
-    run(go())
+@pilot_test()
+async def test_lr_dialog_sets_absolute_lr(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("l")
+    await pilot.pause()
+    assert isinstance(app.screen, LrScreen)
+    await pilot.press(*"5e-4", "enter")
+    await pilot.pause()
+    assert not isinstance(app.screen, LrScreen)
+    assert factory.trainer.calls == [("set_lr", 5e-4)]
+    await settle(pilot)
+    assert app.lr == pytest.approx(5e-4)
 
 
-def test_lr_dialog_scales() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("l")
-            await pilot.pause()
-            await pilot.press("slash", "2", "enter")
-            await pilot.pause()
-            assert factory.trainer.calls == [("scale_lr", 0.5)]
-
-    run(go())
+@pilot_test()
+async def test_lr_dialog_scales(pilot: Pilot, factory: ScriptedFactory) -> None:
+    await pilot.press("l")
+    await pilot.pause()
+    await pilot.press("slash", "2", "enter")
+    await pilot.pause()
+    assert factory.trainer.calls == [("scale_lr", 0.5)]
 
 
 INVALID_LR_INPUTS = ["abc", "-1", "0", "nan", "inf", "1e9", "x0", "/0", "x1000", ""]
 
 
-def test_lr_dialog_rejects_invalid_input() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("l")
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, LrScreen)
-            field = screen.query_one(Input)
-            for text in INVALID_LR_INPUTS:
-                field.value = ""
-                await pilot.press(*text, "enter")
-                assert app.screen is screen, f"{text!r}: the dialog stays open"
-                assert screen.error, f"{text!r}: an inline error is shown"
-                assert factory.trainer.calls == [], text
-            await pilot.press("escape")
-            await pilot.pause()
-            assert not isinstance(app.screen, LrScreen)
-            assert factory.trainer.calls == []
-
-    run(go())
+@pilot_test()
+async def test_lr_dialog_rejects_invalid_input(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("l")
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, LrScreen)
+    field = screen.query_one(Input)
+    for text in INVALID_LR_INPUTS:
+        field.value = ""
+        await pilot.press(*text, "enter")
+        assert app.screen is screen, f"{text!r}: the dialog stays open"
+        assert screen.error, f"{text!r}: an inline error is shown"
+        assert factory.trainer.calls == [], text
+    await pilot.press("escape")
+    await pilot.pause()
+    assert not isinstance(app.screen, LrScreen)
+    assert factory.trainer.calls == []
 
 
-def test_plus_and_minus_scale_lr() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("plus")
-            await pilot.press("minus")
-            calls = factory.trainer.calls
-            assert calls[0] == ("scale_lr", 1.25)
-            assert calls[1][0] == "scale_lr" and calls[1][1] == pytest.approx(0.8)
-            await settle(pilot)
-            assert app.scale == pytest.approx(1.25)  # the script's 1.25, x1.25, x0.8
-
-    run(go())
+@pilot_test()
+async def test_plus_and_minus_scale_lr(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("plus")
+    await pilot.press("minus")
+    calls = factory.trainer.calls
+    assert calls[0] == ("scale_lr", 1.25)
+    assert calls[1][0] == "scale_lr" and calls[1][1] == pytest.approx(0.8)
+    await settle(pilot)
+    assert app.scale == pytest.approx(1.25)  # the script's 1.25, x1.25, x0.8
 
 
-def test_sample_and_evaluate_keys() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            n_samples = len(app.samples_panel.samples)
-            await pilot.press("s", "e")
-            await settle(pilot)
-            assert commands(factory.trainer) == ["sample", "evaluate"]
-            assert len(app.samples_panel.samples) == n_samples + 1
-            assert app.loss_panel.last_val == pytest.approx(1.7)
-
-    run(go())
+@pilot_test()
+async def test_sample_and_evaluate_keys(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    n_samples = len(app.samples_panel.samples)
+    await pilot.press("s", "e")
+    await settle(pilot)
+    assert commands(factory.trainer) == ["sample", "evaluate"]
+    assert len(app.samples_panel.samples) == n_samples + 1
+    assert app.loss_panel.last_val == pytest.approx(1.7)
 
 
-def test_preset_switch_checkpoints_then_starts_the_new_preset() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            first = factory.trainer
-            await pilot.press("p")
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, PresetScreen)
-            names = [r.name for r in screen.rows]
-            assert "default" in names and "tiny" in names
-            assert [r.name for r in screen.rows if r.current] == ["default"]
-            # the current preset is highlighted; walk down to "tiny" and choose it
-            target = names.index("tiny")
-            for _ in range(target - names.index("default")):
-                await pilot.press("down")
-            await pilot.press("enter")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen)
-            assert first.calls == []
-            await pilot.press("y")
-            await wait_for(pilot, lambda: len(factory.trainers) == 2)
-            assert first.calls == [("stop", True)]
-            assert factory.names == ["default", "tiny"]
-            await settle(pilot, factory)
-            assert app.preset == "tiny"
-            assert app.state == "running"
-            assert app.engine_running
-            # panels were reset and refilled by the new run (same script: 300 steps)
-            assert app.loss_panel.raw.total == 300
-
-    run(go())
+@pilot_test()
+async def test_preset_switch_checkpoints_then_starts_the_new_preset(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    first = factory.trainer
+    await pilot.press("p")
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, PresetScreen)
+    names = [r.name for r in screen.rows]
+    assert "default" in names and "tiny" in names
+    assert [r.name for r in screen.rows if r.current] == ["default"]
+    # the current preset is highlighted; walk down to "tiny" and choose it
+    target = names.index("tiny")
+    for _ in range(target - names.index("default")):
+        await pilot.press("down")
+    await pilot.press("enter")
+    await pilot.pause()
+    assert isinstance(app.screen, ConfirmScreen)
+    assert first.calls == []
+    await pilot.press("y")
+    await wait_for(pilot, lambda: len(factory.trainers) == 2)
+    assert first.calls == [("stop", True)]
+    assert factory.names == ["default", "tiny"]
+    await settle(pilot, factory)
+    assert app.preset == "tiny"
+    assert app.state == "running"
+    assert app.engine_running
+    # panels were reset and refilled by the new run (same script: 300 steps)
+    assert app.loss_panel.raw.total == 300
 
 
-def test_preset_menu_cancel_changes_nothing() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("p")
-            await pilot.pause()
-            await pilot.press("down", "enter")
-            await pilot.pause()
-            await pilot.press("n")
-            await pilot.pause()
-            assert factory.trainer.calls == []
-            assert factory.names == ["default"]
-            await pilot.press("p")
-            await pilot.pause()
-            await pilot.press("escape")
-            await pilot.pause()
-            assert not isinstance(app.screen, PresetScreen)
-            assert factory.names == ["default"]
-
-    run(go())
+@pilot_test()
+async def test_preset_menu_cancel_changes_nothing(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("p")
+    await pilot.pause()
+    await pilot.press("down", "enter")
+    await pilot.pause()
+    await pilot.press("n")
+    await pilot.pause()
+    assert factory.trainer.calls == []
+    assert factory.names == ["default"]
+    await pilot.press("p")
+    await pilot.pause()
+    await pilot.press("escape")
+    await pilot.pause()
+    assert not isinstance(app.screen, PresetScreen)
+    assert factory.names == ["default"]
 
 
 def test_preset_menu_shows_data_availability() -> None:
-    async def go() -> None:
-        factory = ScriptedFactory()
+    factory = ScriptedFactory()
 
-        def data_available(name: str) -> tuple[bool, str]:
-            return (
-                (False, "tinyshakespeare: not downloaded") if "shakespeare" in name else (True, "")
-            )
+    def data_available(name: str) -> tuple[bool, str]:
+        return (
+            (False, "tinyshakespeare: not downloaded") if "shakespeare" in name else (True, "")
+        )
 
-        app = CockpitApp(factory, "default", data_available=data_available)
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("p")
-            await pilot.pause()
-            rows = {r.name: r for r in app.screen.rows}
-            assert rows["shakespeare-char"].data_ok is False
-            assert rows["shakespeare-char"].data_note == "tinyshakespeare: not downloaded"
-            assert rows["default"].data_ok is True
+    app = CockpitApp(factory, "default", data_available=data_available)
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot, factory)
+        await pilot.press("p")
+        await pilot.pause()
+        rows = {r.name: r for r in app.screen.rows}
+        assert rows["shakespeare-char"].data_ok is False
+        assert rows["shakespeare-char"].data_note == "tinyshakespeare: not downloaded"
+        assert rows["default"].data_ok is True
+
+    run_pilot(app, scenario)
 
 
 def test_quit_asks_then_checkpoints_and_exits() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("q")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen)
-            assert factory.trainer.calls == []
-            await pilot.press("y")
-            await wait_for(pilot, lambda: app.return_code is not None)
-            assert factory.trainer.calls == [("stop", True)]
-        assert app.return_code == 0
+    app, factory = scripted_app()
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot, factory)
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert factory.trainer.calls == []
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.return_code is not None)
+        assert factory.trainer.calls == [("stop", True)]
 
-
-def test_quit_cancel_keeps_running() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("q")
-            await pilot.pause()
-            await pilot.press("escape")
-            await pilot.pause()
-            assert app.return_code is None
-            assert factory.trainer.calls == []
-            assert not isinstance(app.screen, ConfirmScreen)
-
-    run(go())
+    run_pilot(app, scenario)
+    assert app.return_code == 0
 
 
-def test_ctrl_c_asks_like_q_and_twice_confirms() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("ctrl+c")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("ctrl+c")
-            await wait_for(pilot, lambda: app.return_code is not None)
-            assert factory.trainer.calls == [("stop", True)]
 
-    run(go())
-
-
-def test_factory_error_shows_failed_and_quit_still_works() -> None:
-    async def go() -> None:
-        app, factory = make_app(fail={"default": config_error("default")})
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot)
-            assert app.state == "failed"
-            assert app.status_line.state == "failed"
-            assert "optim.lr" in alert_text(app)
-            assert "config error" in alert_text(app)
-            await pilot.press("space", "c", "plus")  # nothing to command: no crash
-            await pilot.press("q")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("y")
-            await wait_for(pilot, lambda: app.return_code is not None)
-
-    run(go())
+@pilot_test()
+async def test_quit_cancel_keeps_running(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("q")
+    await pilot.pause()
+    await pilot.press("escape")
+    await pilot.pause()
+    assert app.return_code is None
+    assert factory.trainer.calls == []
+    assert not isinstance(app.screen, ConfirmScreen)
 
 
-def test_unexpected_factory_exception_is_shown() -> None:
-    async def go() -> None:
-        app, factory = make_app(fail={"default": RuntimeError("no CUDA device")})
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot)
-            assert app.state == "failed"
-            assert "RuntimeError" in alert_text(app)
-            assert "no CUDA device" in alert_text(app)
+@pilot_test()
+async def test_ctrl_c_asks_like_q_and_twice_confirms(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("ctrl+c")
+    await pilot.pause()
+    assert isinstance(app.screen, ConfirmScreen)
+    await pilot.press("ctrl+c")
+    await wait_for(pilot, lambda: app.return_code is not None)
+    assert factory.trainer.calls == [("stop", True)]
 
-    run(go())
+
+@pilot_test(fail={"default": config_error("default")})
+async def test_factory_error_shows_failed_and_quit_still_works(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    assert app.state == "failed"
+    assert app.status_line.state == "failed"
+    assert "optim.lr" in alert_text(app)
+    assert "config error" in alert_text(app)
+    await pilot.press("space", "c", "plus")  # nothing to command: no crash
+    await pilot.press("q")
+    await pilot.pause()
+    assert isinstance(app.screen, ConfirmScreen)
+    await pilot.press("y")
+    await wait_for(pilot, lambda: app.return_code is not None)
+
+
+@pilot_test(fail={"default": RuntimeError("no CUDA device")})
+async def test_unexpected_factory_exception_is_shown(app: CockpitApp) -> None:
+    assert app.state == "failed"
+    assert "RuntimeError" in alert_text(app)
+    assert "no CUDA device" in alert_text(app)
 
 
 def test_engine_exception_in_run_is_shown_not_raised() -> None:
@@ -376,47 +309,39 @@ def test_engine_exception_in_run_is_shown_not_raised() -> None:
         def run(self, should_stop: Callable[[], bool] | None = None) -> str:
             raise RuntimeError("boom in the engine")
 
-    async def go() -> None:
-        app = CockpitApp(lambda name: Exploding(name), "default")
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.state == "failed")
-            assert "boom in the engine" in alert_text(app)
-            await pilot.press("q")
-            await pilot.pause()
-            await pilot.press("y")
-            await wait_for(pilot, lambda: app.return_code is not None)
+    app = CockpitApp(lambda name: Exploding(name), "default")
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.state == "failed")
+        assert "boom in the engine" in alert_text(app)
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.return_code is not None)
 
-
-def test_engine_failure_events_show_failed() -> None:
-    async def go() -> None:
-        app, factory = make_app(fail_at=120, telemetry="nvml")
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            assert app.state == "failed"
-            assert "CUDA out of memory" in alert_text(app)
-            assert app.query_one(AlertLine).has_class("-error")
-
-    run(go())
+    run_pilot(app, scenario)
 
 
-def test_finished_run_shows_a_summary_and_disables_run_keys() -> None:
-    async def go() -> None:
-        app, factory = make_app(finish=True)
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await wait_for(pilot, lambda: not app.engine_running)
-            await settle(pilot)
-            assert app.state == "finished"
-            note = alert_text(app)
-            assert "finished at step 300" in note and "best val" in note
-            assert "ckpt-000300.pt" in note
-            assert app.check_action("checkpoint", ()) is None  # shown disabled
-            await pilot.press("c", "space")
-            assert factory.trainer.calls == []
+@pilot_test(fail_at=120, telemetry="nvml")
+async def test_engine_failure_events_show_failed(app: CockpitApp) -> None:
+    assert app.state == "failed"
+    assert "CUDA out of memory" in alert_text(app)
+    assert app.query_one(AlertLine).has_class("-error")
 
-    run(go())
+
+@pilot_test(finish=True)
+async def test_finished_run_shows_a_summary_and_disables_run_keys(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await wait_for(pilot, lambda: not app.engine_running)
+    await settle(pilot)
+    assert app.state == "finished"
+    note = alert_text(app)
+    assert "finished at step 300" in note and "best val" in note
+    assert "ckpt-000300.pt" in note
+    assert app.check_action("checkpoint", ()) is None  # shown disabled
+    await pilot.press("c", "space")
+    assert factory.trainer.calls == []
 
 
 def resumed_script(
@@ -461,98 +386,85 @@ def resumed_script(
 
 
 def test_resumed_history_is_drawn_but_not_announced() -> None:
-    async def go() -> None:
-        script = resumed_script()
-        app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
-        toasts: list[Any] = []
+    script = resumed_script()
+    app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
+    toasts = Toasts()
 
-        def hook(message: Any) -> None:
-            if isinstance(message, Notify):
-                toasts.append(message.notification.title)
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
+        await settle(pilot)
+        assert app.loss_panel.raw.total == 300  # 250 replayed + 50 new
+        assert app.lr_panel.changes  # the past LR change is drawn
+        titles = [t.title for t in toasts]
+        assert not any(t and t.startswith("LR changed") for t in titles), titles
+        assert any(t and t.startswith("Resumed") for t in titles), titles
+        # speed and ETA come from this session's steps only: 2 steps/s
+        assert app.tracker.rate == pytest.approx(2.0)
+        assert app.tracker.elapsed == pytest.approx(27.0)
 
-        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
-            await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
-            await settle(pilot)
-            assert app.loss_panel.raw.total == 300  # 250 replayed + 50 new
-            assert app.lr_panel.changes  # the past LR change is drawn
-            assert not any(t and t.startswith("LR changed") for t in toasts), toasts
-            assert any(t and t.startswith("Resumed") for t in toasts), toasts
-            # speed and ETA come from this session's steps only: 2 steps/s
-            assert app.tracker.rate == pytest.approx(2.0)
-            assert app.tracker.elapsed == pytest.approx(27.0)
-
-    run(go())
+    run_pilot(app, scenario, toasts=toasts)
 
 
 def test_a_resume_says_what_it_changed() -> None:
     """The resume's notes (an LR set with --set, an optimizer started fresh...) reach the
     screen, not only the headless output and metrics.jsonl."""
 
-    async def go() -> None:
-        script = resumed_script(new_steps=0)
-        script[0] = dataclasses.replace(
-            script[0], notes=("optim.lr: 0.001 -> 0.01 (applied from the first resumed step)",)
-        )
-        app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
-        toasts: list[Any] = []
+    script = resumed_script(new_steps=0)
+    script[0] = dataclasses.replace(
+        script[0], notes=("optim.lr: 0.001 -> 0.01 (applied from the first resumed step)",)
+    )
+    app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
+    toasts = Toasts()
 
-        def hook(message: Any) -> None:
-            if isinstance(message, Notify):
-                toasts.append(message.notification)
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
+        await settle(pilot)
+        resumed = [t for t in toasts if t.title.startswith("Resumed at step 250")]
+        assert len(resumed) == 1
+        assert "optim.lr: 0.001 -> 0.01" in resumed[0].message
+        assert resumed[0].timeout >= 10  # time to read it
 
-        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
-            await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
-            await settle(pilot)
-            resumed = [t for t in toasts if t.title.startswith("Resumed at step 250")]
-            assert len(resumed) == 1
-            assert "optim.lr: 0.001 -> 0.01" in resumed[0].message
-            assert resumed[0].timeout >= 10  # time to read it
-
-    run(go())
-
-
-def status_text(app: CockpitApp) -> str:
-    return str(app.status_line.text.render())
+    run_pilot(app, scenario, toasts=toasts)
 
 
 def test_a_resumed_run_continues_elapsed_and_shows_no_replayed_speed_as_live() -> None:
-    async def go() -> None:
-        script = resumed_script(new_steps=0, train_time_s=500.0)
-        trainer = ScriptedTrainer("default", script=script)
-        app = CockpitApp(lambda name: trainer, "default")
-        async with app.run_test(size=(160, 40)) as pilot:
-            await settle(pilot)
-            await wait_for(pilot, lambda: trainer.loaded.is_set())
-            await settle(pilot)
-            assert app.state == "running" and app.step == 250
-            # the replayed step 250 ran at 3,840 tok/s and 31% MFU in the last session
-            assert app.tokens_per_s is None
-            text = status_text(app)
-            assert "– tok/s" in text and "3.8k" not in text
-            assert "MFU" not in text
-            # 500 s trained before, 1 s since this session started (its "running" event)
-            assert app.tracker.elapsed == pytest.approx(501.0)
-            assert "elapsed 8:21" in text, text
-            # the first live step: its own speed, and elapsed goes on from 500 s
-            trainer._emit(
-                Step(
-                    step=251,
-                    loss=1.5,
-                    lr=1e-3,
-                    grad_norm=0.5,
-                    tokens_per_s=2000.0,
-                    step_time_s=0.4,
-                    tokens=251 * 768,
-                    mfu=0.2,
-                    time=script[0].time + 4.0,
-                )
-            )
-            await settle(pilot)
-            assert app.tokens_per_s == 2000.0 and app.mfu == 0.2
-            assert "2.00k tok/s" in status_text(app)
-            assert app.tracker.elapsed == pytest.approx(504.0)
+    script = resumed_script(new_steps=0, train_time_s=500.0)
+    trainer = ScriptedTrainer("default", script=script)
+    app = CockpitApp(lambda name: trainer, "default")
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot)
+        await wait_for(pilot, lambda: trainer.loaded.is_set())
+        await settle(pilot)
+        assert app.state == "running" and app.step == 250
+        # the replayed step 250 ran at 3,840 tok/s and 31% MFU in the last session
+        assert app.tokens_per_s is None
+        text = status_text(app)
+        assert "– tok/s" in text and "3.8k" not in text
+        assert "MFU" not in text
+        # 500 s trained before, 1 s since this session started (its "running" event)
+        assert app.tracker.elapsed == pytest.approx(501.0)
+        assert "elapsed 8:21" in text, text
+        # the first live step: its own speed, and elapsed goes on from 500 s
+        trainer._emit(
+            Step(
+                step=251,
+                loss=1.5,
+                lr=1e-3,
+                grad_norm=0.5,
+                tokens_per_s=2000.0,
+                step_time_s=0.4,
+                tokens=251 * 768,
+                mfu=0.2,
+                time=script[0].time + 4.0,
+            )
+        )
+        await settle(pilot)
+        assert app.tokens_per_s == 2000.0 and app.mfu == 0.2
+        assert "2.00k tok/s" in status_text(app)
+        assert app.tracker.elapsed == pytest.approx(504.0)
+
+    run_pilot(app, scenario, size=(160, 40))
 
 
 class GatedTrainer(ScriptedTrainer):
@@ -573,38 +485,38 @@ def test_a_resume_shows_the_runs_preset_from_the_start(tmp_path) -> None:
     (run_dir / "config.json").write_text('{"name": "tiny"}')
     resume = str(run_dir / "ckpt-000250.pt")
 
-    async def go() -> None:
-        trainer = GatedTrainer("tiny", script=resumed_script(preset="tiny"), resume_from=resume)
-        app = CockpitApp(lambda name: trainer, "default")  # what the CLI passes with --resume
-        async with app.run_test(size=(160, 40)) as pilot:
-            await pilot.pause()
-            assert app.status_line.state == "starting"
-            assert status_text(app).startswith("tiny"), status_text(app)
-            assert "default" not in status_text(app) + alert_text(app)
-            assert alert_text(app) == f"resuming tiny from {resume}..."
-            trainer.gate.set()
-            await wait_for(pilot, lambda: trainer.loaded.is_set())
-            await settle(pilot)
-            assert app.preset == "tiny" and alert_text(app) == ""
+    trainer = GatedTrainer("tiny", script=resumed_script(preset="tiny"), resume_from=resume)
+    app = CockpitApp(lambda name: trainer, "default")  # what the CLI passes with --resume
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await pilot.pause()
+        assert app.status_line.state == "starting"
+        assert status_text(app).startswith("tiny"), status_text(app)
+        assert "default" not in status_text(app) + alert_text(app)
+        assert alert_text(app) == f"resuming tiny from {resume}..."
+        trainer.gate.set()
+        await wait_for(pilot, lambda: trainer.loaded.is_set())
+        await settle(pilot)
+        assert app.preset == "tiny" and alert_text(app) == ""
+
+    run_pilot(app, scenario, size=(160, 40))
 
 
 def test_a_resume_whose_preset_is_unknown_says_which_run_it_resumes(tmp_path) -> None:
     run_dir = tmp_path / "my-run"
     run_dir.mkdir()  # no config.json to read the preset from
 
-    async def go() -> None:
-        trainer = GatedTrainer("tiny", script=resumed_script(), resume_from=str(run_dir))
-        app = CockpitApp(lambda name: trainer, "default")
-        async with app.run_test(size=(160, 40)) as pilot:
-            await pilot.pause()
-            assert alert_text(app) == f"resuming {run_dir}..."
-            assert status_text(app).startswith("my-run")
-            trainer.gate.set()
-            await wait_for(pilot, lambda: trainer.loaded.is_set())
+    trainer = GatedTrainer("tiny", script=resumed_script(), resume_from=str(run_dir))
+    app = CockpitApp(lambda name: trainer, "default")
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await pilot.pause()
+        assert alert_text(app) == f"resuming {run_dir}..."
+        assert status_text(app).startswith("my-run")
+        trainer.gate.set()
+        await wait_for(pilot, lambda: trainer.loaded.is_set())
+
+    run_pilot(app, scenario, size=(160, 40))
 
 
 def test_a_flat_loss_curve_draws() -> None:
@@ -624,101 +536,82 @@ def test_a_flat_loss_curve_draws() -> None:
         for i in range(1, 60)
     ]
 
-    async def go() -> None:
-        app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
-            await settle(pilot)
-            await pilot.press("g")  # log y too
-            await settle(pilot)
-            assert app.loss_panel.draw_count >= 2
+    app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
+        await settle(pilot)
+        await pilot.press("g")  # log y too
+        await settle(pilot)
+        assert app.loss_panel.draw_count >= 2
 
-
-def test_nan_alert_is_prominent_and_paused() -> None:
-    async def go() -> None:
-        app, factory = make_app(nan_at=180)  # before the first checkpoint (step 250)
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            assert app.state == "paused"
-            banner = alert_text(app)
-            assert "loss is not finite at step 180" in banner
-            # no checkpoint yet: it says so and offers what works
-            assert "paused, no checkpoint yet" in banner
-            assert "l: lower the LR, then space: resume" in banner and "p: start afresh" in banner
-            assert "r:" not in banner
-            assert app.query_one(AlertLine).has_class("-error")
-            assert math.isnan(app.loss_panel.last_loss)
-            assert app.loss_panel.nan_steps == [(180, 180 * 768)]
-            # resuming clears the banner
-            await pilot.press("space")
-            await settle(pilot)
-            assert app.state == "running"
-            assert alert_text(app) == ""
-
-    run(go())
+    run_pilot(app, scenario)
 
 
-def test_a_non_finite_gradient_banner_names_the_fault_the_damage_and_the_checkpoint() -> None:
+@pilot_test(nan_at=180)  # before the first checkpoint (step 250)
+async def test_nan_alert_is_prominent_and_paused(pilot: Pilot, app: CockpitApp) -> None:
+    assert app.state == "paused"
+    banner = alert_text(app)
+    assert "loss is not finite at step 180" in banner
+    # no checkpoint yet: it says so and offers what works
+    assert "paused, no checkpoint yet" in banner
+    assert "l: lower the LR, then space: resume" in banner and "p: start afresh" in banner
+    assert "r:" not in banner
+    assert app.query_one(AlertLine).has_class("-error")
+    assert math.isnan(app.loss_panel.last_loss)
+    assert app.loss_panel.nan_steps == [(180, 180 * 768)]
+    # resuming clears the banner
+    await pilot.press("space")
+    await settle(pilot)
+    assert app.state == "running"
+    assert alert_text(app) == ""
+
+
+@pilot_test(nan_at=280, anomaly="gradient")
+async def test_a_non_finite_gradient_banner_names_the_fault_the_damage_and_the_checkpoint(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
     """Loss 906 on a 96-symbol vocabulary (a fresh model starts near 4.56): the weights were
     already damaged before the gradient went non-finite; r goes back to ckpt-250 at once."""
-
-    async def go() -> None:
-        app, factory = make_app(nan_at=280, anomaly="gradient")
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            assert app.state == "paused"
-            banner = alert_text(app)
-            assert banner.startswith("✗ non-finite gradient at step 280 (loss 906)")
-            assert "NaN loss" not in banner
-            assert "the weights may be damaged" in banner
-            assert "paused · r: back to ckpt-000250.pt, LR halved · l: lower the LR" in banner
-            assert app.query_one(AlertLine).has_class("-error")
-            await pilot.press("r")  # during an anomaly pause: at once, no question
-            await pilot.pause()
-            assert not isinstance(app.screen, ConfirmScreen)
-            assert factory.trainer.calls == [("rollback", 0.5)]
-            await settle(pilot)
-            assert app.state == "running"
-            banner = alert_text(app)
-            assert "rolled back to step 250 (ckpt-000250.pt), LR x0.5" in banner
-            assert "paused" not in banner
-
-    run(go())
+    assert app.state == "paused"
+    banner = alert_text(app)
+    assert banner.startswith("✗ non-finite gradient at step 280 (loss 906)")
+    assert "NaN loss" not in banner
+    assert "the weights may be damaged" in banner
+    assert "paused · r: back to ckpt-000250.pt, LR halved · l: lower the LR" in banner
+    assert app.query_one(AlertLine).has_class("-error")
+    await pilot.press("r")  # during an anomaly pause: at once, no question
+    await pilot.pause()
+    assert not isinstance(app.screen, ConfirmScreen)
+    assert factory.trainer.calls == [("rollback", 0.5)]
+    await settle(pilot)
+    assert app.state == "running"
+    banner = alert_text(app)
+    assert "rolled back to step 250 (ckpt-000250.pt), LR x0.5" in banner
+    assert "paused" not in banner
 
 
-def test_an_unattended_rollback_is_not_called_a_pause() -> None:
-    async def go() -> None:
-        app, factory = make_app(nan_at=280, on_anomaly="rollback")
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            assert app.state == "running"
-            assert app.step == 260  # trained on after the rollback to 250
-            banner = alert_text(app)
-            assert "loss is not finite at step 280" in banner
-            assert "rolled back to step 250 (ckpt-000250.pt), LR x0.5" in banner
-            assert "paused" not in banner and "resume" not in banner
-
-    run(go())
+@pilot_test(nan_at=280, on_anomaly="rollback")
+async def test_an_unattended_rollback_is_not_called_a_pause(app: CockpitApp) -> None:
+    assert app.state == "running"
+    assert app.step == 260  # trained on after the rollback to 250
+    banner = alert_text(app)
+    assert "loss is not finite at step 280" in banner
+    assert "rolled back to step 250 (ckpt-000250.pt), LR x0.5" in banner
+    assert "paused" not in banner and "resume" not in banner
 
 
-def test_resuming_from_a_spike_pause_clears_the_banner() -> None:
-    async def go() -> None:
-        app, factory = make_app(nan_at=280, anomaly="spike")
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            assert app.state == "paused"
-            banner = alert_text(app)
-            assert banner.startswith("✗ loss spike at step 280: 9.1000 against a moving average")
-            assert "NaN" not in banner and "damaged" not in banner
-            assert "paused · l: lower the LR, then space: resume · r: back to ckpt-000250" in banner
-            await pilot.press("space")
-            await settle(pilot)
-            assert app.state == "running"
-            assert alert_text(app) == ""
-
-    run(go())
+@pilot_test(nan_at=280, anomaly="spike")
+async def test_resuming_from_a_spike_pause_clears_the_banner(pilot: Pilot, app: CockpitApp) -> None:
+    assert app.state == "paused"
+    banner = alert_text(app)
+    assert banner.startswith("✗ loss spike at step 280: 9.1000 against a moving average")
+    assert "NaN" not in banner and "damaged" not in banner
+    assert "paused · l: lower the LR, then space: resume · r: back to ckpt-000250" in banner
+    await pilot.press("space")
+    await settle(pilot)
+    assert app.state == "running"
+    assert alert_text(app) == ""
 
 
 def test_a_run_that_gives_up_on_a_nan_says_failed_and_why_not_paused() -> None:
@@ -739,204 +632,159 @@ def test_a_run_that_gives_up_on_a_nan_says_failed_and_why_not_paused() -> None:
         ),
     ]
 
-    async def go() -> None:
-        app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
-            await settle(pilot)
-            assert app.state == "failed"
-            banner = alert_text(app)
-            assert banner == f"✗ FAILED at step 121: {fault}; no checkpoint to roll back to"
-            assert "paused" not in banner and "resume" not in banner
+    app = CockpitApp(lambda name: ScriptedTrainer(name, script=script), "default")
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
+        await settle(pilot)
+        assert app.state == "failed"
+        banner = alert_text(app)
+        assert banner == f"✗ FAILED at step 121: {fault}; no checkpoint to roll back to"
+        assert "paused" not in banner and "resume" not in banner
 
-
-def notifications(app: CockpitApp) -> tuple[list[Any], Any]:
-    """A list the app's toasts land in, and the message_hook that fills it."""
-    toasts: list[Any] = []
-
-    def hook(message: Any) -> None:
-        if isinstance(message, Notify):
-            toasts.append(message.notification)
-
-    return toasts, hook
+    run_pilot(app, scenario)
 
 
-def test_r_on_a_healthy_run_asks_first_and_cancel_changes_nothing() -> None:
-    async def go() -> None:
-        app, factory = make_app()  # step 300, last checkpoint at 250
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            for cancel in ("n", "escape"):
-                await pilot.press("r")
-                await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-                question = str(app.screen.query_one(".dialog-message").render())
-                assert "ckpt-000250.pt at step 250" in question
-                assert "discards the 50 steps" in question and "halves the LR" in question
-                await pilot.press(cancel)
-                await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
-                assert factory.trainer.calls == []  # the engine is never told to roll back
-            await pilot.press("r")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-            await pilot.press("y")
-            await wait_for(pilot, lambda: factory.trainer.calls == [("rollback", 0.5)])
-
-    run(go())
+@pilot_test()  # step 300, last checkpoint at 250
+async def test_r_on_a_healthy_run_asks_first_and_cancel_changes_nothing(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    for cancel in ("n", "escape"):
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        question = str(app.screen.query_one(".dialog-message").render())
+        assert "ckpt-000250.pt at step 250" in question
+        assert "discards the 50 steps" in question and "halves the LR" in question
+        await pilot.press(cancel)
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert factory.trainer.calls == []  # the engine is never told to roll back
+    await pilot.press("r")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    await pilot.press("y")
+    await wait_for(pilot, lambda: factory.trainer.calls == [("rollback", 0.5)])
 
 
-def test_r_without_a_checkpoint_is_a_short_notice_not_a_banner() -> None:
-    async def go() -> None:
-        app, factory = make_app(steps=120)  # the script's first checkpoint is at step 250
-        toasts, hook = notifications(app)
-        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("r")
-            await settle(pilot)
-            assert not isinstance(app.screen, ConfirmScreen)
-            assert factory.trainer.calls == []
-            notice = [t for t in toasts if "no checkpoint to roll back to" in t.message]
-            assert len(notice) == 1 and notice[0].timeout <= 5
-            assert alert_text(app) == ""  # nothing that stays for hundreds of steps
-
-    run(go())
+@pilot_test(steps=120)  # the script's first checkpoint is at step 250
+async def test_r_without_a_checkpoint_is_a_short_notice_not_a_banner(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
+) -> None:
+    await pilot.press("r")
+    await settle(pilot)
+    assert not isinstance(app.screen, ConfirmScreen)
+    assert factory.trainer.calls == []
+    notice = [t for t in toasts if "no checkpoint to roll back to" in t.message]
+    assert len(notice) == 1 and notice[0].timeout <= 5
+    assert alert_text(app) == ""  # nothing that stays for hundreds of steps
 
 
-def test_ten_c_presses_ask_for_one_save_and_show_three_toasts_at_most() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        toasts, hook = notifications(app)
-        async with app.run_test(size=SIZE, message_hook=hook) as pilot:
-            await settle(pilot, factory)
-            toasts.clear()  # the script's own (an LR change)
-            pump = app.pump
-            app.pump = lambda force=False: 0  # type: ignore[method-assign] # the engine's answer waits
-            await pilot.press(*["c"] * 10)
-            assert commands(factory.trainer) == ["checkpoint"]
-            app.pump = pump  # type: ignore[method-assign]
-            await settle(pilot)
-            titles = [t.title for t in toasts]
-            # "saving..." is still on screen for the other nine: no "already saving" under it
-            assert titles == ["Checkpoint", "Checkpoint saved at step 300"], titles
-            assert all(t.timeout <= 6 for t in toasts)
-            # pressed again while that toast shows: a new request, no new toast
-            await pilot.press("c")
-            await settle(pilot)
-            assert commands(factory.trainer) == ["checkpoint", "checkpoint"]
-            assert len(toasts) == 2
-            # once it is gone, the engine's re-acknowledgement of the same file says what it is
-            app._checkpoint_toast_until = 0.0
-            await pilot.press("c")
-            await settle(pilot)
-            assert toasts[-1].title == "Checkpoint already saved at step 300"
-            assert app.last_checkpoint[:2] == (300, "runs/default-scripted/ckpt-000300.pt")
-
-    run(go())
+@pilot_test()
+async def test_ten_c_presses_ask_for_one_save_and_show_three_toasts_at_most(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
+) -> None:
+    toasts.clear()  # the script's own (an LR change)
+    pump = app.pump
+    app.pump = lambda force=False: 0  # type: ignore[method-assign] # the engine's answer waits
+    await pilot.press(*["c"] * 10)
+    assert commands(factory.trainer) == ["checkpoint"]
+    app.pump = pump  # type: ignore[method-assign]
+    await settle(pilot)
+    titles = [t.title for t in toasts]
+    # "saving..." is still on screen for the other nine: no "already saving" under it
+    assert titles == ["Checkpoint", "Checkpoint saved at step 300"], titles
+    assert all(t.timeout <= 6 for t in toasts)
+    # pressed again while that toast shows: a new request, no new toast
+    await pilot.press("c")
+    await settle(pilot)
+    assert commands(factory.trainer) == ["checkpoint", "checkpoint"]
+    assert len(toasts) == 2
+    # once it is gone, the engine's re-acknowledgement of the same file says what it is
+    app._checkpoint_toast_until = 0.0
+    await pilot.press("c")
+    await settle(pilot)
+    assert toasts[-1].title == "Checkpoint already saved at step 300"
+    assert app.last_checkpoint[:2] == (300, "runs/default-scripted/ckpt-000300.pt")
 
 
-def test_dialogs_block_run_keys() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("question_mark")
-            await pilot.pause()
-            assert isinstance(app.screen, HelpScreen)
-            await pilot.press("c", "space", "s", "plus")
-            assert factory.trainer.calls == []
-            await pilot.press("escape")
-            await pilot.pause()
-            assert not isinstance(app.screen, HelpScreen)
-
-    run(go())
+@pilot_test()
+async def test_dialogs_block_run_keys(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("question_mark")
+    await pilot.pause()
+    assert isinstance(app.screen, HelpScreen)
+    await pilot.press("c", "space", "s", "plus")
+    assert factory.trainer.calls == []
+    await pilot.press("escape")
+    await pilot.pause()
+    assert not isinstance(app.screen, HelpScreen)
 
 
-def test_command_palette_lists_the_actions() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            titles = [c.title for c in app.get_system_commands(app.screen)]
-            for want in (
-                "Pause / resume",
-                "Checkpoint now",
-                "Set learning rate",
-                "LR ×1.25",
-                "LR ÷1.25",
-                "Sample now",
-                "Evaluate now",
-                "Switch preset",
-                "Help",
-                "Quit",
-                "Loss x axis: steps / tokens",
-                "Loss y axis: linear / log",
-            ):
-                assert want in titles
-            assert titles.count("Quit") == 1
-            # and the palette's Quit asks too
-            quit_cmd = next(c for c in app.get_system_commands(app.screen) if c.title == "Quit")
-            await quit_cmd.callback()
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen)
-
-    run(go())
+@pilot_test()
+async def test_command_palette_lists_the_actions(pilot: Pilot, app: CockpitApp) -> None:
+    titles = [c.title for c in app.get_system_commands(app.screen)]
+    for want in (
+        "Pause / resume",
+        "Checkpoint now",
+        "Set learning rate",
+        "LR ×1.25",
+        "LR ÷1.25",
+        "Sample now",
+        "Evaluate now",
+        "Switch preset",
+        "Help",
+        "Quit",
+        "Loss x axis: steps / tokens",
+        "Loss y axis: linear / log",
+    ):
+        assert want in titles
+    assert titles.count("Quit") == 1
+    # and the palette's Quit asks too
+    quit_cmd = next(c for c in app.get_system_commands(app.screen) if c.title == "Quit")
+    await quit_cmd.callback()
+    await pilot.pause()
+    assert isinstance(app.screen, ConfirmScreen)
 
 
-def test_toggles_and_zoom() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("t", "g")
-            assert app.loss_panel.x_tokens and app.loss_panel.log_y
-            assert "tokens" in str(app.loss_panel.border_title)
-            await pilot.press("4")
-            await pilot.pause()
-            assert app.screen.maximized is app.memory_panel
-            await pilot.press("4")
-            await pilot.pause()
-            assert app.screen.maximized is None
-            await pilot.press("z")
-            await pilot.pause()
-            assert app.screen.maximized is not None
-
-    run(go())
+@pilot_test()
+async def test_toggles_and_zoom(pilot: Pilot, app: CockpitApp) -> None:
+    await pilot.press("t", "g")
+    assert app.loss_panel.x_tokens and app.loss_panel.log_y
+    assert "tokens" in str(app.loss_panel.border_title)
+    await pilot.press("4")
+    await pilot.pause()
+    assert app.screen.maximized is app.memory_panel
+    await pilot.press("4")
+    await pilot.pause()
+    assert app.screen.maximized is None
+    await pilot.press("z")
+    await pilot.pause()
+    assert app.screen.maximized is not None
 
 
-def test_plots_redraw_at_most_about_once_a_second() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            panel = app.loss_panel
-            base = panel.governor._last_draw
-            assert base is not None
-            interval = panel.governor.interval
-            assert interval >= 1.0
-            draws = 0
-            for i in range(40):  # 40 data changes within the interval
-                panel.add_step(1000 + i, 1.5, (1000 + i) * 768)
-                draws += panel.flush(now=base + 0.5 + i / 80)
-            assert draws == 0
-            assert panel.flush(now=base + interval + 0.01) is True
-            assert panel.flush(now=base + interval + 0.02) is False  # nothing new
-
-    run(go())
+@pilot_test()
+async def test_plots_redraw_at_most_about_once_a_second(app: CockpitApp) -> None:
+    panel = app.loss_panel
+    base = panel.governor._last_draw
+    assert base is not None
+    interval = panel.governor.interval
+    assert interval >= 1.0
+    draws = 0
+    for i in range(40):  # 40 data changes within the interval
+        panel.add_step(1000 + i, 1.5, (1000 + i) * 768)
+        draws += panel.flush(now=base + 0.5 + i / 80)
+    assert draws == 0
+    assert panel.flush(now=base + interval + 0.01) is True
+    assert panel.flush(now=base + interval + 0.02) is False  # nothing new
 
 
-def test_resize_toggles_compact_layout() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=(160, 48)) as pilot:
-            await settle(pilot, factory)
-            assert not app.screen.has_class("compact")
-            assert app.samples_panel.display
-            await pilot.resize_terminal(80, 24)
-            await pilot.pause()
-            assert app.screen.has_class("compact")
-            assert app.samples_panel.region.area == 0
-
-    run(go())
+@pilot_test(size=(160, 48))
+async def test_resize_toggles_compact_layout(pilot: Pilot, app: CockpitApp) -> None:
+    assert not app.screen.has_class("compact")
+    assert app.samples_panel.display
+    await pilot.resize_terminal(80, 24)
+    await pilot.pause()
+    assert app.screen.has_class("compact")
+    assert app.samples_panel.region.area == 0
 
 
 # zoom, palette, help (issue 10, item 18) -----------------------------------------------------
@@ -945,101 +793,61 @@ def test_zoom_fills_the_screen_for_every_panel(size: tuple[int, int]) -> None:
     """1-5 zoom each panel to the whole screen (below the status line, above the footer): the
     device and memory panels too, which are sized to their content in the grid."""
 
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=size) as pilot:
-            await settle(pilot, factory)
-            width, height = size
-            for key, panel_id in enumerate(PANEL_IDS, start=1):
-                await pilot.press(str(key))
-                await pilot.pause()
-                panel = app.main_screen.query_one(f"#{panel_id}")
-                assert app.main_screen.maximized is panel
-                region = panel.region
-                assert region.width == width, (panel_id, region)
-                assert region.height >= height - 4, (panel_id, region)  # status, alert, footer
-                await pilot.press(str(key))
-                await pilot.pause()
-                assert app.main_screen.maximized is None
+    app, factory = scripted_app()
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot, factory)
+        width, height = size
+        for key, panel_id in enumerate(PANEL_IDS, start=1):
+            await pilot.press(str(key))
+            await pilot.pause()
+            panel = app.main_screen.query_one(f"#{panel_id}")
+            assert app.main_screen.maximized is panel
+            region = panel.region
+            assert region.width == width, (panel_id, region)
+            assert region.height >= height - 4, (panel_id, region)  # status, alert, footer
+            await pilot.press(str(key))
+            await pilot.pause()
+            assert app.main_screen.maximized is None
+
+    run_pilot(app, scenario, size=size)
 
 
-def test_zoom_banner_goes_when_the_zoom_ends() -> None:
+@pilot_test()
+async def test_zoom_banner_goes_when_the_zoom_ends(pilot: Pilot, app: CockpitApp) -> None:
     """The "zoomed in" banner goes at once, whether the zoom ends by esc, z or the same key."""
-
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            for unzoom in ("escape", "z", "3"):
-                await pilot.press("3")
-                await pilot.pause()
-                assert "zoomed in" in alert_text(app)
-                await pilot.press(unzoom)
-                await pilot.pause()
-                assert app.main_screen.maximized is None
-                assert "zoomed in" not in alert_text(app), unzoom
-
-    run(go())
-
-
-# Palette entries that stand for several bindings, or for a binding under another name.
-PALETTE_ALIASES = {"pause": "toggle_pause", "resume": "toggle_pause", "request_quit": "quit"}
-
-
-def test_every_key_action_has_a_palette_entry() -> None:
-    """The README says the command palette has every action: each binding's action (and its
-    argument, for the zoom keys) is reachable from get_system_commands, so they cannot drift."""
-    import functools
-    import re
-
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            reachable: set[tuple[str, tuple[Any, ...]]] = set()
-            for cmd in app.get_system_commands(app.screen):
-                callback, args = cmd.callback, ()
-                if isinstance(callback, functools.partial):
-                    callback, args = callback.func, tuple(callback.args)
-                name = getattr(callback, "__name__", "")
-                if name.startswith("action_"):
-                    reachable.add((name.removeprefix("action_"), args))
-            for binding in CockpitApp.BINDINGS:
-                m = re.fullmatch(r"(\w+)(?:\('(\w+)'\))?", binding.action)
-                assert m, binding.action
-                action = PALETTE_ALIASES.get(m.group(1), m.group(1))
-                args = (m.group(2),) if m.group(2) else ()
-                assert (action, args) in reachable, f"{binding.key}: {binding.action}"
-            titles = [c.title for c in app.get_system_commands(app.screen)]
-            assert "Roll back" in titles and "Zoom device" in titles and "Zoom memory" in titles
-
-    run(go())
+    for unzoom in ("escape", "z", "3"):
+        await pilot.press("3")
+        await pilot.pause()
+        assert "zoomed in" in alert_text(app)
+        await pilot.press(unzoom)
+        await pilot.pause()
+        assert app.main_screen.maximized is None
+        assert "zoomed in" not in alert_text(app), unzoom
 
 
 def test_help_fits_80x24_and_long_entries_wrap_in_their_column() -> None:
     from textual.widgets import Static
 
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=(80, 24)) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("question_mark")
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, HelpScreen)
-            dialog = screen.query_one("#help-dialog")
-            assert dialog.max_scroll_y == 0, "everything shows without scrolling"
-            note = screen.query_one("#help-note", Static)
-            assert note.region.height >= 1 and note.region.bottom <= dialog.region.bottom
-            assert "toast" not in str(note.render()).lower()
-            descriptions = list(screen.query(".help-description"))
-            assert len({d.region.x for d in descriptions}) == 1, "one column for descriptions"
-            rollback = next(d for d in descriptions if "roll back" in str(d.render()))
-            assert rollback.region.height >= 1
+    app, factory = scripted_app()
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot, factory)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, HelpScreen)
+        dialog = screen.query_one("#help-dialog")
+        assert dialog.max_scroll_y == 0, "everything shows without scrolling"
+        note = screen.query_one("#help-note", Static)
+        assert note.region.height >= 1 and note.region.bottom <= dialog.region.bottom
+        assert "toast" not in str(note.render()).lower()
+        descriptions = list(screen.query(".help-description"))
+        assert len({d.region.x for d in descriptions}) == 1, "one column for descriptions"
+        rollback = next(d for d in descriptions if "roll back" in str(d.render()))
+        assert rollback.region.height >= 1
+
+    run_pilot(app, scenario, size=(80, 24))
 
 
 # quitting a run whose next step boundary is minutes away (issue 10, item 16) -------------------
@@ -1111,83 +919,85 @@ def test_quit_waits_for_a_distant_step_boundary_with_a_countdown(
     monkeypatch.setattr("cockpit.app.QUIT_NOTE_REFRESH_S", 0.05)
     trainer = SlowStepTrainer()
 
-    async def go() -> None:
-        app = CockpitApp(lambda name: trainer, "gpt2-small")
-        now = [trainer.last_step_time + 30.0]  # 30 s into the fourth step
-        app.clock = lambda: now[0]
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: trainer.loaded.is_set())
-            await settle(pilot)
-            await pilot.press("q")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen)
-            assert "A step takes 2:00" in app.screen.message
-            await pilot.press("y")
-            await pilot.pause()
-            assert trainer.calls == [("stop", True)] and trainer.stop_reason == "quit"
-            note = alert_text(app)
-            assert "in ~1:30" in note and "a step takes 2:00" in note, note
-            assert "ctrl+c again: quit now without saving" in note
-            await pilot.pause(0.3)  # several times the (shortened) old limit
-            now[0] += 600.0  # ten minutes later, the step still has not ended
-            await pilot.pause(0.2)
-            assert app.return_code is None, "quitting gave up before the checkpoint"
-            note = alert_text(app)
-            assert "waited 10:00" in note and "any moment now" in note, note
-            assert not trainer.cancelled
-            trainer.boundary.set()  # the step ends: checkpoint, stopped, exit
-            await wait_for(pilot, lambda: app.return_code is not None)
-        assert app.return_code == 0
-        assert not app.quit_forced
-        [run_summary] = app.exit_summary()
-        assert run_summary.checkpoint == (4, "runs/gpt2-small-scripted/ckpt-000004.pt")
-        assert run_summary.unsaved_steps == 0
+    app = CockpitApp(lambda name: trainer, "gpt2-small")
+    now = [trainer.last_step_time + 30.0]  # 30 s into the fourth step
+    app.clock = lambda: now[0]
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: trainer.loaded.is_set())
+        await settle(pilot)
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "A step takes 2:00" in app.screen.message
+        await pilot.press("y")
+        await pilot.pause()
+        assert trainer.calls == [("stop", True)] and trainer.stop_reason == "quit"
+        note = alert_text(app)
+        assert "in ~1:30" in note and "a step takes 2:00" in note, note
+        assert "ctrl+c again: quit now without saving" in note
+        await pilot.pause(0.3)  # several times the (shortened) old limit
+        now[0] += 600.0  # ten minutes later, the step still has not ended
+        await pilot.pause(0.2)
+        assert app.return_code is None, "quitting gave up before the checkpoint"
+        note = alert_text(app)
+        assert "waited 10:00" in note and "any moment now" in note, note
+        assert not trainer.cancelled
+        trainer.boundary.set()  # the step ends: checkpoint, stopped, exit
+        await wait_for(pilot, lambda: app.return_code is not None)
+
+    run_pilot(app, scenario)
+    assert app.return_code == 0
+    assert not app.quit_forced
+    [run_summary] = app.exit_summary()
+    assert run_summary.checkpoint == (4, "runs/gpt2-small-scripted/ckpt-000004.pt")
+    assert run_summary.unsaved_steps == 0
+
 
 
 def test_quit_before_the_first_step_says_there_is_no_estimate() -> None:
-    async def go() -> None:
-        trainer = SlowStepTrainer()
-        trainer.script = trainer.script[:2]  # started, running, no step finished yet
-        app = CockpitApp(lambda name: trainer, "gpt2-small")
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: trainer.loaded.is_set())
-            await settle(pilot)
-            await pilot.press("q")
-            await pilot.pause()
-            await pilot.press("y")
-            await pilot.pause()
-            assert "when the first step ends" in alert_text(app)
-            assert "no estimate" in alert_text(app)
-            trainer.boundary.set()
-            await wait_for(pilot, lambda: app.return_code is not None)
+    trainer = SlowStepTrainer()
+    trainer.script = trainer.script[:2]  # started, running, no step finished yet
+    app = CockpitApp(lambda name: trainer, "gpt2-small")
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: trainer.loaded.is_set())
+        await settle(pilot)
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert "when the first step ends" in alert_text(app)
+        assert "no estimate" in alert_text(app)
+        trainer.boundary.set()
+        await wait_for(pilot, lambda: app.return_code is not None)
+
+    run_pilot(app, scenario)
 
 
 def test_ctrl_c_while_quitting_waits_forces_and_reports_what_was_lost() -> None:
-    async def go() -> None:
-        trainer = SlowStepTrainer()
-        app = CockpitApp(lambda name: trainer, "gpt2-small")
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: trainer.loaded.is_set())
-            await settle(pilot)
-            await pilot.press("ctrl+c")
-            await pilot.pause()
-            await pilot.press("ctrl+c")  # confirms the quit dialog
-            await pilot.pause()
-            assert app.return_code is None and trainer.calls == [("stop", True)]
-            await pilot.press("ctrl+c")  # again while it waits: now, without the checkpoint
-            await wait_for(pilot, lambda: app.return_code is not None)
-        assert app.quit_forced
-        assert trainer.cancelled
-        report = format_exit_report(app.exit_summary(), forced=app.quit_forced)
-        assert "no checkpoint was saved" in report
-        assert "quit without saving: steps 1-3 (3) are lost" in report
-        assert "resume:" not in report  # nothing to resume from
+    trainer = SlowStepTrainer()
+    app = CockpitApp(lambda name: trainer, "gpt2-small")
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: trainer.loaded.is_set())
+        await settle(pilot)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        await pilot.press("ctrl+c")  # confirms the quit dialog
+        await pilot.pause()
+        assert app.return_code is None and trainer.calls == [("stop", True)]
+        await pilot.press("ctrl+c")  # again while it waits: now, without the checkpoint
+        await wait_for(pilot, lambda: app.return_code is not None)
+
+    run_pilot(app, scenario)
+    assert app.quit_forced
+    assert trainer.cancelled
+    report = format_exit_report(app.exit_summary(), forced=app.quit_forced)
+    assert "no checkpoint was saved" in report
+    assert "quit without saving: steps 1-3 (3) are lost" in report
+    assert "resume:" not in report  # nothing to resume from
+
 
 
 def test_exit_report_names_the_run_dir_checkpoint_and_resume_command() -> None:
@@ -1215,25 +1025,26 @@ def test_exit_report_names_the_run_dir_checkpoint_and_resume_command() -> None:
 
 
 def test_leaving_after_a_preset_switch_reports_both_runs() -> None:
-    async def go() -> None:
-        app, factory = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            app.switch_preset("tiny")
-            await wait_for(pilot, lambda: len(factory.trainers) == 2)
-            await settle(pilot, factory)
-            await pilot.press("q")
-            await pilot.pause()
-            await pilot.press("y")
-            await wait_for(pilot, lambda: app.return_code is not None)
-        runs = app.exit_summary()
-        assert [r.run_dir for r in runs] == ["runs/default-scripted", "runs/tiny-scripted"]
-        assert [r.checkpoint for r in runs] == [
-            (300, "runs/default-scripted/ckpt-000300.pt"),
-            (300, "runs/tiny-scripted/ckpt-000300.pt"),
-        ]
+    app, factory = scripted_app()
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot, factory)
+        app.switch_preset("tiny")
+        await wait_for(pilot, lambda: len(factory.trainers) == 2)
+        await settle(pilot, factory)
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.return_code is not None)
+
+    run_pilot(app, scenario)
+    runs = app.exit_summary()
+    assert [r.run_dir for r in runs] == ["runs/default-scripted", "runs/tiny-scripted"]
+    assert [r.checkpoint for r in runs] == [
+        (300, "runs/default-scripted/ckpt-000300.pt"),
+        (300, "runs/tiny-scripted/ckpt-000300.pt"),
+    ]
+
 
 
 # the preset menu: stand-in corpora, presets far beyond this machine (issue 10, item 17) -------
@@ -1251,35 +1062,35 @@ def test_picking_a_preset_far_beyond_this_machine_warns_before_starting() -> Non
             return ""
         return "gpt2-small is far beyond this machine: it needs ~17.22 GiB of memory"
 
-    async def go() -> None:
-        factory = ScriptedFactory()
-        app = CockpitApp(
-            factory, "default", data_available=data_available, fit_warning=fit_warning
-        )
-        async with app.run_test(size=SIZE) as pilot:
-            await settle(pilot, factory)
-            await pilot.press("p")
-            await pilot.pause()
-            rows = {r.name: r for r in app.screen.rows}
-            assert rows["gpt2-small"].data_stand_in and not rows["default"].data_stand_in
-            app.screen.dismiss("gpt2-small")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-            message = app.screen.message
-            assert "far beyond this machine" in message and "17.22 GiB" in message
-            assert "stand-in corpus (pydoc)" in message
-            assert "cockpit --preset gpt2-small --data PATH" in message
-            assert checked_on and checked_on[0] is not threading.main_thread()  # never the UI's
-            await pilot.press("n")
-            await pilot.pause()
-            assert factory.names == ["default"]  # nothing started
-            # a preset that fits is asked about without a warning
-            await pilot.press("p")
-            await pilot.pause()
-            app.screen.dismiss("tiny")
-            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-            assert "⚠" not in app.screen.message
+    factory = ScriptedFactory()
+    app = CockpitApp(
+        factory, "default", data_available=data_available, fit_warning=fit_warning
+    )
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot, factory)
+        await pilot.press("p")
+        await pilot.pause()
+        rows = {r.name: r for r in app.screen.rows}
+        assert rows["gpt2-small"].data_stand_in and not rows["default"].data_stand_in
+        app.screen.dismiss("gpt2-small")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        message = app.screen.message
+        assert "far beyond this machine" in message and "17.22 GiB" in message
+        assert "stand-in corpus (pydoc)" in message
+        assert "cockpit --preset gpt2-small --data PATH" in message
+        assert checked_on and checked_on[0] is not threading.main_thread()  # never the UI's
+        await pilot.press("n")
+        await pilot.pause()
+        assert factory.names == ["default"]  # nothing started
+        # a preset that fits is asked about without a warning
+        await pilot.press("p")
+        await pilot.pause()
+        app.screen.dismiss("tiny")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "⚠" not in app.screen.message
+
+    run_pilot(app, scenario)
 
 
 def test_preset_fit_warning_from_the_memory_plan_and_the_step_time(
@@ -1316,27 +1127,28 @@ def test_switching_away_from_a_slow_run_waits_for_its_checkpoint(
         started.append(name)
         return slow if name == "gpt2-small" else ScriptedTrainer(name)
 
-    async def go() -> None:
-        app = CockpitApp(factory, "gpt2-small")
-        now = [slow.last_step_time + 30.0]
-        app.clock = lambda: now[0]
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: slow.loaded.is_set())
-            await settle(pilot)
-            app.switch_preset("tiny")
-            await pilot.pause()
-            assert "switching to tiny: saving at the next step boundary, in ~1:30" in alert_text(
-                app
-            )
-            await pilot.pause(0.3)
-            now[0] += 600.0
-            await pilot.pause(0.2)
-            assert not slow.cancelled and started == ["gpt2-small"]
-            assert slow.stop_reason == "switching preset"
-            assert "waited 10:00" in alert_text(app)
-            slow.boundary.set()
-            await wait_for(pilot, lambda: started == ["gpt2-small", "tiny"])
-        [first, _second] = app.exit_summary()
-        assert first.checkpoint == (4, "runs/gpt2-small-scripted/ckpt-000004.pt")
+    app = CockpitApp(factory, "gpt2-small")
+    now = [slow.last_step_time + 30.0]
+    app.clock = lambda: now[0]
 
-    run(go())
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: slow.loaded.is_set())
+        await settle(pilot)
+        app.switch_preset("tiny")
+        await pilot.pause()
+        assert "switching to tiny: saving at the next step boundary, in ~1:30" in alert_text(
+            app
+        )
+        await pilot.pause(0.3)
+        now[0] += 600.0
+        await pilot.pause(0.2)
+        assert not slow.cancelled and started == ["gpt2-small"]
+        assert slow.stop_reason == "switching preset"
+        assert "waited 10:00" in alert_text(app)
+        slow.boundary.set()
+        await wait_for(pilot, lambda: started == ["gpt2-small", "tiny"])
+
+    run_pilot(app, scenario)
+    [first, _second] = app.exit_summary()
+    assert first.checkpoint == (4, "runs/gpt2-small-scripted/ckpt-000004.pt")
+
