@@ -72,7 +72,7 @@ async def test_space_acts_on_the_engine_state_even_before_its_event_is_drained(
     assert app.state == "paused"
     await pilot.press("space")  # resume: the engine runs, its event not drained yet
     app.pump = lambda force=False: 0  # type: ignore[method-assign] # the timer waits
-    app._requested = None  # as after draining the stale "paused" echo
+    app.view.requested = None  # as after draining the stale "paused" echo
     app.state = "paused"
     await pilot.press("space")
     assert commands(factory.trainer) == ["pause", "resume", "pause"]
@@ -87,7 +87,7 @@ async def test_checkpoint_key_shows_path_in_a_toast(
     assert commands(factory.trainer) == ["checkpoint"]
     path = "runs/default-scripted/ckpt-000300.pt"
     assert any(path in t.message for t in toasts), [t.message for t in toasts]
-    assert app.last_checkpoint == (300, path, "manual")
+    assert app.view.last_checkpoint == (300, path, "manual")
     assert app.state == "running"
 
 
@@ -103,7 +103,7 @@ async def test_lr_dialog_sets_absolute_lr(
     assert not isinstance(app.screen, LrScreen)
     assert factory.trainer.calls == [("set_lr", 5e-4)]
     await settle(pilot)
-    assert app.lr == pytest.approx(5e-4)
+    assert app.view.lr == pytest.approx(5e-4)
 
 
 @pilot_test()
@@ -149,7 +149,7 @@ async def test_plus_and_minus_scale_lr(
     assert calls[0] == ("scale_lr", 1.25)
     assert calls[1][0] == "scale_lr" and calls[1][1] == pytest.approx(0.8)
     await settle(pilot)
-    assert app.scale == pytest.approx(1.25)  # the script's 1.25, x1.25, x0.8
+    assert app.view.scale == pytest.approx(1.25)  # the script's 1.25, x1.25, x0.8
 
 
 @pilot_test()
@@ -399,8 +399,8 @@ def test_resumed_history_is_drawn_but_not_announced() -> None:
         assert not any(t and t.startswith("LR changed") for t in titles), titles
         assert any(t and t.startswith("Resumed") for t in titles), titles
         # speed and ETA come from this session's steps only: 2 steps/s
-        assert app.tracker.rate == pytest.approx(2.0)
-        assert app.tracker.elapsed == pytest.approx(27.0)
+        assert app.view.tracker.rate == pytest.approx(2.0)
+        assert app.view.tracker.elapsed == pytest.approx(27.0)
 
     run_pilot(app, scenario, toasts=toasts)
 
@@ -436,14 +436,14 @@ def test_a_resumed_run_continues_elapsed_and_shows_no_replayed_speed_as_live() -
         await settle(pilot)
         await wait_for(pilot, lambda: trainer.loaded.is_set())
         await settle(pilot)
-        assert app.state == "running" and app.step == 250
+        assert app.state == "running" and app.view.step == 250
         # the replayed step 250 ran at 3,840 tok/s and 31% MFU in the last session
-        assert app.tokens_per_s is None
+        assert app.view.tokens_per_s is None
         text = status_text(app)
         assert "– tok/s" in text and "3.8k" not in text
         assert "MFU" not in text
         # 500 s trained before, 1 s since this session started (its "running" event)
-        assert app.tracker.elapsed == pytest.approx(501.0)
+        assert app.view.tracker.elapsed == pytest.approx(501.0)
         assert "elapsed 8:21" in text, text
         # the first live step: its own speed, and elapsed goes on from 500 s
         trainer._emit(
@@ -460,9 +460,9 @@ def test_a_resumed_run_continues_elapsed_and_shows_no_replayed_speed_as_live() -
             )
         )
         await settle(pilot)
-        assert app.tokens_per_s == 2000.0 and app.mfu == 0.2
+        assert app.view.tokens_per_s == 2000.0 and app.view.mfu == 0.2
         assert "2.00k tok/s" in status_text(app)
-        assert app.tracker.elapsed == pytest.approx(504.0)
+        assert app.view.tracker.elapsed == pytest.approx(504.0)
 
     run_pilot(app, scenario, size=(160, 40))
 
@@ -594,7 +594,7 @@ async def test_a_non_finite_gradient_banner_names_the_fault_the_damage_and_the_c
 @pilot_test(nan_at=280, on_anomaly="rollback")
 async def test_an_unattended_rollback_is_not_called_a_pause(app: CockpitApp) -> None:
     assert app.state == "running"
-    assert app.step == 260  # trained on after the rollback to 250
+    assert app.view.step == 260  # trained on after the rollback to 250
     banner = alert_text(app)
     assert "loss is not finite at step 280" in banner
     assert "rolled back to step 250 (ckpt-000250.pt), LR x0.5" in banner
@@ -702,7 +702,7 @@ async def test_ten_c_presses_ask_for_one_save_and_show_three_toasts_at_most(
     await pilot.press("c")
     await settle(pilot)
     assert toasts[-1].title == "Checkpoint already saved at step 300"
-    assert app.last_checkpoint[:2] == (300, "runs/default-scripted/ckpt-000300.pt")
+    assert app.view.last_checkpoint[:2] == (300, "runs/default-scripted/ckpt-000300.pt")
 
 
 @pilot_test()

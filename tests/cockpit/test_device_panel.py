@@ -3,12 +3,13 @@ own table, and no reading passed off as live once the run that produced it has e
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from typing import Any
 
-from scripted import ScriptedFactory, config_error, settle, telemetry_event, wait_for
+from pilot import pilot_test, wait_for
+from scripted import ScriptedFactory, config_error, telemetry_event
+from textual.pilot import Pilot
 
 from cockpit.app import CockpitApp
 from cockpit.widgets.device import gpu_header, throttle_labels
@@ -48,47 +49,39 @@ def panel_text(widget: Any) -> str:
     return "\n".join(strip.text for strip in widget._strips())
 
 
-def test_after_the_run_ends_the_device_panel_says_its_readings_stopped() -> None:
-    async def go() -> None:
-        factory = ScriptedFactory(steps=60, finish=True)
-        app = CockpitApp(factory, "default")
-        async with app.run_test(size=(160, 48)) as pilot:
-            await settle(pilot, factory)
-            await wait_for(pilot, lambda: not app.engine_running)
-            await pilot.pause()
-            last = [ev for ev in factory.trainer.script if ev.kind == "telemetry"][-1]
-            when = time.strftime("%H:%M:%S", time.localtime(last.time))
-            subtitle = str(app.device_panel.border_subtitle)
-            assert f"readings stopped {when} (run ended)" in subtitle
-            # a new run's first reading makes the panel live again
-            app.device_panel.update_telemetry(telemetry_event("psutil", last.time + 60, 1))
-            assert not app.device_panel.border_subtitle
-
-    asyncio.run(go())
+@pilot_test(size=(160, 48), steps=60, finish=True)
+async def test_after_the_run_ends_the_device_panel_says_its_readings_stopped(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await wait_for(pilot, lambda: not app.engine_running)
+    await pilot.pause()
+    last = [ev for ev in factory.trainer.script if ev.kind == "telemetry"][-1]
+    when = time.strftime("%H:%M:%S", time.localtime(last.time))
+    subtitle = str(app.device_panel.border_subtitle)
+    assert f"readings stopped {when} (run ended)" in subtitle
+    # a new run's first reading makes the panel live again
+    app.device_panel.update_telemetry(telemetry_event("psutil", last.time + 60, 1))
+    assert not app.device_panel.border_subtitle
 
 
-def test_a_failed_preset_switch_leaves_no_panel_showing_the_old_run_or_waiting() -> None:
-    async def go() -> None:
-        factory = ScriptedFactory(fail={"broken": config_error("broken")})
-        app = CockpitApp(factory, "default")
-        async with app.run_test(size=(160, 48)) as pilot:
-            await settle(pilot, factory)
-            assert "waiting" not in panel_text(app.memory_panel)  # the run's breakdown is shown
-            app.switch_preset("broken")
-            await wait_for(pilot, lambda: factory.names == ["default", "broken"])
-            await wait_for(pilot, lambda: app.state == "failed")
-            app.pump(force=True)
-            await pilot.pause()
-            lr, memory = panel_text(app.lr_panel), panel_text(app.memory_panel)
-            for text in (lr, memory):
-                assert "no run: broken could not start" in text
-                assert "waiting" not in text
-            assert "weights" not in memory  # not the old run's breakdown
-            assert "readings stopped" in str(app.device_panel.border_subtitle)
-            # the next run that starts waits for its own schedule and breakdown again
-            app.switch_preset("default")
-            await wait_for(pilot, lambda: len(factory.trainers) == 2)
-            assert app.lr_panel.empty_message == app.lr_panel.EMPTY_MESSAGE
-            assert app.memory_panel.empty_message == app.memory_panel.EMPTY_MESSAGE
-
-    asyncio.run(go())
+@pilot_test(size=(160, 48), fail={"broken": config_error("broken")})
+async def test_a_failed_preset_switch_leaves_no_panel_showing_the_old_run_or_waiting(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    assert "waiting" not in panel_text(app.memory_panel)  # the run's breakdown is shown
+    app.switch_preset("broken")
+    await wait_for(pilot, lambda: factory.names == ["default", "broken"])
+    await wait_for(pilot, lambda: app.state == "failed")
+    app.pump(force=True)
+    await pilot.pause()
+    lr, memory = panel_text(app.lr_panel), panel_text(app.memory_panel)
+    for text in (lr, memory):
+        assert "no run: broken could not start" in text
+        assert "waiting" not in text
+    assert "weights" not in memory  # not the old run's breakdown
+    assert "readings stopped" in str(app.device_panel.border_subtitle)
+    # the next run that starts waits for its own schedule and breakdown again
+    app.switch_preset("default")
+    await wait_for(pilot, lambda: len(factory.trainers) == 2)
+    assert app.lr_panel.empty_message == app.lr_panel.EMPTY_MESSAGE
+    assert app.memory_panel.empty_message == app.memory_panel.EMPTY_MESSAGE

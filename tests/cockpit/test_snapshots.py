@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import ScriptedFactory, config_error, settle
+from pilot import settle
+from scripted import ScriptedFactory, config_error
 
 from cockpit.app import CockpitApp
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 
-from scripted import ScriptedTrainer, build_script, settle
+from pilot import run_pilot, settle, status_text
+from scripted import ScriptedTrainer, build_script
+from textual.pilot import Pilot
 
 from cockpit.app import CockpitApp
 
@@ -21,15 +22,15 @@ def test_status_line_never_shows_an_mfu_above_100_percent() -> None:
         for e in script
     ]
 
-    async def go() -> str:
-        trainer = ScriptedTrainer("default", script=script)
-        app = CockpitApp(lambda name: trainer, "default")
-        async with app.run_test(size=(200, 30)) as pilot:
-            await settle(pilot)
-            await settle(pilot)
-            assert app.step == 20 and app.mfu == 2.24  # an event from an engine that did not cap
-            return str(app.status_line.text.render())
+    trainer = ScriptedTrainer("default", script=script)
+    app = CockpitApp(lambda name: trainer, "default")
 
-    text = asyncio.run(go())
+    async def scenario(pilot: Pilot) -> str:
+        await settle(pilot)
+        await settle(pilot)
+        assert app.view.step == 20 and app.view.mfu == 2.24  # an event from an engine that did not cap
+        return status_text(app)
+
+    text = run_pilot(app, scenario, size=(200, 30))
     assert "MFU~100.0%" in text, text
     assert "224" not in text
