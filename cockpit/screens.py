@@ -18,9 +18,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from cockpit.commands import help_rows
 from cockpit.widgets._format import fmt_lr
+from engine.config import MAX_LR
 
-MAX_LR = 10.0  # the same bound as the config's optim.lr
 MAX_FACTOR = 100.0
 LR_HINT = "an LR (3e-4, 0.0003) or a factor (x2, *2, /2)"
 
@@ -247,23 +248,6 @@ class PresetScreen(ModalScreen["str | None"]):
         self.dismiss(None)
 
 
-HELP_KEYS: list[tuple[str, str]] = [
-    ("space", "pause / resume training"),
-    ("c", "save a checkpoint now"),
-    ("l", "set the learning rate (3e-4, x2, /2 ...)"),
-    ("+ / -", "learning rate ×1.25 / ÷1.25"),
-    ("s / e", "generate a sample / evaluate now"),
-    ("r", "roll back to the last checkpoint, LR halved (after a NaN or spike)"),
-    ("p", "switch preset (saves a checkpoint first)"),
-    ("t / g", "loss x axis: steps or tokens / log y"),
-    ("1-5", "zoom a panel: loss, LR, device, memory, samples"),
-    ("z / esc", "zoom the focused panel / back"),
-    ("tab", "focus the next panel"),
-    ("ctrl+p", "command palette (every action)"),
-    ("?", "this help"),
-    ("q", "quit: asks, then saves a checkpoint and exits"),
-    ("ctrl+c ctrl+q", "quit, in dialogs too; again while waiting: exit unsaved"),
-]
 HELP_NOTE = (
     "Commands apply at the next step. Notifications confirm checkpoints, samples, evaluations "
     "and LR changes; the status line shows pause and resume."
@@ -283,7 +267,7 @@ class HelpScreen(ModalScreen[None]):
             box.border_title = "Keys"
             box.border_subtitle = "esc close"
             with Grid(id="help-keys"):
-                for key, description in HELP_KEYS:
+                for key, description in help_rows():
                     yield Static(key, classes="help-key")
                     yield Static(description, classes="help-description")
             yield Static(Content.styled(HELP_NOTE, "$foreground-muted"), id="help-note")
