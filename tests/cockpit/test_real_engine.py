@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
-from textual.notifications import Notify
+from pilot import REAL_SIZE, TINY, Toasts, real_app, run_pilot, status_text, wait_for_engine
+from textual.pilot import Pilot
 
 from cockpit.app import CockpitApp
 from cockpit.screens import ConfirmScreen
@@ -15,245 +14,189 @@ from engine.checkpoint import list_checkpoints, load_checkpoint
 from engine.presets import load_preset
 from engine.trainer import Trainer
 
-TINY = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
-    "train.batch_size=4",
-    "train.max_steps=1000000",
-    "eval.interval=0",
-    "eval.batches=2",
-    "sample.interval=0",
-    "sample.max_new_tokens=8",
-    "checkpoint.interval=0",
-]
+
+def test_space_pauses_the_engine_and_resumes_it(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 3)
+        trainer = made[0]
+        await pilot.press("space")
+        await wait_for_engine(pilot, lambda: trainer.state == "paused")
+        step = trainer.step
+        await pilot.pause(0.5)
+        assert trainer.step == step  # the step counter stopped
+        await pilot.press("space")
+        await wait_for_engine(pilot, lambda: trainer.step > step + 2)
+        trainer.stop(checkpoint=False)
+
+    run_pilot(app, scenario, size=REAL_SIZE)
 
 
-def make_factory(tmp_path: Path, made: list[Trainer]):
-    def factory(preset: str) -> Trainer:
-        cfg = load_preset(preset, TINY)
-        trainer = Trainer(cfg, run_dir=tmp_path / f"{preset}-{len(made)}", telemetry=False)
-        made.append(trainer)
-        return trainer
+def test_c_writes_a_checkpoint_that_loads(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
 
-    return factory
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
+        await pilot.press("c")
+        await wait_for_engine(pilot, lambda: made[0].last_checkpoint is not None)
+        state = load_checkpoint(made[0].last_checkpoint)
+        assert state["step"] >= 2
+        made[0].stop(checkpoint=False)
 
-
-async def wait_until(pilot, predicate, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await pilot.pause(0.05)
+    run_pilot(app, scenario, size=REAL_SIZE)
 
 
-def run(coro) -> None:
-    asyncio.run(coro)
+def test_lr_dialog_changes_the_lr_the_optimizer_applies(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
 
-
-def test_space_pauses_the_engine_and_resumes_it(tmp_path):
-    made: list[Trainer] = []
-
-    async def scenario() -> None:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 3)
-            trainer = made[0]
-            await pilot.press("space")
-            await wait_until(pilot, lambda: trainer.state == "paused")
-            step = trainer.step
-            await pilot.pause(0.5)
-            assert trainer.step == step  # the step counter stopped
-            await pilot.press("space")
-            await wait_until(pilot, lambda: trainer.step > step + 2)
-            trainer.stop(checkpoint=False)
-
-    run(scenario())
-
-
-def test_c_writes_a_checkpoint_that_loads(tmp_path):
-    made: list[Trainer] = []
-
-    async def scenario() -> None:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 2)
-            await pilot.press("c")
-            await wait_until(pilot, lambda: made[0].last_checkpoint is not None)
-            state = load_checkpoint(made[0].last_checkpoint)
-            assert state["step"] >= 2
-            made[0].stop(checkpoint=False)
-
-    run(scenario())
-
-
-def test_lr_dialog_changes_the_lr_the_optimizer_applies(tmp_path):
-    made: list[Trainer] = []
-
-    async def scenario() -> None:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 2)
-            trainer = made[0]
-            # Each key press waits up to 2 s for the process to go idle, which it never does
-            # while training: type by setting the input's value (the scripted-engine tests
-            # cover every invalid input key by key).
-            for text in ("abc", "-1", "5e-4"):
-                await pilot.press("l")
-                await wait_until(pilot, lambda: app.screen.query("#lr-input"))
-                app.screen.query_one("#lr-input").value = text
-                await pilot.press("enter")
-                if text != "5e-4":
-                    assert app.screen.query("#lr-input")  # the dialog stays open with its error
-                    assert trainer.lr_scale == 1.0  # and nothing changed
-                    await pilot.press("escape")
-            await wait_until(pilot, lambda: trainer.lr_scale != 1.0)
-            applied_from = trainer.step
-            await wait_until(pilot, lambda: trainer.step > applied_from + 1)
-            # the schedule goes on from the new point: the applied LR is within a step's
-            # worth of warmup of what was typed
-            lr = trainer.optimizer.param_groups[0]["lr"]
-            assert abs(lr - 5e-4) / 5e-4 < 0.2
-            trainer.stop(checkpoint=False)
-
-    run(scenario())
-
-
-def test_preset_menu_switches_to_a_new_run(tmp_path):
-    made: list[Trainer] = []
-
-    async def scenario() -> None:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 2)
-            await pilot.press("p")
-            await wait_until(pilot, lambda: app.screen.query("#preset-list"))
-            # pick "default" from the list and confirm
-            option_list = app.screen.query_one("#preset-list")
-            index = next(
-                i
-                for i in range(option_list.option_count)
-                if option_list.get_option_at_index(i).id == "default"
-            )
-            option_list.highlighted = index
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
+        trainer = made[0]
+        # Each key press waits up to 2 s for the process to go idle, which it never does
+        # while training: type by setting the input's value (the scripted-engine tests
+        # cover every invalid input key by key).
+        for text in ("abc", "-1", "5e-4"):
+            await pilot.press("l")
+            await wait_for_engine(pilot, lambda: app.screen.query("#lr-input"))
+            app.screen.query_one("#lr-input").value = text
             await pilot.press("enter")
-            await wait_until(pilot, lambda: app.screen.query("#confirm-dialog"))
-            await pilot.press("y")
-            await wait_until(pilot, lambda: len(made) == 2 and made[1].step >= 1, timeout=60)
-            assert made[0].state == "stopped"
-            assert list_checkpoints(made[0].run_dir)  # the old run was kept
-            assert made[1].cfg.name == "default"
-            made[1].stop(checkpoint=False)
+            if text != "5e-4":
+                assert app.screen.query("#lr-input")  # the dialog stays open with its error
+                assert trainer.lr_scale == 1.0  # and nothing changed
+                await pilot.press("escape")
+        await wait_for_engine(pilot, lambda: trainer.lr_scale != 1.0)
+        applied_from = trainer.step
+        await wait_for_engine(pilot, lambda: trainer.step > applied_from + 1)
+        # the schedule goes on from the new point: the applied LR is within a step's
+        # worth of warmup of what was typed
+        lr = trainer.optimizer.param_groups[0]["lr"]
+        assert abs(lr - 5e-4) / 5e-4 < 0.2
+        trainer.stop(checkpoint=False)
 
-    run(scenario())
+    run_pilot(app, scenario, size=REAL_SIZE)
 
 
-def test_q_confirmed_checkpoints_and_exits_within_a_second(tmp_path):
-    made: list[Trainer] = []
+def test_preset_menu_switches_to_a_new_run(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
 
-    async def scenario() -> float:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 2)
-            await pilot.press("q")
-            await wait_until(pilot, lambda: app.screen.query("#confirm-dialog"))
-            start = time.monotonic()
-            await pilot.press("y")
-            await wait_until(pilot, lambda: made[0].state == "stopped", timeout=5)
-            return time.monotonic() - start
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
+        await pilot.press("p")
+        await wait_for_engine(pilot, lambda: app.screen.query("#preset-list"))
+        # pick "default" from the list and confirm
+        option_list = app.screen.query_one("#preset-list")
+        index = next(
+            i
+            for i in range(option_list.option_count)
+            if option_list.get_option_at_index(i).id == "default"
+        )
+        option_list.highlighted = index
+        await pilot.press("enter")
+        await wait_for_engine(pilot, lambda: app.screen.query("#confirm-dialog"))
+        await pilot.press("y")
+        await wait_for_engine(pilot, lambda: len(made) == 2 and made[1].step >= 1, timeout=60)
+        assert made[0].state == "stopped"
+        assert list_checkpoints(made[0].run_dir)  # the old run was kept
+        assert made[1].cfg.name == "default"
+        made[1].stop(checkpoint=False)
 
-    elapsed = asyncio.run(scenario())
+    run_pilot(app, scenario, size=REAL_SIZE)
+
+
+def test_q_confirmed_checkpoints_and_exits_within_a_second(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
+
+    async def scenario(pilot: Pilot) -> float:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
+        await pilot.press("q")
+        await wait_for_engine(pilot, lambda: app.screen.query("#confirm-dialog"))
+        start = time.monotonic()
+        await pilot.press("y")
+        await wait_for_engine(pilot, lambda: made[0].state == "stopped", timeout=5)
+        return time.monotonic() - start
+
+    elapsed = run_pilot(app, scenario, size=REAL_SIZE)
     assert elapsed < 1.0
     assert list_checkpoints(made[0].run_dir)
 
 
-def test_a_terminal_below_80x24_says_enlarge(tmp_path):
-    made: list[Trainer] = []
+def test_a_terminal_below_80x24_says_enlarge(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
 
-    async def scenario() -> None:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(60, 20)) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 1)
-            notice = app.screen.query_one("#too-small")
-            assert notice.display and "Enlarge it to at least 80x24" in str(notice.render())
-            assert not app.screen.query_one("#panels").display
-            await pilot.resize_terminal(100, 30)
-            await wait_until(pilot, lambda: not notice.display)
-            assert app.screen.query_one("#panels").display
-            made[0].stop(checkpoint=False)
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 1)
+        notice = app.screen.query_one("#too-small")
+        assert notice.display and "Enlarge it to at least 80x24" in str(notice.render())
+        assert not app.screen.query_one("#panels").display
+        await pilot.resize_terminal(100, 30)
+        await wait_for_engine(pilot, lambda: not notice.display)
+        assert app.screen.query_one("#panels").display
+        made[0].stop(checkpoint=False)
 
-    run(scenario())
+    run_pilot(app, scenario, size=(60, 20))
 
 
-def test_r_on_a_healthy_run_asks_and_rolls_back_only_when_confirmed(tmp_path):
-    made: list[Trainer] = []
+def test_r_on_a_healthy_run_asks_and_rolls_back_only_when_confirmed(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
 
-    async def scenario() -> None:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(120, 40)) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 2)
-            trainer = made[0]
-            await pilot.press("c")
-            await wait_until(pilot, lambda: app.last_checkpoint is not None)
-            saved_at = load_checkpoint(trainer.last_checkpoint)["step"]
-            await wait_until(pilot, lambda: trainer.step > saved_at + 3)
-            # no anomaly: r asks, showing what would be lost; n changes nothing
-            await pilot.press("r")
-            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-            question = str(app.screen.query_one(".dialog-message").render())
-            assert f"step {saved_at}" in question and "halves the LR" in question
-            await pilot.press("n")
-            await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
-            step = trainer.step
-            await wait_until(pilot, lambda: trainer.step > step + 3)  # it keeps counting
-            assert trainer.rollbacks == 0 and trainer.lr_scale == 1.0
-            # confirmed: back to the checkpoint with half the LR
-            await pilot.press("r")
-            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-            await pilot.press("y")
-            await wait_until(pilot, lambda: trainer.rollbacks == 1)
-            assert trainer.lr_scale == 0.5
-            await wait_until(pilot, lambda: "rolled back to step" in app.alert_line.message)
-            trainer.stop(checkpoint=False)
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
+        trainer = made[0]
+        await pilot.press("c")
+        await wait_for_engine(pilot, lambda: app.view.last_checkpoint is not None)
+        saved_at = load_checkpoint(trainer.last_checkpoint)["step"]
+        await wait_for_engine(pilot, lambda: trainer.step > saved_at + 3)
+        # no anomaly: r asks, showing what would be lost; n changes nothing
+        await pilot.press("r")
+        await wait_for_engine(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        question = str(app.screen.query_one(".dialog-message").render())
+        assert f"step {saved_at}" in question and "halves the LR" in question
+        await pilot.press("n")
+        await wait_for_engine(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        step = trainer.step
+        await wait_for_engine(pilot, lambda: trainer.step > step + 3)  # it keeps counting
+        assert trainer.rollbacks == 0 and trainer.lr_scale == 1.0
+        # confirmed: back to the checkpoint with half the LR
+        await pilot.press("r")
+        await wait_for_engine(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_for_engine(pilot, lambda: trainer.rollbacks == 1)
+        assert trainer.lr_scale == 0.5
+        await wait_for_engine(pilot, lambda: "rolled back to step" in app.alert_line.message)
+        trainer.stop(checkpoint=False)
 
-    run(scenario())
+    run_pilot(app, scenario, size=REAL_SIZE)
 
 
-def test_ten_c_presses_write_one_checkpoint(tmp_path):
-    made: list[Trainer] = []
-    toasts: list[Any] = []
+def test_ten_c_presses_write_one_checkpoint(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
+    toasts = Toasts()
 
-    def hook(message: Any) -> None:
-        if isinstance(message, Notify):
-            toasts.append(message.notification)
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
+        trainer = made[0]
+        await pilot.press("space")
+        await wait_for_engine(pilot, lambda: app.state == "paused")
+        toasts.clear()
+        await pilot.press(*["c"] * 10)
+        await wait_for_engine(pilot, lambda: app.view.last_checkpoint is not None)
+        path = Path(app.view.last_checkpoint[1])
+        first = path.stat()
+        await pilot.press(*["c"] * 10)
+        await pilot.pause(1.0)  # the engine answers within a quarter second while paused
+        await wait_for_engine(pilot, lambda: not app.view.checkpoint_pending)
+        assert [p for _, p in list_checkpoints(trainer.run_dir)] == [path]
+        again = path.stat()
+        assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+        assert len(toasts) <= 3, [t.title for t in toasts]  # not 40
+        assert all(t.timeout <= 6 for t in toasts)
+        trainer.stop(checkpoint=False)
 
-    async def scenario() -> None:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(120, 40), message_hook=hook) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 2)
-            trainer = made[0]
-            await pilot.press("space")
-            await wait_until(pilot, lambda: app.state == "paused")
-            toasts.clear()
-            await pilot.press(*["c"] * 10)
-            await wait_until(pilot, lambda: app.last_checkpoint is not None)
-            path = Path(app.last_checkpoint[1])
-            first = path.stat()
-            await pilot.press(*["c"] * 10)
-            await pilot.pause(1.0)  # the engine answers within a quarter second while paused
-            await wait_until(pilot, lambda: not app._checkpoint_pending)
-            assert [p for _, p in list_checkpoints(trainer.run_dir)] == [path]
-            again = path.stat()
-            assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
-            assert len(toasts) <= 3, [t.title for t in toasts]  # not 40
-            assert all(t.timeout <= 6 for t in toasts)
-            trainer.stop(checkpoint=False)
-
-    run(scenario())
+    run_pilot(app, scenario, size=REAL_SIZE, toasts=toasts)
 
 
-def test_a_resume_shows_its_preset_and_continues_elapsed(tmp_path):
+def test_a_resume_shows_its_preset_and_continues_elapsed(tmp_path: Path) -> None:
     first = Trainer(load_preset("tiny", [*TINY, "train.max_steps=30"]), run_dir=tmp_path / "run", telemetry=False)
     assert first.run() == "finished"
     trained_s = load_checkpoint(first.last_checkpoint)["train_time_s"]
@@ -267,38 +210,32 @@ def test_a_resume_shows_its_preset_and_continues_elapsed(tmp_path):
             telemetry=False,
         )
 
-    async def scenario() -> None:
-        app = CockpitApp(factory, "default")
-        async with app.run_test(size=(160, 40)) as pilot:
-            await pilot.pause()
-            assert app.preset == "tiny"  # from the start, not "default"
-            await wait_until(pilot, lambda: app.step > 31)
-            assert app.tracker.elapsed >= trained_s
-            assert app.tokens_per_s is not None
-            app.trainer.stop(checkpoint=False)
+    app = CockpitApp(factory, "default")
 
-    run(scenario())
+    async def scenario(pilot: Pilot) -> None:
+        await pilot.pause()
+        assert app.preset == "tiny"  # from the start, not "default"
+        await wait_for_engine(pilot, lambda: app.view.step > 31)
+        assert app.view.tracker.elapsed >= trained_s
+        assert app.view.tokens_per_s is not None
+        app.trainer.stop(checkpoint=False)
+
+    run_pilot(app, scenario, size=(160, 40))
 
 
-def test_status_line_shows_mfu_and_update_ratio(tmp_path):
-    made: list[Trainer] = []
+def test_status_line_shows_mfu_and_update_ratio(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path)
 
-    async def scenario() -> str:
-        app = CockpitApp(make_factory(tmp_path, made), "tiny")
-        async with app.run_test(size=(200, 40)) as pilot:
-            await wait_until(pilot, lambda: made and made[0].step >= 60)
-            await wait_until(pilot, lambda: app.update_ratio is not None)
+    async def scenario(pilot: Pilot) -> str:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 60)
+        await wait_for_engine(pilot, lambda: app.view.update_ratio is not None)
+        # Counters redraw at most once a second, slower when the UI thread is busy (a
+        # loaded CI machine): wait for the redraw that carries the new figures.
+        await wait_for_engine(pilot, lambda: "Δw/w" in status_text(app))
+        text = status_text(app)
+        made[0].stop(checkpoint=False)
+        return text
 
-            def status_text() -> str:
-                return str(app.status_line.text.render())
-
-            # Counters redraw at most once a second, slower when the UI thread is busy (a
-            # loaded CI machine): wait for the redraw that carries the new figures.
-            await wait_until(pilot, lambda: "Δw/w" in status_text())
-            text = status_text()
-            made[0].stop(checkpoint=False)
-            return text
-
-    text = asyncio.run(scenario())
+    text = run_pilot(app, scenario, size=(200, 40))
     assert "MFU~" in text  # measured peak on a CPU: labelled approximate
     assert "Δw/w" in text
