@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
+from pathlib import Path
 
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
-from cockpit.widgets import plot as plot_module
+import cockpit
+from cockpit.widgets import plotext_frame
 from cockpit.widgets.loss import LossPanel
 
 
@@ -64,9 +67,9 @@ def test_new_steps_reuse_the_frame_and_repaint_few_rows() -> None:
 
 def test_a_changed_plotext_falls_back_to_its_public_api(monkeypatch) -> None:
     def broken(self, plt):  # as if plotext's matrices had moved
-        raise plot_module.PlotextChanged("no monitor.matrix")
+        raise plotext_frame.PlotextChanged("no monitor.matrix")
 
-    monkeypatch.setattr(plot_module.Frame, "__init__", broken)
+    monkeypatch.setattr(plotext_frame.Frame, "__init__", broken)
 
     async def go() -> None:
         app = LossApp()
@@ -104,3 +107,15 @@ def test_the_legend_in_the_bottom_border_follows_the_data() -> None:
             assert "train 2.1234" in bottom_border()
 
     asyncio.run(go())
+
+
+def test_only_plotext_frame_touches_plotext_internals() -> None:
+    # a plotext upgrade that moves its private matrices must be fixed in one module, not hunted
+    private = re.compile(r"\bplt\._\w|\bplotext\._\w|\.monitor\b|\bmonitor\.matrix")
+    package = Path(cockpit.__file__).parent
+    users = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if private.search(path.read_text(encoding="utf-8"))
+    )
+    assert users == ["widgets/plotext_frame.py"]
