@@ -24,7 +24,6 @@ from textual import work
 from textual.actions import parse as parse_action
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Container, Vertical
-from textual.content import Content
 from textual.markup import escape
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -41,7 +40,7 @@ from cockpit.commands import (
     palette_entries,
 )
 from cockpit.pacing import LoadGovernor
-from cockpit.progress import ProgressTracker
+from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
 from cockpit.screens import (
     ConfirmScreen,
@@ -55,14 +54,15 @@ from cockpit.widgets._format import (
     fmt_int,
     fmt_loss,
     fmt_lr,
-    fmt_si,
 )
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.lr import LrPanel
 from cockpit.widgets.memory import MemoryPanel
 from cockpit.widgets.samples import SamplesPanel
-from cockpit.widgets.status import AlertLine, Segment, StatusLine
+from cockpit.widgets.status import AlertLine, StatusLine, status_segments
+from engine.events import RunState
+from engine.presets import DEFAULT_PRESET
 
 TICK_S = 0.25  # event drain period
 STATUS_REFRESH_S = 1.0  # counters in the status line redraw at most this often
@@ -79,19 +79,9 @@ WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 34
-ENDED = ("stopped", "finished", "failed")
 
 
 _W = TypeVar("_W", bound=Widget)
-
-
-def progress_bar(fraction: float, width: int) -> Content:
-    """`━━━━━━╸─────────` in the theme's colours (done, then to do)."""
-    fraction = min(max(fraction, 0.0), 1.0)
-    halves = round(fraction * width * 2)
-    full, half = divmod(halves, 2)
-    done = "━" * full + ("╸" if half else "")
-    return Content.assemble((done, "$success"), ("─" * (width - len(done)), "$foreground-muted"))
 
 
 def _default_data_available(_preset: str) -> tuple[bool, str]:
@@ -110,7 +100,7 @@ class CockpitApp(App[None]):
     def __init__(
         self,
         trainer_factory: Callable[[str], Any],
-        preset: str = "default",
+        preset: str = DEFAULT_PRESET,
         *,
         preset_dirs: Sequence[str] = (),
         data_available: Callable[[str], tuple[Any, ...]] | None = None,
@@ -129,7 +119,6 @@ class CockpitApp(App[None]):
         self.trainer: Any = None
         self.engine_worker: Worker | None = None
         self.state = "idle"
-        self._requested: str | None = None  # optimistic pause/resume until acknowledged
         self._quitting = False
         self._quit_started: float | None = None  # clock() when a confirmed quit began
         self._quit_forced = False  # the user quit again while waiting: no checkpoint awaited
@@ -142,24 +131,8 @@ class CockpitApp(App[None]):
         self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
         self._pending_preset: str | None = None
         self._switch_timer: Any = None
-        self._run_info: Any = None  # the RunStarted event
-        self.step = 0
-        self.max_steps = 0
-        self.tokens_per_s: float | None = None
-        self.grad_norm: float | None = None
-        self.mfu = 0.0
-        self.data_share = 0.0  # of the step time, the part spent waiting for batches
-        self.update_ratio: float | None = None
-        self.lr: float | None = None
-        self.scale = 1.0
-        self.last_checkpoint: tuple[int, str, str] | None = None
-        self.tracker = ProgressTracker()
-        self._alert: tuple[str, str, int | None] | None = None  # level, message, expires at step
-        self._anomaly: Anomaly | None = None  # a NaN or spike the run is stopped at, until resumed
-        self._checkpoint_pending = False  # c was pressed and the engine has not answered yet
-        self._checkpoint_nagged = False  # "already saving" was said for the pending save
+        self.view = RunView()  # what is shown about the run on screen; a new run, a new one
         self._checkpoint_toast_until = 0.0  # a checkpoint toast is on screen until then
-        self._checkpoint_said = False  # the pending save's "saving..." toast was shown
         self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
         self._engine_thread: threading.Thread | None = None
         self._watchdog_armed = False
@@ -319,9 +292,9 @@ class CockpitApp(App[None]):
         if worker is not self.engine_worker or not worker.is_finished:
             return
         if not self.screen_stack:  # the app has shut down: nothing to draw, keep the state
-            if self.state not in ENDED:
+            if self.state not in RunState.ENDED:
                 result = worker.result if event.state == WorkerState.SUCCESS else None
-                self.state = result if result in ENDED else "stopped"
+                self.state = result if result in RunState.ENDED else "stopped"
             return
         self.pump()  # whatever the engine said last
         if event.state == WorkerState.ERROR:
@@ -329,9 +302,9 @@ class CockpitApp(App[None]):
             self._set_state("failed")
             self._set_alert("error", f"✗ engine crashed: {type(err).__name__}: {err}")
             self.notify(f"{type(err).__name__}: {err}", title="Engine crashed", severity="error")
-        elif self.state not in ENDED:
+        elif self.state not in RunState.ENDED:
             result = worker.result if event.state == WorkerState.SUCCESS else None
-            self._set_state(result if result in ENDED else "stopped")
+            self._set_state(result if result in RunState.ENDED else "stopped")
         self._engine_finished()
 
     def _engine_finished(self) -> None:
@@ -408,28 +381,28 @@ class CockpitApp(App[None]):
         # A resumed run replays its past (steps, evals, LR changes, samples, checkpoints) right
         # after RunStarted, with their original timestamps: draw them, but do not announce them
         # again nor count them in the current session's speed.
-        info = self._run_info
+        info = self.view.info
         history = info is not None and t is not None and t < info.time
         if kind == "step":
-            self.step = ev.step
-            self.grad_norm = ev.grad_norm
+            self.view.step = ev.step
+            self.view.grad_norm = ev.grad_norm
             if not history:  # a replayed step's speed is the last session's, not this one's
-                self.tokens_per_s = ev.tokens_per_s
-                self.mfu = getattr(ev, "mfu", 0.0)
-                self.data_share = ev.data_time_s / ev.step_time_s if getattr(ev, "step_time_s", 0) else 0.0
+                self.view.tokens_per_s = ev.tokens_per_s
+                self.view.mfu = getattr(ev, "mfu", 0.0)
+                self.view.data_share = ev.data_time_s / ev.step_time_s if getattr(ev, "step_time_s", 0) else 0.0
             ratio = getattr(ev, "update_ratio", math.nan)
             if math.isfinite(ratio):
-                self.update_ratio = ratio
-            self.lr = ev.lr
+                self.view.update_ratio = ratio
+            self.view.lr = ev.lr
             self.loss_panel.add_step(ev.step, ev.loss, ev.tokens)
             self.lr_panel.add_step(ev.step, ev.lr)
             if t is not None and not history:
-                self.tracker.add_step(t, ev.step)
+                self.view.tracker.add_step(t, ev.step)
                 self._last_step_seen = (t, getattr(ev, "step_time_s", 0.0) or 0.0)
             self._expire_alert()
             return
         if t is not None and kind != "run_started" and not history:
-            self.tracker.observe(t)
+            self.view.tracker.observe(t)
         if kind == "telemetry":
             self.device_panel.update_telemetry(ev)
         elif kind == "memory":
@@ -445,8 +418,8 @@ class CockpitApp(App[None]):
         elif kind == "checkpoint":
             self._on_checkpoint(ev, announce=not history)
         elif kind == "lr_changed":
-            self.scale = ev.scale
-            self.lr = ev.new_lr
+            self.view.scale = ev.scale
+            self.view.lr = ev.new_lr
             self.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
             if not history:
                 self.notify(
@@ -458,12 +431,12 @@ class CockpitApp(App[None]):
             self._on_alert(ev)
 
     def _on_run_started(self, ev: Any) -> None:
-        self._run_info = ev
+        self.view.info = ev
         self.preset = ev.preset or self.preset
-        self.max_steps = ev.max_steps
-        self.step = ev.start_step
+        self.view.max_steps = ev.max_steps
+        self.view.step = ev.start_step
         # elapsed goes on from the training time of the earlier sessions of a resumed run
-        self.tracker.start(ev.time, before=getattr(ev, "train_time_s", 0.0) or 0.0)
+        self.view.tracker.start(ev.time, before=getattr(ev, "train_time_s", 0.0) or 0.0)
         self.loss_panel.tokens_per_step = ev.tokens_per_step
         self.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
         self.sub_title = ev.preset
@@ -471,7 +444,7 @@ class CockpitApp(App[None]):
             self._status_note = ""
         if ev.resumed_from:
             # the checkpoint it resumed from is one to roll back to (replayed saves follow)
-            self.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
+            self.view.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
             # what the resume changed, set aside or kept (also in metrics.jsonl and headless)
             notes = tuple(getattr(ev, "notes", ()) or ())
             self.notify(
@@ -482,23 +455,23 @@ class CockpitApp(App[None]):
 
     def _on_state(self, ev: Any) -> None:
         previous = self.state
-        self._requested = None  # space now toggles from the engine's live state
+        self.view.requested = None  # space now toggles from the engine's live state
         self._set_state(ev.state)
         if ev.state == "running" and previous == "paused":
-            self.tracker.forget_rate()
-        if self._anomaly is not None and ev.state != "saving":
+            self.view.tracker.forget_rate()
+        if self.view.anomaly is not None and ev.state != "saving":
             if ev.state == "running" and previous == "paused":
                 # resumed (or rolled back): the fault is behind the run, and so is its banner
-                self._anomaly = None
-                if self._alert and self._alert[0] == "nan":
-                    self._alert = None
+                self.view.anomaly = None
+                if self.view.alert and self.view.alert[0] == "nan":
+                    self.view.alert = None
             else:
                 self._set_alert("nan", self._anomaly_banner())
-        if ev.state in ENDED:
-            self._checkpoint_pending = False
+        if ev.state in RunState.ENDED:
+            self.view.checkpoint_pending = False
         if ev.state == "failed":
             reason = ev.reason or "the run failed"
-            if not self._alert or self._alert[0] != "error":
+            if not self.view.alert or self.view.alert[0] != "error":
                 self._set_alert("error", f"✗ FAILED at step {fmt_int(ev.step)}: {reason}")
             if not self.loss_panel.has_data():
                 self.loss_panel.set_empty_message(
@@ -506,11 +479,11 @@ class CockpitApp(App[None]):
                     "p: pick another preset   q: quit"
                 )
                 self._show_no_run("the run failed before its first step")
-        if ev.state in ENDED:
+        if ev.state in RunState.ENDED:
             self._status_note = ""
             if ev.state == "finished":
                 self.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
-                if not self._alert:
+                if not self.view.alert:
                     self._status_note = self._finished_note(ev.step)
             if self._quitting and not self.engine_running:
                 self.exit()
@@ -524,24 +497,24 @@ class CockpitApp(App[None]):
         best = self.loss_panel.best_val
         if best is not None:
             parts.append(f"best val {fmt_loss(best)}")
-        if self.last_checkpoint is not None:
-            parts.append(f"checkpoint {self.last_checkpoint[1]}")
+        if self.view.last_checkpoint is not None:
+            parts.append(f"checkpoint {self.view.last_checkpoint[1]}")
         parts.append("p: another preset · q: quit")
         return " · ".join(parts)
 
     def _on_checkpoint(self, ev: Any, announce: bool = True) -> None:
-        again = self.last_checkpoint is not None and self.last_checkpoint[:2] == (ev.step, ev.path)
-        self.last_checkpoint = (ev.step, ev.path, ev.reason)
-        said, self._checkpoint_said = self._checkpoint_said, False
+        again = self.view.last_checkpoint is not None and self.view.last_checkpoint[:2] == (ev.step, ev.path)
+        self.view.last_checkpoint = (ev.step, ev.path, ev.reason)
+        said, self.view.checkpoint_said = self.view.checkpoint_said, False
         if ev.reason == "manual":
-            self._checkpoint_pending = False
+            self.view.checkpoint_pending = False
         if announce and ev.reason in ("manual", "stop"):
             # the engine's answer to a repeated c (the same file, not rewritten) is shown only
             # when its "saving..." was: otherwise a toast about that file is still on screen
             title = f"Checkpoint {'already ' if again else ''}saved at step {fmt_int(ev.step)}"
             if not again or ev.reason != "manual" or said:
                 self._checkpoint_toast(ev.path, title, 6, new=True)
-        if self._anomaly is not None:  # the banner names the checkpoint r goes back to
+        if self.view.anomaly is not None:  # the banner names the checkpoint r goes back to
             self._set_alert("nan", self._anomaly_banner())
 
     def _on_alert(self, ev: Any) -> None:
@@ -550,29 +523,29 @@ class CockpitApp(App[None]):
         if code in ANOMALY_CODES and ev.level in ("error", "warning"):
             # The banner names the real fault and offers what works in the state the run is in
             # (paused, rolling back, given up): it is rebuilt as that state arrives.
-            self._anomaly = Anomaly.from_message(code, ev.message)
+            self.view.anomaly = Anomaly.from_message(code, ev.message)
             if ev.level == "warning":  # unattended: the engine rolls back on its own
-                self._set_alert("warning", f"⚠ {self._anomaly.fault}: rolling back...")
+                self._set_alert("warning", f"⚠ {self.view.anomaly.fault}: rolling back...")
             else:
                 self._set_alert("nan", self._anomaly_banner())
             title = "Loss spike" if code == "spike" else "Not a number"
             self.notify(ev.message, title=f"{title}{step}", severity="error", timeout=10)
         elif code == "rollback" and ev.level == "info":
-            fault = self._anomaly.fault if self._anomaly is not None else ""
-            self._anomaly = None
+            fault = self.view.anomaly.fault if self.view.anomaly is not None else ""
+            self.view.anomaly = None
             text = f"↺ {fault} → {ev.message}" if fault else f"↺ {ev.message}"
             self._set_alert("warning", text, ttl=WARNING_TTL_STEPS, at_step=ev.step)
         elif code == "rollback":  # e.g. nothing to roll back to: a short notice, not a banner
             self.notify(ev.message, title="Roll back", severity="warning", timeout=5)
-            if self._anomaly is not None:  # not "rolling back..." any more
+            if self.view.anomaly is not None:  # not "rolling back..." any more
                 self._set_alert("nan", self._anomaly_banner())
         elif ev.level == "error":
             if code == "disk":
-                self._checkpoint_pending = False  # that save failed: c may try again
+                self.view.checkpoint_pending = False  # that save failed: c may try again
             self._set_alert("error", f"✗ {ev.message}")
             self.notify(ev.message, title="Error", severity="error", timeout=10)
         elif ev.level == "warning":
-            if not self._alert or self._alert[0] not in ("error", "nan"):
+            if not self.view.alert or self.view.alert[0] not in ("error", "nan"):
                 self._set_alert("warning", f"⚠ {ev.message}{step}", ttl=WARNING_TTL_STEPS)
             self.notify(ev.message, title="Warning", severity="warning", timeout=6)
         else:
@@ -592,33 +565,36 @@ class CockpitApp(App[None]):
         self, level: str, message: str, ttl: int | None = None, at_step: int | None = None
     ) -> None:
         """Show `message` until replaced, or for `ttl` steps from `at_step` (default: now)."""
-        start = self.step if at_step is None else at_step
+        start = self.view.step if at_step is None else at_step
         expires = start + ttl if ttl is not None else None
-        self._alert = (level, message, expires)
+        self.view.alert = (level, message, expires)
 
     def _anomaly_banner(self) -> str:
-        if self._anomaly is None:
+        if self.view.anomaly is None:
             return ""
-        ckpt = self.last_checkpoint
-        vocab = getattr(self._run_info, "vocab_size", 0) or 0
+        ckpt = self.view.last_checkpoint
+        vocab = getattr(self.view.info, "vocab_size", 0) or 0
         return anomaly_banner(
-            self._anomaly, self.state, ckpt[1] if ckpt else None, vocab, self.loss_panel.raw.ys
+            self.view.anomaly, self.state, ckpt[1] if ckpt else None, vocab, self.loss_panel.raw.ys
         )
 
     def _expire_alert(self) -> None:
-        if self._alert and self._alert[2] is not None and self.step >= self._alert[2]:
-            self._alert = None
+        if self.view.alert and self.view.alert[2] is not None and self.view.step >= self.view.alert[2]:
+            self.view.alert = None
 
     def _refresh_status(self) -> None:
         try:
             status, alert = self.status_line, self.alert_line
         except Exception:  # noqa: BLE001 - not composed yet
             return
-        status.set_segments(self._status_segments())
+        dropped = self.trainer.dropped_events if self.trainer is not None else 0
+        status.set_segments(
+            status_segments(self.view, self.preset, self.state, self.loss_panel.last_loss, dropped)
+        )
         if self._quitting and self._status_note:  # the wait and how to cut it short come first
             alert.show("warning", self._status_note)
-        elif self._alert:
-            level, message, _ = self._alert
+        elif self.view.alert:
+            level, message, _ = self.view.alert
             alert.show("error" if level in ("error", "nan") else level, message)
         elif self._status_note:
             alert.show("info", self._status_note)
@@ -626,106 +602,6 @@ class CockpitApp(App[None]):
             alert.show("info", "zoomed in: esc to go back")
         else:
             alert.clear()
-
-    def _status_segments(self) -> list[Segment]:
-        segs: list[Segment] = []
-        segs.append(Segment(Content.styled(self.preset, "bold"), 1))
-        if self.max_steps:
-            pct = 100.0 * self.step / self.max_steps if self.max_steps else 0.0
-            segs.append(
-                Segment(
-                    Content.assemble(
-                        ("step ", "$foreground-muted"),
-                        (f"{fmt_int(self.step)}", "bold"),
-                        (f"/{fmt_int(self.max_steps)}", "$foreground-muted"),
-                    ),
-                    0,
-                )
-            )
-            segs.append(Segment(progress_bar(self.step / self.max_steps, 16), 8))
-            segs.append(Segment(Content.styled(f"{pct:.0f}%", "$foreground-muted"), 6))
-        loss = self.loss_panel.last_loss
-        if loss is not None:
-            style = "bold" if math.isfinite(loss) else "bold $error"
-            segs.append(
-                Segment(
-                    Content.assemble(("loss ", "$foreground-muted"), (fmt_loss(loss), style)), 2
-                )
-            )
-        if self.state in ("running", "saving"):
-            # "–" until this session's first step: a resumed run's replayed speed is not live
-            speed = "–" if self.tokens_per_s is None else fmt_si(self.tokens_per_s)
-            segs.append(
-                Segment(
-                    Content.assemble((speed, "bold"), (" tok/s", "$foreground-muted")),
-                    2,
-                )
-            )
-        elapsed = self.tracker.elapsed
-        if elapsed is not None:
-            segs.append(
-                Segment(
-                    Content.assemble(("elapsed ", "$foreground-muted"), fmt_duration(elapsed)), 4
-                )
-            )
-        if self.state in ("running", "saving"):
-            eta = self.tracker.eta(self.step, self.max_steps) if self.max_steps else None
-            if eta is not None:
-                segs.append(
-                    Segment(
-                        Content.assemble(
-                            ("ETA ", "$foreground-muted"), (fmt_duration(eta), "bold")
-                        ),
-                        3,
-                    )
-                )
-        if self.grad_norm is not None:
-            g = self.grad_norm
-            style = "$error" if not math.isfinite(g) else ""
-            segs.append(
-                Segment(
-                    Content.assemble(
-                        ("‖g‖ ", "$foreground-muted"),
-                        (fmt_loss(g) if not math.isfinite(g) else f"{g:.3g}", style),
-                    ),
-                    5,
-                )
-            )
-        if self.mfu > 0 and self.state in ("running", "saving"):
-            peak = self._run_info.peak_source if self._run_info is not None else ""
-            label = "MFU~" if peak.startswith("measured") else "MFU "
-            # the engine corrects its peak so this cannot exceed 1; an old or foreign event might
-            shown = f"{100 * min(self.mfu, 1.0):.1f}%"
-            segs.append(Segment(Content.assemble((label, "$foreground-muted"), shown), 6))
-        if self.data_share >= 0.05 and self.state in ("running", "saving"):
-            # only worth a place when the loader is a real part of the step
-            segs.append(Segment(Content.assemble(("data ", "$warning"), f"{100 * self.data_share:.0f}%"), 6))
-        if self.update_ratio is not None:
-            r = self.update_ratio
-            style = "$warning" if r > 1e-2 else ""
-            segs.append(Segment(Content.assemble(("Δw/w ", "$foreground-muted"), (f"{r:.1e}", style)), 7))
-        if self.last_checkpoint is not None:
-            step, _path, _reason = self.last_checkpoint
-            segs.append(
-                Segment(Content.assemble(("ckpt ", "$foreground-muted"), f"@{fmt_int(step)}"), 7)
-            )
-        dropped = getattr(getattr(self.trainer, "events", None), "dropped", 0)
-        if dropped:
-            segs.append(
-                Segment(Content.styled(f"⚠ {fmt_int(dropped)} events dropped", "$warning"), 1)
-            )
-        info = self._run_info
-        if info is not None:
-            segs.append(
-                Segment(
-                    Content.styled(
-                        f"{info.device} {info.dtype} · {fmt_si(info.n_params)} params",
-                        "$foreground-muted",
-                    ),
-                    9,
-                )
-            )
-        return segs
 
     # actions ---------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -735,15 +611,15 @@ class CockpitApp(App[None]):
             paused = self._pause_target_state() == "paused"
             if (action == "resume") != paused:
                 return False  # the other one of the pair is shown
-        if action in RUN_ACTIONS and (not self.engine_running or self.state in ENDED):
+        if action in RUN_ACTIONS and (not self.engine_running or self.state in RunState.ENDED):
             return None  # shown disabled
         return True
 
     def _pause_target_state(self) -> str:
         """The state space toggles from: the one last asked for, else the engine's own (read
         live: the last drained event can be a step behind a quick second press)."""
-        if self._requested:
-            return self._requested
+        if self.view.requested:
+            return self.view.requested
         live = getattr(self.trainer, "state", None) if self.engine_running else None
         return live if isinstance(live, str) else self.state
 
@@ -764,31 +640,31 @@ class CockpitApp(App[None]):
     # which would slow the very step the engine must finish before it can pause.
     def action_pause(self) -> None:
         if self._command("pause"):
-            self._requested = "paused"
+            self.view.requested = "paused"
 
     def action_resume(self) -> None:
         if self._command("resume"):
-            self._requested = "running"
+            self.view.requested = "running"
 
     def action_toggle_pause(self) -> None:
         current = self._pause_target_state()
         if current == "paused":
             if self._command("resume"):
-                self._requested = "running"
+                self.view.requested = "running"
         elif self._command("pause"):
-            self._requested = "paused"
+            self.view.requested = "paused"
 
     def action_checkpoint(self) -> None:
         # One save per press-burst: more presses before the engine answers add nothing to save
         # and, once, a note that it is on its way (never a toast per press).
-        if self._checkpoint_pending:
-            if not self._checkpoint_nagged:
-                self._checkpoint_nagged = True
+        if self.view.checkpoint_pending:
+            if not self.view.checkpoint_nagged:
+                self.view.checkpoint_nagged = True
                 self._checkpoint_toast("already saving at the next step boundary", "Checkpoint", 3)
             return
         if self._command("checkpoint"):
-            self._checkpoint_pending, self._checkpoint_nagged = True, False
-            self._checkpoint_said = self._checkpoint_toast(
+            self.view.checkpoint_pending, self.view.checkpoint_nagged = True, False
+            self.view.checkpoint_said = self._checkpoint_toast(
                 "saving at the next step boundary...", "Checkpoint", 3
             )
 
@@ -835,7 +711,7 @@ class CockpitApp(App[None]):
     def action_rollback(self) -> None:
         """Back to the last checkpoint with half the LR: at once when paused at a NaN or a
         spike; on a healthy run only after a question that shows what would be lost."""
-        ckpt = self.last_checkpoint
+        ckpt = self.view.last_checkpoint
         if ckpt is None:
             self.notify(
                 "no checkpoint to roll back to yet (c saves one; l lowers the LR)",
@@ -844,11 +720,11 @@ class CockpitApp(App[None]):
                 timeout=4,
             )
             return
-        if self._anomaly is not None and self.state == "paused":
+        if self.view.anomaly is not None and self.state == "paused":
             self._command("rollback", 0.5)
             return
         step, path, _ = ckpt
-        lost = max(0, self.step - step)
+        lost = max(0, self.view.step - step)
         message = (
             f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
             f"This discards the {fmt_int(lost)} step{'' if lost == 1 else 's'} trained since (more while you decide: "
@@ -876,8 +752,8 @@ class CockpitApp(App[None]):
     def action_lr_dialog(self) -> None:
         if not self.engine_running:
             return
-        planned = self.lr_panel.planned_at(self.step)
-        self.push_screen(LrScreen(self.lr, self.scale, planned), self._lr_chosen)
+        planned = self.lr_panel.planned_at(self.view.step)
+        self.push_screen(LrScreen(self.view.lr, self.view.scale, planned), self._lr_chosen)
 
     def _lr_chosen(self, result: tuple[str, float] | None) -> None:
         if result is None:
@@ -970,7 +846,7 @@ class CockpitApp(App[None]):
         if self.fit_warning is None:
             self._confirm_switch(name, "")
             return
-        info = self._run_info
+        info = self.view.info
         known_peak = (info.device, info.peak_flops) if info is not None and info.peak_flops else None
         self._check_note = f"checking {name} against this machine..."
         self._status_note = self._check_note
@@ -1020,7 +896,7 @@ class CockpitApp(App[None]):
             return
         self._pending_preset = name
         self._switch_started = self.clock()
-        self._command("stop", checkpoint=self.state not in ENDED, reason="switching preset")
+        self._command("stop", checkpoint=self.state not in RunState.ENDED, reason="switching preset")
         # Like quitting, no time limit: the next step boundary can be minutes away.
         self._update_switch_note()
         self._switch_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_switch_note)
@@ -1053,7 +929,7 @@ class CockpitApp(App[None]):
         if self.engine_running:
             msg = f"Save a checkpoint of [b]{self.preset}[/b] at the next step, stop it and quit?"
             step_s = self._last_step_seen[1] if self._last_step_seen else 0.0
-            if step_s >= LONG_STEP_S and self.state not in ENDED:
+            if step_s >= LONG_STEP_S and self.state not in RunState.ENDED:
                 msg += (
                     f"\n\nA step takes {fmt_duration(step_s)} here: the checkpoint may be that far "
                     "away. While it waits, ctrl+c again quits without saving."
@@ -1080,7 +956,7 @@ class CockpitApp(App[None]):
         self._quitting = True
         self._quit_started = self.clock()
         # An ended run has nothing left to save; its worker is on its way out anyway.
-        self._command("stop", checkpoint=self.state not in ENDED, reason="quit")
+        self._command("stop", checkpoint=self.state not in RunState.ENDED, reason="quit")
         self._update_quit_note()
         self._quit_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_quit_note)
 
@@ -1101,7 +977,7 @@ class CockpitApp(App[None]):
         waited = fmt_duration(max(0.0, now - (started or now)))
         if self.state == "saving":
             what = "writing the final checkpoint"
-        elif self.state in ENDED:
+        elif self.state in RunState.ENDED:
             what = f"the run has {self.state}"
         elif self.state == "paused":
             what = "saving a checkpoint and stopping"
@@ -1131,16 +1007,16 @@ class CockpitApp(App[None]):
 
     def _summary(self) -> RunSummary | None:
         """The run on screen as the exit report describes it, or None if it never started."""
-        info = self._run_info
+        info = self.view.info
         run_dir = getattr(info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
         if run_dir is None or (info is None and not os.path.isdir(run_dir)):
             return None  # refused before anything was written: nothing to report
-        ckpt = self.last_checkpoint
+        ckpt = self.view.last_checkpoint
         return RunSummary(
             preset=self.preset,
             run_dir=str(run_dir),
             state=self.state,
-            step=self.step,
+            step=self.view.step,
             start_step=getattr(info, "start_step", 0),
             checkpoint=(ckpt[0], ckpt[1]) if ckpt is not None else None,
         )
@@ -1161,11 +1037,11 @@ class CockpitApp(App[None]):
             for ev in trainer.events.drain():
                 kind = getattr(ev, "kind", "")
                 if kind == "checkpoint":
-                    self.last_checkpoint = (ev.step, ev.path, ev.reason)
+                    self.view.last_checkpoint = (ev.step, ev.path, ev.reason)
                 elif kind == "step":
-                    self.step = ev.step
-                elif kind == "run_started" and self._run_info is None:
-                    self._run_info = ev
+                    self.view.step = ev.step
+                elif kind == "run_started" and self.view.info is None:
+                    self.view.info = ev
         current = self._summary()
         return [*self._past_runs, *([current] if current is not None else [])]
 
@@ -1217,22 +1093,7 @@ class CockpitApp(App[None]):
 
     # run-view reset ---------------------------------------------------------------------------------
     def _reset_run_view(self) -> None:
-        self._run_info = None
-        self.step = 0
-        self.max_steps = 0
-        self.tokens_per_s = None
-        self.grad_norm = None
-        self.mfu = 0.0
-        self.data_share = 0.0
-        self.update_ratio = None
-        self.lr = None
-        self.scale = 1.0
-        self.last_checkpoint = None
-        self.tracker = ProgressTracker()
-        self._alert = None
-        self._anomaly = None
-        self._checkpoint_pending = self._checkpoint_nagged = self._checkpoint_said = False
-        self._requested = None
+        self.view = RunView()
         try:
             self.loss_panel.reset()
             self.lr_panel.reset()
