@@ -39,6 +39,7 @@ from cockpit.commands import (
     key_bindings,
     palette_entries,
 )
+from cockpit.durations import fmt_duration
 from cockpit.pacing import LoadGovernor
 from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
@@ -50,7 +51,6 @@ from cockpit.screens import (
     PresetScreen,
 )
 from cockpit.widgets._format import (
-    fmt_duration,
     fmt_int,
     fmt_loss,
     fmt_lr,

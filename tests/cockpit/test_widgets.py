@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from textual.content import Content
 
+from cockpit.durations import fmt_duration
 from cockpit.widgets._format import (
     fmt_bytes,
-    fmt_duration,
     fmt_gib_pair,
     fmt_loss,
     fmt_lr,
@@ -63,7 +63,7 @@ def test_sample_shows_the_prompt_once_and_keeps_newlines() -> None:
 
 
 def test_progress_bar() -> None:
-    from cockpit.app import progress_bar
+    from cockpit.widgets.status import progress_bar
 
     assert progress_bar(0.0, 8).plain == "────────"
     assert progress_bar(0.5, 8).plain == "━━━━────"
@@ -79,3 +79,22 @@ def test_status_badge_has_a_label_for_each_state_the_engine_sends_and_no_other()
     engine_states = {v for k, v in vars(RunState).items() if k.isupper() and isinstance(v, str)}
     assert set(STATE_LABELS) == engine_states | {"idle"}
     assert all(label == state.upper() for state, label in STATE_LABELS.items())
+
+
+def test_status_segments_from_the_run_view() -> None:
+    from cockpit.run_view import RunView
+    from cockpit.widgets.status import fit_segments, status_segments
+
+    view = RunView(step=250, max_steps=1000, tokens_per_s=12_300.0, grad_norm=0.91, mfu=0.412)
+    view.last_checkpoint = (200, "runs/x/ckpt-000200.pt", "interval")
+    running = [s.text.plain for s in status_segments(view, "tiny", "running", 2.5, dropped_events=3)]
+    assert running[:5] == ["tiny", "step 250/1,000", "━━━━────────────", "25%", "loss 2.5000"]
+    assert "12.3k tok/s" in running and "MFU 41.2%" in running and "ckpt @200" in running
+    assert "⚠ 3 events dropped" in running
+    # paused: no speed nor MFU (they are not live); the step and the checkpoint stay
+    paused = [s.text.plain for s in status_segments(view, "tiny", "paused", 2.5)]
+    assert not any("tok/s" in p or "MFU" in p or "dropped" in p for p in paused)
+    assert "step 250/1,000" in paused and "ckpt @200" in paused
+    # at 40 columns the preset and the step survive, the checkpoint does not
+    narrow = fit_segments(status_segments(view, "tiny", "running", 2.5), 40).plain
+    assert narrow.startswith("tiny  step 250/1,000") and "ckpt" not in narrow
