@@ -1,6 +1,6 @@
 """A long run of the cockpit in a real terminal (tmux, a pty), with keys pressed and faults.
 
-    python bench/soak.py [--minutes 20] [--preset default]
+    python -m bench.soak [--minutes 20] [--preset default]    (from the repository root)
 
 Prints: the process's RSS at the start and the end (goal: growth under 50 MB); the pause-key
 latency (key sent -> the engine's `paused` record) at the start and the end (goal: unchanged
@@ -15,42 +15,19 @@ import argparse
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import psutil
 
+# The end-to-end tests' terminal driver; `python -m` from the root makes tests/ importable.
+from tests.tmux_driver import Tmux
 
-class Terminal:
-    def __init__(self, command: str, width: int = 160, height: int = 48) -> None:
-        self.name = f"soak-{uuid.uuid4().hex[:6]}"
-        subprocess.run(
-            [
-                "tmux",
-                "new-session",
-                "-d",
-                "-s",
-                self.name,
-                "-x",
-                str(width),
-                "-y",
-                str(height),
-                "-e",
-                "TERM=xterm-256color",
-                command,
-            ],
-            check=True,
-        )
 
-    def send(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
-
-    def kill(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+def terminal(command: str) -> Tmux:
+    return Tmux(command, width=160, height=48, prefix="soak")
 
 
 class Follower:
@@ -90,7 +67,7 @@ def find_process(run_dir: Path, timeout: float = 60) -> psutil.Process:
     raise RuntimeError("cockpit process not found")
 
 
-def pause_latency(term: Terminal, metrics: Path, presses: int) -> list[float]:
+def pause_latency(term: Tmux, metrics: Path, presses: int) -> list[float]:
     latencies = []
     for _ in range(presses):
         seen = sum(1 for r in records(metrics) if r["kind"] == "state" and r["state"] == "paused")
@@ -131,7 +108,7 @@ def main() -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="soak-")) / "run"
     metrics = run_dir / "metrics.jsonl"
     base = f"{shlex.quote(sys.executable)} -m cockpit.cli"
-    term = Terminal(
+    term = terminal(
         f"{base} --preset {args.preset} --run-dir {run_dir} --set train.max_steps=100000000 --set checkpoint.interval=5000"
     )
     wait_steps(metrics, 50)
@@ -176,7 +153,7 @@ def main() -> None:
     print(
         f"SIGHUP: last step recorded {recorded} (seen {before} just before), checkpoint at step {saved}: {max(0, recorded - saved)} steps lost"
     )
-    resumed = Terminal(f"{base} --resume {run_dir}")
+    resumed = terminal(f"{base} --resume {run_dir}")
     deadline = time.monotonic() + 120
     first_after = None
     while time.monotonic() < deadline and first_after is None:

@@ -4,71 +4,21 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 import time
-import uuid
 
 import psutil
 import pytest
+from tmux_driver import TMUX_INSTALLED, Tmux
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.skipif(not TMUX_INSTALLED, reason="tmux is not installed")
 
 TINY = (
     "--set model.n_layer=1 --set model.n_head=2 --set model.n_embd=16 --set model.block_size=16 "
     "--set train.batch_size=4 --set train.max_steps=1000000 --set eval.interval=200 "
     "--set eval.batches=2 --set sample.interval=200 --set sample.max_new_tokens=16"
 )
-
-
-class Tmux:
-    def __init__(self, command: str, width: int = 100, height: int = 30) -> None:
-        self.name = f"cockpit-e2e-{uuid.uuid4().hex[:8]}"
-        subprocess.run(
-            [
-                "tmux",
-                "new-session",
-                "-d",
-                "-s",
-                self.name,
-                "-x",
-                str(width),
-                "-y",
-                str(height),
-                "-e",
-                "TERM=xterm-256color",
-                command,
-            ],
-            check=True,
-        )
-
-    def screen(self) -> str:
-        out = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
-        )
-        return out.stdout
-
-    def send(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
-
-    def wait_for(self, text: str, timeout: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
-
-    def alive(self) -> bool:
-        return (
-            subprocess.run(["tmux", "has-session", "-t", self.name], capture_output=True).returncode
-            == 0
-        )
-
-    def kill(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
 
 
 def test_cockpit_in_a_real_terminal(tmp_path):

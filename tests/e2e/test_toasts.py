@@ -6,7 +6,8 @@ import shlex
 import sys
 import time
 
-from test_terminal import TINY, Tmux, pytestmark  # noqa: F401 - skipped without tmux
+from test_terminal import TINY, pytestmark  # noqa: F401 - skipped without tmux
+from tmux_driver import Tmux
 
 TOAST_MARK = "▌"  # the left edge Textual draws on every toast
 

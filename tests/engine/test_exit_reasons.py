@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tmux_driver import TMUX_INSTALLED, Tmux
 
 from cockpit.cli import main
 from engine.model import GPT
@@ -172,19 +172,16 @@ def test_signal_mid_run_is_recorded_as_the_reason(tmp_path, sig, reason):
     assert f": {reason}" in out
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.skipif(not TMUX_INSTALLED, reason="tmux is not installed")
 @pytest.mark.parametrize("sig", ["SIGHUP", "SIGTERM"])
 def test_app_records_the_signal_as_the_reason(tmp_path, sig):
     run_dir = tmp_path / "run"
     metrics = run_dir / "metrics.jsonl"
-    name = f"cockpit-reason-{os.getpid()}"
     command = (
         f"{shlex.quote(sys.executable)} -m cockpit.cli --preset tiny --run-dir "
         f"{shlex.quote(str(run_dir))} {' '.join(TINY_ARGS)} --set train.max_steps=1000000"
     )
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", name, "-x", "100", "-y", "30", command], check=True
-    )
+    term = Tmux(command, prefix="cockpit-reason", term=None)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -202,7 +199,7 @@ def test_app_records_the_signal_as_the_reason(tmp_path, sig):
                     break
                 time.sleep(0.2)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)  # SIGHUP
+        term.kill()  # SIGHUP
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if metrics.exists() and '"state":"stopped"' in metrics.read_text():

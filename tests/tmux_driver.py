@@ -1,0 +1,87 @@
+"""A command in a real terminal: a detached tmux session to send keys to and read the screen of.
+
+Shared by the end-to-end tests (tests/e2e, tests/engine/test_exit_reasons.py), which import it as
+`tmux_driver` (pytest puts tests/ on sys.path for tests/conftest.py), and the soak bench, run
+from the repository root as `python -m bench.soak`, which imports it as `tests.tmux_driver`.
+It lives with the tests, not in the product: nothing in `cockpit` needs tmux.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+from types import TracebackType
+
+TMUX_INSTALLED = shutil.which("tmux") is not None
+
+
+class Tmux:
+    """`command` running in a new detached tmux session of `width` x `height` cells.
+
+    Killing the session closes its pty: the command gets SIGHUP, as when an SSH link drops.
+    `term` is the TERM the command sees (None: tmux's own)."""
+
+    def __init__(
+        self,
+        command: str,
+        width: int = 100,
+        height: int = 30,
+        *,
+        prefix: str = "cockpit-e2e",
+        term: str | None = "xterm-256color",
+    ) -> None:
+        self.name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        environment = ["-e", f"TERM={term}"] if term else []
+        subprocess.run(
+            [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                self.name,
+                "-x",
+                str(width),
+                "-y",
+                str(height),
+                *environment,
+                command,
+            ],
+            check=True,
+        )
+
+    def screen(self) -> str:
+        """The visible pane, as text."""
+        out = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+        )
+        return out.stdout
+
+    def send(self, *keys: str) -> None:
+        """Keys in tmux's names: "space", "Escape", "q", "+"..."""
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+        """The screen once it shows `text`; fails with the last screen after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+    def __enter__(self) -> Tmux:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.kill()
