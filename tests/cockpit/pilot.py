@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from scripted import ScriptedFactory
+from textual.app import App
 from textual.message import Message
 from textual.notifications import Notification, Notify
 from textual.pilot import Pilot
@@ -86,7 +87,7 @@ async def settle(pilot: Pilot, factory: ScriptedFactory | None = None) -> None:
 
 
 def run_pilot(
-    app: CockpitApp,
+    app: App[Any],
     scenario: Callable[[Pilot], Awaitable[T]],
     *,
     size: tuple[int, int] = SIZE,
