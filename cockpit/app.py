@@ -61,7 +61,22 @@ from cockpit.widgets.lr import LrPanel
 from cockpit.widgets.memory import MemoryPanel
 from cockpit.widgets.samples import SamplesPanel
 from cockpit.widgets.status import AlertLine, StatusLine, status_segments
-from engine.events import RunState
+from engine.config import ConfigError
+from engine.contract import EngineHandle
+from engine.events import (
+    Alert,
+    CheckpointSaved,
+    Eval,
+    Event,
+    LrChanged,
+    MemoryBreakdown,
+    RunStarted,
+    RunState,
+    Sample,
+    StateChanged,
+    Step,
+    Telemetry,
+)
 from engine.presets import DEFAULT_PRESET
 
 TICK_S = 0.25  # event drain period
@@ -70,7 +85,7 @@ LOSS_MIN_INTERVAL_S = 1.0  # plots redraw at most this often (more while the UI 
 LR_MIN_INTERVAL_S = 2.0
 DEVICE_MIN_INTERVAL_S = 1.0
 UI_CPU_TARGET = 0.02  # the UI thread's share of one core that LoadGovernor aims for
-URGENT_KINDS = ("run_started", "state", "alert", "lr_changed", "checkpoint")
+URGENT_EVENTS = (RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved)  # drawn at once
 DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
@@ -116,7 +131,7 @@ class CockpitApp(App[None]):
         self.preset_dirs = list(preset_dirs)
         self.data_available = data_available or _default_data_available
         self.fit_warning = fit_warning
-        self.trainer: Any = None
+        self.trainer: EngineHandle | None = None
         self.engine_worker: Worker | None = None
         self.state = "idle"
         self._quitting = False
@@ -246,14 +261,14 @@ class CockpitApp(App[None]):
         self._pending_preset = None
         self._remember_run()
         self._reset_run_view()
-        self._set_state("starting")
+        self._set_state(RunState.STARTING)
         self._status_note = f"starting {preset}..."
         try:
             trainer = self.trainer_factory(preset)
         except Exception as e:  # noqa: BLE001 - ConfigError or anything: show it, never crash
             self.trainer = None
-            self._set_state("failed")
-            kind = "config error" if type(e).__name__ == "ConfigError" else type(e).__name__
+            self._set_state(RunState.FAILED)
+            kind = "config error" if isinstance(e, ConfigError) else type(e).__name__
             self._status_note = ""
             self._set_alert("error", f"✗ {kind}: {e}")
             self.loss_panel.set_empty_message(
@@ -294,17 +309,17 @@ class CockpitApp(App[None]):
         if not self.screen_stack:  # the app has shut down: nothing to draw, keep the state
             if self.state not in RunState.ENDED:
                 result = worker.result if event.state == WorkerState.SUCCESS else None
-                self.state = result if result in RunState.ENDED else "stopped"
+                self.state = result if result in RunState.ENDED else RunState.STOPPED
             return
         self.pump()  # whatever the engine said last
         if event.state == WorkerState.ERROR:
             err = worker.error
-            self._set_state("failed")
+            self._set_state(RunState.FAILED)
             self._set_alert("error", f"✗ engine crashed: {type(err).__name__}: {err}")
             self.notify(f"{type(err).__name__}: {err}", title="Engine crashed", severity="error")
         elif self.state not in RunState.ENDED:
             result = worker.result if event.state == WorkerState.SUCCESS else None
-            self._set_state(result if result in RunState.ENDED else "stopped")
+            self._set_state(result if result in RunState.ENDED else RunState.STOPPED)
         self._engine_finished()
 
     def _engine_finished(self) -> None:
@@ -347,7 +362,7 @@ class CockpitApp(App[None]):
 
     def _pump(self, force: bool) -> int:
         trainer = self.trainer
-        events = trainer.events.drain() if trainer is not None else []
+        events = trainer.drain_events() if trainer is not None else []
         for ev in events:
             try:
                 self._route(ev)
@@ -359,7 +374,7 @@ class CockpitApp(App[None]):
         # Counters (step, loss, tok/s, times) change on every tick; redrawing them once a
         # second is plenty and keeps the UI thread off the GIL. What the user did or must see
         # (state, alerts, LR changes, checkpoints) shows on the next tick.
-        urgent = force or any(getattr(ev, "kind", "") in URGENT_KINDS for ev in events)
+        urgent = force or any(isinstance(ev, URGENT_EVENTS) for ev in events)
         if urgent or now - self._status_drawn_at >= STATUS_REFRESH_S * self.load.factor:
             self._status_drawn_at = now
             self._refresh_status()
@@ -375,60 +390,63 @@ class CockpitApp(App[None]):
         self.lr_panel.governor.min_interval = LR_MIN_INTERVAL_S * factor
         self.device_panel.min_interval = DEVICE_MIN_INTERVAL_S * factor
 
-    def _route(self, ev: Any) -> None:
-        kind = getattr(ev, "kind", "")
-        t = getattr(ev, "time", None)
+    def _route(self, ev: Event) -> None:
+        t = ev.time
         # A resumed run replays its past (steps, evals, LR changes, samples, checkpoints) right
         # after RunStarted, with their original timestamps: draw them, but do not announce them
         # again nor count them in the current session's speed.
         info = self.view.info
-        history = info is not None and t is not None and t < info.time
-        if kind == "step":
-            self.view.step = ev.step
-            self.view.grad_norm = ev.grad_norm
-            if not history:  # a replayed step's speed is the last session's, not this one's
-                self.view.tokens_per_s = ev.tokens_per_s
-                self.view.mfu = getattr(ev, "mfu", 0.0)
-                self.view.data_share = ev.data_time_s / ev.step_time_s if getattr(ev, "step_time_s", 0) else 0.0
-            ratio = getattr(ev, "update_ratio", math.nan)
-            if math.isfinite(ratio):
-                self.view.update_ratio = ratio
-            self.view.lr = ev.lr
-            self.loss_panel.add_step(ev.step, ev.loss, ev.tokens)
-            self.lr_panel.add_step(ev.step, ev.lr)
-            if t is not None and not history:
-                self.view.tracker.add_step(t, ev.step)
-                self._last_step_seen = (t, getattr(ev, "step_time_s", 0.0) or 0.0)
-            self._expire_alert()
+        history = info is not None and t < info.time
+        if isinstance(ev, Step):
+            self._on_step(ev, history)
             return
-        if t is not None and kind != "run_started" and not history:
+        if not isinstance(ev, RunStarted) and not history:
             self.view.tracker.observe(t)
-        if kind == "telemetry":
-            self.device_panel.update_telemetry(ev)
-        elif kind == "memory":
-            self.memory_panel.update_breakdown(ev)
-        elif kind == "eval":
-            self.loss_panel.add_eval(ev.step, ev.val_loss)
-        elif kind == "sample":
-            self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
-        elif kind == "run_started":
-            self._on_run_started(ev)
-        elif kind == "state":
-            self._on_state(ev)
-        elif kind == "checkpoint":
-            self._on_checkpoint(ev, announce=not history)
-        elif kind == "lr_changed":
-            self.view.scale = ev.scale
-            self.view.lr = ev.new_lr
-            self.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
-            if not history:
-                self.notify(
-                    f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})",
-                    title=f"LR changed at step {fmt_int(ev.step)}",
-                    timeout=4,
-                )
-        elif kind == "alert":
-            self._on_alert(ev)
+        match ev:
+            case Telemetry():
+                self.device_panel.update_telemetry(ev)
+            case MemoryBreakdown():
+                self.memory_panel.update_breakdown(ev)
+            case Eval():
+                self.loss_panel.add_eval(ev.step, ev.val_loss)
+            case Sample():
+                self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
+            case RunStarted():
+                self._on_run_started(ev)
+            case StateChanged():
+                self._on_state(ev)
+            case CheckpointSaved():
+                self._on_checkpoint(ev, announce=not history)
+            case LrChanged():
+                self.view.scale = ev.scale
+                self.view.lr = ev.new_lr
+                self.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
+                if not history:
+                    self.notify(
+                        f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})",
+                        title=f"LR changed at step {fmt_int(ev.step)}",
+                        timeout=4,
+                    )
+            case Alert():
+                self._on_alert(ev)
+
+    def _on_step(self, ev: Step, history: bool) -> None:
+        view = self.view
+        view.step = ev.step
+        view.grad_norm = ev.grad_norm
+        if not history:  # a replayed step's speed is the last session's, not this one's
+            view.tokens_per_s = ev.tokens_per_s
+            view.mfu = ev.mfu
+            view.data_share = ev.data_time_s / ev.step_time_s if ev.step_time_s else 0.0
+        if math.isfinite(ev.update_ratio):
+            view.update_ratio = ev.update_ratio
+        view.lr = ev.lr
+        self.loss_panel.add_step(ev.step, ev.loss, ev.tokens)
+        self.lr_panel.add_step(ev.step, ev.lr)
+        if not history:
+            view.tracker.add_step(ev.time, ev.step)
+            self._last_step_seen = (ev.time, ev.step_time_s or 0.0)
+        self._expire_alert()
 
     def _on_run_started(self, ev: Any) -> None:
         self.view.info = ev
@@ -457,10 +475,10 @@ class CockpitApp(App[None]):
         previous = self.state
         self.view.requested = None  # space now toggles from the engine's live state
         self._set_state(ev.state)
-        if ev.state == "running" and previous == "paused":
+        if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
             self.view.tracker.forget_rate()
-        if self.view.anomaly is not None and ev.state != "saving":
-            if ev.state == "running" and previous == "paused":
+        if self.view.anomaly is not None and ev.state != RunState.SAVING:
+            if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
                 # resumed (or rolled back): the fault is behind the run, and so is its banner
                 self.view.anomaly = None
                 if self.view.alert and self.view.alert[0] == "nan":
@@ -469,7 +487,7 @@ class CockpitApp(App[None]):
                 self._set_alert("nan", self._anomaly_banner())
         if ev.state in RunState.ENDED:
             self.view.checkpoint_pending = False
-        if ev.state == "failed":
+        if ev.state == RunState.FAILED:
             reason = ev.reason or "the run failed"
             if not self.view.alert or self.view.alert[0] != "error":
                 self._set_alert("error", f"✗ FAILED at step {fmt_int(ev.step)}: {reason}")
@@ -481,7 +499,7 @@ class CockpitApp(App[None]):
                 self._show_no_run("the run failed before its first step")
         if ev.state in RunState.ENDED:
             self._status_note = ""
-            if ev.state == "finished":
+            if ev.state == RunState.FINISHED:
                 self.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
                 if not self.view.alert:
                     self._status_note = self._finished_note(ev.step)
@@ -608,7 +626,7 @@ class CockpitApp(App[None]):
         if action in MAIN_ACTIONS and self.screen is not self.main_screen:
             return False  # a dialog is open: its own keys only
         if action in ("pause", "resume"):
-            paused = self._pause_target_state() == "paused"
+            paused = self._pause_target_state() == RunState.PAUSED
             if (action == "resume") != paused:
                 return False  # the other one of the pair is shown
         if action in RUN_ACTIONS and (not self.engine_running or self.state in RunState.ENDED):
@@ -640,19 +658,19 @@ class CockpitApp(App[None]):
     # which would slow the very step the engine must finish before it can pause.
     def action_pause(self) -> None:
         if self._command("pause"):
-            self.view.requested = "paused"
+            self.view.requested = RunState.PAUSED
 
     def action_resume(self) -> None:
         if self._command("resume"):
-            self.view.requested = "running"
+            self.view.requested = RunState.RUNNING
 
     def action_toggle_pause(self) -> None:
         current = self._pause_target_state()
-        if current == "paused":
+        if current == RunState.PAUSED:
             if self._command("resume"):
-                self.view.requested = "running"
+                self.view.requested = RunState.RUNNING
         elif self._command("pause"):
-            self.view.requested = "paused"
+            self.view.requested = RunState.PAUSED
 
     def action_checkpoint(self) -> None:
         # One save per press-burst: more presses before the engine answers add nothing to save
@@ -720,7 +738,7 @@ class CockpitApp(App[None]):
                 timeout=4,
             )
             return
-        if self.view.anomaly is not None and self.state == "paused":
+        if self.view.anomaly is not None and self.state == RunState.PAUSED:
             self._command("rollback", 0.5)
             return
         step, path, _ = ckpt
@@ -975,11 +993,11 @@ class CockpitApp(App[None]):
         last step's time and duration) and the time waited since `started` (clock())."""
         now = self.clock()
         waited = fmt_duration(max(0.0, now - (started or now)))
-        if self.state == "saving":
+        if self.state == RunState.SAVING:
             what = "writing the final checkpoint"
         elif self.state in RunState.ENDED:
             what = f"the run has {self.state}"
-        elif self.state == "paused":
+        elif self.state == RunState.PAUSED:
             what = "saving a checkpoint and stopping"
         elif self._last_step_seen is None or self._last_step_seen[1] <= 0:
             what = "saving when the first step ends (none has finished yet: no estimate)"
@@ -1034,14 +1052,14 @@ class CockpitApp(App[None]):
         if trainer is not None:
             # What the engine said after the UI stopped draining (a checkpoint written while
             # the app was closing, after a forced quit).
-            for ev in trainer.events.drain():
-                kind = getattr(ev, "kind", "")
-                if kind == "checkpoint":
-                    self.view.last_checkpoint = (ev.step, ev.path, ev.reason)
-                elif kind == "step":
-                    self.view.step = ev.step
-                elif kind == "run_started" and self.view.info is None:
-                    self.view.info = ev
+            for ev in trainer.drain_events():
+                match ev:
+                    case CheckpointSaved():
+                        self.view.last_checkpoint = (ev.step, ev.path, ev.reason)
+                    case Step():
+                        self.view.step = ev.step
+                    case RunStarted() if self.view.info is None:
+                        self.view.info = ev
         current = self._summary()
         return [*self._past_runs, *([current] if current is not None else [])]
 

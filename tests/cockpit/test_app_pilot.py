@@ -304,6 +304,17 @@ async def test_unexpected_factory_exception_is_shown(app: CockpitApp) -> None:
     assert "no CUDA device" in alert_text(app)
 
 
+class ConfigError(Exception):  # another library's, not engine.config's: not a config error of ours
+    pass
+
+
+@pilot_test(fail={"default": ConfigError("a plugin's own failure")})
+async def test_only_the_engines_config_error_is_called_a_config_error(app: CockpitApp) -> None:
+    # the app tells a config error by its class, not by its name
+    assert "ConfigError: a plugin's own failure" in alert_text(app)
+    assert "config error" not in alert_text(app)
+
+
 def test_engine_exception_in_run_is_shown_not_raised() -> None:
     class Exploding(ScriptedTrainer):
         def run(self, should_stop: Callable[[], bool] | None = None) -> str:
