@@ -39,7 +39,6 @@ from cockpit.commands import (
     key_bindings,
     palette_entries,
 )
-from cockpit.durations import fmt_duration
 from cockpit.pacing import LoadGovernor
 from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
@@ -50,6 +49,7 @@ from cockpit.screens import (
     PresetRow,
     PresetScreen,
 )
+from cockpit.stop_wait import quit_note, quit_question, stop_wait
 from cockpit.widgets._format import (
     fmt_int,
     fmt_loss,
@@ -89,7 +89,6 @@ URGENT_EVENTS = (RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved)  #
 DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
-LONG_STEP_S = 10.0  # steps at least this long: the quit dialog warns that the save can be far off
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 COMPACT_WIDTH = 120
@@ -944,16 +943,8 @@ class CockpitApp(App[None]):
         if isinstance(screen, ConfirmScreen) and screen.purpose == "quit":
             screen.dismiss(True)  # ctrl+c twice
             return
-        if self.engine_running:
-            msg = f"Save a checkpoint of [b]{self.preset}[/b] at the next step, stop it and quit?"
-            step_s = self._last_step_seen[1] if self._last_step_seen else 0.0
-            if step_s >= LONG_STEP_S and self.state not in RunState.ENDED:
-                msg += (
-                    f"\n\nA step takes {fmt_duration(step_s)} here: the checkpoint may be that far "
-                    "away. While it waits, ctrl+c again quits without saving."
-                )
-        else:
-            msg = "Quit cockpit? No run is in progress."
+        step_s = self._last_step_seen[1] if self._last_step_seen else 0.0
+        msg = quit_question(self.preset, self.engine_running, self.state, step_s)
         self.push_screen(
             ConfirmScreen("Quit", msg, yes="Quit", no="Cancel", purpose="quit", danger=True),
             self._quit_answer,
@@ -984,32 +975,10 @@ class CockpitApp(App[None]):
             self._refresh_status()
 
     def _quit_note(self) -> str:
-        """What quitting waits for, how long it has waited, and how to stop waiting."""
-        wait = self._stop_wait(self._quit_started)
-        return f"quitting: {wait} · ctrl+c again: quit now without saving"
+        return quit_note(self._stop_wait(self._quit_started))
 
     def _stop_wait(self, started: float | None) -> str:
-        """Where a stop with a checkpoint stands: the time to the next step boundary (from the
-        last step's time and duration) and the time waited since `started` (clock())."""
-        now = self.clock()
-        waited = fmt_duration(max(0.0, now - (started or now)))
-        if self.state == RunState.SAVING:
-            what = "writing the final checkpoint"
-        elif self.state in RunState.ENDED:
-            what = f"the run has {self.state}"
-        elif self.state == RunState.PAUSED:
-            what = "saving a checkpoint and stopping"
-        elif self._last_step_seen is None or self._last_step_seen[1] <= 0:
-            what = "saving when the first step ends (none has finished yet: no estimate)"
-        else:
-            t, step_s = self._last_step_seen
-            left = t + step_s - now
-            took = fmt_duration(step_s)
-            if left >= 0.5:
-                what = f"saving at the next step boundary, in ~{fmt_duration(left)} (a step takes {took})"
-            else:
-                what = f"saving at the next step boundary, any moment now (a step takes {took})"
-        return f"{what} · waited {waited}"
+        return stop_wait(self.state, self._last_step_seen, started, self.clock())
 
     def _force_exit(self) -> None:
         """Exit now, without waiting for the checkpoint: the engine is told to stop

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cockpit.durations import fmt_duration, fmt_rough_duration
 from engine.config import ConfigError, parse_override
-from engine.events import Event
+from engine.events import Event, RunState
+from engine.presets import DEFAULT_PRESET
 
 SUBCOMMANDS = ("train", "presets", "plan")
 PLAN_EPILOG = (
@@ -27,7 +29,7 @@ PLAN_EPILOG = (
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--preset", default=None, help="preset name or path to a .toml file (default: 'default')"
+        "--preset", default=None, help=f"preset name or path to a .toml file (default: '{DEFAULT_PRESET}')"
     )
     parser.add_argument(
         "--data",
@@ -91,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="estimate peak memory before training: will it fit, and what to change",
         epilog=PLAN_EPILOG,
     )
-    plan.add_argument("--preset", default=None, help="preset name or path (default: 'default')")
+    plan.add_argument("--preset", default=None, help=f"preset name or path (default: '{DEFAULT_PRESET}')")
     plan.add_argument(
         "--device-memory",
         metavar="SIZE",
@@ -161,12 +163,12 @@ class ProgressPrinter:
             eta = (now - self._t0) / done * (self._max_steps - event.step) if done else 0.0
             self._say(
                 f"step {event.step:>6}/{self._max_steps} | loss {event.loss:.4f} | lr {event.lr:.2e} | "
-                f"{event.tokens_per_s:,.0f} tok/s | ETA {format_duration(eta)}"
+                f"{event.tokens_per_s:,.0f} tok/s | ETA {fmt_duration(eta)}"
             )
         elif kind == "eval":
             scope = "whole val split" if event.full_split else "estimate"
             self._say(
-                f"eval   {event.step:>6} | train {event.train_loss:.4f} | val {event.val_loss:.4f} ({scope}) | train time {format_duration(event.train_time_s)}"
+                f"eval   {event.step:>6} | train {event.train_loss:.4f} | val {event.val_loss:.4f} ({scope}) | train time {fmt_duration(event.train_time_s)}"
             )
         elif kind == "sample":
             text = (event.prompt + event.text).replace("\n", "⏎ ")
@@ -181,17 +183,10 @@ class ProgressPrinter:
             self._say(
                 f"lr     {event.step:>6} | {event.old_lr:.2e} -> {event.new_lr:.2e} (x{event.scale:.3g} on the schedule)"
             )
-        elif kind == "state" and event.state in ("stopped", "finished", "failed"):
+        elif kind == "state" and event.state in RunState.ENDED:
             # a failure's reason was usually just printed as its error alert: not twice
             reason = event.reason if event.reason != self._last_error else ""
             self._say(f"{event.state} at step {event.step}" + (f": {reason}" if reason else ""))
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 def make_trainer(
@@ -210,7 +205,7 @@ def make_trainer(
     from engine.presets import load_preset
     from engine.trainer import Trainer
 
-    name = preset or args.preset or "default"
+    name = preset or args.preset or DEFAULT_PRESET
     resume = args.resume if first else None
     overrides = args.overrides if first else []
     # When resuming, the checkpoint's config is the base and --set applies on top of it.
@@ -298,7 +293,7 @@ def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -
 def exit_when_ended(trainer: Any, grace_s: float, timeout_s: float = 300.0) -> None:
     """Wait for the run to end (its checkpoint written), then end the process after `grace_s`."""
     deadline = time.monotonic() + timeout_s
-    while trainer is not None and trainer.state not in ("stopped", "finished", "failed"):
+    while trainer is not None and trainer.state not in RunState.ENDED:
         if time.monotonic() > deadline:
             break
         time.sleep(0.1)
@@ -308,17 +303,6 @@ def exit_when_ended(trainer: Any, grace_s: float, timeout_s: float = 300.0) -> N
 
 FAR_STEP_S = 60.0  # a preset whose step takes at least this long here is far beyond this machine
 BPE_VOCAB = {"r50k_base": 50257, "p50k_base": 50281, "cl100k_base": 100277, "o200k_base": 200019}
-
-
-def _rough_duration(seconds: float) -> str:
-    """'40 s', '12 min', '2.1 h', '3.5 days', '4.4 years': for estimates, not for clocks."""
-    for unit, size in (("years", 365 * 86400), ("days", 86400), ("h", 3600)):
-        if seconds >= 1.5 * size:
-            value = seconds / size
-            return f"{value:.0f} {unit}" if value >= 10 else f"{value:.1f} {unit}"
-    if seconds >= 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
 
 
 def preset_fit_warning(
@@ -373,8 +357,8 @@ def preset_fit_warning(
     if step_s >= FAR_STEP_S:
         text += (
             f" One step ({cfg.tokens_per_step:,} tokens, {step_flops:.1e} FLOPs) takes"
-            f" ~{_rough_duration(step_s)} on {where}, {cfg.train.max_steps:,} steps"
-            f" ~{_rough_duration(step_s * cfg.train.max_steps)}"
+            f" ~{fmt_rough_duration(step_s)} on {where}, {cfg.train.max_steps:,} steps"
+            f" ~{fmt_rough_duration(step_s * cfg.train.max_steps)}"
             + (": it is sized for a GPU." if device.type == "cpu" else ".")
         )
     return text
@@ -406,7 +390,7 @@ def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int
 
     app = CockpitApp(
         factory,
-        args.preset or "default",
+        args.preset or DEFAULT_PRESET,
         preset_dirs=args.presets_dir,
         data_available=preset_data_available,
         fit_warning=fit_warning,
@@ -459,7 +443,7 @@ def show_plan(args: argparse.Namespace) -> int:
     from engine.plan import format_plan, parse_size, plan_memory, suggest_fixes, vocab_size_for
     from engine.presets import load_preset
 
-    cfg = load_preset(args.preset or "default", args.overrides, args.presets_dir)
+    cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
     if args.device_memory is not None:  # "" and "0" are refused, not ignored
         capacity = parse_size(args.device_memory)
         device_type = "cpu" if cfg.train.device == "cpu" else "cuda"
@@ -536,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--allow-data-change applies to --resume RUN_DIR only: a new run records "
                     "whatever corpus it starts on; drop the flag"
                 )
-            load_preset(args.preset or "default", args.overrides, args.presets_dir)
+            load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
         else:
             if not Path(args.resume).exists():
                 raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")

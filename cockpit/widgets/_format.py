@@ -1,4 +1,4 @@
-"""Small, pure formatting helpers shared by the panels (numbers, sizes, durations)."""
+"""Small, pure formatting helpers shared by the panels (numbers, sizes; durations: durations.py)."""
 
 from __future__ import annotations
 
@@ -103,23 +103,6 @@ def fmt_gib_pair(used: float | None, total: float | None) -> str:
         return f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
     return f"{short(u)}/{short(t)} {unit}"
-
-
-def fmt_duration(seconds: float | None) -> str:
-    """'42s', '12:34', '3:02:15', '2d 03h'."""
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "-"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    m, s = divmod(s, 60)
-    h, m = divmod(m, 60)
-    if h == 0:
-        return f"{m}:{s:02d}"
-    d, h = divmod(h, 24)
-    if d == 0:
-        return f"{h}:{m:02d}:{s:02d}"
-    return f"{d}d {h:02d}h"
 
 
 def fmt_pct(x: float | None) -> str:

@@ -26,6 +26,7 @@ from engine.events import (
     LrChanged,
     MemoryBreakdown,
     RunStarted,
+    RunState,
     Sample,
     StateChanged,
     Step,
@@ -378,7 +379,7 @@ class ScriptedTrainer:
             while not self._stop.is_set():
                 if should_stop is not None and should_stop():
                     with self._lock:
-                        if self.state not in ("stopped", "finished", "failed"):
+                        if self.state not in RunState.ENDED:
                             self.state = "stopped"
                     break
                 self._stop.wait(0.01)
@@ -521,7 +522,7 @@ class ScriptedTrainer:
 
     def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         self.calls.append(("stop", checkpoint))
-        if self.state in ("stopped", "finished", "failed"):
+        if self.state in RunState.ENDED:
             self._stop.set()
             return
         if checkpoint:
