@@ -220,9 +220,7 @@ def test_preset_menu_shows_data_availability() -> None:
     factory = ScriptedFactory()
 
     def data_available(name: str) -> tuple[bool, str]:
-        return (
-            (False, "tinyshakespeare: not downloaded") if "shakespeare" in name else (True, "")
-        )
+        return (False, "tinyshakespeare: not downloaded") if "shakespeare" in name else (True, "")
 
     app = CockpitApp(factory, "default", data_available=data_available)
 
@@ -253,7 +251,6 @@ def test_quit_asks_then_checkpoints_and_exits() -> None:
 
     run_pilot(app, scenario)
     assert app.return_code == 0
-
 
 
 @pilot_test()
@@ -965,7 +962,6 @@ def test_quit_waits_for_a_distant_step_boundary_with_a_countdown(
     assert run_summary.unsaved_steps == 0
 
 
-
 def test_quit_before_the_first_step_says_there_is_no_estimate() -> None:
     trainer = SlowStepTrainer()
     trainer.script = trainer.script[:2]  # started, running, no step finished yet
@@ -1008,7 +1004,6 @@ def test_ctrl_c_while_quitting_waits_forces_and_reports_what_was_lost() -> None:
     assert "no checkpoint was saved" in report
     assert "quit without saving: steps 1-3 (3) are lost" in report
     assert "resume:" not in report  # nothing to resume from
-
 
 
 def test_exit_report_names_the_run_dir_checkpoint_and_resume_command() -> None:
@@ -1057,7 +1052,6 @@ def test_leaving_after_a_preset_switch_reports_both_runs() -> None:
     ]
 
 
-
 # the preset menu: stand-in corpora, presets far beyond this machine (issue 10, item 17) -------
 def test_picking_a_preset_far_beyond_this_machine_warns_before_starting() -> None:
     checked_on: list[threading.Thread] = []
@@ -1074,9 +1068,7 @@ def test_picking_a_preset_far_beyond_this_machine_warns_before_starting() -> Non
         return "gpt2-small is far beyond this machine: it needs ~17.22 GiB of memory"
 
     factory = ScriptedFactory()
-    app = CockpitApp(
-        factory, "default", data_available=data_available, fit_warning=fit_warning
-    )
+    app = CockpitApp(factory, "default", data_available=data_available, fit_warning=fit_warning)
 
     async def scenario(pilot: Pilot) -> None:
         await settle(pilot, factory)
@@ -1147,9 +1139,7 @@ def test_switching_away_from_a_slow_run_waits_for_its_checkpoint(
         await settle(pilot)
         app.switch_preset("tiny")
         await pilot.pause()
-        assert "switching to tiny: saving at the next step boundary, in ~1:30" in alert_text(
-            app
-        )
+        assert "switching to tiny: saving at the next step boundary, in ~1:30" in alert_text(app)
         await pilot.pause(0.3)
         now[0] += 600.0
         await pilot.pause(0.2)
@@ -1162,4 +1152,3 @@ def test_switching_away_from_a_slow_run_waits_for_its_checkpoint(
     run_pilot(app, scenario)
     [first, _second] = app.exit_summary()
     assert first.checkpoint == (4, "runs/gpt2-small-scripted/ckpt-000004.pt")
-

@@ -87,8 +87,7 @@ def test_resize_rewraps_and_reset_empties() -> None:
         panel.reset()
         await pilot.pause()
         assert (
-            " ".join(screen_text(panel)).split()
-            == "no samples yet (press s to sample now)".split()
+            " ".join(screen_text(panel)).split() == "no samples yet (press s to sample now)".split()
         )
         assert panel.border_subtitle == ""
 
