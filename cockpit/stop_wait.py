@@ -1,0 +1,58 @@
+"""What the user reads while a quit or a preset switch waits for the run to stop.
+
+A stop with a checkpoint happens at the next step boundary, which can be minutes away (a GPU
+preset on a CPU): these notes say what it waits for, for how long it has waited and how to cut
+it short. Pure functions of the run's state, its last step and the clock, so they are tested
+without an app.
+"""
+
+from __future__ import annotations
+
+from cockpit.durations import fmt_duration
+from engine.events import RunState
+
+LONG_STEP_S = 10.0  # steps at least this long: the quit dialog warns that the save can be far off
+
+
+def stop_wait(
+    state: str, last_step: tuple[float, float] | None, started: float | None, now: float
+) -> str:
+    """Where a stop with a checkpoint stands: the time to the next step boundary (from
+    `last_step`, the newest step's (event time, step time)) and the time waited since
+    `started` (both on the clock events are stamped with)."""
+    waited = fmt_duration(max(0.0, now - (started or now)))
+    if state == RunState.SAVING:
+        what = "writing the final checkpoint"
+    elif state in RunState.ENDED:
+        what = f"the run has {state}"
+    elif state == RunState.PAUSED:
+        what = "saving a checkpoint and stopping"
+    elif last_step is None or last_step[1] <= 0:
+        what = "saving when the first step ends (none has finished yet: no estimate)"
+    else:
+        t, step_s = last_step
+        left = t + step_s - now
+        took = fmt_duration(step_s)
+        if left >= 0.5:
+            what = f"saving at the next step boundary, in ~{fmt_duration(left)} (a step takes {took})"
+        else:
+            what = f"saving at the next step boundary, any moment now (a step takes {took})"
+    return f"{what} · waited {waited}"
+
+
+def quit_note(wait: str) -> str:
+    """What quitting waits for, how long it has waited, and how to stop waiting."""
+    return f"quitting: {wait} · ctrl+c again: quit now without saving"
+
+
+def quit_question(preset: str, running: bool, state: str, step_s: float) -> str:
+    """The quit dialog's question (markup); a long step warns that the save may be far off."""
+    if not running:
+        return "Quit cockpit? No run is in progress."
+    msg = f"Save a checkpoint of [b]{preset}[/b] at the next step, stop it and quit?"
+    if step_s >= LONG_STEP_S and state not in RunState.ENDED:
+        msg += (
+            f"\n\nA step takes {fmt_duration(step_s)} here: the checkpoint may be that far "
+            "away. While it waits, ctrl+c again quits without saving."
+        )
+    return msg

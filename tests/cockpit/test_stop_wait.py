@@ -1,0 +1,32 @@
+"""The notes a quit or a preset switch shows while the run stops at its next step boundary."""
+
+from __future__ import annotations
+
+from cockpit.stop_wait import quit_note, quit_question, stop_wait
+
+
+def test_the_wait_counts_down_to_the_next_step_boundary() -> None:
+    last_step = (100.0, 30.0)  # a step ended at t=100 and took 30 s: the next ends at 130
+    assert stop_wait("running", last_step, started=110.0, now=112.0) == (
+        "saving at the next step boundary, in ~18s (a step takes 30s) · waited 2s"
+    )
+    assert stop_wait("running", last_step, 110.0, 130.2).startswith(
+        "saving at the next step boundary, any moment now"
+    )
+    assert stop_wait("running", None, 110.0, 112.0).startswith("saving when the first step ends")
+
+
+def test_the_wait_says_what_the_state_allows() -> None:
+    assert stop_wait("saving", (100.0, 30.0), 110.0, 112.0).startswith("writing the final checkpoint")
+    assert stop_wait("paused", (100.0, 30.0), 110.0, 112.0).startswith("saving a checkpoint and stopping")
+    assert stop_wait("finished", None, 110.0, 112.0).startswith("the run has finished")
+    assert quit_note("w").endswith("ctrl+c again: quit now without saving")
+
+
+def test_the_quit_question_warns_of_a_long_step_only_while_training() -> None:
+    assert quit_question("tiny", running=False, state="idle", step_s=0.0) == (
+        "Quit cockpit? No run is in progress."
+    )
+    assert "A step takes" not in quit_question("tiny", True, "running", 2.0)
+    assert "A step takes 1:00 here" in quit_question("gpt2", True, "running", 60.0)
+    assert "A step takes" not in quit_question("gpt2", True, "finished", 60.0)
