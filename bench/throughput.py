@@ -21,11 +21,12 @@ from pathlib import Path
 
 import torch
 
+from engine.batches import BatchSampler
 from engine.data import prepare
 from engine.model import GPT
 from engine.optim import build_optimizer
 from engine.presets import load_preset
-from engine.trainer import BatchSampler, Trainer
+from engine.trainer import Trainer
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"

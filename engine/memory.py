@@ -1,14 +1,23 @@
 """Memory accounting: exact bytes of live tensors, and estimates for activations.
 
 The exact figures count distinct storages, so tied weights (embedding = head) count once.
+`memory_breakdown` puts them together, with what the device or the host says, into the
+`MemoryBreakdown` event the memory panel draws.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterable
 from typing import Any
 
+import psutil
 import torch
+
+from engine.config import RunConfig
+from engine.device import device_capacity, process_gpu_memory
+from engine.events import MemoryBreakdown
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
@@ -107,3 +116,85 @@ def activation_bytes_estimate(
         layers = per_layer * n_layer
     logits = batch * seq * vocab * 12
     return int(layers + logits)
+
+
+def step_start_allocated(device: torch.device) -> int:
+    """At the start of a measured step: reset the CUDA peak counter and return the bytes
+    allocated now (0 off CUDA), for `memory_breakdown` to find the step's activations."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def memory_breakdown(
+    model: torch.nn.Module,
+    optimizer: Any,
+    cfg: RunConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    step: int,
+    step_start: int,
+) -> MemoryBreakdown:
+    """Where the run's memory goes, taken inside a step after the optimizer step and before
+    zero_grad, so gradients and optimizer state exist and the step's peak has just been reached.
+
+    On CUDA activations are measured (the step's peak above `step_start`, from
+    `step_start_allocated`, less the gradients it created); elsewhere they are estimated.
+    """
+    weights = weight_bytes(model)
+    grads = gradient_bytes(model)
+    opt = optimizer_bytes(optimizer)
+    m = cfg.model
+    if device.type == "cuda":
+        allocated = torch.cuda.memory_allocated(device)
+        reserved = torch.cuda.memory_reserved(device)
+        activations = max(0, torch.cuda.max_memory_allocated(device) - step_start - grads)
+        measured = True
+        cache = reserved - allocated
+        driver_view = _driver_process_memory(device)
+        other = driver_view - reserved if driver_view else 0
+    else:
+        activations = activation_bytes_estimate(
+            cfg.train.batch_size,
+            m.block_size,
+            m.n_embd,
+            m.n_head,
+            m.n_layer,
+            model.vocab_size,
+            torch.finfo(dtype).bits // 8,
+            grad_checkpoint=m.grad_checkpoint,
+        )
+        measured = False
+        cache = 0
+        other = psutil.Process().memory_info().rss - weights - grads - opt
+    return MemoryBreakdown(
+        step=step,
+        device=str(device),
+        capacity=device_capacity(device),
+        weights=weights,
+        gradients=grads,
+        optimizer=opt,
+        activations=activations,
+        activations_measured=measured,
+        cache=cache,
+        other=max(0, other),
+    )
+
+
+def _driver_process_memory(device: torch.device) -> int | None:
+    """This process's memory on a CUDA device as the driver sees it; None when NVML can't tell."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no pynvml, or no driver: no "other" figure
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        return process_gpu_memory(pynvml, handle, os.getpid())
+    except Exception:  # the query failed: report no "other" rather than a wrong one
+        return None
+    finally:
+        with contextlib.suppress(Exception):  # balances the init above; nothing to act on
+            pynvml.nvmlShutdown()

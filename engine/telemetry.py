@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
+from engine.device import process_gpu_memory
 from engine.events import DeviceReading, Telemetry
 
 log = logging.getLogger(__name__)
@@ -261,7 +262,7 @@ class NvmlBackend:
             mem_util_percent=_num(getattr(util, "memory", None)),
             mem_used=_int(mem.used),
             mem_total=_int(mem.total),
-            process_mem=self._process_mem(handle),
+            process_mem=self._optional(process_gpu_memory, nv, handle, self._pid),
             temperature_c=_num(temp),
             power_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
@@ -277,20 +278,6 @@ class NvmlBackend:
             raise
         except self._nvml_error:
             return None
-
-    def _process_mem(self, handle: Any) -> int | None:
-        """Bytes this process holds on the device, None when unknown.
-
-        None (not 0) when no entry carries our pid: inside a container NVML reports host pids,
-        so "no match" means "cannot tell" as often as "not using this GPU".
-        """
-        procs = self._optional(self._nvml.nvmlDeviceGetComputeRunningProcesses, handle)
-        if not procs:
-            return None
-        # usedGpuMemory is None where the driver cannot attribute memory (e.g. Windows WDDM).
-        used = [p.usedGpuMemory for p in procs if p.pid == self._pid]
-        known = [int(u) for u in used if u is not None]
-        return sum(known) if known else None
 
     def _throttle(self, handle: Any) -> tuple[str, ...]:
         for fn_name in _THROTTLE_FUNCTIONS:

@@ -255,7 +255,7 @@ def test_rollback_does_not_redo_the_restored_steps_eval_sample_and_checkpoint(tm
 def test_a_nan_loss_is_written_as_null_not_bare_nan(tmp_path):
     import json
 
-    from engine.trainer import read_history
+    from engine.metrics_log import read_history
 
     # Without the finite check the NaN step reaches the Step record (then the rollback).
     trainer = Trainer(

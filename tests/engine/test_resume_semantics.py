@@ -13,9 +13,10 @@ import pytest
 from cockpit.cli import main
 from engine.checkpoint import latest_checkpoint, list_checkpoints
 from engine.events import Event
+from engine.metrics_log import read_history
 from engine.presets import load_preset
 from engine.schedule import lr_at
-from engine.trainer import Trainer, read_history
+from engine.trainer import Trainer
 
 SMALL = [
     "model.n_layer=1",

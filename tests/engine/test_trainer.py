@@ -274,7 +274,7 @@ def strict_json(line: str) -> dict:
 
 
 def test_metrics_file_is_strict_json_and_history_reads_it_back(tmp_path):
-    from engine.trainer import read_history
+    from engine.metrics_log import read_history
 
     cfg = tiny_cfg(
         "train.max_steps=60", "eval.interval=30", "sample.interval=30", "checkpoint.interval=30"
