@@ -8,15 +8,18 @@ a partial write only ever exists under a temporary name.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+
+from engine.files import atomic_write, fsync_dir
 
 CKPT_RE = re.compile(r"^ckpt-(\d{8})\.pt$")
 BEST_NAME = "best.pt"
@@ -43,43 +46,10 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # not supported on this platform
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temp file in the same directory, fsync it, then rename over `path`."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; checkpoints are ordinary files
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
 def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
     """Save `state` as the checkpoint of `step` and prune all but the newest `keep_last`."""
     path = checkpoint_path(run_dir, step)
-    atomic_save(state, path)
+    atomic_write(path, lambda f: torch.save(state, f))
     for _, old in list_checkpoints(run_dir)[:-keep_last]:
         old.unlink(missing_ok=True)  # best.pt is its own link (or copy): it survives this
     return path
@@ -95,7 +65,7 @@ def mark_best(run_dir: Path, path: Path) -> Path:
     except OSError:
         shutil.copy2(path, tmp)
     os.replace(tmp, best)
-    _fsync_dir(run_dir)
+    fsync_dir(run_dir)
     return best
 
 
@@ -126,8 +96,8 @@ def set_aside_newer(run_dir: Path, step: int) -> tuple[Path | None, list[str]]:
     aside.mkdir()
     for path in newer:
         os.replace(path, aside / path.name)
-    _fsync_dir(aside)
-    _fsync_dir(run_dir)
+    fsync_dir(aside)
+    fsync_dir(run_dir)
     return aside, [p.name for p in newer]
 
 
@@ -173,3 +143,29 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a cockpit checkpoint (no model/config inside)")
     state["_path"] = str(path)
     return state
+
+
+def state_fingerprint(state: Any) -> str:
+    """A sha256 of a checkpoint state (nested dicts, lists, tensors, arrays, plain values),
+    independent of dict order: two states with the same fingerprint would save the same."""
+    digest = hashlib.sha256()
+
+    def feed(value: Any) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value, key=str):
+                digest.update(repr(key).encode())
+                feed(value[key])
+        elif isinstance(value, (list, tuple)):
+            digest.update(b"[")
+            for item in value:
+                feed(item)
+            digest.update(b"]")
+        elif isinstance(value, torch.Tensor):
+            digest.update(value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+        elif isinstance(value, np.ndarray):
+            digest.update(np.ascontiguousarray(value).tobytes())
+        else:
+            digest.update(repr(value).encode())
+
+    feed(state)
+    return digest.hexdigest()

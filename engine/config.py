@@ -62,10 +62,15 @@ class ModelConfig:
     grad_checkpoint: bool = _opt(False, help="recompute each block's activations in backward")
 
 
+# The highest LR a config, the LR dialog or a running run accepts: a larger LR is a typo, not a
+# choice. One constant for all three (torch-free, so the cockpit's dialog can import it).
+MAX_LR = 10.0
+
+
 @dataclass
 class OptimConfig:
     name: str = _opt("adamw", choices=("adamw", "muon", "lion", "adafactor"))
-    lr: float = _opt(1e-3, help="peak learning rate", min_excl=0.0, max=10.0)
+    lr: float = _opt(1e-3, help="peak learning rate", min_excl=0.0, max=MAX_LR)
     weight_decay: float = _opt(0.1, min=0.0)
     beta1: float = _opt(0.9, min=0.0, below=1.0)
     beta2: float = _opt(0.95, min=0.0, below=1.0)

@@ -15,7 +15,6 @@ import os
 import re
 import sys
 import sysconfig
-import tempfile
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from engine.config import DataConfig
+from engine.files import atomic_write
 
 FORMAT_VERSION = 1
 TINYSHAKESPEARE_URL = (
@@ -574,19 +574,9 @@ def _meta_bytes(meta: dict[str, Any]) -> bytes:
 
 
 def _atomic_write(path: Path, content: bytes | np.ndarray) -> None:
-    """Write to a temporary file beside path, then rename it over path in one step."""
+    """Bytes or a token array to `path` through engine/files.py, making its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if isinstance(content, np.ndarray):
-                content.tofile(f)
-            else:
-                f.write(content)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, content.tofile if isinstance(content, np.ndarray) else lambda f: f.write(content))
 
 
 def _write_or_explain(where: Path, write: Callable[[], None]) -> None:

@@ -18,18 +18,6 @@ from torch.utils.checkpoint import checkpoint
 from engine.config import ModelConfig
 
 
-class LayerNorm(nn.Module):
-    """LayerNorm with an optional bias (PyTorch's has no bias=False before 2.1 everywhere)."""
-
-    def __init__(self, ndim: int, bias: bool) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
-
-
 class RMSNorm(nn.Module):
     def __init__(self, ndim: int) -> None:
         super().__init__()
@@ -40,7 +28,9 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(cfg: ModelConfig, ndim: int) -> nn.Module:
-    return RMSNorm(ndim) if cfg.norm == "rmsnorm" else LayerNorm(ndim, cfg.bias)
+    """RMSNorm, or torch's LayerNorm (bias optional; its `weight`/`bias` keys are what
+    checkpoints have always held)."""
+    return RMSNorm(ndim) if cfg.norm == "rmsnorm" else nn.LayerNorm(ndim, eps=1e-5, bias=cfg.bias)
 
 
 def rotary_tables(

@@ -6,8 +6,8 @@ starts, so a refusal is exit 2 with nothing touched) and the Trainer (which appl
 - the model and the corpus belong to the weights: any `model.*` key but `grad_checkpoint` and
   `dropout`, any `data.*` key and `train.seed` are refused (start a new run instead);
 - everything else applies, and each change becomes a note (RunStarted.notes, printed first);
-- optimizer hyperparameters apply to the restored optimizer (the Trainer writes the config's
-  values into its parameter groups after loading its state);
+- optimizer hyperparameters apply to the restored optimizer (`restore_optimizer` writes the
+  config's values into its parameter groups after loading its state);
 - another optimizer (`optim.name`) starts fresh from the checkpoint's weights, with a note;
 - a cosine decay horizon that was implicit (`schedule.decay_steps = 0`, i.e. `max_steps`) is
   kept when `train.max_steps` changes, so extending a run does not make the LR jump; setting
@@ -18,17 +18,21 @@ starts, so a refusal is exit 2 with nothing touched) and the Trainer (which appl
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.config import (
     SECTIONS,
     ConfigError,
+    OptimConfig,
     RunConfig,
     apply_overrides,
     config_from_dict,
     parse_override,
 )
 from engine.schedule import lr_at
+
+if TYPE_CHECKING:  # torch is imported by the Trainer, not by the CLI's resume check
+    import torch
 
 # Keys whose change would make the checkpoint's weights mean something else.
 ALLOWED_MODEL_KEYS = ("grad_checkpoint", "dropout")  # memory/regularisation only: same weights
@@ -137,3 +141,38 @@ def plan_resume(
             f"(the new planned schedule{by_hand})"
         )
     return ResumePlan(new, tuple(notes), switched, None)
+
+
+def restore_optimizer(
+    optimizer: torch.optim.Optimizer,
+    model: torch.nn.Module,
+    state: dict[str, Any],
+    cfg: OptimConfig,
+    device_type: str,
+) -> torch.optim.Optimizer:
+    """The optimizer a resumed run trains with: `optimizer` (just built from `cfg`) with the
+    checkpoint's state loaded, under this run's settings.
+
+    The config is the truth: its hyperparameters (peak LRs, weight decay, betas, eps,
+    momentum) are written back into the parameter groups after loading, since
+    `load_state_dict` would restore the old ones. Another optimizer than the checkpoint's
+    starts fresh (its state would not fit: Lion's moments are not AdamW's)."""
+    from engine.checkpoint import CheckpointError
+    from engine.optim import build_optimizer
+
+    saved_name = state["config"].get("optim", {}).get("name", "adamw")
+    if saved_name != cfg.name:
+        return build_optimizer(model, cfg, device_type)
+    settings = [
+        {k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups
+    ]
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise CheckpointError(
+            f"{state['_path']}: the checkpoint's optimizer state does not fit "
+            f"{cfg.name} ({type(e).__name__}: {e}); resume from another checkpoint"
+        ) from None
+    for group, values in zip(optimizer.param_groups, settings, strict=True):
+        group.update(values)
+    return optimizer

@@ -1,14 +1,17 @@
-"""Learning-rate schedules as pure functions of the step.
+"""Learning-rate schedules as pure functions of the step, and the rule for changing the LR.
 
 `lr_at(step, ...)` is the LR the optimizer applies for optimizer step `step` (0-based), before
 any hand-set multiplier. `planned_curve` samples the whole run for the cockpit's LR panel.
+`lr_change` decides a hand-set LR (set_lr, scale_lr): the new multiplier, or why not.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Literal
 
-from engine.config import RunConfig
+from engine.config import MAX_LR, RunConfig
 
 
 def cosine_lr(step: int, peak: float, floor: float, warmup: int, decay_steps: int) -> float:
@@ -65,3 +68,33 @@ def planned_curve(cfg: RunConfig, points: int = 400) -> tuple[tuple[int, float],
     else:
         steps = sorted({round(i * (total - 1) / (points - 1)) for i in range(points)})
     return tuple((step, lr_at(step, cfg)) for step in steps)
+
+
+@dataclass(frozen=True)
+class LrChange:
+    """An accepted LR change: the LR before and after, and the new multiplier on the schedule."""
+
+    old_lr: float
+    new_lr: float
+    scale: float
+
+
+def lr_change(
+    command: Literal["set_lr", "scale_lr"], value: float, scheduled_lr: float, scale: float
+) -> LrChange | str:
+    """`set_lr` to `value`, or `scale_lr` by `value`, at a step whose schedule gives
+    `scheduled_lr` and whose multiplier is `scale`. Returns the change, or the refusal message
+    when the result is not an LR in (0, MAX_LR] (a zero scheduled LR cannot be set: the
+    multiplier would be infinite)."""
+    old_lr = scheduled_lr * scale
+    if command == "set_lr":
+        new_scale = value / scheduled_lr if scheduled_lr > 0 else math.nan
+    else:
+        new_scale = scale * value
+    new_lr = scheduled_lr * new_scale
+    if not (math.isfinite(new_scale) and new_scale > 0 and 0 < new_lr <= MAX_LR):
+        return (
+            f"LR change refused: {value!r} would give an LR of {new_lr:.3g}; "
+            f"use a value in (0, {MAX_LR:g}]"
+        )
+    return LrChange(old_lr=old_lr, new_lr=new_lr, scale=new_scale)

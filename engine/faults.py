@@ -1,0 +1,110 @@
+"""Fault handling as pure rules: when a loss is a spike, what to do about an anomaly, how to
+retry after running out of memory.
+
+The Trainer owns the run and carries the decisions out (pausing, rolling back, stopping); these
+parts only decide, so they are tested with hand-computed cases, without a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ROLLBACK_LR_FACTOR = 0.5  # an automatic rollback halves the LR
+ROLLBACK_HINT = "press r to roll back to the last checkpoint with half the LR, or l to lower the LR"
+
+
+class SpikeDetector:
+    """A loss far above its exponential moving average, once there is enough history.
+
+    `sigma` standard deviations above the mean is a spike (0 turns detection off); the first
+    `warmup` losses after the first only build the statistics. A spike is not folded into the
+    statistics it is judged by.
+    """
+
+    def __init__(self, sigma: float, warmup: int = 50, beta: float = 0.98) -> None:
+        self.sigma = sigma
+        self.warmup = warmup
+        self.beta = beta
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the history (after a rollback the losses start again from a checkpoint)."""
+        self.mean: float | None = None
+        self.var = 0.0
+        self.count = 0
+
+    def observe(self, loss: float) -> bool:
+        """Judge `loss` against the history so far; True when it is a spike."""
+        if self.mean is None:
+            self.mean, self.var, self.count = loss, 0.0, 1
+            return False
+        mean, var = self.mean, self.var
+        spike = (
+            self.sigma > 0
+            and self.count > self.warmup
+            and loss > mean + self.sigma * max(var, 1e-12) ** 0.5
+        )
+        if not spike:
+            self.mean = self.beta * mean + (1 - self.beta) * loss
+            self.var = self.beta * var + (1 - self.beta) * (loss - mean) ** 2
+            self.count += 1
+        return spike
+
+
+@dataclass(frozen=True)
+class AnomalyDecision:
+    """What to do about a NaN or a spike, and what to tell the user."""
+
+    action: Literal["pause", "rollback", "stop"]
+    level: Literal["error", "warning"]  # of the alert carrying `message`
+    message: str
+    failure: str | None = None  # stop: the failed run's final reason
+    save_on_stop: bool = False  # stop: keep the current weights (when intact) on the way out
+
+
+def decide_anomaly(
+    message: str,
+    *,
+    policy: str,
+    interactive: bool,
+    rollbacks: int,
+    max_rollbacks: int,
+    checkpoint_name: str | None,
+) -> AnomalyDecision:
+    """The anomaly policy. `policy` is train.on_anomaly ("auto" pauses when a person is watching,
+    rolls back otherwise); `checkpoint_name` is the last checkpoint's file name, or None.
+
+    Rolling back stops helping after `max_rollbacks`: the run fails without saving (the last
+    checkpoint is the good state to resume from). With nothing to roll back to, a person decides
+    (pause); unattended, the run fails, keeping its weights.
+    """
+    if policy == "auto":
+        policy = "pause" if interactive else "rollback"
+    if policy == "rollback" and rollbacks >= max_rollbacks:
+        gave_up = f"{message}; {rollbacks} rollbacks did not help"
+        return AnomalyDecision(
+            "stop", "error", f"{gave_up}: stopping, resume with a lower LR", failure=gave_up
+        )
+    if policy == "rollback" and checkpoint_name is not None:
+        return AnomalyDecision(
+            "rollback", "warning", f"{message}; rolling back to {checkpoint_name} with the LR halved"
+        )
+    if not interactive:  # nobody to press a key: keep what there is and fail
+        no_checkpoint = f"{message}; no checkpoint to roll back to"
+        return AnomalyDecision(
+            "stop",
+            "error",
+            f"{no_checkpoint}: stopping",
+            failure=no_checkpoint,
+            save_on_stop=True,
+        )
+    return AnomalyDecision("pause", "error", f"{message}: paused; {ROLLBACK_HINT}")
+
+
+def halved_micro_batch(batch_size: int, grad_accum: int) -> tuple[int, int] | None:
+    """After running out of memory: half the micro-batch, twice the accumulation (the same
+    effective batch); None when the micro-batch cannot be halved exactly (1, or odd)."""
+    if batch_size <= 1 or batch_size % 2:
+        return None
+    return batch_size // 2, grad_accum * 2
