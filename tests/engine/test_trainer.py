@@ -316,23 +316,20 @@ def test_a_pause_is_not_counted_in_step_time_or_throughput(tmp_path):
     assert after.tokens_per_s > trainer.cfg.tokens_per_step / 0.5
 
 
-def scripted_evals(trainer: Trainer, val_by_step: dict[int, float]) -> None:
-    """Replace the trainer's evaluation with one reporting the given val loss at each step."""
-    from engine.events import Eval
+def scripted_evals(
+    monkeypatch: pytest.MonkeyPatch, trainer: Trainer, val_by_step: dict[int, float]
+) -> None:
+    """Evaluations of `trainer` measure the given loss at each step (the trainer still runs,
+    times and records them)."""
+    from engine.evaluation import Evaluator
 
-    def evaluate() -> Eval:
-        trainer._flush()
-        val = val_by_step[trainer.step]
-        event = Eval(
-            step=trainer.step, train_loss=val, val_loss=val, train_time_s=trainer.train_time_s
-        )
-        trainer.emit(event)
-        return event
+    def losses(self: Evaluator, data: object) -> tuple[float, float]:
+        return val_by_step[trainer.step], val_by_step[trainer.step]
 
-    trainer._evaluate = evaluate
+    monkeypatch.setattr(Evaluator, "losses", losses)
 
 
-def test_best_is_the_lowest_val_among_checkpoints_and_survives_resume(tmp_path):
+def test_best_is_the_lowest_val_among_checkpoints_and_survives_resume(tmp_path, monkeypatch):
     vals = {10: 3.0, 20: 2.5, 30: 2.0, 40: 2.6, 50: 2.45, 60: 2.3, 70: 2.9, 80: 2.8}
     cfg = tiny_cfg(
         "train.max_steps=40",
@@ -342,7 +339,7 @@ def test_best_is_the_lowest_val_among_checkpoints_and_survives_resume(tmp_path):
         "checkpoint.keep_last=1",
     )
     trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False)
-    scripted_evals(trainer, vals)
+    scripted_evals(monkeypatch, trainer, vals)
     assert trainer.run() == "finished"
     # val 2.0 at step 30 had no checkpoint; ckpt-40 (2.6) is worse than ckpt-20 (2.5)
     best = load_checkpoint(tmp_path / "best.pt")
@@ -352,7 +349,7 @@ def test_best_is_the_lowest_val_among_checkpoints_and_survives_resume(tmp_path):
 
     # Resumed: ckpt-60 (2.3) beats ckpt-20 (2.5), though not the unsaved 2.0 at step 30.
     resumed = Trainer(cfg, resume=tmp_path, resume_overrides=["train.max_steps=80"], telemetry=False)
-    scripted_evals(resumed, vals)
+    scripted_evals(monkeypatch, resumed, vals)
     assert resumed.run() == "finished"
     best = load_checkpoint(tmp_path / "best.pt")
     assert best["step"] == 60 and best["best_val"] == 2.3 and best["is_best"]
