@@ -1,9 +1,10 @@
 """The cockpit: a Textual app that runs one training engine in a thread worker and shows it.
 
 Threads: the engine's `run()` blocks in a Textual thread worker; the UI thread never touches
-torch. A ~4 Hz timer drains the engine's `EventQueue` and routes events to the panels; text
-panels update at once, plots redraw at most about once a second (see `RedrawGovernor`). Nothing
-drawn comes from the wall clock: elapsed time and ETA derive from event timestamps.
+torch. The app starts, switches and stops runs and handles quitting; `MainScreen` lays out the
+panels, drains the engine's events on a timer and routes them (what concerns the whole run comes
+back here: `run_started`, `state_changed`, `checkpoint_saved`, `alert_raised`). Nothing drawn
+comes from the wall clock: elapsed time and ETA derive from event timestamps.
 
 Commands (pause, checkpoint, LR, sample, eval, stop) go to the trainer's thread-safe methods and
 show up when the engine acknowledges them with an event.
@@ -11,24 +12,20 @@ show up when the engine acknowledges them with an event.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from textual import work
 from textual.actions import parse as parse_action
-from textual.app import App, ComposeResult, SystemCommand
-from textual.containers import Container, Vertical
+from textual.app import App, SystemCommand
 from textual.markup import escape
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widget import Widget
-from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from cockpit.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner
@@ -39,7 +36,7 @@ from cockpit.commands import (
     key_bindings,
     palette_entries,
 )
-from cockpit.pacing import LoadGovernor
+from cockpit.main_screen import MainScreen
 from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
 from cockpit.screens import (
@@ -53,7 +50,6 @@ from cockpit.stop_wait import quit_note, quit_question, stop_wait
 from cockpit.widgets._format import (
     fmt_int,
     fmt_loss,
-    fmt_lr,
 )
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.loss import LossPanel
@@ -66,36 +62,16 @@ from engine.contract import EngineHandle
 from engine.events import (
     Alert,
     CheckpointSaved,
-    Eval,
-    Event,
-    LrChanged,
-    MemoryBreakdown,
     RunStarted,
     RunState,
-    Sample,
     StateChanged,
     Step,
-    Telemetry,
 )
 from engine.presets import DEFAULT_PRESET
 
-TICK_S = 0.25  # event drain period
-STATUS_REFRESH_S = 1.0  # counters in the status line redraw at most this often
-LOSS_MIN_INTERVAL_S = 1.0  # plots redraw at most this often (more while the UI is busy)
-LR_MIN_INTERVAL_S = 2.0
-DEVICE_MIN_INTERVAL_S = 1.0
-UI_CPU_TARGET = 0.02  # the UI thread's share of one core that LoadGovernor aims for
-URGENT_EVENTS = (RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved)  # drawn at once
-DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
-MIN_WIDTH, MIN_HEIGHT = 80, 24
-COMPACT_WIDTH = 120
-COMPACT_HEIGHT = 34
-
-
-_W = TypeVar("_W", bound=Widget)
 
 
 def _default_data_available(_preset: str) -> tuple[bool, str]:
@@ -140,7 +116,7 @@ class CockpitApp(App[None]):
         self._check_note = ""  # the status note shown while a picked preset is checked
         self._switch_started: float | None = None  # clock() when a preset switch began
         # This session's newest step: (event time, step time), for the quit countdown.
-        self._last_step_seen: tuple[float, float] | None = None
+        self.last_step_seen: tuple[float, float] | None = None
         self._past_runs: list[RunSummary] = []  # runs switched away from, for the exit report
         self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
         self._pending_preset: str | None = None
@@ -150,103 +126,46 @@ class CockpitApp(App[None]):
         self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
         self._engine_thread: threading.Thread | None = None
         self._watchdog_armed = False
-        self._widgets: dict[type, Widget] = {}
-        self._ticks_under_dialog = 0
-        self._status_drawn_at = -1e9
-        self.load = LoadGovernor(target=UI_CPU_TARGET)
 
-    # layout -------------------------------------------------------------------------------------
-    def compose(self) -> ComposeResult:
-        with Vertical(id="top"):
-            yield StatusLine(id="status")
-            yield AlertLine(id="alert")
-        yield Static(id="too-small")
-        with Container(id="panels"):
-            yield LossPanel(id="loss", classes="panel")
-            with Vertical(id="side"):
-                yield DevicePanel(id="device", classes="panel")
-                yield MemoryPanel(id="memory", classes="panel")
-                yield SamplesPanel(id="samples", classes="panel")
-            yield LrPanel(id="lr", classes="panel")
-        yield Footer()
+    def get_default_screen(self) -> MainScreen:
+        self._main_screen = MainScreen(id="_default")
+        return self._main_screen
 
-    def on_mount(self) -> None:
-        for cls in (
-            StatusLine,
-            AlertLine,
-            LossPanel,
-            LrPanel,
-            DevicePanel,
-            MemoryPanel,
-            SamplesPanel,
-        ):
-            self._widget(cls)
-        self.status_line.set_state(self.state)
-        self._apply_size(self.size.width, self.size.height)
-        self.set_interval(TICK_S, self._tick, name="drain")
-        self.watch(self.main_screen, "maximized", self._zoom_changed, init=False)
+    def start_first_run(self) -> None:
+        """The main screen is up: start the run named on the command line."""
         self._start_run(self.preset)
 
-    def on_resize(self, event: Any) -> None:
-        self._apply_size(event.size.width, event.size.height)
-
-    def _apply_size(self, width: int, height: int) -> None:
-        compact = width < COMPACT_WIDTH or height < COMPACT_HEIGHT
-        screen = self.main_screen
-        screen.set_class(compact, "compact")
-        screen.set_class(width < 100, "narrow")
-        screen.set_class(height < 30, "short")
-        self.set_class(height < 30, "-short")  # dialogs (other screens) tighten up too
-        # Below 80x24 the panels cannot be drawn legibly: say so rather than draw them broken.
-        too_small = width < MIN_WIDTH or height < MIN_HEIGHT
-        screen.set_class(too_small, "too-small")
-        if too_small:
-            for notice in screen.query("#too-small"):
-                notice.update(
-                    f"Terminal too small: {width}x{height}.\n"
-                    f"Enlarge it to at least {MIN_WIDTH}x{MIN_HEIGHT}; training goes on meanwhile."
-                )
-        for footer in screen.query(Footer):
-            footer.compact = width < COMPACT_WIDTH
-
     @property
-    def main_screen(self) -> Screen:
-        return self.screen_stack[0]
-
-    def _widget(self, cls: type[_W]) -> _W:
-        """A panel of the main screen, looked up once (it stays valid during shutdown too)."""
-        found = self._widgets.get(cls)
-        if found is None:
-            found = self._widgets[cls] = self.main_screen.query_one(cls)
-        return found  # type: ignore[return-value]
+    def main_screen(self) -> MainScreen:
+        return self._main_screen
 
     @property
     def status_line(self) -> StatusLine:
-        return self._widget(StatusLine)
+        return self._main_screen.status_line
 
     @property
     def alert_line(self) -> AlertLine:
-        return self._widget(AlertLine)
+        return self._main_screen.alert_line
 
     @property
     def loss_panel(self) -> LossPanel:
-        return self._widget(LossPanel)
+        return self._main_screen.loss_panel
 
     @property
     def lr_panel(self) -> LrPanel:
-        return self._widget(LrPanel)
+        return self._main_screen.lr_panel
 
     @property
     def device_panel(self) -> DevicePanel:
-        return self._widget(DevicePanel)
+        return self._main_screen.device_panel
 
     @property
     def memory_panel(self) -> MemoryPanel:
-        return self._widget(MemoryPanel)
+        return self._main_screen.memory_panel
 
     @property
     def samples_panel(self) -> SamplesPanel:
-        return self._widget(SamplesPanel)
+        return self._main_screen.samples_panel
 
     # running the engine -------------------------------------------------------------------------
     @property
@@ -275,7 +194,7 @@ class CockpitApp(App[None]):
             )
             self._show_no_run(f"no run: {preset} could not start")
             self.notify(str(e), title=f"Cannot start {preset}", severity="error", timeout=10)
-            self._refresh_status()
+            self.refresh_status()
             return
         self.trainer = trainer
         resume = getattr(trainer, "resume_from", None)
@@ -287,7 +206,7 @@ class CockpitApp(App[None]):
             self._status_note = f"resuming {name + ' from ' if name else ''}{resume}..."
         self.device_panel.set_waiting_note("waiting for telemetry...")
         self.engine_worker = self._run_engine(trainer)
-        self._refresh_status()
+        self.refresh_status()
 
     def _show_no_run(self, why: str) -> None:
         """The run panels say there is no run (and why), not "waiting for..." nor the last run."""
@@ -331,123 +250,14 @@ class CockpitApp(App[None]):
             self.exit()
         elif self._pending_preset is not None:
             self._start_run(self._pending_preset)
-        self._refresh_status()
-
-    # the drain timer -----------------------------------------------------------------------------
-    def _tick(self) -> None:
-        if not self.screen_stack:
-            return  # the app is shutting down: nothing left to draw on
-        self._adapt_to_load()
-        if self.screen is not self.main_screen:
-            # A dialog is open: Textual re-blends the dimmed main screen behind it on every
-            # change, which costs far more than the change itself. Catch up every 2 s only.
-            self._ticks_under_dialog += 1
-            if self._ticks_under_dialog % DIALOG_TICK_EVERY:
-                return
-        else:
-            self._ticks_under_dialog = 0
-        self.pump()
+        self.refresh_status()
 
     def pump(self, force: bool = False) -> int:
-        """Drain the engine's events, route them, update text at once and plots when due.
+        """Drain and route the engine's events now (see `MainScreen.pump`)."""
+        return self._main_screen.pump(force)
 
-        `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
-        """
-        if not self.screen_stack:
-            return 0  # the app has shut down: nothing left to draw on
-        # One screen update for everything this drain changes, not one per widget touched.
-        with self.batch_update():
-            return self._pump(force)
-
-    def _pump(self, force: bool) -> int:
-        trainer = self.trainer
-        events = trainer.drain_events() if trainer is not None else []
-        for ev in events:
-            try:
-                self._route(ev)
-            except Exception as e:  # noqa: BLE001 - a malformed event must not kill the UI
-                self.log.error(f"cannot route {ev!r}: {e}")
-        if events:
-            self.samples_panel.finish_batch()
-        now = time.monotonic()
-        # Counters (step, loss, tok/s, times) change on every tick; redrawing them once a
-        # second is plenty and keeps the UI thread off the GIL. What the user did or must see
-        # (state, alerts, LR changes, checkpoints) shows on the next tick.
-        urgent = force or any(isinstance(ev, URGENT_EVENTS) for ev in events)
-        if urgent or now - self._status_drawn_at >= STATUS_REFRESH_S * self.load.factor:
-            self._status_drawn_at = now
-            self._refresh_status()
-        self.device_panel.flush(now, force)
-        self.loss_panel.flush(now, force)
-        self.lr_panel.flush(now, force)
-        return len(events)
-
-    def _adapt_to_load(self) -> None:
-        """Stretch every periodic redraw when the UI thread uses more than its share of CPU."""
-        factor = self.load.sample(time.monotonic(), time.thread_time())
-        self.loss_panel.governor.min_interval = LOSS_MIN_INTERVAL_S * factor
-        self.lr_panel.governor.min_interval = LR_MIN_INTERVAL_S * factor
-        self.device_panel.min_interval = DEVICE_MIN_INTERVAL_S * factor
-
-    def _route(self, ev: Event) -> None:
-        t = ev.time
-        # A resumed run replays its past (steps, evals, LR changes, samples, checkpoints) right
-        # after RunStarted, with their original timestamps: draw them, but do not announce them
-        # again nor count them in the current session's speed.
-        info = self.view.info
-        history = info is not None and t < info.time
-        if isinstance(ev, Step):
-            self._on_step(ev, history)
-            return
-        if not isinstance(ev, RunStarted) and not history:
-            self.view.tracker.observe(t)
-        match ev:
-            case Telemetry():
-                self.device_panel.update_telemetry(ev)
-            case MemoryBreakdown():
-                self.memory_panel.update_breakdown(ev)
-            case Eval():
-                self.loss_panel.add_eval(ev.step, ev.val_loss)
-            case Sample():
-                self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
-            case RunStarted():
-                self._on_run_started(ev)
-            case StateChanged():
-                self._on_state(ev)
-            case CheckpointSaved():
-                self._on_checkpoint(ev, announce=not history)
-            case LrChanged():
-                self.view.scale = ev.scale
-                self.view.lr = ev.new_lr
-                self.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
-                if not history:
-                    self.notify(
-                        f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})",
-                        title=f"LR changed at step {fmt_int(ev.step)}",
-                        timeout=4,
-                    )
-            case Alert():
-                self._on_alert(ev)
-
-    def _on_step(self, ev: Step, history: bool) -> None:
-        view = self.view
-        view.step = ev.step
-        view.grad_norm = ev.grad_norm
-        if not history:  # a replayed step's speed is the last session's, not this one's
-            view.tokens_per_s = ev.tokens_per_s
-            view.mfu = ev.mfu
-            view.data_share = ev.data_time_s / ev.step_time_s if ev.step_time_s else 0.0
-        if math.isfinite(ev.update_ratio):
-            view.update_ratio = ev.update_ratio
-        view.lr = ev.lr
-        self.loss_panel.add_step(ev.step, ev.loss, ev.tokens)
-        self.lr_panel.add_step(ev.step, ev.lr)
-        if not history:
-            view.tracker.add_step(ev.time, ev.step)
-            self._last_step_seen = (ev.time, ev.step_time_s or 0.0)
-        self._expire_alert()
-
-    def _on_run_started(self, ev: Any) -> None:
+    # what the run as a whole said (MainScreen.route sends it here) -----------------------------
+    def run_started(self, ev: RunStarted) -> None:
         self.view.info = ev
         self.preset = ev.preset or self.preset
         self.view.max_steps = ev.max_steps
@@ -470,7 +280,7 @@ class CockpitApp(App[None]):
                 timeout=6 + 4 * len(notes),
             )
 
-    def _on_state(self, ev: Any) -> None:
+    def state_changed(self, ev: StateChanged) -> None:
         previous = self.state
         self.view.requested = None  # space now toggles from the engine's live state
         self._set_state(ev.state)
@@ -519,7 +329,7 @@ class CockpitApp(App[None]):
         parts.append("p: another preset · q: quit")
         return " · ".join(parts)
 
-    def _on_checkpoint(self, ev: Any, announce: bool = True) -> None:
+    def checkpoint_saved(self, ev: CheckpointSaved, announce: bool = True) -> None:
         again = self.view.last_checkpoint is not None and self.view.last_checkpoint[:2] == (ev.step, ev.path)
         self.view.last_checkpoint = (ev.step, ev.path, ev.reason)
         said, self.view.checkpoint_said = self.view.checkpoint_said, False
@@ -534,7 +344,7 @@ class CockpitApp(App[None]):
         if self.view.anomaly is not None:  # the banner names the checkpoint r goes back to
             self._set_alert("nan", self._anomaly_banner())
 
-    def _on_alert(self, ev: Any) -> None:
+    def alert_raised(self, ev: Alert) -> None:
         code = getattr(ev, "code", "")
         step = f" at step {fmt_int(ev.step)}" if ev.step else ""
         if code in ANOMALY_CODES and ev.level in ("error", "warning"):
@@ -595,11 +405,11 @@ class CockpitApp(App[None]):
             self.view.anomaly, self.state, ckpt[1] if ckpt else None, vocab, self.loss_panel.raw.ys
         )
 
-    def _expire_alert(self) -> None:
+    def expire_alert(self) -> None:
         if self.view.alert and self.view.alert[2] is not None and self.view.step >= self.view.alert[2]:
             self.view.alert = None
 
-    def _refresh_status(self) -> None:
+    def refresh_status(self) -> None:
         try:
             status, alert = self.status_line, self.alert_line
         except Exception:  # noqa: BLE001 - not composed yet
@@ -790,37 +600,10 @@ class CockpitApp(App[None]):
         self.loss_panel.flush(force=True)
 
     def action_zoom(self) -> None:
-        screen = self.main_screen
-        if screen.maximized is not None:
-            screen.minimize()
-            return
-        focused = screen.focused
-        target = None
-        while focused is not None:
-            if focused.has_class("panel"):
-                target = focused
-                break
-            focused = focused.parent  # type: ignore[assignment]
-        self._zoom(target or self.loss_panel)
+        self._main_screen.zoom()
 
     def action_zoom_panel(self, panel_id: str) -> None:
-        screen = self.main_screen
-        panel = screen.query_one(f"#{panel_id}")
-        if screen.maximized is panel:
-            screen.minimize()
-        else:
-            self._zoom(panel)
-
-    def _zoom(self, panel: Any) -> None:
-        self.main_screen.maximize(panel, container=False)
-        panel.focus()
-
-    def _zoom_changed(self, _panel: Any) -> None:
-        """Zoom in or out, by key, palette or Textual's own esc: the banner and plots follow now."""
-        self._refresh_status()
-        for plot in (self.loss_panel, self.lr_panel):
-            plot.touch()
-        self.call_after_refresh(self.pump, True)
+        self._main_screen.zoom_panel(panel_id)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
@@ -867,7 +650,7 @@ class CockpitApp(App[None]):
         known_peak = (info.device, info.peak_flops) if info is not None and info.peak_flops else None
         self._check_note = f"checking {name} against this machine..."
         self._status_note = self._check_note
-        self._refresh_status()
+        self.refresh_status()
         self._check_preset(name, known_peak)
 
     @work(thread=True, exit_on_error=False, group="preset-check", exclusive=True)
@@ -882,7 +665,7 @@ class CockpitApp(App[None]):
     def _confirm_switch(self, name: str, fit_warning: str) -> None:
         if self._check_note and self._status_note == self._check_note:
             self._status_note = ""
-            self._refresh_status()
+            self.refresh_status()
         if self._quitting:
             return  # the user quit while it was checked
         row = {r.name: r for r in self.preset_rows()}.get(name)
@@ -924,7 +707,7 @@ class CockpitApp(App[None]):
     def _update_switch_note(self) -> None:
         if self._pending_preset is not None and not self._quitting:
             self._status_note = self._switch_note()
-            self._refresh_status()
+            self.refresh_status()
 
     async def action_quit(self) -> None:
         """`q` on the main screen (and the palette's Quit): see `action_request_quit`."""
@@ -943,7 +726,7 @@ class CockpitApp(App[None]):
         if isinstance(screen, ConfirmScreen) and screen.purpose == "quit":
             screen.dismiss(True)  # ctrl+c twice
             return
-        step_s = self._last_step_seen[1] if self._last_step_seen else 0.0
+        step_s = self.last_step_seen[1] if self.last_step_seen else 0.0
         msg = quit_question(self.preset, self.engine_running, self.state, step_s)
         self.push_screen(
             ConfirmScreen("Quit", msg, yes="Quit", no="Cancel", purpose="quit", danger=True),
@@ -972,13 +755,13 @@ class CockpitApp(App[None]):
     def _update_quit_note(self) -> None:
         if self._quitting and not self._quit_forced:
             self._status_note = self._quit_note()
-            self._refresh_status()
+            self.refresh_status()
 
     def _quit_note(self) -> str:
         return quit_note(self._stop_wait(self._quit_started))
 
     def _stop_wait(self, started: float | None) -> str:
-        return stop_wait(self.state, self._last_step_seen, started, self.clock())
+        return stop_wait(self.state, self.last_step_seen, started, self.clock())
 
     def _force_exit(self) -> None:
         """Exit now, without waiting for the checkpoint: the engine is told to stop
@@ -1010,7 +793,7 @@ class CockpitApp(App[None]):
 
     def _remember_run(self) -> None:
         """Before another preset starts: keep the outgoing run for the exit report."""
-        self._last_step_seen = None
+        self.last_step_seen = None
         summary = self._summary()
         if summary is not None:
             self._past_runs.append(summary)
@@ -1081,13 +864,7 @@ class CockpitApp(App[None]):
     # run-view reset ---------------------------------------------------------------------------------
     def _reset_run_view(self) -> None:
         self.view = RunView()
-        try:
-            self.loss_panel.reset()
-            self.lr_panel.reset()
-            self.samples_panel.reset()
-            self.memory_panel.reset()
-        except Exception:  # noqa: BLE001 - before compose
-            pass
+        self._main_screen.reset_panels()
 
 
 def run_app(app: CockpitApp, mouse: bool = True) -> None:
