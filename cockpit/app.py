@@ -23,7 +23,6 @@ from typing import Any
 from textual import work
 from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
-from textual.markup import escape
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -37,6 +36,7 @@ from cockpit.commands import (
     palette_entries,
 )
 from cockpit.main_screen import MainScreen
+from cockpit.preset_switch import data_always_available, preset_menu_rows, switch_question
 from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
 from cockpit.screens import (
@@ -74,10 +74,6 @@ EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets befor
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
 
 
-def _default_data_available(_preset: str) -> tuple[bool, str]:
-    return True, ""
-
-
 class CockpitApp(App[None]):
     """Watch and steer one training run at a time; `p` switches to another preset."""
 
@@ -104,7 +100,7 @@ class CockpitApp(App[None]):
         self.trainer_factory = trainer_factory
         self.preset = preset
         self.preset_dirs = list(preset_dirs)
-        self.data_available = data_available or _default_data_available
+        self.data_available = data_available or data_always_available
         self.fit_warning = fit_warning
         self.trainer: EngineHandle | None = None
         self.engine_worker: Worker | None = None
@@ -609,30 +605,9 @@ class CockpitApp(App[None]):
         self.push_screen(HelpScreen())
 
     def preset_rows(self) -> list[PresetRow]:
-        from engine.presets import discover
-
-        rows = []
-        try:
-            found = discover(self.preset_dirs)
-        except Exception as e:  # noqa: BLE001 - a broken preset dir must not crash the menu
-            self.notify(str(e), title="Cannot list presets", severity="error")
-            found = {}
-        for name, info in found.items():
-            try:
-                ok, note, *more = self.data_available(name)
-            except Exception as e:  # noqa: BLE001
-                ok, note, more = False, f"cannot check data: {e}", []
-            rows.append(
-                PresetRow(
-                    name,
-                    info.description,
-                    info.origin,
-                    ok,
-                    note,
-                    current=(name == self.preset),
-                    data_stand_in=bool(more and more[0]),
-                )
-            )
+        rows, error = preset_menu_rows(self.preset_dirs, self.data_available, self.preset)
+        if error:
+            self.notify(error, title="Cannot list presets", severity="error")
         return rows
 
     def action_presets(self) -> None:
@@ -669,21 +644,7 @@ class CockpitApp(App[None]):
         if self._quitting:
             return  # the user quit while it was checked
         row = {r.name: r for r in self.preset_rows()}.get(name)
-        msg = f"Start [b]{name}[/b]"
-        if self.engine_running:
-            msg = f"Save a checkpoint of [b]{self.preset}[/b], stop it, then start [b]{name}[/b]?"
-        else:
-            msg += "?"
-        if row is not None and not row.data_ok:
-            msg += f"\n\n[$warning]⚠ data: {row.data_note or 'not available'}[/]"
-        elif row is not None and row.data_stand_in:
-            msg += (
-                f"\n\n[$warning]⚠ data: {escape(row.data_note)}. Picked here, {name} trains on "
-                f"the Python docs; for your corpus quit and run: "
-                f"cockpit --preset {name} --data PATH[/]"
-            )
-        if fit_warning:
-            msg += f"\n\n[$warning]⚠ {escape(fit_warning)}[/]"
+        msg = switch_question(self.preset, name, self.engine_running, row, fit_warning)
         self.push_screen(
             ConfirmScreen("Switch preset", msg, yes="Switch", no="Cancel", purpose="switch"),
             lambda yes: self.switch_preset(name) if yes else None,

@@ -1,0 +1,41 @@
+"""The preset menu's rows and the question asked before a switch, without an app."""
+
+from __future__ import annotations
+
+import pytest
+
+from cockpit.preset_switch import preset_menu_rows, switch_question
+from cockpit.screens import PresetRow
+
+
+def test_rows_say_which_data_is_here_and_which_preset_is_current() -> None:
+    def data(name: str) -> tuple[bool, str, bool]:
+        if name == "tiny":
+            raise OSError("disk gone")
+        return True, "", name == "default"
+
+    rows, error = preset_menu_rows((), data, current="default")
+    assert error == ""
+    by_name = {r.name: r for r in rows}
+    assert by_name["default"].current and by_name["default"].data_stand_in
+    assert not by_name["tiny"].data_ok and by_name["tiny"].data_note == "cannot check data: disk gone"
+
+
+def test_presets_that_cannot_be_listed_are_one_message_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(_dirs: object) -> None:
+        raise PermissionError("presets dir: permission denied")
+
+    monkeypatch.setattr("engine.presets.discover", broken)
+    rows, error = preset_menu_rows(["/p"], lambda n: (True, ""), current="default")
+    assert rows == [] and error == "presets dir: permission denied"
+
+
+def test_the_question_names_the_switch_and_its_warnings() -> None:
+    row = PresetRow("big", "", "built-in", False, "corpus.txt is missing")
+    assert switch_question("tiny", "big", False, None, "") == "Start [b]big[/b]?"
+    asked = switch_question("tiny", "big", True, row, "needs 80 GiB [of memory]")
+    assert asked.startswith("Save a checkpoint of [b]tiny[/b], stop it, then start [b]big[/b]?")
+    assert "⚠ data: corpus.txt is missing" in asked
+    assert "⚠ needs 80 GiB \\[of memory]" in asked  # the warning's own brackets are not markup
