@@ -13,7 +13,6 @@ show up when the engine acknowledges them with an event.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -35,6 +34,7 @@ from cockpit.commands import (
     key_bindings,
     palette_entries,
 )
+from cockpit.exit_watchdog import start_exit_watchdog
 from cockpit.main_screen import MainScreen
 from cockpit.preset_switch import data_always_available, preset_menu_rows, switch_question
 from cockpit.run_view import RunView
@@ -70,7 +70,6 @@ from engine.events import (
 from engine.presets import DEFAULT_PRESET
 
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
-EXIT_GRACE_S = 5.0  # after a forced exit, how long the engine thread gets before os._exit
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
 
 
@@ -781,35 +780,18 @@ class CockpitApp(App[None]):
         """The user quit without waiting for the final checkpoint."""
         return self._quit_forced
 
-    def _arm_watchdog(self, grace_s: float = EXIT_GRACE_S) -> None:
-        """Make sure the process ends even if the engine thread never returns.
-
-        The thread worker runs in asyncio's default executor, which `App.run()` joins on the way
-        out: an engine stuck in one long call would keep the process alive after the UI closed.
-        Once the UI has shut down (terminal restored), give the engine `grace_s` seconds, then
-        leave with os._exit. Never armed in headless runs (tests).
-        """
+    def _arm_watchdog(self) -> None:
+        """After a forced quit: end the process even if the engine thread never returns (see
+        `start_exit_watchdog`). Never armed in headless runs (tests)."""
         thread = self._engine_thread
         if self.is_headless or self._watchdog_armed or thread is None or not thread.is_alive():
             return
         self._watchdog_armed = True
-
-        def watch() -> None:
-            deadline = time.monotonic() + 30.0
-            while self._running and time.monotonic() < deadline:
-                time.sleep(0.1)
-            thread.join(grace_s)
-            if thread.is_alive():
-                # Only after a forced quit: a quit that waits for its checkpoint never arms this.
-                sys.__stderr__.write(
-                    "cockpit: quit without waiting for the training thread; exiting without it\n"
-                )
-                sys.__stderr__.flush()
-                sys.__stdout__.write(format_exit_report(self.exit_summary(), forced=True) + "\n")
-                sys.__stdout__.flush()
-                os._exit(1)
-
-        threading.Thread(target=watch, name="cockpit-exit-watchdog", daemon=True).start()
+        start_exit_watchdog(
+            thread,
+            ui_running=lambda: self._running,
+            report=lambda: format_exit_report(self.exit_summary(), forced=True),
+        )
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for title, description, action in palette_entries():
