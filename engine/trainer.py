@@ -37,7 +37,13 @@ from engine.data import (
     prepare,
     resume_data_path,
 )
-from engine.device import device_capacity, select_device, select_dtype
+from engine.device import (
+    allow_tf32,
+    autocast_context,
+    device_capacity,
+    select_device,
+    select_dtype,
+)
 from engine.evaluation import Evaluator
 from engine.events import (
     Alert,
@@ -52,7 +58,12 @@ from engine.events import (
     StateChanged,
     Step,
 )
-from engine.faults import ROLLBACK_LR_FACTOR, SpikeDetector, decide_anomaly, halved_micro_batch
+from engine.faults import (
+    ROLLBACK_LR_FACTOR,
+    SpikeDetector,
+    decide_anomaly,
+    decide_out_of_memory,
+)
 from engine.flops import flops_per_token, peak_meter
 from engine.metrics_log import MetricsWriter, read_history
 from engine.model import GPT
@@ -296,9 +307,7 @@ class Trainer:
 
         self.device = select_device(cfg.train.device)
         self.dtype = select_dtype(cfg.train.dtype, self.device)
-        if self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
+        allow_tf32(self.device)
         random.seed(cfg.train.seed)
         np.random.seed(cfg.train.seed)
         torch.manual_seed(cfg.train.seed)
@@ -315,11 +324,7 @@ class Trainer:
         self.model = GPT(cfg.model, vocab).to(self.device)
         self.optimizer = build_optimizer(self.model, cfg.optim, self.device.type)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
-        self.autocast = (
-            torch.autocast(self.device.type, dtype=self.dtype)
-            if self.dtype != torch.float32
-            else contextlib.nullcontext()
-        )
+        self.autocast = autocast_context(self.device, self.dtype)
         self.train_batches = BatchSampler(
             self.data.train,
             cfg.model.block_size,
@@ -407,12 +412,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self) -> dict[str, Any]:
-        rng = {
-            "python": random.getstate(),
-            "numpy": np.random.get_state(),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None,
-        }
         return {
             "version": 1,
             "model": self.model.state_dict(),
@@ -424,7 +423,7 @@ class Trainer:
             "tokens": self.tokens,
             "best_val": self.best_val,
             "is_best": self._checkpoint_is_best,
-            "rng": rng,
+            "rng": ckpt.global_rng_state(self.device.type),
             "batch_rng": self.train_batches.generator.get_state(),
             "sample_rng": self.sample_generator.get_state(),
             "config": self.cfg.to_dict(),
@@ -434,13 +433,7 @@ class Trainer:
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as e:
-            first = str(e).strip().splitlines()[-1].strip()
-            raise ckpt.CheckpointError(
-                f"{state['_path']}: the checkpoint's model does not match this configuration ({first})"
-            ) from None
+        ckpt.load_model_state(self.model, state)
         self.optimizer = restore_optimizer(
             self.optimizer, self.model, state, self.cfg.optim, self.device.type
         )
@@ -450,12 +443,7 @@ class Trainer:
         self.train_time_s = state["train_time_s"]
         self.tokens = state["tokens"]
         self.best_val = state["best_val"]
-        rng = state["rng"]
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] is not None and self.device.type == "cuda":
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        ckpt.restore_global_rng(state["rng"], self.device.type)
         self.train_batches.generator.set_state(state["batch_rng"])
         self.sample_generator.set_state(
             state["sample_rng"].to(self.sample_generator.device)
@@ -609,30 +597,20 @@ class Trainer:
         self._set_state(RunState.RUNNING, "rolled back")
 
     def _shrink_micro_batch(self) -> bool:
-        """After an out-of-memory error: halve the micro-batch, double accumulation (the same
-        effective batch). False when the micro-batch is already 1."""
+        """After an out-of-memory error: retry with half the micro-batch and twice the
+        accumulation, or pause (engine/faults.py decides). False when it paused."""
         t = self.cfg.train
         self.optimizer.zero_grad(set_to_none=True)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        halved = halved_micro_batch(t.batch_size, t.grad_accum)
-        if halved is None:
-            self._alert(
-                "error",
-                f"out of memory at micro-batch {t.batch_size}: paused; `cockpit plan` lists what to change "
-                "(gradient checkpointing, bf16, a lighter optimizer, a smaller model)",
-                "oom",
-            )
+        decision = decide_out_of_memory(t.batch_size, t.grad_accum)
+        if decision.retry is not None:
+            t.batch_size, t.grad_accum = decision.retry
+            self.train_batches.batch_size = t.batch_size
+        self._alert(decision.level, decision.message, "oom")
+        if decision.retry is None:
             self._set_state(RunState.PAUSED, "out of memory")
-            return False
-        t.batch_size, t.grad_accum = halved
-        self.train_batches.batch_size = t.batch_size
-        self._alert(
-            "warning",
-            f"out of memory: retrying the step with micro-batch {t.batch_size} x {t.grad_accum} accumulation (same effective batch)",
-            "oom",
-        )
-        return True
+        return decision.retry is not None
 
     def _change_lr(self, name: str, value: float) -> None:
         schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr

@@ -18,7 +18,13 @@ import torch
 from engine.batches import BatchSampler, eval_batches
 from engine.config import ConfigError
 from engine.data import CharTokenizer, PreparedData
-from engine.device import device_capacity, process_gpu_memory, select_device, select_dtype
+from engine.device import (
+    autocast_context,
+    device_capacity,
+    process_gpu_memory,
+    select_device,
+    select_dtype,
+)
 from engine.evaluation import Evaluator
 from engine.events import Eval, Step
 from engine.memory import memory_breakdown, step_start_allocated, weight_bytes
@@ -49,6 +55,9 @@ def test_select_device_and_dtype_on_a_cpu_machine() -> None:
     assert select_device("cpu") == CPU
     assert select_dtype("auto", CPU) == torch.float32
     assert select_dtype("bfloat16", CPU) == torch.bfloat16
+    assert isinstance(autocast_context(CPU, torch.float32), contextlib.nullcontext)
+    with autocast_context(CPU, torch.bfloat16):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
     with pytest.raises(ConfigError, match="unknown device 'tpu'; use auto, cpu"):
         select_device("tpu")
     if not torch.cuda.is_available():
