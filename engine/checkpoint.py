@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import re
 import shutil
 import time
@@ -143,6 +144,36 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a cockpit checkpoint (no model/config inside)")
     state["_path"] = str(path)
     return state
+
+
+def global_rng_state(device_type: str) -> dict[str, Any]:
+    """The process-wide random states (Python, NumPy, torch, CUDA) for a checkpoint."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if device_type == "cuda" else None,
+    }
+
+
+def restore_global_rng(rng: dict[str, Any], device_type: str) -> None:
+    """Put back what `global_rng_state` recorded (CUDA's only on a CUDA run)."""
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and device_type == "cuda":
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def load_model_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
+    """Load a checkpoint's weights; a mismatch (another configuration) is a CheckpointError."""
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[-1].strip()
+        raise CheckpointError(
+            f"{state['_path']}: the checkpoint's model does not match this configuration ({first})"
+        ) from None
 
 
 def state_fingerprint(state: Any) -> str:

@@ -108,3 +108,30 @@ def halved_micro_batch(batch_size: int, grad_accum: int) -> tuple[int, int] | No
     if batch_size <= 1 or batch_size % 2:
         return None
     return batch_size // 2, grad_accum * 2
+
+
+@dataclass(frozen=True)
+class OutOfMemoryDecision:
+    """Retry the step with `retry` = (micro-batch, accumulation), or pause (None)."""
+
+    retry: tuple[int, int] | None
+    level: Literal["error", "warning"]
+    message: str
+
+
+def decide_out_of_memory(batch_size: int, grad_accum: int) -> OutOfMemoryDecision:
+    """What an out-of-memory error at this micro-batch leads to, and what the alert says."""
+    halved = halved_micro_batch(batch_size, grad_accum)
+    if halved is None:
+        return OutOfMemoryDecision(
+            None,
+            "error",
+            f"out of memory at micro-batch {batch_size}: paused; `cockpit plan` lists what to "
+            "change (gradient checkpointing, bf16, a lighter optimizer, a smaller model)",
+        )
+    return OutOfMemoryDecision(
+        halved,
+        "warning",
+        f"out of memory: retrying the step with micro-batch {halved[0]} x {halved[1]} "
+        "accumulation (same effective batch)",
+    )

@@ -10,7 +10,13 @@ import pytest
 
 from cockpit.screens import parse_lr_input
 from engine.config import MAX_LR, ConfigError
-from engine.faults import AnomalyDecision, SpikeDetector, decide_anomaly, halved_micro_batch
+from engine.faults import (
+    AnomalyDecision,
+    SpikeDetector,
+    decide_anomaly,
+    decide_out_of_memory,
+    halved_micro_batch,
+)
 from engine.presets import load_preset
 from engine.schedule import LrChange, lr_change
 
@@ -121,6 +127,14 @@ def test_out_of_memory_halves_the_micro_batch_while_it_can() -> None:
     assert halved_micro_batch(4, 3) == (2, 6)  # the effective batch stays 12
     assert halved_micro_batch(1, 8) is None
     assert halved_micro_batch(3, 2) is None  # odd: halving would change the batch
+    retry = decide_out_of_memory(8, 1)
+    assert (retry.retry, retry.level) == ((4, 2), "warning")
+    assert retry.message == (
+        "out of memory: retrying the step with micro-batch 4 x 2 accumulation (same effective batch)"
+    )
+    stuck = decide_out_of_memory(1, 8)
+    assert (stuck.retry, stuck.level) == (None, "error")
+    assert stuck.message.startswith("out of memory at micro-batch 1: paused; `cockpit plan`")
 
 
 # ---------------------------------------------------------------------------------------------
