@@ -2,7 +2,8 @@
 
 A file is written under a temporary name beside its destination, fsynced, then renamed over
 it: a crash at any moment leaves either the old file or the new one, never a partial one. The
-temporary name is `.NAME.XXXX.tmp`, which `engine.checkpoint.remove_partial_saves` clears.
+temporary name is `.NAME.XXXX.tmp` (a run's leftovers, `.ckpt-*.tmp`, are cleared by
+`engine.checkpoint.remove_partial_saves` when the run directory is next used).
 """
 
 from __future__ import annotations
