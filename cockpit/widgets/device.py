@@ -64,6 +64,18 @@ def throttle_labels(names: Any) -> tuple[list[str], list[str]]:
     return warnings, notes
 
 
+def show_if_changed(widget: Static, content: str | Content, layout: bool = False) -> bool:
+    """`widget.update(content)` unless it already shows exactly that: an update repaints the
+    widget and widens the screen update around it, even when the text is the same (most of
+    a reading's figures, RAM or RSS, do not move from one second to the next).
+    Returns True if it was updated."""
+    if widget.__dict__.get("_shown_content", None) == content:
+        return False
+    widget.__dict__["_shown_content"] = content
+    widget.update(content, layout=layout)
+    return True
+
+
 class Meter(Horizontal):
     """`label  ▁▂▄▆█▇  value`: a strip chart between a label and the current value."""
 
@@ -81,7 +93,7 @@ class Meter(Horizontal):
     def set(self, data: deque, value_text: str) -> None:
         self.spark.data = tuple(data)
         # fixed width in CSS: no layout pass (it would re-arrange the whole screen each second)
-        self.value.update(value_text, layout=False)
+        show_if_changed(self.value, value_text)
 
 
 class GpuView(Vertical):
@@ -167,7 +179,8 @@ class CpuView(Vertical):
         self.cpu_meter.set(self.cpu, fmt_pct(ev.cpu_percent))
         cores = ev.cpu_per_core or ()
         bars = "".join(BARS[min(int(max(c, 0) / 100 * len(BARS)), len(BARS) - 1)] for c in cores)
-        self.cores.update(
+        show_if_changed(
+            self.cores,
             Content.assemble(
                 ("cores ", "$foreground-muted"),
                 (bars, "$primary"),
@@ -180,11 +193,11 @@ class CpuView(Vertical):
         self._n_cores = len(cores)
         self.ram_meter.set(self.ram, fmt_gib_pair(ev.ram_used, ev.ram_total))
         rss = ev.process_rss
-        self.rss.update(
+        show_if_changed(
+            self.rss,
             Content.assemble(("process RSS ", "$foreground-muted"), fmt_bytes(rss))
             if rss is not None
             else "",
-            layout=False,
         )
 
 
