@@ -84,7 +84,7 @@ class CockpitApp(App[None]):
 
     def __init__(
         self,
-        trainer_factory: Callable[[str], Any],
+        trainer_factory: Callable[[str], EngineHandle],
         preset: str = DEFAULT_PRESET,
         *,
         preset_dirs: Sequence[str] = (),
@@ -210,7 +210,7 @@ class CockpitApp(App[None]):
         self.device_panel.set_waiting_note("no telemetry: no run")
 
     @work(thread=True, exit_on_error=False, group="engine", name="engine")
-    def _run_engine(self, trainer: Any) -> Any:
+    def _run_engine(self, trainer: EngineHandle) -> str:
         worker = get_current_worker()
         self._engine_thread = threading.current_thread()
         return trainer.run(should_stop=lambda: worker.is_cancelled)
