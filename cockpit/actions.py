@@ -1,0 +1,193 @@
+"""The commands the keys, footer and palette run: pause, checkpoint, LR, sample, eval, roll back,
+the plot toggles, zoom and help.
+
+`cockpit/commands.py` is the table that names them (keys, labels, help, palette); this is what
+they do, as the `CommandActions` mixin of `CockpitApp` (Textual looks `action_*` up on the app,
+where the bindings are declared). Each command goes to the engine's thread-safe method and shows
+up when the engine acknowledges it with an event. Starting, switching and quitting runs stay in
+cockpit/app.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from cockpit.commands import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS
+from cockpit.run_view import RunView
+from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen
+from cockpit.widgets._format import fmt_int
+from engine.contract import EngineHandle
+from engine.events import RunState
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+    _AppBase = App[None]  # for type checkers only: at run time a plain mixin
+else:
+    _AppBase = object
+
+
+class CommandActions(_AppBase):
+    """`CockpitApp`'s key and palette commands, and which of them apply now (`check_action`)."""
+
+    # set by CockpitApp.__init__
+    view: RunView
+    state: str
+    trainer: EngineHandle | None
+    _checkpoint_toast_until: float
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in MAIN_ACTIONS and self.screen is not self.main_screen:
+            return False  # a dialog is open: its own keys only
+        if action in ("pause", "resume"):
+            paused = self._pause_target_state() == RunState.PAUSED
+            if (action == "resume") != paused:
+                return False  # the other one of the pair is shown
+        if action in RUN_ACTIONS and (not self.engine_running or self.state in RunState.ENDED):
+            return None  # shown disabled
+        return True
+
+    def _pause_target_state(self) -> str:
+        """The state space toggles from: the one last asked for, else the engine's own (read
+        live: the last drained event can be a step behind a quick second press)."""
+        if self.view.requested:
+            return self.view.requested
+        live = getattr(self.trainer, "state", None) if self.engine_running else None
+        return live if isinstance(live, str) else self.state
+
+    def _command(self, name: str, *args: Any, **kwargs: Any) -> bool:
+        trainer = self.trainer
+        if trainer is None or not self.engine_running:
+            self.notify("no run in progress", severity="warning", timeout=3)
+            return False
+        try:
+            getattr(trainer, name)(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - a refused command must not take the UI down
+            self.notify(f"{type(e).__name__}: {e}", title=f"{name} failed", severity="error")
+            return False
+        return True
+
+    # The footer flips between Pause and Resume when the engine acknowledges (`_set_state`),
+    # not at the key press: rebuilding the footer costs the UI thread tens of milliseconds,
+    # which would slow the very step the engine must finish before it can pause.
+    def action_pause(self) -> None:
+        if self._command("pause"):
+            self.view.requested = RunState.PAUSED
+
+    def action_resume(self) -> None:
+        if self._command("resume"):
+            self.view.requested = RunState.RUNNING
+
+    def action_toggle_pause(self) -> None:
+        current = self._pause_target_state()
+        if current == RunState.PAUSED:
+            if self._command("resume"):
+                self.view.requested = RunState.RUNNING
+        elif self._command("pause"):
+            self.view.requested = RunState.PAUSED
+
+    def action_checkpoint(self) -> None:
+        # One save per press-burst: more presses before the engine answers add nothing to save
+        # and, once, a note that it is on its way (never a toast per press).
+        if self.view.checkpoint_pending:
+            if not self.view.checkpoint_nagged:
+                self.view.checkpoint_nagged = True
+                self._checkpoint_toast("already saving at the next step boundary", "Checkpoint", 3)
+            return
+        if self._command("checkpoint"):
+            self.view.checkpoint_pending, self.view.checkpoint_nagged = True, False
+            self.view.checkpoint_said = self._checkpoint_toast(
+                "saving at the next step boundary...", "Checkpoint", 3
+            )
+
+    def _checkpoint_toast(self, message: str, title: str, timeout: float, new: bool = False) -> bool:
+        """A checkpoint toast, unless one is still on screen: a burst of c presses shows what is
+        happening once, not once per press. `new` (a file written, or the answer to a request
+        that was announced) is always shown. Returns whether it was shown."""
+        now = time.monotonic()
+        if not new and now < self._checkpoint_toast_until:
+            return False
+        self._checkpoint_toast_until = now + timeout
+        self.notify(message, title=title, timeout=timeout)
+        return True
+
+    def action_lr_up(self) -> None:
+        self._command("scale_lr", LR_STEP)
+
+    def action_lr_down(self) -> None:
+        self._command("scale_lr", 1.0 / LR_STEP)
+
+    def action_rollback(self) -> None:
+        """Back to the last checkpoint with half the LR: at once when paused at a NaN or a
+        spike; on a healthy run only after a question that shows what would be lost."""
+        ckpt = self.view.last_checkpoint
+        if ckpt is None:
+            self.notify(
+                "no checkpoint to roll back to yet (c saves one; l lowers the LR)",
+                title="Roll back",
+                severity="warning",
+                timeout=4,
+            )
+            return
+        if self.view.anomaly is not None and self.state == RunState.PAUSED:
+            self._command("rollback", 0.5)
+            return
+        step, path, _ = ckpt
+        lost = max(0, self.view.step - step)
+        message = (
+            f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
+            f"This discards the {fmt_int(lost)} step{'' if lost == 1 else 's'} trained since (more while you decide: "
+            "training goes on) and halves the LR for the rest of the run."
+        )
+        self.push_screen(
+            ConfirmScreen(
+                "Roll back", message, yes="Roll back", no="Cancel", purpose="rollback", danger=True
+            ),
+            self._rollback_answer,
+        )
+
+    def _rollback_answer(self, yes: bool | None) -> None:
+        if yes:
+            self._command("rollback", 0.5)
+
+    def action_sample(self) -> None:
+        if self._command("sample"):
+            self.notify("sampling at the next step boundary...", timeout=3)
+
+    def action_evaluate(self) -> None:
+        if self._command("evaluate"):
+            self.notify("evaluating at the next step boundary...", timeout=3)
+
+    def action_lr_dialog(self) -> None:
+        if not self.engine_running:
+            return
+        planned = self.lr_panel.planned_at(self.view.step)
+        self.push_screen(LrScreen(self.view.lr, self.view.scale, planned), self._lr_chosen)
+
+    def _lr_chosen(self, result: tuple[str, float] | None) -> None:
+        if result is None:
+            return
+        op, value = result
+        if op == "set":
+            self._command("set_lr", value)
+        else:
+            self._command("scale_lr", value)
+
+    def action_toggle_x(self) -> None:
+        self.loss_panel.toggle_x()
+        self.loss_panel.flush(force=True)
+
+    def action_toggle_log(self) -> None:
+        self.loss_panel.toggle_log()
+        self.loss_panel.flush(force=True)
+
+    def action_zoom(self) -> None:
+        self._main_screen.zoom()
+
+    def action_zoom_panel(self, panel_id: str) -> None:
+        self._main_screen.zoom_panel(panel_id)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
