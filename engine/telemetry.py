@@ -432,3 +432,17 @@ class TelemetryPoller:
             self.backend.close()
         except Exception:
             log.debug("telemetry backend close failed", exc_info=True)
+
+
+def start_telemetry(
+    emit: Callable[[Telemetry], None], warn: Callable[[str], None]
+) -> TelemetryPoller | None:
+    """A started poller on the best backend, or None after `warn` says why there is none
+    (telemetry must never stop training)."""
+    try:
+        poller = TelemetryPoller(emit, backend=select_backend(), interval_s=1.0)
+        poller.start()
+    except Exception as e:
+        warn(f"telemetry unavailable: {e}")
+        return None
+    return poller

@@ -9,16 +9,11 @@ not synchronised on every step.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import math
-import queue
 import random
 import time
-import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +23,8 @@ import torch
 from engine import checkpoint as ckpt
 from engine import memory
 from engine.batches import BatchSampler
+from engine.best import is_new_best
+from engine.command_queue import CommandQueue
 from engine.config import ConfigError, RunConfig
 from engine.data import (
     DataError,
@@ -52,11 +49,9 @@ from engine.events import (
     Event,
     EventQueue,
     LrChanged,
-    RunStarted,
     RunState,
     Sample,
     StateChanged,
-    Step,
 )
 from engine.faults import (
     ROLLBACK_LR_FACTOR,
@@ -65,56 +60,20 @@ from engine.faults import (
     decide_out_of_memory,
 )
 from engine.flops import flops_per_token, peak_meter
+from engine.garbage import settle_garbage_collector
+from engine.health import ratio_after_step, watch_before_step
 from engine.metrics_log import MetricsWriter, read_history
 from engine.model import GPT
 from engine.optim import applied_lr, build_optimizer, set_lr_factor
 from engine.plan import check_fits
+from engine.readback import PendingStep, read_losses, step_events
 from engine.resume import plan_resume, restore_optimizer
-from engine.schedule import lr_change, lr_factor, planned_curve
+from engine.run_dir import create_run_dir, default_run_dir, write_error_log
+from engine.run_started import run_started
+from engine.schedule import lr_change, lr_factor
+from engine.throughput import ThroughputWindow
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
-HEALTH_EVERY = 50  # steps between update-to-weight ratio samples (each clones a few matrices)
-
-
-@dataclass
-class _Pending:
-    """A step whose loss is still on the device; read back in batches."""
-
-    step: int
-    loss: torch.Tensor
-    grad_norm: torch.Tensor | None
-    lr: float
-    data_time_s: float
-    update_ratio: torch.Tensor | None
-
-
-def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch.Tensor:
-    """||w_after - w_before|| / ||w_before|| over a set of tensors, on their device."""
-    delta = torch.stack(
-        [(a.detach() - b).float().pow(2).sum() for a, b in zip(after, before, strict=True)]
-    ).sum()
-    norm = torch.stack([b.float().pow(2).sum() for b in before]).sum()
-    return delta.sqrt() / norm.sqrt().clamp_min(1e-12)
-
-
-def default_run_dir(cfg: RunConfig) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.name}-{stamp}"
-
-
-def settle_garbage_collector() -> None:
-    """Take everything alive now (modules, model, optimizer, the UI's widgets) out of the cyclic
-    garbage collector's reach, after collecting what a previous run left behind.
-
-    A full collection walks every tracked object with the GIL held: with torch and Textual
-    loaded that is ~250k objects and ~80 ms, during which neither training nor the UI moves
-    (measured: the redraw benchmark's p95 outliers and late pause acknowledgements). Frozen
-    objects are still freed by reference counting; only cycles among them would outlive the
-    run, and the next run's call collects those (it unfreezes first).
-    """
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
 
 
 class Trainer:
@@ -159,7 +118,7 @@ class Trainer:
         self._checkpoint_is_best = False  # recorded in the checkpoint being written
         self.last_checkpoint: Path | None = None
         self._last_save: tuple[Path, str] | None = None  # path, fingerprint: c repeats nothing
-        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._commands = CommandQueue()
         self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
         self._stop_reason = "stopped by user"  # the final state's reason: who or what stopped it
         self._failure: str | None = None  # the run gave up (a NaN it could not recover from)
@@ -170,36 +129,36 @@ class Trainer:
 
     # ------------------------------------------------------------------ commands (any thread)
     def pause(self) -> None:
-        self._commands.put(("pause", None))
+        self._commands.put("pause")
 
     def resume(self) -> None:
-        self._commands.put(("resume", None))
+        self._commands.put("resume")
 
     def checkpoint(self) -> None:
-        self._commands.put(("checkpoint", None))
+        self._commands.put("checkpoint")
 
     def set_lr(self, lr: float) -> None:
         """Apply `lr` from the next step; kept as a multiplier so the schedule's shape goes on."""
-        self._commands.put(("set_lr", float(lr)))
+        self._commands.put("set_lr", float(lr))
 
     def scale_lr(self, factor: float) -> None:
-        self._commands.put(("scale_lr", float(factor)))
+        self._commands.put("scale_lr", float(factor))
 
     def sample(self) -> None:
-        self._commands.put(("sample", None))
+        self._commands.put("sample")
 
     def evaluate(self) -> None:
-        self._commands.put(("evaluate", None))
+        self._commands.put("evaluate")
 
     def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         """Stop at the next step boundary, saving a checkpoint first unless told not to (or
         nothing was trained yet: step 0). `reason` ("SIGTERM", "quit", ...) is recorded in the
         final state; the first stop asked for wins."""
-        self._commands.put(("stop", (bool(checkpoint), reason)))
+        self._commands.put("stop", (bool(checkpoint), reason))
 
     def rollback(self, lr_factor: float = 0.5) -> None:
         """Reload the last checkpoint and continue with the LR multiplied by `lr_factor`."""
-        self._commands.put(("rollback", float(lr_factor)))
+        self._commands.put("rollback", float(lr_factor))
 
     # ------------------------------------------------------------------ events
     def drain_events(self) -> list[Event]:
@@ -233,7 +192,12 @@ class Trainer:
         poller = None
         try:
             self._setup()
-            poller = self._start_telemetry()
+            if self.telemetry_enabled:
+                from engine.telemetry import start_telemetry  # only a run with telemetry needs it
+
+                poller = start_telemetry(
+                    self.emit, lambda message: self._alert("warning", message, "telemetry")
+                )
             self._loop()
         except ConfigError as e:
             self._fail(str(e), "config")
@@ -242,7 +206,7 @@ class Trainer:
         except ckpt.CheckpointError as e:
             self._fail(str(e), "checkpoint")
         except Exception as e:  # anything else: keep the details on disk, one line on screen
-            log = self._write_error_log()
+            log = write_error_log(self.run_dir)
             where = f" (details in {log})" if log else ""
             self._fail(f"{type(e).__name__}: {e}{where}", "crash")
         finally:
@@ -258,51 +222,42 @@ class Trainer:
         self._alert("error", message, code)
         self._set_state(RunState.FAILED, message)
 
-    def _write_error_log(self) -> Path | None:
-        if self.run_dir is None or not self.run_dir.is_dir():
-            return None
-        path = self.run_dir / "error.log"
-        with contextlib.suppress(OSError):
-            path.write_text(traceback.format_exc())
-            return path
-        return None
-
-    def _start_telemetry(self) -> Any:
-        if not self.telemetry_enabled:
-            return None
-        from engine.telemetry import TelemetryPoller, select_backend
-
-        try:
-            poller = TelemetryPoller(self.emit, backend=select_backend(), interval_s=1.0)
-            poller.start()
-        except Exception as e:  # telemetry must never stop training
-            self._alert("warning", f"telemetry unavailable: {e}", "telemetry")
-            return None
-        return poller
-
     def _setup(self) -> None:
-        state = None
-        if self.resume_from is not None:
-            state = ckpt.load_checkpoint(self.resume_from)
-            # A resumed run continues with the configuration it was started with, plus any
-            # --set overrides that may change (engine/resume.py decides, and says what changed).
-            plan = plan_resume(
-                state, self.resume_overrides, state["_path"], label=str(self.resume_from)
-            )
-            self.cfg = plan.config
-            self.resume_notes = list(plan.notes)
-            self.run_dir = Path(state["_path"]).parent
-            if plan.finished is not None:
-                self._already_finished = plan.finished  # _loop says so; nothing is touched
-                self.step = int(state["step"])
-                return
-        if state is not None:
-            # The corpus belongs to the weights: the recorded one, a verified copy, or a refusal
-            # (before anything on disk is touched).
-            self.data_path, data_notes = resume_data_path(
-                state, self.cfg.data, self.data_path, self.allow_data_change
-            )
-            self.resume_notes.extend(data_notes)
+        """Accept the resume, build the run, and only then create its directory and announce it."""
+        state = self._accept_resume()
+        if self._already_finished is not None:
+            return  # _loop says so; nothing is touched
+        self._build(state)
+        self._open_run_dir()
+        self._instrument()
+        self._announce(state)
+        settle_garbage_collector()
+
+    def _accept_resume(self) -> dict[str, Any] | None:
+        """The checkpoint to resume from (None for a fresh run), with its config and corpus."""
+        if self.resume_from is None:
+            return None
+        state = ckpt.load_checkpoint(self.resume_from)
+        # A resumed run continues with the configuration it was started with, plus any
+        # --set overrides that may change (engine/resume.py decides, and says what changed).
+        plan = plan_resume(state, self.resume_overrides, state["_path"], label=str(self.resume_from))
+        self.cfg = plan.config
+        self.resume_notes = list(plan.notes)
+        self.run_dir = Path(state["_path"]).parent
+        if plan.finished is not None:
+            self._already_finished = plan.finished
+            self.step = int(state["step"])
+            return state
+        # The corpus belongs to the weights: the recorded one, a verified copy, or a refusal
+        # (before anything on disk is touched).
+        self.data_path, data_notes = resume_data_path(
+            state, self.cfg.data, self.data_path, self.allow_data_change
+        )
+        self.resume_notes.extend(data_notes)
+        return state
+
+    def _build(self, state: dict[str, Any] | None) -> None:
+        """Device, seeds, corpus, model, optimizer, samplers; a resumed run's state restored."""
         cfg = self.cfg
 
         self.device = select_device(cfg.train.device)
@@ -344,20 +299,18 @@ class Trainer:
                     f"resumed at step {self.step} from an older checkpoint: {', '.join(moved)} "
                     f"moved to {aside} (kept); this run continues the new branch"
                 )
-        # Only now, with the corpus, config and checkpoint all accepted, is anything written:
-        # a run refused before this point leaves no directory and no record behind.
-        self.run_dir = self.run_dir or default_run_dir(cfg)
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            probe = self.run_dir / ".write-test"
-            probe.write_text("ok")
-            probe.unlink()
-        except OSError as e:
-            raise ConfigError(
-                f"run directory {self.run_dir} is not writable ({e.strerror}); pass --run-dir DIR"
-            ) from None
+
+    def _open_run_dir(self) -> None:
+        """Only now, with the corpus, config and checkpoint all accepted, is anything written:
+        a run refused before this point leaves no directory and no record behind."""
+        self.run_dir = self.run_dir or default_run_dir(self.cfg)
+        create_run_dir(self.run_dir)
         ckpt.remove_partial_saves(self.run_dir)  # a save killed mid-write left its temp file
         self.metrics.open(self.run_dir / "metrics.jsonl")
+
+    def _instrument(self) -> None:
+        """The forward pass, evaluator, FLOP counts and peak that the loop reports with."""
+        cfg = self.cfg
         self.forward = torch.compile(self.model) if cfg.train.compile else self.model
         self.evaluator = Evaluator(self.model, self.forward, self.autocast, self.device, cfg)
         self.flops_per_token = flops_per_token(self.model.num_params(), cfg.model)
@@ -367,33 +320,25 @@ class Trainer:
         )
         self.peak = self.peak_meter.peak  # as it was at the start (RunStarted)
         self.log_every = cfg.train.log_every or (1 if self.device.type == "cpu" else 10)
-        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
 
+    def _announce(self, state: dict[str, Any] | None) -> None:
+        """config.json and RunStarted; on resume, the curves so far for the UI."""
+        cfg = self.cfg
+        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
         self.emit(
-            RunStarted(
-                run_dir=str(self.run_dir),
-                preset=cfg.name,
-                description=cfg.description,
-                config=cfg.to_dict(),
-                device=str(self.device),
-                dtype=str(self.dtype).removeprefix("torch."),
-                n_params=self.model.num_params(non_embedding=False),
-                n_params_non_embedding=self.model.num_params(),
-                vocab_size=vocab,
-                tokenizer=self.data.tokenizer.name,
-                train_tokens=len(self.data.train),
-                val_tokens=len(self.data.val),
+            run_started(
+                cfg,
+                run_dir=self.run_dir,
+                device=self.device,
+                dtype=self.dtype,
+                model=self.model,
+                data=self.data,
                 start_step=self.step,
-                max_steps=cfg.train.max_steps,
-                tokens_per_step=cfg.tokens_per_step,
-                planned_lr=planned_curve(cfg),
                 resumed_from=state["_path"] if state else None,
-                memory_plan=self.memory_plan.as_dict(),
+                memory_plan=self.memory_plan,
                 flops_per_token=self.flops_per_token,
-                peak_flops=self.peak.flops,
-                peak_source=self.peak.source,
-                notes=tuple(self.resume_notes),
-                data_source=self.data.record,
+                peak=self.peak,
+                notes=self.resume_notes,
                 train_time_s=self.train_time_s,
             )
         )
@@ -408,7 +353,6 @@ class Trainer:
             # The curves so far, for the UI only: the metrics file has them already.
             for event in read_history(self.run_dir / "metrics.jsonl", self.step):
                 self.events.put(event)
-        settle_garbage_collector()
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self) -> dict[str, Any]:
@@ -498,17 +442,8 @@ class Trainer:
     # ------------------------------------------------------------------ commands
     def _apply_commands(self) -> None:
         """Run queued commands; while paused, block here until resumed or stopped."""
-        while True:
-            try:
-                timeout = 0.25 if self.state == RunState.PAUSED else None
-                name, arg = (
-                    self._commands.get(timeout=timeout) if timeout else self._commands.get_nowait()
-                )
-            except queue.Empty:
-                if self.state == RunState.PAUSED and not self._should_stop():
-                    continue
-                return
-            self._run_command(name, arg)
+        while (command := self._commands.take(self.state == RunState.PAUSED, self._should_stop)):
+            self._run_command(*command)
             if self._stop_requested is not None:
                 return
 
@@ -631,34 +566,19 @@ class Trainer:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        losses = torch.stack([p.loss for p in pending]).float().tolist()
-        norms = [p.grad_norm for p in pending]
-        norm_values = (
-            torch.stack(norms).float().tolist()
-            if all(n is not None for n in norms)
-            else [math.nan] * len(pending)
-        )
-        now = time.perf_counter()
-        window = max(now - self._window_start - self._window_excluded, 1e-9)
-        tokens_per_s = len(pending) * self.cfg.tokens_per_step / window
-        step_time = window / len(pending)
-        first_token_count = self.tokens - len(pending) * self.cfg.tokens_per_step
-        utilisation = self.peak_meter.mfu(tokens_per_s, self.flops_per_token)
-        for i, (p, loss, norm) in enumerate(zip(pending, losses, norm_values, strict=True)):
-            self.emit(
-                Step(
-                    step=p.step,
-                    loss=loss,
-                    lr=p.lr,
-                    grad_norm=norm,
-                    tokens_per_s=tokens_per_s,
-                    step_time_s=step_time,
-                    tokens=first_token_count + (i + 1) * self.cfg.tokens_per_step,
-                    mfu=utilisation,
-                    data_time_s=p.data_time_s,
-                    update_ratio=float(p.update_ratio) if p.update_ratio is not None else math.nan,
-                )
-            )
+        losses, norms = read_losses(pending)  # the sync: timed inside the window
+        tokens_per_s, step_time = self.window.rates(len(pending), self.cfg.tokens_per_step)
+        for event in step_events(
+            pending,
+            losses,
+            norms,
+            tokens_per_s=tokens_per_s,
+            step_time_s=step_time,
+            tokens_after=self.tokens,
+            tokens_per_step=self.cfg.tokens_per_step,
+            mfu=self.peak_meter.mfu(tokens_per_s, self.flops_per_token),
+        ):
+            self.emit(event)
         for p, loss in zip(pending, losses, strict=True):
             if not math.isfinite(loss):
                 self._anomaly(f"loss is not finite at step {p.step}", "nan")
@@ -669,8 +589,7 @@ class Trainer:
                     "spike",
                 )
                 break
-        self._window_start = time.perf_counter()
-        self._window_excluded = 0.0
+        self.window.restart()
 
     def _train_step(self, report_memory: bool = False) -> None:
         cfg = self.cfg
@@ -708,15 +627,10 @@ class Trainer:
                 "nan",
             )
             return
-        # Run health, sampled: how far this step moved the attention output projections,
-        # relative to their size (a cheap subset: d*d per layer, not every weight).
-        watched = before = None
-        if self.step % HEALTH_EVERY == 0:
-            watched = [block.attn.c_proj.weight for block in self.model.blocks]
-            before = [w.detach().clone() for w in watched]
+        watch = watch_before_step(self.model, self.step)  # run health, sampled (engine/health.py)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        ratio = update_ratio(before, watched) if watched else None
+        ratio = ratio_after_step(watch)
         if report_memory:
             self.emit(
                 memory.memory_breakdown(
@@ -727,7 +641,7 @@ class Trainer:
         self.step += 1
         self.tokens += cfg.tokens_per_step
         self.current_lr = lr
-        self._pending.append(_Pending(self.step, loss_sum, grad_norm, lr, data_time, ratio))
+        self._pending.append(PendingStep(self.step, loss_sum, grad_norm, lr, data_time, ratio))
 
     def _due(self, interval: int) -> bool:
         return interval > 0 and self.step % interval == 0
@@ -739,9 +653,8 @@ class Trainer:
             self._set_state(RunState.FINISHED, "already finished")
             return
         cfg = self.cfg
-        self._pending: list[_Pending] = []
-        self._window_start = time.perf_counter()
-        self._window_excluded = 0.0
+        self._pending: list[PendingStep] = []
+        self.window = ThroughputWindow()
         self._set_state(RunState.RUNNING, "resumed from checkpoint" if self.resume_from else "")
         self.model.train()
         last_memory_report = -math.inf
@@ -750,7 +663,7 @@ class Trainer:
             self._apply_commands()
             # Time paused or blocked on a command is not training, any more than an evaluation
             # is: keep it out of the next Step's throughput and step time.
-            self._exclude_from_window(t_commands)
+            self.window.exclude(t_commands, bool(self._pending))
             if self._should_stop() and self._stop_requested is None:
                 self._stop_requested = True  # the app is closing: keep the run
             if self._stop_requested is not None:
@@ -785,17 +698,17 @@ class Trainer:
             ):
                 # Rolled back (the restored step had its eval, sample and checkpoint already),
                 # giving up, or paused on an anomaly (these weights are suspect: no checkpoint).
-                self._exclude_from_window(time.perf_counter())
+                self.window.exclude(time.perf_counter(), bool(self._pending))
                 continue
             t_extra = time.perf_counter()
             due_eval, due_sample, due_checkpoint = due
             if due_eval:
-                self._track_best(self._evaluate())
+                self._last_eval = self._evaluate()
             if due_sample:
                 self._sample()
             if due_checkpoint:
                 self._save_and_mark("interval")
-            self._exclude_from_window(t_extra)
+            self.window.exclude(t_extra, bool(self._pending))
 
         self._flush()
         if self._stop_requested is not None:
@@ -810,42 +723,23 @@ class Trainer:
             else:
                 self._set_state(RunState.STOPPED, self._stop_reason)
             return
-        self._track_best(self._evaluate())
+        self._last_eval = self._evaluate()
         if cfg.sample.interval:
             self._sample()
         self._save_and_mark("final")
         self._set_state(RunState.FINISHED, "")
 
-    def _exclude_from_window(self, since: float) -> None:
-        """Leave the time from `since` to now out of the throughput window (evaluation, pauses,
-        commands); with no step in the window yet, the window simply starts now."""
-        if self._pending:
-            self._window_excluded += time.perf_counter() - since
-        else:
-            self._window_start = time.perf_counter()
-            self._window_excluded = 0.0
-
     def _weights_finite(self) -> bool:
         return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
-
-    def _track_best(self, event: Eval) -> None:
-        """Remember the latest eval: a checkpoint saved at its step may become best.pt."""
-        self._last_eval = event
 
     def _save_and_mark(self, reason: str) -> None:
         """Save a checkpoint; it becomes best.pt when the eval at this very step beat every
         earlier checkpoint's val loss. An eval between checkpoints marks nothing: its weights
         are not on disk, and the next checkpoint's are not the ones it measured."""
-        last = self._last_eval
-        is_best = (
-            last is not None
-            and last.step == self.step
-            and math.isfinite(last.val_loss)
-            and last.val_loss < self.best_val
-        )
+        is_best = is_new_best(self._last_eval, self.step, self.best_val)  # engine/best.py
         previous_best = self.best_val
         if is_best:
-            self.best_val = last.val_loss  # saved inside the checkpoint, so a resume agrees
+            self.best_val = self._last_eval.val_loss  # saved inside the checkpoint, so a resume agrees
         self._checkpoint_is_best = is_best
         try:
             path = self._save(reason)
