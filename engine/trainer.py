@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from engine import checkpoint as ckpt
-from engine import memory
 from engine.batches import BatchSampler
 from engine.best import is_new_best
 from engine.command_queue import CommandQueue
@@ -61,7 +60,6 @@ from engine.faults import (
 )
 from engine.flops import flops_per_token, peak_meter
 from engine.garbage import settle_garbage_collector
-from engine.health import ratio_after_step, watch_before_step
 from engine.metrics_log import MetricsWriter, read_history
 from engine.model import GPT
 from engine.optim import applied_lr, build_optimizer, set_lr_factor
@@ -71,6 +69,7 @@ from engine.resume import plan_resume, restore_optimizer
 from engine.run_dir import create_run_dir, default_run_dir, write_error_log
 from engine.run_started import run_started
 from engine.schedule import lr_change, lr_factor
+from engine.step import train_step
 from engine.throughput import ThroughputWindow
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
@@ -592,56 +591,20 @@ class Trainer:
         self.window.restart()
 
     def _train_step(self, report_memory: bool = False) -> None:
-        cfg = self.cfg
-        start_allocated = memory.step_start_allocated(self.device) if report_memory else 0
-        set_lr_factor(self.optimizer, lr_factor(self.step, cfg) * self.lr_scale)
-        lr = applied_lr(self.optimizer)
-        accum = cfg.train.grad_accum
-        loss_sum = None
-        data_time = 0.0
-        for _ in range(accum):
-            t_data = time.perf_counter()
-            x, y = self.train_batches.next()
-            data_time += time.perf_counter() - t_data
-            with self.autocast:
-                # index, don't unpack: holding the logits through backward costs b*s*vocab memory
-                loss = self.forward(x, y)[1] / accum
-            self.scaler.scale(loss).backward()
-            loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-        grad_norm = None
-        if cfg.optim.grad_clip > 0 or cfg.train.check_finite:
-            self.scaler.unscale_(self.optimizer)
-            clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
-        # fp16's GradScaler skips non-finite steps itself (and lowers its scale); otherwise
-        # a non-finite gradient must never reach the weights: one host sync buys that.
-        if (
-            cfg.train.check_finite
-            and not self.scaler.is_enabled()
-            and not torch.isfinite(grad_norm).item()
-        ):
-            self.optimizer.zero_grad(set_to_none=True)
+        """One update (engine/step.py), with the optimizer of now: a restore replaces it."""
+        factor = lr_factor(self.step, self.cfg) * self.lr_scale
+        outcome = train_step(self, self.optimizer, self.step, factor, report_memory)
+        if outcome.memory is not None:
+            self.emit(outcome.memory)
+        if outcome.refused is not None:
             self._flush()
-            self._anomaly(
-                f"non-finite gradient at step {self.step + 1} (loss {loss_sum.item():.4g}); the update was not applied",
-                "nan",
-            )
+            self._anomaly(outcome.refused, "nan")
             return
-        watch = watch_before_step(self.model, self.step)  # run health, sampled (engine/health.py)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        ratio = ratio_after_step(watch)
-        if report_memory:
-            self.emit(
-                memory.memory_breakdown(
-                    self.model, self.optimizer, cfg, self.device, self.dtype, self.step, start_allocated
-                )
-            )
-        self.optimizer.zero_grad(set_to_none=True)
+        pending = outcome.pending
         self.step += 1
-        self.tokens += cfg.tokens_per_step
-        self.current_lr = lr
-        self._pending.append(PendingStep(self.step, loss_sum, grad_norm, lr, data_time, ratio))
+        self.tokens += self.cfg.tokens_per_step
+        self.current_lr = pending.lr
+        self._pending.append(pending)
 
     def _due(self, interval: int) -> bool:
         return interval > 0 and self.step % interval == 0
