@@ -22,7 +22,7 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine.batches import BatchSampler
-from engine.best import is_new_best
+from engine.checkpointer import Checkpointer
 from engine.command_queue import CommandQueue
 from engine.config import ConfigError, RunConfig
 from engine.data import (
@@ -43,7 +43,6 @@ from engine.device import (
 from engine.evaluation import Evaluator
 from engine.events import (
     Alert,
-    CheckpointSaved,
     Eval,
     Event,
     EventQueue,
@@ -65,7 +64,7 @@ from engine.model import GPT
 from engine.optim import applied_lr, build_optimizer, set_lr_factor
 from engine.plan import check_fits
 from engine.readback import PendingStep, read_losses, step_events
-from engine.resume import plan_resume, restore_optimizer
+from engine.resume import plan_resume
 from engine.run_dir import create_run_dir, default_run_dir, write_error_log
 from engine.run_started import run_started
 from engine.schedule import lr_change, lr_factor
@@ -116,7 +115,7 @@ class Trainer:
         self._last_eval: Eval | None = None  # a checkpoint at its step may become best.pt
         self._checkpoint_is_best = False  # recorded in the checkpoint being written
         self.last_checkpoint: Path | None = None
-        self._last_save: tuple[Path, str] | None = None  # path, fingerprint: c repeats nothing
+        self.checkpointer = Checkpointer(self)  # saves and restores (engine/checkpointer.py)
         self._commands = CommandQueue()
         self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
         self._stop_reason = "stopped by user"  # the final state's reason: who or what stopped it
@@ -289,7 +288,7 @@ class Trainer:
         self.sample_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 2)
         self.spikes = SpikeDetector(cfg.train.spike_sigma)
         if state is not None:
-            self._restore(state)
+            self.checkpointer.restore(state)
             # An older checkpoint starts a new branch: the newer ones must not be pruned into
             # it, nor picked by the next --resume RUN_DIR.
             aside, moved = ckpt.set_aside_newer(self.run_dir, self.step)
@@ -375,49 +374,6 @@ class Trainer:
             "data_source": self.data.record,
         }
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        ckpt.load_model_state(self.model, state)
-        self.optimizer = restore_optimizer(
-            self.optimizer, self.model, state, self.cfg.optim, self.device.type
-        )
-        self.scaler.load_state_dict(state["scaler"])
-        self.step = state["step"]
-        self.lr_scale = state["lr_scale"]
-        self.train_time_s = state["train_time_s"]
-        self.tokens = state["tokens"]
-        self.best_val = state["best_val"]
-        ckpt.restore_global_rng(state["rng"], self.device.type)
-        self.train_batches.generator.set_state(state["batch_rng"])
-        self.sample_generator.set_state(
-            state["sample_rng"].to(self.sample_generator.device)
-            if self.device.type == "cpu"
-            else state["sample_rng"]
-        )
-        self.last_checkpoint = Path(state["_path"])
-
-    def _save(self, reason: str) -> Path | None:
-        """Write a checkpoint; a failure (full disk...) is an alert, never a lost run."""
-        previous = self.state
-        self._set_state(RunState.SAVING, reason)
-        try:
-            path = ckpt.save_checkpoint(
-                self.run_dir, self.step, self._checkpoint_state(), self.cfg.checkpoint.keep_last
-            )
-        except OSError as e:
-            self._alert(
-                "error",
-                f"checkpoint at step {self.step} failed ({e.strerror or e}); the previous one is intact: free disk space, then press c",
-                "disk",
-            )
-            # Pausing keeps the run (and its progress) alive until there is room again.
-            self._set_state(RunState.PAUSED, "checkpoint failed")
-            return None
-        self.last_checkpoint = path
-        self._last_save = (path, self._checkpoint_fingerprint())
-        self.emit(CheckpointSaved(step=self.step, path=str(path), reason=reason))
-        self._set_state(previous, "")
-        return path
-
     # ------------------------------------------------------------------ evaluation and samples
     def _evaluate(self) -> Eval:
         self._flush()
@@ -454,13 +410,7 @@ class Trainer:
             self._set_state(RunState.RUNNING, "resumed by user")
         elif name == "checkpoint":
             self._flush()
-            # c pressed again at the same step: nothing changed since that save, so acknowledge
-            # the file already on disk rather than write the same checkpoint again.
-            saved = self._last_save
-            if saved is not None and saved[0].exists() and saved[1] == self._checkpoint_fingerprint():
-                self.emit(CheckpointSaved(step=self.step, path=str(saved[0]), reason="manual"))
-            else:
-                self._save("manual")
+            self.checkpointer.save_manual()
         elif name in ("set_lr", "scale_lr"):
             self._change_lr(name, arg)
         elif name == "sample":
@@ -471,14 +421,6 @@ class Trainer:
             self._stop_requested, self._stop_reason = arg
         elif name == "rollback":
             self._rollback(arg)
-
-    def _checkpoint_fingerprint(self) -> str:
-        """A hash of what a save now would write, weights and optimizer moments aside: those
-        change only with a step or a restore, and both change what is hashed (step, LR scale)."""
-        state = self._checkpoint_state()
-        for heavy in ("model", "optimizer", "scaler", "is_best"):  # is_best: same weights
-            state.pop(heavy, None)
-        return ckpt.state_fingerprint(state)
 
     # ------------------------------------------------------------------ faults
     def _anomaly(self, message: str, code: str) -> None:
@@ -512,7 +454,7 @@ class Trainer:
             return
         state = ckpt.load_checkpoint(found)
         old_scale = self.lr_scale
-        self._restore(state)
+        self.checkpointer.restore(state)
         self.rollbacks += 1
         self.spikes.reset()
         self.lr_scale = old_scale * factor
@@ -670,7 +612,7 @@ class Trainer:
             if due_sample:
                 self._sample()
             if due_checkpoint:
-                self._save_and_mark("interval")
+                self.checkpointer.save_and_mark("interval")
             self.window.exclude(t_extra, bool(self._pending))
 
         self._flush()
@@ -680,7 +622,7 @@ class Trainer:
             if self._stop_requested and self.step > 0 and (
                 self._failure is None or self._weights_finite()
             ):
-                self._save("stop")
+                self.checkpointer.save("stop")
             if self._failure is not None:
                 self._set_state(RunState.FAILED, self._failure)
             else:
@@ -689,26 +631,8 @@ class Trainer:
         self._last_eval = self._evaluate()
         if cfg.sample.interval:
             self._sample()
-        self._save_and_mark("final")
+        self.checkpointer.save_and_mark("final")
         self._set_state(RunState.FINISHED, "")
 
     def _weights_finite(self) -> bool:
         return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
-
-    def _save_and_mark(self, reason: str) -> None:
-        """Save a checkpoint; it becomes best.pt when the eval at this very step beat every
-        earlier checkpoint's val loss. An eval between checkpoints marks nothing: its weights
-        are not on disk, and the next checkpoint's are not the ones it measured."""
-        is_best = is_new_best(self._last_eval, self.step, self.best_val)  # engine/best.py
-        previous_best = self.best_val
-        if is_best:
-            self.best_val = self._last_eval.val_loss  # saved inside the checkpoint, so a resume agrees
-        self._checkpoint_is_best = is_best
-        try:
-            path = self._save(reason)
-        finally:
-            self._checkpoint_is_best = False
-        if path is None:
-            self.best_val = previous_best  # not on disk: it cannot be best.pt
-        elif is_best and self.cfg.checkpoint.keep_best:
-            ckpt.mark_best(self.run_dir, path)

@@ -1,0 +1,110 @@
+"""Saving and restoring a run's checkpoints: the mechanics beside the trainer's decision.
+
+The Trainer decides what goes into a checkpoint (`Trainer._checkpoint_state`); the Checkpointer
+writes it (a full disk is an alert and a pause, never a lost run), marks best.pt, acknowledges
+a manual save that would repeat the last one, and restores a loaded state into the run.
+Files and formats are engine/checkpoint.py's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine import checkpoint as ckpt
+from engine.best import is_new_best
+from engine.events import CheckpointSaved, RunState
+from engine.resume import restore_optimizer
+
+if TYPE_CHECKING:
+    from engine.trainer import Trainer
+
+
+class Checkpointer:
+    """Writes and restores the checkpoints of one run (`run`: the trainer it saves)."""
+
+    def __init__(self, run: Trainer) -> None:
+        self.run = run
+        self.last_save: tuple[Path, str] | None = None  # path, fingerprint: c repeats nothing
+
+    def fingerprint(self) -> str:
+        """A hash of what a save now would write, weights and optimizer moments aside: those
+        change only with a step or a restore, and both change what is hashed (step, LR scale)."""
+        state = self.run._checkpoint_state()
+        for heavy in ("model", "optimizer", "scaler", "is_best"):  # is_best: same weights
+            state.pop(heavy, None)
+        return ckpt.state_fingerprint(state)
+
+    def save_manual(self) -> None:
+        """The `checkpoint` command: c pressed again at the same step changed nothing since that
+        save, so acknowledge the file already on disk rather than write the same one again."""
+        run, saved = self.run, self.last_save
+        if saved is not None and saved[0].exists() and saved[1] == self.fingerprint():
+            run.emit(CheckpointSaved(step=run.step, path=str(saved[0]), reason="manual"))
+        else:
+            self.save("manual")
+
+    def save(self, reason: str) -> Path | None:
+        """Write a checkpoint; a failure (full disk...) is an alert, never a lost run."""
+        run = self.run
+        previous = run.state
+        run._set_state(RunState.SAVING, reason)
+        try:
+            path = ckpt.save_checkpoint(
+                run.run_dir, run.step, run._checkpoint_state(), run.cfg.checkpoint.keep_last
+            )
+        except OSError as e:
+            run._alert(
+                "error",
+                f"checkpoint at step {run.step} failed ({e.strerror or e}); the previous one is intact: free disk space, then press c",
+                "disk",
+            )
+            # Pausing keeps the run (and its progress) alive until there is room again.
+            run._set_state(RunState.PAUSED, "checkpoint failed")
+            return None
+        run.last_checkpoint = path
+        self.last_save = (path, self.fingerprint())
+        run.emit(CheckpointSaved(step=run.step, path=str(path), reason=reason))
+        run._set_state(previous, "")
+        return path
+
+    def save_and_mark(self, reason: str) -> None:
+        """Save a checkpoint; it becomes best.pt when the eval at this very step beat every
+        earlier checkpoint's val loss. An eval between checkpoints marks nothing: its weights
+        are not on disk, and the next checkpoint's are not the ones it measured."""
+        run = self.run
+        is_best = is_new_best(run._last_eval, run.step, run.best_val)  # engine/best.py
+        previous_best = run.best_val
+        if is_best:
+            run.best_val = run._last_eval.val_loss  # saved inside the checkpoint, so a resume agrees
+        run._checkpoint_is_best = is_best
+        try:
+            path = self.save(reason)
+        finally:
+            run._checkpoint_is_best = False
+        if path is None:
+            run.best_val = previous_best  # not on disk: it cannot be best.pt
+        elif is_best and run.cfg.checkpoint.keep_best:
+            ckpt.mark_best(run.run_dir, path)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Put a loaded checkpoint's weights, optimizer (replaced), counters and RNGs into the run."""
+        run = self.run
+        ckpt.load_model_state(run.model, state)
+        run.optimizer = restore_optimizer(
+            run.optimizer, run.model, state, run.cfg.optim, run.device.type
+        )
+        run.scaler.load_state_dict(state["scaler"])
+        run.step = state["step"]
+        run.lr_scale = state["lr_scale"]
+        run.train_time_s = state["train_time_s"]
+        run.tokens = state["tokens"]
+        run.best_val = state["best_val"]
+        ckpt.restore_global_rng(state["rng"], run.device.type)
+        run.train_batches.generator.set_state(state["batch_rng"])
+        run.sample_generator.set_state(
+            state["sample_rng"].to(run.sample_generator.device)
+            if run.device.type == "cpu"
+            else state["sample_rng"]
+        )
+        run.last_checkpoint = Path(state["_path"])
