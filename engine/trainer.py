@@ -51,12 +51,8 @@ from engine.events import (
     Sample,
     StateChanged,
 )
-from engine.faults import (
-    ROLLBACK_LR_FACTOR,
-    SpikeDetector,
-    decide_anomaly,
-    decide_out_of_memory,
-)
+from engine.fault_handler import FaultHandler
+from engine.faults import SpikeDetector
 from engine.flops import flops_per_token, peak_meter
 from engine.garbage import settle_garbage_collector
 from engine.metrics_log import MetricsWriter, read_history
@@ -124,6 +120,7 @@ class Trainer:
             interactive  # a person is watching: anomalies pause rather than roll back
         )
         self.rollbacks = 0
+        self.faults = FaultHandler(self)  # anomalies, rollbacks, OOM (engine/fault_handler.py)
 
     # ------------------------------------------------------------------ commands (any thread)
     def pause(self) -> None:
@@ -420,74 +417,9 @@ class Trainer:
         elif name == "stop" and self._stop_requested is None:  # the first stop asked for wins
             self._stop_requested, self._stop_reason = arg
         elif name == "rollback":
-            self._rollback(arg)
+            self.faults.rollback(arg)
 
-    # ------------------------------------------------------------------ faults
-    def _anomaly(self, message: str, code: str) -> None:
-        """A NaN or a spike: the step was not applied; carry out what engine/faults.py decides."""
-        decision = decide_anomaly(
-            message,
-            policy=self.cfg.train.on_anomaly,
-            interactive=self.interactive,
-            rollbacks=self.rollbacks,
-            max_rollbacks=self.cfg.train.max_rollbacks,
-            checkpoint_name=self.last_checkpoint.name if self.last_checkpoint else None,
-        )
-        self._alert(decision.level, decision.message, code)
-        if decision.action == "stop":
-            self._failure = decision.failure
-            self._stop_requested = decision.save_on_stop
-        elif decision.action == "rollback":
-            self._rollback(ROLLBACK_LR_FACTOR)
-        elif self.state == RunState.RUNNING:
-            self._set_state(RunState.PAUSED, code)
-
-    def _rollback(self, factor: float) -> None:
-        self._pending = []
-        found = ckpt.latest_checkpoint(self.run_dir) if self.run_dir else None
-        if found is None:
-            self._alert(
-                "warning",
-                "no checkpoint to roll back to yet: lower the LR (l) and resume",
-                "rollback",
-            )
-            return
-        state = ckpt.load_checkpoint(found)
-        old_scale = self.lr_scale
-        self.checkpointer.restore(state)
-        self.rollbacks += 1
-        self.spikes.reset()
-        self.lr_scale = old_scale * factor
-        schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr
-        self.emit(
-            LrChanged(
-                step=self.step,
-                old_lr=schedule * old_scale,
-                new_lr=schedule * self.lr_scale,
-                scale=self.lr_scale,
-            )
-        )
-        self._alert(
-            "info", f"rolled back to step {self.step} ({found.name}), LR x{factor:g}", "rollback"
-        )
-        self._set_state(RunState.RUNNING, "rolled back")
-
-    def _shrink_micro_batch(self) -> bool:
-        """After an out-of-memory error: retry with half the micro-batch and twice the
-        accumulation, or pause (engine/faults.py decides). False when it paused."""
-        t = self.cfg.train
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        decision = decide_out_of_memory(t.batch_size, t.grad_accum)
-        if decision.retry is not None:
-            t.batch_size, t.grad_accum = decision.retry
-            self.train_batches.batch_size = t.batch_size
-        self._alert(decision.level, decision.message, "oom")
-        if decision.retry is None:
-            self._set_state(RunState.PAUSED, "out of memory")
-        return decision.retry is not None
-
+    # ------------------------------------------------------------------ LR
     def _change_lr(self, name: str, value: float) -> None:
         schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr
         change = lr_change(name, value, schedule, self.lr_scale)  # engine/schedule.py decides
@@ -522,10 +454,10 @@ class Trainer:
             self.emit(event)
         for p, loss in zip(pending, losses, strict=True):
             if not math.isfinite(loss):
-                self._anomaly(f"loss is not finite at step {p.step}", "nan")
+                self.faults.anomaly(f"loss is not finite at step {p.step}", "nan")
                 break
             if self.spikes.observe(loss):
-                self._anomaly(
+                self.faults.anomaly(
                     f"loss spike at step {p.step}: {loss:.4f} against a moving average of {self.spikes.mean:.4f}",
                     "spike",
                 )
@@ -540,7 +472,7 @@ class Trainer:
             self.emit(outcome.memory)
         if outcome.refused is not None:
             self._flush()
-            self._anomaly(outcome.refused, "nan")
+            self.faults.anomaly(outcome.refused, "nan")
             return
         pending = outcome.pending
         self.step += 1
@@ -583,7 +515,7 @@ class Trainer:
             try:
                 self._train_step(report_memory)
             except torch.OutOfMemoryError:
-                self._shrink_micro_batch()  # retries with a smaller micro-batch, or pauses
+                self.faults.shrink_micro_batch()  # retries with a smaller micro-batch, or pauses
                 continue
             self.train_time_s += time.perf_counter() - t0
             if self.step == step_before:

@@ -155,7 +155,7 @@ def anomaly_events(
     anomaly: str, on_anomaly: str, step: int, t: float, preset: str, max_steps: int, scale: float
 ) -> list[Any]:
     """What the engine emits after a NaN, a non-finite gradient or a spike at `step`, in its
-    words (engine/trainer.py `_train_step`, `_flush`, `_anomaly`, `_rollback`)."""
+    words (engine/trainer.py `_train_step`, `_flush`; engine/fault_handler.py `anomaly`, `rollback`)."""
     if anomaly == "gradient":
         fault, code, at = (
             f"non-finite gradient at step {step} (loss 906); the update was not applied",
