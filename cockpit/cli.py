@@ -6,19 +6,17 @@ Every user error ends as one line on stderr and exit status 2; no traceback reac
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cockpit.durations import fmt_duration, fmt_rough_duration
+from cockpit.headless import ProgressPrinter
+from cockpit.preset_fit import preset_fit_warning
+from cockpit.stop_signals import StopSignals, exit_when_ended, signal_reason
 from engine.config import ConfigError, parse_override
-from engine.events import Event, RunState
 from engine.presets import DEFAULT_PRESET
 
 SUBCOMMANDS = ("train", "presets", "plan")
@@ -114,81 +112,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-class ProgressPrinter:
-    """Headless progress: one step line at most every `interval_s`; evals, checkpoints,
-    samples, alerts and state changes always."""
-
-    def __init__(self, out: Callable[[str], None] = print, interval_s: float = 2.0) -> None:
-        self.out = out
-        self.interval_s = interval_s
-        self._last = -float("inf")
-        self._max_steps = 0
-        self._start_step = 0
-        self._t0 = time.monotonic()
-        self._closed = False
-        self._last_error = ""
-
-    def _say(self, line: str) -> None:
-        """Print a line; a reader that went away (`| head`, a closed pipe) must not stop the
-        run: the metrics file has every record, so printing just ends."""
-        if self._closed:
-            return
-        try:
-            self.out(line)
-        except BrokenPipeError:
-            self._closed = True
-            with contextlib.suppress(OSError, ValueError):
-                # interpreter shutdown flushes stdout again: point it at /dev/null first
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-    def __call__(self, event: Event) -> None:
-        kind = event.kind
-        if kind == "run_started":
-            self._max_steps, self._start_step = event.max_steps, event.start_step
-            self._t0 = time.monotonic()
-            resumed = f", resumed from {event.resumed_from}" if event.resumed_from else ""
-            self._say(
-                f"{event.preset}: {event.n_params / 1e6:.2f}M parameters on {event.device} ({event.dtype}), "
-                f"{event.tokenizer} vocab {event.vocab_size}, {event.train_tokens:,} train tokens; "
-                f"run dir {event.run_dir}{resumed}"
-            )
-            for note in getattr(event, "notes", ()):
-                self._say(f"resume: {note}")
-        elif kind == "step":
-            now = time.monotonic()
-            if now - self._last < self.interval_s and event.step != self._max_steps:
-                return
-            self._last = now
-            done = event.step - self._start_step
-            eta = (now - self._t0) / done * (self._max_steps - event.step) if done else 0.0
-            self._say(
-                f"step {event.step:>6}/{self._max_steps} | loss {event.loss:.4f} | lr {event.lr:.2e} | "
-                f"{event.tokens_per_s:,.0f} tok/s | ETA {fmt_duration(eta)}"
-            )
-        elif kind == "eval":
-            scope = "whole val split" if event.full_split else "estimate"
-            self._say(
-                f"eval   {event.step:>6} | train {event.train_loss:.4f} | val {event.val_loss:.4f} ({scope}) | train time {fmt_duration(event.train_time_s)}"
-            )
-        elif kind == "sample":
-            text = (event.prompt + event.text).replace("\n", "⏎ ")
-            self._say(f"sample {event.step:>6} | {text[:160]}")
-        elif kind == "checkpoint":
-            self._say(f"saved  {event.step:>6} | {event.path} ({event.reason})")
-        elif kind == "alert":
-            if event.level == "error":
-                self._last_error = event.message
-            self._say(f"{event.level}: {event.message}")
-        elif kind == "lr_changed":
-            self._say(
-                f"lr     {event.step:>6} | {event.old_lr:.2e} -> {event.new_lr:.2e} (x{event.scale:.3g} on the schedule)"
-            )
-        elif kind == "state" and event.state in RunState.ENDED:
-            # a failure's reason was usually just printed as its error alert: not twice
-            reason = event.reason if event.reason != self._last_error else ""
-            self._say(f"{event.state} at step {event.step}" + (f": {reason}" if reason else ""))
-
-
 def make_trainer(
     args: argparse.Namespace,
     preset: str | None = None,
@@ -223,61 +146,6 @@ def make_trainer(
     )
 
 
-SIGNAL_REASONS = {"SIGINT": "SIGINT (ctrl+c)", "SIGTERM": "SIGTERM", "SIGHUP": "SIGHUP"}
-
-
-def signal_reason(signum: int) -> str:
-    """The reason a stop by this signal records in the run's final state."""
-    name = signal.Signals(signum).name
-    return SIGNAL_REASONS.get(name, name)
-
-
-class StopSignals:
-    """SIGINT, SIGTERM and SIGHUP, caught from the start of `cockpit train`.
-
-    Each asks the run to stop at its next step boundary (checkpointing what was trained), with
-    the signal's name as the recorded reason. A signal that comes before the run exists (while
-    torch is imported or the corpus prepared) is kept and handed to the run once it is attached,
-    rather than killing the process with nothing on disk. A second ctrl+c aborts at once.
-    """
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self.trainer: Any = None
-        self._previous: dict[int, Any] = {}
-
-    def install(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            if sig is not None:
-                self._previous[sig] = signal.signal(sig, self._on_signal)
-
-    def restore(self, only: tuple[int, ...] | None = None) -> None:
-        """Put back the handlers there were before (all, or `only` these signals)."""
-        for sig in list(self._previous):
-            if only is None or sig in only:
-                signal.signal(sig, self._previous.pop(sig))
-
-    def attach(self, trainer: Any) -> None:
-        """From now on signals stop `trainer`; one already received stops it now."""
-        self.trainer = trainer
-        if self.received:
-            trainer.stop(checkpoint=True, reason=signal_reason(self.received[0]))
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self.received and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second ctrl+c: the user really wants out
-        self.received.append(signum)
-        name = signal.Signals(signum).name
-        trainer = self.trainer
-        if trainer is None or trainer.step == 0:
-            what = "stopping before the first step (nothing trained yet: no checkpoint)"
-        else:
-            what = "saving a checkpoint and stopping"
-        print(f"{name}: {what} (ctrl+c again to abort)", file=sys.stderr)
-        if trainer is not None:
-            trainer.stop(checkpoint=True, reason=signal_reason(signum))
-
-
 def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -> int:
     if signals is None:
         signals = StopSignals()
@@ -288,80 +156,6 @@ def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -
     if state == "failed":
         return 1  # the reason is printed and is the final state record's
     return 0
-
-
-def exit_when_ended(trainer: Any, grace_s: float, timeout_s: float = 300.0) -> None:
-    """Wait for the run to end (its checkpoint written), then end the process after `grace_s`."""
-    deadline = time.monotonic() + timeout_s
-    while trainer is not None and trainer.state not in RunState.ENDED:
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    time.sleep(grace_s)
-    os._exit(0)
-
-
-FAR_STEP_S = 60.0  # a preset whose step takes at least this long here is far beyond this machine
-BPE_VOCAB = {"r50k_base": 50257, "p50k_base": 50281, "cl100k_base": 100277, "o200k_base": 200019}
-
-
-def preset_fit_warning(
-    preset: str, presets_dir: list[str], known_peak: tuple[str, float] | None = None
-) -> str:
-    """Why `preset` is far beyond this machine ("" when it is not): its memory plan does not
-    fit, or one optimizer step takes FAR_STEP_S or more even at the device's peak FLOP/s.
-
-    `known_peak` is (device, FLOP/s) of the run on screen, reused when it ran on the same kind
-    of device (measuring again while it trains would understate the peak). Uses torch (the
-    meta-device model of `plan_memory`, a short matmul when no peak is known): call it off the
-    UI thread.
-    """
-    import torch
-
-    from engine.device import device_capacity, select_device
-    from engine.flops import flops_per_token, measure_peak, table_peak
-    from engine.plan import compute_dtype, format_bytes, plan_memory
-    from engine.presets import load_preset
-
-    try:
-        cfg = load_preset(preset, [], presets_dir)
-        device = select_device(cfg.train.device)
-    except ConfigError as e:
-        return str(e)
-    capacity = device_capacity(device)
-    tokenizer = cfg.data.tokenizer
-    vocab = 256 if tokenizer == "char" else BPE_VOCAB.get(tokenizer, 50257)
-    plan = plan_memory(cfg, vocab, device.type, capacity)
-    m = cfg.model
-    position = m.block_size * m.n_embd if m.pos_emb == "learned" else 0
-    step_flops = flops_per_token(plan.n_params - position, m) * cfg.tokens_per_step
-    peak = None
-    if known_peak is not None and known_peak[0].split(":")[0] == device.type:
-        peak = known_peak[1]
-    elif device.type == "cuda":
-        found = table_peak(torch.cuda.get_device_name(device), compute_dtype(cfg, "cuda"))
-        peak = found.flops if found is not None else None
-    if peak is None:
-        peak = measure_peak(device, torch.float32, size=512, seconds=0.2).flops
-    step_s = step_flops / peak
-    fits = bool(plan.fits)
-    if fits and step_s < FAR_STEP_S:
-        return ""
-    if device.type == "cpu":
-        where = f"{os.cpu_count()} CPU cores even at their measured peak ({peak / 1e9:.0f} GFLOP/s)"
-    else:
-        where = f"{device} even at its peak ({peak / 1e12:.0f} TFLOP/s)"
-    memory = f"needs ~{format_bytes(plan.total)} of memory; this machine has {format_bytes(capacity)}"
-    text = f"{preset} is far beyond this machine: it {memory}"
-    text += "." if fits else " (it does not fit: starting it is refused)."
-    if step_s >= FAR_STEP_S:
-        text += (
-            f" One step ({cfg.tokens_per_step:,} tokens, {step_flops:.1e} FLOPs) takes"
-            f" ~{fmt_rough_duration(step_s)} on {where}, {cfg.train.max_steps:,} steps"
-            f" ~{fmt_rough_duration(step_s * cfg.train.max_steps)}"
-            + (": it is sized for a GPU." if device.type == "cpu" else ".")
-        )
-    return text
 
 
 def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int:
