@@ -1102,7 +1102,7 @@ def test_preset_fit_warning_from_the_memory_plan_and_the_step_time(
     """The real estimate (meta-device model, FLOPs per step) for a CPU at 50 GFLOP/s."""
     import psutil
 
-    from cockpit.cli import preset_fit_warning
+    from cockpit.preset_fit import preset_fit_warning
 
     cpu = ("cpu", 50e9)
     warning = preset_fit_warning("gpt2-small", [], cpu)

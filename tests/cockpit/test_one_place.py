@@ -10,7 +10,7 @@ from pathlib import Path
 
 import cockpit
 import engine
-from cockpit.cli import ProgressPrinter
+from cockpit.headless import ProgressPrinter
 from cockpit.durations import fmt_duration
 from engine.events import Eval
 
