@@ -9,38 +9,21 @@ not synchronised on every step.
 
 from __future__ import annotations
 
-import json
 import math
-import random
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from engine import checkpoint as ckpt
-from engine.batches import BatchSampler
 from engine.checkpointer import Checkpointer
 from engine.command_queue import CommandQueue
 from engine.config import ConfigError, RunConfig
 from engine.data import (
     DataError,
-    PreparedData,
-    check_length,
-    check_vocabulary,
-    prepare,
-    resume_data_path,
 )
-from engine.device import (
-    allow_tf32,
-    autocast_context,
-    device_capacity,
-    select_device,
-    select_dtype,
-)
-from engine.evaluation import Evaluator
 from engine.events import (
     Alert,
     Eval,
@@ -52,17 +35,12 @@ from engine.events import (
     StateChanged,
 )
 from engine.fault_handler import FaultHandler
-from engine.faults import SpikeDetector
-from engine.flops import flops_per_token, peak_meter
 from engine.garbage import settle_garbage_collector
-from engine.metrics_log import MetricsWriter, read_history
-from engine.model import GPT
-from engine.optim import applied_lr, build_optimizer, set_lr_factor
-from engine.plan import check_fits
+from engine.metrics_log import MetricsWriter
+from engine.optim import applied_lr, set_lr_factor
 from engine.readback import PendingStep, read_losses, step_events
-from engine.resume import plan_resume
-from engine.run_dir import create_run_dir, default_run_dir, write_error_log
-from engine.run_started import run_started
+from engine.run_dir import write_error_log
+from engine.run_setup import accept_resume, announce, build, instrument, open_run_dir
 from engine.schedule import lr_change, lr_factor
 from engine.step import train_step
 from engine.throughput import ThroughputWindow
@@ -219,135 +197,14 @@ class Trainer:
 
     def _setup(self) -> None:
         """Accept the resume, build the run, and only then create its directory and announce it."""
-        state = self._accept_resume()
+        state = accept_resume(self)  # engine/run_setup.py
         if self._already_finished is not None:
             return  # _loop says so; nothing is touched
-        self._build(state)
-        self._open_run_dir()
-        self._instrument()
-        self._announce(state)
+        build(self, state)
+        open_run_dir(self)
+        instrument(self)
+        announce(self, state)
         settle_garbage_collector()
-
-    def _accept_resume(self) -> dict[str, Any] | None:
-        """The checkpoint to resume from (None for a fresh run), with its config and corpus."""
-        if self.resume_from is None:
-            return None
-        state = ckpt.load_checkpoint(self.resume_from)
-        # A resumed run continues with the configuration it was started with, plus any
-        # --set overrides that may change (engine/resume.py decides, and says what changed).
-        plan = plan_resume(state, self.resume_overrides, state["_path"], label=str(self.resume_from))
-        self.cfg = plan.config
-        self.resume_notes = list(plan.notes)
-        self.run_dir = Path(state["_path"]).parent
-        if plan.finished is not None:
-            self._already_finished = plan.finished
-            self.step = int(state["step"])
-            return state
-        # The corpus belongs to the weights: the recorded one, a verified copy, or a refusal
-        # (before anything on disk is touched).
-        self.data_path, data_notes = resume_data_path(
-            state, self.cfg.data, self.data_path, self.allow_data_change
-        )
-        self.resume_notes.extend(data_notes)
-        return state
-
-    def _build(self, state: dict[str, Any] | None) -> None:
-        """Device, seeds, corpus, model, optimizer, samplers; a resumed run's state restored."""
-        cfg = self.cfg
-
-        self.device = select_device(cfg.train.device)
-        self.dtype = select_dtype(cfg.train.dtype, self.device)
-        allow_tf32(self.device)
-        random.seed(cfg.train.seed)
-        np.random.seed(cfg.train.seed)
-        torch.manual_seed(cfg.train.seed)
-
-        self.data: PreparedData = prepare(cfg.data, data_path=self.data_path)
-        if state is not None:
-            check_vocabulary(state, self.data.tokenizer, self.data.source)
-        if self.data.record["source"] == "path":
-            cfg.data.source = self.data.record["path"]  # config.json names what was trained on
-        check_length(self.data, cfg.model.block_size)
-        vocab = self.data.tokenizer.vocab_size
-        # Pre-flight: refuse a configuration that cannot fit before allocating anything.
-        self.memory_plan = check_fits(cfg, vocab, self.device.type, device_capacity(self.device))
-        self.model = GPT(cfg.model, vocab).to(self.device)
-        self.optimizer = build_optimizer(self.model, cfg.optim, self.device.type)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
-        self.autocast = autocast_context(self.device, self.dtype)
-        self.train_batches = BatchSampler(
-            self.data.train,
-            cfg.model.block_size,
-            cfg.train.batch_size,
-            self.device,
-            cfg.train.seed + 1,
-        )
-        self.sample_generator = torch.Generator(device=self.device).manual_seed(cfg.train.seed + 2)
-        self.spikes = SpikeDetector(cfg.train.spike_sigma)
-        if state is not None:
-            self.checkpointer.restore(state)
-            # An older checkpoint starts a new branch: the newer ones must not be pruned into
-            # it, nor picked by the next --resume RUN_DIR.
-            aside, moved = ckpt.set_aside_newer(self.run_dir, self.step)
-            if aside is not None:
-                self.resume_notes.append(
-                    f"resumed at step {self.step} from an older checkpoint: {', '.join(moved)} "
-                    f"moved to {aside} (kept); this run continues the new branch"
-                )
-
-    def _open_run_dir(self) -> None:
-        """Only now, with the corpus, config and checkpoint all accepted, is anything written:
-        a run refused before this point leaves no directory and no record behind."""
-        self.run_dir = self.run_dir or default_run_dir(self.cfg)
-        create_run_dir(self.run_dir)
-        ckpt.remove_partial_saves(self.run_dir)  # a save killed mid-write left its temp file
-        self.metrics.open(self.run_dir / "metrics.jsonl")
-
-    def _instrument(self) -> None:
-        """The forward pass, evaluator, FLOP counts and peak that the loop reports with."""
-        cfg = self.cfg
-        self.forward = torch.compile(self.model) if cfg.train.compile else self.model
-        self.evaluator = Evaluator(self.model, self.forward, self.autocast, self.device, cfg)
-        self.flops_per_token = flops_per_token(self.model.num_params(), cfg.model)
-        # a measured peak is corrected when the model beats it (MFU never above 100%)
-        self.peak_meter = peak_meter(
-            self.device, self.dtype, on_change=lambda msg: self._alert("info", msg, "peak")
-        )
-        self.peak = self.peak_meter.peak  # as it was at the start (RunStarted)
-        self.log_every = cfg.train.log_every or (1 if self.device.type == "cpu" else 10)
-
-    def _announce(self, state: dict[str, Any] | None) -> None:
-        """config.json and RunStarted; on resume, the curves so far for the UI."""
-        cfg = self.cfg
-        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
-        self.emit(
-            run_started(
-                cfg,
-                run_dir=self.run_dir,
-                device=self.device,
-                dtype=self.dtype,
-                model=self.model,
-                data=self.data,
-                start_step=self.step,
-                resumed_from=state["_path"] if state else None,
-                memory_plan=self.memory_plan,
-                flops_per_token=self.flops_per_token,
-                peak=self.peak,
-                notes=self.resume_notes,
-                train_time_s=self.train_time_s,
-            )
-        )
-        if state is not None and state["config"]["optim"]["name"] != cfg.optim.name:
-            self._alert(
-                "warning",
-                f"optimizer switched to {cfg.optim.name} on resume: it starts fresh from the "
-                f"checkpoint's weights at step {self.step}",
-                "resume",
-            )
-        if state is not None:
-            # The curves so far, for the UI only: the metrics file has them already.
-            for event in read_history(self.run_dir / "metrics.jsonl", self.step):
-                self.events.put(event)
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self) -> dict[str, Any]:

@@ -1,0 +1,163 @@
+"""Setting a run up, in the order that keeps a refused run from leaving anything behind.
+
+The Trainer's `_setup` calls these in turn: accept the resume (checkpoint, config, corpus),
+build (device, seeds, data, model, optimizer, samplers, restored state), and only then create
+the run directory, instrument the loop (forward, evaluator, FLOPs, peak) and announce the run.
+Each sets the trainer's attributes the loop reads.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from engine import checkpoint as ckpt
+from engine.batches import BatchSampler
+from engine.data import check_length, check_vocabulary, prepare, resume_data_path
+from engine.device import (
+    allow_tf32,
+    autocast_context,
+    device_capacity,
+    select_device,
+    select_dtype,
+)
+from engine.evaluation import Evaluator
+from engine.faults import SpikeDetector
+from engine.flops import flops_per_token, peak_meter
+from engine.metrics_log import read_history
+from engine.model import GPT
+from engine.optim import build_optimizer
+from engine.plan import check_fits
+from engine.resume import plan_resume
+from engine.run_dir import create_run_dir, default_run_dir
+from engine.run_started import run_started
+
+if TYPE_CHECKING:
+    from engine.trainer import Trainer
+
+
+def accept_resume(run: Trainer) -> dict[str, Any] | None:
+    """The checkpoint to resume from (None for a fresh run), with its config and corpus."""
+    if run.resume_from is None:
+        return None
+    state = ckpt.load_checkpoint(run.resume_from)
+    # A resumed run continues with the configuration it was started with, plus any
+    # --set overrides that may change (engine/resume.py decides, and says what changed).
+    plan = plan_resume(state, run.resume_overrides, state["_path"], label=str(run.resume_from))
+    run.cfg = plan.config
+    run.resume_notes = list(plan.notes)
+    run.run_dir = Path(state["_path"]).parent
+    if plan.finished is not None:
+        run._already_finished = plan.finished
+        run.step = int(state["step"])
+        return state
+    # The corpus belongs to the weights: the recorded one, a verified copy, or a refusal
+    # (before anything on disk is touched).
+    run.data_path, data_notes = resume_data_path(
+        state, run.cfg.data, run.data_path, run.allow_data_change
+    )
+    run.resume_notes.extend(data_notes)
+    return state
+
+def build(run: Trainer, state: dict[str, Any] | None) -> None:
+    """Device, seeds, corpus, model, optimizer, samplers; a resumed run's state restored."""
+    cfg = run.cfg
+
+    run.device = select_device(cfg.train.device)
+    run.dtype = select_dtype(cfg.train.dtype, run.device)
+    allow_tf32(run.device)
+    random.seed(cfg.train.seed)
+    np.random.seed(cfg.train.seed)
+    torch.manual_seed(cfg.train.seed)
+
+    run.data = prepare(cfg.data, data_path=run.data_path)
+    if state is not None:
+        check_vocabulary(state, run.data.tokenizer, run.data.source)
+    if run.data.record["source"] == "path":
+        cfg.data.source = run.data.record["path"]  # config.json names what was trained on
+    check_length(run.data, cfg.model.block_size)
+    vocab = run.data.tokenizer.vocab_size
+    # Pre-flight: refuse a configuration that cannot fit before allocating anything.
+    run.memory_plan = check_fits(cfg, vocab, run.device.type, device_capacity(run.device))
+    run.model = GPT(cfg.model, vocab).to(run.device)
+    run.optimizer = build_optimizer(run.model, cfg.optim, run.device.type)
+    run.scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == torch.float16)
+    run.autocast = autocast_context(run.device, run.dtype)
+    run.train_batches = BatchSampler(
+        run.data.train,
+        cfg.model.block_size,
+        cfg.train.batch_size,
+        run.device,
+        cfg.train.seed + 1,
+    )
+    run.sample_generator = torch.Generator(device=run.device).manual_seed(cfg.train.seed + 2)
+    run.spikes = SpikeDetector(cfg.train.spike_sigma)
+    if state is not None:
+        run.checkpointer.restore(state)
+        # An older checkpoint starts a new branch: the newer ones must not be pruned into
+        # it, nor picked by the next --resume RUN_DIR.
+        aside, moved = ckpt.set_aside_newer(run.run_dir, run.step)
+        if aside is not None:
+            run.resume_notes.append(
+                f"resumed at step {run.step} from an older checkpoint: {', '.join(moved)} "
+                f"moved to {aside} (kept); this run continues the new branch"
+            )
+
+def open_run_dir(run: Trainer) -> None:
+    """Only now, with the corpus, config and checkpoint all accepted, is anything written:
+    a run refused before this point leaves no directory and no record behind."""
+    run.run_dir = run.run_dir or default_run_dir(run.cfg)
+    create_run_dir(run.run_dir)
+    ckpt.remove_partial_saves(run.run_dir)  # a save killed mid-write left its temp file
+    run.metrics.open(run.run_dir / "metrics.jsonl")
+
+def instrument(run: Trainer) -> None:
+    """The forward pass, evaluator, FLOP counts and peak that the loop reports with."""
+    cfg = run.cfg
+    run.forward = torch.compile(run.model) if cfg.train.compile else run.model
+    run.evaluator = Evaluator(run.model, run.forward, run.autocast, run.device, cfg)
+    run.flops_per_token = flops_per_token(run.model.num_params(), cfg.model)
+    # a measured peak is corrected when the model beats it (MFU never above 100%)
+    run.peak_meter = peak_meter(
+        run.device, run.dtype, on_change=lambda msg: run._alert("info", msg, "peak")
+    )
+    run.peak = run.peak_meter.peak  # as it was at the start (RunStarted)
+    run.log_every = cfg.train.log_every or (1 if run.device.type == "cpu" else 10)
+
+def announce(run: Trainer, state: dict[str, Any] | None) -> None:
+    """config.json and RunStarted; on resume, the curves so far for the UI."""
+    cfg = run.cfg
+    (run.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    run.emit(
+        run_started(
+            cfg,
+            run_dir=run.run_dir,
+            device=run.device,
+            dtype=run.dtype,
+            model=run.model,
+            data=run.data,
+            start_step=run.step,
+            resumed_from=state["_path"] if state else None,
+            memory_plan=run.memory_plan,
+            flops_per_token=run.flops_per_token,
+            peak=run.peak,
+            notes=run.resume_notes,
+            train_time_s=run.train_time_s,
+        )
+    )
+    if state is not None and state["config"]["optim"]["name"] != cfg.optim.name:
+        run._alert(
+            "warning",
+            f"optimizer switched to {cfg.optim.name} on resume: it starts fresh from the "
+            f"checkpoint's weights at step {run.step}",
+            "resume",
+        )
+    if state is not None:
+        # The curves so far, for the UI only: the metrics file has them already.
+        for event in read_history(run.run_dir / "metrics.jsonl", run.step):
+            run.events.put(event)
