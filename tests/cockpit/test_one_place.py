@@ -10,8 +10,8 @@ from pathlib import Path
 
 import cockpit
 import engine
-from cockpit.headless import ProgressPrinter
 from cockpit.durations import fmt_duration
+from cockpit.headless import ProgressPrinter
 from engine.events import Eval
 
 SOURCES = [
