@@ -280,7 +280,8 @@ def check_resume_corpus(args: argparse.Namespace) -> None:
     """Refuse a resume whose corpus is gone or changed before anything starts (exit 2)."""
     from engine import checkpoint as ckpt
     from engine.config import config_from_dict
-    from engine.data import DataError, resume_data_path
+    from engine.data import DataError
+    from engine.resume_corpus import resume_data_path
 
     try:  # memory-mapped: the weights are not read
         state = ckpt.load_checkpoint(Path(args.resume), mmap=True)

@@ -18,7 +18,7 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine.batches import BatchSampler
-from engine.data import check_length, check_vocabulary, prepare, resume_data_path
+from engine.data import check_length, prepare
 from engine.device import (
     allow_tf32,
     autocast_context,
@@ -34,6 +34,7 @@ from engine.model import GPT
 from engine.optim import build_optimizer
 from engine.plan import check_fits
 from engine.resume import plan_resume
+from engine.resume_corpus import check_vocabulary, resume_data_path
 from engine.run_dir import create_run_dir, default_run_dir
 from engine.run_started import run_started
 

@@ -1,0 +1,182 @@
+"""The corpus a resumed run trains on: the one its checkpoint recorded (engine.data's
+source_record), found again, checked by sha256 and vocabulary, or refused with one line."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from engine.config import DataConfig
+from engine.data import (  # the preparation's own helpers: same cache, same hashing
+    CharTokenizer,
+    DataError,
+    Source,
+    Tokenizer,
+    _kind_and_path,
+    _prepared_dir,
+    _read_meta,
+    _read_text,
+    _signature,
+    default_cache_dir,
+    resolve_source,
+    vocab_fingerprint,
+)
+
+ALLOW_DATA_CHANGE_FLAG = "--allow-data-change"
+
+
+class DataRefused(DataError):
+    """A resume refused because its corpus or vocabulary is not the one the run trained on."""
+
+
+def recorded_source(checkpoint: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+    """A checkpoint's corpus record, and whether it was rebuilt from an older checkpoint's
+    prepared-data metadata (checkpoints from before the record carry only that)."""
+    record = checkpoint.get("data_source")
+    if record:
+        return record, False
+    meta = checkpoint.get("data_meta") or {}
+    identity, digest = meta.get("source_identity"), meta.get("source_sha256")
+    if not isinstance(identity, str) or not isinstance(digest, str):
+        return None, True
+    signature = meta.get("source_signature") or []
+    kind, path = _kind_and_path(identity, [Path(entry[0]) for entry in signature])
+    tokenizer = meta.get("tokenizer") or checkpoint.get("tokenizer") or {}
+    return {
+        "source": kind,
+        "path": path,
+        "description": meta.get("source", identity),
+        "sha256": digest,
+        "tokenizer": tokenizer.get("name"),
+        "vocab_size": meta.get("vocab_size"),
+        "vocab_fingerprint": vocab_fingerprint(tokenizer) if tokenizer else None,
+    }, True
+
+
+def _sha256_of(source: Source) -> str:
+    """The sha256 that prepare() records for a source (a folder's files joined by a blank
+    line), read in pieces so a large corpus is never in memory at once."""
+    if source.text is not None:
+        return hashlib.sha256(source.text.encode("utf-8")).hexdigest()
+    hasher = hashlib.sha256()
+    for i, path in enumerate(source.files):
+        hasher.update(b"\n\n" if i else b"")
+        try:
+            with path.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    hasher.update(chunk)
+        except OSError as e:
+            raise DataError(
+                f"cannot read {path} ({e.strerror or e}); check that it exists and is readable"
+            ) from None
+    return hasher.hexdigest()
+
+
+def _current_sha256(source: Source, cfg: DataConfig, cache_dir: Path) -> str:
+    # Unchanged size and mtime of every file: the hash prepare() recorded is still the hash.
+    out = _prepared_dir(source.identity, source.slug, cfg.tokenizer, cfg.val_fraction, cache_dir)
+    meta = _read_meta(out)
+    signature = _signature(source)
+    if meta is not None and signature is not None and meta.get("source_signature") == signature:
+        return str(meta["source_sha256"])
+    return _sha256_of(source)
+
+
+def resume_data_path(
+    checkpoint: dict[str, Any],
+    cfg: DataConfig,
+    data_path: str | None = None,
+    allow_changed: bool = False,
+    cache_dir: Path | None = None,
+    download: bool = True,
+) -> tuple[str | None, list[str]]:
+    """The `data_path` for prepare() that resumes the checkpoint on its own corpus, and notes
+    for the user. With no --data the recorded path is used (it wins over the environment);
+    --data NEWPATH is accepted when its sha256 is the recorded one. A corpus that is gone or
+    changed, or another tokenizer, raises DataRefused naming both hashes and the way out."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    record, rebuilt = recorded_source(checkpoint)
+    if record is None:
+        return data_path, [
+            "this checkpoint does not record its corpus (saved by an older cockpit): the corpus "
+            "could not be checked"
+        ]
+    recorded_tokenizer = record.get("tokenizer")
+    if recorded_tokenizer and recorded_tokenizer != cfg.tokenizer:
+        raise DataRefused(
+            f"data.tokenizer: this run was trained with {recorded_tokenizer}, not "
+            f"{cfg.tokenizer}; the weights cannot carry over to another vocabulary: start a new run"
+        )
+    expected, where = record["sha256"], record.get("path")
+    notes = []
+    if rebuilt:
+        notes.append(
+            f"this checkpoint does not record its corpus (saved by an older cockpit): using the "
+            f"one its prepared data names, {record['description']} (sha256 {expected})"
+        )
+    chosen = data_path
+    if chosen is None and where is not None:
+        if Path(where).exists():
+            chosen = where
+        elif record["source"] == "path":
+            raise DataRefused(
+                f"this run's corpus {where} is gone (moved or deleted); pass --data NEWPATH to "
+                f"where it is now (its sha256 must be {expected})"
+            )
+        # a Tiny Shakespeare copy that is gone: any other copy will do, it is hashed below
+    try:
+        source = resolve_source(cfg, chosen, cache_dir, download)
+    except DataError:
+        if chosen is not None or where is None:
+            raise
+        raise DataRefused(
+            f"this run's corpus {where} is gone and no other copy could be found or downloaded; "
+            f"pass --data NEWPATH to where it is now (its sha256 must be {expected})"
+        ) from None
+    digest = _current_sha256(source, cfg, cache_dir)
+    if digest != expected:
+        if not allow_changed:
+            raise DataRefused(
+                f"the corpus {source.description} is not the one this run trained on (sha256 "
+                f"{expected} recorded, {digest} now): restore it or pass --data PATH to an "
+                f"unchanged copy, or pass {ALLOW_DATA_CHANGE_FLAG} to train on it on purpose"
+            )
+        if cfg.tokenizer == "char":  # its vocabulary is the text's characters: they must match
+            check_vocabulary(
+                checkpoint, CharTokenizer.from_text(_read_text(source)[0]), source.description
+            )
+        notes.append(
+            f"training on a changed corpus ({ALLOW_DATA_CHANGE_FLAG}): {source.description}, "
+            f"sha256 {expected} -> {digest}"
+        )
+    else:
+        _, now = _kind_and_path(source.identity, source.files)
+        if where is not None and now is not None and now != where:
+            notes.append(f"corpus moved: {where} -> {now} (the same text, sha256 {expected})")
+    return chosen, notes
+
+
+def check_vocabulary(checkpoint: dict[str, Any], tokenizer: Tokenizer, corpus: str) -> None:
+    """Refuse to resume a checkpoint on a vocabulary other than its own: with another character
+    set the same token ids would mean other characters (or the embedding shape would not fit)."""
+    saved = checkpoint.get("tokenizer")
+    now = tokenizer.to_meta()
+    if not saved or saved == now:
+        return
+    if saved.get("name") == "char" and now.get("name") == "char":
+        old, new = saved.get("chars", ""), now.get("chars", "")
+        changed = sum(a != b for a, b in zip(old, new, strict=False)) + abs(len(old) - len(new))
+        detail = (
+            f"{changed} of {len(old)} token ids would change meaning, {len(old)} -> "
+            f"{len(new)} characters"
+        )
+    else:
+        detail = (
+            f"{saved.get('name')} with {saved.get('vocab_size')} tokens -> {now.get('name')} "
+            f"with {now.get('vocab_size')}"
+        )
+    raise DataRefused(
+        f"the vocabulary of {corpus} is not this run's ({detail}); the weights cannot carry "
+        f"over to another vocabulary: start a new run on this corpus"
+    )
