@@ -29,6 +29,14 @@ TINY = [
 ]
 
 
+def headless_argv(run_dir: Path, *extra: str) -> list[str]:
+    """The command line of a real headless run of the tiny preset in `run_dir`."""
+    return [
+        sys.executable, "-m", "cockpit.cli", "train", "--headless", "--preset", "tiny",
+        "--run-dir", str(run_dir), *extra,
+    ]  # fmt: skip
+
+
 def cockpit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "cockpit.cli", *args],
@@ -130,16 +138,8 @@ def test_no_terminal_falls_back_to_headless(tmp_path):
 def test_sigterm_checkpoints_and_resume_continues(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cockpit.cli",
-            "train",
-            "--headless",
-            "--preset",
-            "tiny",
-            "--run-dir",
-            str(run_dir),
+        headless_argv(
+            run_dir,
             *TINY,
             "--set",
             "train.max_steps=100000",
@@ -147,7 +147,7 @@ def test_sigterm_checkpoints_and_resume_continues(tmp_path):
             "eval.interval=0",
             "--set",
             "sample.interval=0",
-        ],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -206,20 +206,7 @@ def test_a_reader_that_goes_away_does_not_stop_the_run(tmp_path):
     run_dir = tmp_path / "r"
     reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cockpit.cli",
-            "train",
-            "--headless",
-            "--preset",
-            "tiny",
-            "--run-dir",
-            str(run_dir),
-            *TINY,
-            "--set",
-            "train.max_steps=40",
-        ],
+        headless_argv(run_dir, *TINY, "--set", "train.max_steps=40"),
         stdout=reader.stdin,
         stderr=subprocess.PIPE,
         text=True,

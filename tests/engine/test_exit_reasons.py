@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_cli import headless_argv
 from tmux_driver import TMUX_INSTALLED, Tmux
 
 from cockpit.cli import main
@@ -117,21 +118,7 @@ def test_headless_gives_up_after_max_rollbacks_with_exit_1(tmp_path, capsys, mon
 # ---------------------------------------------------------------------- signals
 def cli_process(run_dir: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cockpit.cli",
-            "train",
-            "--headless",
-            "--preset",
-            "tiny",
-            "--run-dir",
-            str(run_dir),
-            *TINY_ARGS,
-            "--set",
-            "train.max_steps=100000",
-            *extra,
-        ],
+        headless_argv(run_dir, *TINY_ARGS, "--set", "train.max_steps=100000", *extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
