@@ -19,10 +19,7 @@ from cockpit.stop_signals import StopSignals, exit_when_ended, signal_reason
 from engine.config import ConfigError, parse_override
 from engine.presets import DEFAULT_PRESET
 
-SUBCOMMANDS = ("train", "presets", "plan")
-PLAN_EPILOG = (
-    "Example: cockpit plan --preset local-300m --device-memory 24GB --set train.batch_size=16"
-)
+SUBCOMMANDS = ("train", "plan", "presets", "sample", "export", "completion")
 
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
@@ -76,40 +73,46 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         help="turn off mouse tracking (saves bandwidth over slow SSH links)",
     )
     parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write TensorBoard event files to RUN_DIR/tensorboard (same as --set log.tensorboard=true)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from cockpit.subcommands import MODULES
+
     parser = argparse.ArgumentParser(
         prog="cockpit",
         description="Train small GPT models and steer the run from the terminal.",
         epilog="Run `cockpit` alone to open the app on the default preset; `cockpit train --headless` for batch jobs.",
     )
-    sub = parser.add_subparsers(dest="command")
+    parser.add_argument("--version", action="version", version=f"cockpit {cockpit_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _run_options(sub.add_parser("train", help="train a preset (the app, or --headless)"))
-    plan = sub.add_parser(
-        "plan",
-        help="estimate peak memory before training: will it fit, and what to change",
-        epilog=PLAN_EPILOG,
-    )
-    plan.add_argument("--preset", default=None, help=f"preset name or path (default: '{DEFAULT_PRESET}')")
-    plan.add_argument(
-        "--device-memory",
-        metavar="SIZE",
-        help="plan for a GPU with this much memory, e.g. 24GB (default: this machine's device)",
-    )
-    plan.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    plan.add_argument("--data", metavar="PATH", help="corpus (for a char-level vocabulary)")
-    plan.add_argument("--presets-dir", action="append", default=[], metavar="DIR")
-    presets = sub.add_parser("presets", help="list the presets and where they come from")
-    presets.add_argument("--presets-dir", action="append", default=[], metavar="DIR")
+    for module in MODULES:
+        module.add_arguments(sub.add_parser(module.NAME, help=module.HELP, description=module.HELP))
     return parser
+
+
+def cockpit_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cockpit")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     # `cockpit --preset x` is `cockpit train --preset x`: training is the default command.
-    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["train", *argv]
-    return build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.command == "train" and args.tensorboard:
+        args.overrides.append("log.tensorboard=true")
+    return args
 
 
 def make_trainer(
@@ -222,40 +225,6 @@ def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int
     return 1 if lost else 0
 
 
-def list_presets(args: argparse.Namespace) -> int:
-    from engine.presets import discover, search_dirs
-
-    presets = discover(args.presets_dir)
-    width = max((len(n) for n in presets), default=10)
-    for info in presets.values():
-        print(f"{info.name:<{width}}  {info.origin:<13}  {info.description}")
-    print("\nsearched (later wins): " + ", ".join(str(d) for d, _ in search_dirs(args.presets_dir)))
-    return 0
-
-
-def show_plan(args: argparse.Namespace) -> int:
-    from engine.plan import format_plan, parse_size, plan_memory, suggest_fixes, vocab_size_for
-    from engine.presets import load_preset
-
-    cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
-    if args.device_memory is not None:  # "" and "0" are refused, not ignored
-        capacity = parse_size(args.device_memory)
-        device_type = "cpu" if cfg.train.device == "cpu" else "cuda"
-    else:
-        from engine.device import device_capacity, select_device
-
-        device = select_device(cfg.train.device)
-        device_type = device.type
-        capacity = device_capacity(device)
-    vocab, how = vocab_size_for(cfg, args.data)
-    plan = plan_memory(cfg, vocab, device_type, capacity)
-    print(format_plan(cfg, plan, suggest_fixes(cfg, vocab, device_type, capacity)))
-    print(
-        f"\nvocabulary {vocab:,} ({how}); activations per Korthikanti et al. 2022 with fused attention, logits at 12 B each"
-    )
-    return 0 if plan.fits else 1
-
-
 def check_resume(args: argparse.Namespace) -> str | None:
     """Check a resume before anything starts, so a refusal is exit 2 with nothing touched: the
     checkpoint reads, --run-dir is not given, and every --set is one a resume may apply
@@ -299,13 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     # Before anything slow (torch, the corpus): a SIGTERM during startup must stop the run
     # cleanly with its reason recorded, not kill the process with nothing on disk.
     signals = StopSignals()
-    if args.command not in ("presets", "plan"):
+    if args.command == "train":
         signals.install()
     try:
-        if args.command == "presets":
-            return list_presets(args)
-        if args.command == "plan":
-            return show_plan(args)
+        if args.command != "train":
+            from cockpit.subcommands import BY_NAME
+
+            return BY_NAME[args.command].run(args)
         # Validate the preset before anything else so a typo is one line, not a UI.
         if args.resume is None:
             from engine.presets import load_preset

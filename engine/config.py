@@ -145,6 +145,14 @@ class CheckpointConfig:
     keep_best: bool = _opt(True, help="also keep the checkpoint with the best val loss")
 
 
+@dataclass
+class LogConfig:
+    tensorboard: bool = _opt(
+        False,
+        help="also write TensorBoard event files to RUN_DIR/tensorboard (needs the tensorboard package)",
+    )
+
+
 SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "model": ModelConfig,
@@ -154,6 +162,7 @@ SECTIONS: dict[str, type] = {
     "eval": EvalConfig,
     "sample": SampleConfig,
     "checkpoint": CheckpointConfig,
+    "log": LogConfig,
 }
 TOP_LEVEL_KEYS = ("name", "description", "extends")
 
@@ -170,6 +179,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

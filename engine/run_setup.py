@@ -18,6 +18,7 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine.batches import BatchSampler
+from engine.config_toml import config_to_toml
 from engine.data import check_length, prepare
 from engine.device import (
     allow_tf32,
@@ -29,6 +30,7 @@ from engine.device import (
 from engine.evaluation import Evaluator
 from engine.faults import SpikeDetector
 from engine.flops import flops_per_token, peak_meter
+from engine.log_sinks import log_sinks
 from engine.metrics_log import read_history
 from engine.model import GPT
 from engine.optim import build_optimizer
@@ -37,6 +39,12 @@ from engine.resume import plan_resume
 from engine.resume_corpus import check_vocabulary, resume_data_path
 from engine.run_dir import create_run_dir, default_run_dir
 from engine.run_started import run_started
+
+REPLAY_HEADER = (
+    "The configuration this run trained with, every key resolved.\n"
+    "`cockpit train --preset THIS_FILE` starts the same run afresh;\n"
+    "`cockpit train --resume RUN_DIR` continues this one."
+)
 
 if TYPE_CHECKING:
     from engine.trainer import Trainer
@@ -116,6 +124,7 @@ def open_run_dir(run: Trainer) -> None:
     create_run_dir(run.run_dir)
     ckpt.remove_partial_saves(run.run_dir)  # a save killed mid-write left its temp file
     run.metrics.open(run.run_dir / "metrics.jsonl")
+    run.sinks.extend(log_sinks(run.cfg, run.run_dir, start_step=run.step))  # TensorBoard...
 
 def instrument(run: Trainer) -> None:
     """The forward pass, evaluator, FLOP counts and peak that the loop reports with."""
@@ -134,6 +143,8 @@ def announce(run: Trainer, state: dict[str, Any] | None) -> None:
     """config.json and RunStarted; on resume, the curves so far for the UI."""
     cfg = run.cfg
     (run.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    # the same config as TOML: `cockpit train --preset RUN_DIR/config.toml` replays the run
+    (run.run_dir / "config.toml").write_text(config_to_toml(cfg, header=REPLAY_HEADER))
     run.emit(
         run_started(
             cfg,

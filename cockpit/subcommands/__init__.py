@@ -1,0 +1,12 @@
+"""The `cockpit` subcommands besides `train` (cockpit/cli.py): one module each, with
+`NAME`, `HELP`, `add_arguments(parser)` and `run(args) -> int`. Importing one is cheap (no torch):
+the parser is built from all of them for every command line, and for shell completion."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from cockpit.subcommands import completion, export, plan, presets, sample
+
+MODULES: tuple[ModuleType, ...] = (plan, presets, sample, export, completion)
+BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in MODULES}
