@@ -1,0 +1,65 @@
+"""`cockpit export`: a run's model or metrics in the formats other tools read.
+
+One module per format, each with `export(target: Path, out: Path) -> ExportResult` and a
+`DEFAULT_NAME` (where the output goes inside the run directory's `export/` folder when no
+--out is given). Weight formats read a checkpoint (a RUN_DIR means its best, else its latest:
+engine/trained.py); metric formats read the run directory's metrics.jsonl.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+# format -> (module, what it reads, one line for --help)
+FORMATS: dict[str, tuple[str, str, str]] = {
+    "safetensors": (
+        "engine.export.safetensors_file",
+        "weights",
+        "the weights as one .safetensors file, the model config in its metadata",
+    ),
+    "hf": (
+        "engine.export.hf",
+        "weights",
+        "a Hugging Face transformers GPT-2 directory (config.json, model.safetensors, tokenizer)",
+    ),
+    "nanogpt": (
+        "engine.export.nanogpt",
+        "weights",
+        "a checkpoint nanoGPT's sample.py loads (ckpt.pt with model and model_args)",
+    ),
+    "csv": ("engine.export.csv_metrics", "metrics", "the metrics as CSV files, one per kind"),
+    "tensorboard": (
+        "engine.export.tensorboard_events",
+        "metrics",
+        "the metrics as TensorBoard event files",
+    ),
+}
+
+
+class ExportError(RuntimeError):
+    """An export that cannot be done as asked; the message (one line) says why and what to do."""
+
+
+@dataclass
+class ExportResult:
+    written: list[Path]  # the files or directories created
+    notes: list[str] = field(default_factory=list)  # what the user should know (one line each)
+
+
+def format_module(fmt: str) -> ModuleType:
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return importlib.import_module(FORMATS[fmt][0])
+
+
+def run_dir_of(target: Path) -> Path:
+    """The run directory a RUN_DIR or CKPT argument belongs to."""
+    return target if target.is_dir() else target.parent
+
+
+def default_out(target: Path, fmt: str) -> Path:
+    """RUN_DIR/export/NAME: beside the run it came from."""
+    return run_dir_of(target) / "export" / format_module(fmt).DEFAULT_NAME
