@@ -1,0 +1,139 @@
+"""`cockpit export --format hf`: a Hugging Face transformers GPT-2 directory that
+`GPT2LMHeadModel.from_pretrained(dir)` loads with the run's logits.
+
+GPT-2 in transformers stores its projections as Conv1D, (in, out): the transpose of nn.Linear's
+(out, in). It always has biases, so a run without them gets zeros (the same function). Its
+activation is named: "gelu" is the exact GELU cockpit trains with ("gelu_new", GPT-2's default,
+is the tanh approximation and gives other logits).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.export import ExportResult
+from engine.export.weights_source import (
+    check_directory_out,
+    cockpit_version,
+    gpt2_name,
+    load_for_export,
+    refuse_unless_gpt2_shaped,
+    source_note,
+)
+from engine.trained import TrainedModel
+
+DEFAULT_NAME = "hf"
+TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
+CHARS_FILE = "cockpit_chars.json"
+# Linear layers inside a block: their weights are transposed into Conv1D's layout.
+_CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+# Layers with a bias in GPT-2, whatever the run had.
+_WITH_BIAS = ("ln_1", "ln_2", *_CONV1D)
+
+
+def hf_tensors(state: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+    """Cockpit's state dict under GPT-2's names and layout, biases filled with zeros where the run
+    had none; the tied lm_head is left out (transformers ties it to transformer.wte)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name == "lm_head.weight":
+            continue
+        is_conv1d = name.endswith(".weight") and any(f".{layer}." in name for layer in _CONV1D)
+        out[gpt2_name(name)] = (tensor.t() if is_conv1d else tensor).detach().contiguous()
+    for layer in [f"h.{i}.{part}" for i in range(n_layer) for part in _WITH_BIAS] + ["ln_f"]:
+        weight, bias = f"transformer.{layer}.weight", f"transformer.{layer}.bias"
+        if bias not in out:
+            # Conv1D's output size is its weight's last dimension; LayerNorm's its only one.
+            out[bias] = torch.zeros(out[weight].shape[-1], dtype=out[weight].dtype)
+    return out
+
+
+def hf_config(trained: TrainedModel, eot_id: int | None) -> dict[str, Any]:
+    model = trained.cfg.model
+    return {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "vocab_size": trained.tokenizer.vocab_size,
+        "n_positions": model.block_size,
+        "n_embd": model.n_embd,
+        "n_layer": model.n_layer,
+        "n_head": model.n_head,
+        "n_inner": None,  # 4 * n_embd, as cockpit's MLP
+        "activation_function": "gelu",
+        "layer_norm_epsilon": 1e-5,
+        "resid_pdrop": model.dropout,
+        "embd_pdrop": model.dropout,
+        "attn_pdrop": model.dropout,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": True,
+        "bos_token_id": eot_id,
+        "eos_token_id": eot_id,
+        "use_cache": True,
+        "torch_dtype": "float32",
+        "cockpit_version": cockpit_version(),
+        "cockpit_tokenizer": trained.tokenizer.name,
+    }
+
+
+def _bpe_encoding(name: str) -> Any:
+    import tiktoken
+
+    return tiktoken.get_encoding(name)  # the run's tokenizer loaded it, so it is cached
+
+
+def _write_tokenizer(trained: TrainedModel, out: Path) -> tuple[list[Path], list[str], int | None]:
+    """The tokenizer files for a GPT-2-style BPE run, or the reason there are none."""
+    from engine.export.gpt2_tokenizer import END_OF_TEXT, uses_gpt2_bpe, write_tokenizer_files
+
+    name = trained.tokenizer.name
+    if name == "char":
+        chars = out / CHARS_FILE
+        chars.write_text(json.dumps(list(trained.tokenizer.chars), ensure_ascii=False), "utf-8")
+        note = (
+            f"no tokenizer files: transformers has no character-level GPT-2 tokenizer; the run's "
+            f"characters (token id = position in the list) are in {chars}"
+        )
+        return [chars], [note], None
+    encoding = _bpe_encoding(name)
+    eot = encoding._special_tokens.get(END_OF_TEXT)
+    if not uses_gpt2_bpe(encoding) or eot is None:
+        note = (
+            f"no tokenizer files: {name} is not GPT-2's byte-level BPE; encode with "
+            f"tiktoken.get_encoding({name!r}) and pass its ids to the model"
+        )
+        return [], [note], eot
+    written = write_tokenizer_files(encoding, trained.cfg.model.block_size, out)
+    note = f"tokenizer: GPT2TokenizerFast.from_pretrained reads the {name} vocabulary from here"
+    return written, [note], eot
+
+
+def export(target: Path, out: Path) -> ExportResult:
+    from safetensors.torch import save_file
+
+    check_directory_out(out)
+    trained = load_for_export(target)
+    refuse_unless_gpt2_shaped(
+        trained.cfg.model,
+        "Hugging Face's GPT-2",
+        "export --format safetensors instead (any model shape, cockpit's own names)",
+    )
+    tensors = hf_tensors(trained.model.state_dict(), trained.cfg.model.n_layer)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (*TOKENIZER_FILES, CHARS_FILE):  # from an earlier export into this directory
+        (out / stale).unlink(missing_ok=True)
+    weights = out / "model.safetensors"
+    save_file(tensors, str(weights), {"format": "pt"})
+    tokenizer_written, tokenizer_notes, eot = _write_tokenizer(trained, out)
+    config = out / "config.json"
+    config.write_text(json.dumps(hf_config(trained, eot), indent=2) + "\n", encoding="utf-8")
+    notes = [source_note(trained), *tokenizer_notes]
+    if not trained.cfg.model.bias:
+        notes.append("biases written as zeros: GPT-2 always has them, this run had none")
+    return ExportResult(written=[config, weights, *tokenizer_written], notes=notes)

@@ -1,0 +1,133 @@
+"""`cockpit export --format nanogpt`: a ckpt.pt that nanoGPT's sample.py loads with
+init_from='resume' (and out_dir pointing at the exported directory).
+
+nanoGPT's GPT is cockpit's with every switch off, under GPT-2's names and nn.Linear's layout;
+its LayerNorms and Linears have biases only when bias=True. sample.py decodes with
+data/DATASET/meta.pkl when config['dataset'] names one that exists, else with GPT-2's BPE.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.export import ExportResult
+from engine.export.weights_source import (
+    check_directory_out,
+    cockpit_version,
+    gpt2_name,
+    load_for_export,
+    refuse_unless_gpt2_shaped,
+    source_note,
+)
+from engine.trained import TrainedModel
+
+DEFAULT_NAME = "nanogpt"
+CKPT_NAME = "ckpt.pt"
+META_NAME = "meta.pkl"
+# Tokenizers whose ids are GPT-2's, the BPE sample.py decodes with when there is no meta.pkl.
+SAME_AS_GPT2 = ("r50k_base", "gpt2")
+
+
+def nanogpt_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Cockpit's state dict under nanoGPT's names; tied tensors stay one tensor."""
+    return {gpt2_name(name): tensor.detach() for name, tensor in state.items()}
+
+
+def dataset_name(trained: TrainedModel) -> str:
+    """A folder name under nanoGPT's data/ for this run's characters: cockpit_SOURCE, so it never
+    overwrites nanoGPT's own shakespeare_char."""
+    stem = Path(trained.cfg.data.source).stem or "corpus"
+    return "cockpit_" + re.sub(r"[^A-Za-z0-9_-]+", "_", stem)
+
+
+def nanogpt_checkpoint(trained: TrainedModel) -> dict[str, Any]:
+    """The dict sample.py reads: plain Python values and tensors only (weights_only loads it)."""
+    model, cfg = trained.cfg.model, trained.cfg
+    model_args = {
+        "n_layer": model.n_layer,
+        "n_head": model.n_head,
+        "n_embd": model.n_embd,
+        "block_size": model.block_size,
+        "bias": model.bias,
+        "vocab_size": trained.tokenizer.vocab_size,
+        "dropout": model.dropout,
+    }
+    config: dict[str, Any] = {
+        **model_args,
+        "learning_rate": cfg.optim.lr,
+        "weight_decay": cfg.optim.weight_decay,
+        "beta1": cfg.optim.beta1,
+        "beta2": cfg.optim.beta2,
+        "grad_clip": cfg.optim.grad_clip,
+        "batch_size": cfg.train.batch_size,
+        "gradient_accumulation_steps": cfg.train.grad_accum,
+        "max_iters": cfg.train.max_steps,
+        "cockpit_version": cockpit_version(),
+        "cockpit_tokenizer": trained.tokenizer.name,
+        "cockpit_config": cfg.to_dict(),
+    }
+    if trained.tokenizer.name == "char":
+        config["dataset"] = dataset_name(trained)
+    best = trained.state.get("best_val")
+    return {
+        "model": nanogpt_state(trained.model.state_dict()),
+        "model_args": model_args,
+        "iter_num": trained.step,
+        "best_val_loss": float(best) if isinstance(best, (int, float)) else float("inf"),
+        "config": config,
+    }
+
+
+def char_meta(chars: str) -> dict[str, Any]:
+    """nanoGPT's meta.pkl for a character vocabulary."""
+    return {
+        "vocab_size": len(chars),
+        "itos": dict(enumerate(chars)),
+        "stoi": {ch: i for i, ch in enumerate(chars)},
+    }
+
+
+def export(target: Path, out: Path) -> ExportResult:
+    check_directory_out(out)
+    trained = load_for_export(target)
+    refuse_unless_gpt2_shaped(
+        trained.cfg.model,
+        "nanoGPT's GPT",
+        "export --format safetensors instead (any model shape, cockpit's own names)",
+    )
+    checkpoint = nanogpt_checkpoint(trained)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / META_NAME).unlink(missing_ok=True)  # from an earlier export into this directory
+    ckpt_file = out / CKPT_NAME
+    partial = out / (CKPT_NAME + ".partial")
+    torch.save(checkpoint, partial)
+    partial.replace(ckpt_file)
+    written, notes = [ckpt_file], [source_note(trained)]
+    name = trained.tokenizer.name
+    if name == "char":
+        meta = out / META_NAME
+        with meta.open("wb") as f:
+            pickle.dump(char_meta(trained.tokenizer.chars), f)
+        written.append(meta)
+        dataset = checkpoint["config"]["dataset"]
+        notes.append(
+            f"nanoGPT's sample.py reads the characters from data/{dataset}/{META_NAME} in its "
+            f"checkout: copy {meta} there"
+        )
+    elif name in SAME_AS_GPT2:
+        notes.append(f"sample.py decodes with GPT-2's BPE (no meta.pkl): the same as {name}")
+    else:
+        notes.append(
+            f"sample.py decodes with GPT-2's BPE, not this run's {name}: its text will be wrong; "
+            f"decode the ids with tiktoken.get_encoding({name!r})"
+        )
+    notes.append(
+        f"load with sample.py --init_from=resume --out_dir={out}; train.py cannot resume from it "
+        "(no optimizer state)"
+    )
+    return ExportResult(written=written, notes=notes)

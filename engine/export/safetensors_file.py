@@ -1,0 +1,64 @@
+"""`cockpit export --format safetensors`: the weights as one .safetensors file under cockpit's own
+names, with what it takes to rebuild the model in its metadata (strings only, as the format asks).
+
+Any model shape exports: `GPT(ModelConfig(**json.loads(meta["model_config"])),
+int(meta["vocab_size"]))` rebuilds it, once the tied names in meta["tied_weights"] point at the
+tensor they share (safetensors refuses to store one tensor under two names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from engine.export import ExportError, ExportResult
+from engine.export.weights_source import (
+    cockpit_version,
+    distinct_tensors,
+    load_for_export,
+    source_note,
+    val_loss_of,
+)
+from engine.trained import TrainedModel
+
+DEFAULT_NAME = "model.safetensors"
+
+
+def metadata_of(trained: TrainedModel) -> dict[str, str]:
+    """The file's metadata: every value a string."""
+    loss = val_loss_of(trained)
+    return {
+        "format": "pt",
+        "producer": "cockpit",
+        "cockpit_version": cockpit_version(),
+        "model_config": json.dumps(dataclasses.asdict(trained.cfg.model)),
+        "vocab_size": str(trained.tokenizer.vocab_size),
+        "tokenizer": trained.tokenizer.name,
+        "tokenizer_meta": json.dumps(trained.tokenizer.to_meta()),
+        "step": str(trained.step),
+        "val_loss": "" if loss is None else repr(loss),
+    }
+
+
+def export(target: Path, out: Path) -> ExportResult:
+    from safetensors.torch import save_file
+
+    if out.is_dir():
+        raise ExportError(
+            f"--out {out}: a directory is there and this format writes one file; "
+            f"give a file path such as {out / DEFAULT_NAME}"
+        )
+    trained = load_for_export(target)
+    tensors, tied = distinct_tensors(trained.model.state_dict())
+    metadata = metadata_of(trained)
+    metadata["tied_weights"] = json.dumps(tied)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(partial), metadata)
+    partial.replace(out)  # a crash never leaves a half-written file under the real name
+    notes = [source_note(trained)]
+    if tied:
+        pairs = ", ".join(f"{name} is {kept}" for name, kept in tied.items())
+        notes.append(f"tied weights stored once: {pairs} (metadata 'tied_weights')")
+    return ExportResult(written=[out], notes=notes)
