@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run `cockpit` alone to open the app on the default preset; `cockpit train --headless` for batch jobs.",
     )
     parser.add_argument("--version", action="version", version=f"cockpit {cockpit_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help="what to do (default: train)"
+    )
     _run_options(sub.add_parser("train", help="train a preset (the app, or --headless)"))
     for module in MODULES:
         module.add_arguments(sub.add_parser(module.NAME, help=module.HELP, description=module.HELP))

@@ -45,18 +45,24 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    n_layer: int = _opt(4, min=1)
-    n_head: int = _opt(4, min=1)
-    n_embd: int = _opt(128, min=1)
+    n_layer: int = _opt(4, help="transformer blocks", min=1)
+    n_head: int = _opt(4, help="attention heads per block (must divide n_embd)", min=1)
+    n_embd: int = _opt(128, help="width: embedding and residual stream size", min=1)
     block_size: int = _opt(64, help="context length in tokens", min=1)
-    dropout: float = _opt(0.0, min=0.0, below=1.0)
+    dropout: float = _opt(
+        0.0, help="dropout probability while training; 0 turns it off", min=0.0, below=1.0
+    )
     bias: bool = _opt(False, help="biases in Linear and LayerNorm layers")
     # Modern parts, all off in the nanoGPT-faithful presets.
-    pos_emb: str = _opt("learned", choices=("learned", "rotary"))
-    norm: str = _opt("layernorm", choices=("layernorm", "rmsnorm"))
-    qk_norm: bool = _opt(False)
-    mlp: str = _opt("gelu", choices=("gelu", "relu2"))
-    tie_embeddings: bool = _opt(True)
+    pos_emb: str = _opt(
+        "learned",
+        help="positions: a learned embedding table or rotary (RoPE) in attention",
+        choices=("learned", "rotary"),
+    )
+    norm: str = _opt("layernorm", help="normalisation layers", choices=("layernorm", "rmsnorm"))
+    qk_norm: bool = _opt(False, help="RMS-normalise queries and keys before attention")
+    mlp: str = _opt("gelu", help="MLP activation (relu2 = ReLU squared)", choices=("gelu", "relu2"))
+    tie_embeddings: bool = _opt(True, help="share the token embedding matrix with the output head")
     zero_init_proj: bool = _opt(False, help="zero-initialise attention and MLP output projections")
     logit_softcap: float = _opt(0.0, help="tanh soft-cap on logits; 0 turns it off", min=0.0)
     grad_checkpoint: bool = _opt(False, help="recompute each block's activations in backward")
@@ -69,15 +75,21 @@ MAX_LR = 10.0
 
 @dataclass
 class OptimConfig:
-    name: str = _opt("adamw", choices=("adamw", "muon", "lion", "adafactor"))
+    name: str = _opt(
+        "adamw",
+        help="optimizer (muon: Muon for the blocks' matrices, AdamW for the rest)",
+        choices=("adamw", "muon", "lion", "adafactor"),
+    )
     lr: float = _opt(1e-3, help="peak learning rate", min_excl=0.0, max=MAX_LR)
-    weight_decay: float = _opt(0.1, min=0.0)
-    beta1: float = _opt(0.9, min=0.0, below=1.0)
-    beta2: float = _opt(0.95, min=0.0, below=1.0)
-    eps: float = _opt(1e-8, min_excl=0.0)
+    weight_decay: float = _opt(
+        0.1, help="decoupled weight decay on matrices and embeddings (0 = none)", min=0.0
+    )
+    beta1: float = _opt(0.9, help="AdamW/Lion first-moment decay", min=0.0, below=1.0)
+    beta2: float = _opt(0.95, help="AdamW/Lion second-moment decay", min=0.0, below=1.0)
+    eps: float = _opt(1e-8, help="AdamW's denominator epsilon", min_excl=0.0)
     grad_clip: float = _opt(1.0, help="max gradient norm; 0 turns clipping off", min=0.0)
     muon_lr: float = _opt(0.02, help="Muon's LR for the 2-D block matrices", min_excl=0.0)
-    muon_momentum: float = _opt(0.95, min=0.0, below=1.0)
+    muon_momentum: float = _opt(0.95, help="Muon's (Nesterov) momentum", min=0.0, below=1.0)
     muon_ns: str = _opt(
         "bf16",
         help="Muon's Newton-Schulz: 'bf16' (torch's, per matrix) or 'fp32' (batched by shape; "
@@ -88,8 +100,12 @@ class OptimConfig:
 
 @dataclass
 class ScheduleConfig:
-    kind: str = _opt("cosine", choices=("cosine", "wsd", "constant"))
-    warmup_steps: int = _opt(100, min=0)
+    kind: str = _opt(
+        "cosine",
+        help="LR shape after warmup: cosine decay, warmup-stable-decay, or constant",
+        choices=("cosine", "wsd", "constant"),
+    )
+    warmup_steps: int = _opt(100, help="steps of linear warmup to the peak LR (0 = none)", min=0)
     decay_steps: int = _opt(0, help="cosine: steps until min_lr (0 = max_steps)", min=0)
     min_lr: float = _opt(1e-4, help="LR floor", min=0.0)
     decay_fraction: float = _opt(
@@ -99,13 +115,17 @@ class ScheduleConfig:
 
 @dataclass
 class TrainConfig:
-    max_steps: int = _opt(2000, min=1)
+    max_steps: int = _opt(2000, help="optimizer steps in the whole run", min=1)
     batch_size: int = _opt(12, help="micro-batch size in sequences", min=1)
     grad_accum: int = _opt(1, help="micro-batches per optimizer step", min=1)
     device: str = _opt("auto", help="'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
-    dtype: str = _opt("auto", choices=("auto", "float32", "bfloat16", "float16"))
+    dtype: str = _opt(
+        "auto",
+        help="autocast dtype (auto: bfloat16 on GPUs that have it, else float16; float32 on CPU)",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
     compile: bool = _opt(False, help="torch.compile the model")
-    seed: int = _opt(1337)
+    seed: int = _opt(1337, help="random seed: initial weights, batch order, dropout")
     log_every: int = _opt(0, help="steps between loss read-backs (0 = 1 on CPU, 10 on GPU)", min=0)
     check_finite: bool = _opt(
         True, help="check each step's gradient norm before applying it (one sync)"
@@ -132,16 +152,18 @@ class EvalConfig:
 @dataclass
 class SampleConfig:
     interval: int = _opt(500, help="steps between samples (0 = never)", min=0)
-    prompts: list[str] = _opt(["\n"])
-    max_new_tokens: int = _opt(200, min=1)
-    temperature: float = _opt(0.8, min_excl=0.0)
+    prompts: list[str] = _opt(["\n"], help="texts to continue, one sample each")
+    max_new_tokens: int = _opt(200, help="tokens generated per sample", min=1)
+    temperature: float = _opt(
+        0.8, help="sampling temperature (lower is more predictable)", min_excl=0.0
+    )
     top_k: int = _opt(200, help="0 = no top-k", min=0)
 
 
 @dataclass
 class CheckpointConfig:
     interval: int = _opt(1000, help="steps between checkpoints (0 = only at the end)", min=0)
-    keep_last: int = _opt(3, min=1)
+    keep_last: int = _opt(3, help="periodic checkpoints kept on disk (older ones deleted)", min=1)
     keep_best: bool = _opt(True, help="also keep the checkpoint with the best val loss")
 
 

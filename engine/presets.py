@@ -69,23 +69,38 @@ def discover(extra_dirs: list[str | Path] = ()) -> dict[str, PresetInfo]:
     return dict(sorted(found.items()))
 
 
+def preset_path(name_or_path: str, extra_dirs: list[str | Path] = ()) -> tuple[Path, str]:
+    """The file a preset name (or path) stands for, and the preset's name."""
+    if name_or_path.endswith(".toml") or os.sep in name_or_path:
+        path = Path(name_or_path).expanduser()
+        return path, path.stem
+    presets = discover(extra_dirs)
+    if name_or_path not in presets:
+        known = ", ".join(presets) or "none"
+        raise ConfigError(
+            f"unknown preset '{name_or_path}' (known: {known}); give a name or a path to a .toml file"
+        )
+    return presets[name_or_path].path, name_or_path
+
+
+def extends_chain(name_or_path: str, extra_dirs: list[str | Path] = ()) -> list[Path]:
+    """The files a preset is built from: its own, then the one it extends, and so on."""
+    chain: list[Path] = []
+    name: object = name_or_path
+    while isinstance(name, str):
+        path, _ = preset_path(name, extra_dirs)
+        if path in chain:  # load_preset reports the cycle; the chain stops at the repeat
+            break
+        chain.append(path)
+        name = read_toml(path).get("extends")
+    return chain
+
+
 def _resolve_raw(
     name_or_path: str, extra_dirs: list[str | Path], chain: tuple[str, ...]
 ) -> tuple[dict[str, Any], str, str]:
     """The raw TOML dict of a preset with its `extends` chain merged in; also its name and path."""
-    looks_like_path = name_or_path.endswith(".toml") or os.sep in name_or_path
-    if looks_like_path:
-        path = Path(name_or_path).expanduser()
-        name = path.stem
-    else:
-        presets = discover(extra_dirs)
-        if name_or_path not in presets:
-            known = ", ".join(presets) or "none"
-            raise ConfigError(
-                f"unknown preset '{name_or_path}' (known: {known}); give a name or a path to a .toml file"
-            )
-        path = presets[name_or_path].path
-        name = name_or_path
+    path, name = preset_path(name_or_path, extra_dirs)
     if str(path) in chain:
         raise ConfigError(f"{path}: 'extends' forms a cycle ({' -> '.join(chain)} -> {path})")
     raw = read_toml(path)

@@ -1,16 +1,231 @@
-"""`cockpit completion bash|zsh|fish`: the shell completion script, generated from the parser."""
+"""`cockpit completion bash|zsh|fish`: the shell completion script, generated from the parser.
+
+bash and zsh come from shtab (imported here only, so other commands never pay for it); fish
+from the small generator below, which walks the same parser. Every script completes the
+subcommands, each one's options, choices, preset names (by running `cockpit presets --names`
+when the user presses tab) and paths.
+"""
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 NAME = "completion"
 HELP = "print a shell completion script (bash, zsh or fish)"
+EPILOG = textwrap.dedent(
+    """\
+    Install it once, then open a new shell:
+      bash:  mkdir -p ~/.local/share/bash-completion/completions
+             cockpit completion bash > ~/.local/share/bash-completion/completions/cockpit
+      zsh:   mkdir -p ~/.zfunc && cockpit completion zsh > ~/.zfunc/_cockpit
+             and in ~/.zshrc, before compinit: fpath=(~/.zfunc $fpath)
+      fish:  cockpit completion fish > ~/.config/fish/completions/cockpit.fish
+    """
+)
+
+# What a value is, by option name: any subcommand that has one of these options (including
+# ones added later) completes it the same way.
+PRESET_OPTIONS = ("--preset",)
+FILE_OPTIONS = ("--data", "--resume", "--out")
+DIR_OPTIONS = ("--run-dir", "--presets-dir")
+PRESET_METAVARS = ("NAME|PATH",)
+PATH_METAVAR_WORDS = ("RUN_DIR", "CKPT", "PATH", "FILE", "DIR")
+
+PRESET_NAMES_COMMAND = "cockpit presets --names 2>/dev/null"
+
+BASH_PREAMBLE = f"""\
+# preset names (asked from cockpit when completing), and files when the word looks like a path
+_cockpit_compgen_preset_or_file() {{
+  compgen -W "$({PRESET_NAMES_COMMAND})" -- "$1"
+  case "$1" in */*|.*|~*) compgen -f -- "$1" ;; esac
+}}
+"""
+ZSH_PREAMBLE = f"""\
+# preset names (asked from cockpit when completing), and .toml preset files
+_cockpit_presets() {{
+  local -a names
+  names=(${{(f)"$({PRESET_NAMES_COMMAND})"}})
+  compadd -a names
+  _files -g '*.toml'
+}}
+"""
+SHTAB_FUNCTIONS = {
+    "preset": {"bash": "_cockpit_compgen_preset_or_file", "zsh": "_cockpit_presets"},
+    "file": {"bash": "_shtab_compgen_files", "zsh": "_files"},
+    "dir": {"bash": "_shtab_compgen_dirs", "zsh": "_files -/"},
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the install lines
     parser.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to complete in")
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("cockpit completion")
+    from cockpit.cli import build_parser
+
+    print(completion_script(build_parser(), args.shell), end="")
+    return 0
+
+
+def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """The completion script of `parser` for `shell` ('bash', 'zsh' or 'fish')."""
+    if shell == "fish":
+        return fish_script(parser)
+    import shtab
+
+    for action in walk_actions(parser):
+        kind = value_kind(action)
+        if kind is not None:
+            action.complete = SHTAB_FUNCTIONS[kind]  # type: ignore[attr-defined]
+    preamble = BASH_PREAMBLE if shell == "bash" else ZSH_PREAMBLE
+    return shtab.complete(parser, shell=shell, preamble=preamble)
+
+
+def walk_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every action of the parser and of its subcommands' parsers, depth first."""
+    found = []
+    for action in parser._actions:
+        found.append(action)
+        for sub in subcommands(action).values():
+            found += walk_actions(sub)
+    return found
+
+
+def subcommands(action: argparse.Action) -> dict[str, argparse.ArgumentParser]:
+    if isinstance(action, argparse._SubParsersAction):
+        return dict(action.choices)
+    return {}
+
+
+def value_kind(action: argparse.Action) -> str | None:
+    """'preset', 'file' or 'dir' for a value completed that way; None otherwise."""
+    if action.option_strings:
+        if takes_no_value(action):
+            return None
+        names = set(action.option_strings)
+        for kind, options in (("preset", PRESET_OPTIONS), ("file", FILE_OPTIONS), ("dir", DIR_OPTIONS)):
+            if names & set(options):
+                return kind
+        return None
+    metavar = str(action.metavar or "")
+    if metavar in PRESET_METAVARS:
+        return "preset"
+    if any(word in metavar.upper() for word in PATH_METAVAR_WORDS):
+        return "file"
+    return None
+
+
+def takes_no_value(action: argparse.Action) -> bool:
+    return action.nargs == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# fish: `complete` lines, one per subcommand, option and positional
+
+
+def fish_script(parser: argparse.ArgumentParser) -> str:
+    prog = parser.prog
+    lines = [
+        f"# {prog} completion for fish, generated by `{prog} completion fish`",
+        f"complete -c {prog} -e",
+        f"complete -c {prog} -f  # no file names unless a value is a path",
+    ]
+    lines += fish_parser_lines(parser, prog, [])
+    return "\n".join(lines) + "\n"
+
+
+def fish_parser_lines(parser: argparse.ArgumentParser, prog: str, path: list[str]) -> list[str]:
+    """The `complete` lines of one parser (reached by the subcommands in `path`) and below."""
+    children: dict[str, argparse.ArgumentParser] = {}
+    child_help: dict[str, str] = {}
+    for action in parser._actions:
+        for choice in getattr(action, "_choices_actions", []) if subcommands(action) else []:
+            child_help[choice.dest] = choice.help or ""
+        children.update(subcommands(action))
+    here = fish_condition(path, list(children))
+    lines = []
+    for name in children:
+        lines.append(f"complete -c {prog} -n {fish_quote(here)} -a {fish_quote(name)}"
+                     f" -d {fish_quote(short_help(child_help.get(name, '')))}")  # fmt: skip
+    for action in parser._actions:
+        if action.help == argparse.SUPPRESS or subcommands(action):
+            continue
+        spec = fish_option_spec(action) if action.option_strings else fish_positional_spec(action)
+        if spec is None:
+            continue
+        line = f"complete -c {prog} -n {fish_quote(here)} {spec}"
+        if action.help:
+            line += f" -d {fish_quote(short_help(expand_help(action)))}"
+        lines.append(line)
+    for name, sub in children.items():
+        lines += fish_parser_lines(sub, prog, [*path, name])
+    return lines
+
+
+def fish_condition(path: list[str], children: list[str]) -> str:
+    """True while the command line is in the parser at `path`, before any of its subcommands."""
+    if not path:
+        return "__fish_use_subcommand"
+    parts = [f"__fish_seen_subcommand_from {name}" for name in path]
+    if children:
+        parts.append("not __fish_seen_subcommand_from " + " ".join(children))
+    return "; and ".join(parts)
+
+
+def fish_option_spec(action: argparse.Action) -> str:
+    flags = []
+    for option in action.option_strings:
+        if option.startswith("--"):
+            flags.append(f"-l {option[2:]}")
+        else:
+            flags.append(f"-s {option[1:]}")
+    if takes_no_value(action):
+        return " ".join(flags)
+    return " ".join([*flags, fish_value_spec(action, value_kind(action))])
+
+
+def fish_positional_spec(action: argparse.Action) -> str | None:
+    """An option's value spec without -r/-x (they are about options); None: nothing to offer."""
+    spec = fish_value_spec(action, value_kind(action))
+    words = [w for w in spec.split(" ", 2) if w not in ("-r", "-x")]
+    return " ".join(words) or None
+
+
+def fish_value_spec(action: argparse.Action, kind: str | None) -> str:
+    """How fish completes the value: -r (a value is required), then files, dirs or words."""
+    if action.choices:
+        words = " ".join(str(c) for c in action.choices)
+        return f"-x -a {fish_quote(words)}"
+    if kind == "preset":
+        return f"-r -F -a {fish_quote('(' + PRESET_NAMES_COMMAND + ')')}"
+    if kind == "file":
+        return "-r -F"
+    if kind == "dir":
+        return "-x -a " + fish_quote("(__fish_complete_directories (commandline -ct))")
+    return "-x"
+
+
+def fish_quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def expand_help(action: argparse.Action) -> str:
+    """The help text with argparse's %(default)s-style fields filled in."""
+    text = str(action.help or "")
+    if "%" not in text:
+        return text
+    try:
+        return text % {**vars(action), "prog": "cockpit"}
+    except (KeyError, TypeError, ValueError):
+        return text
+
+
+def short_help(text: str) -> str:
+    """The first clause of a help text (fish shows one short line per candidate); the whole
+    text where cutting at the first '; ' would leave a parenthesis open."""
+    text = " ".join(text.split())
+    head = text.split("; ")[0]
+    return head if head.count("(") == head.count(")") else text

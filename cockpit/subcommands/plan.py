@@ -19,9 +19,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="plan for a GPU with this much memory, e.g. 24GB (default: this machine's device)",
     )
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--data", metavar="PATH", help="corpus (for a char-level vocabulary)")
-    parser.add_argument("--presets-dir", action="append", default=[], metavar="DIR")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a preset value, e.g. --set train.batch_size=16 (repeatable)",
+    )
+    parser.add_argument(
+        "--data",
+        metavar="PATH",
+        help="the corpus to train on: its characters size a char-level vocabulary",
+    )
+    parser.add_argument(
+        "--presets-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra folder of presets (repeatable; later ones win)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
