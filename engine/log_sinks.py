@@ -42,8 +42,10 @@ def open_summary_writer(log_dir: Path, start_step: int = 0) -> Any:
     """A SummaryWriter on `log_dir`. A resumed run (start_step S > 0) purges the points after S
     that an earlier session wrote: a rolled-back or abandoned branch is hidden in TensorBoard."""
     writer_class = summary_writer_class()
-    purge_step = start_step + 1 if start_step > 0 else None  # step S itself stays: not retrained
-    return writer_class(log_dir=str(log_dir), purge_step=purge_step, flush_secs=10)
+    # purge_step writes a session-start marker. TensorBoard's UI takes the first marker it
+    # reads for the start and only a later one for a restart, so a fresh run writes one too
+    # (at step 1: nothing before it to purge). Step S itself stays: it is not trained again.
+    return writer_class(log_dir=str(log_dir), purge_step=start_step + 1, flush_secs=10)
 
 
 def purge_after(writer: Any, step: int) -> None:
