@@ -193,15 +193,31 @@ class GPT(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Extend idx (b, t) by max_new_tokens sampled tokens, cropping context to block_size."""
+        """Extend idx (b, t) by max_new_tokens sampled tokens, cropping context to block_size.
+        Temperature 0 is greedy: the most likely token each time, no random numbers drawn."""
         for _ in range(max_new_tokens):
-            context = idx if idx.size(1) <= self.cfg.block_size else idx[:, -self.cfg.block_size :]
-            logits, _ = self(context)
-            logits = logits[:, -1, :].float() / temperature
-            if top_k:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            probs = F.softmax(logits, dim=-1)
-            next_id = torch.multinomial(probs, num_samples=1, generator=generator)
+            next_id = self.next_token(idx, temperature, top_k, generator)
             idx = torch.cat((idx, next_id), dim=1)
         return idx
+
+    @torch.no_grad()
+    def next_token(
+        self,
+        idx: torch.Tensor,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """The next token (b, 1) after idx (b, t), seeing at most the last block_size tokens:
+        one step of `generate`, for callers that stream tokens as they come."""
+        context = idx if idx.size(1) <= self.cfg.block_size else idx[:, -self.cfg.block_size :]
+        logits, _ = self(context)
+        logits = logits[:, -1, :].float()
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = logits / temperature
+        if top_k:
+            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+            logits[logits < v[:, [-1]]] = -float("inf")
+        probs = F.softmax(logits, dim=-1)
+        return torch.multinomial(probs, num_samples=1, generator=generator)
