@@ -108,7 +108,7 @@ def export(target: Path, out: Path) -> ExportResult:
     finally:
         for f in files.values():
             f.close()
-    notes = [", ".join(f"{kind}.csv {n} rows" for kind, n in rows.items())]
+    notes = [", ".join(f"{kind}.csv {n} row{'' if n == 1 else 's'}" for kind, n in rows.items())]
     if scan.abandoned:
         notes.append(f"{scan.abandoned} records of abandoned branches (resume, rollback) left out")
     return ExportResult(written=[out / f"{kind}.csv" for kind in headers], notes=notes)

@@ -67,7 +67,11 @@ def export(target: Path, out: Path) -> ExportResult:
         raise ExportError(f"cannot write {out}: {e.strerror or e}; check the disk") from None
     finally:
         writer.close()
-    notes = [f"{written} scalars and texts up to step {last_step}; view: tensorboard --logdir {out}"]
+    view = f"view: tensorboard --logdir {out}"
+    if written:
+        notes = [f"{written} scalars and texts up to step {last_step}; {view}"]
+    else:
+        notes = [f"no scalars yet: the run has not logged a step; {view}"]
     if scan.abandoned:
         notes.append(f"{scan.abandoned} records of abandoned branches (resume, rollback) left out")
     if replaced:

@@ -44,9 +44,14 @@ def run20(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_step_and_eval_tables_are_the_metrics_files(run20, tmp_path):
-    out = tmp_path / "csv"
-    result = csv_metrics.export(run20, out)
-    assert result.written[:2] == [out / "step.csv", out / "eval.csv"]
+    out = run20 / "export" / "csv"  # where `cockpit export` writes by default
+    done = subprocess.run(
+        [sys.executable, "-m", "cockpit.cli", "export", str(run20), "--format", "csv"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out / 'step.csv'}" in done.stdout
+    assert "step.csv 20 rows, eval.csv 2 rows" in done.stdout
     assert {p.name for p in out.iterdir()} >= {"step.csv", "eval.csv", "checkpoint.csv"}
 
     header, rows = read_csv(out / "step.csv")
@@ -69,7 +74,6 @@ def test_step_and_eval_tables_are_the_metrics_files(run20, tmp_path):
     # a sample's text with quotes, commas and newlines survives the round trip
     _, rows = read_csv(out / "sample.csv")
     assert [r["text"] for r in rows] == [r["text"] for r in records(run20, "sample")]
-    assert "step.csv 20 rows, eval.csv 2 rows" in result.notes[0]
 
 
 def write_metrics(path: Path, lines: list[dict | str]) -> None:

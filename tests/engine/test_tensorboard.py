@@ -110,8 +110,9 @@ def test_live_scalars_are_the_metrics_files(run20):
 
 
 def test_export_writes_what_the_sink_wrote(run20, tmp_path):
-    result = tb_export.export(run20, tmp_path / "tb")
-    assert result.written == [tmp_path / "tb"]
+    done = cockpit("export", str(run20), "--format", "tensorboard", "--out", str(tmp_path / "tb"))
+    assert done.returncode == 0, done.stderr
+    assert f"tensorboard --logdir {tmp_path / 'tb'}" in done.stdout
     assert read_tensorboard(tmp_path / "tb") == read_tensorboard(run20 / "tensorboard")
     # again, from a checkpoint of the run, into the same folder: replaced, not doubled
     tb_export.export(run20 / "ckpt-00000020.pt", tmp_path / "tb")
