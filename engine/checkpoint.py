@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
+import pickletools
 import random
 import re
 import shutil
 import time
-from pathlib import Path
+import warnings
+import zipfile
+from enum import Enum
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -24,6 +29,26 @@ from engine.files import atomic_write, fsync_dir
 
 CKPT_RE = re.compile(r"^ckpt-(\d{8})\.pt$")
 BEST_NAME = "best.pt"
+# 2: everything loads with torch.load(weights_only=True); 1: numpy's RNG state was an ndarray
+FORMAT_VERSION = 2
+
+# What torch needs to rebuild the one numpy array in a format-1 checkpoint (numpy's RNG key,
+# uint32): numpy's array-reconstruction globals, under numpy 2's and numpy 1's module names.
+_RECONSTRUCT = (np._core if hasattr(np, "_core") else np.core).multiarray._reconstruct
+NUMPY_ARRAY_GLOBALS: list[Any] = [
+    (_RECONSTRUCT, "numpy.core.multiarray._reconstruct"),
+    (_RECONSTRUCT, "numpy._core.multiarray._reconstruct"),
+    np.ndarray,
+    np.dtype,
+    np.dtypes.UInt32DType,
+]
+NUMPY_ARRAY_NAMES = {
+    "numpy.core.multiarray._reconstruct",
+    "numpy._core.multiarray._reconstruct",
+    "numpy.ndarray",
+    "numpy.dtype",
+    "numpy.dtypes.UInt32DType",
+}
 
 
 class CheckpointError(RuntimeError):
@@ -117,7 +142,10 @@ def _best_step(best: Path, candidates: list[Path]) -> int:
 
 
 def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
-    """Load a checkpoint on the CPU; any damage becomes a one-line CheckpointError.
+    """Load a checkpoint on the CPU with `weights_only=True`: tensors and plain data only, so a
+    file's pickle code never runs. A format-1 checkpoint (numpy's RNG key as an ndarray) is read
+    with numpy's array globals allowed and converted; its note is in `state["_notes"]`. Any
+    damage, or a file holding other objects, becomes a one-line CheckpointError.
 
     mmap=True maps the tensors instead of reading them: cheap for a look at the config."""
     if path.is_dir():
@@ -128,41 +156,164 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-        except Exception:
-            if not mmap:
-                raise
-            # a file torch cannot map (an old serialisation format): read it whole
-            state = torch.load(path, map_location="cpu", weights_only=False)
+        state = _torch_load(path, mmap)
+    except pickle.UnpicklingError as e:  # torch's weights-only unpickler refused something
+        state = _load_refused(path, mmap, str(e))
     except Exception as e:  # torch raises many types for truncated or foreign files
-        raise CheckpointError(
-            f"{path}: cannot read this checkpoint ({type(e).__name__}); it is truncated or not a "
-            "cockpit checkpoint: resume from an older ckpt-*.pt in the same directory"
-        ) from None
+        raise _unreadable(path, e) from None
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise CheckpointError(f"{path}: not a cockpit checkpoint (no model/config inside)")
+    version = state.get("version", 1)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format {version!r} is newer than this cockpit reads "
+            f"({FORMAT_VERSION}); upgrade cockpit to resume it"
+        )
+    if version < FORMAT_VERSION:
+        state = _upgrade_from_v1(state)
     state["_path"] = str(path)
     return state
 
 
-def global_rng_state(device_type: str) -> dict[str, Any]:
-    """The process-wide random states (Python, NumPy, torch, CUDA) for a checkpoint."""
+def _torch_load(path: Path, mmap: bool) -> Any:
+    with warnings.catch_warnings():
+        # torch warns about a plain pickle's protocol before refusing it: one line, not two
+        warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+        except RuntimeError:
+            if not mmap:
+                raise
+            # a file torch cannot map (an old serialisation format): read it whole
+            return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _load_refused(path: Path, mmap: bool, message: str) -> Any:
+    """A file the weights-only unpickler refused: a format-1 checkpoint (numpy's array globals
+    only) loads with those allowed; anything else is refused, its code never run."""
+    foreign = _refused_globals(path, message)
+    if not foreign:
+        raise _unreadable(path, pickle.UnpicklingError(message))
+    if not foreign <= NUMPY_ARRAY_NAMES:
+        raise CheckpointError(
+            f"{path}: this file holds objects a checkpoint never holds "
+            f"({', '.join(sorted(foreign))}) and cockpit will not run its code; resume only "
+            "from checkpoints cockpit wrote (the ckpt-*.pt of a run directory you trust)"
+        )
+    try:
+        with torch.serialization.safe_globals(NUMPY_ARRAY_GLOBALS):
+            return _torch_load(path, mmap)
+    except Exception as e:
+        raise _unreadable(path, e) from None
+
+
+def _unreadable(path: Path, error: BaseException) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: cannot read this checkpoint ({type(error).__name__}); it is truncated or not a "
+        "cockpit checkpoint: resume from an older ckpt-*.pt in the same directory"
+    )
+
+
+def _refused_globals(path: Path, message: str) -> set[str]:
+    """The globals (module.name) a file's pickle names that torch's weights-only unpickler
+    refuses, found by reading its opcodes, never by running them; empty when the file is not a
+    readable pickle at all (damage, not foreign objects)."""
+    try:
+        if zipfile.is_zipfile(path):  # torch.save's format: torch lists them itself
+            return set(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except Exception:
+        return set()
+    named = set(re.findall(r"Unsupported global: GLOBAL (\S+)", message))
+    return named or _pickle_globals(path)
+
+
+def _pickle_globals(path: Path) -> set[str]:
+    """The globals outside torch that a plain pickle file names (GLOBAL, or STACK_GLOBAL after
+    its two strings); empty when the bytes are not a complete pickle."""
+    found: set[str] = set()
+    strings: list[str] = []
+    try:
+        with path.open("rb") as f:
+            for opcode, arg, _ in pickletools.genops(f):
+                if opcode.name == "GLOBAL":
+                    found.add(str(arg).replace(" ", "."))
+                elif opcode.name == "STACK_GLOBAL":
+                    found.add(".".join(strings[-2:]) or "an unnamed global")
+                elif isinstance(arg, str):
+                    strings.append(arg)
+    except Exception:
+        return set()
+    return {name for name in found if not name.startswith(("torch.", "collections."))}
+
+
+def _upgrade_from_v1(state: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 state in format 2's layout (numpy's RNG state as a tensor and plain values),
+    with the note a resume shows."""
+    rng = state.get("rng")
+    if isinstance(rng, dict) and isinstance(rng.get("numpy"), tuple):
+        rng["numpy"] = _numpy_rng(*rng["numpy"])
+    state["version"] = FORMAT_VERSION
+    state["_notes"] = [
+        "checkpoint format 1 converted on load; the next checkpoint is written in format "
+        f"{FORMAT_VERSION}"
+    ]
+    return state
+
+
+def _numpy_rng(name: str, key: Any, pos: int, has_gauss: int, cached: float) -> dict[str, Any]:
+    # int64 holds every uint32 word of the key exactly, and torch loads it without numpy
     return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "bit_generator": str(name),
+        "key": torch.from_numpy(np.asarray(key, dtype=np.int64).copy()),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
+
+
+def global_rng_state(device_type: str) -> dict[str, Any]:
+    """The process-wide random states (Python, NumPy, torch, CUDA) for a checkpoint, as
+    tensors and plain values only (what `torch.load(weights_only=True)` reads)."""
+    version, internal, gauss_next = random.getstate()
+    return {
+        "python": (version, tuple(internal), gauss_next),
+        "numpy": _numpy_rng(*np.random.get_state(legacy=True)),
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if device_type == "cuda" else None,
+        "cuda": list(torch.cuda.get_rng_state_all()) if device_type == "cuda" else None,
     }
 
 
 def restore_global_rng(rng: dict[str, Any], device_type: str) -> None:
     """Put back what `global_rng_state` recorded (CUDA's only on a CUDA run)."""
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
+    version, internal, gauss_next = rng["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    n = rng["numpy"]
+    key = n["key"].numpy().astype(np.uint32)
+    np.random.set_state((n["bit_generator"], key, n["pos"], n["has_gauss"], n["cached_gaussian"]))
     torch.set_rng_state(rng["torch"])
     if rng["cuda"] is not None and device_type == "cuda":
         torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def plain_data(value: Any) -> Any:
+    """`value` (config, tokenizer and corpus records) as the plain data `weights_only=True`
+    loads: dicts, lists, tuples, str, int, float, bool, None; paths become strings and numpy
+    scalars Python numbers. Anything else is a bug here, not something to write."""
+    if isinstance(value, dict):
+        return {plain_data(k): plain_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_data(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain_data(v) for v in value)
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Enum):
+        return plain_data(value.value)
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    raise TypeError(f"{type(value).__name__} has no place in a checkpoint: {value!r}")
 
 
 def load_model_state(model: torch.nn.Module, state: dict[str, Any]) -> None:

@@ -59,7 +59,7 @@ def accept_resume(run: Trainer) -> dict[str, Any] | None:
     # --set overrides that may change (engine/resume.py decides, and says what changed).
     plan = plan_resume(state, run.resume_overrides, state["_path"], label=str(run.resume_from))
     run.cfg = plan.config
-    run.resume_notes = list(plan.notes)
+    run.resume_notes = [*state.get("_notes", ()), *plan.notes]  # a format conversion first
     run.run_dir = Path(state["_path"]).parent
     if plan.finished is not None:
         run._already_finished = plan.finished

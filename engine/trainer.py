@@ -208,8 +208,9 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self) -> dict[str, Any]:
+        # Tensors and plain data only: the file loads with torch.load(weights_only=True).
         return {
-            "version": 1,
+            "version": ckpt.FORMAT_VERSION,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -222,10 +223,10 @@ class Trainer:
             "rng": ckpt.global_rng_state(self.device.type),
             "batch_rng": self.train_batches.generator.get_state(),
             "sample_rng": self.sample_generator.get_state(),
-            "config": self.cfg.to_dict(),
-            "tokenizer": self.data.tokenizer.to_meta(),
-            "data_meta": self.data.meta,
-            "data_source": self.data.record,
+            "config": ckpt.plain_data(self.cfg.to_dict()),
+            "tokenizer": ckpt.plain_data(self.data.tokenizer.to_meta()),
+            "data_meta": ckpt.plain_data(self.data.meta),
+            "data_source": ckpt.plain_data(self.data.record),
         }
 
     # ------------------------------------------------------------------ evaluation and samples
