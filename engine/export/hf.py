@@ -54,6 +54,7 @@ def hf_tensors(state: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.
 
 def hf_config(trained: TrainedModel, eot_id: int | None) -> dict[str, Any]:
     model = trained.cfg.model
+    dtype = trained.model.wte.weight.dtype  # what the checkpoint holds
     return {
         "model_type": "gpt2",
         "architectures": ["GPT2LMHeadModel"],
@@ -76,7 +77,7 @@ def hf_config(trained: TrainedModel, eot_id: int | None) -> dict[str, Any]:
         "bos_token_id": eot_id,
         "eos_token_id": eot_id,
         "use_cache": True,
-        "torch_dtype": "float32",
+        "torch_dtype": str(dtype).removeprefix("torch."),
         "cockpit_version": cockpit_version(),
         "cockpit_tokenizer": trained.tokenizer.name,
     }

@@ -388,3 +388,15 @@ def test_a_directory_without_checkpoint_is_one_line(tmp_path, capsys):
     assert err.startswith("cockpit: ") and "no checkpoint" in err and err.count("\n") == 1
     assert cockpit_main(["export", str(tmp_path / "nothing"), "--format", "safetensors"]) == 2
     assert "no such run directory or checkpoint file" in capsys.readouterr().err
+
+
+def test_a_missing_package_is_one_line(char_run, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)  # as if it were not installed
+    out = tmp_path / "model.safetensors"
+    assert (
+        cockpit_main(["export", str(char_run), "--format", "safetensors", "--out", str(out)]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("cockpit: export --format safetensors needs the safetensors package")
+    assert "pip install safetensors" in err and err.count("\n") == 1
+    assert not out.exists()
