@@ -87,14 +87,20 @@ def pick_device(requested: str) -> Any:
         ) from None
 
 
-def header(trained: Any, device: Any) -> str:
-    """One line: which checkpoint, its step, its val loss when known, the device."""
+def header(trained: Any, device: Any, options: Any) -> str:
+    """One line: which checkpoint, its step, its val loss when known, the device, the settings."""
     state = trained.state
     parts = [f"step {trained.step:,}"]
     best_val = state.get("best_val")
     if state.get("is_best") and isinstance(best_val, float) and math.isfinite(best_val):
-        parts.append(f"val loss {best_val:.4f}")
-    return f"cockpit sample: {trained.path} ({', '.join(parts)}) on {device}"
+        parts.append(f"val loss {best_val:.4f}")  # best.pt: the val loss that made it the best
+    how = "greedy" if options.temperature == 0 else f"temperature {options.temperature:g}"
+    if options.temperature and options.top_k:
+        how += f", top-k {options.top_k}"
+    return (
+        f"cockpit sample: {trained.path} ({', '.join(parts)}) on {device}; "
+        f"{options.max_new_tokens:,} tokens, {how}"
+    )
 
 
 def reproduce_command(args: argparse.Namespace, options: Any, prompt: str | None, seed: int) -> str:
@@ -153,9 +159,12 @@ def run(args: argparse.Namespace) -> int:
         return 130
     except ConfigError:
         raise
-    except (CheckpointError, ValueError, OSError) as e:  # PromptError, DataError: ValueErrors
+    except (CheckpointError, ValueError) as e:  # PromptError, DataError: ValueErrors
         print(f"cockpit: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the checkpoint's errors are CheckpointErrors: this is the terminal
+        print(f"cockpit: cannot write the text ({e}); check where stdout goes", file=sys.stderr)
+        return 1
     except RuntimeError as e:  # torch: out of memory, a device that went away
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"cockpit: sampling failed ({first}); try --device cpu", file=sys.stderr)
@@ -182,7 +191,7 @@ def _sample(args: argparse.Namespace) -> int:
         prompt = cfg.sample.prompts[0] if cfg.sample.prompts else ""
     if prompt is not None:  # checked before the header: a bad prompt is one line only
         encode_prompt(trained.tokenizer, prompt, cfg.model.block_size)
-    print(header(trained, device), file=sys.stderr)
+    print(header(trained, device, options), file=sys.stderr)
     greedy = options.temperature == 0
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     generator = None if greedy else torch.Generator(device=device).manual_seed(seed)

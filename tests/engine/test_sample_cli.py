@@ -90,7 +90,8 @@ def test_header_on_stderr_text_alone_on_stdout(run_dir, sample):
     assert result.returncode == 0, result.stderr
     header = result.stderr.splitlines()[0]
     assert str(run_dir / "best.pt") in header and "step 30" in header
-    assert "val loss " in header and header.endswith("on cpu")
+    assert "val loss " in header and "on cpu" in header
+    assert header.endswith("40 tokens, temperature 0.8, top-k 200")  # the run's [sample]
     assert len(continuation(result.stdout)) == 40  # the run's sample.max_new_tokens
     assert "cockpit" not in result.stdout and "step" not in result.stdout
 
