@@ -4,6 +4,11 @@ A checkpoint is one `torch.save` file `ckpt-STEP.pt` in the run directory. `best
 link to the checkpoint with the lowest val loss (a copy where links are not supported), so it
 costs no extra disk. Killing the process at any moment leaves every complete checkpoint intact:
 a partial write only ever exists under a temporary name.
+
+A checkpoint holds tensors and plain data only (format 2), so `torch.load(path)` opens it with
+its default `weights_only=True`, and cockpit loads it no other way: a file holding anything
+else is refused without running its pickle code. Format 1 (numpy's RNG state as an ndarray)
+is read with numpy's array globals allowed, and converted.
 """
 
 from __future__ import annotations
