@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -216,28 +217,49 @@ def test_text_streams_and_ctrl_c_exits_130(run_dir, env):
     assert "Traceback" not in err.decode()
 
 
+class PipeReader:
+    """Everything a pipe has carried so far, read on a thread, to wait on without blocking."""
+
+    def __init__(self, pipe) -> None:
+        self.data = b""
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe) -> None:
+        while chunk := pipe.read1(4096):
+            self.data += chunk
+
+    def wait_for(self, check, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not check(self.data):
+            assert time.monotonic() < deadline, self.data[-500:]
+            time.sleep(0.02)
+
+    def text(self) -> str:
+        self._thread.join(timeout=10)
+        return self.data.decode()
+
+
 def test_interactive_ctrl_c_stops_one_generation_then_at_the_prompt_exits_0(run_dir, env):
     proc = popen_sample(
         env, str(run_dir), "--interactive", "--tokens", "100000", stdin=subprocess.PIPE
     )
+    out, err = PipeReader(proc.stdout), PipeReader(proc.stderr)
     try:
-        proc.stdin.write(b"def \n")
-        proc.stdin.flush()
-        assert proc.stdout.read(30)
-        proc.send_signal(signal.SIGINT)  # stops this generation only
-        proc.stdin.write(b"class \n")
-        proc.stdin.flush()
-        time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)  # stops the second one
-        time.sleep(1.0)
+        for n, prompt in enumerate([b"def ", b"class "], start=1):
+            proc.stdin.write(prompt + b"\n")
+            proc.stdin.flush()
+            out.wait_for(lambda data, p=prompt: p in data and len(data.rpartition(p)[2]) > 30)
+            proc.send_signal(signal.SIGINT)  # under way: stops this generation only
+            err.wait_for(lambda data, n=n: data.count(b"cockpit sample: stopped") == n)
+        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)  # at the prompt: leave
-        out, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 0, err.decode()
-    assert err.decode().count("cockpit sample: stopped") == 2
-    assert b"\nclass " in out
-    assert "interrupted" not in err.decode() and "Traceback" not in err.decode()
+    assert proc.returncode == 0, err.text()
+    assert out.text().startswith("def ") and "\nclass " in out.text()
+    assert "interrupted" not in err.text() and "Traceback" not in err.text()
 
 
 def test_bpe_model_empty_prompt_and_multibyte_text(run_dir, tmp_path, sample):
