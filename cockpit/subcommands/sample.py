@@ -256,6 +256,7 @@ def _interactive(generate: Any, first_prompt: str | None) -> int:
             generate(line)
         except PromptError as e:
             print(f"cockpit: {e}", file=sys.stderr)  # this prompt only: ask for another
+            continue  # nothing was printed on stdout
         except KeyboardInterrupt:
             print("\ncockpit sample: stopped", file=sys.stderr)
         sys.stdout.write("\n")

@@ -148,9 +148,11 @@ def test_interactive_answers_each_line_until_quit(run_dir, sample):
     assert "> " not in result.stderr  # stdin is not a terminal: no prompt drawn
 
 
-def test_interactive_ends_at_an_empty_line_and_at_eof(run_dir, sample):
-    stopped = sample(str(run_dir), "--interactive", "--tokens", "3", stdin="def \n\nclass \n")
-    assert stopped.returncode == 0 and stopped.stdout.startswith("def ")
+def test_interactive_skips_a_bad_prompt_and_ends_at_an_empty_line_and_at_eof(run_dir, sample):
+    stdin = "café\ndef \n\nclass \n"
+    stopped = sample(str(run_dir), "--interactive", "--tokens", "3", stdin=stdin)
+    assert stopped.returncode == 0 and stopped.stdout.startswith("def ")  # nothing for café
+    assert "\ncockpit: the prompt has characters this model never saw: 'é'" in stopped.stderr
     assert "class " not in stopped.stdout
     ended = sample(str(run_dir), "--interactive", "--tokens", "3", stdin="")
     assert ended.returncode == 0 and ended.stdout == ""
