@@ -29,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "target", metavar="RUN_DIR|CKPT", help="a run directory or a checkpoint file"
     )
     parser.add_argument(
-        "--prompt", default=None, help="text to continue (default: the run's first sample prompt)"
+        "--prompt",
+        default=None,
+        metavar="TEXT",
+        help="text to continue (default: the run's first sample prompt)",
     )
     parser.add_argument(
         "--tokens", type=int, default=None, metavar="N",
