@@ -244,7 +244,17 @@ def check_resume(args: argparse.Namespace) -> str | None:
         state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
     except ckpt.CheckpointError as e:
         raise ConfigError(str(e)) from None
-    return plan_resume(state, args.overrides, state["_path"], label=args.resume).finished
+    plan = plan_resume(state, args.overrides, state["_path"], label=args.resume)
+    check_log_packages(plan.config)
+    return plan.finished
+
+
+def check_log_packages(cfg: Any) -> None:
+    """`[log]` sinks whose package is missing: one line and exit 2, before anything starts."""
+    if cfg.log.tensorboard:
+        from engine.log_sinks import summary_writer_class
+
+        summary_writer_class()
 
 
 def check_resume_corpus(args: argparse.Namespace) -> None:
@@ -286,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     "--allow-data-change applies to --resume RUN_DIR only: a new run records "
                     "whatever corpus it starts on; drop the flag"
                 )
-            load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
+            cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
+            check_log_packages(cfg)
         else:
             if not Path(args.resume).exists():
                 raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")

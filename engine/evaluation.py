@@ -19,6 +19,7 @@ from engine.batches import eval_batches
 from engine.config import RunConfig
 from engine.data import PreparedData, Tokenizer
 from engine.model import GPT
+from engine.sampling import start_token
 
 # Evaluation windows are drawn from their own seed, apart from training's and sampling's.
 EVAL_SEED_OFFSET = 3
@@ -72,7 +73,7 @@ class Evaluator:
         self.model.eval()
         try:
             for prompt in s.prompts:
-                ids = tokenizer.encode(prompt) or [0]
+                ids = tokenizer.encode(prompt) or [start_token(tokenizer)]  # BPE: end-of-text
                 idx = torch.tensor([ids], dtype=torch.long, device=self.device)
                 with self.autocast:
                     out = self.model.generate(

@@ -30,7 +30,7 @@ from engine.device import (
 from engine.evaluation import Evaluator
 from engine.faults import SpikeDetector
 from engine.flops import flops_per_token, peak_meter
-from engine.log_sinks import log_sinks
+from engine.log_sinks import log_sinks, summary_writer_class
 from engine.metrics_log import read_history
 from engine.model import GPT
 from engine.optim import build_optimizer
@@ -78,6 +78,8 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     cfg = run.cfg
 
     run.device = select_device(cfg.train.device)
+    if cfg.log.tensorboard:
+        summary_writer_class()  # a missing package refused before anything is on disk
     run.dtype = select_dtype(cfg.train.dtype, run.device)
     allow_tf32(run.device)
     random.seed(cfg.train.seed)

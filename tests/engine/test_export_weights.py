@@ -188,6 +188,27 @@ def test_hf_gpt2_gives_the_same_logits_and_greedy_text(hf_exports, kind: str):
     assert theirs.tolist() == ours.tolist()
 
 
+def test_hf_export_writes_the_text_cockpit_sample_writes(hf_exports, tmp_path):
+    """The issue's promise end to end: the exported directory, loaded by transformers with its
+    own tokenizer, continues a prompt greedily with exactly the text `cockpit sample` prints."""
+    transformers = pytest.importorskip("transformers")
+    run_dir, out = hf_exports["bpe"]
+    prompt, new = "ROMEO: what light", 24
+    sampled = cockpit(
+        tmp_path, "sample", str(run_dir), "--prompt", prompt, "--tokens", str(new),
+        "--temperature", "0",
+    )  # fmt: skip
+    assert sampled.returncode == 0, sampled.stderr
+    tokenizer = transformers.GPT2TokenizerFast.from_pretrained(out)
+    model = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    generated = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False,
+        pad_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    assert sampled.stdout == tokenizer.decode(generated[0]) + "\n"
+
+
 def test_hf_tokenizer_encodes_like_tiktoken(hf_exports):
     transformers = pytest.importorskip("transformers")
     import tiktoken

@@ -253,9 +253,10 @@ def test_a_run_without_tensorboard_fails_in_one_line(tmp_path):
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "TERM": "dumb", "PYTHONPATH": str(tmp_path / "site")},
     )  # fmt: skip
-    assert done.returncode != 0
-    assert MISSING_TENSORBOARD in done.stdout + done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
+    # refused before anything starts: exit 2, one line, no run directory left behind
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"cockpit: {MISSING_TENSORBOARD}\n"
+    assert not (tmp_path / "run").exists()
 
 
 def test_export_refuses_what_it_cannot_do(tmp_path):
@@ -269,3 +270,18 @@ def test_export_refuses_what_it_cannot_do(tmp_path):
     with pytest.raises(ExportError, match="holds other files"):
         tb_export.export(tmp_path, tmp_path / "notes")
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep me"
+
+
+def test_an_engine_run_without_tensorboard_fails_before_its_directory(monkeypatch, tmp_path):
+    """A preset picked in the app (no CLI check) is refused by the engine before anything is on
+    disk: the run fails with the one line, and no directory is left behind."""
+    from engine.presets import load_preset
+    from engine.trainer import Trainer
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    cfg = load_preset("tiny", ["log.tensorboard=true"])
+    trainer = Trainer(cfg, run_dir=tmp_path / "run", telemetry=False, interactive=False)
+    assert trainer.run() == "failed"
+    alerts = [e for e in trainer.drain_events() if e.kind == "alert"]
+    assert [a.message for a in alerts] == [MISSING_TENSORBOARD]
+    assert not (tmp_path / "run").exists()
