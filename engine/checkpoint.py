@@ -215,7 +215,7 @@ def _load_refused(path: Path, mmap: bool, message: str) -> Any:
 def _unreadable(path: Path, error: BaseException) -> CheckpointError:
     return CheckpointError(
         f"{path}: cannot read this checkpoint ({type(error).__name__}); it is truncated or not a "
-        "cockpit checkpoint: resume from an older ckpt-*.pt in the same directory"
+        "cockpit checkpoint: use an older ckpt-*.pt of the same run"
     )
 
 

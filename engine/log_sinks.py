@@ -7,7 +7,6 @@ counted) and a daemon thread turns it into scalars (engine/tensorboard_scalars.p
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
@@ -19,8 +18,6 @@ from engine.config import ConfigError, RunConfig
 from engine.events import Event
 from engine.export.metrics_records import BranchTracker
 from engine.tensorboard_scalars import KINDS, ScalarWriter, write_record
-
-log = logging.getLogger("cockpit.tensorboard")
 
 MISSING_TENSORBOARD = (
     "log.tensorboard: the tensorboard package is not installed; "
@@ -63,7 +60,7 @@ class TensorBoardSink:
     """Writes a run's events to TensorBoard off the training thread.
 
     `dropped` counts events the full queue refused, `failed` those the writer raised on
-    (the first error is kept in `error`); `close()` reports both in one warning line.
+    (the first error is kept in `error`); `close()` returns both as one line (the run records it as an alert).
     """
 
     CAPACITY = 10_000
@@ -118,11 +115,12 @@ class TensorBoardSink:
             self._purge(self._writer, rewind)
         write_record(self._writer, record)
 
-    def close(self, wait_s: float | None = None) -> None:
+    def close(self, wait_s: float | None = None) -> str | None:
         """Write what is queued, flush and close, waiting at most `wait_s` (a stuck writer is
-        left behind: its thread is a daemon)."""
+        left behind: its thread is a daemon). Returns what went wrong, one line, for the run
+        to record as an alert; None when the log is complete."""
         if self._closed:
-            return
+            return None
         self._closed = True
         wait_s = self.CLOSE_WAIT_S if wait_s is None else wait_s
         deadline = time.monotonic() + wait_s
@@ -138,8 +136,12 @@ class TensorBoardSink:
             problems.append(f"{self.dropped} events dropped (the writer fell behind)")
         if self.failed:
             problems.append(f"{self.failed} events not written ({self.error})")
-        if problems:
-            log.warning("TensorBoard log incomplete: %s", "; ".join(problems))
+        if not problems:
+            return None
+        return (
+            f"TensorBoard log incomplete: {'; '.join(problems)}; metrics.jsonl has every record: "
+            "`cockpit export RUN_DIR --format tensorboard` writes it whole"
+        )
 
 
 def log_sinks(cfg: RunConfig, run_dir: Path, start_step: int = 0) -> list[Callable[[Event], None]]:

@@ -185,10 +185,12 @@ class Trainer:
         finally:
             if poller is not None:
                 poller.stop()
-            for sink in self.sinks:
+            # the metrics file last: it records what the others report on closing
+            for sink in reversed(self.sinks):
                 close = getattr(sink, "close", None)
-                if close:
-                    close()
+                problem = close() if close else None
+                if isinstance(problem, str):
+                    self._alert("warning", problem, "log")
         return self.state
 
     def _fail(self, message: str, code: str) -> None:

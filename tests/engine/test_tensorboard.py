@@ -6,7 +6,7 @@ as TensorBoard would show them.
 
 from __future__ import annotations
 
-import logging
+import json
 import os
 import shutil
 import struct
@@ -199,7 +199,7 @@ class StuckWriter:
     def close(self) -> None: ...
 
 
-def test_the_sink_never_blocks_training(caplog):
+def test_the_sink_never_blocks_training():
     writer = StuckWriter()
     sink = TensorBoardSink(writer, capacity=8, purge=None)
     started = time.perf_counter()
@@ -208,10 +208,10 @@ def test_the_sink_never_blocks_training(caplog):
     assert time.perf_counter() - started < 0.5  # 1000 calls, the writer stuck on the first
     assert 1000 - 9 <= sink.dropped <= 1000 - 8  # 8 queued, maybe one taken by the writer
     started = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="cockpit.tensorboard"):
-        sink.close(wait_s=0.3)
+    problem = sink.close(wait_s=0.3)
     assert time.perf_counter() - started < 1.5  # a bounded wait, not a hang
-    assert "did not finish" in caplog.text and f"{sink.dropped} events dropped" in caplog.text
+    assert "did not finish" in problem and f"{sink.dropped} events dropped" in problem
+    assert "--format tensorboard" in problem  # and how to get the whole log back
     writer.release.set()
 
 
@@ -285,3 +285,27 @@ def test_an_engine_run_without_tensorboard_fails_before_its_directory(monkeypatc
     alerts = [e for e in trainer.drain_events() if e.kind == "alert"]
     assert [a.message for a in alerts] == [MISSING_TENSORBOARD]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_sink_closing_with_a_problem_is_an_alert_in_the_metrics_file(tmp_path):
+    """What a sink reports on closing (a TensorBoard log left incomplete) reaches the run's
+    record as a warning, written before the metrics file itself closes."""
+    from engine.presets import load_preset
+    from engine.trainer import Trainer
+
+    class Incomplete:
+        def __call__(self, event) -> None: ...
+
+        def close(self) -> str:
+            return "TensorBoard log incomplete: 3 events dropped"
+
+    cfg = load_preset("tiny", ["train.max_steps=2", "sample.interval=0"])
+    trainer = Trainer(
+        cfg, run_dir=tmp_path / "run", sinks=[Incomplete()], telemetry=False, interactive=False
+    )
+    assert trainer.run() == "finished"
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    alerts = [r for r in map(json.loads, lines) if r["kind"] == "alert"]
+    assert [(a["level"], a["code"], a["message"]) for a in alerts] == [
+        ("warning", "log", "TensorBoard log incomplete: 3 events dropped")
+    ]
