@@ -16,6 +16,7 @@ from typing import Any
 from cockpit.headless import ProgressPrinter
 from cockpit.preset_fit import preset_fit_warning
 from cockpit.stop_signals import StopSignals, exit_when_ended, signal_reason
+from cockpit.subcommands.options import add_presets_dir_option, add_set_option
 from engine.config import ConfigError, parse_override
 from engine.presets import DEFAULT_PRESET
 
@@ -37,14 +38,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --resume: train on the corpus even though its sha256 is not the recorded one",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a preset value, e.g. --set optim.lr=3e-4 (repeatable)",
-    )
+    add_set_option(parser)
     parser.add_argument(
         "--run-dir",
         metavar="DIR",
@@ -55,13 +49,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         metavar="RUN_DIR",
         help="continue the run in RUN_DIR (or from one checkpoint file)",
     )
-    parser.add_argument(
-        "--presets-dir",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="extra folder of presets (repeatable; later ones win)",
-    )
+    add_presets_dir_option(parser)
     parser.add_argument(
         "--headless",
         action="store_true",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from cockpit.subcommands.options import add_presets_dir_option, add_set_option
 from engine.presets import DEFAULT_PRESET
 
 NAME = "plan"
@@ -19,26 +20,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="plan for a GPU with this much memory, e.g. 24GB (default: this machine's device)",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a preset value, e.g. --set train.batch_size=16 (repeatable)",
-    )
+    add_set_option(parser, "train.batch_size=16")
     parser.add_argument(
         "--data",
         metavar="PATH",
         help="the corpus to train on: its characters size a char-level vocabulary",
     )
-    parser.add_argument(
-        "--presets-dir",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="extra folder of presets (repeatable; later ones win)",
-    )
+    add_presets_dir_option(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cockpit.subcommands.options import add_presets_dir_option, add_set_option
+
 NAME = "presets"
 HELP = "list the presets and where they come from; `presets show NAME` prints one resolved"
 EPILOG = (
@@ -16,13 +18,7 @@ EPILOG = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
-    parser.add_argument(
-        "--presets-dir",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="extra folder of presets (repeatable; later ones win)",
-    )
+    add_presets_dir_option(parser)
     # For shell completion and scripts: hidden from --help, the list is what people read.
     parser.add_argument("--names", action="store_true", help=argparse.SUPPRESS)
     actions = parser.add_subparsers(
@@ -35,23 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "help above it. Saved to a file, the output is itself a preset.",
     )
     show.add_argument("preset", metavar="NAME|PATH", help="preset name or path to a .toml file")
-    show.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a preset value, e.g. --set optim.lr=3e-4 (repeatable)",
-    )
+    add_set_option(show)
     # Its own dest: a subparser's defaults would otherwise replace `presets --presets-dir`.
-    show.add_argument(
-        "--presets-dir",
-        dest="show_presets_dir",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="extra folder of presets (repeatable; later ones win)",
-    )
+    add_presets_dir_option(show, dest="show_presets_dir")
 
 
 def run(args: argparse.Namespace) -> int:
