@@ -145,6 +145,8 @@ class RunEvents(_AppBase):
             self.view.anomaly = None
             text = f"↺ {fault} → {ev.message}" if fault else f"↺ {ev.message}"
             self._set_alert("warning", text, ttl=WARNING_TTL_STEPS, at_step=ev.step)
+            # the alert line's 200 steps can pass in a second on a small model: a toast stays
+            self.notify(ev.message, title="Rolled back", timeout=6)
         elif code == "rollback":  # e.g. nothing to roll back to: a short notice, not a banner
             self.notify(ev.message, title="Roll back", severity="warning", timeout=5)
             if self.view.anomaly is not None:  # not "rolling back..." any more
