@@ -37,10 +37,27 @@ def _opt(default: Any, *, help: str = "", **checks: Any) -> Any:
 class DataConfig:
     source: str = _opt(
         "pydoc",
-        help="'pydoc' (offline Python docs), 'tinyshakespeare', or a path to a text file or folder",
+        help="'pydoc' (offline Python docs), 'tinyshakespeare', or a path to a file or folder of "
+        "text (.txt, .md, ...), JSON lines (.jsonl, .jsonl.gz, .jsonl.zst) or Parquet (.parquet)",
     )
     tokenizer: str = _opt("char", help="'char' or a tiktoken encoding name such as 'r50k_base'")
-    val_fraction: float = _opt(0.1, help="last fraction of the corpus held out", min=0.0, below=1.0)
+    val_fraction: float = _opt(
+        0.1, help="last fraction of the corpus held out (unless val_tokens is set)", min=0.0, below=1.0
+    )
+    val_tokens: int = _opt(
+        0,
+        help="tokens held out for validation, from the end of the corpus: for large corpora, "
+        "e.g. 10_000_000 (0 = use val_fraction)",
+        min=0,
+    )
+    text_field: str = _opt(
+        "text", help="JSON lines and Parquet: the field (column) that holds each document's text"
+    )
+    separator: str = _opt(
+        "\n\n",
+        help="char-level: the text put between documents (BPE separates them with the "
+        "tokenizer's end-of-text token)",
+    )
 
 
 @dataclass

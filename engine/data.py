@@ -46,6 +46,11 @@ class DataError(ValueError):
     """A problem with the data or the tokenizer; the message is meant for the user as is."""
 
 
+class PreparationStopped(Exception):
+    """prepare() was asked to stop (`should_stop`) before the corpus was ready: nothing is
+    left that a later run would take for complete."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Tokenizers
 

@@ -266,6 +266,42 @@ class MemoryBreakdown(Event):
     other: int  # CUDA context and non-torch memory (RSS minus tensors on CPU)
 
 
+@dataclass(frozen=True)
+class DataProgress(Event):
+    """The corpus being prepared (read, tokenized, written), before the first step: at most a
+    few a second, and one with `done` true at the end (also when it was reused, not rebuilt)."""
+
+    kind: ClassVar[str] = "data_progress"
+    source: str  # the corpus, as the user would name it
+    tokenizer: str
+    bytes_read: int
+    bytes_total: int  # 0 when unknown (a built-in text: its size is bytes_read at the end)
+    documents: int  # documents (files, JSON lines, Parquet rows) read so far
+    skipped: int  # documents left out (empty, no text field), counted, never silent
+    tokens: int  # tokens written so far
+    elapsed_s: float
+    done: bool = False
+    reused: bool = False  # prepared earlier: nothing was read but the metadata
+    note: str = ""  # what happened to an earlier, interrupted preparation, if any
+
+    @property
+    def fraction(self) -> float | None:
+        return min(1.0, self.bytes_read / self.bytes_total) if self.bytes_total else None
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the rate so far; None until there is a rate and a total."""
+        if self.done:
+            return 0.0
+        if not self.bytes_total or self.bytes_read <= 0 or self.elapsed_s <= 0:
+            return None
+        return (self.bytes_total - self.bytes_read) * self.elapsed_s / self.bytes_read
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -279,6 +315,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Alert,
         Telemetry,
         MemoryBreakdown,
+        DataProgress,
     )
 }
 

@@ -13,6 +13,7 @@ from engine.events import (
     EVENT_TYPES,
     Alert,
     CheckpointSaved,
+    DataProgress,
     DeviceReading,
     Eval,
     Event,
@@ -123,6 +124,18 @@ REALISTIC: list[Event] = [
         cache=300 << 20,
         other=600 << 20,
         time=T + 10,
+    ),
+    DataProgress(
+        source="folder /data/fineweb (12 files)",
+        tokenizer="r50k_base",
+        bytes_read=1_250_000_000,
+        bytes_total=4_000_000_000,
+        documents=812_345,
+        skipped=3,
+        tokens=290_000_000,
+        elapsed_s=61.5,
+        note="an interrupted preparation was found and started over",
+        time=T + 11,
     ),
 ]
 
