@@ -33,3 +33,11 @@ def shakespeare() -> Path:
         pytest.skip(f"{SHAKESPEARE} is not here")
     return SHAKESPEARE
 
+
+
+@pytest.fixture
+def tiktoken_cache() -> Path:
+    """GPT-2's BPE ranks, offline (TIKTOKEN_CACHE_DIR is set to them); skip where they are absent."""
+    if not TIKTOKEN_CACHE.is_dir():
+        pytest.skip(f"tiktoken cache not found at {TIKTOKEN_CACHE}")
+    return TIKTOKEN_CACHE

@@ -197,8 +197,7 @@ def test_a_changed_character_vocabulary_is_refused_even_on_purpose(tmp_path, cap
         assert "size mismatch" not in text and "shape" not in text
 
 
-def test_a_bpe_run_resumes_on_its_own_file_not_pydoc(tmp_path, capsys, corpus):
-    pytest.importorskip("tiktoken")
+def test_a_bpe_run_resumes_on_its_own_file_not_pydoc(tmp_path, capsys, corpus, tiktoken_cache):
     corpus.write_text(CORPUS * 3)
     run_dir = first_run(capsys, tmp_path, corpus, "--set", "data.tokenizer=r50k_base")
     code, text = resume(capsys, run_dir)
