@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from cockpit.subcommands import completion, export, plan, presets, sample
+from cockpit.subcommands import completion, data, export, plan, presets, sample
 
-MODULES: tuple[ModuleType, ...] = (plan, presets, sample, export, completion)
+MODULES: tuple[ModuleType, ...] = (plan, presets, sample, export, data, completion)
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in MODULES}
