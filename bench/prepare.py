@@ -8,10 +8,11 @@ child process of its own so that each peak RSS is that work's alone:
   pieces of about 1 MiB, 4 pieces per thread per batch (as engine/data.py feeds it), tokens
   counted and discarded.
 Each child loads the encoding before its clock starts and its baseline RSS is read then, so
-both measure the work alone. MB are 10^6 bytes of corpus file; RSS figures are MB too.
+both measure the work alone. Peak RSS is the child's own high-water mark (VmHWM). MB are
+10^6 bytes of corpus file; RSS figures are MB too.
 
     python -m bench.prepare [--size 2GB] [--tokenizer r50k_base] [--threads N] [--dir DIR]
-                            [--keep] [--format text|jsonl] [--seed 0]
+                            [--keep] [--format text|jsonl] [--seed 0] [--rounds 1]
 
 Goals (issue 13): cockpit's MB/s >= 0.9 of tiktoken's, peak RSS < 1.5 GB.
 The thread count reaches cockpit's preparation through os.cpu_count() (patched in its child)
@@ -25,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -180,6 +182,18 @@ if threads < len(allowed):
     os.sched_setaffinity(0, allowed[:threads])
 import tiktoken
 enc = tiktoken.get_encoding(args["tokenizer"])
+
+def peak_rss():
+    # VmHWM is this process's own high-water mark; ru_maxrss would carry over the parent's
+    # peak through fork and exec when that was higher (a small run would read the bench's own).
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 """
 
 COCKPIT_CHILD = CHILD_SETUP + r"""
@@ -195,7 +209,7 @@ except DataError as e:
     print(json.dumps({"error": str(e)}))
     sys.exit(0)
 seconds = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_rss()
 tokens = int(data.meta["train_tokens"]) + int(data.meta["val_tokens"])
 print(json.dumps({"seconds": seconds, "tokens": tokens, "peak": peak, "baseline": baseline}))
 """
@@ -246,7 +260,7 @@ tokens = 0
 for batch in batches(args["path"], 4 * threads):
     tokens += sum(map(len, enc.encode_ordinary_batch(batch, num_threads=threads)))
 seconds = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = peak_rss()
 print(json.dumps({"seconds": seconds, "tokens": tokens, "peak": peak, "baseline": baseline}))
 """
 
@@ -292,6 +306,17 @@ def result_line(label: str, size: int, r: dict) -> str:
     )
 
 
+def median_result(runs: list[dict]) -> dict:
+    """Median time over rounds; the highest peak RSS (and that run's baseline)."""
+    worst = max(runs, key=lambda r: r["peak"] - r["baseline"])
+    return {
+        "seconds": statistics.median(r["seconds"] for r in runs),
+        "tokens": runs[0]["tokens"],
+        "peak": worst["peak"],
+        "baseline": worst["baseline"],
+    }
+
+
 def verdict_lines(size: int, ours: dict, theirs: dict) -> list[str]:
     ratio = theirs["seconds"] / ours["seconds"]  # same bytes: the ratio of MB/s
     peak_mb = ours["peak"] / MB
@@ -322,6 +347,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the corpus (reused next time)")
     parser.add_argument("--format", choices=("text", "jsonl"), default="text")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="alternating runs of each; medians are compared"
+    )
     return parser.parse_args(argv)
 
 
@@ -345,6 +373,8 @@ def run(args: argparse.Namespace) -> None:
     size = parse_size(args.size)
     if args.threads < 1:
         raise BenchError(f"--threads {args.threads} is below 1; give 1 or more")
+    if args.rounds < 1:
+        raise BenchError(f"--rounds {args.rounds} is below 1; give 1 or more")
     work = check_dir(args.dir)
     suffix = ".jsonl" if args.format == "jsonl" else ".txt"
     corpus = work / f"corpus-{format_size(size)}-seed{args.seed}{suffix}"
@@ -371,10 +401,17 @@ def run(args: argparse.Namespace) -> None:
             "chunk_bytes": READ_CHUNK_BYTES,
         }
         env = child_env(cache_dir)
-        ours = run_child("cockpit", COCKPIT_CHILD, child_args, env)
-        print(result_line("cockpit prepare", file_bytes, ours), flush=True)
-        theirs = run_child("tiktoken", TIKTOKEN_CHILD, child_args, env)
-        print(result_line("tiktoken batch", file_bytes, theirs))
+        ours_runs, theirs_runs = [], []
+        for _ in range(args.rounds):  # alternating, so that load from elsewhere hits both alike
+            shutil.rmtree(cache_dir, ignore_errors=True)  # a prepared corpus would be reused
+            ours_runs.append(run_child("cockpit", COCKPIT_CHILD, child_args, env))
+            print(result_line("cockpit prepare", file_bytes, ours_runs[-1]), flush=True)
+            theirs_runs.append(run_child("tiktoken", TIKTOKEN_CHILD, child_args, env))
+            print(result_line("tiktoken batch", file_bytes, theirs_runs[-1]), flush=True)
+        ours, theirs = median_result(ours_runs), median_result(theirs_runs)
+        if args.rounds > 1:
+            print(result_line("cockpit median", file_bytes, ours))
+            print(result_line("tiktoken median", file_bytes, theirs))
         for line in verdict_lines(file_bytes, ours, theirs):
             print(line)
     finally:
