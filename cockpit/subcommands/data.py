@@ -181,6 +181,8 @@ def run_prepare(args: argparse.Namespace, cache_dir: Path) -> int:
             raise KeyboardInterrupt
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    what = args.data if args.data is not None else cfg.source
+    print(f"data      | preparing {what} ({cfg.tokenizer}) in {cache_dir}; ctrl+c stops", flush=True)
     try:
         prepared = engine_data.prepare(cfg, data_path=args.data, cache_dir=cache_dir, **kwargs)
     except engine_data.DataError as e:
