@@ -4,14 +4,27 @@ Both cut `block_size + 1` tokens at a set of start positions: x is the first blo
 y the same shifted by one. Training draws its starts from its own generator (saved in the
 checkpoint, so a resume draws the very batches the run would have drawn); evaluation uses the
 same windows at every eval, so its curve compares like with like.
+
+Training batches from a memory-mapped corpus are made ahead by a background thread (sampling,
+gathering from the memmap, int64, and on CUDA pinned memory and a non-blocking copy), so the
+training loop does not wait on the disk. The thread draws ahead from the generator, so what a
+checkpoint saves (`BatchSampler.generator.get_state()`) is the state before the next batch the
+loop will consume, never the thread's: resume stays exact.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+PREFETCH_DEPTH = 3  # batches made ahead: enough to hide a slow read, little memory held
 
 
 def _windows(tokens: np.ndarray, starts: np.ndarray, block_size: int) -> torch.Tensor:
@@ -19,28 +32,193 @@ def _windows(tokens: np.ndarray, starts: np.ndarray, block_size: int) -> torch.T
     return torch.from_numpy(tokens[starts[:, None] + np.arange(block_size + 1)].astype(np.int64))
 
 
-class BatchSampler:
-    """Random (x, y) windows from a token array, from its own generator so resume is exact."""
+def to_device(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Rows moved to `device`: through pinned memory and a non-blocking copy on CUDA (the copy
+    overlaps compute), a plain move elsewhere (pinning needs CUDA)."""
+    if device.type == "cuda":
+        return rows.pin_memory().to(device, non_blocking=True)
+    return rows.to(device)
+
+
+def draw_batch(
+    tokens: np.ndarray,
+    block_size: int,
+    batch_size: int,
+    device: torch.device,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One random (x, y) batch, advancing `generator`."""
+    starts = torch.randint(len(tokens) - block_size - 1, (batch_size,), generator=generator)
+    rows = to_device(_windows(tokens, starts.numpy(), block_size), device)
+    return rows[:, :-1], rows[:, 1:]
+
+
+@dataclass
+class _Prepared:
+    """A batch made ahead, with the generator state right after it was drawn (where the next
+    batch starts), or the error making it raised (raised again in the training thread)."""
+
+    batch: tuple[torch.Tensor, torch.Tensor] | None
+    state_after: torch.Tensor | None
+    error: BaseException | None = None
+
+
+class _Prefetcher:
+    """A thread that fills a bounded queue with batches drawn from `generator`. It owns the
+    generator while it runs: nobody else touches it until `stop()` has joined the thread."""
 
     def __init__(
-        self, tokens: np.ndarray, block_size: int, batch_size: int, device: torch.device, seed: int
+        self,
+        draw: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+        generator: torch.Generator,
+        depth: int,
+    ) -> None:
+        self.queue: queue.Queue[_Prepared] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._fill, args=(draw, generator), name="cockpit-batch-prefetch", daemon=True
+        )
+        self._thread.start()
+
+    def _fill(
+        self, draw: Callable[[], tuple[torch.Tensor, torch.Tensor]], generator: torch.Generator
+    ) -> None:
+        while not self._stop.is_set():
+            try:
+                batch = draw()
+            except BaseException as e:  # noqa: BLE001 - handed to the training thread as is
+                self.queue.put(_Prepared(None, None, e))
+                return
+            self.queue.put(_Prepared(batch, generator.get_state()))
+
+    def stop(self) -> None:
+        """End the thread and drop what it made: emptying the queue frees a blocked put, and
+        after the stop flag it puts at most one more batch before it sees the flag."""
+        self._stop.set()
+        while self._thread.is_alive():
+            self._drain()
+            self._thread.join(timeout=0.05)
+        self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self.queue.get_nowait()
+        except queue.Empty:
+            pass
+
+
+class _ConsumedRng:
+    """`BatchSampler.generator` as a checkpoint sees it: get_state/set_state of the position of
+    the next batch the training loop takes, wherever the prefetch thread has got to."""
+
+    def __init__(self, sampler: BatchSampler) -> None:
+        self._sampler = sampler
+
+    def get_state(self) -> torch.Tensor:
+        return self._sampler.rng_state()
+
+    def set_state(self, state: torch.Tensor) -> None:
+        self._sampler.set_rng_state(state)
+
+
+class BatchSampler:
+    """Random (x, y) windows from a token array, from its own generator so resume is exact.
+
+    `prefetch`: batches made ahead by a background thread; None: PREFETCH_DEPTH for a
+    memory-mapped corpus, none for an array in memory; 0: none. Call `close()` when done (the
+    Trainer does at the end of its run); a sampler left unclosed stops its thread when
+    garbage-collected.
+    """
+
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        block_size: int,
+        batch_size: int,
+        device: torch.device,
+        seed: int,
+        prefetch: int | None = None,
     ) -> None:
         self.tokens = tokens
         self.block_size = block_size
-        self.batch_size = batch_size
+        self._batch_size = batch_size
         self.device = device
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(
-            len(self.tokens) - self.block_size - 1, (self.batch_size,), generator=self.generator
+        self._generator = torch.Generator().manual_seed(seed)
+        self._consumed_state = self._generator.get_state()  # before the next batch taken
+        self.prefetch = (
+            (PREFETCH_DEPTH if isinstance(tokens, np.memmap) else 0) if prefetch is None else prefetch
         )
-        rows = _windows(self.tokens, starts.numpy(), self.block_size)
-        if self.device.type == "cuda":
-            rows = rows.pin_memory().to(self.device, non_blocking=True)
-        else:
-            rows = rows.to(self.device)
-        return rows[:, :-1], rows[:, 1:]
+        self._prefetcher: _Prefetcher | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    # ---------------------------------------------------------------- what a checkpoint saves
+    @property
+    def generator(self) -> _ConsumedRng:
+        """The generator's state as of the next batch `next()` returns (checkpoints use it)."""
+        return _ConsumedRng(self)
+
+    def rng_state(self) -> torch.Tensor:
+        return self._consumed_state.clone()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        """Continue from `state` (a restore or rollback): batches made ahead are discarded."""
+        self._discard_prefetched()
+        self._generator.set_state(state)
+        self._consumed_state = self._generator.get_state()
+
+    # ---------------------------------------------------------------- the micro-batch size
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, size: int) -> None:
+        """A new size (an out-of-memory retry halves it): batches made ahead at the old size
+        are discarded, and the next one is drawn from where the loop had got to."""
+        self._discard_prefetched()
+        self._generator.set_state(self._consumed_state)
+        self._batch_size = size
+
+    # ---------------------------------------------------------------- batches
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.prefetch <= 0:
+            batch = draw_batch(
+                self.tokens, self.block_size, self._batch_size, self.device, self._generator
+            )
+            self._consumed_state = self._generator.get_state()
+            return batch
+        if self._prefetcher is None:
+            # The thread holds the parts it draws with, not the sampler: an unclosed sampler can
+            # still be garbage-collected, and its finalizer stops the thread.
+            draw = functools.partial(
+                draw_batch,
+                self.tokens,
+                self.block_size,
+                self._batch_size,
+                self.device,
+                self._generator,
+            )
+            self._prefetcher = _Prefetcher(draw, self._generator, self.prefetch)
+            self._finalizer = weakref.finalize(self, self._prefetcher.stop)
+        prepared = self._prefetcher.queue.get()
+        if prepared.error is not None:
+            # The thread has ended: the next call starts again from the last batch taken.
+            self.set_rng_state(self._consumed_state)
+            raise prepared.error
+        self._consumed_state = prepared.state_after
+        return prepared.batch
+
+    def close(self) -> None:
+        """Stop the prefetch thread (if any); `next()` would start a new one."""
+        self._discard_prefetched()
+        self._generator.set_state(self._consumed_state)
+
+    def _discard_prefetched(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()  # stops the thread, once
+        self._prefetcher = None
+        self._finalizer = None
 
 
 def eval_starts(

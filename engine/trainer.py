@@ -21,9 +21,7 @@ from engine import checkpoint as ckpt
 from engine.checkpointer import Checkpointer
 from engine.command_queue import CommandQueue
 from engine.config import ConfigError, RunConfig
-from engine.data import (
-    DataError,
-)
+from engine.data import DataError, PreparationStopped
 from engine.events import (
     Alert,
     Eval,
@@ -93,6 +91,9 @@ class Trainer:
         self._commands = CommandQueue()
         self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
         self._stop_reason = "stopped by user"  # the final state's reason: who or what stopped it
+        # The first stop asked for, seen at once (any thread): the corpus preparation polls it,
+        # as there is no step boundary to take the command at before the first step.
+        self._stop_asked: str | None = None
         self._failure: str | None = None  # the run gave up (a NaN it could not recover from)
         self.interactive = (
             interactive  # a person is watching: anomalies pause rather than roll back
@@ -127,6 +128,8 @@ class Trainer:
         """Stop at the next step boundary, saving a checkpoint first unless told not to (or
         nothing was trained yet: step 0). `reason` ("SIGTERM", "quit", ...) is recorded in the
         final state; the first stop asked for wins."""
+        if self._stop_asked is None:
+            self._stop_asked = reason
         self._commands.put("stop", (bool(checkpoint), reason))
 
     def rollback(self, lr_factor: float = 0.5) -> None:
@@ -172,6 +175,10 @@ class Trainer:
                     self.emit, lambda message: self._alert("warning", message, "telemetry")
                 )
             self._loop()
+        except PreparationStopped:
+            # Before the run directory exists: nothing was written, there is nothing to save.
+            reason = f"{self._stop_asked or 'quit'} while preparing the corpus"
+            self._set_state(RunState.STOPPED, reason)
         except ConfigError as e:
             self._fail(str(e), "config")
         except DataError as e:
@@ -185,6 +192,8 @@ class Trainer:
         finally:
             if poller is not None:
                 poller.stop()
+            if hasattr(self, "train_batches"):
+                self.train_batches.close()  # the batch prefetch thread ends with the run
             # the metrics file last: it records what the others report on closing
             for sink in reversed(self.sinks):
                 close = getattr(sink, "close", None)
@@ -192,6 +201,10 @@ class Trainer:
                 if isinstance(problem, str):
                     self._alert("warning", problem, "log")
         return self.state
+
+    def preparation_should_stop(self) -> bool:
+        """The corpus preparation should give up: a stop was asked for or the app is closing."""
+        return self._stop_asked is not None or self._should_stop()
 
     def _fail(self, message: str, code: str) -> None:
         self._alert("error", message, code)
