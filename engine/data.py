@@ -1,9 +1,15 @@
-"""Corpora, tokenizers and prepared token files.
+"""Corpora and prepared token files.
 
-`prepare()` turns a data source (the offline Python docs, Tiny Shakespeare, or the user's own text
-files) into `train.bin` / `val.bin` token files plus `meta.json`, once, in a cache directory keyed
-by the source, the tokenizer and the split; later runs memory-map those files. Every problem a
-user can cause is a DataError whose one-line message names the problem and the fix.
+`prepare()` turns a data source (the offline Python docs, Tiny Shakespeare, or the user's own
+text, JSON lines or Parquet files) into one token file plus `meta.json`, once, in a cache
+directory keyed by the source and the tokenizer; later runs memory-map it and cut their own
+train/val split. The corpus is read in pieces, tokenized in parallel and appended to the token
+file as it goes, so memory does not grow with the corpus. Every problem a user can cause is a
+DataError whose one-line message names the problem and the fix.
+
+The parts: engine/tokenizers.py (tokenizers, safe cuts), engine/corpus_reader.py (documents out
+of files), engine/prepared_files.py (the token file, meta.json, the lock); this module finds the
+sources and runs the preparation. It re-exports what other modules import from it.
 """
 
 from __future__ import annotations
@@ -15,18 +21,85 @@ import os
 import re
 import sys
 import sysconfig
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.config import DataConfig
+from engine.corpus_reader import (
+    CORPUS_SUFFIXES,
+    TEXT_SUFFIXES,
+    Piece,
+    ReadCounts,
+    corpus_format,
+    read_pieces,
+    text_pieces,
+)
+from engine.data_errors import DataError, PreparationStopped
+from engine.data_errors import short_error as _short
+from engine.events import DataProgress
 from engine.files import atomic_write
+from engine.prepared_files import (
+    FORMAT_VERSION,
+    TokenWriter,
+    check_split,
+    exclusive,
+    has_leftovers,
+    split_meta,
+    token_dtype,
+    token_splits,
+    write_meta,
+)
+from engine.prepared_files import read_meta as _read_meta
+from engine.tokenizers import (
+    ENCODE_CHUNK_CHARS,
+    MAX_CODEPOINT,
+    CharTokenizer,
+    TiktokenTokenizer,
+    Tokenizer,
+    _is_safe_cut,
+    _split_at_safe_newlines,
+    codepoints,
+    encode_threads,
+    split_at_safe_points,
+    tokenizer_from_meta,
+)
+from engine.tokenizers import check_tokenizer_name as _check_tokenizer_name
 
-FORMAT_VERSION = 1
+__all__ = [
+    "CORPUS_SUFFIXES",
+    "ENCODE_CHUNK_CHARS",
+    "FORMAT_VERSION",
+    "TEXT_SUFFIXES",
+    "CharTokenizer",
+    "DataError",
+    "PreparationStopped",
+    "PreparedData",
+    "Source",
+    "TiktokenTokenizer",
+    "Tokenizer",
+    "_is_safe_cut",
+    "_split_at_safe_newlines",
+    "check_length",
+    "data_available",
+    "default_cache_dir",
+    "is_stand_in_corpus",
+    "prepare",
+    "resolve_source",
+    "source_record",
+    "source_sha256",
+    "split_at_safe_points",
+    "tokenizer_from_meta",
+    "vocab_fingerprint",
+]
+
 TINYSHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 )
@@ -34,193 +107,16 @@ TINYSHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca5
 TINYSHAKESPEARE_ENV = "COCKPIT_TINYSHAKESPEARE"
 TINYSHAKESPEARE_HINT = f"pass --data PATH/TO/input.txt or set {TINYSHAKESPEARE_ENV}=PATH"
 DOWNLOAD_TIMEOUT_S = 10.0
-TEXT_SUFFIXES = (".txt", ".md", ".py", ".rst", ".json", ".jsonl", ".csv", ".html", ".tex")
 STDLIB_CAP_BYTES = 2_000_000
-# tiktoken is fed pieces of about this many characters, in parallel, so that a large corpus
-# never sits in memory as one huge list of Python ints.
-ENCODE_CHUNK_CHARS = 1 << 20
+# Streaming: BPE pieces of about PIECE_CHARS characters go to the encoder in batches of about
+# BATCH_CHARS, one batch encoding (across the cores) while the next is read: the memory in
+# flight is a few batches, whatever the corpus's size.
+PIECE_CHARS = 1 << 18
+BATCH_CHARS = 2 << 20  # at least; more with more cores (4 pieces a core)
+CHAR_PIECE_CHARS = 1 << 20
+PROGRESS_INTERVAL_S = 0.25
+STOP_POLL_S = 0.05
 _REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-class DataError(ValueError):
-    """A problem with the data or the tokenizer; the message is meant for the user as is."""
-
-
-class PreparationStopped(Exception):
-    """prepare() was asked to stop (`should_stop`) before the corpus was ready: nothing is
-    left that a later run would take for complete."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokenizers
-
-
-class Tokenizer:
-    """What the trainer needs from a tokenizer; CharTokenizer and TiktokenTokenizer implement it."""
-
-    name: str
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]:
-        raise NotImplementedError
-
-    def decode(self, ids: Sequence[int]) -> str:
-        raise NotImplementedError
-
-    def to_meta(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def encode_corpus(self, text: str) -> np.ndarray:
-        """Encode a whole corpus to an integer array; subclasses do it faster than a list."""
-        return np.asarray(self.encode(text), dtype=np.int64)
-
-
-class CharTokenizer(Tokenizer):
-    """One token per character; the vocabulary is the sorted set of the corpus's characters."""
-
-    def __init__(self, chars: str):
-        self.name = "char"
-        self.chars = chars
-        self.vocab_size = len(chars)
-        self._stoi = {c: i for i, c in enumerate(chars)}
-
-    @classmethod
-    def from_text(cls, text: str) -> CharTokenizer:
-        return cls("".join(sorted(set(text))))
-
-    def encode(self, text: str) -> list[int]:
-        # Prompts may hold characters the corpus never had; there is no token for them.
-        return [self._stoi[c] for c in text if c in self._stoi]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return "".join(self.chars[int(i)] for i in ids)
-
-    def to_meta(self) -> dict[str, Any]:
-        return {"name": "char", "chars": self.chars, "vocab_size": self.vocab_size}
-
-    def encode_corpus(self, text: str) -> np.ndarray:
-        # A code point -> id lookup table turns megabytes of text into ids without a Python loop.
-        codepoints = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-        vocab = np.array([ord(c) for c in self.chars], dtype=np.int64)
-        top = int(max(codepoints.max(initial=0), vocab.max(initial=0)))
-        table = np.full(top + 1, -1, dtype=np.int32)
-        table[vocab] = np.arange(self.vocab_size, dtype=np.int32)
-        ids = table[codepoints]
-        return ids[ids >= 0]
-
-
-class TiktokenTokenizer(Tokenizer):
-    """A tiktoken BPE encoding such as r50k_base (GPT-2's), without special tokens."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self._enc = _load_encoding(name)
-        self.vocab_size = self._enc.n_vocab
-
-    def encode(self, text: str) -> list[int]:
-        return self._enc.encode_ordinary(text)
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self._enc.decode([int(i) for i in ids])  # tiktoken rejects numpy integers
-
-    def to_meta(self) -> dict[str, Any]:
-        return {"name": self.name, "vocab_size": self.vocab_size}
-
-    def encode_corpus(self, text: str, chunk_chars: int = ENCODE_CHUNK_CHARS) -> np.ndarray:
-        chunks = list(_split_at_safe_newlines(text, chunk_chars))
-        threads = min(8, os.cpu_count() or 1)
-        parts: list[np.ndarray] = []
-        for start in range(0, len(chunks), 4 * threads):  # bounds the lists of ints alive at once
-            batch = self._enc.encode_ordinary_batch(
-                chunks[start : start + 4 * threads], num_threads=threads
-            )
-            parts.extend(np.asarray(ids, dtype=np.uint32) for ids in batch)
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
-
-
-def _split_at_safe_newlines(text: str, chunk_chars: int) -> Iterator[str]:
-    """Cut text into pieces of about chunk_chars that tokenize exactly as the whole text does.
-
-    The cut goes just after a newline between a non-space character and a letter or digit. No
-    pre-tokenizer pattern of the tiktoken encodings carries on through a newline into a letter or
-    digit, and whitespace before the newline cannot merge with it ("  \\n" and "\\n\\n" would).
-    """
-    start = 0
-    while len(text) - start > chunk_chars:
-        cut = text.find("\n", start + chunk_chars)
-        while cut != -1 and not _is_safe_cut(text, cut):
-            cut = text.find("\n", cut + 1)
-        if cut == -1:
-            break
-        yield text[start : cut + 1]
-        start = cut + 1
-    yield text[start:]
-
-
-def _is_safe_cut(text: str, newline: int) -> bool:
-    return (
-        0 < newline < len(text) - 1
-        and not text[newline - 1].isspace()
-        and text[newline + 1].isalnum()
-    )
-
-
-def _check_tokenizer_name(name: str) -> None:
-    if name == "char":
-        return
-    import tiktoken  # imported late: only BPE runs pay for it
-
-    known = tiktoken.list_encoding_names()
-    if name not in known:
-        raise DataError(
-            f"unknown tokenizer {name!r}: set data.tokenizer to 'char' or a tiktoken encoding "
-            f"({', '.join(known)})"
-        )
-
-
-def _load_encoding(name: str) -> Any:
-    _check_tokenizer_name(name)
-    import tiktoken
-
-    try:
-        return tiktoken.get_encoding(name)
-    except Exception as e:  # tiktoken raises requests errors, OSError or ValueError when offline
-        hint = (
-            " (or use r50k_base, the same encoding, whose file may already be cached)"
-            if name == "gpt2"
-            else ""
-        )
-        raise DataError(
-            f"tiktoken could not load the {name} encoding ({_short(e)}): its file is downloaded on "
-            f"first use, so offline copy a tiktoken cache folder here and set TIKTOKEN_CACHE_DIR "
-            f"to it{hint}"
-        ) from None
-
-
-def tokenizer_from_meta(meta: dict[str, Any]) -> Tokenizer:
-    """Rebuild a tokenizer from its to_meta() dict (from meta.json or a checkpoint)."""
-    name = meta.get("name")
-    if name == "char":
-        return CharTokenizer(meta["chars"])
-    if not isinstance(name, str):
-        raise DataError(f"tokenizer metadata without a name ({meta!r}); re-prepare the data")
-    tokenizer = TiktokenTokenizer(name)
-    expected = meta.get("vocab_size")
-    if expected is not None and expected != tokenizer.vocab_size:
-        raise DataError(
-            f"the {name} tokenizer now has {tokenizer.vocab_size} tokens but the data was "
-            f"prepared with {expected}; delete the prepared cache folder to re-prepare it"
-        )
-    return tokenizer
-
-
-def _make_tokenizer(name: str, text: str) -> Tokenizer:
-    return CharTokenizer.from_text(text) if name == "char" else TiktokenTokenizer(name)
-
-
-def _tokenize(tokenizer: Tokenizer, text: str) -> np.ndarray:
-    """The one expensive step of prepare(); a seam for tests that count how often it runs."""
-    return tokenizer.encode_corpus(text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +280,7 @@ def _path_source(raw: str, where: str, cache_dir: Path) -> Source:
         return Source(str(path), _slug(path.stem), f"file {path}", (path,))
     files = _text_files(path, exclude=cache_dir)
     if not files:
-        patterns = ", ".join("*" + suffix for suffix in TEXT_SUFFIXES)
+        patterns = ", ".join("*" + suffix for suffix in CORPUS_SUFFIXES)
         raise DataError(
             f"{where} {raw}: no text files ({patterns}) in folder {path}; add some or point "
             f"{where} at a text file"
@@ -393,7 +289,7 @@ def _path_source(raw: str, where: str, cache_dir: Path) -> Source:
 
 
 def _text_files(root: Path, exclude: Path) -> list[Path]:
-    """Text files under root, sorted by relative path, skipping hidden entries and the cache."""
+    """Corpus files (text, JSON lines, Parquet) under root, sorted by relative path, skipping hidden entries and the cache."""
     # The cache must stay out: its meta.json would otherwise join the corpus it describes.
     exclude = exclude.resolve()
     found: list[Path] = []
@@ -405,7 +301,7 @@ def _text_files(root: Path, exclude: Path) -> list[Path]:
         found += [
             here / name
             for name in filenames
-            if name.lower().endswith(TEXT_SUFFIXES) and not name.startswith(".")
+            if name.lower().endswith(CORPUS_SUFFIXES) and not name.startswith(".")
         ]
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
@@ -414,65 +310,8 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9_.]+", "-", name.lower()).strip("-.")[:40] or "data"
 
 
-def _short(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:120] if lines else type(error).__name__
-
-
 # ---------------------------------------------------------------------------------------------
-# Reading text
-
-
-def _read_text(source: Source) -> tuple[str, str]:
-    """The corpus text and the sha256 of its bytes (a folder's files joined by a blank line)."""
-    if source.text is not None:
-        text, digest = source.text, hashlib.sha256(source.text.encode("utf-8")).hexdigest()
-    else:
-        hasher = hashlib.sha256()
-        parts = []
-        for i, path in enumerate(source.files):
-            raw = _read_bytes(path)
-            hasher.update(b"\n\n" if i else b"")
-            hasher.update(raw)
-            parts.append(_decode(raw, path))
-        text, digest = "\n\n".join(parts), hasher.hexdigest()
-    if not text.strip():
-        what = "is empty (0 bytes)" if not text else "holds only whitespace"
-        raise DataError(
-            f"the corpus {source.description} {what}; put some text in it or set data.source "
-            f"to another file, a folder, 'pydoc' or 'tinyshakespeare'"
-        )
-    return text, digest
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise DataError(
-            f"cannot read {path} ({e.strerror or e}); check that it exists and is readable"
-        ) from None
-
-
-def _decode(raw: bytes, path: Path) -> str:
-    nul = raw.find(b"\x00")
-    if nul != -1:
-        raise DataError(
-            f"{path} looks binary or UTF-16 (NUL byte at offset {nul}); convert it to UTF-8 "
-            f"text or move it out of the corpus"
-        )
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"{path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); convert "
-            f"it to UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT"
-        ) from None
-    return text.removeprefix("\ufeff")  # a byte-order mark is not part of the text
-
-
-# ---------------------------------------------------------------------------------------------
-# Preparing and loading token files
+# Preparing and loading the token file
 
 
 def prepare(
@@ -480,43 +319,65 @@ def prepare(
     data_path: str | None = None,
     cache_dir: Path | None = None,
     download: bool = True,
+    progress: Callable[[DataProgress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> PreparedData:
-    """Tokenize the corpus into memory-mapped train/val files, or reuse them if still current."""
+    """Tokenize the corpus into a memory-mapped token file, or reuse it if still current.
+
+    `progress` is called (from this thread) at most every PROGRESS_INTERVAL_S while preparing
+    and always once with done=True; `should_stop` is polled between pieces and, when it says
+    so, the preparation stops, removes its partial files and raises PreparationStopped.
+    """
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     _check_tokenizer_name(cfg.tokenizer)
     source = resolve_source(cfg, data_path, cache_dir, download)
-    out = _prepared_dir(source.identity, source.slug, cfg.tokenizer, cfg.val_fraction, cache_dir)
-    meta = _read_meta(out)
+    out = _prepared_dir(source.identity, source.slug, cfg, cache_dir)
+    report = _Reporter(progress, source, cfg.tokenizer)
     signature = _signature(source)
+    meta = _read_meta(out)
     # Unchanged size and mtime of every file: trust the earlier hash instead of re-reading.
     if meta is not None and signature is not None and meta.get("source_signature") == signature:
-        return _load(out, meta, source)
-    text, digest = _read_text(source)
-    if meta is not None and meta.get("source_sha256") == digest:
-        if signature is not None and meta.get("source_signature") != signature:
-            meta["source_signature"] = (
-                signature  # touched or moved but identical: skip the hash next time
-            )
-            _write_or_explain(out, lambda: _atomic_write(out / "meta.json", _meta_bytes(meta)))
-        return _load(out, meta, source)
-    meta = _build(out, source, text, digest, signature, cfg)
-    return _load(out, meta, source)
+        return _reused(out, meta, source, cfg, report)
+    stop = _StopPoll(should_stop)
+
+    def on_wait() -> None:
+        report.note = "another process is preparing this corpus: waiting for it to finish"
+        report.emit(ReadCounts(), 0, force=True)
+
+    try:
+        with exclusive(out, on_wait, should_stop):
+            meta = _read_meta(out)  # the process waited for may have prepared it
+            if meta is not None and meta.get("source_signature") == signature:
+                return _reused(out, meta, source, cfg, report)
+            if meta is not None and meta.get("source_sha256") == source_sha256(source):
+                meta["source_signature"] = signature  # touched or moved, but identical
+                write_meta(out, meta)
+                return _reused(out, meta, source, cfg, report)
+            if has_leftovers(out):
+                report.note = "an interrupted preparation was found and started over"
+            meta = _build(out, source, signature, cfg, report, stop)
+    except OSError as e:
+        raise _write_error(out, e) from None
+    return _load(out, meta, source, cfg)
 
 
-def _prepared_dir(
-    identity: str, slug: str, tokenizer: str, val_fraction: float, cache_dir: Path
-) -> Path:
-    key = json.dumps(
-        {
-            "source": identity,
-            "tokenizer": tokenizer,
-            "val_fraction": val_fraction,
-            "format": FORMAT_VERSION,
-        },
-        sort_keys=True,
-    )
-    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
-    return cache_dir / f"{slug}-{_slug(tokenizer)}-{digest}"
+def _reused(
+    out: Path, meta: dict[str, Any], source: Source, cfg: DataConfig, report: _Reporter
+) -> PreparedData:
+    loaded = _load(out, meta, source, cfg)
+    report.finish(meta, reused=True)
+    return loaded
+
+
+def _prepared_dir(identity: str, slug: str, cfg: DataConfig, cache_dir: Path) -> Path:
+    """The corpus's directory: one per source, tokenizer and way of reading documents (the
+    split is not part of it: every split is cut from the same token file)."""
+    key = {"source": identity, "tokenizer": cfg.tokenizer, "format": FORMAT_VERSION}
+    key["text_field"] = cfg.text_field
+    if cfg.tokenizer == "char":
+        key["separator"] = cfg.separator
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+    return cache_dir / f"{slug}-{_slug(cfg.tokenizer)}-{digest}"
 
 
 def _signature(source: Source) -> list[list[Any]] | None:
@@ -530,102 +391,308 @@ def _signature(source: Source) -> list[list[Any]] | None:
     return [[str(path), st.st_size, st.st_mtime_ns] for path, st in stats]
 
 
-def _dtype(vocab_size: int) -> np.dtype:
-    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
+def source_sha256(source: Source) -> str:
+    """The sha256 prepare() records for a source: the raw bytes of its files joined by a blank
+    line (b"\\n\\n"), or a built-in text's UTF-8; read in pieces, never whole."""
+    if source.text is not None:
+        return hashlib.sha256(source.text.encode("utf-8")).hexdigest()
+    hasher = hashlib.sha256()
+    for i, path in enumerate(source.files):
+        hasher.update(b"\n\n" if i else b"")
+        try:
+            with path.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    hasher.update(chunk)
+        except OSError as e:
+            raise DataError(
+                f"cannot read {path} ({e.strerror or e}); check that it exists and is readable"
+            ) from None
+    return hasher.hexdigest()
+
+
+def _source_bytes(source: Source) -> int:
+    if source.text is not None:
+        return len(source.text.encode("utf-8"))
+    try:
+        return sum(path.stat().st_size for path in source.files)
+    except OSError:
+        return 0
+
+
+class _StopPoll:
+    """should_stop, asked at most every STOP_POLL_S (it is called between every two pieces)."""
+
+    def __init__(self, should_stop: Callable[[], bool] | None):
+        self._should_stop, self._next = should_stop, 0.0
+
+    def check(self) -> None:
+        if self._should_stop is None:
+            return
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + STOP_POLL_S
+            if self._should_stop():
+                raise PreparationStopped()
+
+
+class _Reporter:
+    """DataProgress events at most every PROGRESS_INTERVAL_S, and the last one always."""
+
+    def __init__(self, progress: Callable[[DataProgress], None] | None, source: Source, tok: str):
+        self._progress, self._tokenizer = progress, tok
+        self._source = source.description
+        self.total = _source_bytes(source)
+        self._start = time.monotonic()
+        self._next = self._start + PROGRESS_INTERVAL_S
+        self.note = ""
+
+    def emit(self, counts: ReadCounts, tokens: int, force: bool = False) -> None:
+        if self._progress is None:
+            return
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        self._next = now + PROGRESS_INTERVAL_S
+        self._progress(self._event(counts.bytes_read, counts, tokens, done=False, reused=False))
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._start
+
+    def finish(self, meta: dict[str, Any], reused: bool) -> None:
+        if self._progress is None:
+            return
+        counts = ReadCounts(documents=meta.get("documents", 0), skipped=meta.get("skipped", 0))
+        size = meta.get("source_bytes", self.total)
+        self._progress(self._event(size, counts, meta["total_tokens"], done=True, reused=reused))
+
+    def _event(
+        self, read: int, counts: ReadCounts, tokens: int, done: bool, reused: bool
+    ) -> DataProgress:
+        return DataProgress(
+            source=self._source,
+            tokenizer=self._tokenizer,
+            bytes_read=read,
+            bytes_total=self.total,
+            documents=counts.documents,
+            skipped=counts.skipped,
+            tokens=tokens,
+            elapsed_s=self.elapsed(),
+            done=done,
+            reused=reused,
+            note=self.note,
+        )
+
+
+def _pieces(
+    source: Source,
+    cfg: DataConfig,
+    counts: ReadCounts,
+    hasher: Any,
+    chunk_chars: int,
+) -> Iterator[Piece]:
+    # Char-level pieces may be cut anywhere; BPE pieces only where tokenization is unchanged.
+    split = split_at_safe_points if cfg.tokenizer != "char" else _cut_anywhere
+    if source.text is not None:
+        if hasher is not None:
+            hasher.update(source.text.encode("utf-8"))
+        return text_pieces(source.text, counts, split, chunk_chars)
+    return read_pieces(source.files, cfg.text_field, counts, hasher, split, chunk_chars)
+
+
+def _single_text(source: Source) -> bool:
+    """One text file or a built-in text: one document, with no end-of-text token to mark its
+    end (a Tiny Shakespeare prepared as nanoGPT does: 338,025 GPT-2 tokens)."""
+    return source.text is not None or (
+        len(source.files) == 1 and corpus_format(source.files) == "text"
+    )
+
+
+def _cut_anywhere(text: str, chunk_chars: int) -> Iterator[str]:
+    for start in range(0, max(len(text), 1), chunk_chars):
+        yield text[start : start + chunk_chars]
+
+
+def _check_documents(counts: ReadCounts, source: Source) -> None:
+    """A one-line DataError when the corpus gave no text to train on."""
+    if counts.documents == 0 and counts.skipped and corpus_format(source.files) != "text":
+        raise DataError(f"no usable document in {source.description}: {counts.first_skip}")
+    if not counts.saw_text:
+        what = "is empty (0 bytes)" if counts.documents == 0 else "holds only whitespace"
+        raise DataError(
+            f"the corpus {source.description} {what}; put some text in it or set data.source "
+            f"to another file, a folder, 'pydoc' or 'tinyshakespeare'"
+        )
+
+
+def _char_vocabulary(
+    source: Source, cfg: DataConfig, report: _Reporter | None, stop: _StopPoll
+) -> tuple[CharTokenizer, str, ReadCounts]:
+    """The first pass of a char-level preparation: the corpus's characters (the separator's
+    too when there are several documents), its sha256 and its figures."""
+    counts, hasher = ReadCounts(), hashlib.sha256()
+    seen = np.zeros(MAX_CODEPOINT + 1, dtype=bool)
+    for piece, _ in _pieces(source, cfg, counts, hasher, CHAR_PIECE_CHARS):
+        seen[codepoints(piece)] = True
+        stop.check()
+        if report is not None:
+            report.emit(counts, 0)
+    _check_documents(counts, source)
+    if counts.documents > 1:
+        seen[codepoints(cfg.separator)] = True
+    chars = "".join(map(chr, np.flatnonzero(seen).tolist()))
+    return CharTokenizer(chars), hasher.hexdigest(), counts
+
+
+def _tokenize(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[np.ndarray]:
+    """The one expensive step of prepare(): a batch of pieces to token arrays (a seam for
+    tests that count how often it runs)."""
+    return tokenizer.encode_pieces(pieces)
+
+
+@dataclass
+class _Batch:
+    """Pieces to encode together, and what goes around each one's tokens."""
+
+    pieces: list[str] = field(default_factory=list)
+    separator_before: list[bool] = field(default_factory=list)  # char: between documents
+    end_after: list[bool] = field(default_factory=list)  # BPE: end-of-text after a document
+    chars: int = 0
+
+
+def _encode_batch(tokenizer: Tokenizer, batch: _Batch, separator: np.ndarray) -> np.ndarray:
+    parts: list[np.ndarray] = []
+    end = np.array([tokenizer.end_of_text or 0], dtype=np.uint32)
+    for ids, before, after in zip(
+        _tokenize(tokenizer, batch.pieces), batch.separator_before, batch.end_after, strict=True
+    ):
+        if before:
+            parts.append(separator)
+        parts.append(ids.astype(np.uint32, copy=False))
+        if after:
+            parts.append(end)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
 
 
 def _build(
     out: Path,
     source: Source,
-    text: str,
-    digest: str,
     signature: list[list[Any]] | None,
     cfg: DataConfig,
+    report: _Reporter,
+    stop: _StopPoll,
 ) -> dict[str, Any]:
-    tokenizer = _make_tokenizer(cfg.tokenizer, text)
-    ids = _tokenize(tokenizer, text)
-    dtype = _dtype(tokenizer.vocab_size)
-    # Like nanoGPT: the first (1 - val_fraction) of the tokens train, the tail is held out.
-    n_train = int(len(ids) * (1 - cfg.val_fraction))
+    """Read, tokenize and write the corpus; meta.json last. Called under the directory's lock."""
+    (out / "meta.json").unlink(missing_ok=True)  # a rebuild cut short must never look ready
+    if cfg.tokenizer == "char":
+        tokenizer, digest, counts = _char_vocabulary(source, cfg, report, stop)
+        separator = np.asarray(tokenizer.encode(cfg.separator), dtype=np.uint32)
+        hasher, chunk_chars = None, CHAR_PIECE_CHARS
+    else:
+        tokenizer, digest, counts = TiktokenTokenizer(cfg.tokenizer), "", ReadCounts()
+        separator = np.zeros(0, dtype=np.uint32)
+        hasher, chunk_chars = hashlib.sha256(), PIECE_CHARS
+    dtype = token_dtype(tokenizer.vocab_size)
+    batch_chars = max(BATCH_CHARS, 4 * chunk_chars * encode_threads())
+    writer = TokenWriter(out, dtype)
+    pass_counts, chars = ReadCounts(), 0
+    committed = False
+    try:
+        # One batch encodes (on all cores) while the next is read; a stop does not wait for it.
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cockpit-tokenize")
+        try:
+            pending: Future[np.ndarray] | None = None
+            batch, starts = _Batch(), True
+            bpe = tokenizer.end_of_text is not None
+            ends_marked = bpe and not _single_text(source)
+            for piece, ends in _pieces(source, cfg, pass_counts, hasher, chunk_chars):
+                batch.pieces.append(piece)
+                batch.separator_before.append(starts and not bpe and pass_counts.documents > 1)
+                batch.end_after.append(ends and ends_marked)
+                batch.chars += len(piece)
+                chars += len(piece)
+                starts = ends
+                if batch.chars >= batch_chars:
+                    if pending is not None:
+                        writer.append(pending.result())
+                    pending = pool.submit(_encode_batch, tokenizer, batch, separator)
+                    batch = _Batch()
+                stop.check()
+                report.emit(pass_counts, writer.count)
+            if pending is not None:
+                writer.append(pending.result())
+            if batch.pieces:
+                writer.append(_encode_batch(tokenizer, batch, separator))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        if hasher is not None:
+            _check_documents(pass_counts, source)
+            digest, counts = hasher.hexdigest(), pass_counts
+        stop.check()
+        writer.commit()
+        committed = True
+    finally:
+        if not committed:
+            writer.discard()
+    check_split(writer.count, cfg, source.description)
     meta = {
         "format_version": FORMAT_VERSION,
         "source": source.description,
         "source_identity": source.identity,
         "source_sha256": digest,
         "source_signature": signature,
-        "text_chars": len(text),
+        "text_chars": chars,
         "tokenizer": tokenizer.to_meta(),
         "vocab_size": tokenizer.vocab_size,
         "dtype": dtype.name,
-        "val_fraction": cfg.val_fraction,
-        "train_tokens": n_train,
-        "val_tokens": len(ids) - n_train,
+        "total_tokens": writer.count,
+        "documents": counts.documents,
+        "skipped": counts.skipped,
+        "source_bytes": report.total or counts.bytes_read,
+        "format": corpus_format(source.files),
+        "text_field": cfg.text_field,
+        "separator": cfg.separator if cfg.tokenizer == "char" else None,
+        "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "elapsed_s": round(report.elapsed(), 3),
     }
-
-    def write() -> None:
-        out.mkdir(parents=True, exist_ok=True)
-        # Drop the old meta.json first: a rebuild cut short must never look ready.
-        (out / "meta.json").unlink(missing_ok=True)
-        _atomic_write(out / "train.bin", ids[:n_train].astype(dtype))
-        _atomic_write(out / "val.bin", ids[n_train:].astype(dtype))
-        _atomic_write(out / "meta.json", _meta_bytes(meta))
-
-    _write_or_explain(out, write)
+    # Today's split keys too, for whoever reads meta.json: the split of the run that prepared it.
+    meta = split_meta(meta, cfg)
+    write_meta(out, meta)
+    report.finish(meta, reused=False)
     return meta
 
 
-def _meta_bytes(meta: dict[str, Any]) -> bytes:
-    return (json.dumps(meta, indent=2) + "\n").encode("utf-8")
+def _write_error(where: Path, e: OSError) -> DataError:
+    return DataError(
+        f"cannot write prepared data to {where} ({e.strerror or e}); free some disk space or "
+        f"set COCKPIT_CACHE_DIR to a writable folder"
+    )
 
 
-def _atomic_write(path: Path, content: bytes | np.ndarray) -> None:
-    """Bytes or a token array to `path` through engine/files.py, making its folder first."""
+def _atomic_write(path: Path, content: bytes) -> None:
+    """Bytes to `path` through engine/files.py, making its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, content.tofile if isinstance(content, np.ndarray) else lambda f: f.write(content))
+    atomic_write(path, lambda f: f.write(content))
 
 
 def _write_or_explain(where: Path, write: Callable[[], None]) -> None:
     try:
         write()
     except OSError as e:
-        raise DataError(
-            f"cannot write prepared data to {where} ({e.strerror or e}); free some disk space or "
-            f"set COCKPIT_CACHE_DIR to a writable folder"
-        ) from None
+        raise _write_error(where, e) from None
 
 
-def _read_meta(out: Path) -> dict[str, Any] | None:
-    """meta.json if the directory holds a complete preparation of this format, else None."""
-    try:
-        meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
-        itemsize = np.dtype(meta["dtype"]).itemsize
-        complete = (
-            meta["format_version"] == FORMAT_VERSION
-            and (out / "train.bin").stat().st_size == meta["train_tokens"] * itemsize
-            and (out / "val.bin").stat().st_size == meta["val_tokens"] * itemsize
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return meta if complete else None
-
-
-def _load(out: Path, meta: dict[str, Any], source: Source) -> PreparedData:
-    dtype = np.dtype(meta["dtype"]).newbyteorder("<")
+def _load(out: Path, meta: dict[str, Any], source: Source, cfg: DataConfig) -> PreparedData:
+    check_split(meta["total_tokens"], cfg, source.description)
+    meta = split_meta(meta, cfg)
+    train, val = token_splits(out, meta)
     return PreparedData(
-        train=_memmap(out / "train.bin", dtype, meta["train_tokens"]),
-        val=_memmap(out / "val.bin", dtype, meta["val_tokens"]),
+        train=train,
+        val=val,
         tokenizer=tokenizer_from_meta(meta["tokenizer"]),
         meta=meta,
         source=source.description,
         record=source_record(source, meta),
     )
-
-
-def _memmap(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
-    # numpy cannot map an empty file; an empty split (val_fraction = 0) is a plain empty array.
-    if count == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,6 +735,13 @@ def check_length(data: PreparedData, block_size: int) -> None:
             raise DataError(
                 f"the val split of {data.source} is empty (data.val_fraction = "
                 f"{data.meta.get('val_fraction')}); set data.val_fraction to e.g. 0.1"
+            )
+        held_out = data.meta.get("val_tokens_setting") or 0
+        if n <= block_size + 1 and split == "train" and held_out:
+            raise DataError(
+                f"the train split of {data.source} has only {n} tokens after data.val_tokens = "
+                f"{held_out} are held out, too few for model.block_size = {block_size}; set "
+                f"data.val_tokens <= {max(0, n + held_out - block_size - 2)}"
             )
         if n <= block_size + 1:
             smaller = f"model.block_size <= {n - 2} or " if n > 2 else ""
@@ -721,5 +795,5 @@ def data_available(
             identity, slug, found = source.identity, source.slug, source.description
     except (DataError, OSError) as e:
         return False, str(e)
-    out = _prepared_dir(identity, slug, cfg.tokenizer, cfg.val_fraction, cache_dir)
+    out = _prepared_dir(identity, slug, cfg, cache_dir)
     return True, ("prepared" if (out / "meta.json").is_file() else found)

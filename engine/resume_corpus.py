@@ -3,7 +3,6 @@ source_record), found again, checked by sha256 and vocabulary, or refused with o
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +12,15 @@ from engine.data import (  # the preparation's own helpers: same cache, same has
     DataError,
     Source,
     Tokenizer,
+    _char_vocabulary,
     _kind_and_path,
     _prepared_dir,
     _read_meta,
-    _read_text,
     _signature,
+    _StopPoll,
     default_cache_dir,
     resolve_source,
+    source_sha256,
     vocab_fingerprint,
 )
 
@@ -54,33 +55,14 @@ def recorded_source(checkpoint: dict[str, Any]) -> tuple[dict[str, Any] | None, 
     }, True
 
 
-def _sha256_of(source: Source) -> str:
-    """The sha256 that prepare() records for a source (a folder's files joined by a blank
-    line), read in pieces so a large corpus is never in memory at once."""
-    if source.text is not None:
-        return hashlib.sha256(source.text.encode("utf-8")).hexdigest()
-    hasher = hashlib.sha256()
-    for i, path in enumerate(source.files):
-        hasher.update(b"\n\n" if i else b"")
-        try:
-            with path.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    hasher.update(chunk)
-        except OSError as e:
-            raise DataError(
-                f"cannot read {path} ({e.strerror or e}); check that it exists and is readable"
-            ) from None
-    return hasher.hexdigest()
-
-
 def _current_sha256(source: Source, cfg: DataConfig, cache_dir: Path) -> str:
     # Unchanged size and mtime of every file: the hash prepare() recorded is still the hash.
-    out = _prepared_dir(source.identity, source.slug, cfg.tokenizer, cfg.val_fraction, cache_dir)
+    out = _prepared_dir(source.identity, source.slug, cfg, cache_dir)
     meta = _read_meta(out)
     signature = _signature(source)
     if meta is not None and signature is not None and meta.get("source_signature") == signature:
         return str(meta["source_sha256"])
-    return _sha256_of(source)
+    return source_sha256(source)
 
 
 def resume_data_path(
@@ -143,9 +125,7 @@ def resume_data_path(
                 f"unchanged copy, or pass {ALLOW_DATA_CHANGE_FLAG} to train on it on purpose"
             )
         if cfg.tokenizer == "char":  # its vocabulary is the text's characters: they must match
-            check_vocabulary(
-                checkpoint, CharTokenizer.from_text(_read_text(source)[0]), source.description
-            )
+            check_vocabulary(checkpoint, _char_tokenizer(source, cfg), source.description)
         notes.append(
             f"training on a changed corpus ({ALLOW_DATA_CHANGE_FLAG}): {source.description}, "
             f"sha256 {expected} -> {digest}"
@@ -155,6 +135,11 @@ def resume_data_path(
         if where is not None and now is not None and now != where:
             notes.append(f"corpus moved: {where} -> {now} (the same text, sha256 {expected})")
     return chosen, notes
+
+
+def _char_tokenizer(source: Source, cfg: DataConfig) -> CharTokenizer:
+    """The char-level vocabulary prepare() would build for the source (read in pieces)."""
+    return _char_vocabulary(source, cfg, None, _StopPoll(None))[0]
 
 
 def check_vocabulary(checkpoint: dict[str, Any], tokenizer: Tokenizer, corpus: str) -> None:

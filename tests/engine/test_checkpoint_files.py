@@ -67,11 +67,11 @@ def test_checkpoints_and_prepared_data_are_ordinary_files(tmp_path: Path) -> Non
     finally:
         os.umask(old)
     prepared = [
-        p for p in (tmp_path / "cache").rglob("*") if p.name in ("train.bin", "val.bin", "meta.json")
+        p for p in (tmp_path / "cache").rglob("*") if p.name in ("tokens.bin", "meta.json")
     ]
-    assert len(prepared) == 3
+    assert len(prepared) == 2
     assert {p.name: _mode(p) for p in prepared} == dict.fromkeys(
-        ("train.bin", "val.bin", "meta.json"), 0o644
+        ("tokens.bin", "meta.json"), 0o644
     )
     assert _mode(saved) == 0o644
 

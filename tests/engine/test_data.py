@@ -163,7 +163,7 @@ def test_prepare_reuses_files_without_retokenizing(
     (out,) = [p for p in tmp_path.iterdir() if (p / "meta.json").is_file()]
     assert out.name.startswith("tinyshakespeare-char-")
     mtimes = {
-        name: (out / name).stat().st_mtime_ns for name in ("train.bin", "val.bin", "meta.json")
+        name: (out / name).stat().st_mtime_ns for name in ("tokens.bin", "meta.json")
     }
 
     second = prepare(cfg, data_path=str(shakespeare), cache_dir=tmp_path)
@@ -212,14 +212,14 @@ def test_half_prepared_directory_is_rebuilt(tmp_path: Path, count_tokenize: list
     prepare(file_cfg(corpus), cache_dir=cache)
     assert len(count_tokenize) == 2
 
-    (out / "train.bin").write_bytes(b"\x00\x00")  # truncated
+    (out / "tokens.bin").write_bytes(b"\x00\x00")  # truncated
     again = prepare(file_cfg(corpus), cache_dir=cache)
     assert len(count_tokenize) == 3
     assert np.array_equal(again.train, first.train)
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_split_and_tokenizer_get_their_own_directories(tmp_path: Path) -> None:
+def test_one_prepared_directory_serves_every_split(tmp_path: Path) -> None:
     corpus = write(tmp_path / "My Corpus.txt", "0123456789" * 100)
     cache = tmp_path / "cache"
     a = prepare(file_cfg(corpus, val_fraction=0.1), cache_dir=cache)
@@ -227,7 +227,9 @@ def test_split_and_tokenizer_get_their_own_directories(tmp_path: Path) -> None:
     assert (len(a.train), len(a.val)) == (900, 100)
     assert (len(b.train), len(b.val)) == (750, 250)
     names = sorted(p.name for p in cache.iterdir())
-    assert len(names) == 2 and all(n.startswith("my-corpus-char-") for n in names)
+    assert len(names) == 1 and names[0].startswith("my-corpus-char-")
+    c = prepare(DataConfig(source=str(corpus), val_tokens=300), cache_dir=cache)
+    assert (len(c.train), len(c.val)) == (700, 300) and len(list(cache.iterdir())) == 1
 
 
 # ---------------------------------------------------------------------------------------------
