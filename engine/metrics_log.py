@@ -48,6 +48,8 @@ class MetricsWriter:
             self._file.flush()
 
     def __call__(self, event: Event) -> None:
+        if event.kind == "data_progress" and not getattr(event, "done", True):
+            return  # a few a second while the corpus is prepared: only the final one is kept
         record = event.to_record()
         record.pop("config", None)  # run_started's config lives in config.json
         line = json.dumps(record, separators=(",", ":"), default=str)

@@ -253,9 +253,11 @@ class Trainer:
             train_loss=train_loss,
             val_loss=val_loss,
             train_time_s=self.train_time_s,
-            full_split=self.cfg.eval.full_val,
+            full_split=self.evaluator.val_full,  # False when a bound cut the split short
         )
         self.emit(event)
+        if (note := self.evaluator.capped_note()) is not None:
+            self._alert("info", note, "eval")  # once per run, not at every eval
         if not math.isfinite(val_loss):
             self._alert("error", f"val loss is {val_loss} at step {self.step}", "nan")
         return event
