@@ -15,8 +15,9 @@ both measure the work alone. Peak RSS is the child's own high-water mark (VmHWM)
                             [--keep] [--format text|jsonl] [--seed 0] [--rounds 1]
 
 Goals (issue 13): cockpit's MB/s >= 0.9 of tiktoken's, peak RSS < 1.5 GB.
-The thread count reaches cockpit's preparation through os.cpu_count() (patched in its child)
-and, when below the cores available, through the CPU affinity of both children.
+The thread count reaches cockpit's preparation through os.sched_getaffinity() and os.cpu_count()
+(patched in its child, as engine/tokenizers.py reads them) and, when below the cores available,
+through the real CPU affinity of both children.
 """
 
 from __future__ import annotations
@@ -197,7 +198,10 @@ def peak_rss():
 """
 
 COCKPIT_CHILD = CHILD_SETUP + r"""
-os.cpu_count = lambda: threads  # today's engine/data.py sizes its thread pool from this
+# engine/tokenizers.py sizes its thread pool from the affinity (older code: os.cpu_count), which
+# would cap it at the cores here: both say `threads`, as tiktoken's side is told.
+os.cpu_count = lambda: threads
+os.sched_getaffinity = lambda pid: set(range(threads))
 from engine.config import DataConfig
 from engine.data import DataError, prepare
 cfg = DataConfig(source=args["path"], tokenizer=args["tokenizer"])
