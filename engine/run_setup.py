@@ -8,7 +8,6 @@ Each sets the trainer's attributes the loop reads.
 
 from __future__ import annotations
 
-import inspect
 import json
 import random
 from pathlib import Path
@@ -89,12 +88,12 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
 
     # The preparation is a phase of the run: its progress goes to the UI and the sinks (the
     # metrics file keeps only the final record) and a stop asked for meanwhile ends it.
-    # TEMPORARY (issue 13): until the streaming prepare() with these two arguments lands in
-    # engine/data.py, today's is called without them; then this becomes a plain call.
-    phase = {"progress": run.emit, "should_stop": run.preparation_should_stop}
-    if "progress" not in inspect.signature(prepare).parameters:
-        phase = {}
-    run.data = prepare(cfg.data, data_path=run.data_path, **phase)
+    run.data = prepare(
+        cfg.data,
+        data_path=run.data_path,
+        progress=run.emit,
+        should_stop=run.preparation_should_stop,
+    )
     if state is not None:
         check_vocabulary(state, run.data.tokenizer, run.data.source)
     if run.data.record["source"] == "path":

@@ -188,13 +188,4 @@ def test_a_real_run_records_exactly_one_final_preparation_record(tmp_path: Path)
     assert run.run() == RunState.FINISHED
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     progress = [r for r in records if r["kind"] == "data_progress"]
-    if not progress and "progress" not in _prepare_parameters():
-        # Depends on the streaming prepare (issue 13, item 1): today's emits nothing.
-        pytest.xfail("engine.data.prepare does not emit progress yet")
     assert len(progress) == 1 and progress[0]["done"] is True
-
-
-def _prepare_parameters() -> set[str]:
-    import inspect
-
-    return set(inspect.signature(engine.data.prepare).parameters)
