@@ -21,6 +21,9 @@ from typing import Any
 # engine/data.py's _prepared_dir: slug, tokenizer slug, then 12 hex digits of the cache key.
 PREPARED_NAME = re.compile(r"^[a-z0-9_.-]+-[0-9a-f]{12}$")
 INCOMPLETE = "incomplete (interrupted preparation)"
+BUSY = "being prepared now"
+OLD_FORMAT = "old format (no longer used: remove it)"
+LOCK_FILE = ".lock"  # engine/prepared_files.py: held by the process preparing the directory
 
 
 class CacheError(ValueError):
@@ -103,18 +106,58 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) else None
 
 
-def _status(path: Path, meta: dict[str, Any] | None) -> str:
-    """complete, or incomplete when meta.json is missing or its token files are short."""
-    if meta is None:
-        return INCOMPLETE
+def lock_held(path: Path) -> bool:
+    """Whether another process holds the directory's preparation lock right now."""
+    try:
+        import fcntl
+    except ImportError:  # no flock on this platform: nothing to ask
+        return False
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDWR)
+    except OSError:
+        return False  # no lock file: nobody has prepared here with a lock
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock we took
+    return False
+
+
+def _current_format() -> int | None:
+    from engine import data
+
+    return getattr(data, "FORMAT_VERSION", None)
+
+
+def _files_match(path: Path, meta: dict[str, Any]) -> bool:
+    """Token files as long as meta.json says (one tokens.bin, or v1's train.bin + val.bin)."""
     itemsize = {"uint16": 2, "uint32": 4}.get(str(meta.get("dtype")))
-    for split in ("train", "val"):
-        count = _int_or_none(meta.get(f"{split}_tokens"))
-        file = path / f"{split}.bin"
-        # Only the layout engine/data.py writes today is checked; other layouts are trusted.
+    expected = {
+        "tokens.bin": _int_or_none(meta.get("total_tokens")),
+        "train.bin": _int_or_none(meta.get("train_tokens")),
+        "val.bin": _int_or_none(meta.get("val_tokens")),
+    }
+    for name, count in expected.items():
+        file = path / name
+        # Only the layouts engine/data.py writes are checked; a file that is absent is trusted.
         if itemsize and count is not None and file.exists():
             if file.stat().st_size != count * itemsize:
-                return INCOMPLETE
+                return False
+    return True
+
+
+def _status(path: Path, meta: dict[str, Any] | None) -> str:
+    """complete; busy while a process prepares it; incomplete when meta.json is missing or its
+    token files are short; old format when today's engine would prepare it afresh."""
+    if lock_held(path):
+        return BUSY
+    if meta is None or not _files_match(path, meta):
+        return INCOMPLETE
+    version, current = meta.get("format_version"), _current_format()
+    if isinstance(version, int) and isinstance(current, int) and version < current:
+        return OLD_FORMAT
     return "complete"
 
 
@@ -209,4 +252,9 @@ def remove_prepared(cache_dir: Path, corpus: PreparedCorpus) -> None:
         raise CacheError(f"{path} is not in the cache folder {cache}; nothing removed")
     if not looks_prepared(path):
         raise CacheError(f"{path} does not look like a prepared corpus; nothing removed")
+    if lock_held(path):
+        raise CacheError(
+            f"{corpus.name} is being prepared by another process right now; stop that one first "
+            f"(ctrl+c), then remove it"
+        )
     shutil.rmtree(path)

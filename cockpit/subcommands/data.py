@@ -270,15 +270,16 @@ def _tokens_cell(corpus: Any) -> str:
 
 
 def ls_rows(corpora: list[Any]) -> list[list[str]]:
-    """The table's cells: header first; an incomplete corpus says so instead of figures."""
+    """The table's cells, header first; a corpus that is not ready says why in place of its
+    source (an interrupted preparation has no figures to show)."""
     rows = [["NAME", "TOKENIZER", "TOKENS (TRAIN/VAL)", "DOCS", "SIZE", "PREPARED", "SOURCE"]]
     for c in corpora:
+        source = c.source or "-"
         if not c.complete:
-            rows.append([c.name, "-", "-", "-", _size(c.disk_bytes), "-", c.status])
-            continue
+            source = f"{c.status}: {c.source}" if c.source else c.status
         rows.append([
             c.name, c.tokenizer or "-", _tokens_cell(c), _count(c.documents),
-            _size(c.disk_bytes), _when(c.prepared_at), c.source or "-",
+            _size(c.disk_bytes), _when(c.prepared_at), source,
         ])  # fmt: skip
     return rows
 

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +124,21 @@ def test_meta_json_of_another_format_is_read_tolerantly(cache: Path):
     assert "12,345" in row and "2026-11-30 10:20" in row and "17" in row
 
 
+def test_a_corpus_being_prepared_is_listed_as_such_and_not_removed(cache: Path):
+    import fcntl
+
+    busy = cache / "big-char-0123456789ab"
+    busy.mkdir(parents=True)
+    with open(busy / ".lock", "w") as lock:  # what a preparing process holds
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert "being prepared now" in cockpit("data", "ls", cache=cache).stdout
+        refused = cockpit("data", "rm", busy.name, "--yes", cache=cache)
+        assert refused.returncode == 2 and "being prepared" in one_error_line(refused)
+        assert busy.is_dir()
+    assert cockpit("data", "rm", busy.name, "--yes", cache=cache).returncode == 0
+    assert not busy.exists()
+
+
 def test_rm_refuses_unknown_ambiguous_and_outside_names(cache: Path, tmp_path: Path):
     for name in ("poems-char-aaaaaaaaaaaa", "poems-r50k_base-bbbbbbbbbbbb"):
         (cache / name).mkdir(parents=True)
@@ -167,7 +181,7 @@ def test_prepare_refusals_are_one_line(cache: Path, tmp_path: Path):
 def test_ctrl_c_stops_preparation_with_nothing_complete_left(cache: Path, tmp_path: Path):
     big = tmp_path / "big.txt"
     line = "The quick brown fox jumps over the lazy dog, again and again, ünïcödé. 0123456789\n"
-    big.write_text(line * 400_000, encoding="utf-8")  # about 34 MB: seconds to prepare
+    big.write_text(line * 800_000, encoding="utf-8")  # about 68 MB: a second or more to prepare
     env = {**os.environ, "COCKPIT_CACHE_DIR": str(cache)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "cockpit", "data", "prepare", "--data", str(big)],
@@ -185,7 +199,6 @@ def test_ctrl_c_stops_preparation_with_nothing_complete_left(cache: Path, tmp_pa
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     assert started.wait(timeout=30), "no 'preparing' line"  # printed once ctrl+c is handled
-    time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     stderr = proc.stderr.read()
     assert proc.wait(timeout=60) == 130, (stderr, out)
