@@ -222,17 +222,33 @@ class BatchSampler:
 
 
 def eval_starts(
-    n_tokens: int, block_size: int, *, full: bool, windows: int, seed: int
+    n_tokens: int,
+    block_size: int,
+    *,
+    full: bool,
+    windows: int,
+    seed: int,
+    max_windows: int | None = None,
 ) -> np.ndarray:
     """Start positions of the windows an evaluation reads from a split of `n_tokens` tokens.
 
-    full: every non-overlapping window, in order (the same answer every time). Otherwise
-    `windows` random windows from a generator seeded with `seed`: the same ones at every eval.
+    full: every non-overlapping window, in order (the same answer every time); with
+    `max_windows`, at most that many of them, evenly spread over the split (a bounded
+    evaluation of a large split still sees all of it). Otherwise `windows` random windows from
+    a generator seeded with `seed`: the same ones at every eval.
     """
     if full:
-        return np.arange(0, n_tokens - block_size - 1, block_size)
+        starts = np.arange(0, n_tokens - block_size - 1, block_size)
+        if max_windows is not None and len(starts) > max_windows:
+            starts = starts[np.linspace(0, len(starts) - 1, max_windows).astype(np.int64)]
+        return starts
     g = torch.Generator().manual_seed(seed)
     return torch.randint(n_tokens - block_size - 1, (windows,), generator=g).numpy()
+
+
+def full_split_windows(n_tokens: int, block_size: int) -> int:
+    """How many non-overlapping windows a whole-split evaluation of `n_tokens` tokens reads."""
+    return len(range(0, n_tokens - block_size - 1, block_size))
 
 
 def eval_batches(
@@ -244,12 +260,18 @@ def eval_batches(
     full: bool,
     batches: int,
     seed: int,
+    max_windows: int | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The (x, y) batches of an evaluation of `tokens`: `batches` batches of fixed random
-    windows, or with `full` every non-overlapping window in order (the last batch may be
-    smaller)."""
+    windows, or with `full` every non-overlapping window in order, at most `max_windows` of
+    them (the last batch may be smaller)."""
     starts = eval_starts(
-        len(tokens), block_size, full=full, windows=batches * batch_size, seed=seed
+        len(tokens),
+        block_size,
+        full=full,
+        windows=batches * batch_size,
+        seed=seed,
+        max_windows=max_windows,
     )
     for i in range(0, len(starts), batch_size):
         rows = _windows(tokens, starts[i : i + batch_size], block_size).to(device)

@@ -3,19 +3,20 @@
 `Evaluator` holds what both need (the model, its compiled forward, the autocast context, the
 device, the run's config) and returns plain values; the Trainer turns them into `Eval` and
 `Sample` events. Both put the model in eval mode and back in train mode, even on an error.
+A whole-split evaluation (eval.full_val) reads at most FULL_VAL_MAX_TOKENS of the val split.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from engine.batches import eval_batches
+from engine.batches import eval_batches, full_split_windows
 from engine.config import RunConfig
 from engine.data import PreparedData, Tokenizer
 from engine.model import GPT
@@ -23,6 +24,18 @@ from engine.sampling import start_token
 
 # Evaluation windows are drawn from their own seed, apart from training's and sampling's.
 EVAL_SEED_OFFSET = 3
+# The most val tokens a whole-split evaluation reads (a constant, not a config key: the config
+# schema is engine/config.py's). A corpus of billions of tokens can have a val split of hundreds
+# of millions: reading it all at every eval is an epoch, not an evaluation.
+FULL_VAL_MAX_TOKENS = 10_000_000
+
+
+def full_val_windows(n_tokens: int, block_size: int, max_tokens: int) -> tuple[int, bool]:
+    """(windows a whole-split evaluation of `n_tokens` reads, whether that is the whole
+    split) under a bound of `max_tokens` tokens."""
+    bound = max(1, max_tokens // block_size)
+    every = full_split_windows(n_tokens, block_size)
+    return min(every, bound), every <= bound
 
 
 @dataclass
@@ -32,10 +45,19 @@ class Evaluator:
     autocast: contextlib.AbstractContextManager[Any]
     device: torch.device
     cfg: RunConfig  # read at each call: an out-of-memory retry halves cfg.train.batch_size
+    full_val_max_tokens: int = field(default_factory=lambda: FULL_VAL_MAX_TOKENS)
+    # What the last `losses` read of the val split: all of it (Eval.full_split), or a bounded
+    # part of a whole-split evaluation (`capped_note` says so once).
+    val_full: bool = field(default=False, init=False)
+    _cap_note: str | None = field(default=None, init=False)
+    _cap_noted: bool = field(default=False, init=False)
 
     @torch.no_grad()
-    def split_loss(self, tokens: np.ndarray, *, full: bool) -> float:
-        """Mean loss over the evaluation windows of one split (engine/batches.py)."""
+    def split_loss(
+        self, tokens: np.ndarray, *, full: bool, max_windows: int | None = None
+    ) -> float:
+        """Mean loss over the evaluation windows of one split (engine/batches.py); a full
+        evaluation reads at most `max_windows` windows."""
         cfg = self.cfg
         total, count = 0.0, 0
         for x, y in eval_batches(
@@ -46,6 +68,7 @@ class Evaluator:
             full=full,
             batches=cfg.eval.batches,
             seed=cfg.train.seed + EVAL_SEED_OFFSET,
+            max_windows=max_windows,
         ):
             with self.autocast:
                 _, loss = self.forward(x, y)
@@ -55,14 +78,32 @@ class Evaluator:
         return float(total / count)
 
     def losses(self, data: PreparedData) -> tuple[float, float]:
-        """(train loss, val loss); the val split in full when eval.full_val is set."""
+        """(train loss, val loss); the val split in full when eval.full_val is set, up to
+        `full_val_max_tokens` tokens (windows spread evenly over it); `val_full` says which."""
+        full, block = self.cfg.eval.full_val, self.cfg.model.block_size
+        windows, whole = full_val_windows(len(data.val), block, self.full_val_max_tokens)
         self.model.eval()
         try:
             train = self.split_loss(data.train, full=False)
-            val = self.split_loss(data.val, full=self.cfg.eval.full_val)
+            val = self.split_loss(data.val, full=full, max_windows=windows)
         finally:
             self.model.train()
+        self.val_full = full and whole
+        if full and not whole and self._cap_note is None:
+            self._cap_note = (
+                f"the val split has {len(data.val):,} tokens: each full evaluation reads "
+                f"{windows * block:,} of them ({windows:,} windows spread over the split; "
+                f"the bound is FULL_VAL_MAX_TOKENS in engine/evaluation.py)"
+            )
         return train, val
+
+    def capped_note(self) -> str | None:
+        """Once per run, after the first whole-split evaluation that read only part of the
+        split: a line saying so (an info alert); None otherwise."""
+        if self._cap_note is None or self._cap_noted:
+            return None
+        self._cap_noted = True
+        return self._cap_note
 
     @torch.no_grad()
     def samples(
