@@ -261,3 +261,25 @@ def test_the_recipe_folder_is_the_known_corpora_and_keeps_prepared_files_out_of_
         cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
     assert kept.returncode == 1 and kept.stdout == "", "the recipes are committed"
+
+
+def test_rm_on_a_terminal_asks_first(cache: Path):
+    import pty
+
+    entry = cache / "poems-char-aaaaaaaaaaaa"
+    entry.mkdir(parents=True)
+    (entry / "meta.json").write_text("{}")
+    env = {**os.environ, "COCKPIT_CACHE_DIR": str(cache)}
+    for answer, code in ((b"n\n", 1), (b"y\n", 0)):
+        main, tty = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cockpit", "data", "rm", "poems"],
+            stdin=tty, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO,
+        )  # fmt: skip
+        os.close(tty)
+        os.write(main, answer)
+        out, err = proc.communicate(timeout=60)
+        os.close(main)
+        assert proc.returncode == code, err
+        assert entry.exists() == (code == 1)
+        assert (b"nothing removed" in out) == (code == 1)
