@@ -154,6 +154,11 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
 
     # running the engine -------------------------------------------------------------------------
     @property
+    def preparing_corpus(self) -> bool:
+        """The run is still preparing its corpus: nothing trained, nothing to save."""
+        return self._main_screen.data_panel.preparing
+
+    @property
     def engine_running(self) -> bool:
         w = self.engine_worker
         return w is not None and not w.is_finished
@@ -349,7 +354,9 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             screen.dismiss(True)  # ctrl+c twice
             return
         step_s = self.last_step_seen[1] if self.last_step_seen else 0.0
-        msg = quit_question(self.preset, self.engine_running, self.state, step_s)
+        msg = quit_question(
+            self.preset, self.engine_running, self.state, step_s, self.preparing_corpus
+        )
         self.push_screen(
             ConfirmScreen("Quit", msg, yes="Quit", no="Cancel", purpose="quit", danger=True),
             self._quit_answer,
@@ -369,8 +376,10 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             return
         self._quitting = True
         self._quit_started = self.clock()
-        # An ended run has nothing left to save; its worker is on its way out anyway.
-        self._command("stop", checkpoint=self.state not in RunState.ENDED, reason="quit")
+        # An ended run has nothing left to save; its worker is on its way out anyway. Nor has
+        # one still preparing its corpus: the preparation stops at its next piece.
+        keep = self.state not in RunState.ENDED and not self.preparing_corpus
+        self._command("stop", checkpoint=keep, reason="quit")
         self._update_quit_note()
         self._quit_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_quit_note)
 
@@ -383,7 +392,9 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         return quit_note(self._stop_wait(self._quit_started))
 
     def _stop_wait(self, started: float | None) -> str:
-        return stop_wait(self.state, self.last_step_seen, started, self.clock())
+        return stop_wait(
+            self.state, self.last_step_seen, started, self.clock(), self.preparing_corpus
+        )
 
     def _force_exit(self) -> None:
         """Exit now, without waiting for the checkpoint: the engine is told to stop

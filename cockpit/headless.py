@@ -8,18 +8,27 @@ import sys
 import time
 from collections.abc import Callable
 
+from cockpit.data_progress_text import progress_line
 from cockpit.durations import fmt_duration
 from engine.events import Event, RunState
 
 
 class ProgressPrinter:
-    """Headless progress: one step line at most every `interval_s`; evals, checkpoints,
-    samples, alerts and state changes always."""
+    """Headless progress: one step line, and one corpus preparation line, at most every
+    `interval_s`; the preparation's final line, evals, checkpoints, samples, alerts and state
+    changes always. `clock` is injectable for tests."""
 
-    def __init__(self, out: Callable[[str], None] = print, interval_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        out: Callable[[str], None] = print,
+        interval_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.out = out
         self.interval_s = interval_s
+        self.clock = clock
         self._last = -float("inf")
+        self._last_data = -float("inf")
         self._max_steps = 0
         self._start_step = 0
         self._t0 = time.monotonic()
@@ -52,8 +61,14 @@ class ProgressPrinter:
             )
             for note in getattr(event, "notes", ()):
                 self._say(f"resume: {note}")
+        elif kind == "data_progress":
+            now = self.clock()
+            if now - self._last_data < self.interval_s and not event.done:
+                return
+            self._last_data = now
+            self._say(progress_line(event))
         elif kind == "step":
-            now = time.monotonic()
+            now = self.clock()
             if now - self._last < self.interval_s and event.step != self._max_steps:
                 return
             self._last = now

@@ -26,6 +26,7 @@ from textual.widgets import Footer, Static
 
 from cockpit.pacing import LoadGovernor
 from cockpit.widgets._format import fmt_int, fmt_lr
+from cockpit.widgets.data_progress import DataProgressPanel
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.lr import LrPanel
@@ -35,11 +36,13 @@ from cockpit.widgets.status import AlertLine, StatusLine
 from engine.events import (
     Alert,
     CheckpointSaved,
+    DataProgress,
     Eval,
     Event,
     LrChanged,
     MemoryBreakdown,
     RunStarted,
+    RunState,
     Sample,
     StateChanged,
     Step,
@@ -63,12 +66,14 @@ COMPACT_HEIGHT = 34
 
 
 class MainScreen(Screen[None]):
-    """Status and alert lines on top, the five panels, the footer."""
+    """Status and alert lines on top (and the corpus preparation under them while it lasts),
+    the five panels, the footer."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.status_line = StatusLine(id="status")
         self.alert_line = AlertLine(id="alert")
+        self.data_panel = DataProgressPanel(id="data-progress")
         self.loss_panel = LossPanel(id="loss", classes="panel")
         self.device_panel = DevicePanel(id="device", classes="panel")
         self.memory_panel = MemoryPanel(id="memory", classes="panel")
@@ -86,6 +91,7 @@ class MainScreen(Screen[None]):
         with Vertical(id="top"):
             yield self.status_line
             yield self.alert_line
+            yield self.data_panel
         yield Static(id="too-small")
         with Container(id="panels"):
             yield self.loss_panel
@@ -128,6 +134,7 @@ class MainScreen(Screen[None]):
         """A new run: the run's panels start empty (telemetry, about the machine, stays)."""
         for panel in (self.loss_panel, self.lr_panel, self.samples_panel, self.memory_panel):
             panel.reset()
+        self.data_panel.finish()
 
     # the drain timer -----------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -174,6 +181,7 @@ class MainScreen(Screen[None]):
         if urgent or now - self._status_drawn_at >= STATUS_REFRESH_S * self.load.factor:
             self._status_drawn_at = now
             self.cockpit.refresh_status()
+        self.data_panel.flush()  # the newest progress of this drain only
         self.device_panel.flush(now, force)
         self.loss_panel.flush(now, force)
         self.lr_panel.flush(now, force)
@@ -200,6 +208,8 @@ class MainScreen(Screen[None]):
         if not isinstance(ev, RunStarted) and not history:
             app.view.tracker.observe(ev.time)
         match ev:
+            case DataProgress():
+                self.data_panel.add_progress(ev)
             case Telemetry():
                 self.device_panel.update_telemetry(ev)
             case MemoryBreakdown():
@@ -209,8 +219,11 @@ class MainScreen(Screen[None]):
             case Sample():
                 self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
             case RunStarted():
+                self.data_panel.finish()  # prepared: the run's panels take over
                 app.run_started(ev)
             case StateChanged():
+                if ev.state in RunState.ENDED:
+                    self.data_panel.finish()  # stopped or failed while preparing
                 app.state_changed(ev)
             case CheckpointSaved():
                 app.checkpoint_saved(ev, announce=not history)

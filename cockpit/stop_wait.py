@@ -15,13 +15,20 @@ LONG_STEP_S = 10.0  # steps at least this long: the quit dialog warns that the s
 
 
 def stop_wait(
-    state: str, last_step: tuple[float, float] | None, started: float | None, now: float
+    state: str,
+    last_step: tuple[float, float] | None,
+    started: float | None,
+    now: float,
+    preparing: bool = False,
 ) -> str:
     """Where a stop with a checkpoint stands: the time to the next step boundary (from
     `last_step`, the newest step's (event time, step time)) and the time waited since
-    `started` (both on the clock events are stamped with)."""
+    `started` (both on the clock events are stamped with). While the corpus is `preparing`
+    there is nothing to save: the preparation stops at its next piece."""
     waited = fmt_duration(max(0.0, now - (started or now)))
-    if state == RunState.SAVING:
+    if preparing and state not in RunState.ENDED:
+        what = "stopping the corpus preparation (nothing trained yet: nothing to save)"
+    elif state == RunState.SAVING:
         what = "writing the final checkpoint"
     elif state in RunState.ENDED:
         what = f"the run has {state}"
@@ -45,10 +52,17 @@ def quit_note(wait: str) -> str:
     return f"quitting: {wait} · ctrl+c again: quit now without saving"
 
 
-def quit_question(preset: str, running: bool, state: str, step_s: float) -> str:
+def quit_question(
+    preset: str, running: bool, state: str, step_s: float, preparing: bool = False
+) -> str:
     """The quit dialog's question (markup); a long step warns that the save may be far off."""
     if not running:
         return "Quit cockpit? No run is in progress."
+    if preparing:
+        return (
+            f"Stop preparing the corpus of [b]{preset}[/b] and quit? "
+            "Nothing is trained yet: there is nothing to save."
+        )
     msg = f"Save a checkpoint of [b]{preset}[/b] at the next step, stop it and quit?"
     if step_s >= LONG_STEP_S and state not in RunState.ENDED:
         msg += (
