@@ -20,8 +20,6 @@ from cockpit.subcommands.options import add_presets_dir_option, add_set_option
 from engine.config import ConfigError, parse_override
 from engine.presets import DEFAULT_PRESET
 
-SUBCOMMANDS = ("train", "plan", "presets", "sample", "export", "completion")
-
 
 def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -96,8 +94,11 @@ def cockpit_version() -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from cockpit.subcommands import BY_NAME
+
     # `cockpit --preset x` is `cockpit train --preset x`: training is the default command.
-    if not argv or (argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help", "--version")):
+    commands = ("train", *BY_NAME, "-h", "--help", "--version")
+    if not argv or argv[0] not in commands:
         argv = ["train", *argv]
     args = build_parser().parse_args(argv)
     if args.command == "train" and args.tensorboard:
