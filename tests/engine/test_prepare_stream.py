@@ -32,6 +32,7 @@ from engine.data import (
     split_at_safe_points,
 )
 from engine.events import DataProgress
+from engine.prepared_files import has_leftovers
 
 REPO = Path(__file__).resolve().parents[2]
 STRESS_PARTS = (
@@ -379,7 +380,7 @@ p = prepare(DataConfig(source=sys.argv[1], tokenizer=sys.argv[2]), cache_dir=sys
 seconds = time.monotonic() - start
 # VmHWM, not ru_maxrss: the latter can carry the parent's peak through fork and exec
 status = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
-print(seconds, status, notes[-1])
+print(seconds, status, notes[-1] or "-")
 """
 
 
@@ -411,18 +412,25 @@ def test_sigkill_at_random_points_then_a_clean_run_gives_the_same_tokens(
     tmp_path: Path,
 ) -> None:
     corpus = tmp_path / "c.txt"
-    write_words(corpus, 12)
+    write_words(corpus, 40)
     reference = prepare(cfg_for(corpus), cache_dir=tmp_path / "reference")
     cache = tmp_path / "cache"
     rng = random.Random(7)
+    interrupted = []
     for _ in range(4):
         child = run_child(corpus, "char", cache)
-        time.sleep(rng.uniform(0.3, 1.2))
+        time.sleep(rng.uniform(0.4, 1.5))
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
+        dirs = list(cache.iterdir()) if cache.exists() else []
+        interrupted.append(bool(dirs) and has_leftovers(dirs[0]))
+        assert not dirs or not (dirs[0] / "meta.json").exists() or not interrupted[-1]
+    assert any(interrupted)  # at least one kill hit a preparation at work
     child = run_child(corpus, "char", cache)
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err
+    if interrupted[-1]:
+        assert out.strip().endswith("an interrupted preparation was found and started over")
     again = prepare(cfg_for(corpus), cache_dir=cache)
     assert np.array_equal(all_tokens(again), all_tokens(reference))
     assert again.meta["source_sha256"] == reference.meta["source_sha256"]
