@@ -21,9 +21,8 @@ import os
 import re
 import sys
 import sysconfig
-import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -36,16 +35,22 @@ from engine.config import DataConfig
 from engine.corpus_reader import (
     CORPUS_SUFFIXES,
     TEXT_SUFFIXES,
-    Piece,
     ReadCounts,
     corpus_format,
-    read_pieces,
-    text_pieces,
+)
+from engine.corpus_sources import (
+    Source,
+    single_text,
+    source_bytes,
+    source_pieces,
+    source_sha256,
+    source_signature,
 )
 from engine.data_errors import DataError, PreparationStopped
 from engine.data_errors import short_error as _short
 from engine.events import DataProgress
 from engine.files import atomic_write
+from engine.prepare_progress import Reporter, StopPoll
 from engine.prepared_files import (
     FORMAT_VERSION,
     TokenWriter,
@@ -114,24 +119,11 @@ STDLIB_CAP_BYTES = 2_000_000
 PIECE_CHARS = 1 << 18
 BATCH_CHARS = 2 << 20  # at least; more with more cores (4 pieces a core)
 CHAR_PIECE_CHARS = 1 << 20
-PROGRESS_INTERVAL_S = 0.25
-STOP_POLL_S = 0.05
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------------------------
 # Sources
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a corpus comes from, resolved to files on disk or a built-in text."""
-
-    identity: str  # what the cache key covers: a built-in name or a resolved absolute path
-    slug: str  # readable part of the prepared directory's name
-    description: str  # shown to the user
-    files: tuple[Path, ...] = ()
-    text: str | None = None  # built-in corpora carry their text instead of files
 
 
 @dataclass
@@ -332,13 +324,13 @@ def prepare(
     _check_tokenizer_name(cfg.tokenizer)
     source = resolve_source(cfg, data_path, cache_dir, download)
     out = _prepared_dir(source.identity, source.slug, cfg, cache_dir)
-    report = _Reporter(progress, source, cfg.tokenizer)
-    signature = _signature(source)
+    report = Reporter(progress, source.description, source_bytes(source), cfg.tokenizer)
+    signature = source_signature(source)
     meta = _read_meta(out)
     # Unchanged size and mtime of every file: trust the earlier hash instead of re-reading.
     if meta is not None and signature is not None and meta.get("source_signature") == signature:
         return _reused(out, meta, source, cfg, report)
-    stop = _StopPoll(should_stop)
+    stop = StopPoll(should_stop)
 
     def on_wait() -> None:
         report.note = "another process is preparing this corpus: waiting for it to finish"
@@ -362,7 +354,7 @@ def prepare(
 
 
 def _reused(
-    out: Path, meta: dict[str, Any], source: Source, cfg: DataConfig, report: _Reporter
+    out: Path, meta: dict[str, Any], source: Source, cfg: DataConfig, report: Reporter
 ) -> PreparedData:
     loaded = _load(out, meta, source, cfg)
     report.finish(meta, reused=True)
@@ -380,138 +372,6 @@ def _prepared_dir(identity: str, slug: str, cfg: DataConfig, cache_dir: Path) ->
     return cache_dir / f"{slug}-{_slug(cfg.tokenizer)}-{digest}"
 
 
-def _signature(source: Source) -> list[list[Any]] | None:
-    """Path, size and mtime of each source file; None for built-in text or unreadable files."""
-    if source.text is not None:
-        return None
-    try:
-        stats = [(path, path.stat()) for path in source.files]
-    except OSError:
-        return None  # reading the text will explain what is wrong
-    return [[str(path), st.st_size, st.st_mtime_ns] for path, st in stats]
-
-
-def source_sha256(source: Source) -> str:
-    """The sha256 prepare() records for a source: the raw bytes of its files joined by a blank
-    line (b"\\n\\n"), or a built-in text's UTF-8; read in pieces, never whole."""
-    if source.text is not None:
-        return hashlib.sha256(source.text.encode("utf-8")).hexdigest()
-    hasher = hashlib.sha256()
-    for i, path in enumerate(source.files):
-        hasher.update(b"\n\n" if i else b"")
-        try:
-            with path.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    hasher.update(chunk)
-        except OSError as e:
-            raise DataError(
-                f"cannot read {path} ({e.strerror or e}); check that it exists and is readable"
-            ) from None
-    return hasher.hexdigest()
-
-
-def _source_bytes(source: Source) -> int:
-    if source.text is not None:
-        return len(source.text.encode("utf-8"))
-    try:
-        return sum(path.stat().st_size for path in source.files)
-    except OSError:
-        return 0
-
-
-class _StopPoll:
-    """should_stop, asked at most every STOP_POLL_S (it is called between every two pieces)."""
-
-    def __init__(self, should_stop: Callable[[], bool] | None):
-        self._should_stop, self._next = should_stop, 0.0
-
-    def check(self) -> None:
-        if self._should_stop is None:
-            return
-        now = time.monotonic()
-        if now >= self._next:
-            self._next = now + STOP_POLL_S
-            if self._should_stop():
-                raise PreparationStopped()
-
-
-class _Reporter:
-    """DataProgress events at most every PROGRESS_INTERVAL_S, and the last one always."""
-
-    def __init__(self, progress: Callable[[DataProgress], None] | None, source: Source, tok: str):
-        self._progress, self._tokenizer = progress, tok
-        self._source = source.description
-        self.total = _source_bytes(source)
-        self._start = time.monotonic()
-        self._next = self._start + PROGRESS_INTERVAL_S
-        self.note = ""
-
-    def emit(self, counts: ReadCounts, tokens: int, force: bool = False) -> None:
-        if self._progress is None:
-            return
-        now = time.monotonic()
-        if not force and now < self._next:
-            return
-        self._next = now + PROGRESS_INTERVAL_S
-        self._progress(self._event(counts.bytes_read, counts, tokens, done=False, reused=False))
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self._start
-
-    def finish(self, meta: dict[str, Any], reused: bool) -> None:
-        if self._progress is None:
-            return
-        counts = ReadCounts(documents=meta.get("documents", 0), skipped=meta.get("skipped", 0))
-        size = meta.get("source_bytes", self.total)
-        self._progress(self._event(size, counts, meta["total_tokens"], done=True, reused=reused))
-
-    def _event(
-        self, read: int, counts: ReadCounts, tokens: int, done: bool, reused: bool
-    ) -> DataProgress:
-        return DataProgress(
-            source=self._source,
-            tokenizer=self._tokenizer,
-            bytes_read=read,
-            bytes_total=self.total,
-            documents=counts.documents,
-            skipped=counts.skipped,
-            tokens=tokens,
-            elapsed_s=self.elapsed(),
-            done=done,
-            reused=reused,
-            note=self.note,
-        )
-
-
-def _pieces(
-    source: Source,
-    cfg: DataConfig,
-    counts: ReadCounts,
-    hasher: Any,
-    chunk_chars: int,
-) -> Iterator[Piece]:
-    # Char-level pieces may be cut anywhere; BPE pieces only where tokenization is unchanged.
-    split = split_at_safe_points if cfg.tokenizer != "char" else _cut_anywhere
-    if source.text is not None:
-        if hasher is not None:
-            hasher.update(source.text.encode("utf-8"))
-        return text_pieces(source.text, counts, split, chunk_chars)
-    return read_pieces(source.files, cfg.text_field, counts, hasher, split, chunk_chars)
-
-
-def _single_text(source: Source) -> bool:
-    """One text file or a built-in text: one document, with no end-of-text token to mark its
-    end (a Tiny Shakespeare prepared as nanoGPT does: 338,025 GPT-2 tokens)."""
-    return source.text is not None or (
-        len(source.files) == 1 and corpus_format(source.files) == "text"
-    )
-
-
-def _cut_anywhere(text: str, chunk_chars: int) -> Iterator[str]:
-    for start in range(0, max(len(text), 1), chunk_chars):
-        yield text[start : start + chunk_chars]
-
-
 def _check_documents(counts: ReadCounts, source: Source) -> None:
     """A one-line DataError when the corpus gave no text to train on."""
     if counts.documents == 0 and counts.skipped and corpus_format(source.files) != "text":
@@ -525,13 +385,13 @@ def _check_documents(counts: ReadCounts, source: Source) -> None:
 
 
 def _char_vocabulary(
-    source: Source, cfg: DataConfig, report: _Reporter | None, stop: _StopPoll
+    source: Source, cfg: DataConfig, report: Reporter | None, stop: StopPoll
 ) -> tuple[CharTokenizer, str, ReadCounts]:
     """The first pass of a char-level preparation: the corpus's characters (the separator's
     too when there are several documents), its sha256 and its figures."""
     counts, hasher = ReadCounts(), hashlib.sha256()
     seen = np.zeros(MAX_CODEPOINT + 1, dtype=bool)
-    for piece, _ in _pieces(source, cfg, counts, hasher, CHAR_PIECE_CHARS):
+    for piece, _ in source_pieces(source, cfg, counts, hasher, CHAR_PIECE_CHARS):
         seen[codepoints(piece)] = True
         stop.check()
         if report is not None:
@@ -578,8 +438,8 @@ def _build(
     source: Source,
     signature: list[list[Any]] | None,
     cfg: DataConfig,
-    report: _Reporter,
-    stop: _StopPoll,
+    report: Reporter,
+    stop: StopPoll,
 ) -> dict[str, Any]:
     """Read, tokenize and write the corpus; meta.json last. Called under the directory's lock."""
     (out / "meta.json").unlink(missing_ok=True)  # a rebuild cut short must never look ready
@@ -603,8 +463,8 @@ def _build(
             pending: Future[np.ndarray] | None = None
             batch, starts = _Batch(), True
             bpe = tokenizer.end_of_text is not None
-            ends_marked = bpe and not _single_text(source)
-            for piece, ends in _pieces(source, cfg, pass_counts, hasher, chunk_chars):
+            ends_marked = bpe and not single_text(source)
+            for piece, ends in source_pieces(source, cfg, pass_counts, hasher, chunk_chars):
                 batch.pieces.append(piece)
                 batch.separator_before.append(starts and not bpe and pass_counts.documents > 1)
                 batch.end_after.append(ends and ends_marked)
@@ -797,3 +657,6 @@ def data_available(
         return False, str(e)
     out = _prepared_dir(identity, slug, cfg, cache_dir)
     return True, ("prepared" if (out / "meta.json").is_file() else found)
+
+
+_signature = source_signature  # the name engine/resume_corpus.py and older callers use

@@ -11,13 +11,13 @@ from engine.data import (  # the preparation's own helpers: same cache, same has
     CharTokenizer,
     DataError,
     Source,
+    StopPoll,
     Tokenizer,
     _char_vocabulary,
     _kind_and_path,
     _prepared_dir,
     _read_meta,
     _signature,
-    _StopPoll,
     default_cache_dir,
     resolve_source,
     source_sha256,
@@ -139,7 +139,7 @@ def resume_data_path(
 
 def _char_tokenizer(source: Source, cfg: DataConfig) -> CharTokenizer:
     """The char-level vocabulary prepare() would build for the source (read in pieces)."""
-    return _char_vocabulary(source, cfg, None, _StopPoll(None))[0]
+    return _char_vocabulary(source, cfg, None, StopPoll(None))[0]
 
 
 def check_vocabulary(checkpoint: dict[str, Any], tokenizer: Tokenizer, corpus: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import corpus_reader
+from engine import corpus_reader, prepare_progress
 from engine import data as engine_data
 from engine.config import DataConfig
 from engine.data import (
@@ -281,7 +281,7 @@ def test_val_tokens_is_an_absolute_split_of_the_same_files(tmp_path: Path) -> No
 def test_progress_is_rate_limited_and_ends_with_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine_data, "PROGRESS_INTERVAL_S", 0.0)
+    monkeypatch.setattr(prepare_progress, "PROGRESS_INTERVAL_S", 0.0)
     monkeypatch.setattr(engine_data, "CHAR_PIECE_CHARS", 1000)
     monkeypatch.setattr(corpus_reader, "READ_BYTES", 1000)
     monkeypatch.setattr(engine_data, "BATCH_CHARS", 1000)
@@ -305,7 +305,7 @@ def test_progress_is_rate_limited_and_ends_with_done(
 def test_stop_leaves_nothing_that_looks_complete(
     tmp_path: Path, small_pieces: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine_data, "STOP_POLL_S", 0.0)
+    monkeypatch.setattr(prepare_progress, "STOP_POLL_S", 0.0)
     corpus = tmp_path / "c.txt"
     corpus.write_text("stop me " * 5000)
     cache = tmp_path / "cache"
