@@ -40,7 +40,8 @@ class DataProgressPanel(Vertical):
     }
     DataProgressPanel.-active { display: block; }
     DataProgressPanel > .title { height: 1; }
-    DataProgressPanel > ProgressBar { height: 1; }
+    DataProgressPanel > ProgressBar { height: 1; width: 1fr; }
+    DataProgressPanel Bar { width: 1fr; }
     DataProgressPanel > ProgressBar.-unknown { display: none; }
     DataProgressPanel > .figures { height: auto; color: $text-muted; }
     """

@@ -24,6 +24,7 @@ import engine.run_setup
 from cockpit.app import CockpitApp
 from cockpit.cli import main
 from cockpit.headless import ProgressPrinter
+from cockpit.stop_wait import quit_question, stop_wait
 from cockpit.widgets.data_progress import DataProgressPanel
 from engine.data import PreparationStopped
 from engine.events import DataProgress, RunState
@@ -185,3 +186,13 @@ def test_q_during_preparation_stops_it_and_quits_promptly(
     assert trainer.state == RunState.STOPPED
     assert not trainer.run_dir.exists()  # nothing on disk
     assert app.exit_summary() == []  # nothing to report: the run never started
+
+
+def test_the_quit_wait_during_preparation_says_there_is_nothing_to_save() -> None:
+    wait = stop_wait(RunState.STARTING, None, 100.0, 103.0, preparing=True)
+    assert wait == (
+        "stopping the corpus preparation (nothing trained yet: nothing to save) · waited 3s"
+    )
+    assert "Stop preparing the corpus of [b]tiny[/b]" in quit_question(
+        "tiny", True, RunState.STARTING, 0.0, preparing=True
+    )
