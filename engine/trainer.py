@@ -127,7 +127,8 @@ class Trainer:
     def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         """Stop at the next step boundary, saving a checkpoint first unless told not to (or
         nothing was trained yet: step 0). `reason` ("SIGTERM", "quit", ...) is recorded in the
-        final state; the first stop asked for wins."""
+        final state; the first stop asked for wins. While the corpus is prepared it stops the
+        preparation at once, and the run ends with nothing on disk."""
         if self._stop_asked is None:
             self._stop_asked = reason
         self._commands.put("stop", (bool(checkpoint), reason))
