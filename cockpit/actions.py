@@ -15,9 +15,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from cockpit.commands import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS
+from cockpit.numbers import fmt_int
 from cockpit.run_view import RunView
 from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen
-from cockpit.widgets._format import fmt_int
 from engine.contract import EngineHandle
 from engine.events import RunState
 

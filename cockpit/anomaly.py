@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cockpit.widgets._format import fmt_loss
+from cockpit.numbers import fmt_loss
 from engine.events import RunState
 
 ANOMALY_CODES = ("nan", "spike")  # the faults the engine pauses (or rolls back) on

@@ -4,7 +4,7 @@ progress panel and `cockpit data prepare` alike (pure: no Textual)."""
 from __future__ import annotations
 
 from cockpit.durations import fmt_duration
-from cockpit.widgets._format import fmt_bytes, fmt_int, fmt_si
+from cockpit.numbers import fmt_bytes, fmt_int, fmt_si
 from engine.events import DataProgress
 
 

@@ -24,8 +24,8 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
+from cockpit.numbers import fmt_int, fmt_lr
 from cockpit.pacing import LoadGovernor
-from cockpit.widgets._format import fmt_int, fmt_lr
 from cockpit.widgets.data_progress import DataProgressPanel
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.loss import LossPanel

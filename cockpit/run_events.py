@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cockpit.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner
+from cockpit.numbers import fmt_int, fmt_loss
 from cockpit.run_view import RunView
-from cockpit.widgets._format import fmt_int, fmt_loss
 from cockpit.widgets.status import status_segments
 from engine.contract import EngineHandle
 from engine.events import Alert, CheckpointSaved, RunStarted, RunState, StateChanged

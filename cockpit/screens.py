@@ -19,7 +19,7 @@ from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from cockpit.commands import help_rows
-from cockpit.widgets._format import fmt_lr
+from cockpit.numbers import fmt_lr
 from engine.config import MAX_LR
 
 MAX_FACTOR = 100.0

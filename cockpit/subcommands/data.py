@@ -250,7 +250,7 @@ def _count(n: Any) -> str:
 
 
 def _size(n: int) -> str:
-    from cockpit.widgets._format import fmt_bytes
+    from cockpit.numbers import fmt_bytes
 
     return fmt_bytes(n)
 

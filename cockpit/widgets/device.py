@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Label, Static
 
-from cockpit.widgets._format import fmt_bytes, fmt_gib_pair, fmt_pct
+from cockpit.numbers import fmt_bytes, fmt_gib_pair, fmt_pct
 from cockpit.widgets.sparkline import BARS, StripSparkline
 from cockpit.widgets.status import Segment, StatusText
 from engine.telemetry import THROTTLE_BY_NAME

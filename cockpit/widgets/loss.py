@@ -6,8 +6,8 @@ import math
 from typing import Any
 
 from cockpit.axes import steady_limits
+from cockpit.numbers import fmt_loss, fmt_tick
 from cockpit.series import BoundedSeries, DebiasedEMA, downsample_minmax
-from cockpit.widgets._format import fmt_loss, fmt_tick
 from cockpit.widgets.plot import ThrottledPlot, palette
 
 Y_AXIS_COLS = 9  # plotext's y labels and frame take about this many columns

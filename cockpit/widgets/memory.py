@@ -14,7 +14,7 @@ from textual.strip import Strip
 from textual.visual import Visual
 from textual.widget import Widget
 
-from cockpit.widgets._format import fmt_bytes
+from cockpit.numbers import fmt_bytes
 from cockpit.widgets._repaint import QuietBorderLabels, RowStrips
 
 # key, label, glyph, style

@@ -31,8 +31,8 @@ from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
 from cockpit.axes import nice_ticks
+from cockpit.numbers import fmt_tick
 from cockpit.pacing import RedrawGovernor
-from cockpit.widgets._format import fmt_tick
 from cockpit.widgets._repaint import QuietBorderLabels, RowStrips
 from cockpit.widgets.plotext_frame import (
     Frame,

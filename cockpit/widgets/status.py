@@ -18,7 +18,7 @@ from textual.widget import Widget
 from textual.widgets import Label, Static
 
 from cockpit.durations import fmt_duration
-from cockpit.widgets._format import fmt_int, fmt_loss, fmt_si
+from cockpit.numbers import fmt_int, fmt_loss, fmt_si
 from engine.events import RunState
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual.content import Content
 
 from cockpit.durations import fmt_duration
-from cockpit.widgets._format import (
+from cockpit.numbers import (
     fmt_bytes,
     fmt_gib_pair,
     fmt_loss,

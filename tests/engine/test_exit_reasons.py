@@ -134,10 +134,13 @@ def test_sigterm_during_startup_stops_cleanly_and_says_why(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "Traceback" not in out + err
-    state = final_state(run_dir)
-    assert (state["state"], state["reason"], state["step"]) == ("stopped", "SIGTERM", 0)
     assert "stopped at step 0: SIGTERM" in out
-    assert not list(run_dir.glob("ckpt-*.pt"))  # step 0: nothing trained, nothing to save
+    # Stopped while the corpus was prepared (or before): nothing was accepted, so nothing is on
+    # disk. Stopped later in the setup: the run directory records the reason, and no checkpoint.
+    if run_dir.exists():
+        state = final_state(run_dir)
+        assert (state["state"], state["reason"], state["step"]) == ("stopped", "SIGTERM", 0)
+        assert not list(run_dir.glob("ckpt-*.pt"))  # step 0: nothing trained, nothing to save
 
 
 @pytest.mark.parametrize("sig, reason", [(signal.SIGHUP, "SIGHUP"), (signal.SIGTERM, "SIGTERM")])

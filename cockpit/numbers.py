@@ -1,4 +1,5 @@
-"""Small, pure formatting helpers shared by the panels (numbers, sizes; durations: durations.py)."""
+"""Small, pure formatting helpers for numbers and sizes (durations: durations.py), shared by the
+panels and the headless lines; free of Textual, so the CLI can use them without importing the app."""
 
 from __future__ import annotations
 
