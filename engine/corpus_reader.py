@@ -101,6 +101,9 @@ def _document(
     counts.documents += 1
     if not counts.saw_text:
         counts.saw_text = not text.isspace()
+    if len(text) <= chunk_chars:  # most documents: one piece
+        yield text, True
+        return
     pieces = iter(split(text, chunk_chars))
     previous = next(pieces)
     for piece in pieces:

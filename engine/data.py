@@ -403,7 +403,7 @@ def _char_vocabulary(
     return CharTokenizer(chars), hasher.hexdigest(), counts
 
 
-def _tokenize(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[np.ndarray]:
+def _tokenize(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[Sequence[int]]:
     """The one expensive step of prepare(): a batch of pieces to token arrays (a seam for
     tests that count how often it runs)."""
     return tokenizer.encode_pieces(pieces)
@@ -419,18 +419,21 @@ class _Batch:
     chars: int = 0
 
 
-def _encode_batch(tokenizer: Tokenizer, batch: _Batch, separator: np.ndarray) -> np.ndarray:
-    parts: list[np.ndarray] = []
-    end = np.array([tokenizer.end_of_text or 0], dtype=np.uint32)
-    for ids, before, after in zip(
-        _tokenize(tokenizer, batch.pieces), batch.separator_before, batch.end_after, strict=True
-    ):
-        if before:
-            parts.append(separator)
-        parts.append(ids.astype(np.uint32, copy=False))
+def _encode_batch(tokenizer: Tokenizer, batch: _Batch, separator: str) -> np.ndarray:
+    if tokenizer.end_of_text is None:  # char-level: separators are text, one encode per batch
+        text = "".join(
+            separator + piece if before else piece
+            for piece, before in zip(batch.pieces, batch.separator_before, strict=True)
+        )
+        return np.asarray(_tokenize(tokenizer, [text])[0], dtype=np.uint32)
+    # BPE: one flat list and one conversion per batch (documents are often short: per-piece
+    # arrays would cost more than the encoding)
+    flat: list[int] = []
+    for ids, after in zip(_tokenize(tokenizer, batch.pieces), batch.end_after, strict=True):
+        flat.extend(ids)
         if after:
-            parts.append(end)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+            flat.append(tokenizer.end_of_text)
+    return np.array(flat, dtype=np.uint32)
 
 
 def _build(
@@ -445,11 +448,9 @@ def _build(
     (out / "meta.json").unlink(missing_ok=True)  # a rebuild cut short must never look ready
     if cfg.tokenizer == "char":
         tokenizer, digest, counts = _char_vocabulary(source, cfg, report, stop)
-        separator = np.asarray(tokenizer.encode(cfg.separator), dtype=np.uint32)
         hasher, chunk_chars = None, CHAR_PIECE_CHARS
     else:
         tokenizer, digest, counts = TiktokenTokenizer(cfg.tokenizer), "", ReadCounts()
-        separator = np.zeros(0, dtype=np.uint32)
         hasher, chunk_chars = hashlib.sha256(), PIECE_CHARS
     dtype = token_dtype(tokenizer.vocab_size)
     batch_chars = max(BATCH_CHARS, 4 * chunk_chars * encode_threads())
@@ -474,14 +475,14 @@ def _build(
                 if batch.chars >= batch_chars:
                     if pending is not None:
                         writer.append(pending.result())
-                    pending = pool.submit(_encode_batch, tokenizer, batch, separator)
+                    pending = pool.submit(_encode_batch, tokenizer, batch, cfg.separator)
                     batch = _Batch()
                 stop.check()
                 report.emit(pass_counts, writer.count)
             if pending is not None:
                 writer.append(pending.result())
             if batch.pieces:
-                writer.append(_encode_batch(tokenizer, batch, separator))
+                writer.append(_encode_batch(tokenizer, batch, cfg.separator))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
         if hasher is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -38,8 +39,9 @@ class Tokenizer:
         """Encode a whole corpus to an integer array; subclasses do it faster than a list."""
         return np.asarray(self.encode(text), dtype=np.int64)
 
-    def encode_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
-        """Encode pieces cut by split_at_safe_points, one array each (in parallel if it can)."""
+    def encode_pieces(self, pieces: Sequence[str]) -> list[Sequence[int]]:
+        """Encode pieces cut by split_at_safe_points, one id sequence each (in parallel if it
+        can)."""
         return [self.encode_corpus(piece) for piece in pieces]
 
 
@@ -109,14 +111,25 @@ class TiktokenTokenizer(Tokenizer):
         threads = encode_threads()
         parts: list[np.ndarray] = []
         for start in range(0, len(chunks), 4 * threads):  # bounds the lists of ints alive at once
-            parts.extend(self.encode_pieces(chunks[start : start + 4 * threads]))
+            batch = self.encode_pieces(chunks[start : start + 4 * threads])
+            parts.extend(np.asarray(ids, dtype=np.uint32) for ids in batch)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
 
-    def encode_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
-        if len(pieces) == 1:  # no thread pool for one piece (the common case of small corpora)
-            return [np.asarray(self._enc.encode_ordinary(pieces[0]), dtype=np.uint32)]
-        batch = self._enc.encode_ordinary_batch(list(pieces), num_threads=encode_threads())
-        return [np.asarray(ids, dtype=np.uint32) for ids in batch]
+    def encode_pieces(self, pieces: Sequence[str]) -> list[Sequence[int]]:
+        # Like tiktoken's encode_ordinary_batch, but one task per core rather than per piece:
+        # with many short documents (JSON lines) a future per piece would cost more than its
+        # encoding. tiktoken's encoder releases the GIL, so the cores work at once.
+        threads = min(encode_threads(), len(pieces))
+        if threads <= 1:
+            return [self._enc.encode_ordinary(piece) for piece in pieces]
+        step = -(-len(pieces) // threads)
+        groups = [pieces[start : start + step] for start in range(0, len(pieces), step)]
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            encoded = pool.map(self._encode_group, groups)
+            return [ids for group in encoded for ids in group]
+
+    def _encode_group(self, pieces: Sequence[str]) -> list[list[int]]:
+        return [self._enc.encode_ordinary(piece) for piece in pieces]
 
 
 def encode_threads() -> int:
