@@ -40,16 +40,27 @@ def to_device(rows: torch.Tensor, device: torch.device) -> torch.Tensor:
     return rows.to(device)
 
 
-def draw_batch(
+def draw_rows(
     tokens: np.ndarray,
     block_size: int,
     batch_size: int,
     device: torch.device,
     generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One random (x, y) batch, advancing `generator`."""
+) -> torch.Tensor:
+    """`batch_size` random windows of `block_size + 1` tokens on `device`, advancing
+    `generator`."""
     starts = torch.randint(len(tokens) - block_size - 1, (batch_size,), generator=generator)
-    rows = to_device(_windows(tokens, starts.numpy(), block_size), device)
+    return to_device(_windows(tokens, starts.numpy(), block_size), device)
+
+
+def prefetch_device(device: torch.device) -> torch.device:
+    """Where the prefetch thread leaves its batches: on the GPU for CUDA (pinned memory and a
+    non-blocking copy, safe from another thread); on the CPU otherwise, the training thread
+    moving them (MPS and other backends are not known to be safe to use from two threads)."""
+    return device if device.type == "cuda" else torch.device("cpu")
+
+
+def _x_y(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows[:, :-1], rows[:, 1:]
 
 
@@ -58,7 +69,7 @@ class _Prepared:
     """A batch made ahead, with the generator state right after it was drawn (where the next
     batch starts), or the error making it raised (raised again in the training thread)."""
 
-    batch: tuple[torch.Tensor, torch.Tensor] | None
+    rows: torch.Tensor | None
     state_after: torch.Tensor | None
     error: BaseException | None = None
 
@@ -69,7 +80,7 @@ class _Prefetcher:
 
     def __init__(
         self,
-        draw: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+        draw: Callable[[], torch.Tensor],
         generator: torch.Generator,
         depth: int,
     ) -> None:
@@ -81,15 +92,15 @@ class _Prefetcher:
         self._thread.start()
 
     def _fill(
-        self, draw: Callable[[], tuple[torch.Tensor, torch.Tensor]], generator: torch.Generator
+        self, draw: Callable[[], torch.Tensor], generator: torch.Generator
     ) -> None:
         while not self._stop.is_set():
             try:
-                batch = draw()
+                rows = draw()
             except BaseException as e:  # noqa: BLE001 - handed to the training thread as is
                 self.queue.put(_Prepared(None, None, e))
                 return
-            self.queue.put(_Prepared(batch, generator.get_state()))
+            self.queue.put(_Prepared(rows, generator.get_state()))
 
     def stop(self) -> None:
         """End the thread and drop what it made: emptying the queue frees a blocked put, and
@@ -183,20 +194,20 @@ class BatchSampler:
     # ---------------------------------------------------------------- batches
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.prefetch <= 0:
-            batch = draw_batch(
+            rows = draw_rows(
                 self.tokens, self.block_size, self._batch_size, self.device, self._generator
             )
             self._consumed_state = self._generator.get_state()
-            return batch
+            return _x_y(rows)
         if self._prefetcher is None:
             # The thread holds the parts it draws with, not the sampler: an unclosed sampler can
             # still be garbage-collected, and its finalizer stops the thread.
             draw = functools.partial(
-                draw_batch,
+                draw_rows,
                 self.tokens,
                 self.block_size,
                 self._batch_size,
-                self.device,
+                prefetch_device(self.device),
                 self._generator,
             )
             self._prefetcher = _Prefetcher(draw, self._generator, self.prefetch)
@@ -207,7 +218,10 @@ class BatchSampler:
             self.set_rng_state(self._consumed_state)
             raise prepared.error
         self._consumed_state = prepared.state_after
-        return prepared.batch
+        rows = prepared.rows
+        if rows.device.type != self.device.type:
+            rows = rows.to(self.device)
+        return _x_y(rows)
 
     def close(self) -> None:
         """Stop the prefetch thread (if any); `next()` would start a new one."""

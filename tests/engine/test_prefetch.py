@@ -15,7 +15,7 @@ import torch
 
 import engine.batches as batches
 import engine.evaluation as evaluation
-from engine.batches import BatchSampler, to_device
+from engine.batches import BatchSampler, prefetch_device, to_device
 from engine.data import CharTokenizer, PreparedData
 from engine.evaluation import Evaluator
 from engine.model import GPT
@@ -192,6 +192,13 @@ def test_pinned_memory_and_a_non_blocking_copy_only_on_cuda(monkeypatch) -> None
     calls.clear()
     to_device(rows, CPU)
     assert calls == [("to", "cpu", False)]
+
+
+def test_only_cuda_batches_are_moved_to_the_device_by_the_thread() -> None:
+    assert prefetch_device(torch.device("cuda")) == torch.device("cuda")
+    assert prefetch_device(torch.device("cuda:1")) == torch.device("cuda:1")
+    for elsewhere in ("cpu", "mps"):  # the training thread moves these itself
+        assert prefetch_device(torch.device(elsewhere)) == CPU
 
 
 # ---------------------------------------------------------------------- the data wait
