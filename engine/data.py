@@ -494,7 +494,6 @@ def _build(
     finally:
         if not committed:
             writer.discard()
-    check_split(writer.count, cfg, source.description)
     meta = {
         "format_version": FORMAT_VERSION,
         "source": source.description,
