@@ -452,3 +452,26 @@ def test_peak_memory_does_not_grow_with_the_corpus(tmp_path: Path) -> None:
     print(f"prepared {size_mb:.0f} MB in {float(seconds):.1f} s, peak RSS {peak_mb:.0f} MB")
     # about 40 MB of interpreter and numpy, about 180 MB in flight whatever the size (was 14x)
     assert size_mb > 250 and peak_mb < 500
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("x.jsonl.gz", b"garbage", "Not a gzipped file"),
+        ("t.jsonl.gz", gzip.compress(b'{"text": "hello"}\n' * 1000)[:-20], "ended before"),
+        ("p.parquet", b"PAR1garbagePAR1", "as Parquet"),
+        ("z.jsonl.zst", b"\x28\xb5\x2f\xfdgarbage", "complete .zst file"),
+    ],
+)
+def test_a_corrupt_compressed_or_parquet_file_is_one_line(
+    tmp_path: Path, name: str, content: bytes, expected: str
+) -> None:
+    if name.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    if name.endswith(".zst"):
+        pytest.importorskip("zstandard")
+    corpus = tmp_path / name
+    corpus.write_bytes(content)
+    with pytest.raises(DataError, match=re.escape(expected)) as caught:
+        prepare(cfg_for(corpus), cache_dir=tmp_path / "cache")
+    assert str(corpus) in str(caught.value) and "\n" not in str(caught.value)
