@@ -352,3 +352,32 @@ def test_a_capped_run_says_so_once_and_its_evals_are_not_whole(tmp_path, monkeyp
     assert len(evals) == 3 and not any(e.full_split for e in evals)
     notes = [e for e in events if e.kind == "alert" and e.code == "eval"]
     assert len(notes) == 1 and notes[0].level == "info" and "64 of them" in notes[0].message
+
+
+def test_a_rollback_replays_the_same_batches_not_the_ones_made_ahead(tmp_path) -> None:
+    """Roll back to step 8 at step 12 with the LR unchanged: steps 9-12 again, identically."""
+    cfg = load_preset(
+        "default",
+        [
+            *TINY_TRAINER,
+            "train.max_steps=14",
+            "model.dropout=0.1",
+            "train.log_every=1",
+            "eval.interval=0",
+            "sample.interval=0",
+            "checkpoint.interval=8",
+        ],
+    )
+    steps: list[tuple[int, float]] = []
+    trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False, interactive=False)
+
+    def record(event) -> None:
+        if event.kind == "step":
+            steps.append((event.step, event.loss))
+            if event.step == 12 and len(steps) == 12:
+                trainer.rollback(1.0)
+
+    trainer.sinks.append(record)
+    assert trainer.run() == "finished"
+    assert [s for s, _ in steps] == [*range(1, 13), *range(9, 15)]
+    assert steps[12:16] == steps[8:12]  # the same losses: the same batches, from step 9 on
