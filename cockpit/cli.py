@@ -238,6 +238,20 @@ def check_resume(args: argparse.Namespace) -> str | None:
     return plan.finished
 
 
+def check_corpus_exists(cfg: Any, data_path: str | None) -> None:
+    """A corpus path that names nothing usable (missing, no text files in the folder): one line
+    and exit 2 before anything starts. What is inside is read by the run (a bad record there is
+    the run's failure, with the same one line); Tiny Shakespeare may still be downloaded."""
+    if cfg.data.source == "tinyshakespeare" and data_path is None:
+        return
+    from engine.data import DataError, resolve_source
+
+    try:
+        resolve_source(cfg.data, data_path, download=False)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+
+
 def check_log_packages(cfg: Any) -> None:
     """`[log]` sinks whose package is missing: one line and exit 2, before anything starts."""
     if cfg.log.tensorboard:
@@ -287,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
             check_log_packages(cfg)
+            check_corpus_exists(cfg, args.data)
         else:
             if not Path(args.resume).exists():
                 raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")

@@ -114,9 +114,11 @@ def test_missing_data_fails_cleanly(tmp_path):
         "--data",
         "/no/such/file.txt",
     )
-    assert result.returncode == 1
-    assert "/no/such/file.txt" in result.stdout
-    assert "Traceback" not in result.stdout + result.stderr
+    # refused before anything starts: one line, exit 2, nothing on disk
+    assert result.returncode == 2
+    assert result.stderr.startswith("cockpit: --data /no/such/file.txt: no such file or folder")
+    assert len(result.stderr.splitlines()) == 1 and not result.stdout
+    assert not (tmp_path / "r").exists()
 
 
 def test_presets_lists_names_origins_and_descriptions():
@@ -216,7 +218,7 @@ def test_a_reader_that_goes_away_does_not_stop_the_run(tmp_path):
     reader.stdin.close()
     first = reader.stdout.read().decode()
     reader.wait(timeout=10)
-    assert first.startswith("tiny:")
+    assert first.startswith("data ")  # the corpus line comes first; the rest went nowhere
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
     assert (run_dir / "ckpt-00000040.pt").exists()
