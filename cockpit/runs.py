@@ -59,7 +59,10 @@ def format_exit_report(runs: Sequence[RunSummary], forced: bool = False) -> str:
         elif run.checkpoint is not None:
             lines.append(f"resume: cockpit --resume {shlex.quote(run.run_dir)}")
         elif run.start_step == 0:
-            lines.append(f"start again: cockpit --preset {shlex.quote(run.preset)}")
+            # the run's own config.toml replays it with --data and every --set it had
+            replay = os.path.join(run.run_dir, "config.toml")
+            preset = replay if os.path.isfile(replay) else run.preset
+            lines.append(f"start again: cockpit --preset {shlex.quote(preset)}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) if blocks else "no run was started"
 

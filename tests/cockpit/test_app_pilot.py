@@ -10,6 +10,7 @@ import dataclasses
 import math
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -1028,6 +1029,16 @@ def test_exit_report_names_the_run_dir_checkpoint_and_resume_command() -> None:
     # a session that switched presets reports both runs, the current one last
     both = format_exit_report([saved, behind])
     assert both.index("runs/my run") < both.index("runs/t") and "\n\n" in both
+
+
+def test_a_run_with_no_checkpoint_starts_again_from_its_own_config(tmp_path: Path) -> None:
+    """`cockpit --preset tiny --data X --set ...` quit before its first checkpoint: starting
+    again means that run (its corpus and overrides), which is RUN_DIR/config.toml, not `tiny`."""
+    (tmp_path / "config.toml").write_text('name = "tiny"\n')
+    unsaved = RunSummary("tiny", str(tmp_path), "stopped", 0, 0, None)
+    assert format_exit_report([unsaved]).splitlines()[-1] == (
+        f"start again: cockpit --preset {tmp_path / 'config.toml'}"
+    )
 
 
 def test_leaving_after_a_preset_switch_reports_both_runs() -> None:
