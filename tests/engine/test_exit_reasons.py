@@ -204,11 +204,11 @@ def test_data_error_leaves_nothing_on_disk(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code = main(["train", "--headless", "--preset", "tiny", "--data", "/no/such/corpus.txt"])
     out = capsys.readouterr()
-    assert code == 1
+    assert code == 2  # refused before the run starts
     assert "/no/such/corpus.txt" in out.out + out.err
     assert not (tmp_path / "runs").exists()
     code = main(
         ["train", "--headless", "--preset", "tiny", "--run-dir", "r", "--data", "/no/such/x.txt"]
     )
-    assert code == 1
+    assert code == 2
     assert not (tmp_path / "r").exists()
