@@ -403,7 +403,7 @@ def _char_vocabulary(
     return CharTokenizer(chars), hasher.hexdigest(), counts
 
 
-def _tokenize(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[Sequence[int]]:
+def _tokenize(tokenizer: Tokenizer, pieces: Sequence[str]) -> list[Sequence[int] | np.ndarray]:
     """The one expensive step of prepare(): a batch of pieces to token arrays (a seam for
     tests that count how often it runs)."""
     return tokenizer.encode_pieces(pieces)
@@ -426,14 +426,14 @@ def _encode_batch(tokenizer: Tokenizer, batch: _Batch, separator: str) -> np.nda
             for piece, before in zip(batch.pieces, batch.separator_before, strict=True)
         )
         return np.asarray(_tokenize(tokenizer, [text])[0], dtype=np.uint32)
-    # BPE: one flat list and one conversion per batch (documents are often short: per-piece
-    # arrays would cost more than the encoding)
-    flat: list[int] = []
+    # BPE: the pieces' arrays and an end-of-text after each document, joined once per batch
+    end_of_text = np.array([tokenizer.end_of_text], dtype=np.uint32)
+    parts: list[np.ndarray] = []
     for ids, after in zip(_tokenize(tokenizer, batch.pieces), batch.end_after, strict=True):
-        flat.extend(ids)
+        parts.append(np.asarray(ids, dtype=np.uint32))
         if after:
-            flat.append(tokenizer.end_of_text)
-    return np.array(flat, dtype=np.uint32)
+            parts.append(end_of_text)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
 
 
 def _build(
