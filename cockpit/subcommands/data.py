@@ -5,7 +5,6 @@ tokenizer and a split share its prepared tokens, so preparing once serves them a
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import signal
@@ -156,35 +155,29 @@ class ThrottledPrinter:
         print(progress_line(event), flush=True)
 
 
-def _supports(function: Any, *names: str) -> bool:
-    parameters = inspect.signature(function).parameters
-    return all(name in parameters for name in names)
-
-
 def run_prepare(args: argparse.Namespace, cache_dir: Path) -> int:
     from engine import data as engine_data
 
     cfg = data_config(args)  # a bad preset or --set: ConfigError, one line from cli.main
     stop = threading.Event()
     printer = ThrottledPrinter()
-    kwargs: dict[str, Any] = {}
-    # The streaming prepare() reports progress and can be stopped; an older one can only be
-    # interrupted, and writes meta.json last, so an interrupted one is never taken as complete.
-    if _supports(engine_data.prepare, "progress", "should_stop"):
-        kwargs = {"progress": printer, "should_stop": stop.is_set}
     stopped_by: list[int] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
         stopped_by.append(signum)
-        stop.set()
-        if not kwargs:
-            raise KeyboardInterrupt
+        stop.set()  # prepare() polls it and stops within a fraction of a second
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     what = args.data if args.data is not None else cfg.source
     print(f"data      | preparing {what} ({cfg.tokenizer}) in {cache_dir}; ctrl+c stops", flush=True)
     try:
-        prepared = engine_data.prepare(cfg, data_path=args.data, cache_dir=cache_dir, **kwargs)
+        prepared = engine_data.prepare(
+            cfg,
+            data_path=args.data,
+            cache_dir=cache_dir,
+            progress=printer,
+            should_stop=stop.is_set,
+        )
     except engine_data.DataError as e:
         print(f"cockpit: {e}", file=sys.stderr)
         return 2
