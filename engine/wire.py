@@ -1,0 +1,100 @@
+"""The wire protocol of a run's control socket: JSON lines, one object per line, UTF-8.
+
+Server to client, in order:
+1. `{"kind": "hello", "protocol": 1, "run_dir": ..., "pid": ..., "state": ..., "viewer": N,
+   "read_only": bool, "replay": R}`;
+2. R records replaying the run so far, each exactly a `metrics.jsonl` record (the
+   `run_started` record first, then the history, thinned as for a resumed run);
+3. `{"kind": "live"}`, then every event as it happens, as `Event.to_record()` writes it;
+4. replies to commands: `{"kind": "reply", "id": ID, "ok": true}` once a command is queued
+   (the engine's event is its real acknowledgement), or `{"kind": "reply", "id": ID, "ok":
+   false, "error": "one line"}` for a command refused (unknown, malformed, read-only viewer).
+When the run ends the server sends the final records and closes the connection.
+
+Client to server: `{"cmd": NAME, "id": ID, ...arguments}`; the commands are the
+EngineHandle's (engine/contract.py) with their keyword arguments: pause, resume, checkpoint,
+sample, evaluate, set_lr (lr), scale_lr (factor), stop (checkpoint, reason), rollback
+(lr_factor). `id` is any JSON value the client chooses, echoed in the reply.
+
+Torch-free and textual-free, like engine.events: a client needs only this and the events.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+PROTOCOL = 1
+SOCKET_NAME = "control.sock"
+MAX_LINE_BYTES = 1 << 20  # a longer line is refused (and the connection closed): not a command
+
+# command -> its arguments and their types; a command with other arguments is refused
+COMMANDS: dict[str, dict[str, type]] = {
+    "pause": {},
+    "resume": {},
+    "checkpoint": {},
+    "sample": {},
+    "evaluate": {},
+    "set_lr": {"lr": float},
+    "scale_lr": {"factor": float},
+    "stop": {"checkpoint": bool, "reason": str},
+    "rollback": {"lr_factor": float},
+}
+REQUIRED = {"set_lr": ("lr",), "scale_lr": ("factor",)}
+
+
+class WireError(ValueError):
+    """A line that is not a valid message; the text is the one line the peer is told."""
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as a line of strict JSON (no NaN or Infinity: they are null on the wire)."""
+    return (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """One received line as a JSON object; WireError for anything else."""
+    if len(line) > MAX_LINE_BYTES:
+        raise WireError(f"line of {len(line):,} bytes is over the {MAX_LINE_BYTES:,}-byte limit")
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WireError(f"not a JSON line ({e})") from None
+    if not isinstance(message, dict):
+        raise WireError(f"expected a JSON object, got {type(message).__name__}")
+    return message
+
+
+def command(name: str, id: Any = None, **arguments: Any) -> dict[str, Any]:
+    """A client's command message (checked as the server will check it)."""
+    message = {"cmd": name, "id": id, **arguments}
+    parse_command(message)
+    return message
+
+
+def parse_command(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(command, keyword arguments) of a client message; WireError when it is not one the
+    engine takes: unknown name, unknown or missing arguments, wrong types, non-finite numbers."""
+    name = message.get("cmd")
+    if name not in COMMANDS:
+        known = ", ".join(COMMANDS)
+        raise WireError(f"unknown command {name!r}; the commands are {known}")
+    expected = COMMANDS[name]
+    arguments = {k: v for k, v in message.items() if k not in ("cmd", "id")}
+    for key, value in arguments.items():
+        if key not in expected:
+            raise WireError(f"{name}: unknown argument {key!r}")
+        kind = expected[key]
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise WireError(f"{name}: {key} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise WireError(f"{name}: {key} must be finite, got {value!r}")
+            arguments[key] = float(value)
+        elif not isinstance(value, kind):
+            raise WireError(f"{name}: {key} must be {kind.__name__}, got {value!r}")
+    missing = [key for key in REQUIRED.get(name, ()) if key not in arguments]
+    if missing:
+        raise WireError(f"{name}: missing {', '.join(missing)}")
+    return name, arguments
