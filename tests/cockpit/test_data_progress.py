@@ -11,11 +11,11 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pilot import REAL_SIZE, real_app, run_pilot, settle, wait_for, wait_for_engine
 from scripted import T0, ScriptedFactory, build_script
+from slow_prepare import slow_prepare
 from textual.pilot import Pilot
 from textual.widgets import ProgressBar
 
@@ -26,7 +26,6 @@ from cockpit.cli import main
 from cockpit.headless import ProgressPrinter
 from cockpit.stop_wait import quit_question, stop_wait
 from cockpit.widgets.data_progress import DataProgressPanel
-from engine.data import PreparationStopped
 from engine.events import DataProgress, RunState
 
 TOTAL = 4_000_000
@@ -45,38 +44,6 @@ def progress(i: int, n: int, *, done: bool = False, t: float = T0) -> DataProgre
         done=done,
         time=t + 0.01 * i,
     )
-
-
-def slow_prepare(chunks: int, delay_s: float) -> Any:
-    """A preparation taking `chunks` x `delay_s` that reports as it goes and stops when asked."""
-    real = engine.data.prepare
-
-    def fake(cfg: Any, data_path: str | None = None, *, progress: Any, should_stop: Any, **_: Any):
-        t0 = time.monotonic()
-
-        def event(i: int, done: bool = False) -> DataProgress:
-            return DataProgress(
-                source="slow.txt",
-                tokenizer=cfg.tokenizer,
-                bytes_read=i * TOTAL // chunks,
-                bytes_total=TOTAL,
-                documents=i,
-                skipped=0,
-                tokens=i * 1000,
-                elapsed_s=time.monotonic() - t0,
-                done=done,
-            )
-
-        for i in range(chunks):
-            if should_stop():
-                raise PreparationStopped("asked to stop")
-            progress(event(i))
-            time.sleep(delay_s)
-        data = real(cfg, data_path=data_path)
-        progress(event(chunks, done=True))
-        return data
-
-    return fake
 
 
 # headless ------------------------------------------------------------------------------------
@@ -102,17 +69,28 @@ def test_headless_prints_preparation_lines_at_a_bounded_rate_and_always_the_last
 def test_headless_train_shows_the_preparation_while_it_lasts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(engine.run_setup, "prepare", slow_prepare(chunks=25, delay_s=0.1))
+    monkeypatch.setattr(
+        engine.run_setup, "prepare", slow_prepare(chunks=25, delay_s=0.1, total=TOTAL)
+    )
     code = main(
-        ["train", "--headless", "--preset", "tiny", "--no-telemetry", "--run-dir",
-         str(tmp_path / "run"), "--set", "train.max_steps=2"]
+        [
+            "train",
+            "--headless",
+            "--preset",
+            "tiny",
+            "--no-telemetry",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--set",
+            "train.max_steps=2",
+        ]
     )
     assert code == 0
     out = capsys.readouterr().out.splitlines()
-    preparing = [line for line in out if line.startswith("data      | preparing slow.txt")]
+    preparing = [line for line in out if line.startswith("data      | preparing fake corpus")]
     assert 1 <= len(preparing) <= 3  # 2.5 s of preparation, a line at most every 2 s
     data_lines = [line for line in out if line.startswith("data      |")]
-    assert data_lines[-1].startswith("data      | prepared slow.txt")
+    assert data_lines[-1].startswith("data      | prepared fake corpus")
     assert out.index(data_lines[-1]) < next(i for i, s in enumerate(out) if "parameters" in s)
 
 
@@ -120,8 +98,17 @@ def test_headless_train_with_the_real_preparation_says_what_it_prepared(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["train", "--headless", "--preset", "tiny", "--no-telemetry", "--run-dir",
-         str(tmp_path / "run"), "--set", "train.max_steps=2"]
+        [
+            "train",
+            "--headless",
+            "--preset",
+            "tiny",
+            "--no-telemetry",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--set",
+            "train.max_steps=2",
+        ]
     )
     assert code == 0
     out = capsys.readouterr().out
@@ -166,7 +153,9 @@ def test_the_app_shows_the_progress_bar_while_preparing_and_hides_it_after() -> 
 def test_q_during_preparation_stops_it_and_quits_promptly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine.run_setup, "prepare", slow_prepare(chunks=100_000, delay_s=0.02))
+    monkeypatch.setattr(
+        engine.run_setup, "prepare", slow_prepare(chunks=100_000, delay_s=0.02, total=TOTAL)
+    )
     app, made = real_app(tmp_path)
     timing: dict[str, float] = {}
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slow_prepare import slow_prepare
 
 import engine.data
 import engine.run_setup
-from engine.data import PreparationStopped
-from engine.events import DataProgress, Event, RunState
+from engine.events import Event, RunState
 from engine.presets import load_preset
 from engine.trainer import Trainer
 
@@ -35,47 +35,6 @@ TINY = [
     "checkpoint.interval=0",
 ]
 TOTAL = 1_000_000  # the fake corpus's size in bytes
-
-
-def slow_prepare(chunks: int, delay_s: float = 0.02) -> Any:
-    """A preparation that takes `chunks` x `delay_s`, says so in DataProgress events and stops
-    when asked (raising PreparationStopped, as the streaming prepare does)."""
-    real = engine.data.prepare
-
-    def fake(
-        cfg: Any,
-        data_path: str | None = None,
-        cache_dir: Path | None = None,
-        download: bool = True,
-        progress: Any = None,
-        should_stop: Any = None,
-    ) -> Any:
-        assert progress is not None and should_stop is not None, "build() passes both"
-        t0 = time.monotonic()
-
-        def event(done: int, final: bool = False) -> DataProgress:
-            return DataProgress(
-                source="fake corpus",
-                tokenizer=cfg.tokenizer,
-                bytes_read=done * TOTAL // chunks,
-                bytes_total=TOTAL,
-                documents=done,
-                skipped=0,
-                tokens=done * 1000,
-                elapsed_s=time.monotonic() - t0,
-                done=final,
-            )
-
-        for i in range(chunks):
-            if should_stop():
-                raise PreparationStopped("asked to stop")
-            progress(event(i))
-            time.sleep(delay_s)
-        data = real(cfg, data_path=data_path)
-        progress(event(chunks, final=True))
-        return data
-
-    return fake
 
 
 class Recorder:
