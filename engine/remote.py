@@ -109,23 +109,33 @@ def _connect(path: Path, timeout_s: float) -> socket.socket:
 
 
 class _LineReader:
-    """Lines from a socket, each at most wire.MAX_LINE_BYTES (a longer one is a WireError)."""
+    """Lines from a socket, each at most wire.MAX_LINE_BYTES: a longer one is dropped as it
+    comes (memory stays bounded) and reported as a WireError once its end arrives."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._buffer = bytearray()
+        self._scanned = 0  # bytes at the buffer's start known to hold no newline
+        self._overlong = False  # inside a line over the limit: its bytes are being dropped
 
     def read_line(self, should_give_up: Callable[[], bool]) -> bytes | None:
         """The next line without its newline; None at the end of the stream or when
         `should_give_up()` says so between receive timeouts."""
         while True:
-            end = self._buffer.find(b"\n")
+            end = self._buffer.find(b"\n", self._scanned)
             if end >= 0:
                 line = bytes(self._buffer[:end])
                 del self._buffer[: end + 1]
+                self._scanned = 0
+                if self._overlong:
+                    self._overlong = False
+                    raise wire.WireError(f"a line over the {wire.MAX_LINE_BYTES:,}-byte limit")
                 return line
+            self._scanned = len(self._buffer)
             if len(self._buffer) > wire.MAX_LINE_BYTES:
-                raise wire.WireError(f"a line over the {wire.MAX_LINE_BYTES:,}-byte limit")
+                self._overlong = True
+                self._buffer.clear()
+                self._scanned = 0
             try:
                 chunk = self._sock.recv(1 << 16)
             except TimeoutError:
@@ -179,8 +189,9 @@ class RemoteEngine:
         self._detaching = False
         self._final_state: str | None = None
         self._last_step = 0
+        self._told_of_bad_lines = False
         self.live = False  # the replay is over: what comes now happens now
-        self.unreadable_records = 0  # records of kinds this client does not know (newer server)
+        self.unreadable_records = 0  # lines skipped: not JSON, too long, or of an unknown kind
         self._sock = _connect(self.socket_path, connect_timeout_s)
         self._reader = _LineReader(self._sock)
         try:
@@ -319,15 +330,18 @@ class RemoteEngine:
     def _read_loop(self) -> None:
         try:
             while True:
-                line = self._reader.read_line(lambda: self._detaching)
-                if line is None:
-                    break
-                self._handle(wire.decode(line))
-        except wire.WireError as e:
-            if not self._detaching:
-                self._alert(
-                    "error", f"the run in {self.run_dir} sent a bad line: {e}", SOCKET_ALERT
-                )
+                try:
+                    line = self._reader.read_line(lambda: self._detaching)
+                    if line is None:
+                        break
+                    self._handle(wire.decode(line))
+                except wire.WireError as e:
+                    # skipped, the stream goes on; said once, not once a line
+                    self.unreadable_records += 1
+                    if not self._told_of_bad_lines:
+                        self._told_of_bad_lines = True
+                        message = f"the run in {self.run_dir} sent a line this viewer skipped: {e}"
+                        self._alert("warning", message, SOCKET_ALERT)
         finally:
             if not self._detaching and self._final_state is None:
                 self._engine_gone()

@@ -31,11 +31,17 @@ class FakeRun:
     """One viewer's server: hello, the replay, live; then whatever the test sends. Records the
     commands it receives (in `commands`, a queue) and whether the viewer hung up."""
 
-    def __init__(self, run_dir: Path, replay: list[Event], protocol: int = wire.PROTOCOL) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        replay: list[Event],
+        protocol: int = wire.PROTOCOL,
+        address: str | None = None,  # where to bind, when not run_dir's socket path itself
+    ) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir = run_dir
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(run_dir / wire.SOCKET_NAME))
+        self.listener.bind(address or str(run_dir / wire.SOCKET_NAME))
         self.listener.listen(1)
         self.hello = {"kind": "hello", "protocol": protocol, "run_dir": str(run_dir),
                       "pid": os.getpid(), "state": RunState.RUNNING, "viewer": 1,
@@ -260,3 +266,42 @@ def test_the_client_needs_neither_torch_nor_textual() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_bad_and_huge_lines_are_skipped_and_the_stream_goes_on(run_dir: Path) -> None:
+    server = FakeRun(run_dir, [])
+    engine = RemoteEngine(run_dir)
+    assert server.connected.wait(5) and server.conn is not None
+    server.conn.sendall(b"not json\n" + b"x" * (wire.MAX_LINE_BYTES + 10) + b"\n")
+    server.send({"kind": "from_the_future", "x": 1}, step(7).to_record())
+    events = drain_until(engine, lambda got: any(isinstance(e, Step) for e in got))
+    (alert,) = alerts(events)  # said once, not once a line
+    assert alert.level == "warning" and "skipped" in alert.message
+    assert events[-1] == step(7) and engine.unreadable_records == 3
+    engine.close()
+
+
+def test_the_bounded_queue_counts_what_nobody_drained(run_dir: Path) -> None:
+    FakeRun(run_dir, [step(n) for n in range(1, 6)])
+    engine = RemoteEngine(run_dir, capacity=2)
+    deadline = time.monotonic() + 5
+    while engine.dropped_events < 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert engine.dropped_events == 3
+    assert engine.drain_events() == [step(4), step(5)]
+    engine.close()
+
+
+def test_a_run_dir_too_long_for_a_socket_address_is_still_reached(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    # the server binds through its directory's descriptor as well: sun_path holds ~107 bytes
+    fd = os.open(deep, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        FakeRun(deep, [step(1)], address=f"/proc/self/fd/{fd}/{wire.SOCKET_NAME}")
+    finally:
+        os.close(fd)
+    assert len(str(deep / wire.SOCKET_NAME)) > 108
+    engine = RemoteEngine(deep)
+    assert drain_until(engine, lambda got: got) == [step(1)]
+    engine.close()
