@@ -276,23 +276,22 @@ class RemoteEngine:
         except (wire.WireError, ValueError) as e:  # ValueError: a NaN the JSON cannot carry
             self._alert("warning", f"{name} refused: {e}", SOCKET_ALERT)
             return
-        if self._closed.is_set():
-            self._alert(
-                "warning", self._unreachable(name, "the connection is closed"), SOCKET_ALERT
-            )
-            return
         self._commands_by_id[command_id] = name
-        try:
-            with self._send_lock:
+        with self._send_lock:  # the reader closes the socket under it too
+            if self._closed.is_set() or self._sock.fileno() < 0:
+                why = "the connection is closed"
+                self._alert("warning", self._unreachable(name, why), SOCKET_ALERT)
+                return
+            try:
                 self._sock.sendall(line)
-        except TimeoutError:
-            # part of a line may have gone: the stream is broken, so the connection ends here
-            self._alert(
-                "warning", self._unreachable(name, "the run does not read its socket"), SOCKET_ALERT
-            )
-            self._drop_connection()
-        except OSError as e:
-            self._alert("warning", self._unreachable(name, e.strerror or str(e)), SOCKET_ALERT)
+            except TimeoutError:
+                # part of a line may have gone: the stream is broken, so it ends here
+                why = "the run does not read its socket"
+                self._alert("warning", self._unreachable(name, why), SOCKET_ALERT)
+                self._drop_connection()
+            except OSError as e:
+                why = e.strerror or str(e)
+                self._alert("warning", self._unreachable(name, why), SOCKET_ALERT)
 
     def _unreachable(self, name: str, why: str) -> str:
         return f"{name} not sent: the run in {self.run_dir} is not reachable ({why})"
@@ -345,6 +344,8 @@ class RemoteEngine:
         finally:
             if not self._detaching and self._final_state is None:
                 self._engine_gone()
+            with self._send_lock:  # not under a sendall of another thread
+                self._sock.close()
             self._closed.set()
 
     def _handle(self, record: dict[str, Any]) -> None:

@@ -55,13 +55,14 @@ class FakeRun:
 
     def _serve(self) -> None:
         conn, _ = self.listener.accept()
+        self.listener.close()  # one viewer is all a test needs
         self.conn = conn
         conn.sendall(wire.encode(self.hello))
         for event in self.replay:
             conn.sendall(wire.encode(event.to_record()))
         conn.sendall(wire.encode({"kind": "live"}))
         self.connected.set()
-        with conn.makefile("rb") as lines:
+        with conn, conn.makefile("rb") as lines:
             for line in lines:
                 self.commands.put(wire.decode(line.rstrip(b"\n")))
         self.hung_up.set()
@@ -77,8 +78,6 @@ class FakeRun:
         assert self.connected.wait(5)
         assert self.conn is not None
         self.conn.shutdown(socket.SHUT_RDWR)
-        self.conn.close()
-        self.listener.close()
 
     def next_command(self) -> dict[str, Any]:
         return self.commands.get(timeout=5)
