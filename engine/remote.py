@@ -190,6 +190,8 @@ class RemoteEngine:
         self._final_state: str | None = None
         self._last_step = 0
         self._told_of_bad_lines = False
+        self._last_time = 0.0  # the newest event time received (a resync replays up to here)
+        self._resync_after: float | None = None  # in a resync's replay: skip events up to this
         self.live = False  # the replay is over: what comes now happens now
         self.unreadable_records = 0  # lines skipped: not JSON, too long, or of an unknown kind
         self._sock = _connect(self.socket_path, connect_timeout_s)
@@ -355,9 +357,12 @@ class RemoteEngine:
         elif kind == "reply":
             self._handle_reply(record)
         elif kind == "resync":
-            # this viewer fell behind and the server skipped events for it (still on disk)
-            skipped = record.get("skipped")
-            self.events.dropped += skipped if isinstance(skipped, int) else 0
+            # this viewer fell behind: the server dropped its queue and replays the run again;
+            # of that replay only what is newer than the events already queued passes
+            self.live = False
+            self._resync_after = self._last_time
+            if isinstance(record.get("state"), str):
+                self._state = record["state"]
         elif kind == "hello":
             pass  # a second hello carries nothing a viewer needs
         else:
@@ -366,6 +371,9 @@ class RemoteEngine:
             except ValueError:
                 self.unreadable_records += 1
                 return
+            if self._resync_after is not None and event.time <= self._resync_after:
+                return  # drawn already, before the resync
+            self._last_time = max(self._last_time, event.time)
             self._track(event)
             self.events.put(event)
 

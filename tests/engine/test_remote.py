@@ -304,3 +304,17 @@ def test_a_run_dir_too_long_for_a_socket_address_is_still_reached(tmp_path: Path
     engine = RemoteEngine(deep)
     assert drain_until(engine, lambda got: got) == [step(1)]
     engine.close()
+
+
+def test_a_resync_replays_only_what_the_viewer_missed(run_dir: Path) -> None:
+    server = FakeRun(run_dir, [step(1), step(2)])
+    engine = RemoteEngine(run_dir)
+    assert drain_until(engine, lambda got: len(got) >= 2) == [step(1), step(2)]
+    # the viewer fell behind: its queue was dropped, the run is replayed, then live again
+    resync = {**server.hello, "kind": "resync", "state": "paused", "replay": 4}
+    replay = [step(1), step(2), step(3), StateChanged(state="paused", step=3, time=T)]
+    server.send(resync, *(e.to_record() for e in replay), {"kind": "live"}, step(4).to_record())
+    events = drain_until(engine, lambda got: len(got) >= 3)
+    assert events == [step(3), StateChanged(state="paused", step=3, time=T), step(4)]
+    assert engine.state == RunState.PAUSED
+    engine.close()
