@@ -178,6 +178,7 @@ class RemoteEngine:
         capacity: int = 20_000,
         connect_timeout_s: float = 5.0,
         send_timeout_s: float = 1.0,
+        read_only: bool = False,
     ) -> None:
         self.socket_path = socket_path_of(target)
         self.run_dir = self.socket_path.parent
@@ -206,6 +207,14 @@ class RemoteEngine:
         self.read_only = bool(hello.get("read_only", False))
         self.pid = hello.get("pid")
         self._sock.settimeout(send_timeout_s)  # the reader's recv wakes up as often: harmless
+        if read_only and not self.read_only:
+            # engine/control_server.py's request (not a command): this viewer only watches
+            try:
+                self._sock.sendall(wire.encode({"hello": {"read_only": True}, "id": None}))
+            except OSError as e:
+                self._sock.close()
+                raise EngineUnreachable(f"the run in {self.run_dir} hung up: {e}") from None
+            self.read_only = True
         self._thread = threading.Thread(target=self._read_loop, name="remote-engine", daemon=True)
         self._thread.start()
 

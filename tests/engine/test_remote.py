@@ -318,3 +318,11 @@ def test_a_resync_replays_only_what_the_viewer_missed(run_dir: Path) -> None:
     assert events == [step(3), StateChanged(state="paused", step=3, time=T), step(4)]
     assert engine.state == RunState.PAUSED
     engine.close()
+
+
+def test_a_read_only_viewer_says_so_on_connect(run_dir: Path) -> None:
+    server = FakeRun(run_dir, [])
+    engine = RemoteEngine(run_dir, read_only=True)
+    assert engine.read_only
+    assert server.next_command() == {"hello": {"read_only": True}, "id": None}
+    engine.close()
