@@ -19,6 +19,7 @@ import torch
 from engine import checkpoint as ckpt
 from engine.batches import BatchSampler
 from engine.config_toml import config_to_toml
+from engine.control_server import serve_run
 from engine.data import check_length, prepare
 from engine.device import (
     allow_tf32,
@@ -131,6 +132,13 @@ def open_run_dir(run: Trainer) -> None:
     a run refused before this point leaves no directory and no record behind."""
     run.run_dir = run.run_dir or default_run_dir(run.cfg)
     create_run_dir(run.run_dir)
+    # One engine per directory (a ConfigError naming the other one, before anything else is
+    # written), and the control socket viewers attach to; a sink, closed with the run.
+    history = read_history(run.run_dir / "metrics.jsonl", run.step) if run.resume_from else []
+    run.control = serve_run(
+        run.run_dir, run, lambda message: run._alert("warning", message, "socket"), history
+    )
+    run.sinks.append(run.control)
     ckpt.remove_partial_saves(run.run_dir)  # a save killed mid-write left its temp file
     run.metrics.open(run.run_dir / "metrics.jsonl")
     run.sinks.extend(log_sinks(run.cfg, run.run_dir, start_step=run.step))  # TensorBoard...

@@ -1,0 +1,443 @@
+"""A run's control socket: every run serves RUN_DIR/control.sock (engine/wire.py's protocol).
+
+`RunLock` keeps one engine per run directory (an flock the kernel drops with the process, so
+it never lies after a crash). `ControlServer` is a sink of the run's events: on the training
+thread it only appends each event to every viewer's bounded queue (no I/O, no JSON there);
+per viewer a writer thread encodes and sends, and a reader thread takes commands and hands
+them to the run's thread-safe command methods. A viewer that falls behind is resynchronised
+(its queue cleared, then `{"kind": "resync", ...}` and the replay again), never waited for.
+
+Torch-free: it needs only the run's command methods, its `state` and an alert callback.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from engine import wire
+from engine.config import ConfigError
+from engine.events import Event
+from engine.metrics_log import HISTORY_KINDS
+
+LOCK_NAME = ".run.lock"
+VIEWER_QUEUE = 10_000  # events a viewer may fall behind by before it is resynchronised
+REPLAY_STEPS = 8000  # step records in a replay, thinned evenly as read_history does
+CLOSE_GRACE_S = 1.0  # time the viewers get to take the last records when the run ends
+WRITE_INTERVAL_S = 0.02  # a viewer's writer sends at most this often (a batch of events)
+AF_UNIX_MAX = 107  # bytes of a socket path (sun_path is 108 with its NUL)
+
+
+class RunLock:
+    """An exclusive lock on RUN_DIR/.run.lock for the run's life; the file says who holds it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise a ConfigError naming the engine that holds it."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip().splitlines()
+            os.close(fd)
+            raise ConfigError(
+                f"run directory {self.path.parent} is in use by another engine "
+                f"({describe_holder(holder)}); attach to it, or pass --run-dir DIR"
+            ) from None
+        os.ftruncate(fd, 0)
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        info = f"pid {os.getpid()}\nhost {socket.gethostname()}\nsince {since}\n"
+        os.write(fd, (info + "command " + " ".join(sys.argv) + "\n").encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock; the file stays (its content is stale)
+            self._fd = None
+
+
+def describe_holder(lines: Iterable[str]) -> str:
+    """'pid N on HOST since T: COMMAND' from a lock file's lines (what is there of it)."""
+    fields = dict(line.split(" ", 1) for line in lines if " " in line)
+    text = f"pid {fields.get('pid', '?')}"
+    if "host" in fields:
+        text += f" on {fields['host']}"
+    if "since" in fields:
+        text += f" since {fields['since']}"
+    if fields.get("command"):
+        text += f": {fields['command']}"
+    return text
+
+
+def bind_unix(sock: socket.socket, path: Path) -> None:
+    """Bind `sock` to `path`, through /proc/self/fd when the path is too long for AF_UNIX."""
+    if len(os.fsencode(path)) <= AF_UNIX_MAX:
+        sock.bind(os.fsencode(path))
+        return
+    with directory_address(path) as address:
+        sock.bind(address)
+
+
+def connect_unix(sock: socket.socket, path: Path) -> None:
+    """Connect `sock` to `path` (a client's side of bind_unix: long paths work too)."""
+    if len(os.fsencode(path)) <= AF_UNIX_MAX:
+        sock.connect(os.fsencode(path))
+        return
+    with directory_address(path) as address:
+        sock.connect(address)
+
+
+class directory_address:  # noqa: N801 - a context manager used as a function
+    """A short address for a long socket path: /proc/self/fd/N/NAME with N its directory open."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.address = os.fsencode(f"/proc/self/fd/{self._fd}/{path.name}")
+
+    def __enter__(self) -> bytes:
+        return self.address
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end (SO_PEERCRED: pid, uid, gid)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+class _Viewer:
+    """One connection: its queue (events and replies), its writer wake-up, its threads."""
+
+    def __init__(self, number: int, conn: socket.socket) -> None:
+        self.number = number
+        self.conn = conn
+        self.queue: deque[Event | dict[str, Any]] = deque()
+        self.wake = threading.Event()
+        self.resync = False  # set when the queue overflowed: the writer replays afresh
+        self.read_only = False
+        self.closed = False
+        self.warned: set[str] = set()  # kinds of mistake already logged for this viewer
+        self.writer: threading.Thread | None = None
+
+
+class ControlServer:
+    """Serves a run's events and takes its commands on RUN_DIR/control.sock (see module doc).
+
+    `handle` has the EngineHandle's command methods and `state`; `alert(message)` logs one
+    warning for the run (called from a viewer's thread). `history` seeds the replay with the
+    run's past (a resumed run's read_history)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        handle: Any,
+        alert: Callable[[str], None],
+        history: Iterable[Event] = (),
+        queue_size: int = VIEWER_QUEUE,
+    ) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / wire.SOCKET_NAME
+        self.handle = handle
+        self.alert = alert
+        self.queue_size = queue_size
+        self._lock = threading.Lock()  # viewers, history, run_started: taken by every event
+        self._viewers: list[_Viewer] = []
+        self._run_started: Event | None = None
+        self._history: list[Event] = []
+        self._step_stride = 1  # keep every Nth step event in memory (doubled when too many)
+        self._steps_seen = 0
+        self._last_step: Event | None = None
+        for event in history:
+            self._remember(event)
+        self.lock: RunLock | None = None  # released by close(): held for the run's life
+        self._closing = False
+        self._count = 0
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> str | None:
+        """Listen (mode 0600; a stale socket from a killed run replaced); the caller holds the
+        run's lock. Returns a one-line problem instead of raising when it cannot serve."""
+        try:
+            if self.path.is_socket() or self.path.is_symlink():
+                self.path.unlink()  # we hold the lock: whoever bound it is gone
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old_umask = os.umask(0o177)  # created 0600: no window where another user connects
+            try:
+                bind_unix(listener, self.path)
+            finally:
+                os.umask(old_umask)
+            os.chmod(self.path, 0o600)
+            listener.listen(16)
+        except OSError as e:
+            return f"control socket {self.path} not served ({e.strerror or e}); attach won't work"
+        self._listener = listener
+        self._accept_thread = threading.Thread(
+            target=self._accept_loop, name="control-accept", daemon=True
+        )
+        self._accept_thread.start()
+        return None
+
+    def close(self) -> None:
+        """Stop accepting, let viewers take the last records, close them, remove the socket."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            viewers = list(self._viewers)
+        if self._listener is not None:
+            _shutdown(self._listener)
+            self._listener.close()
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+        for viewer in viewers:
+            viewer.wake.set()
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        for viewer in viewers:
+            if viewer.writer is not None:
+                viewer.writer.join(max(0.0, deadline - time.monotonic()))
+            _shutdown(viewer.conn)  # a writer stuck on a full socket ends here
+        if self._accept_thread is not None:
+            self._accept_thread.join(CLOSE_GRACE_S)
+        if self.lock is not None:
+            self.lock.release()
+
+    @property
+    def viewers(self) -> int:
+        with self._lock:
+            return len(self._viewers)
+
+    # ------------------------------------------------------------------ the sink (any thread)
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            if event.kind == "run_started":
+                self._run_started = event
+            elif event.kind in HISTORY_KINDS:
+                self._remember(event)
+            for viewer in self._viewers:
+                if len(viewer.queue) >= self.queue_size:
+                    viewer.queue.clear()  # fallen behind: it gets the replay again instead
+                    viewer.resync = True
+                viewer.queue.append(event)
+                viewer.wake.set()
+
+    def _remember(self, event: Event) -> None:
+        """Keep `event` for replays; steps thinned in memory so a long run stays small."""
+        if event.kind == "step":
+            step = event.step  # type: ignore[attr-defined]
+            if self._last_step is not None and step <= self._last_step.step:  # type: ignore
+                # trained again after a rollback: the newer records win, as in read_history
+                self._history = [e for e in self._history if getattr(e, "step", 0) < step]
+            self._last_step = event  # the newest step is always in a replay
+            self._steps_seen += 1
+            if self._steps_seen % self._step_stride:
+                return
+        self._history.append(event)
+        if event.kind == "step" and len(self._history) > 2 * REPLAY_STEPS:
+            self._step_stride *= 2
+            steps = [e for e in self._history if e.kind == "step"]
+            keep = {id(e) for e in steps[::2]}
+            self._history = [e for e in self._history if e.kind != "step" or id(e) in keep]
+
+    def _replay(self) -> list[Event]:
+        """run_started, then the history thinned to REPLAY_STEPS steps (under the lock)."""
+        steps = [e for e in self._history if e.kind == "step"]
+        keep = {id(e) for e in steps[:: max(1, math.ceil(len(steps) / REPLAY_STEPS))]}
+        past = [e for e in self._history if e.kind != "step" or id(e) in keep]
+        if self._last_step is not None and id(self._last_step) not in keep:
+            past.append(self._last_step)
+        return [self._run_started, *past] if self._run_started is not None else past
+
+    # ------------------------------------------------------------------ connections
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self._closing:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                self._admit(conn)
+            except OSError:
+                conn.close()
+
+    def _admit(self, conn: socket.socket) -> None:
+        uid = peer_uid(conn)
+        if uid != os.getuid():
+            error = f"refused: this run belongs to uid {os.getuid()}, you are uid {uid}"
+            conn.sendall(wire.encode({"kind": "reply", "id": None, "ok": False, "error": error}))
+            _shutdown(conn)
+            conn.close()
+            return
+        with self._lock:
+            if self._closing:
+                conn.close()
+                return
+            self._count += 1
+            viewer = _Viewer(self._count, conn)
+            viewer.resync = True  # the first replay is the hello's
+            self._viewers.append(viewer)
+        viewer.writer = threading.Thread(
+            target=self._write_loop, args=(viewer,), name=f"control-writer-{viewer.number}",
+            daemon=True,
+        )
+        viewer.writer.start()
+        threading.Thread(
+            target=self._read_loop, args=(viewer,), name=f"control-reader-{viewer.number}",
+            daemon=True,
+        ).start()
+
+    def _drop(self, viewer: _Viewer) -> None:
+        with self._lock:
+            if viewer in self._viewers:
+                self._viewers.remove(viewer)
+            viewer.closed = True
+        viewer.wake.set()
+        _shutdown(viewer.conn)
+
+    def _write_loop(self, viewer: _Viewer) -> None:
+        first = True
+        try:
+            while True:
+                viewer.wake.wait()
+                viewer.wake.clear()
+                with self._lock:
+                    if viewer.resync:
+                        viewer.resync = False
+                        viewer.queue.clear()  # the replay covers what was queued
+                        replay = self._replay()
+                    else:
+                        replay = None
+                    items = list(viewer.queue)
+                    viewer.queue.clear()
+                    done = self._closing or viewer.closed
+                out: list[bytes] = []
+                if replay is not None:
+                    head = {
+                        "kind": "hello" if first else "resync",
+                        "protocol": wire.PROTOCOL,
+                        "run_dir": str(self.run_dir),
+                        "pid": os.getpid(),
+                        "state": str(self.handle.state),
+                        "viewer": viewer.number,
+                        "read_only": viewer.read_only,
+                        "replay": len(replay),
+                    }
+                    first = False
+                    out.append(wire.encode(head))
+                    out.extend(wire.encode(_record(e)) for e in replay)
+                    out.append(wire.encode({"kind": "live"}))
+                out.extend(wire.encode(_record(e)) for e in items)
+                if out:
+                    viewer.conn.sendall(b"".join(out))
+                if done:
+                    break
+                # at most one wake-up per interval: events in between go out as one batch,
+                # so a fast run's viewer costs the training thread little GIL time
+                time.sleep(WRITE_INTERVAL_S)
+        except OSError:
+            pass  # the viewer went away or was shut down: the run goes on
+        finally:
+            self._drop(viewer)
+            viewer.conn.close()
+
+    def _read_loop(self, viewer: _Viewer) -> None:
+        stream = viewer.conn.makefile("rb")
+        try:
+            while not viewer.closed:
+                line = stream.readline(wire.MAX_LINE_BYTES + 1)
+                if not line:
+                    break
+                if len(line) > wire.MAX_LINE_BYTES:
+                    error = f"a line over the {wire.MAX_LINE_BYTES:,}-byte limit: disconnected"
+                    self._refuse(viewer, None, error, "huge")
+                    viewer.closed = True
+                    viewer.wake.set()  # the writer sends the refusal, then closes
+                    break
+                if line.strip():
+                    self._take(viewer, line)
+        except OSError:
+            pass
+        finally:
+            stream.close()
+            if not viewer.closed:
+                self._drop(viewer)
+
+    def _take(self, viewer: _Viewer, line: bytes) -> None:
+        """One client line: a command queued and acknowledged, or a refusal with one line."""
+        try:
+            message = wire.decode(line)
+        except wire.WireError as e:
+            self._refuse(viewer, None, str(e), "malformed")
+            return
+        ident = message.get("id")
+        hello = message.get("hello")
+        if "cmd" not in message and isinstance(hello, dict):
+            viewer.read_only = viewer.read_only or bool(hello.get("read_only"))
+            self._reply(viewer, {"kind": "reply", "id": ident, "ok": True})
+            return
+        try:
+            name, arguments = wire.parse_command(message)
+        except wire.WireError as e:
+            self._refuse(viewer, ident, str(e), "command")
+            return
+        if viewer.read_only:
+            self._refuse(viewer, ident, f"{name}: this viewer is read-only", "read-only")
+            return
+        getattr(self.handle, name)(**arguments)
+        self._reply(viewer, {"kind": "reply", "id": ident, "ok": True})
+
+    def _refuse(self, viewer: _Viewer, ident: Any, error: str, mistake: str) -> None:
+        self._reply(viewer, {"kind": "reply", "id": ident, "ok": False, "error": error})
+        if mistake not in viewer.warned:  # once per viewer per kind: the log is not flooded
+            viewer.warned.add(mistake)
+            self.alert(f"control socket: viewer {viewer.number} sent {error}")
+
+    def _reply(self, viewer: _Viewer, reply: dict[str, Any]) -> None:
+        with self._lock:
+            viewer.queue.append(reply)
+        viewer.wake.set()
+
+
+def _record(item: Event | dict[str, Any]) -> dict[str, Any]:
+    return item.to_record() if isinstance(item, Event) else item
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def serve_run(
+    run_dir: Path, handle: Any, alert: Callable[[str], None], history: Iterable[Event] = ()
+) -> ControlServer:
+    """Lock the run directory (ConfigError when another engine has it) and serve its socket;
+    a socket that cannot be served is one warning, not a failed run. close() ends both."""
+    lock = RunLock(run_dir)
+    lock.acquire()
+    server = ControlServer(run_dir, handle, alert, history)
+    server.lock = lock
+    problem = server.start()
+    if problem:
+        alert(problem)
+    return server
