@@ -294,6 +294,7 @@ class ControlServer:
             self._count += 1
             viewer = _Viewer(self._count, conn)
             viewer.resync = True  # the first replay is the hello's
+            viewer.wake.set()  # sent at once, even by a paused run that emits nothing
             self._viewers.append(viewer)
         viewer.writer = threading.Thread(
             target=self._write_loop, args=(viewer,), name=f"control-writer-{viewer.number}",

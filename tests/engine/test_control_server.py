@@ -286,3 +286,36 @@ def test_a_peer_of_another_uid_is_refused(live) -> None:
     reply = json.loads(result.stdout)
     assert reply["ok"] is False and "uid 65534" in reply["error"]
     assert steps_grow(trainer) and trainer.state == "running"
+
+
+def test_a_viewer_that_falls_behind_is_resynchronised_not_waited_for(tmp_path: Path) -> None:
+    """The server alone (a stand-in handle): a viewer that stops reading while its queue
+    overflows gets {"kind": "resync"} and the replay again, then the live stream."""
+    from types import SimpleNamespace
+
+    from engine.control_server import serve_run
+    from engine.events import Alert, Step
+
+    handle = SimpleNamespace(state="running")
+    alerts: list[str] = []
+    server = serve_run(tmp_path, handle, alerts.append)
+    server.queue_size = 50
+    client = Client(tmp_path / wire.SOCKET_NAME)
+    client.until(lambda m: m == {"kind": "live"})
+    # big alerts fill the socket's buffers: the writer blocks and the queue fills up
+    started = time.monotonic()
+    for _ in range(200):
+        server(Alert(level="info", message="x" * 20_000, step=0))
+    for step in range(1, 301):
+        server(Step(step=step, loss=1.0, lr=1e-3, grad_norm=1.0, tokens_per_s=1.0,
+                    step_time_s=0.01, tokens=step))
+    assert time.monotonic() - started < 2.0  # the producer never waited for the viewer
+    seen = client.until(is_kind("step", step=300))
+    resync = [m for m in seen if m["kind"] == "resync"]
+    assert resync and resync[0]["replay"] >= 1
+    after = seen[seen.index(resync[-1]) + 1:]
+    steps = [m["step"] for m in after if m["kind"] == "step"]
+    assert steps == sorted(steps) and steps[-1] == 300  # replay then live: no gaps backwards
+    server.close()
+    assert not (tmp_path / wire.SOCKET_NAME).exists()
+    client.close()
