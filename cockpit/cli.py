@@ -238,6 +238,14 @@ def check_resume(args: argparse.Namespace) -> str | None:
     return plan.finished
 
 
+def check_run_dir_free(run_dir: Path) -> None:
+    """A run directory a live engine holds: one line and exit 2, before anything is touched
+    (a resume from an older checkpoint would otherwise move that run's newer checkpoints)."""
+    from engine.control_server import check_not_in_use
+
+    check_not_in_use(run_dir)
+
+
 def check_corpus_exists(cfg: Any, data_path: str | None) -> None:
     """A corpus path that names nothing usable (missing, no text files in the folder): one line
     and exit 2 before anything starts. What is inside is read by the run (a bad record there is
@@ -302,11 +310,15 @@ def main(argv: list[str] | None = None) -> int:
             cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
             check_log_packages(cfg)
             check_corpus_exists(cfg, args.data)
+            if args.run_dir:
+                check_run_dir_free(Path(args.run_dir))
         else:
             if not Path(args.resume).exists():
                 raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
             for text in args.overrides:
                 parse_override(text)
+            resumed = Path(args.resume)
+            check_run_dir_free(resumed if resumed.is_dir() else resumed.parent)
             finished = check_resume(args)
             if finished is not None:
                 print(finished)  # nothing to train; nothing touched

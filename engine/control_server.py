@@ -53,10 +53,7 @@ class RunLock:
         except BlockingIOError:
             holder = os.read(fd, 4096).decode("utf-8", "replace").strip().splitlines()
             os.close(fd)
-            raise ConfigError(
-                f"run directory {self.path.parent} is in use by another engine "
-                f"({describe_holder(holder)}); attach to it, or pass --run-dir DIR"
-            ) from None
+            raise ConfigError(in_use_message(self.path.parent, holder)) from None
         os.ftruncate(fd, 0)
         since = time.strftime("%Y-%m-%d %H:%M:%S")
         info = f"pid {os.getpid()}\nhost {socket.gethostname()}\nsince {since}\n"
@@ -67,6 +64,29 @@ class RunLock:
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock; the file stays (its content is stale)
             self._fd = None
+
+
+def in_use_message(run_dir: Path, holder: Iterable[str]) -> str:
+    return (
+        f"run directory {run_dir} is in use by another engine ({describe_holder(holder)}); "
+        "let it finish or stop it first, or pass --run-dir DIR for a new run"
+    )
+
+
+def check_not_in_use(run_dir: Path) -> None:
+    """Refuse (ConfigError, one line) a run directory whose lock a live engine holds, without
+    taking the lock or touching the file: the CLI asks before anything starts."""
+    try:
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file: no engine ever ran here, or it cannot be read (the run will say)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode("utf-8", "replace").strip().splitlines()
+        raise ConfigError(in_use_message(run_dir, holder)) from None
+    finally:
+        os.close(fd)
 
 
 def describe_holder(lines: Iterable[str]) -> str:

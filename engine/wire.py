@@ -3,18 +3,25 @@
 Server to client, in order:
 1. `{"kind": "hello", "protocol": 1, "run_dir": ..., "pid": ..., "state": ..., "viewer": N,
    "read_only": bool, "replay": R}`;
-2. R records replaying the run so far, each exactly a `metrics.jsonl` record (the
-   `run_started` record first, then the history, thinned as for a resumed run);
+2. R records replaying the run so far, each as `metrics.jsonl` holds it (the `run_started`
+   record first, which on the wire also carries the `config` the file keeps in config.json,
+   then the history, its step records thinned evenly to at most 8,000);
 3. `{"kind": "live"}`, then every event as it happens, as `Event.to_record()` writes it;
 4. replies to commands: `{"kind": "reply", "id": ID, "ok": true}` once a command is queued
    (the engine's event is its real acknowledgement), or `{"kind": "reply", "id": ID, "ok":
    false, "error": "one line"}` for a command refused (unknown, malformed, read-only viewer).
-When the run ends the server sends the final records and closes the connection.
+A viewer that falls so far behind that its queue (10,000 events) overflows is never waited
+for: its queue is cleared and it is sent `{"kind": "resync", ...}` (the hello's fields), the
+replay again and `{"kind": "live"}`; a client keeps what it already has and skips repeats.
+When the run ends the server sends the final records and closes the connection. A peer of
+another user is sent one refusal, `{"kind": "reply", "id": null, "ok": false, "error": ...}`,
+before any hello, and the connection is closed.
 
 Client to server: `{"cmd": NAME, "id": ID, ...arguments}`; the commands are the
 EngineHandle's (engine/contract.py) with their keyword arguments: pause, resume, checkpoint,
 sample, evaluate, set_lr (lr), scale_lr (factor), stop (checkpoint, reason), rollback
-(lr_factor). `id` is any JSON value the client chooses, echoed in the reply.
+(lr_factor). `id` is any JSON value the client chooses, echoed in the reply. A client that only watches
+sends `{"hello": {"read_only": true}}` first: its commands are then refused.
 
 Torch-free and textual-free, like engine.events: a client needs only this and the events.
 """

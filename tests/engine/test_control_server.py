@@ -223,15 +223,23 @@ def test_a_second_engine_on_the_directory_is_refused_with_one_line(live) -> None
     assert steps_grow(trainer)  # the first one is untouched
 
 
-def test_from_the_command_line_a_second_engine_is_one_line_exit_2(live) -> None:
+@pytest.mark.parametrize("how", ["--run-dir", "--resume"])
+def test_from_the_command_line_a_second_engine_is_one_line_exit_2(live, how) -> None:
+    """Refused before anything starts: a resume of a live run would otherwise set aside its
+    newer checkpoints, a new run in its directory would write beside it."""
     trainer, run_dir = live
+    before = sorted(p.name for p in run_dir.iterdir())
+    extra = ["--run-dir", str(run_dir)] if how == "--run-dir" else ["--resume", str(run_dir)]
     result = subprocess.run(
-        [sys.executable, "-m", "cockpit", "train", "--preset", "tiny", "--run-dir", str(run_dir),
+        [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny", *extra,
          "--set", "train.max_steps=5"],
         capture_output=True, text=True, timeout=60,
-    )
-    assert result.returncode != 0 and "Traceback" not in result.stderr + result.stdout
-    assert "in use by another engine" in result.stderr + result.stdout
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"cockpit: run directory {run_dir} is in use by another engine")
+    assert len(result.stderr.splitlines()) == 1 and not result.stdout
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    assert steps_grow(trainer)
 
 
 def test_stale_socket_replaced_and_the_socket_gone_after_the_run(tmp_path: Path) -> None:
