@@ -327,3 +327,35 @@ def test_a_viewer_that_falls_behind_is_resynchronised_not_waited_for(tmp_path: P
     server.close()
     assert not (tmp_path / wire.SOCKET_NAME).exists()
     client.close()
+
+
+def test_a_remote_engine_steers_a_real_run_and_detaches_leaving_it_running(live) -> None:
+    """The client the app will attach with (engine/remote.py) against this server: the history
+    arrives as events, pause and resume round-trip, an LR change is acknowledged, and leaving
+    (run's should_stop) detaches without stopping the run."""
+    from engine.remote import DETACHED, RemoteEngine
+
+    trainer, run_dir = live
+    remote = RemoteEngine(run_dir)
+    seen: list[Any] = []
+
+    def wait_for(condition: Any) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while not condition():
+            assert time.monotonic() < deadline, [e.kind for e in seen][-10:]
+            seen.extend(remote.drain_events())
+            time.sleep(0.01)
+
+    wait_for(lambda: any(e.kind == "run_started" for e in seen))
+    remote.pause()
+    wait_for(lambda: remote.state == "paused")
+    paused_at = trainer.step
+    time.sleep(0.3)
+    assert trainer.step == paused_at  # the run itself stopped stepping
+    remote.set_lr(1e-3)
+    wait_for(lambda: any(e.kind == "lr_changed" for e in seen))
+    remote.resume()
+    wait_for(lambda: remote.state == "running")
+    assert steps_grow(trainer)
+    assert remote.run(should_stop=lambda: True) == DETACHED
+    assert steps_grow(trainer)  # detached, not stopped
