@@ -241,7 +241,7 @@ def check_resume(args: argparse.Namespace) -> str | None:
 def check_run_dir_free(run_dir: Path) -> None:
     """A run directory a live engine holds: one line and exit 2, before anything is touched
     (a resume from an older checkpoint would otherwise move that run's newer checkpoints)."""
-    from engine.control_server import check_not_in_use
+    from engine.run_lock import check_not_in_use
 
     check_not_in_use(run_dir)
 

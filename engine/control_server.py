@@ -1,8 +1,8 @@
 """A run's control socket: every run serves RUN_DIR/control.sock (engine/wire.py's protocol).
 
-`RunLock` keeps one engine per run directory (an flock the kernel drops with the process, so
-it never lies after a crash). `ControlServer` is a sink of the run's events: on the training
-thread it only appends each event to every viewer's bounded queue (no I/O, no JSON there);
+The run's lock is engine/run_lock.py's, its socket addresses engine/unix_socket.py's.
+`ControlServer` is a sink of the run's events: on the training thread it only appends each
+event to every viewer's bounded queue (no I/O, no JSON there);
 per viewer a writer thread encodes and sends, and a reader thread takes commands and hands
 them to the run's thread-safe command methods. A viewer that falls behind is resynchronised
 (its queue cleared, then `{"kind": "resync", ...}` and the replay again), never waited for.
@@ -12,12 +12,9 @@ Torch-free: it needs only the run's command methods, its `state` and an alert ca
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import socket
-import struct
-import sys
 import threading
 import time
 from collections import deque
@@ -26,118 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from engine import wire
-from engine.config import ConfigError
 from engine.events import Event
 from engine.metrics_log import HISTORY_KINDS
+from engine.run_lock import RunLock
+from engine.unix_socket import bind_unix, peer_uid
 
-LOCK_NAME = ".run.lock"
 VIEWER_QUEUE = 10_000  # events a viewer may fall behind by before it is resynchronised
 REPLAY_STEPS = 8000  # step records in a replay, thinned evenly as read_history does
 CLOSE_GRACE_S = 1.0  # time the viewers get to take the last records when the run ends
 WRITE_INTERVAL_S = 0.02  # a viewer's writer sends at most this often (a batch of events)
-AF_UNIX_MAX = 107  # bytes of a socket path (sun_path is 108 with its NUL)
-
-
-class RunLock:
-    """An exclusive lock on RUN_DIR/.run.lock for the run's life; the file says who holds it."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / LOCK_NAME
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        """Take the lock, or raise a ConfigError naming the engine that holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 4096).decode("utf-8", "replace").strip().splitlines()
-            os.close(fd)
-            raise ConfigError(in_use_message(self.path.parent, holder)) from None
-        os.ftruncate(fd, 0)
-        since = time.strftime("%Y-%m-%d %H:%M:%S")
-        info = f"pid {os.getpid()}\nhost {socket.gethostname()}\nsince {since}\n"
-        os.write(fd, (info + "command " + " ".join(sys.argv) + "\n").encode())
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock; the file stays (its content is stale)
-            self._fd = None
-
-
-def in_use_message(run_dir: Path, holder: Iterable[str]) -> str:
-    return (
-        f"run directory {run_dir} is in use by another engine ({describe_holder(holder)}); "
-        "let it finish or stop it first, or pass --run-dir DIR for a new run"
-    )
-
-
-def check_not_in_use(run_dir: Path) -> None:
-    """Refuse (ConfigError, one line) a run directory whose lock a live engine holds, without
-    taking the lock or touching the file: the CLI asks before anything starts."""
-    try:
-        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return  # no lock file: no engine ever ran here, or it cannot be read (the run will say)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 4096).decode("utf-8", "replace").strip().splitlines()
-        raise ConfigError(in_use_message(run_dir, holder)) from None
-    finally:
-        os.close(fd)
-
-
-def describe_holder(lines: Iterable[str]) -> str:
-    """'pid N on HOST since T: COMMAND' from a lock file's lines (what is there of it)."""
-    fields = dict(line.split(" ", 1) for line in lines if " " in line)
-    text = f"pid {fields.get('pid', '?')}"
-    if "host" in fields:
-        text += f" on {fields['host']}"
-    if "since" in fields:
-        text += f" since {fields['since']}"
-    if fields.get("command"):
-        text += f": {fields['command']}"
-    return text
-
-
-def bind_unix(sock: socket.socket, path: Path) -> None:
-    """Bind `sock` to `path`, through /proc/self/fd when the path is too long for AF_UNIX."""
-    if len(os.fsencode(path)) <= AF_UNIX_MAX:
-        sock.bind(os.fsencode(path))
-        return
-    with directory_address(path) as address:
-        sock.bind(address)
-
-
-def connect_unix(sock: socket.socket, path: Path) -> None:
-    """Connect `sock` to `path` (a client's side of bind_unix: long paths work too)."""
-    if len(os.fsencode(path)) <= AF_UNIX_MAX:
-        sock.connect(os.fsencode(path))
-        return
-    with directory_address(path) as address:
-        sock.connect(address)
-
-
-class directory_address:  # noqa: N801 - a context manager used as a function
-    """A short address for a long socket path: /proc/self/fd/N/NAME with N its directory open."""
-
-    def __init__(self, path: Path) -> None:
-        self._fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self.address = os.fsencode(f"/proc/self/fd/{self._fd}/{path.name}")
-
-    def __enter__(self) -> bytes:
-        return self.address
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self._fd)
-
-
-def peer_uid(conn: socket.socket) -> int:
-    """The uid of the process at the other end (SO_PEERCRED: pid, uid, gid)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
 
 
 class _Viewer:

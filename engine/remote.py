@@ -23,6 +23,7 @@ from typing import Any
 
 from engine import wire
 from engine.events import Alert, Event, EventQueue, RunState, StateChanged
+from engine.unix_socket import connect_unix
 
 DETACHED = "detached"  # what run() returns when the viewer left and the run goes on
 ENGINE_GONE = "engine_gone"  # the code of the Alert when the connection dropped mid-run
@@ -30,7 +31,6 @@ SOCKET_ALERT = "socket"  # the code of the Alerts about commands (refused, not d
 
 _CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")  # engine.checkpoint's names, without its torch import
 _POLL_S = 0.05  # how often run() looks at should_stop
-_MAX_UNIX_PATH = 107  # sun_path's room; longer paths are reached through /proc/self/fd
 
 
 class EngineUnreachable(ConnectionError):
@@ -78,13 +78,8 @@ def _connect(path: Path, timeout_s: float) -> socket.socket:
         )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
-    dir_fd = None
     try:
-        address = os.fspath(path)
-        if len(os.fsencode(address)) > _MAX_UNIX_PATH:  # too long for sun_path: go by the dir's fd
-            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            address = f"/proc/self/fd/{dir_fd}/{path.name}"
-        sock.connect(address)
+        connect_unix(sock, path)  # a path too long for sun_path goes by its directory's fd
     except PermissionError:
         sock.close()
         raise EngineUnreachable(
@@ -102,9 +97,6 @@ def _connect(path: Path, timeout_s: float) -> socket.socket:
         raise EngineUnreachable(
             f"cannot connect to {path}: {e.strerror or e}; is the run alive?"
         ) from None
-    finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
     return sock
 
 

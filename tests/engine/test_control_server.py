@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from engine import wire
-from engine.control_server import connect_unix
 from engine.presets import load_preset
 from engine.trainer import Trainer
+from engine.unix_socket import connect_unix
 
 TIMEOUT = 20.0
 
