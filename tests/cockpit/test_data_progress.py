@@ -66,25 +66,21 @@ def test_headless_prints_preparation_lines_at_a_bounded_rate_and_always_the_last
     assert "took" in lines[-1]
 
 
+def two_headless_steps(run_dir: Path) -> list[str]:
+    """`cockpit train --headless` of two tiny steps: enough to see the preparation's lines."""
+    return [
+        "train", "--headless", "--preset", "tiny", "--no-telemetry", "--run-dir", str(run_dir),
+        "--set", "train.max_steps=2",
+    ]  # fmt: skip
+
+
 def test_headless_train_shows_the_preparation_while_it_lasts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(
         engine.run_setup, "prepare", slow_prepare(chunks=25, delay_s=0.1, total=TOTAL)
     )
-    code = main(
-        [
-            "train",
-            "--headless",
-            "--preset",
-            "tiny",
-            "--no-telemetry",
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--set",
-            "train.max_steps=2",
-        ]
-    )
+    code = main(two_headless_steps(tmp_path / "run"))
     assert code == 0
     out = capsys.readouterr().out.splitlines()
     preparing = [line for line in out if line.startswith("data      | preparing fake corpus")]
@@ -97,19 +93,7 @@ def test_headless_train_shows_the_preparation_while_it_lasts(
 def test_headless_train_with_the_real_preparation_says_what_it_prepared(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(
-        [
-            "train",
-            "--headless",
-            "--preset",
-            "tiny",
-            "--no-telemetry",
-            "--run-dir",
-            str(tmp_path / "run"),
-            "--set",
-            "train.max_steps=2",
-        ]
-    )
+    code = main(two_headless_steps(tmp_path / "run"))
     assert code == 0
     out = capsys.readouterr().out
     # prepared now, or earlier in this test session (the cache is shared): one line either way
