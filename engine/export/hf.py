@@ -20,8 +20,7 @@ from engine.export.weights_source import (
     check_directory_out,
     cockpit_version,
     gpt2_name,
-    load_for_export,
-    refuse_unless_gpt2_shaped,
+    load_gpt2_shaped,
     source_note,
 )
 from engine.trained import TrainedModel
@@ -119,12 +118,7 @@ def export(target: Path, out: Path) -> ExportResult:
     from safetensors.torch import save_file
 
     check_directory_out(out)
-    trained = load_for_export(target)
-    refuse_unless_gpt2_shaped(
-        trained.cfg.model,
-        "Hugging Face's GPT-2",
-        "export --format safetensors instead (any model shape, cockpit's own names)",
-    )
+    trained = load_gpt2_shaped(target, "Hugging Face's GPT-2")
     tensors = hf_tensors(trained.model.state_dict(), trained.cfg.model.n_layer)
     out.mkdir(parents=True, exist_ok=True)
     for stale in (*TOKENIZER_FILES, CHARS_FILE):  # from an earlier export into this directory

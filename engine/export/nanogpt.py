@@ -20,8 +20,7 @@ from engine.export.weights_source import (
     check_directory_out,
     cockpit_version,
     gpt2_name,
-    load_for_export,
-    refuse_unless_gpt2_shaped,
+    load_gpt2_shaped,
     source_note,
 )
 from engine.trained import TrainedModel
@@ -94,12 +93,7 @@ def char_meta(chars: str) -> dict[str, Any]:
 
 def export(target: Path, out: Path) -> ExportResult:
     check_directory_out(out)
-    trained = load_for_export(target)
-    refuse_unless_gpt2_shaped(
-        trained.cfg.model,
-        "nanoGPT's GPT",
-        "export --format safetensors instead (any model shape, cockpit's own names)",
-    )
+    trained = load_gpt2_shaped(target, "nanoGPT's GPT")
     checkpoint = nanogpt_checkpoint(trained)
     out.mkdir(parents=True, exist_ok=True)
     (out / META_NAME).unlink(missing_ok=True)  # from an earlier export into this directory

@@ -39,7 +39,20 @@ def load_for_export(target: Path) -> TrainedModel:
     return load_trained(target)
 
 
-def refuse_unless_gpt2_shaped(cfg: ModelConfig, whose: str, instead: str) -> None:
+ANY_SHAPE_INSTEAD = "export --format safetensors instead (any model shape, cockpit's own names)"
+
+
+def load_gpt2_shaped(target: Path, whose: str) -> TrainedModel:
+    """The trained model of a RUN_DIR or CKPT for a GPT-2 layout (hf, nanogpt): an ExportError
+    when a switch makes it another shape; `whose` is "Hugging Face's GPT-2" or "nanoGPT's GPT"."""
+    trained = load_for_export(target)
+    refuse_unless_gpt2_shaped(trained.cfg.model, whose)
+    return trained
+
+
+def refuse_unless_gpt2_shaped(
+    cfg: ModelConfig, whose: str, instead: str = ANY_SHAPE_INSTEAD
+) -> None:
     """An ExportError naming the first switch that makes this model something other than GPT-2.
 
     whose: "Hugging Face's GPT-2" or "nanoGPT's GPT"; instead: what the user can do."""
