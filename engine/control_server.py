@@ -44,6 +44,7 @@ class _Viewer:
         self.wake = threading.Event()
         self.resync = False  # set when the queue overflowed: the writer replays afresh
         self.read_only = False
+        self.who = ""  # what the viewer says it is (its client hello): "user@host (tty)"
         self.closed = False
         self.warned: set[str] = set()  # kinds of mistake already logged for this viewer
         self.writer: threading.Thread | None = None
@@ -180,6 +181,27 @@ class ControlServer:
             past.append(self._last_step)
         return [self._run_started, *past] if self._run_started is not None else past
 
+    def _summary(self) -> dict[str, Any]:
+        """The run at a glance (`cockpit ps`), from the newest records (under the lock)."""
+        started, last = self._run_started, self._last_step
+        return {
+            "preset": getattr(started, "preset", None),
+            "started": getattr(started, "time", None),
+            "max_steps": getattr(started, "max_steps", None),
+            "step": getattr(last, "step", getattr(started, "start_step", 0)),
+            "loss": _finite(getattr(last, "loss", None)),
+            "tokens_per_s": _finite(getattr(last, "tokens_per_s", None)),
+            "step_time_s": _finite(getattr(last, "step_time_s", None)),
+        }
+
+    def _others(self, viewer: _Viewer) -> list[dict[str, Any]]:
+        """The viewers attached besides `viewer` (under the lock)."""
+        return [
+            {"viewer": v.number, "who": v.who, "read_only": v.read_only}
+            for v in self._viewers
+            if v is not viewer and not v.closed
+        ]
+
     # ------------------------------------------------------------------ connections
     def _accept_loop(self) -> None:
         assert self._listener is not None
@@ -255,6 +277,8 @@ class ControlServer:
                         "viewer": viewer.number,
                         "read_only": viewer.read_only,
                         "replay": len(replay),
+                        "summary": self._summary(),
+                        "viewers": self._others(viewer),
                     }
                     first = False
                     out.append(wire.encode(head))
@@ -307,6 +331,9 @@ class ControlServer:
         hello = message.get("hello")
         if "cmd" not in message and isinstance(hello, dict):
             viewer.read_only = viewer.read_only or bool(hello.get("read_only"))
+            who = hello.get("who")
+            if isinstance(who, str):
+                viewer.who = who[:200]
             self._reply(viewer, {"kind": "reply", "id": ident, "ok": True})
             return
         try:
@@ -330,6 +357,11 @@ class ControlServer:
         with self._lock:
             viewer.queue.append(reply)
         viewer.wake.set()
+
+
+def _finite(value: Any) -> float | None:
+    """A number JSON can carry, else None (a NaN loss is null on the wire)."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _record(item: Event | dict[str, Any]) -> dict[str, Any]:

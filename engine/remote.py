@@ -10,6 +10,7 @@ Torch-free and textual-free (like engine.wire and engine.events): a viewer impor
 
 from __future__ import annotations
 
+import getpass
 import itertools
 import os
 import re
@@ -51,6 +52,19 @@ def last_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
         return None
     steps = [(int(m.group(1)), name) for name in names if (m := _CKPT_RE.match(name))]
     return Path(run_dir, max(steps)[1]) if steps else None
+
+
+def viewer_name() -> str:
+    """Who this viewer is, as others see it: "user@host (tty)"."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    try:
+        tty = os.ttyname(0).removeprefix("/dev/")
+    except OSError:
+        tty = "no tty"
+    return f"{user}@{socket.gethostname()} ({tty})"
 
 
 def resume_command(run_dir: str | os.PathLike[str]) -> str:
@@ -171,6 +185,7 @@ class RemoteEngine:
         connect_timeout_s: float = 5.0,
         send_timeout_s: float = 1.0,
         read_only: bool = False,
+        who: str | None = None,
     ) -> None:
         self.socket_path = socket_path_of(target)
         self.run_dir = self.socket_path.parent
@@ -198,15 +213,20 @@ class RemoteEngine:
         self.viewer = hello.get("viewer")
         self.read_only = bool(hello.get("read_only", False))
         self.pid = hello.get("pid")
+        self.summary: dict[str, Any] = dict(hello.get("summary") or {})
+        self.other_viewers: list[dict[str, Any]] = list(hello.get("viewers") or [])
         self._sock.settimeout(send_timeout_s)  # the reader's recv wakes up as often: harmless
-        if read_only and not self.read_only:
-            # engine/control_server.py's request (not a command): this viewer only watches
-            try:
-                self._sock.sendall(wire.encode({"hello": {"read_only": True}, "id": None}))
-            except OSError as e:
-                self._sock.close()
-                raise EngineUnreachable(f"the run in {self.run_dir} hung up: {e}") from None
-            self.read_only = True
+        # engine/control_server.py's client hello (not a command): who this viewer is, and
+        # whether it only watches
+        intro: dict[str, Any] = {"who": viewer_name() if who is None else who}
+        if read_only:
+            intro["read_only"] = True
+        try:
+            self._sock.sendall(wire.encode({"hello": intro, "id": None}))
+        except OSError as e:
+            self._sock.close()
+            raise EngineUnreachable(f"the run in {self.run_dir} hung up: {e}") from None
+        self.read_only = self.read_only or read_only
         self._thread = threading.Thread(target=self._read_loop, name="remote-engine", daemon=True)
         self._thread.start()
 

@@ -2,7 +2,9 @@
 
 Server to client, in order:
 1. `{"kind": "hello", "protocol": 1, "run_dir": ..., "pid": ..., "state": ..., "viewer": N,
-   "read_only": bool, "replay": R}`;
+   "read_only": bool, "replay": R, "summary": {preset, started, max_steps, step, loss,
+   tokens_per_s, step_time_s}, "viewers": [{viewer, who, read_only}, ...]}` (the summary is
+   the run at a glance, for `cockpit ps`; the viewers are the others attached now);
 2. R records replaying the run so far, each as `metrics.jsonl` holds it (the `run_started`
    record first, which on the wire also carries the `config` the file keeps in config.json,
    then the history, its step records thinned evenly to at most 8,000);
@@ -21,7 +23,9 @@ Client to server: `{"cmd": NAME, "id": ID, ...arguments}`; the commands are the
 EngineHandle's (engine/contract.py) with their keyword arguments: pause, resume, checkpoint,
 sample, evaluate, set_lr (lr), scale_lr (factor), stop (checkpoint, reason), rollback
 (lr_factor). `id` is any JSON value the client chooses, echoed in the reply. A client that only watches
-sends `{"hello": {"read_only": true}}` first: its commands are then refused.
+sends `{"hello": {"read_only": true}}` first: its commands are then refused. A client hello
+may also say who it is, `{"hello": {"who": "alice@gpu1 (pts/3)"}}`, which others see in
+`viewers` (and `cockpit ps` shows).
 
 Torch-free and textual-free, like engine.events: a client needs only this and the events.
 """

@@ -48,6 +48,7 @@ class FakeRun:
                       "read_only": False, "replay": len(replay)}  # fmt: skip
         self.replay = replay
         self.commands: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.hellos: queue.Queue[dict[str, Any]] = queue.Queue()  # the client's introductions
         self.hung_up = threading.Event()
         self.conn: socket.socket | None = None
         self.connected = threading.Event()
@@ -64,7 +65,8 @@ class FakeRun:
         self.connected.set()
         with conn, conn.makefile("rb") as lines:
             for line in lines:
-                self.commands.put(wire.decode(line.rstrip(b"\n")))
+                message = wire.decode(line.rstrip(b"\n"))
+                (self.hellos if "hello" in message else self.commands).put(message)
         self.hung_up.set()
 
     def send(self, *records: dict[str, Any]) -> None:
@@ -324,5 +326,6 @@ def test_a_read_only_viewer_says_so_on_connect(run_dir: Path) -> None:
     server = FakeRun(run_dir, [])
     engine = RemoteEngine(run_dir, read_only=True)
     assert engine.read_only
-    assert server.next_command() == {"hello": {"read_only": True}, "id": None}
+    hello = server.hellos.get(timeout=5)["hello"]
+    assert hello["read_only"] is True and "@" in hello["who"]
     engine.close()
