@@ -6,7 +6,20 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from cockpit.subcommands import completion, data, export, plan, presets, sample
+from cockpit.subcommands import (
+    attach,
+    completion,
+    data,
+    export,
+    plan,
+    presets,
+    ps,
+    sample,
+    serve,
+    start,
+)
 
-MODULES: tuple[ModuleType, ...] = (plan, presets, sample, export, data, completion)
+MODULES: tuple[ModuleType, ...] = (
+    start, attach, ps, serve, plan, presets, sample, export, data, completion
+)
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in MODULES}

@@ -1,0 +1,16 @@
+"""`cockpit start` (being written)."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "start"
+HELP = "(being written)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    raise NotImplementedError

@@ -1,0 +1,111 @@
+"""The live runs under a directory: those whose control socket answers (`cockpit ps`, attach).
+
+A run is live when its `control.sock` greets a connection with the wire protocol's hello; a
+socket left by a killed run refuses the connection and is skipped. The probe reads the hello
+line only (the run at a glance: state, step, loss, tokens/s, who else is attached) and hangs up.
+
+Torch-free and textual-free: `cockpit ps` imports only this and engine.wire.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine import wire
+from engine.unix_socket import connect_unix
+
+PROBE_TIMEOUT_S = 2.0  # a run busy in a long step still greets at once (its own thread does)
+MAX_DEPTH = 4  # how deep under the root run directories are looked for (runs/sweep/x/...)
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """One live run as its hello describes it."""
+
+    run_dir: Path
+    pid: int | None
+    state: str
+    preset: str | None
+    started: float | None  # the run_started record's time (this session of the run)
+    step: int
+    max_steps: int | None
+    loss: float | None
+    tokens_per_s: float | None
+    step_time_s: float | None
+    viewers: list[dict[str, Any]] = field(default_factory=list)  # attached besides the probe
+
+    @classmethod
+    def from_hello(cls, run_dir: Path, hello: dict[str, Any]) -> LiveRun:
+        summary = hello.get("summary") or {}
+        return cls(
+            run_dir=run_dir,
+            pid=hello.get("pid"),
+            state=str(hello.get("state") or "?"),
+            preset=summary.get("preset"),
+            started=summary.get("started"),
+            step=int(summary.get("step") or 0),
+            max_steps=summary.get("max_steps"),
+            loss=summary.get("loss"),
+            tokens_per_s=summary.get("tokens_per_s"),
+            step_time_s=summary.get("step_time_s"),
+            viewers=list(hello.get("viewers") or []),
+        )
+
+
+def probe(run_dir: Path, timeout_s: float = PROBE_TIMEOUT_S) -> LiveRun | None:
+    """The live run in `run_dir`, or None when nothing answers there as a run does."""
+    path = run_dir / wire.SOCKET_NAME
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        connect_unix(sock, path)
+        line = _first_line(sock, time.monotonic() + timeout_s)
+    except OSError:  # refused (stale), gone, not ours, too slow
+        return None
+    finally:
+        sock.close()
+    try:
+        hello = wire.decode(line) if line is not None else None
+    except wire.WireError:
+        return None
+    if not hello or hello.get("kind") != "hello":
+        return None
+    return LiveRun.from_hello(run_dir, hello)
+
+
+def _first_line(sock: socket.socket, deadline: float) -> bytes | None:
+    buffer = bytearray()
+    while b"\n" not in buffer:
+        if time.monotonic() > deadline or len(buffer) > wire.MAX_LINE_BYTES:
+            return None
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return None
+        buffer += chunk
+    return bytes(buffer[: buffer.index(b"\n")])
+
+
+def socket_dirs(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
+    """Directories at most `max_depth` below `root` (itself included) holding a control socket."""
+    found: list[Path] = []
+    root_depth = len(root.parts)
+    for current, dirs, files in os.walk(root):
+        here = Path(current)
+        if wire.SOCKET_NAME in files:
+            found.append(here)
+        if len(here.parts) - root_depth >= max_depth:
+            dirs.clear()
+        else:
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+    return found
+
+
+def find_live_runs(root: str | os.PathLike[str] = "runs") -> list[LiveRun]:
+    """Every live run under `root`, newest first (by when its session started)."""
+    runs = [run for d in socket_dirs(Path(root)) if (run := probe(d)) is not None]
+    return sorted(runs, key=lambda r: r.started or 0.0, reverse=True)
