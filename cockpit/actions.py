@@ -37,6 +37,9 @@ class CommandActions(_AppBase):
     state: str
     trainer: EngineHandle | None
     _checkpoint_toast_until: float
+    read_only: bool  # CockpitApp's properties
+    attached: bool
+    engine_running: bool
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in MAIN_ACTIONS and self.screen is not self.main_screen:
@@ -45,9 +48,21 @@ class CommandActions(_AppBase):
             paused = self._pause_target_state() == RunState.PAUSED
             if (action == "resume") != paused:
                 return False  # the other one of the pair is shown
+        if action in RUN_ACTIONS and self.read_only:
+            return False  # a read-only viewer: hidden (the footer says read-only instead)
         if action in RUN_ACTIONS and (not self.engine_running or self.state in RunState.ENDED):
             return None  # shown disabled
+        if action == "presets" and self.attached and self.engine_running:
+            return None  # runs start with `cockpit start`, not in a viewer (action_presets says)
         return True
+
+    def action_read_only_note(self) -> None:
+        self.notify(
+            "this viewer only watches: its keys cannot change the run; attach without "
+            "--read-only to steer it",
+            title="Read-only",
+            timeout=6,
+        )
 
     def _pause_target_state(self) -> str:
         """The state space toggles from: the one last asked for, else the engine's own (read

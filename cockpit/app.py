@@ -39,11 +39,13 @@ from cockpit.run_events import RunEvents
 from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
 from cockpit.screens import (
+    Choice,
+    ChoiceScreen,
     ConfirmScreen,
     PresetRow,
     PresetScreen,
 )
-from cockpit.stop_wait import quit_note, quit_question, stop_wait
+from cockpit.stop_wait import leave_question, quit_note, quit_question, stop_wait
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.lr import LrPanel
@@ -59,6 +61,7 @@ from engine.events import (
     Step,
 )
 from engine.presets import DEFAULT_PRESET
+from engine.remote import DETACHED
 
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 
@@ -97,6 +100,7 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         self._quitting = False
         self._quit_started: float | None = None  # clock() when a confirmed quit began
         self._quit_forced = False  # the user quit again while waiting: no checkpoint awaited
+        self._detaching = False  # leaving a run that goes on without this viewer
         self._quit_timer: Any = None
         self._check_note = ""  # the status note shown while a picked preset is checked
         self._switch_started: float | None = None  # clock() when a preset switch began
@@ -159,6 +163,21 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         return self._main_screen.data_panel.preparing
 
     @property
+    def attached(self) -> bool:
+        """The run outlives this app (it was attached to over its socket): leaving detaches."""
+        return self.trainer is not None and bool(getattr(self.trainer, "outlives_viewer", False))
+
+    @property
+    def read_only(self) -> bool:
+        """This viewer only watches: the run refuses its commands."""
+        return self.trainer is not None and bool(getattr(self.trainer, "read_only", False))
+
+    @property
+    def detached(self) -> bool:
+        """The app left a run that goes on (attach again to come back)."""
+        return self._detaching
+
+    @property
     def engine_running(self) -> bool:
         w = self.engine_worker
         return w is not None and not w.is_finished
@@ -187,6 +206,10 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             self.refresh_status()
             return
         self.trainer = trainer
+        if trainer.read_only:
+            # the footer says so; the keys that steer the run are hidden (check_action)
+            self.bind("w", "read_only_note", description="read-only viewer", key_display="w")
+            self.refresh_bindings()
         resume = getattr(trainer, "resume_from", None)
         if resume:
             # The preset named on the command line is not the run's: say whose run this is
@@ -214,9 +237,11 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         worker = event.worker
         if worker is not self.engine_worker or not worker.is_finished:
             return
+        result = worker.result if event.state == WorkerState.SUCCESS else None
+        if self._detaching:  # a cancelled worker has no result: leaving was the reason
+            result = DETACHED
         if not self.screen_stack:  # the app has shut down: nothing to draw, keep the state
-            if self.state not in RunState.ENDED:
-                result = worker.result if event.state == WorkerState.SUCCESS else None
+            if self.state not in RunState.ENDED and result != DETACHED:
                 self.state = result if result in RunState.ENDED else RunState.STOPPED
             return
         self.pump()  # whatever the engine said last
@@ -225,13 +250,15 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             self._set_state(RunState.FAILED)
             self._set_alert("error", f"✗ engine crashed: {type(err).__name__}: {err}")
             self.notify(f"{type(err).__name__}: {err}", title="Engine crashed", severity="error")
+        elif result == DETACHED:
+            pass  # the run goes on without this viewer: its state is the last one seen
         elif self.state not in RunState.ENDED:
-            result = worker.result if event.state == WorkerState.SUCCESS else None
             self._set_state(result if result in RunState.ENDED else RunState.STOPPED)
         self._engine_finished()
 
     def _engine_finished(self) -> None:
-        self.device_panel.readings_stopped("run ended")  # its telemetry poller is gone
+        # its telemetry poller is gone, or this viewer left it
+        self.device_panel.readings_stopped("detached" if self._detaching else "run ended")
         if self._switch_timer is not None:
             self._switch_timer.stop()
             self._switch_timer = None
@@ -277,6 +304,16 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         return rows
 
     def action_presets(self) -> None:
+        if self.attached and self.engine_running:
+            # a run started here would die with this viewer: runs start with `cockpit start`
+            self.notify(
+                "this cockpit is a viewer of a run that goes on without it: to train another "
+                "preset, stop this run (q, then s) and `cockpit start --preset NAME`",
+                title="Presets",
+                severity="warning",
+                timeout=8,
+            )
+            return
         self.push_screen(PresetScreen(self.preset_rows()), self._preset_chosen)
 
     def _preset_chosen(self, name: str | None) -> None:
@@ -353,6 +390,12 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         if isinstance(screen, ConfirmScreen) and screen.purpose == "quit":
             screen.dismiss(True)  # ctrl+c twice
             return
+        if isinstance(screen, ChoiceScreen) and screen.purpose == "quit":
+            screen.dismiss("detach")  # ctrl+c twice: the answer that loses nothing
+            return
+        if self.attached and self.engine_running:
+            self._ask_leave()
+            return
         step_s = self.last_step_seen[1] if self.last_step_seen else 0.0
         msg = quit_question(
             self.preset, self.engine_running, self.state, step_s, self.preparing_corpus
@@ -361,6 +404,35 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             ConfirmScreen("Quit", msg, yes="Quit", no="Cancel", purpose="quit", danger=True),
             self._quit_answer,
         )
+
+    def _ask_leave(self) -> None:
+        """An attached viewer leaves: detach (the run goes on), stop the run, or cancel."""
+        run_dir = str(getattr(self.trainer, "run_dir", "") or "")
+        choices = [Choice("d", "Detach", "detach", "primary")]
+        if not self.read_only:
+            choices.append(Choice("s", "Stop the run", "stop", "error"))
+        choices.append(Choice("n", "Cancel", ""))
+        msg = leave_question(self.preset, run_dir, self.read_only, self.preparing_corpus)
+        self.push_screen(ChoiceScreen("Leave", msg, choices, purpose="quit"), self._leave_answer)
+
+    def _leave_answer(self, choice: str | None) -> None:
+        if choice == "detach":
+            self.detach()
+        elif choice == "stop":
+            self._quit_answer(True)  # as in the app's own run: checkpoint, stop, then exit
+
+    def detach(self) -> None:
+        """Leave the run as it is and exit: the viewer's connection closes, the run goes on."""
+        if self._detaching:
+            return
+        self._detaching = True
+        self._quitting = True
+        self._status_note = "detaching: the run goes on"
+        self.refresh_status()
+        if self.engine_worker is not None and not self.engine_worker.is_finished:
+            self.engine_worker.cancel()  # run() sees should_stop and returns "detached"
+        else:
+            self.exit()
 
     def _quit_answer(self, yes: bool) -> None:
         """Quit confirmed: stop with a checkpoint and exit once the engine has ended.
@@ -389,7 +461,7 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             self.refresh_status()
 
     def _quit_note(self) -> str:
-        return quit_note(self._stop_wait(self._quit_started))
+        return quit_note(self._stop_wait(self._quit_started), attached=self.attached)
 
     def _stop_wait(self, started: float | None) -> str:
         return stop_wait(
@@ -405,7 +477,8 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             self._quit_timer = None
         if self.engine_worker is not None and not self.engine_worker.is_finished:
             self.engine_worker.cancel()
-            self._arm_watchdog()
+            if not self.attached:  # a viewer's run() returns at once: nothing to watch for
+                self._arm_watchdog()
         self.exit()
 
     def _summary(self) -> RunSummary | None:
@@ -419,6 +492,8 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             preset=self.preset,
             run_dir=str(run_dir),
             state=self.state,
+            attached=self.attached,
+            detached=self._detaching and self.state not in RunState.ENDED,
             step=self.view.step,
             start_step=getattr(info, "start_step", 0),
             checkpoint=(ckpt[0], ckpt[1]) if ckpt is not None else None,

@@ -16,54 +16,9 @@ from typing import Any
 from cockpit.headless import ProgressPrinter
 from cockpit.preset_fit import preset_fit_warning
 from cockpit.stop_signals import StopSignals, exit_when_ended, signal_reason
-from cockpit.subcommands.options import add_presets_dir_option, add_set_option
+from cockpit.subcommands.options import add_run_options
 from engine.config import ConfigError, parse_override
 from engine.presets import DEFAULT_PRESET
-
-
-def _run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--preset", default=None, help=f"preset name or path to a .toml file (default: '{DEFAULT_PRESET}')"
-    )
-    parser.add_argument(
-        "--data",
-        metavar="PATH",
-        help="local text file or folder to train on (or the local copy of the preset's corpus); "
-        "with --resume, where the run's corpus is now (its sha256 must match)",
-    )
-    parser.add_argument(
-        "--allow-data-change",
-        action="store_true",
-        help="with --resume: train on the corpus even though its sha256 is not the recorded one",
-    )
-    add_set_option(parser)
-    parser.add_argument(
-        "--run-dir",
-        metavar="DIR",
-        help="where checkpoints and metrics.jsonl go (default: runs/PRESET-TIME)",
-    )
-    parser.add_argument(
-        "--resume",
-        metavar="RUN_DIR",
-        help="continue the run in RUN_DIR (or from one checkpoint file)",
-    )
-    add_presets_dir_option(parser)
-    parser.add_argument(
-        "--headless",
-        action="store_true",
-        help="no UI: print progress lines (for batch jobs and CI)",
-    )
-    parser.add_argument(
-        "--no-mouse",
-        action="store_true",
-        help="turn off mouse tracking (saves bandwidth over slow SSH links)",
-    )
-    parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
-    parser.add_argument(
-        "--tensorboard",
-        action="store_true",
-        help="also write TensorBoard event files to RUN_DIR/tensorboard (same as --set log.tensorboard=true)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command", metavar="COMMAND", help="what to do (default: train)"
     )
-    _run_options(sub.add_parser("train", help="train a preset (the app, or --headless)"))
+    add_run_options(sub.add_parser("train", help="train a preset (the app, or --headless)"))
     for module in MODULES:
         module.add_arguments(sub.add_parser(module.NAME, help=module.HELP, description=module.HELP))
     return parser
@@ -100,8 +55,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     commands = ("train", *BY_NAME, "-h", "--help", "--version")
     if not argv or argv[0] not in commands:
         argv = ["train", *argv]
+    if argv[0] == "train" and "--detach" in argv:  # `cockpit --detach ...` is `cockpit start ...`
+        argv = ["start", *(a for a in argv[1:] if a != "--detach")]
     args = build_parser().parse_args(argv)
-    if args.command == "train" and args.tensorboard:
+    if args.command in ("train", "start") and args.tensorboard:
         args.overrides.append("log.tensorboard=true")
     return args
 
@@ -286,6 +243,38 @@ def check_resume_corpus(args: argparse.Namespace) -> None:
         raise ConfigError(f"--resume {args.resume}: {e}") from None
 
 
+def preflight(args: argparse.Namespace) -> str | None:
+    """Every check of a run's command line that can fail before anything starts (a ConfigError,
+    one line): the preset and its --set, the corpus, the run directory, a resume. Returns the
+    message to print instead of training when a resumed run is already finished."""
+    # Validate the preset before anything else so a typo is one line, not a UI.
+    if args.resume is None:
+        from engine.presets import load_preset
+
+        if args.allow_data_change:
+            raise ConfigError(
+                "--allow-data-change applies to --resume RUN_DIR only: a new run records "
+                "whatever corpus it starts on; drop the flag"
+            )
+        cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
+        check_log_packages(cfg)
+        check_corpus_exists(cfg, args.data)
+        if args.run_dir:
+            check_run_dir_free(Path(args.run_dir))
+    else:
+        if not Path(args.resume).exists():
+            raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
+        for text in args.overrides:
+            parse_override(text)
+        resumed = Path(args.resume)
+        check_run_dir_free(resumed if resumed.is_dir() else resumed.parent)
+        finished = check_resume(args)
+        if finished is None:
+            check_resume_corpus(args)
+        return finished
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     # Before anything slow (torch, the corpus): a SIGTERM during startup must stop the run
@@ -298,32 +287,10 @@ def main(argv: list[str] | None = None) -> int:
             from cockpit.subcommands import BY_NAME
 
             return BY_NAME[args.command].run(args)
-        # Validate the preset before anything else so a typo is one line, not a UI.
-        if args.resume is None:
-            from engine.presets import load_preset
-
-            if args.allow_data_change:
-                raise ConfigError(
-                    "--allow-data-change applies to --resume RUN_DIR only: a new run records "
-                    "whatever corpus it starts on; drop the flag"
-                )
-            cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
-            check_log_packages(cfg)
-            check_corpus_exists(cfg, args.data)
-            if args.run_dir:
-                check_run_dir_free(Path(args.run_dir))
-        else:
-            if not Path(args.resume).exists():
-                raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
-            for text in args.overrides:
-                parse_override(text)
-            resumed = Path(args.resume)
-            check_run_dir_free(resumed if resumed.is_dir() else resumed.parent)
-            finished = check_resume(args)
-            if finished is not None:
-                print(finished)  # nothing to train; nothing touched
-                return 0
-            check_resume_corpus(args)
+        finished = preflight(args)
+        if finished is not None:
+            print(finished)  # nothing to train; nothing touched
+            return 0
         if args.headless or not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
             if not args.headless:
                 print(

@@ -26,6 +26,8 @@ class RunSummary:
     step: int  # the newest step the app saw
     start_step: int  # where this session's run started (0, or the step resumed from)
     checkpoint: tuple[int, str] | None  # the newest checkpoint: (step, path)
+    attached: bool = False  # the run is in another process: this app was one of its viewers
+    detached: bool = False  # ... and left it going on
 
     @property
     def unsaved_steps(self) -> int:
@@ -40,6 +42,9 @@ def format_exit_report(runs: Sequence[RunSummary], forced: bool = False) -> str:
     blocks = []
     for i, run in enumerate(runs):
         lines = [f"run dir: {run.run_dir}"]
+        if run.attached and (run.detached or run.state not in RunState.ENDED):
+            blocks.append("\n".join([*lines, *_left_running(run, forced)]))
+            continue
         if run.checkpoint is not None:
             step, path = run.checkpoint
             lines.append(f"last checkpoint: {path} (step {step})")
@@ -65,6 +70,17 @@ def format_exit_report(runs: Sequence[RunSummary], forced: bool = False) -> str:
             lines.append(f"start again: cockpit --preset {shlex.quote(preset)}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) if blocks else "no run was started"
+
+
+def _left_running(run: RunSummary, forced: bool) -> list[str]:
+    """What a viewer that left a live run says: it goes on, and how to come back."""
+    attach = f"cockpit attach {shlex.quote(run.run_dir)}"
+    if forced:  # left while the stop it asked for was on its way: the run still saves
+        return [
+            f"left while the run was stopping (step {run.step}): it saves a checkpoint and "
+            f"stops on its own; to see it end: {attach}"
+        ]
+    return [f"detached at step {run.step}: the run goes on ({run.state}); come back: {attach}"]
 
 
 def run_dir_of(resume: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
@@ -107,6 +108,56 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One answer of a `ChoiceScreen`: its key, its button's label and what it returns."""
+
+    key: str
+    label: str
+    value: str
+    variant: str = "default"  # the button's variant: "primary", "error"...
+
+
+class ChoiceScreen(ModalScreen["str | None"]):
+    """A question with several answers, each a button with its own key; escape = None."""
+
+    BINDINGS = [Binding("escape", "choose('')", "Cancel", show=False)]
+
+    def __init__(self, title: str, message: str, choices: Sequence[Choice], purpose: str = "") -> None:
+        super().__init__(classes="dialog-screen")
+        self.title_text, self.message, self.choices = title, message, tuple(choices)
+        self.purpose = purpose
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="choice-dialog") as box:
+            box.border_title = self.title_text
+            yield Static(self.message, classes="dialog-message")
+            with Horizontal(classes="dialog-buttons"):
+                for choice in self.choices:
+                    yield Button(
+                        f"{choice.label} ({choice.key})",
+                        id=f"choice-{choice.value}",
+                        variant=choice.variant,  # type: ignore[arg-type]
+                    )
+
+    def on_mount(self) -> None:
+        self.query_one(Button).focus()
+
+    def on_key(self, event: Any) -> None:
+        for choice in self.choices:
+            if event.key == choice.key:
+                event.stop()
+                self.dismiss(choice.value)
+                return
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss((event.button.id or "").removeprefix("choice-") or None)
+
+    def action_choose(self, value: str) -> None:
+        self.dismiss(value or None)
 
 
 class LrScreen(ModalScreen["tuple[str, float] | None"]):

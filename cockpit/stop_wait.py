@@ -47,9 +47,26 @@ def stop_wait(
     return f"{what} · waited {waited}"
 
 
-def quit_note(wait: str) -> str:
-    """What quitting waits for, how long it has waited, and how to stop waiting."""
+def quit_note(wait: str, attached: bool = False) -> str:
+    """What quitting waits for, how long it has waited, and how to stop waiting (a viewer of a
+    run in another process can leave at once: the run still saves and stops on its own)."""
+    if attached:
+        return f"stopping the run: {wait} · ctrl+c again: leave now (it still saves and stops)"
     return f"quitting: {wait} · ctrl+c again: quit now without saving"
+
+
+def leave_question(preset: str, run_dir: str, read_only: bool, preparing: bool = False) -> str:
+    """The question an attached viewer is asked on q (markup): detach, stop the run, cancel."""
+    where = f" ({run_dir})" if run_dir else ""
+    msg = (
+        f"Detach from [b]{preset}[/b]{where}? The run goes on; "
+        f"[b]cockpit attach {run_dir or 'RUN_DIR'}[/b] comes back to it."
+    )
+    if read_only:
+        return msg + "\n\nThis viewer is read-only: it cannot stop the run."
+    if preparing:
+        return msg + "\n\nOr stop it: it is still preparing its corpus, nothing to save yet."
+    return msg + "\n\nOr stop the run: a checkpoint at the next step boundary, then it ends."
 
 
 def quit_question(

@@ -29,6 +29,18 @@ class EngineHandle(Protocol):
         ...
 
     @property
+    def outlives_viewer(self) -> bool:
+        """Whether the run goes on when this viewer leaves: True for a run attached to over its
+        control socket (leaving detaches), False for a run inside the app (leaving stops it,
+        with a checkpoint)."""
+        ...
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this viewer may only watch: its commands are refused by the run."""
+        ...
+
+    @property
     def dropped_events(self) -> int:
         """Events the bounded queue dropped, oldest first, because nobody drained it in time
         (they are still in `metrics.jsonl`)."""
@@ -40,8 +52,9 @@ class EngineHandle(Protocol):
 
     def run(self, should_stop: Callable[[], bool] | None = None) -> str:
         """Train until finished, stopped or failed (blocking: call it on a worker thread) and
-        return the final state. `should_stop()` is polled between steps: True stops the run
-        there as `stop()` does, with a checkpoint (the app is closing: keep the run)."""
+        return the final state. `should_stop()` is polled between steps: True means the viewer
+        is leaving: a run inside the app stops there as `stop()` does, with a checkpoint; a run
+        that outlives its viewer is left running and `run` returns "detached"."""
         ...
 
     def pause(self) -> None:

@@ -230,6 +230,8 @@ class RemoteEngine:
         self._thread = threading.Thread(target=self._read_loop, name="remote-engine", daemon=True)
         self._thread.start()
 
+    outlives_viewer = True  # EngineHandle: the run goes on when this viewer leaves
+
     # EngineHandle: state and events ---------------------------------------------------------
     @property
     def state(self) -> str:

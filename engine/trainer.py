@@ -47,6 +47,9 @@ MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times
 
 
 class Trainer:
+    outlives_viewer = False  # inside the app: leaving the app stops the run (EngineHandle)
+    read_only = False  # the app may command it
+
     def __init__(
         self,
         cfg: RunConfig,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from engine.presets import DEFAULT_PRESET
+
 
 def add_set_option(parser: argparse.ArgumentParser, example: str = "optim.lr=3e-4") -> None:
     parser.add_argument(
@@ -24,4 +26,51 @@ def add_presets_dir_option(parser: argparse.ArgumentParser, dest: str = "presets
         default=[],
         metavar="DIR",
         help="extra folder of presets (repeatable; later ones win)",
+    )
+
+
+def add_run_options(parser: argparse.ArgumentParser, headless: bool = True) -> None:
+    """The options of a run (`train`, and `start` without --headless)."""
+    parser.add_argument(
+        "--preset", default=None, help=f"preset name or path to a .toml file (default: '{DEFAULT_PRESET}')"
+    )
+    parser.add_argument(
+        "--data",
+        metavar="PATH",
+        help="local text file or folder to train on (or the local copy of the preset's corpus); "
+        "with --resume, where the run's corpus is now (its sha256 must match)",
+    )
+    parser.add_argument(
+        "--allow-data-change",
+        action="store_true",
+        help="with --resume: train on the corpus even though its sha256 is not the recorded one",
+    )
+    add_set_option(parser)
+    parser.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where checkpoints and metrics.jsonl go (default: runs/PRESET-TIME)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR (or from one checkpoint file)",
+    )
+    add_presets_dir_option(parser)
+    if headless:
+        parser.add_argument(
+            "--headless",
+            action="store_true",
+            help="no UI: print progress lines (for batch jobs and CI)",
+        )
+    parser.add_argument(
+        "--no-mouse",
+        action="store_true",
+        help="turn off mouse tracking (saves bandwidth over slow SSH links)",
+    )
+    parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write TensorBoard event files to RUN_DIR/tensorboard (same as --set log.tensorboard=true)",
     )

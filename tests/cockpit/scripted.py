@@ -343,6 +343,9 @@ def build_script(
 class ScriptedTrainer:
     """Plays `script` into `events` when run() starts, then idles until stopped."""
 
+    outlives_viewer = False
+    read_only = False
+
     def __init__(
         self,
         preset: str = "default",

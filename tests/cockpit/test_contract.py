@@ -16,6 +16,7 @@ from scripted import ScriptedTrainer
 from engine.contract import EngineHandle
 from engine.events import Event, Step
 from engine.presets import load_preset
+from engine.remote import RemoteEngine
 from engine.trainer import Trainer
 
 PROPERTIES = [
@@ -51,7 +52,7 @@ def test_the_protocol_has_the_members_the_app_uses() -> None:
         "pause", "resume", "checkpoint", "set_lr", "scale_lr", "sample", "evaluate", "stop",
         "rollback", "drain_events", "run",
     }  # fmt: skip
-    assert set(PROPERTIES) == {"state", "dropped_events"}
+    assert set(PROPERTIES) == {"state", "dropped_events", "outlives_viewer", "read_only"}
 
 
 def test_fake_engines_cover_the_pilot_tests_variants() -> None:
@@ -75,9 +76,15 @@ def signature(function: Any) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("name", METHODS)
 def test_every_engine_takes_the_protocols_arguments(tmp_path: Any, name: str) -> None:
     expected = signature(getattr(EngineHandle, name))
+    for engine_type in [*(type(e) for e in engines(tmp_path)), RemoteEngine]:
+        implementation = getattr(engine_type, name)
+        assert signature(implementation) == expected, f"{engine_type.__name__}.{name}"
+
+
+def test_only_an_attached_engine_outlives_its_viewer(tmp_path: Any) -> None:
     for engine in engines(tmp_path):
-        implementation = getattr(type(engine), name)
-        assert signature(implementation) == expected, f"{type(engine).__name__}.{name}"
+        assert engine.outlives_viewer is False and engine.read_only is False
+    assert RemoteEngine.outlives_viewer is True  # read_only: what the run's hello said
 
 
 def test_events_are_drained_through_the_handle(tmp_path: Any) -> None:
