@@ -31,6 +31,8 @@ from engine.unix_socket import bind_unix, peer_uid
 VIEWER_QUEUE = 10_000  # events a viewer may fall behind by before it is resynchronised
 REPLAY_STEPS = 8000  # step records in a replay, thinned evenly as read_history does
 CLOSE_GRACE_S = 1.0  # time the viewers get to take the last records when the run ends
+REPLAY_TELEMETRY = 300  # newest device readings in a replay: the device panel's recent past
+REPLAY_ALERTS = 5  # newest warnings and errors since the run last went running: why it is paused
 WRITE_INTERVAL_S = 0.02  # a viewer's writer sends at most this often (a batch of events)
 
 
@@ -77,6 +79,11 @@ class ControlServer:
         self._step_stride = 1  # keep every Nth step event in memory (doubled when too many)
         self._steps_seen = 0
         self._last_step: Event | None = None
+        # the run's present besides its history: what a viewer needs to draw it as it is now
+        self._last_state: Event | None = None
+        self._last_memory: Event | None = None
+        self._telemetry: deque[Event] = deque(maxlen=REPLAY_TELEMETRY)
+        self._alerts: deque[Event] = deque(maxlen=REPLAY_ALERTS)
         for event in history:
             self._remember(event)
         self.lock: RunLock | None = None  # released by close(): held for the run's life
@@ -147,6 +154,8 @@ class ControlServer:
                 self._run_started = event
             elif event.kind in HISTORY_KINDS:
                 self._remember(event)
+            else:
+                self._note_present(event)
             for viewer in self._viewers:
                 if len(viewer.queue) >= self.queue_size:
                     viewer.queue.clear()  # fallen behind: it gets the replay again instead
@@ -172,13 +181,31 @@ class ControlServer:
             keep = {id(e) for e in steps[::2]}
             self._history = [e for e in self._history if e.kind != "step" or id(e) in keep]
 
+    def _note_present(self, event: Event) -> None:
+        """Keep the newest state, memory breakdown, readings and faults (under the lock)."""
+        kind = event.kind
+        if kind == "state":
+            self._last_state = event
+            if event.state == "running":  # type: ignore[attr-defined]
+                self._alerts.clear()  # resumed: the faults that paused it are behind it
+        elif kind == "memory":
+            self._last_memory = event
+        elif kind == "telemetry":
+            self._telemetry.append(event)
+        elif kind == "alert" and event.level in ("warning", "error"):  # type: ignore[attr-defined]
+            self._alerts.append(event)
+
     def _replay(self) -> list[Event]:
-        """run_started, then the history thinned to REPLAY_STEPS steps (under the lock)."""
+        """run_started, the history thinned to REPLAY_STEPS steps, then the present: the
+        newest memory breakdown, recent readings, the faults since the run last went running
+        and the state it is in (under the lock)."""
         steps = [e for e in self._history if e.kind == "step"]
         keep = {id(e) for e in steps[:: max(1, math.ceil(len(steps) / REPLAY_STEPS))]}
         past = [e for e in self._history if e.kind != "step" or id(e) in keep]
         if self._last_step is not None and id(self._last_step) not in keep:
             past.append(self._last_step)
+        present = [self._last_memory, *self._telemetry, *self._alerts, self._last_state]
+        past.extend(e for e in present if e is not None)
         return [self._run_started, *past] if self._run_started is not None else past
 
     def _summary(self) -> dict[str, Any]:
