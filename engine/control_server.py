@@ -212,7 +212,9 @@ class ControlServer:
         """The run at a glance (`cockpit ps`), from the newest records (under the lock)."""
         started, last = self._run_started, self._last_step
         return {
-            "preset": getattr(started, "preset", None),
+            # before run_started (still loading): the preset of the run's config, when it has one
+            "preset": getattr(started, "preset", None)
+            or getattr(getattr(self.handle, "cfg", None), "name", None),
             "started": getattr(started, "time", None),
             "max_steps": getattr(started, "max_steps", None),
             "step": getattr(last, "step", getattr(started, "start_step", 0)),
