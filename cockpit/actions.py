@@ -52,7 +52,7 @@ class CommandActions(_AppBase):
             return False  # a read-only viewer: hidden (the footer says read-only instead)
         if action in RUN_ACTIONS and (not self.engine_running or self.state in RunState.ENDED):
             return None  # shown disabled
-        if action == "presets" and self.attached and self.engine_running:
+        if action == "presets" and self.attached:
             return None  # runs start with `cockpit start`, not in a viewer (action_presets says)
         return True
 

@@ -304,11 +304,11 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         return rows
 
     def action_presets(self) -> None:
-        if self.attached and self.engine_running:
+        if self.attached:
             # a run started here would die with this viewer: runs start with `cockpit start`
             self.notify(
-                "this cockpit is a viewer of a run that goes on without it: to train another "
-                "preset, stop this run (q, then s) and `cockpit start --preset NAME`",
+                "this cockpit is a viewer of a run in another process: to train another "
+                "preset, stop that run (q, then s) and `cockpit start --preset NAME`",
                 title="Presets",
                 severity="warning",
                 timeout=8,

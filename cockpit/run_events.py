@@ -109,7 +109,7 @@ class RunEvents(_AppBase):
             parts.append(f"best val {fmt_loss(best)}")
         if self.view.last_checkpoint is not None:
             parts.append(f"checkpoint {self.view.last_checkpoint[1]}")
-        parts.append("p: another preset · q: quit")
+        parts.append("q: quit" if getattr(self, "attached", False) else "p: another preset · q: quit")
         return " · ".join(parts)
 
     def checkpoint_saved(self, ev: CheckpointSaved, announce: bool = True) -> None:

@@ -8,6 +8,10 @@ without an app.
 
 from __future__ import annotations
 
+import shlex
+
+from textual.markup import escape
+
 from cockpit.durations import fmt_duration
 from engine.events import RunState
 
@@ -57,10 +61,11 @@ def quit_note(wait: str, attached: bool = False) -> str:
 
 def leave_question(preset: str, run_dir: str, read_only: bool, preparing: bool = False) -> str:
     """The question an attached viewer is asked on q (markup): detach, stop the run, cancel."""
-    where = f" ({run_dir})" if run_dir else ""
+    where = f" ({escape(run_dir)})" if run_dir else ""
+    command = escape(f"cockpit attach {shlex.quote(run_dir) if run_dir else 'RUN_DIR'}")
     msg = (
-        f"Detach from [b]{preset}[/b]{where}? The run goes on; "
-        f"[b]cockpit attach {run_dir or 'RUN_DIR'}[/b] comes back to it."
+        f"Detach from [b]{escape(preset)}[/b]{where}? The run goes on; "
+        f"[b]{command}[/b] comes back to it."
     )
     if read_only:
         return msg + "\n\nThis viewer is read-only: it cannot stop the run."

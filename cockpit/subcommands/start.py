@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(
             f"\ncockpit start: stopped waiting; the run goes on in {run_dir} (pid "
-            f"{process.pid}): `cockpit attach {run_dir}`",
+            f"{process.pid}): `cockpit attach {shlex.quote(str(run_dir))}`",
             file=sys.stderr,
         )
         return 0
@@ -195,7 +196,7 @@ def started_report(run_dir: Path, pid: int) -> str:
         [
             f"started in the background (pid {pid}): {run_dir}",
             f"  log:    {run_dir / LOG_NAME}",
-            f"  attach: cockpit attach {run_dir}",
+            f"  attach: cockpit attach {shlex.quote(str(run_dir))}",
             f"  stop:   q in an attached cockpit, then s (or: kill -TERM {pid})",
         ]
     )

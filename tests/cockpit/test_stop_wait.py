@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cockpit.stop_wait import quit_note, quit_question, stop_wait
+from cockpit.runs import RunSummary, format_exit_report
+from cockpit.stop_wait import leave_question, quit_note, quit_question, stop_wait
 
 
 def test_the_wait_counts_down_to_the_next_step_boundary() -> None:
@@ -30,3 +31,26 @@ def test_the_quit_question_warns_of_a_long_step_only_while_training() -> None:
     assert "A step takes" not in quit_question("tiny", True, "running", 2.0)
     assert "A step takes 1:00 here" in quit_question("gpt2", True, "running", 60.0)
     assert "A step takes" not in quit_question("gpt2", True, "finished", 60.0)
+
+
+def test_an_attached_viewer_is_asked_to_detach_or_stop_naming_the_way_back() -> None:
+    ask = leave_question("tiny", "runs/my run", read_only=False)
+    assert "cockpit attach 'runs/my run'" in ask and "Or stop the run" in ask
+    watch_only = leave_question("tiny", "runs/x", read_only=True)
+    assert "cannot stop the run" in watch_only and "Or stop" not in watch_only
+    assert "\\[b]" in leave_question("[b]", "runs/[b]", read_only=False)  # markup is escaped
+
+
+def test_leaving_a_run_that_goes_on_says_how_to_come_back() -> None:
+    common = dict(preset="tiny", run_dir="runs/x", step=120, start_step=0, checkpoint=(100, "c"))
+    detached = RunSummary(state="running", attached=True, detached=True, **common)
+    assert format_exit_report([detached]) == (
+        "run dir: runs/x\ndetached at step 120: the run goes on (running); "
+        "come back: cockpit attach runs/x"
+    )
+    stopping = RunSummary(state="saving", attached=True, **common)
+    assert "saves a checkpoint and stops on its own" in format_exit_report([stopping], forced=True)
+    stopped = RunSummary(state="stopped", attached=True, **common)
+    assert "resume: cockpit --resume runs/x" in format_exit_report([stopped])
+    note = quit_note("saving at the next step boundary", attached=True)
+    assert "leave now (it still saves and stops)" in note and "without saving" not in note
