@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from live_process import LiveRun
-from pilot import run_pilot, status_text, wait_for_engine
+from pilot import TINY, real_app, run_pilot, status_text, wait_for_engine
 
 from cockpit.screens import ChoiceScreen
 from cockpit.subcommands.attach import attached_app
@@ -193,3 +193,22 @@ def test_attach_refusals_are_one_line(tmp_path: Path) -> None:
         assert result.returncode == 2, result
         assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
         assert "Traceback" not in result.stderr and time.monotonic() - started < 20
+
+
+def test_the_apps_own_run_can_be_watched_and_steered_from_a_second_terminal(tmp_path: Path) -> None:
+    app, made = real_app(tmp_path, overrides=[*TINY, "train.max_steps=100000"])
+
+    async def scenario(pilot) -> list[object]:
+        await wait_for_engine(pilot, lambda: app.view.step > 2)
+        assert not app.attached  # its own run: quitting stops it
+        other = RemoteEngine(made[0].run_dir)
+        other.scale_lr(0.5)  # the second terminal lowers the LR: the app's panel shows it
+        await wait_for_engine(pilot, lambda: app.lr_panel.scale == pytest.approx(0.5))
+        await pilot.press("space")
+        await wait_for_engine(pilot, lambda: other.state == "paused")
+        made[0].stop(checkpoint=False)
+        assert other.run() == "stopped"  # the run's end reaches the second terminal too
+        return other.drain_events()
+
+    events = run_pilot(app, scenario, size=SIZE)
+    assert any(isinstance(e, LrChanged) for e in events)
