@@ -9,9 +9,11 @@ Torch-free and textual-free: `cockpit ps` imports only this and engine.wire.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from engine.unix_socket import connect_unix
 
 PROBE_TIMEOUT_S = 2.0  # a run busy in a long step still greets at once (its own thread does)
 MAX_DEPTH = 4  # how deep under the root run directories are looked for (runs/sweep/x/...)
+MAX_PROBES = 16  # sockets probed at once
 
 
 @dataclass(frozen=True)
@@ -41,20 +44,34 @@ class LiveRun:
 
     @classmethod
     def from_hello(cls, run_dir: Path, hello: dict[str, Any]) -> LiveRun:
-        summary = hello.get("summary") or {}
+        # a field of the wrong type (an older or odd server) is unknown, not a crash of `ps`
+        summary = hello.get("summary")
+        summary = summary if isinstance(summary, dict) else {}
+        viewers = hello.get("viewers")
+        preset = summary.get("preset")
         return cls(
             run_dir=run_dir,
-            pid=hello.get("pid"),
+            pid=_int_or_none(hello.get("pid")),
             state=str(hello.get("state") or "?"),
-            preset=summary.get("preset"),
-            started=summary.get("started"),
-            step=int(summary.get("step") or 0),
-            max_steps=summary.get("max_steps"),
-            loss=summary.get("loss"),
-            tokens_per_s=summary.get("tokens_per_s"),
-            step_time_s=summary.get("step_time_s"),
-            viewers=list(hello.get("viewers") or []),
+            preset=preset if isinstance(preset, str) else None,
+            started=_number_or_none(summary.get("started")),
+            step=_int_or_none(summary.get("step")) or 0,
+            max_steps=_int_or_none(summary.get("max_steps")),
+            loss=_number_or_none(summary.get("loss")),
+            tokens_per_s=_number_or_none(summary.get("tokens_per_s")),
+            step_time_s=_number_or_none(summary.get("step_time_s")),
+            viewers=[v for v in viewers if isinstance(v, dict)] if isinstance(viewers, list) else [],
         )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number_or_none(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def probe(run_dir: Path, timeout_s: float = PROBE_TIMEOUT_S) -> LiveRun | None:
@@ -81,8 +98,10 @@ def probe(run_dir: Path, timeout_s: float = PROBE_TIMEOUT_S) -> LiveRun | None:
 def _first_line(sock: socket.socket, deadline: float) -> bytes | None:
     buffer = bytearray()
     while b"\n" not in buffer:
-        if time.monotonic() > deadline or len(buffer) > wire.MAX_LINE_BYTES:
+        left = deadline - time.monotonic()
+        if left <= 0 or len(buffer) > wire.MAX_LINE_BYTES:
             return None
+        sock.settimeout(left)  # the whole line within the timeout, not each piece of it
         chunk = sock.recv(1 << 16)
         if not chunk:
             return None
@@ -105,7 +124,20 @@ def socket_dirs(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
     return found
 
 
-def find_live_runs(root: str | os.PathLike[str] = "runs") -> list[LiveRun]:
-    """Every live run under `root`, newest first (by when its session started)."""
-    runs = [run for d in socket_dirs(Path(root)) if (run := probe(d)) is not None]
-    return sorted(runs, key=lambda r: r.started or 0.0, reverse=True)
+def find_live_runs(
+    root: str | os.PathLike[str] = "runs", timeout_s: float = PROBE_TIMEOUT_S
+) -> list[LiveRun]:
+    """Every live run under `root`, newest first (by when its session started; a run still
+    starting, with no start time yet, is the newest)."""
+    dirs = socket_dirs(Path(root))
+    if not dirs:
+        return []
+    # probed side by side: a stopped (ctrl+z) run that never greets costs one timeout, not one each
+    with ThreadPoolExecutor(max_workers=min(len(dirs), MAX_PROBES)) as pool:
+        found = pool.map(lambda d: probe(d, timeout_s), dirs)
+        runs = [run for run in found if run is not None]
+    return sorted(runs, key=_newest_first)
+
+
+def _newest_first(run: LiveRun) -> tuple[bool, float, str]:
+    return (run.started is not None, -(run.started or 0.0), str(run.run_dir))
