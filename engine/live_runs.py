@@ -48,6 +48,7 @@ class LiveRun:
         summary = hello.get("summary")
         summary = summary if isinstance(summary, dict) else {}
         viewers = hello.get("viewers")
+        viewers = [v for v in viewers if isinstance(v, dict)] if isinstance(viewers, list) else []
         preset = summary.get("preset")
         return cls(
             run_dir=run_dir,
@@ -60,7 +61,7 @@ class LiveRun:
             loss=_number_or_none(summary.get("loss")),
             tokens_per_s=_number_or_none(summary.get("tokens_per_s")),
             step_time_s=_number_or_none(summary.get("step_time_s")),
-            viewers=[v for v in viewers if isinstance(v, dict)] if isinstance(viewers, list) else [],
+            viewers=viewers,
         )
 
 

@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 NAME = "ps"
-HELP = "list the live runs (in the app, headless or started with `cockpit start`) and who is attached"
+HELP = (
+    "list the live runs (in the app, headless or started with `cockpit start`) and who is attached"
+)
 EPILOG = (
     "A run is live while its control socket answers; a socket left by a killed run is skipped. "
     "`cockpit attach RUN_DIR` opens the app on one of them."
 )
 DEFAULT_ROOT = "runs"
-HEADERS = ("RUN", "PRESET", "STATE", "STEP", "LOSS", "TOK/S", "UP", "WHO")  # WHO: how many, named below
+# WHO: how many viewers are attached; each is named on a line below its run's row
+HEADERS = ("RUN", "PRESET", "STATE", "STEP", "LOSS", "TOK/S", "UP", "WHO")
 RIGHT_ALIGNED = {"STEP", "LOSS", "TOK/S", "UP"}
 GAP = "  "  # between columns
 MIN_RUN_WIDTH = 16  # a run directory is shortened to fit the width, never below this
@@ -156,7 +159,7 @@ def display_path(path: Path) -> str:
     candidates = [os.path.relpath(absolute)]
     home = os.path.expanduser("~")
     if home not in ("", "/") and absolute.startswith(home + os.sep):
-        candidates.append("~" + absolute[len(home):])
+        candidates.append("~" + absolute[len(home) :])
     candidates.append(absolute)
     return min(candidates, key=len)
 
@@ -165,7 +168,7 @@ def shorten(text: str, width: int) -> str:
     """`text` in `width` characters, its end kept (a run's name is at the end of its path)."""
     if len(text) <= width:
         return text
-    return "..." + text[len(text) - width + 3:] if width > 3 else text[-width:]
+    return "..." + text[len(text) - width + 3 :] if width > 3 else text[len(text) - width :]
 
 
 def table(runs: Sequence[Any], now: float, width: int = 80) -> list[str]:

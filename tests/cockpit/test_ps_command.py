@@ -92,7 +92,7 @@ def test_ps_lists_the_live_run_and_who_watches_it(watched: LiveRun) -> None:
     assert int(step.replace(",", "")) > 0 and max_steps == "1M"
     assert float(loss) > 0 and tokens_per_s != "-"
     assert up and up[-1].endswith("s")  # seconds into the session, e.g. "12s" or "1m 05s"
-    assert lines[lines.index(rows[0]) + 1:] == [f"  - {ALICE}", f"  - {BOB}, read-only"]
+    assert lines[lines.index(rows[0]) + 1 :] == [f"  - {ALICE}", f"  - {BOB}, read-only"]
     assert max(len(line) for line in lines) <= 80
     # the silent socket costs one probe timeout at most (2 s), and nothing waits on the dead one
     assert elapsed < 15.0
@@ -168,7 +168,9 @@ def test_ps_imports_neither_torch_nor_the_app(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- the table alone
 
 
-def found(run_dir: str, *, started: float | None = 1000.0, viewers: int = 0, preset: str = "tiny") -> Found:
+def found(
+    run_dir: str, *, started: float | None = 1000.0, viewers: int = 0, preset: str = "tiny"
+) -> Found:
     return Found(
         run_dir=Path(run_dir), pid=1, state="running", preset=preset, started=started,
         step=123_456, max_steps=2_000_000, loss=2.3456, tokens_per_s=123_456.0,
@@ -196,6 +198,10 @@ def test_a_wider_terminal_shows_the_whole_directory() -> None:
 
 def test_how_long_reads_like_a_clock_of_two_units() -> None:
     assert [fmt_uptime(s) for s in (None, 42, 65, 3725, 2 * 86400 + 3 * 3600)] == [
-        "-", "42s", "1m 05s", "1h 02m", "2d 03h"
+        "-",
+        "42s",
+        "1m 05s",
+        "1h 02m",
+        "2d 03h",
     ]
     assert table([found("r", started=None)], 0.0)[1].split()[6] == "-"  # still starting

@@ -37,10 +37,7 @@ def bound_and_closed(run_dir: Path) -> Path:
 def bound_by_a_process_now_gone(run_dir: Path) -> Path:
     """A stale socket file left by another process that bound and listened, then exited."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    code = (
-        "import socket, sys; s = socket.socket(socket.AF_UNIX); "
-        "s.bind(sys.argv[1]); s.listen(1)"
-    )
+    code = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)"
     subprocess.run([sys.executable, "-c", code, wire.SOCKET_NAME], cwd=run_dir, check=True,
                    timeout=TIMEOUT)  # fmt: skip
     assert (run_dir / wire.SOCKET_NAME).is_socket()
@@ -115,8 +112,8 @@ def test_a_socket_that_never_greets_costs_one_timeout(tmp_path: Path) -> None:
         assert probe(tmp_path / "a", timeout_s=0.3) is None
         assert 0.25 < time.monotonic() - started < 2.0
         started = time.monotonic()
-        assert find_live_runs(tmp_path, timeout_s=0.5) == []
-        assert time.monotonic() - started < 1.4  # not 3 x 0.5 s one after the other
+        assert find_live_runs(tmp_path, timeout_s=1.0) == []
+        assert time.monotonic() - started < 2.5  # not 3 x 1 s one after the other
     finally:
         for sock in listeners:
             sock.close()
@@ -148,7 +145,13 @@ def test_a_hello_with_odd_fields_gives_unknowns_not_a_crash() -> None:
         "summary": {"preset": 3, "step": 7, "max_steps": True, "loss": "x", "started": 5},
         "viewers": [{"viewer": 2, "who": "a"}, "junk"],
     })  # fmt: skip
-    assert (live.pid, live.preset, live.step, live.max_steps, live.loss) == (None, None, 7, None, None)
+    assert (live.pid, live.preset, live.step, live.max_steps, live.loss) == (
+        None,
+        None,
+        7,
+        None,
+        None,
+    )
     assert live.started == 5.0 and live.viewers == [{"viewer": 2, "who": "a"}]
     bare = LiveRun.from_hello(Path("r"), {"kind": "hello", "summary": [1], "viewers": {}})
     assert (bare.state, bare.step, bare.viewers) == ("?", 0, [])
@@ -176,7 +179,10 @@ def test_find_live_runs_lists_the_newest_first_and_skips_the_stale(
     bound_and_closed(root / "killed")
     runs = find_live_runs(root)
     assert [r.run_dir for r in runs] == [
-        root / "sweep" / "loading", root / "new", root / "mid", root / "old"
+        root / "sweep" / "loading",
+        root / "new",
+        root / "mid",
+        root / "old",
     ]
     assert [r.preset for r in runs] == [None, "p-new", "p-mid", "p-old"]
     assert [r.state for r in runs] == ["starting", "running", "running", "running"]
