@@ -88,7 +88,13 @@ def viewer_label(viewer: dict[str, Any]) -> str:
     """'alice@gpu1 (pts/3)', 'viewer 4' for one that gave no name; ', read-only' when it is."""
     who = viewer.get("who")
     name = who if isinstance(who, str) and who.strip() else f"viewer {viewer.get('viewer', '?')}"
-    return f"{name}, read-only" if viewer.get("read_only") else name
+    return printable(f"{name}, read-only" if viewer.get("read_only") else name)
+
+
+def printable(text: str) -> str:
+    """`text` safe for one table line: a client's name is its own to choose (no newlines or
+    terminal escapes reach the screen)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def as_json(live: Any, now: float) -> dict[str, Any]:
@@ -143,8 +149,8 @@ def row(live: Any, now: float, run_name: str) -> list[str]:
 
     return [
         run_name,
-        live.preset or "-",
-        live.state,
+        printable(live.preset or "-"),
+        printable(live.state),
         fmt_steps(live.step, live.max_steps),
         fmt_loss(live.loss),
         fmt_si(live.tokens_per_s),
@@ -174,7 +180,7 @@ def shorten(text: str, width: int) -> str:
 def table(runs: Sequence[Any], now: float, width: int = 80) -> list[str]:
     """The listing's lines: a header, one row per run, its viewers on lines below it. The run
     directory gives way first when the rows are wider than `width`."""
-    names = [display_path(live.run_dir) for live in runs]
+    names = [printable(display_path(live.run_dir)) for live in runs]
     rows = [row(live, now, name) for live, name in zip(runs, names, strict=True)]
     widths = [max(len(r[i]) for r in [list(HEADERS), *rows]) for i in range(len(HEADERS))]
     excess = sum(widths) + len(GAP) * (len(widths) - 1) - width

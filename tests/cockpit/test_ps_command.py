@@ -205,3 +205,10 @@ def test_how_long_reads_like_a_clock_of_two_units() -> None:
         "2d 03h",
     ]
     assert table([found("r", started=None)], 0.0)[1].split()[6] == "-"  # still starting
+
+
+def test_a_viewer_name_cannot_break_the_table_or_the_terminal() -> None:
+    run = found("runs/a")
+    odd = {"viewer": 9, "who": "eve\n\x1b[2Jx", "read_only": True}
+    lines = table([Found(**{**run.__dict__, "viewers": [odd]})], 1000.0)
+    assert lines[2:] == ["  - eve??[2Jx, read-only"]
