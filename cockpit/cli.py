@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cockpit.headless import ProgressPrinter
+from cockpit.headless import ProgressPrinter, RankErrorPrinter
 from cockpit.preset_fit import preset_fit_warning
 from cockpit.stop_signals import StopSignals, exit_when_ended, signal_reason
 from cockpit.subcommands.options import add_run_options
@@ -101,7 +101,9 @@ def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -
     if signals is None:
         signals = StopSignals()
         signals.install()
-    trainer = make_trainer(args, sinks=[ProgressPrinter()], interactive=False)
+    rank = torchrun_rank()
+    printer = ProgressPrinter() if rank == 0 else RankErrorPrinter(rank)
+    trainer = make_trainer(args, sinks=[printer], interactive=False)
     signals.attach(trainer)
     state = trainer.run()
     if state == "failed":
@@ -243,6 +245,14 @@ def check_resume_corpus(args: argparse.Namespace) -> None:
         raise ConfigError(f"--resume {args.resume}: {e}") from None
 
 
+def torchrun_rank() -> int:
+    """This process's rank under torchrun (0 without it)."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
 def preflight(args: argparse.Namespace) -> str | None:
     """Every check of a run's command line that can fail before anything starts (a ConfigError,
     one line): the preset and its --set, the corpus, the run directory, a resume. Returns the
@@ -259,7 +269,7 @@ def preflight(args: argparse.Namespace) -> str | None:
         cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
         check_log_packages(cfg)
         check_corpus_exists(cfg, args.data)
-        if args.run_dir:
+        if args.run_dir and torchrun_rank() == 0:  # rank 0 locks it: the others use it too
             check_run_dir_free(Path(args.run_dir))
     else:
         if not Path(args.resume).exists():
@@ -267,7 +277,8 @@ def preflight(args: argparse.Namespace) -> str | None:
         for text in args.overrides:
             parse_override(text)
         resumed = Path(args.resume)
-        check_run_dir_free(resumed if resumed.is_dir() else resumed.parent)
+        if torchrun_rank() == 0:
+            check_run_dir_free(resumed if resumed.is_dir() else resumed.parent)
         finished = check_resume(args)
         if finished is None:
             check_resume_corpus(args)
@@ -291,6 +302,15 @@ def main(argv: list[str] | None = None) -> int:
         if finished is not None:
             print(finished)  # nothing to train; nothing touched
             return 0
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not args.headless:
+            # every rank would open an app: rank 0 serves its socket instead
+            if torchrun_rank() == 0:
+                print(
+                    "cockpit: under torchrun the ranks run headless; watch and steer them with "
+                    "`cockpit attach RUN_DIR` (pass --headless to say so)",
+                    file=sys.stderr,
+                )
+            return run_headless(args, signals)
         if args.headless or not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
             if not args.headless:
                 print(

@@ -100,3 +100,16 @@ class ProgressPrinter:
             # a failure's reason was usually just printed as its error alert: not twice
             reason = event.reason if event.reason != self._last_error else ""
             self._say(f"{event.state} at step {event.step}" + (f": {reason}" if reason else ""))
+
+
+class RankErrorPrinter:
+    """A rank other than 0 under torchrun prints nothing but its errors, each prefixed with its
+    rank (rank 0 prints the progress and writes the metrics file)."""
+
+    def __init__(self, rank: int, out: Callable[[str], None] | None = None) -> None:
+        self.rank = rank
+        self.out = out or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "alert" and event.level == "error":
+            self.out(f"[rank {self.rank}] error: {event.message}")

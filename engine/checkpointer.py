@@ -11,8 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from engine import checkpoint as ckpt
 from engine.best import is_new_best
+from engine.distributed import from_main, rank_seed
 from engine.events import CheckpointSaved, RunState
 from engine.resume import restore_optimizer
 
@@ -39,7 +42,10 @@ class Checkpointer:
         """The `checkpoint` command: c pressed again at the same step changed nothing since that
         save, so acknowledge the file already on disk rather than write the same one again."""
         run, saved = self.run, self.last_save
-        if saved is not None and saved[0].exists() and saved[1] == self.fingerprint():
+        fingerprint = self.fingerprint()  # every rank takes part (it gathers their RNGs)
+        same = saved is not None and saved[0].exists() and saved[1] == fingerprint
+        if from_main(same, run.world, run.sync.group):  # rank 0's files decide, for every rank
+            assert saved is not None
             run.emit(CheckpointSaved(step=run.step, path=str(saved[0]), reason="manual"))
         else:
             self.save("manual")
@@ -49,14 +55,21 @@ class Checkpointer:
         run = self.run
         previous = run.state
         run._set_state(RunState.SAVING, reason)
-        try:
-            path = ckpt.save_checkpoint(
-                run.run_dir, run.step, run._checkpoint_state(), run.cfg.checkpoint.keep_last
-            )
-        except OSError as e:
+        state = run._checkpoint_state()  # on every rank: it gathers their batch orders
+        failure = None
+        path = ckpt.checkpoint_path(run.run_dir, run.step)
+        if run.world.is_main:  # rank 0 alone writes (a run directory on a shared disk)
+            try:
+                path = ckpt.save_checkpoint(
+                    run.run_dir, run.step, state, run.cfg.checkpoint.keep_last
+                )
+            except OSError as e:
+                failure = e.strerror or str(e)
+        failure = from_main(failure, run.world, run.sync.group)  # the ranks pause together
+        if failure is not None:
             run._alert(
                 "error",
-                f"checkpoint at step {run.step} failed ({e.strerror or e}); the previous one is intact: free disk space, then press c",
+                f"checkpoint at step {run.step} failed ({failure}); the previous one is intact: free disk space, then press c",
                 "disk",
             )
             # Pausing keeps the run (and its progress) alive until there is room again.
@@ -84,7 +97,7 @@ class Checkpointer:
             run._checkpoint_is_best = False
         if path is None:
             run.best_val = previous_best  # not on disk: it cannot be best.pt
-        elif is_best and run.cfg.checkpoint.keep_best:
+        elif is_best and run.cfg.checkpoint.keep_best and run.world.is_main:
             ckpt.mark_best(run.run_dir, path)
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -101,7 +114,22 @@ class Checkpointer:
         run.tokens = state["tokens"]
         run.best_val = state["best_val"]
         ckpt.restore_global_rng(state["rng"], run.device.type)
-        run.train_batches.generator.set_state(state["batch_rng"])
+        by_rank = state.get("batch_rng_by_rank")
+        rank = run.world.rank
+        if by_rank is not None and state.get("world_size") == run.world.world_size:
+            run.train_batches.generator.set_state(by_rank[rank])  # each rank its own order
+            ckpt.restore_global_rng(state["rng_by_rank"][rank], run.device.type)
+        elif run.world.distributed:
+            # another world size: each rank starts an order of its own from this step
+            run.train_batches.set_rng_state(
+                torch.Generator().manual_seed(rank_seed(run.cfg.train.seed, run.world.rank) + run.step).get_state()
+            )
+            run.resume_notes.append(
+                f"resumed on {run.world.world_size} ranks from a checkpoint of "
+                f"{state.get('world_size', 1)}: the data order from step {run.step} is new"
+            )
+        else:
+            run.train_batches.generator.set_state(state["batch_rng"])
         run.sample_generator.set_state(
             state["sample_rng"].to(run.sample_generator.device)
             if run.device.type == "cpu"

@@ -32,3 +32,16 @@ class CommandQueue:
                 if paused and not should_stop():
                     continue
                 return None
+
+    def take_all(self, wait_s: float = 0.0) -> list[Command]:
+        """Every queued command, oldest first; waits up to `wait_s` for the first one."""
+        taken: list[Command] = []
+        try:
+            taken.append(self._queue.get(timeout=wait_s) if wait_s > 0 else self._queue.get_nowait())
+        except queue.Empty:
+            return taken
+        while True:
+            try:
+                taken.append(self._queue.get_nowait())
+            except queue.Empty:
+                return taken

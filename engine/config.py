@@ -142,6 +142,11 @@ class TrainConfig:
         choices=("auto", "float32", "bfloat16", "float16"),
     )
     compile: bool = _opt(False, help="torch.compile the model")
+    parallel: str = _opt(
+        "auto",
+        help="under torchrun: ddp (a replica per rank), fsdp (sharded) or auto (ddp when the model fits one device)",
+        choices=("auto", "ddp", "fsdp"),
+    )
     seed: int = _opt(1337, help="random seed: initial weights, batch order, dropout")
     log_every: int = _opt(0, help="steps between loss read-backs (0 = 1 on CPU, 10 on GPU)", min=0)
     check_finite: bool = _opt(

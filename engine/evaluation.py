@@ -19,6 +19,7 @@ import torch
 from engine.batches import eval_batches, full_split_windows
 from engine.config import RunConfig
 from engine.data import PreparedData, Tokenizer
+from engine.distributed import World, sum_over_ranks
 from engine.model import GPT
 from engine.sampling import start_token
 
@@ -45,6 +46,10 @@ class Evaluator:
     autocast: contextlib.AbstractContextManager[Any]
     device: torch.device
     cfg: RunConfig  # read at each call: an out-of-memory retry halves cfg.train.batch_size
+    world: World = field(default_factory=World)
+    # under DDP, batches are split over the ranks and the sums reduced (a sharded model
+    # evaluates every batch on every rank: its forwards are collectives)
+    split_over_ranks: bool = False
     full_val_max_tokens: int = field(default_factory=lambda: FULL_VAL_MAX_TOKENS)
     # What the last `losses` read of the val split: all of it (Eval.full_split), or a bounded
     # part of a whole-split evaluation (`capped_note` says so once).
@@ -59,8 +64,11 @@ class Evaluator:
         """Mean loss over the evaluation windows of one split (engine/batches.py); a full
         evaluation reads at most `max_windows` windows."""
         cfg = self.cfg
-        total, count = 0.0, 0
-        for x, y in eval_batches(
+        world = self.world
+        split = self.split_over_ranks and world.distributed  # round-robin shares
+        total = torch.zeros((), device=self.device)
+        count = 0
+        for i, (x, y) in enumerate(eval_batches(
             tokens,
             cfg.model.block_size,
             cfg.eval.batch_size or cfg.train.batch_size,
@@ -69,12 +77,17 @@ class Evaluator:
             batches=cfg.eval.batches,
             seed=cfg.train.seed + EVAL_SEED_OFFSET,
             max_windows=max_windows,
-        ):
+        )):
+            if split and i % world.world_size != world.rank:
+                continue
             with self.autocast:
                 _, loss = self.forward(x, y)
             n = x.size(0)
             total += loss.float() * n  # summed on the device: one sync at the end
             count += n
+        if split:
+            sums = sum_over_ranks(torch.stack([total, total.new_tensor(float(count))]), world)
+            total, count = sums[0], sums[1]
         return float(total / count)
 
     def losses(self, data: PreparedData) -> tuple[float, float]:

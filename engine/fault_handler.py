@@ -83,6 +83,12 @@ class FaultHandler:
         accumulation, or pause (engine/faults.py decides). False when it paused."""
         run = self.run
         t = run.cfg.train
+        if run.world.distributed:
+            # one rank alone cannot change its micro-batch: the others are in the same step
+            raise RuntimeError(
+                f"out of memory on rank {run.world.rank} at batch_size {t.batch_size}; restart "
+                "with a smaller train.batch_size (and a larger train.grad_accum)"
+            )
         run.optimizer.zero_grad(set_to_none=True)
         if run.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -7,6 +7,7 @@ norm and update ratio as device tensors and reads a batch of them back at once (
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,9 +27,14 @@ class PendingStep:
     update_ratio: torch.Tensor | None
 
 
-def read_losses(pending: list[PendingStep]) -> tuple[list[float], list[float]]:
-    """The losses and gradient norms of `pending` (NaN norms when not measured): one device sync."""
-    losses = torch.stack([p.loss for p in pending]).float().tolist()
+def read_losses(
+    pending: list[PendingStep],
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[list[float], list[float]]:
+    """The losses and gradient norms of `pending` (NaN norms when not measured): one device
+    sync. `reduce` turns this rank's losses into the world's (their mean over ranks)."""
+    stacked = torch.stack([p.loss for p in pending]).float()
+    losses = (reduce(stacked) if reduce is not None else stacked).tolist()
     norms = [p.grad_norm for p in pending]
     norm_values = (
         torch.stack(norms).float().tolist()

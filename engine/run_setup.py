@@ -28,6 +28,7 @@ from engine.device import (
     select_device,
     select_dtype,
 )
+from engine.distributed import from_main, init_world, rank_device, rank_seed
 from engine.evaluation import Evaluator
 from engine.faults import SpikeDetector
 from engine.flops import flops_per_token, peak_meter
@@ -35,7 +36,8 @@ from engine.log_sinks import log_sinks, summary_writer_class
 from engine.metrics_log import read_history
 from engine.model import GPT
 from engine.optim import build_optimizer
-from engine.plan import check_fits
+from engine.parallel import parallel_plan, wrap_for_training
+from engine.plan import check_fits, plan_memory
 from engine.resume import plan_resume
 from engine.resume_corpus import check_vocabulary, resume_data_path
 from engine.run_dir import create_run_dir, default_run_dir
@@ -78,7 +80,8 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     """Device, seeds, corpus, model, optimizer, samplers; a resumed run's state restored."""
     cfg = run.cfg
 
-    run.device = select_device(cfg.train.device)
+    run.device = rank_device(select_device(cfg.train.device), run.world)
+    run.sync.group = init_world(run.world, run.device)  # under torchrun: join the others
     if cfg.log.tensorboard:
         summary_writer_class()  # a missing package refused before anything is on disk
     run.dtype = select_dtype(cfg.train.dtype, run.device)
@@ -102,8 +105,14 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     check_length(run.data, cfg.model.block_size)
     vocab = run.data.tokenizer.vocab_size
     # Pre-flight: refuse a configuration that cannot fit before allocating anything.
-    run.memory_plan = check_fits(cfg, vocab, run.device.type, device_capacity(run.device))
+    capacity = device_capacity(run.device)
+    fits_alone = plan_memory(cfg, vocab, run.device.type, capacity).fits
+    run.parallel = parallel_plan(cfg, run.world, fits_one_device=fits_alone)
+    run.memory_plan = check_fits(cfg, vocab, run.device.type, capacity)
+    # every rank builds the same initial weights from the same seed
     run.model = GPT(cfg.model, vocab).to(run.device)
+    if run.world.distributed:
+        torch.manual_seed(cfg.train.seed + run.world.rank)  # then each its own dropout
     run.optimizer = build_optimizer(run.model, cfg.optim, run.device.type)
     run.scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == torch.float16)
     run.autocast = autocast_context(run.device, run.dtype)
@@ -112,7 +121,7 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
         cfg.model.block_size,
         cfg.train.batch_size,
         run.device,
-        cfg.train.seed + 1,
+        rank_seed(cfg.train.seed, run.world.rank),  # each rank its own batches
     )
     run.sample_generator = torch.Generator(device=run.device).manual_seed(cfg.train.seed + 2)
     run.spikes = SpikeDetector(cfg.train.spike_sigma)
@@ -129,8 +138,11 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
 
 def open_run_dir(run: Trainer) -> None:
     """Only now, with the corpus, config and checkpoint all accepted, is anything written:
-    a run refused before this point leaves no directory and no record behind."""
-    run.run_dir = run.run_dir or default_run_dir(run.cfg)
+    a run refused before this point leaves no directory and no record behind. Under torchrun
+    rank 0 owns the directory; the others learn its name (it holds the checkpoints they load)."""
+    run.run_dir = from_main(run.run_dir or default_run_dir(run.cfg), run.world, run.sync.group)
+    if not run.world.is_main:
+        return
     create_run_dir(run.run_dir)
     # One engine per directory (a ConfigError naming the other one, before anything else is
     # written), and the control socket viewers attach to; a sink, closed with the run.
@@ -146,8 +158,13 @@ def open_run_dir(run: Trainer) -> None:
 def instrument(run: Trainer) -> None:
     """The forward pass, evaluator, FLOP counts and peak that the loop reports with."""
     cfg = run.cfg
-    run.forward = torch.compile(run.model) if cfg.train.compile else run.model
-    run.evaluator = Evaluator(run.model, run.forward, run.autocast, run.device, cfg)
+    wrapped = wrap_for_training(run.model, run.parallel, run.device, cfg.train.compile)
+    run.forward, run.grad_sync = wrapped.train_forward, wrapped.grad_sync
+    run.micro_steps = run.parallel.micro_steps
+    run.evaluator = Evaluator(
+        run.model, wrapped.eval_forward, run.autocast, run.device, cfg,
+        world=run.world, split_over_ranks=run.parallel.mode == "ddp",
+    )  # fmt: skip
     run.flops_per_token = flops_per_token(run.model.num_params(), cfg.model)
     # a measured peak is corrected when the model beats it (MFU never above 100%)
     run.peak_meter = peak_meter(
@@ -157,8 +174,10 @@ def instrument(run: Trainer) -> None:
     run.log_every = cfg.train.log_every or (1 if run.device.type == "cpu" else 10)
 
 def announce(run: Trainer, state: dict[str, Any] | None) -> None:
-    """config.json and RunStarted; on resume, the curves so far for the UI."""
+    """config.json and RunStarted; on resume, the curves so far for the UI (rank 0's)."""
     cfg = run.cfg
+    if not run.world.is_main:
+        return
     (run.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
     # the same config as TOML: `cockpit train --preset RUN_DIR/config.toml` replays the run
     (run.run_dir / "config.toml").write_text(config_to_toml(cfg, header=REPLAY_HEADER))

@@ -56,17 +56,22 @@ def train_step(
     start_allocated = memory.step_start_allocated(parts.device) if report_memory else 0
     set_lr_factor(optimizer, lr_schedule_factor)
     lr = applied_lr(optimizer)
-    accum = cfg.train.grad_accum
+    # across ranks each takes its share of the accumulation (engine/parallel.py), and the
+    # gradients are averaged over ranks on the last micro-step only
+    accum = getattr(parts, "micro_steps", cfg.train.grad_accum)
+    grad_sync = getattr(parts, "grad_sync", None)
     loss_sum = None
     data_time = 0.0
-    for _ in range(accum):
+    for micro in range(accum):
         t_data = time.perf_counter()
         x, y = parts.train_batches.next()
         data_time += time.perf_counter() - t_data
-        with parts.autocast:
-            # index, don't unpack: holding the logits through backward costs b*s*vocab memory
-            loss = parts.forward(x, y)[1] / accum
-        parts.scaler.scale(loss).backward()
+        sync = grad_sync(micro == accum - 1) if grad_sync else contextlib.nullcontext()
+        with sync:
+            with parts.autocast:
+                # index, don't unpack: holding the logits through backward costs b*s*vocab
+                loss = parts.forward(x, y)[1] / accum
+            parts.scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
     grad_norm = None
     if cfg.optim.grad_clip > 0 or cfg.train.check_finite:

@@ -19,9 +19,10 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine.checkpointer import Checkpointer
-from engine.command_queue import CommandQueue
+from engine.command_queue import PAUSED_POLL_S, CommandQueue
 from engine.config import ConfigError, RunConfig
 from engine.data import DataError, PreparationStopped
+from engine.distributed import World, gather_to_all, leave_world, mean_over_ranks
 from engine.events import (
     Alert,
     Eval,
@@ -36,6 +37,7 @@ from engine.fault_handler import FaultHandler
 from engine.garbage import settle_garbage_collector
 from engine.metrics_log import MetricsWriter
 from engine.optim import applied_lr, set_lr_factor
+from engine.rank_sync import RankSync
 from engine.readback import PendingStep, read_losses, step_events
 from engine.run_dir import write_error_log
 from engine.run_setup import accept_resume, announce, build, instrument, open_run_dir
@@ -63,8 +65,13 @@ class Trainer:
         event_capacity: int = 20_000,
         interactive: bool = True,
         allow_data_change: bool = False,
+        world: World | None = None,
     ) -> None:
         self.cfg = cfg
+        # under torchrun: this process's rank (engine/distributed.py); rank 0 alone writes the
+        # metrics file, serves the socket and owns the run directory
+        self.world = world or World.from_env()
+        self.sync = RankSync(self.world)  # the per-step command exchange (no-op for one rank)
         self.run_dir = (
             Path(run_dir)
             if run_dir
@@ -78,7 +85,7 @@ class Trainer:
         self._already_finished: str | None = None  # resuming a run that has nothing left to do
         self.events = EventQueue(event_capacity)
         self.metrics = MetricsWriter()  # opened once the run has a directory (_setup)
-        self.sinks = [self.metrics, *sinks]
+        self.sinks = [self.metrics, *sinks] if self.world.is_main else list(sinks)
         self.telemetry_enabled = telemetry
         self.state = RunState.STARTING
         self.step = 0
@@ -204,6 +211,8 @@ class Trainer:
                 problem = close() if close else None
                 if isinstance(problem, str):
                     self._alert("warning", problem, "log")
+            if self.world.distributed:
+                leave_world()
         return self.state
 
     def preparation_should_stop(self) -> bool:
@@ -241,12 +250,23 @@ class Trainer:
             "is_best": self._checkpoint_is_best,
             "rng": ckpt.global_rng_state(self.device.type),
             "batch_rng": self.train_batches.generator.get_state(),
+            # every rank's own batch order and RNG (rank 0's are the two above): an exact
+            # resume at the same world size
+            "world_size": self.world.world_size,
+            **self._rank_states(),
             "sample_rng": self.sample_generator.get_state(),
             "config": ckpt.plain_data(self.cfg.to_dict()),
             "tokenizer": ckpt.plain_data(self.data.tokenizer.to_meta()),
             "data_meta": ckpt.plain_data(self.data.meta),
             "data_source": ckpt.plain_data(self.data.record),
         }
+
+    def _rank_states(self) -> dict[str, Any]:
+        if not self.world.distributed:
+            return {}
+        mine = (self.train_batches.generator.get_state(), ckpt.global_rng_state(self.device.type))
+        every = gather_to_all(mine, self.world, self.sync.group)
+        return {"batch_rng_by_rank": [b for b, _ in every], "rng_by_rank": [r for _, r in every]}
 
     # ------------------------------------------------------------------ evaluation and samples
     def _evaluate(self) -> Eval:
@@ -273,9 +293,27 @@ class Trainer:
     # ------------------------------------------------------------------ commands
     def _apply_commands(self) -> None:
         """Run queued commands; while paused, block here until resumed or stopped."""
+        if self.world.distributed:
+            self._apply_commands_on_every_rank()
+            return
         while (command := self._commands.take(self.state == RunState.PAUSED, self._should_stop)):
             self._run_command(*command)
             if self._stop_requested is not None:
+                return
+
+    def _apply_commands_on_every_rank(self) -> None:
+        """The same commands at the same step on every rank (engine/rank_sync.py); while
+        paused, the ranks exchange every PAUSED_POLL_S until resumed or stopped."""
+        while True:
+            paused = self.state == RunState.PAUSED
+            local = self._commands.take_all(PAUSED_POLL_S if paused and self.world.is_main else 0.0)
+            if self._should_stop():  # the app is closing: keep the run
+                local.append(("stop", (True, "quit")))
+            for command in self.sync.exchange(local):
+                self._run_command(*command)
+                if self._stop_requested is not None:
+                    return
+            if self.state != RunState.PAUSED:
                 return
 
     def _run_command(self, name: str, arg: Any) -> None:
@@ -318,7 +356,8 @@ class Trainer:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        losses, norms = read_losses(pending)  # the sync: timed inside the window
+        # the sync, timed inside the window; across ranks, the mean loss of the whole batch
+        losses, norms = read_losses(pending, lambda t: mean_over_ranks(t, self.world))
         tokens_per_s, step_time = self.window.rates(len(pending), self.cfg.tokens_per_step)
         for event in step_events(
             pending,
@@ -328,7 +367,8 @@ class Trainer:
             step_time_s=step_time,
             tokens_after=self.tokens,
             tokens_per_step=self.cfg.tokens_per_step,
-            mfu=self.peak_meter.mfu(tokens_per_s, self.flops_per_token),
+            # each device's share of the world's throughput against one device's peak
+            mfu=self.peak_meter.mfu(tokens_per_s / self.world.world_size, self.flops_per_token),
         ):
             self.emit(event)
         for p, loss in zip(pending, losses, strict=True):
@@ -380,7 +420,7 @@ class Trainer:
             # Time paused or blocked on a command is not training, any more than an evaluation
             # is: keep it out of the next Step's throughput and step time.
             self.window.exclude(t_commands, bool(self._pending))
-            if self._should_stop() and self._stop_requested is None:
+            if self._should_stop() and self._stop_requested is None and not self.world.distributed:
                 self._stop_requested = True  # the app is closing: keep the run
             if self._stop_requested is not None:
                 break
