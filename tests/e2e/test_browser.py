@@ -1,0 +1,168 @@
+"""`cockpit serve` in a real browser: Debian's chromium, headless, driven by Playwright.
+
+A real headless run; `cockpit serve RUN_DIR` in front of it; the page shows the run, space in
+the page pauses it, closing the page leaves it running, ctrl+c stops serving and not the run.
+
+textual-serve's page draws the terminal on a canvas (xterm.js), so there is no text in the DOM
+to read: the test serves the page's script with one change, the xterm.js terminal it creates
+also kept as `window.cockpitTerminal`, and reads the terminal's screen buffer from it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from live_process import LiveRun
+
+from engine.live_runs import probe
+
+CHROMIUM = shutil.which("chromium")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (apt-get install chromium; .ci/run installs it)",
+)
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 30.0
+# the one line of textual-serve's textual.js that creates the terminal
+TERMINAL_CREATED = re.compile(r"this\.terminal=new (\w+)\.Terminal\(")
+READ_SCREEN = """() => {
+    const term = window.cockpitTerminal;
+    if (!term) return "";
+    const buffer = term.buffer.active, rows = [];
+    for (let y = 0; y < buffer.length; y++) rows.push(buffer.getLine(y).translateToString(true));
+    return rows.join("\\n");
+}"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition: Any, what: str, timeout_s: float = TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return result
+
+
+def viewers(run_dir: Path) -> int | None:
+    """How many viewers the live run has (besides this probe); None when it is not live."""
+    live = probe(run_dir)
+    return None if live is None else len(live.viewers)
+
+
+@pytest.fixture
+def live_run(tmp_path: Path) -> Iterator[LiveRun]:
+    run = LiveRun(tmp_path / "run")
+    try:
+        yield run.start()
+    finally:
+        run.close()
+
+
+@pytest.fixture
+def served(live_run: LiveRun) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """`cockpit serve RUN_DIR --port FREE` in its own process group (its tabs' processes too)."""
+    port = free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "cockpit", "serve", str(live_run.run_dir), "--port", str(port)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: port_open(port) or serve.poll() is not None, "the server")
+        assert serve.poll() is None, serve.communicate()[0]
+        yield serve, port
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+            serve.wait()
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def open_page(browser: Any, port: int) -> Any:
+    page = browser.new_page(viewport={"width": 1200, "height": 800})
+    page.route("**/static/js/textual.js", keep_terminal)
+    page.goto(f"http://127.0.0.1:{port}/")
+    return page
+
+
+def keep_terminal(route: Any) -> None:
+    """textual-serve's script, its xterm.js terminal also kept as window.cockpitTerminal."""
+    response = route.fetch()
+    script, found = TERMINAL_CREATED.subn(
+        r"this.terminal=window.cockpitTerminal=new \1.Terminal(", response.text()
+    )
+    assert found == 1, "textual-serve's textual.js changed: update TERMINAL_CREATED"
+    route.fulfill(response=response, body=script)
+
+
+def screen_showing(page: Any, *words: str) -> str:
+    """The terminal's text once every word is on it."""
+
+    def shown() -> str:
+        text = page.evaluate(READ_SCREEN)
+        return text if all(w in text for w in words) else ""
+
+    return wait_until(shown, f"{words} on the page")
+
+
+def test_the_page_shows_and_steers_the_run_and_leaving_it_leaves_the_run(
+    live_run: LiveRun, served: tuple[subprocess.Popen[str], int]
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    serve, port = served
+    run_dir = live_run.run_dir
+    with sync_playwright() as playwright:
+        # --no-sandbox: chromium's sandbox refuses to run as root (CI, containers)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = open_page(browser, port)
+            screen = screen_showing(page, "tiny", "RUNNING")
+            status = next(line for line in screen.splitlines() if "RUNNING" in line)
+            assert "tiny" in status and "step" in status
+            assert viewers(run_dir) == 1  # the tab's `cockpit attach`, a viewer: not a run
+
+            page.evaluate("() => window.cockpitTerminal.focus()")
+            page.keyboard.press("Space")
+            live_run.wait_for_record("state", TIMEOUT_S, state="paused")
+            screen_showing(page, "PAUSED")
+            page.keyboard.press("Space")
+            wait_until(lambda: probe(run_dir).state == "running", "the run resumed")
+
+            page.close()  # the tab's viewer detaches; the run goes on
+            wait_until(lambda: viewers(run_dir) == 0, "the tab's viewer to leave")
+            assert live_run.steps_grow(by=10, timeout_s=TIMEOUT_S)
+
+            open_page(browser, port)  # a tab still open when the server is stopped
+            wait_until(lambda: viewers(run_dir) == 1, "a second tab's viewer")
+            os.killpg(serve.pid, signal.SIGINT)  # ctrl+c in a terminal reaches the whole group
+            output = serve.communicate(timeout=TIMEOUT_S)[0]
+        finally:
+            browser.close()
+    assert serve.returncode == 0, output
+    assert "Traceback" not in output, output
+    assert f"127.0.0.1:{port}" in output and "ssh -L" in output
+    assert "stopped serving; the run goes on" in output
+    wait_until(lambda: viewers(run_dir) == 0, "the viewers to leave with the server")
+    assert live_run.steps_grow(by=10, timeout_s=TIMEOUT_S)
