@@ -1,0 +1,360 @@
+"""What steering every rank from one cockpit costs a step, and tokens/s at world 1 against world 2.
+
+    python bench/distributed.py [--preset nanogpt-cpu] [--calls 2000] [--rounds 3] [--data PATH]
+    python bench/distributed.py --preset tiny --calls 50 ...   (the smoke test's settings)
+
+On CPU with gloo, every torchrun launch with OMP_NUM_THREADS=1.
+
+1. The control channel (engine/rank_sync.py): `RankSync.exchange([])` timed call by call,
+   --calls times after --warmup calls, in a worker this script starts as itself under
+   `python -m torch.distributed.run --standalone --nproc-per-node 2` (the ranks otherwise idle:
+   the channel's own cost). The same worker then trains --steps steps of the preset with the
+   engine's Trainer (as `cockpit train --headless` does, without the control socket; evals,
+   samples and periodic checkpoints off, grad_accum=--grad-accum: its share per rank) and
+   reports the step time from the run's metrics.jsonl (`step_time_s`, the steps after
+   --warmup-steps), how many exchanges the run made (`RankSync.exchanges`) for how many steps,
+   and the time inside each exchange during the run (which adds any wait for the other rank).
+   Goal: the mean exchange < 1% of the step time. The loop leaves its command time out of
+   `step_time_s` (engine/trainer.py), so the step time does not already hold the exchange.
+2. tokens/s at world 1 against world 2, the same global batch: `cockpit train --headless` of
+   the preset as one process (torch's default threads: every core) and under torchrun with 2
+   ranks (grad_accum split between them), alternating which goes first each round. tokens/s
+   is the world's: rank 0's metrics.jsonl, tokens over wall time from step --warmup-steps to
+   the last step (the recorded `tokens_per_s` median beside it). No goal: on a 2-core machine
+   both ranks share the cores the single process has to itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `python bench/distributed.py` puts bench/ first, not the root
+    sys.path.insert(0, str(REPO))
+
+SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+QUIET = ["eval.interval=0", "sample.interval=0", "checkpoint.interval=0"]
+GOAL = 0.01  # the exchange's share of a step
+WORLD = 2
+PARTS = ("exchange", "throughput")
+RUN_TIMEOUT_S = 900.0
+
+
+# ------------------------------------------------------------------ the worker (one rank)
+def worker(args: argparse.Namespace) -> int:
+    """One rank under torchrun: time idle exchanges, then train and count the run's exchanges."""
+    import torch
+
+    from engine.distributed import World, init_world
+    from engine.presets import load_preset
+    from engine.rank_sync import RankSync
+    from engine.trainer import Trainer
+
+    world = World.from_env()
+    group = init_world(world, torch.device("cpu"))
+    sync = RankSync(world, group)
+    for _ in range(args.warmup):
+        sync.exchange([])
+    idle_ns = []
+    cpu_start = time.process_time()  # this process's CPU, gloo's threads included
+    for _ in range(args.calls):
+        start = time.perf_counter_ns()
+        sync.exchange([])
+        idle_ns.append(time.perf_counter_ns() - start)
+    cpu_s = time.process_time() - cpu_start
+    result: dict[str, Any] = {"rank": world.rank, "idle_ns": idle_ns, "idle_cpu_s": cpu_s}
+
+    cfg = load_preset(args.preset, run_overrides(args, args.steps))
+    trainer = Trainer(
+        cfg,
+        run_dir=args.run_dir,
+        data_path=args.data,
+        telemetry=False,
+        interactive=False,
+        world=world,
+    )
+    in_run_ns: list[int] = []
+    exchange = trainer.sync.exchange
+
+    def timed_exchange(local: list) -> list:  # the loop's own calls, timed where they happen
+        start = time.perf_counter_ns()
+        try:
+            return exchange(local)
+        finally:
+            in_run_ns.append(time.perf_counter_ns() - start)
+
+    trainer.sync.exchange = timed_exchange  # type: ignore[method-assign]
+    state = trainer.run()  # leaves the process groups at its end
+    result.update(
+        state=str(state), steps=trainer.step, exchanges=trainer.sync.exchanges, in_run_ns=in_run_ns
+    )
+    Path(args.out, f"rank{world.rank}.json").write_text(json.dumps(result))
+    return 0
+
+
+# ------------------------------------------------------------------ processes
+def run_overrides(args: argparse.Namespace, steps: int) -> list[str]:
+    return [
+        *QUIET, f"train.max_steps={steps}", f"train.grad_accum={args.grad_accum}", *args.overrides
+    ]  # fmt: skip
+
+
+def torchrun(*argv: str) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        "--nproc-per-node", str(WORLD), *argv,
+    ]  # fmt: skip
+
+
+def child_env(threads: int | None) -> dict[str, str]:
+    """The environment of a run: OMP_NUM_THREADS as given (None: torch's default, every core),
+    and Tiny Shakespeare where the presets look for it."""
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    if "COCKPIT_TINYSHAKESPEARE" not in env and SHAKESPEARE.is_file():
+        env["COCKPIT_TINYSHAKESPEARE"] = str(SHAKESPEARE)
+    return env
+
+
+def run_to_end(argv: list[str], env: dict[str, str], what: str) -> None:
+    """Run `argv` (in its own process group, so torchrun's ranks go with it) to the end; on a
+    failure, print its output's tail and exit 1."""
+    process = subprocess.Popen(
+        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=RUN_TIMEOUT_S)
+    except BaseException:  # a timeout or ctrl+c: take the ranks down with the launcher
+        stop_group(process)
+        raise
+    if process.returncode != 0:
+        tail = output.decode(errors="replace")[-3000:]
+        print(f"{what} failed (exit {process.returncode}):\n{tail}", file=sys.stderr)
+        sys.exit(1)
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def cockpit_argv(args: argparse.Namespace, run_dir: Path, steps: int) -> list[str]:
+    argv = ["-m", "cockpit", "train", "--headless", "--no-telemetry", "--preset", args.preset,
+            "--run-dir", str(run_dir)]  # fmt: skip
+    if args.data:
+        argv += ["--data", args.data]
+    for override in run_overrides(args, steps):
+        argv += ["--set", override]
+    return argv
+
+
+def step_records(run_dir: Path) -> list[dict[str, Any]]:
+    records = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "step":
+            records.append(record)
+    return records
+
+
+def measured_steps(records: list[dict[str, Any]], warmup_steps: int) -> list[dict[str, Any]]:
+    """The records from step `warmup_steps` on (all of them for a run too short to drop any)."""
+    kept = [r for r in records if r["step"] >= warmup_steps]
+    return kept if len(kept) >= 2 else records
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# ------------------------------------------------------------------ 1. the control channel
+def exchange_part(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-distributed-") as tmp:
+        out, run_dir = Path(tmp, "out"), Path(tmp, "run")
+        out.mkdir()
+        argv = torchrun(
+            str(Path(__file__).resolve()), "--worker", "--out", str(out), "--run-dir", str(run_dir),
+            "--preset", args.preset, "--calls", str(args.calls), "--warmup", str(args.warmup),
+            "--steps", str(args.steps), "--grad-accum", str(args.grad_accum),
+            *(["--data", args.data] if args.data else []),
+            *(a for o in args.overrides for a in ("--set", o)),
+        )  # fmt: skip
+        run_to_end(argv, child_env(threads=1), "the exchange worker under torchrun")
+        ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(WORLD)]
+        records = step_records(run_dir)
+    print(
+        f"1. control channel: RankSync.exchange([]) under torchrun, {WORLD} ranks, gloo, "
+        f"OMP_NUM_THREADS=1: {args.calls:,} calls each after {args.warmup:,} warm-up calls"
+    )
+    means = []
+    for rank in ranks:
+        us = [ns / 1e3 for ns in rank["idle_ns"]]
+        means.append(statistics.fmean(us))
+        print(
+            f"   rank {rank['rank']}: mean {means[-1]:.1f} us  p50 {statistics.median(us):.1f} us"
+            f"  p95 {percentile(us, 0.95):.1f} us  max {max(us):.1f} us;  CPU per exchange "
+            f"{rank['idle_cpu_s'] * 1e6 / len(us):.1f} us (the process's own clock: load elsewhere"
+            " hardly moves it)"
+        )
+    kept = measured_steps(records, args.warmup_steps)
+    step_s = statistics.median(r["step_time_s"] for r in kept)
+    per_rank = args.grad_accum // WORLD
+    print(
+        f"   {args.preset} at world {WORLD}: {args.steps} steps, grad_accum={args.grad_accum} "
+        f"({per_rank} micro-batch{'es' if per_rank > 1 else ''} per rank), evals/samples/checkpoints off"
+        f"{', --set ' + ' '.join(args.overrides) if args.overrides else ''}: median step_time_s "
+        f"{step_s * 1e3:.2f} ms over steps {kept[0]['step']}-{kept[-1]['step']} (metrics.jsonl)"
+    )
+    worst = max(means)  # the slower rank's mean: every rank waits for the exchange to finish
+    share = worst * 1e-6 / step_s
+    p50_share, p95_share = (
+        max(percentile([ns / 1e3 for ns in r["idle_ns"]], q) for r in ranks) * 1e-6 / step_s
+        for q in (0.5, 0.95)
+    )
+    verdict = "PASS" if share < GOAL else "FAIL"
+    print(
+        f"   per-step cost: mean {worst:.1f} us = {100 * share:.3f}% of a step (p50: "
+        f"{100 * p50_share:.3f}%, p95: {100 * p95_share:.3f}%)  goal < {100 * GOAL:.0f}%: {verdict}"
+    )
+    main_rank = ranks[0]
+    in_run = [ns / 1e3 for ns in main_rank["in_run_ns"]]
+    per_step = main_rank["exchanges"] / max(main_rank["steps"], 1)
+    counts = ", ".join(
+        f"rank {r['rank']} {r['exchanges']:,} in {r['steps']:,} steps" for r in ranks
+    )
+    print(
+        f"   exchanges in the run (RankSync.exchanges): {counts}: {per_step:.2f} per step "
+        "(engine/trainer.py _apply_commands_on_every_rank, once per loop turn)"
+    )
+    if in_run:
+        print(
+            f"   time inside exchange in the run, rank 0: mean {statistics.fmean(in_run):.1f} us"
+            f"  p95 {percentile(in_run, 0.95):.1f} us (adds any wait for the other rank to reach the"
+            " boundary)"
+        )
+
+
+# ------------------------------------------------------------------ 2. world 1 against world 2
+def world_run(args: argparse.Namespace, world: int, run_dir: Path) -> tuple[float, float]:
+    """(tokens/s over wall time, median recorded tokens_per_s) of one run of the preset."""
+    argv = cockpit_argv(args, run_dir, args.tp_steps)
+    if world == 1:
+        run_to_end([sys.executable, *argv], child_env(threads=None), "the world-1 run")
+    else:
+        run_to_end(torchrun(*argv), child_env(threads=1), f"the world-{world} run")
+    kept = measured_steps(step_records(run_dir), args.warmup_steps)
+    first, last = kept[0], kept[-1]
+    wall = (last["tokens"] - first["tokens"]) / (last["time"] - first["time"])
+    return wall, statistics.median(r["tokens_per_s"] for r in kept)
+
+
+def throughput_part(args: argparse.Namespace) -> None:
+    cores = os.cpu_count() or 1
+    print(
+        f"2. tokens/s, {args.preset}, grad_accum={args.grad_accum} (the same global batch), "
+        f"{args.tp_steps} steps a run, from step {args.warmup_steps}: world 1 (one process, torch's "
+        f"default threads) against world {WORLD} (torchrun, OMP_NUM_THREADS=1), alternating"
+    )
+    by_world: dict[int, list[tuple[float, float]]] = {1: [], WORLD: []}
+    with tempfile.TemporaryDirectory(prefix="bench-distributed-") as tmp:
+        for r in range(args.rounds):
+            order = (1, WORLD) if r % 2 == 0 else (WORLD, 1)
+            for world in order:
+                by_world[world].append(world_run(args, world, Path(tmp, f"r{r}-w{world}")))
+            one, two = by_world[1][-1], by_world[WORLD][-1]
+            print(
+                f"   round {r + 1}: world 1 {one[0]:,.0f} tok/s (recorded {one[1]:,.0f})   "
+                f"world {WORLD} {two[0]:,.0f} tok/s (recorded {two[1]:,.0f})   ratio {two[0] / one[0]:.3f}"
+            )
+    one = statistics.median(w for w, _ in by_world[1])
+    two = statistics.median(w for w, _ in by_world[WORLD])
+    print(
+        f"   median: world 1 {one:,.0f} tok/s  world {WORLD} {two:,.0f} tok/s  ratio {two / one:.3f}"
+        f" (no goal: {cores} cores here, shared by both ranks; the single process has them all)"
+    )
+
+
+# ------------------------------------------------------------------ the command line
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="nanogpt-cpu")
+    parser.add_argument(
+        "--data", default=None, help="a corpus for the runs (default: the preset's)"
+    )
+    parser.add_argument("--calls", type=int, default=2000, help="timed exchanges per rank")
+    parser.add_argument("--warmup", type=int, default=200, help="exchanges before the timed ones")
+    parser.add_argument("--steps", type=int, default=200, help="steps of part 1's run")
+    parser.add_argument("--tp-steps", type=int, default=300, help="steps of each run of part 2")
+    parser.add_argument(
+        "--warmup-steps", type=int, default=20, help="steps left out of the figures"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--grad-accum", type=int, default=2)
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="another config override for every run (e.g. train.batch_size=8)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated, from {', '.join(PARTS)}"
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return args
+    args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    unknown = args.parts - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part {', '.join(sorted(unknown))}: choose from {', '.join(PARTS)}")
+    for name in ("calls", "steps", "tp_steps", "rounds", "grad_accum"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.grad_accum % WORLD:
+        parser.error(f"--grad-accum must be a multiple of {WORLD} (each rank takes an equal share)")
+    if args.data and not Path(args.data).exists():
+        parser.error(f"--data {args.data}: no such file or folder; pass a corpus that exists")
+    from engine.config import ConfigError
+    from engine.presets import load_preset
+
+    try:
+        load_preset(args.preset, run_overrides(args, args.steps))
+    except ConfigError as e:  # a bad preset or --set: one line, before anything starts
+        parser.error(str(e))
+    return args
+
+
+def main() -> None:
+    args = parse()
+    if args.worker:
+        sys.exit(worker(args))
+    if "exchange" in args.parts:
+        exchange_part(args)
+    if "throughput" in args.parts:
+        throughput_part(args)
+
+
+if __name__ == "__main__":
+    main()
