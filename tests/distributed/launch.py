@@ -1,0 +1,91 @@
+"""Launching a test run through torchrun itself (2 ranks, gloo, this CPU), and reading what
+each rank recorded (tests/distributed/rank_worker.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WORKER = Path(__file__).with_name("rank_worker.py")
+REPO = WORKER.parents[2]
+TIMEOUT_S = 240.0
+# a tiny model that trains a step in milliseconds; 2 micro-batches: one per rank at world 2
+TINY = [
+    "--preset", "tiny", "--no-telemetry",
+    "--set", "train.grad_accum=2", "--set", "train.batch_size=4",
+    "--set", "eval.interval=0", "--set", "sample.interval=0",
+]  # fmt: skip
+
+
+def torchrun_argv(*argv: str, nproc: int = 2) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={nproc}", str(WORKER), *argv,
+    ]  # fmt: skip
+
+
+def environment(**extra: str) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **extra}
+
+
+def run(*argv: str, nproc: int = 2, **env: str) -> subprocess.CompletedProcess[str]:
+    """A run through torchrun to its end; its output on failure."""
+    result = subprocess.run(
+        torchrun_argv(*argv, nproc=nproc), capture_output=True, text=True, cwd=REPO,
+        env=environment(**env), timeout=TIMEOUT_S,
+    )  # fmt: skip
+    return result
+
+
+def start(*argv: str, nproc: int = 2, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        torchrun_argv(*argv, nproc=nproc), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, cwd=REPO, env=environment(**env), start_new_session=True,
+    )  # fmt: skip
+
+
+def single(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The same worker as one process (no torchrun): the reference."""
+    return subprocess.run(
+        [sys.executable, str(WORKER), *argv], capture_output=True, text=True, cwd=REPO,
+        env=environment(**env), timeout=TIMEOUT_S,
+    )  # fmt: skip
+
+
+def records(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
+    out = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if kind is None or record.get("kind") == kind:
+            out.append(record)
+    return out
+
+
+def rank_records(run_dir: Path, rank: int, kind: str | None = None) -> list[dict[str, Any]]:
+    return records(run_dir / f"rank-{rank}.jsonl", kind)
+
+
+def weights(run_dir: Path, rank: int) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / f"weights-{rank}.pt", weights_only=True)
+
+
+def wait_for(condition: Any, timeout_s: float = TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

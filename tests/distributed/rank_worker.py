@@ -1,0 +1,92 @@
+"""One rank of a test run under torchrun: `cockpit train --headless` as the CLI runs it, plus
+what a test needs to see every rank (rank 0 alone writes metrics.jsonl):
+
+- RUN_DIR/rank-R.jsonl: this rank's own events, as metrics.jsonl would hold them;
+- RUN_DIR/pid-R: this rank's pid (to signal or kill one rank);
+- RUN_DIR/weights-R.pt: this rank's weights when its run ends;
+- with GRAD_CHECK=1, RUN_DIR/grads-R.pt: the gradients the optimizer applies at step 1 and
+  the batches this rank trained them on (the test checks them against one process).
+
+Launched by the tests as `torchrun --standalone --nproc-per-node 2 tests/distributed/rank_worker.py
+ARGS...` where ARGS are `cockpit train`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from cockpit.cli import make_trainer, parse_args, preflight, torchrun_rank
+from cockpit.headless import ProgressPrinter, RankErrorPrinter
+from cockpit.stop_signals import StopSignals
+from engine.metrics_log import MetricsWriter
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """A tensor whole (a DTensor shard gathered), detached, on the CPU."""
+    return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu().clone()
+
+
+def record_first_step(trainer, run_dir: Path, rank: int) -> None:  # noqa: ANN001
+    """Keep the batches and, at the first optimizer step, the gradients and initial weights."""
+    sampler = trainer.train_batches
+    batches: list[tuple[torch.Tensor, torch.Tensor]] = []
+    take = sampler.next
+
+    def next_batch():  # noqa: ANN202
+        x, y = take()
+        if len(batches) < trainer.micro_steps:
+            batches.append((x.clone(), y.clone()))
+        return x, y
+
+    sampler.next = next_batch
+    initial = {k: full(v) for k, v in trainer.model.state_dict().items()}
+    optimizer = trainer.optimizer
+    step = optimizer.step
+    done = []
+
+    def step_and_record(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if not done:
+            done.append(True)
+            grads = {n: full(p.grad) for n, p in trainer.model.named_parameters() if p.grad is not None}
+            torch.save({"grads": grads, "batches": batches, "initial": initial}, run_dir / f"grads-{rank}.pt")
+        return step(*args, **kwargs)
+
+    optimizer.step = step_and_record
+
+
+def main() -> int:
+    args = parse_args(["train", "--headless", *sys.argv[1:]])
+    signals = StopSignals()
+    signals.install()
+    preflight(args)
+    rank = torchrun_rank()
+    target = Path(args.run_dir or args.resume)
+    run_dir = target.parent if target.is_file() else target  # --resume RUN_DIR/ckpt-N.pt
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / f"pid-{rank}").write_text(str(os.getpid()))
+    own = MetricsWriter()
+    own.open(run_dir / f"rank-{rank}.jsonl")
+    printer = ProgressPrinter() if rank == 0 else RankErrorPrinter(rank)
+    trainer = make_trainer(args, sinks=[own, printer], interactive=False)
+    signals.attach(trainer)
+    if os.environ.get("GRAD_CHECK"):
+        setup = trainer._setup
+
+        def setup_and_record() -> None:
+            setup()
+            record_first_step(trainer, run_dir, rank)
+
+        trainer._setup = setup_and_record
+    state = trainer.run()
+    if hasattr(trainer, "model"):
+        weights = {k: full(v) for k, v in trainer.model.state_dict().items()} if state != "failed" else {}
+        torch.save(weights, run_dir / f"weights-{rank}.pt")
+    return 1 if state == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

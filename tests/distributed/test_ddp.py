@@ -1,0 +1,144 @@
+"""Data parallel training under torchrun (2 ranks, gloo, this CPU): the same gradients as one
+process on the whole batch, the same weights on every rank, every command applied at the same
+step on every rank, signals and a lost rank handled, and an exact resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import torch
+from launch import TINY, rank_records, records, run, single, start, wait_for, weights
+
+from engine.config import config_from_dict
+from engine.model import GPT
+from engine.remote import RemoteEngine
+
+
+def checked(result) -> None:  # noqa: ANN001
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    checked(run(*TINY, "--set", "train.max_steps=2", "--run-dir", str(run_dir), GRAD_CHECK="1"))
+    ranks = [torch.load(run_dir / f"grads-{r}.pt", weights_only=True) for r in (0, 1)]
+    cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()))
+    vocab = ranks[0]["initial"]["wte.weight"].shape[0]
+    reference = GPT(cfg.model, vocab)
+    reference.load_state_dict(ranks[0]["initial"])
+    batches = [b for rank in ranks for b in rank["batches"]]  # every rank's micro-batches
+    assert len(batches) == 2 and not torch.equal(batches[0][0], batches[1][0])  # its own data
+    loss = sum(reference(x, y)[1] for x, y in batches) / len(batches)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.optim.grad_clip)
+    for name, param in reference.named_parameters():
+        for rank in ranks:
+            torch.testing.assert_close(rank["grads"][name], param.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_every_rank_ends_with_the_same_weights_and_the_loss_of_one_process(tmp_path: Path) -> None:
+    steps = ["--set", "train.max_steps=40"]
+    checked(run(*TINY, *steps, "--run-dir", str(tmp_path / "two")))
+    first, second = weights(tmp_path / "two", 0), weights(tmp_path / "two", 1)
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)  # bit-identical replicas
+    checked(single(*TINY, *steps, "--run-dir", str(tmp_path / "one")))
+    # the same global batch (2 micro-batches of 4), different draws: the same loss, within noise
+    losses = {
+        name: [r["loss"] for r in records(tmp_path / name / "metrics.jsonl", "step")][-10:]
+        for name in ("one", "two")
+    }
+    mean = {name: sum(v) / len(v) for name, v in losses.items()}
+    assert abs(mean["two"] - mean["one"]) < 0.05 * mean["one"], mean
+    tokens = records(tmp_path / "two" / "metrics.jsonl", "step")[-1]["tokens"]
+    assert tokens == 40 * 2 * 4 * 32  # tokens_per_step unchanged by the world size
+
+
+def test_commands_through_the_socket_apply_at_the_same_step_on_every_rank(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    process = start(*TINY, "--set", "train.max_steps=1000000", "--run-dir", str(run_dir))
+    try:
+        wait_for(lambda: (run_dir / "control.sock").exists() and rank_records(run_dir, 1, "step"))
+        viewer = RemoteEngine(run_dir)
+        viewer.scale_lr(0.5)
+        viewer.checkpoint()
+        viewer.pause()
+        wait_for(lambda: any(r["state"] == "paused" for r in rank_records(run_dir, 1, "state")))
+        for kind, match in (
+            ("lr_changed", lambda r: r["scale"] == 0.5),
+            ("checkpoint", lambda r: r["reason"] == "manual"),
+            ("state", lambda r: r["state"] == "paused"),
+        ):
+            at = [[r["step"] for r in rank_records(run_dir, rank, kind) if match(r)] for rank in (0, 1)]
+            assert at[0] and at[0] == at[1], (kind, at)  # the same step on both ranks
+        paused_at = [r["step"] for r in rank_records(run_dir, 0, "state") if r["state"] == "paused"][-1]
+        steps_before = len(rank_records(run_dir, 1, "step"))
+        time.sleep(1.0)  # paused: no rank steps, and nobody trips a timeout
+        assert len(rank_records(run_dir, 1, "step")) == steps_before
+        viewer.resume()
+        wait_for(lambda: rank_records(run_dir, 1, "step")[-1]["step"] > paused_at + 5)
+        viewer.stop(checkpoint=True, reason="test over")
+        assert viewer.run() == "stopped"
+        assert process.wait(60) == 0
+        ends = [[r["step"] for r in rank_records(run_dir, k, "state") if r["state"] == "stopped"] for k in (0, 1)]
+        assert ends[0] == ends[1] and len(ends[0]) == 1
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    process = start(*TINY, "--set", "train.max_steps=1000000", "--run-dir", str(run_dir))
+    try:
+        wait_for(lambda: len(rank_records(run_dir, 1, "step")) > 5)
+        os.kill(int((run_dir / "pid-1").read_text()), signal.SIGTERM)  # a scheduler, one rank
+        assert process.wait(60) == 0, process.stdout.read() if process.stdout else ""
+        saved = [[r["step"] for r in rank_records(run_dir, k, "checkpoint") if r["reason"] == "stop"] for k in (0, 1)]
+        assert saved[0] and saved[0] == saved[1]
+        final = records(run_dir / "metrics.jsonl", "state")[-1]
+        assert final["state"] == "stopped" and "SIGTERM on rank 1" in final["reason"]
+        assert (run_dir / f"ckpt-{saved[0][0]:08d}.pt").is_file()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_a_rank_killed_is_reported_by_rank_0_and_its_viewer(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    process = start(
+        *TINY, "--set", "train.max_steps=1000000", "--set", "checkpoint.interval=20",
+        "--run-dir", str(run_dir),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: list(run_dir.glob("ckpt-*.pt")) and (run_dir / "control.sock").exists())
+        viewer = RemoteEngine(run_dir)
+        os.kill(int((run_dir / "pid-1").read_text()), signal.SIGKILL)
+        assert viewer.run() == "failed"  # within the test's timeout: nothing hangs
+        events = viewer.drain_events()
+        errors = [e.message for e in events if getattr(e, "level", "") == "error"]
+        assert any("rank" in m for m in errors), errors
+        process.wait(60)
+        newest = max(run_dir.glob("ckpt-*.pt"))
+        assert torch.load(newest, weights_only=True)["step"] > 0  # the last checkpoint is intact
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_an_exact_resume_at_world_2_is_bit_identical(tmp_path: Path) -> None:
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    checked(run(*TINY, "--set", "train.max_steps=30", "--set", "checkpoint.interval=15",
+                "--run-dir", str(straight)))  # fmt: skip
+    shutil.copytree(straight, resumed)  # the same run, taken up again from its step-15 save
+    for name in ("weights-0.pt", "weights-1.pt", "best.pt", "ckpt-00000030.pt"):
+        (resumed / name).unlink(missing_ok=True)
+    checked(run("--resume", str(resumed / "ckpt-00000015.pt"), "--no-telemetry"))
+    for rank in (0, 1):
+        a, b = weights(straight, rank), weights(resumed, rank)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), rank
