@@ -231,6 +231,18 @@ def measure_window(
     }
 
 
+def warn_if_loaded() -> None:
+    """Say so when other work shares the machine: the run keeps about one thread per core busy
+    (torch's), so a load average well above the cores is someone else's work."""
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[1]  # the last 5 minutes: about the length of part 1
+    if load > cores + 1:
+        print(
+            f"   WARNING: load average {load:.1f} on {cores} cores: other work shares this machine,"
+            " and the rounds above measure it as much as the viewers; rerun on a quiet machine"
+        )
+
+
 def round_order(configs: list[tuple[str, int]], r: int) -> list[tuple[str, int]]:
     """Each round starts elsewhere in the list and every other round runs it backwards."""
     k = r % len(configs)
@@ -276,6 +288,7 @@ def viewer_cost(args: argparse.Namespace, run: LiveRun) -> None:
         print(f"   round {r + 1}: tok/s " + "   ".join(cells))
     print(f"   load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print_viewer_cost(configs, results, ratios, cpu_ratios)
+    warn_if_loaded()
 
 
 def print_viewer_cost(
@@ -297,19 +310,19 @@ def print_viewer_cost(
         )
         if config[1]:
             ratio = statistics.median(ratios[config])
+            spread = f" (rounds {min(ratios[config]):.3f}-{max(ratios[config]):.3f})" if len(ratios[config]) > 1 else ""
             goal = GOALS.get(config[1])
             verdict = "" if goal is None else f" goal >= {goal:.2f}: {'PASS' if ratio >= goal else 'FAIL'}"
             line += (
-                f"  ratio to no viewer: median {ratio:.3f}{verdict}"
+                f"  ratio to no viewer: median {ratio:.3f}{spread}{verdict}"
                 f"  (per engine CPU s: {statistics.median(cpu_ratios[config]):.3f})"
             )
         print(line)
     print(
         "   (viewer CPU: the attach processes' own CPU for apps; this process's for bare clients,"
-        " which includes the bench's own bookkeeping. Tokens per engine CPU second hardly move"
-        " with other load on the machine, where tokens/s do: its ratio is what serving viewers"
-        " costs the engine process itself; the tokens/s ratio adds the viewers' competition"
-        " for the cores)"
+        " which includes the bench's own bookkeeping. Tokens per engine CPU second count what"
+        " the engine process spends per token, its socket threads included, whoever else wants"
+        " the cores; the tokens/s ratio adds the viewers' competition for them)"
     )
 
 
@@ -328,8 +341,14 @@ class WatchedEngine(RemoteEngine):
 
     def __init__(self, run_dir: Path) -> None:
         self.replayed_steps = 0
+        self.live_at: float | None = None  # perf_counter when the replay's end arrived
         self.states: list[tuple[str, float]] = []  # (state, perf_counter)
         super().__init__(run_dir)
+
+    def _handle(self, record: dict[str, Any]) -> None:
+        super()._handle(record)
+        if record.get("kind") == "live" and self.live_at is None:
+            self.live_at = time.perf_counter()
 
     def _track(self, event: Any) -> None:
         super()._track(event)
@@ -441,31 +460,41 @@ def build_long_history(run_dir: Path, preset: str, data: str | None, history: in
     (run_dir / "best.pt").unlink(missing_ok=True)
 
 
-async def attach_until_drawn(run_dir: Path, history: int) -> tuple[float, int]:
-    """Seconds from RemoteEngine(run_dir) to the loss panel drawn with every replayed step (up
-    to the newest step of the history) on a rendered frame; and how many steps were replayed."""
+PHASES = ("connected", "replay in", "routed", "drawn")  # attach's milestones, in order
+
+
+async def attach_until_drawn(run_dir: Path, history: int) -> tuple[dict[str, float], int]:
+    """Seconds from RemoteEngine(run_dir) to each of PHASES: connected (the hello read), the
+    replay in (its last record received), routed (every replayed step in the loss panel) and
+    drawn (the panel's current data, up to the newest step of the history, on a rendered
+    frame); and how many steps were replayed."""
     start = time.perf_counter()
     engine = WatchedEngine(run_dir)
+    at = {"connected": time.perf_counter() - start}
     app = attached_app(engine)
     async with app.run_test(size=SIZE):
         loss = app.loss_panel
 
-        def drawn() -> bool:
-            key = loss._cache_key  # set when a frame renders the panel's current version
+        def routed() -> bool:
             return (
-                engine.live
+                engine.live_at is not None
                 and loss.raw.total >= engine.replayed_steps
                 and bool(loss.raw)
                 and loss.raw.xs[-1] >= history
-                and not loss.stale
-                and key is not None
-                and key[2] == loss._drawn_version
             )
 
+        def drawn() -> bool:
+            if "routed" not in at and routed():
+                at["routed"] = time.perf_counter() - start
+            key = loss._cache_key  # set when a frame renders the panel's current version
+            return "routed" in at and not loss.stale and key is not None and key[2] == loss._drawn_version
+
         await wait_async(drawn, 60)
-        elapsed = time.perf_counter() - start
+        at["drawn"] = time.perf_counter() - start
+        assert engine.live_at is not None
+        at["replay in"] = engine.live_at - start
         app.detach()
-    return elapsed, engine.replayed_steps
+    return at, engine.replayed_steps
 
 
 def import_time(tries: int) -> float:
@@ -492,8 +521,9 @@ def attach_time(args: argparse.Namespace, data: str | None) -> None:
         with running(run):
             time.sleep(args.settle)
             timings = [asyncio.run(attach_until_drawn(run_dir, args.history)) for _ in range(args.attaches)]
-    seconds = [t for t, _ in timings]
+    seconds = [at["drawn"] for at, _ in timings]
     median = statistics.median(seconds)
+    phases = "  ".join(f"{name} {statistics.median(at[name] for at, _ in timings) * 1e3:.0f}" for name in PHASES)
     tries = 1 if args.tiny else 3
     imports = import_time(tries)
     print(
@@ -502,6 +532,7 @@ def attach_time(args: argparse.Namespace, data: str | None) -> None:
         f" {SIZE[0]}x{SIZE[1]}: median of {len(seconds)} {median * 1e3:.0f} ms"
         f" (each: {', '.join(f'{s * 1e3:.0f}' for s in seconds)} ms)"
         f"  (goal < 1 s: {'PASS' if median < 1.0 else 'FAIL'})\n"
+        f"   medians from RemoteEngine(RUN_DIR) on, ms: {phases}\n"
         f"   a fresh `cockpit attach` process imports the app first: {imports * 1e3:.0f} ms more"
         f" (python -c 'import cockpit.app ...', best of {tries})"
     )
