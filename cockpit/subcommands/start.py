@@ -4,6 +4,11 @@ The engine runs as `cockpit train --headless` in a process of its own session (n
 terminal: closing the SSH connection does not signal it), writing its progress lines to
 RUN_DIR/engine.log. Once its control socket answers, the app attaches to it, unless told not to
 (or there is no terminal): leaving the app then detaches, and the run goes on.
+
+With `--nproc N` (or `auto`: one per visible GPU) the background process is torch's own
+launcher, `python -m torch.distributed.run --standalone`, starting N ranks of that engine on this
+machine; rank 0 owns the run directory and serves the socket, and torchrun passes a SIGTERM on to
+every rank (each stops at the same step boundary, and rank 0 checkpoints).
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from engine.config import ConfigError
 
 NAME = "start"
 HELP = "start a run in the background (it survives the terminal closing) and attach to it"
@@ -24,6 +32,9 @@ EPILOG = (
 )
 LOG_NAME = "engine.log"
 POLL_S = 0.1  # how often the start looks at the engine while it comes up
+# torchrun waits this long for the ranks to checkpoint and end after a SIGTERM before it kills
+# them (its own default is 30 s: too short to save a large model); a value set by the user wins
+SHUTDOWN_TIMEOUT_S = "300"
 
 
 class StartError(Exception):
@@ -38,24 +49,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-attach", action="store_true", help="print the run directory and return: do not open the app"
     )
+    parser.add_argument(
+        "--nproc",
+        default="1",
+        metavar="N|auto",
+        help="train with N processes on this machine under torchrun (one per GPU); auto: one per "
+        "visible GPU (default: 1, no torchrun)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.cli import preflight
-    from engine.config import ConfigError
 
     try:
+        nproc = parse_nproc(args.nproc)
         finished = preflight(args)  # every refusal before anything starts: one line, exit 2
         if finished is not None:
             print(finished)
             return 0
+        if nproc == "auto":
+            nproc = auto_nproc()
+        if nproc > 1:
+            check_world(args, nproc)
         run_dir = planned_run_dir(args)
     except ConfigError as e:
         print(f"cockpit: {e}", file=sys.stderr)
         return 2
     try:
-        process = spawn_engine(args, run_dir)
-        wait_until_served(process, run_dir)
+        process = spawn_engine(args, run_dir, nproc)
+        wait_until_served(process, run_dir, nproc)
     except StartError as e:
         print(f"cockpit start: {e}", file=sys.stderr)
         return 1
@@ -66,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
-    print(started_report(run_dir, process.pid))
+    print(started_report(run_dir, process.pid, nproc))
     from cockpit.subcommands.attach import AttachError, attach, has_terminal
 
     if args.no_attach or not has_terminal():
@@ -76,6 +98,79 @@ def run(args: argparse.Namespace) -> int:
     except AttachError as e:  # it ended (or was killed) before the app connected
         print(f"cockpit attach: {e}", file=sys.stderr)
         return 1
+
+
+def parse_nproc(text: str) -> int | str:
+    """--nproc as a count of processes, or "auto" (resolved once the command line is checked)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ConfigError(
+            f"--nproc {text}: give a number of processes of 1 or more, or auto (one per visible GPU)"
+        )
+    return count
+
+
+def visible_gpus() -> int:
+    """CUDA devices this process may use (CUDA_VISIBLE_DEVICES applies). torch is imported here
+    only, so the command line stays quick for every other subcommand."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def auto_nproc() -> int:
+    """--nproc auto: one process per visible GPU; one without GPUs (and it says so)."""
+    gpus = visible_gpus()
+    if gpus <= 1:
+        seen = "no GPU" if gpus == 0 else "one GPU"
+        print(
+            f"cockpit: --nproc auto: {seen} visible, so one process (no torchrun)", file=sys.stderr
+        )
+    return max(gpus, 1)
+
+
+def run_config(args: argparse.Namespace) -> Any:
+    """The config the run will train with: the preset and --set, or the resumed checkpoint's
+    with --set applied (None if the checkpoint cannot be read: the run itself says why)."""
+    if not args.resume:
+        from engine.presets import DEFAULT_PRESET, load_preset
+
+        return load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
+    from engine import checkpoint as ckpt
+    from engine.resume import plan_resume
+
+    try:  # memory-mapped: the weights are not read
+        state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
+    except ckpt.CheckpointError:
+        return None
+    return plan_resume(state, args.overrides, state["_path"], label=args.resume).config
+
+
+def check_world(args: argparse.Namespace, nproc: int) -> None:
+    """Refuse (ConfigError) what the ranks would refuse at once: a grad_accum they cannot share,
+    a parallel mode the optimizer cannot train in, more ranks than GPUs for a CUDA run."""
+    from engine.distributed import World
+    from engine.parallel import parallel_plan
+
+    cfg = run_config(args)
+    if cfg is None:
+        return
+    try:
+        parallel_plan(cfg, World(rank=0, world_size=nproc))
+    except ConfigError as e:
+        raise ConfigError(f"--nproc {nproc}: {e}") from None
+    if cfg.train.device == "auto" or cfg.train.device.startswith("cuda"):
+        gpus = visible_gpus()  # none: an auto run trains on the CPU, with as many processes
+        if gpus and nproc > gpus:
+            raise ConfigError(
+                f"--nproc {nproc} but {gpus} GPU(s) visible: each rank takes a GPU of its own; "
+                f"use --nproc {gpus} (or --nproc auto)"
+            )
 
 
 def planned_run_dir(args: argparse.Namespace) -> Path:
@@ -96,9 +191,13 @@ def planned_run_dir(args: argparse.Namespace) -> Path:
     return path
 
 
-def engine_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
-    """`cockpit train --headless` with the run's own options (none of the app's)."""
-    argv = [sys.executable, "-m", "cockpit", "train", "--headless"]
+def engine_argv(args: argparse.Namespace, run_dir: Path, nproc: int = 1) -> list[str]:
+    """`cockpit train --headless` with the run's own options (none of the app's); under
+    torch's launcher for more than one process."""
+    argv = [sys.executable, "-m"]
+    if nproc > 1:
+        argv += ["torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), "-m"]
+    argv += ["cockpit", "train", "--headless"]
     if args.resume:
         argv += ["--resume", str(args.resume)]
     else:
@@ -118,24 +217,29 @@ def engine_argv(args: argparse.Namespace, run_dir: Path) -> list[str]:
     return argv
 
 
-def spawn_engine(args: argparse.Namespace, run_dir: Path) -> subprocess.Popen[bytes]:
-    """The engine in a new session (no terminal, no SIGHUP), its output in RUN_DIR/engine.log."""
-    from engine.config import ConfigError
+def spawn_engine(
+    args: argparse.Namespace, run_dir: Path, nproc: int = 1
+) -> subprocess.Popen[bytes]:
+    """The engine in a new session (no terminal, no SIGHUP), its output in RUN_DIR/engine.log
+    (torchrun's and every rank's, for more than one process)."""
     from engine.run_dir import create_run_dir
 
     try:
         create_run_dir(run_dir)
     except ConfigError as e:
         raise StartError(str(e)) from None
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if nproc > 1:
+        env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
     log = open(run_dir / LOG_NAME, "ab")  # noqa: SIM115 - the child holds it; closed below
     try:
         return subprocess.Popen(
-            engine_argv(args, run_dir),
+            engine_argv(args, run_dir, nproc),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=env,
         )
     except OSError as e:
         raise StartError(f"could not start the engine process: {e}") from None
@@ -143,9 +247,10 @@ def spawn_engine(args: argparse.Namespace, run_dir: Path) -> subprocess.Popen[by
         log.close()
 
 
-def wait_until_served(process: subprocess.Popen[bytes], run_dir: Path) -> None:
-    """Until the run's control socket answers; StartError with the log's last line if the
-    engine ended first. On a terminal, the log's newest line shows what it is doing."""
+def wait_until_served(process: subprocess.Popen[bytes], run_dir: Path, nproc: int = 1) -> None:
+    """Until the run's control socket answers; StartError with the log's last line (under
+    torchrun: a rank's error, not the launcher's report) if the engine ended first. On a
+    terminal, the log's newest line shows what it is doing."""
     from engine.live_runs import probe
 
     log = run_dir / LOG_NAME
@@ -155,7 +260,7 @@ def wait_until_served(process: subprocess.Popen[bytes], run_dir: Path) -> None:
             break
         if process.poll() is not None:
             _clear_line(shown)
-            last = last_log_line(log) or "no output"
+            last = (rank_error_line(log) if nproc > 1 else "") or last_log_line(log) or "no output"
             raise StartError(
                 f"the run ended before it was served (exit {process.returncode}): {last} "
                 f"(full log: {log})"
@@ -191,12 +296,29 @@ def last_log_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-def started_report(run_dir: Path, pid: int) -> str:
+def rank_error_line(path: Path) -> str:
+    """A rank's own error in a torchrun log ("" when there is none): torchrun's report of the
+    failure comes after it and names only exit codes."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    for line in (line.strip() for line in tail.splitlines()):
+        if line.startswith(("error: ", "cockpit: ", "[rank ")):
+            return line.removeprefix("cockpit: ").removeprefix("error: ")
+    return ""
+
+
+def started_report(run_dir: Path, pid: int, nproc: int = 1) -> str:
+    what = f"torchrun, {nproc} processes, " if nproc > 1 else ""
+    stop = f"kill -TERM {pid}" + (": torchrun passes it to every rank" if nproc > 1 else "")
     return "\n".join(
         [
-            f"started in the background (pid {pid}): {run_dir}",
+            f"started in the background ({what}pid {pid}): {run_dir}",
             f"  log:    {run_dir / LOG_NAME}",
             f"  attach: cockpit attach {shlex.quote(str(run_dir))}",
-            f"  stop:   q in an attached cockpit, then s (or: kill -TERM {pid})",
+            f"  stop:   q in an attached cockpit, then s (or: {stop})",
         ]
     )
