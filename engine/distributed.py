@@ -149,3 +149,58 @@ def from_main(value: Any, world: World, group: Any = None) -> Any:
     box = [value]
     dist.broadcast_object_list(box, src=0, group=group)
     return box[0]
+
+
+def is_collective_failure(error: BaseException) -> bool:
+    """An error from a collective whose peer went away (gloo, NCCL, or the store)."""
+    import torch.distributed as dist
+
+    kinds = tuple(k for k in (getattr(dist, "DistError", None),) if k is not None)
+    text = str(error)
+    return isinstance(error, kinds) or any(
+        marker in text for marker in ("Connection closed by peer", "Connection reset", "NCCL", "timed out", "Timeout")
+    )
+
+
+def roster(world: World, group: Any = None) -> list[tuple[str, int]]:
+    """(host, pid) of every rank, in rank order: who to name when one is lost."""
+    import socket as socket_module
+
+    return gather_to_all((socket_module.gethostname(), os.getpid()), world, group)
+
+
+def lost_ranks(ranks: list[tuple[str, int]], me: int) -> str:
+    """Which ranks are gone, as far as this one can tell: on this host, a rank whose process
+    no longer exists; on other hosts it cannot look."""
+    import socket as socket_module
+
+    host = socket_module.gethostname()
+    gone, elsewhere = [], []
+    for rank, (rank_host, pid) in enumerate(ranks):
+        if rank == me:
+            continue
+        if rank_host != host:
+            elsewhere.append(f"{rank} ({rank_host})")
+            continue
+        if _process_gone(pid):
+            gone.append(f"rank {rank} (pid {pid})")
+    if gone:
+        return f"{', '.join(gone)} is gone (killed, or out of memory?)"
+    if elsewhere:
+        return f"lost contact with a rank on another host: one of {', '.join(elsewhere)}"
+    return "lost contact with another rank (it hung or failed)"
+
+
+def _process_gone(pid: int) -> bool:
+    """No such process, or a zombie its launcher has not reaped yet (just killed)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # alive, someone else's
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False

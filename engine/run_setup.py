@@ -28,7 +28,7 @@ from engine.device import (
     select_device,
     select_dtype,
 )
-from engine.distributed import from_main, init_world, rank_device, rank_seed
+from engine.distributed import from_main, init_world, rank_device, rank_seed, roster
 from engine.evaluation import Evaluator
 from engine.faults import SpikeDetector
 from engine.flops import flops_per_token, peak_meter
@@ -82,6 +82,8 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
 
     run.device = rank_device(select_device(cfg.train.device), run.world)
     run.sync.group = init_world(run.world, run.device)  # under torchrun: join the others
+    if run.world.distributed:
+        run.ranks = roster(run.world, run.sync.group)
     if cfg.log.tensorboard:
         summary_writer_class()  # a missing package refused before anything is on disk
     run.dtype = select_dtype(cfg.train.dtype, run.device)

@@ -22,7 +22,14 @@ from engine.checkpointer import Checkpointer
 from engine.command_queue import PAUSED_POLL_S, CommandQueue
 from engine.config import ConfigError, RunConfig
 from engine.data import DataError, PreparationStopped
-from engine.distributed import World, gather_to_all, leave_world, mean_over_ranks
+from engine.distributed import (
+    World,
+    gather_to_all,
+    is_collective_failure,
+    leave_world,
+    lost_ranks,
+    mean_over_ranks,
+)
 from engine.events import (
     Alert,
     Eval,
@@ -72,6 +79,7 @@ class Trainer:
         # metrics file, serves the socket and owns the run directory
         self.world = world or World.from_env()
         self.sync = RankSync(self.world)  # the per-step command exchange (no-op for one rank)
+        self.ranks: list[tuple[str, int]] = []  # (host, pid) of every rank, once joined
         self.run_dir = (
             Path(run_dir)
             if run_dir
@@ -199,7 +207,10 @@ class Trainer:
         except Exception as e:  # anything else: keep the details on disk, one line on screen
             log = write_error_log(self.run_dir)
             where = f" (details in {log})" if log else ""
-            self._fail(f"{type(e).__name__}: {e}{where}", "crash")
+            if self.world.distributed and self.ranks and is_collective_failure(e):
+                self._fail(self._rank_lost_message(), "rank")
+            else:
+                self._fail(f"{type(e).__name__}: {e}{where}", "crash")
         finally:
             if poller is not None:
                 poller.stop()
@@ -214,6 +225,16 @@ class Trainer:
             if self.world.distributed:
                 leave_world()
         return self.state
+
+    def _rank_lost_message(self) -> str:
+        """A collective failed: which rank is gone, the last checkpoint, how to go on."""
+        saved = self.last_checkpoint
+        last = f"last checkpoint {saved.name}" if saved else "no checkpoint was saved"
+        return (
+            f"{lost_ranks(self.ranks, self.world.rank)}: the run stopped at step {self.step}; "
+            f"{last}; torchrun --max-restarts resumes it, or start it again with --resume "
+            f"{self.run_dir}"
+        )
 
     def preparation_should_stop(self) -> bool:
         """The corpus preparation should give up: a stop was asked for or the app is closing."""
