@@ -466,8 +466,8 @@ PHASES = ("connected", "replay in", "routed", "drawn")  # attach's milestones, i
 async def attach_until_drawn(run_dir: Path, history: int) -> tuple[dict[str, float], int]:
     """Seconds from RemoteEngine(run_dir) to each of PHASES: connected (the hello read), the
     replay in (its last record received), routed (every replayed step in the loss panel) and
-    drawn (the panel's current data, up to the newest step of the history, on a rendered
-    frame); and how many steps were replayed."""
+    drawn (a rendered frame of the panel holding all of them); and how many steps were
+    replayed."""
     start = time.perf_counter()
     engine = WatchedEngine(run_dir)
     at = {"connected": time.perf_counter() - start}
@@ -483,11 +483,18 @@ async def attach_until_drawn(run_dir: Path, history: int) -> tuple[dict[str, flo
                 and loss.raw.xs[-1] >= history
             )
 
+        routed_version: list[int] = []  # the panel's data version once it held the history
+
         def drawn() -> bool:
-            if "routed" not in at and routed():
+            if not routed_version:
+                if not routed():
+                    return False
                 at["routed"] = time.perf_counter() - start
-            key = loss._cache_key  # set when a frame renders the panel's current version
-            return "routed" in at and not loss.stale and key is not None and key[2] == loss._drawn_version
+                routed_version.append(loss._version)
+            # set when a frame renders the panel: the data version it drew (live steps keep
+            # coming, so any version from the routed one on holds the whole history)
+            key = loss._cache_key
+            return key is not None and key[2] >= routed_version[0]
 
         await wait_async(drawn, 60)
         at["drawn"] = time.perf_counter() - start
