@@ -32,8 +32,11 @@ import torch
 
 from engine.files import atomic_write, fsync_dir
 
-CKPT_RE = re.compile(r"^ckpt-(\d{8})\.pt$")
+# ckpt-STEP.pt: one file; ckpt-STEP.dcp/: a sharded run's directory (engine/sharded.py)
+CKPT_RE = re.compile(r"^ckpt-(\d{8})\.(pt|dcp)$")
 BEST_NAME = "best.pt"
+BEST_SHARDED = "best.dcp"
+SHARDED = ".dcp"
 # 2: everything loads with torch.load(weights_only=True); 1: numpy's RNG state was an ndarray
 FORMAT_VERSION = 2
 
@@ -60,8 +63,26 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be read or does not fit the run; the message is for the user."""
 
 
-def checkpoint_path(run_dir: Path, step: int) -> Path:
-    return run_dir / f"ckpt-{step:08d}.pt"
+def checkpoint_path(run_dir: Path, step: int, sharded: bool = False) -> Path:
+    return run_dir / f"ckpt-{step:08d}{SHARDED if sharded else '.pt'}"
+
+
+def is_sharded(path: Path) -> bool:
+    """A sharded checkpoint: a directory ckpt-STEP.dcp (or best.dcp)."""
+    return path.suffix == SHARDED and path.is_dir()
+
+
+def remove_checkpoint(path: Path) -> None:
+    if is_sharded(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+    """All but the newest `keep_last` go (best.pt / best.dcp are their own links: they stay)."""
+    for _, old in list_checkpoints(run_dir)[:-keep_last]:
+        remove_checkpoint(old)
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -81,30 +102,46 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep_last: 
     """Save `state` as the checkpoint of `step` and prune all but the newest `keep_last`."""
     path = checkpoint_path(run_dir, step)
     atomic_write(path, lambda f: torch.save(state, f))
-    for _, old in list_checkpoints(run_dir)[:-keep_last]:
-        old.unlink(missing_ok=True)  # best.pt is its own link (or copy): it survives this
+    prune_checkpoints(run_dir, keep_last)
     return path
 
 
 def mark_best(run_dir: Path, path: Path) -> Path:
-    """Point best.pt at `path` atomically (hard link, or a copy where links fail)."""
+    """Point best.pt at `path` atomically (hard link, or a copy where links fail); a sharded
+    checkpoint's best.dcp is a directory of links to its files."""
+    if is_sharded(path):
+        best = run_dir / BEST_SHARDED
+        tmp = run_dir / f".{BEST_SHARDED}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(path, tmp, copy_function=_link_or_copy)
+        shutil.rmtree(best, ignore_errors=True)
+        os.replace(tmp, best)
+        fsync_dir(run_dir)
+        return best
     best = run_dir / BEST_NAME
     tmp = run_dir / f".{BEST_NAME}.tmp"
     tmp.unlink(missing_ok=True)
-    try:
-        os.link(path, tmp)
-    except OSError:
-        shutil.copy2(path, tmp)
+    _link_or_copy(path, tmp)
     os.replace(tmp, best)
     fsync_dir(run_dir)
     return best
 
 
+def _link_or_copy(source: Any, target: Any) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def remove_partial_saves(run_dir: Path) -> int:
     """Delete temporary files left by a save that was killed mid-write; returns how many."""
-    stale = list(run_dir.glob(".ckpt-*.tmp")) + list(run_dir.glob(f".{BEST_NAME}.tmp"))
+    stale = [*run_dir.glob(".ckpt-*.tmp"), *run_dir.glob(".best.*.tmp")]
     for path in stale:
-        path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return len(stale)
 
 
@@ -153,6 +190,8 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     damage, or a file holding other objects, becomes a one-line CheckpointError.
 
     mmap=True maps the tensors instead of reading them: cheap for a look at the config."""
+    if is_sharded(path):
+        return _load_sharded_meta(path)
     if path.is_dir():
         found = latest_checkpoint(path)
         if found is None:
@@ -177,6 +216,24 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
     if version < FORMAT_VERSION:
         state = _upgrade_from_v1(state)
     state["_path"] = str(path)
+    return state
+
+
+def _load_sharded_meta(path: Path) -> dict[str, Any]:
+    """A sharded checkpoint's meta.pt: all but the weights and optimizer state, which stay in
+    its shards (engine/sharded.py loads them; `state["_sharded"]` says so)."""
+    from engine.sharded import META_NAME
+
+    try:
+        state = torch.load(path / META_NAME, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no {META_NAME} (an incomplete sharded checkpoint)") from None
+    except Exception as e:
+        raise _unreadable(path / META_NAME, e) from None
+    if not isinstance(state, dict) or "config" not in state:
+        raise CheckpointError(f"{path}: not a cockpit checkpoint (no config inside)")
+    state["_path"] = str(path)
+    state["_sharded"] = True
     return state
 
 

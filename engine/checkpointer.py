@@ -17,7 +17,9 @@ from engine import checkpoint as ckpt
 from engine.best import is_new_best
 from engine.distributed import from_main, rank_seed
 from engine.events import CheckpointSaved, RunState
-from engine.resume import restore_optimizer
+from engine.optim import build_optimizer
+from engine.resume import optimizer_settings, put_settings, restore_optimizer
+from engine.sharded import load_sharded, save_sharded
 
 if TYPE_CHECKING:
     from engine.trainer import Trainer
@@ -33,7 +35,7 @@ class Checkpointer:
     def fingerprint(self) -> str:
         """A hash of what a save now would write, weights and optimizer moments aside: those
         change only with a step or a restore, and both change what is hashed (step, LR scale)."""
-        state = self.run._checkpoint_state()
+        state = self.run._checkpoint_state(weights=False)
         for heavy in ("model", "optimizer", "scaler", "is_best"):  # is_best: same weights
             state.pop(heavy, None)
         return ckpt.state_fingerprint(state)
@@ -55,10 +57,16 @@ class Checkpointer:
         run = self.run
         previous = run.state
         run._set_state(RunState.SAVING, reason)
-        state = run._checkpoint_state()  # on every rank: it gathers their batch orders
+        sharded = run.parallel.mode == "fsdp"
+        # on every rank: it gathers their batch orders (a sharded run's weights go apart)
+        state = run._checkpoint_state(weights=not sharded)
         failure = None
-        path = ckpt.checkpoint_path(run.run_dir, run.step)
-        if run.world.is_main:  # rank 0 alone writes (a run directory on a shared disk)
+        path = ckpt.checkpoint_path(run.run_dir, run.step, sharded)
+        if sharded:  # every rank writes its shards (engine/sharded.py)
+            failure = save_sharded(path, state, run.model, run.optimizer, run.world, run.sync.group)
+            if failure is None and run.world.is_main:
+                ckpt.prune_checkpoints(run.run_dir, run.cfg.checkpoint.keep_last)
+        elif run.world.is_main:  # rank 0 alone writes (a run directory on a shared disk)
             try:
                 path = ckpt.save_checkpoint(
                     run.run_dir, run.step, state, run.cfg.checkpoint.keep_last
@@ -103,10 +111,19 @@ class Checkpointer:
     def restore(self, state: dict[str, Any]) -> None:
         """Put a loaded checkpoint's weights, optimizer (replaced), counters and RNGs into the run."""
         run = self.run
-        ckpt.load_model_state(run.model, state)
-        run.optimizer = restore_optimizer(
-            run.optimizer, run.model, state, run.cfg.optim, run.device.type
-        )
+        if state.get("_sharded"):
+            # DCP reshards to this world (or to one unsharded process) as it loads
+            same_optimizer = state["config"].get("optim", {}).get("name") == run.cfg.optim.name
+            if not same_optimizer:
+                run.optimizer = build_optimizer(run.model, run.cfg.optim, run.device.type)
+            settings = optimizer_settings(run.optimizer)
+            load_sharded(Path(state["_path"]), run.model, run.optimizer if same_optimizer else None)
+            put_settings(run.optimizer, settings)
+        else:
+            ckpt.load_model_state(run.model, state)
+            run.optimizer = restore_optimizer(
+                run.optimizer, run.model, state, run.cfg.optim, run.device.type
+            )
         run.scaler.load_state_dict(state["scaler"])
         run.step = state["step"]
         run.lr_scale = state["lr_scale"]
@@ -121,15 +138,16 @@ class Checkpointer:
             ckpt.restore_global_rng(state["rng_by_rank"][rank], run.device.type)
         elif run.world.distributed:
             # another world size: each rank starts an order of its own from this step
-            run.train_batches.set_rng_state(
-                torch.Generator().manual_seed(rank_seed(run.cfg.train.seed, run.world.rank) + run.step).get_state()
-            )
-            run.resume_notes.append(
-                f"resumed on {run.world.world_size} ranks from a checkpoint of "
-                f"{state.get('world_size', 1)}: the data order from step {run.step} is new"
-            )
+            seed = rank_seed(run.cfg.train.seed, run.world.rank) + run.step
+            run.train_batches.set_rng_state(torch.Generator().manual_seed(seed).get_state())
         else:
-            run.train_batches.generator.set_state(state["batch_rng"])
+            run.train_batches.generator.set_state(state["batch_rng"])  # rank 0's order
+        saved_world = int(state.get("world_size", 1))
+        if saved_world != run.world.world_size:
+            run.resume_notes.append(
+                f"resumed on {run.world.world_size} rank(s) from a checkpoint of {saved_world}: "
+                f"the data order from step {run.step} is new"
+            )
         run.sample_generator.set_state(
             state["sample_rng"].to(run.sample_generator.device)
             if run.device.type == "cpu"

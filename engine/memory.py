@@ -27,6 +27,8 @@ def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     for t in tensors:
         if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             continue
+        if hasattr(t, "to_local"):  # a sharded (DTensor) parameter: this rank's shard
+            t = t.to_local()
         storage = t.untyped_storage()
         key = storage.data_ptr()
         if key in seen or storage.nbytes() == 0:

@@ -30,7 +30,7 @@ DETACHED = "detached"  # what run() returns when the viewer left and the run goe
 ENGINE_GONE = "engine_gone"  # the code of the Alert when the connection dropped mid-run
 SOCKET_ALERT = "socket"  # the code of the Alerts about commands (refused, not delivered)
 
-_CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")  # engine.checkpoint's names, without its torch import
+_CKPT_RE = re.compile(r"^ckpt-(\d+)\.(pt|dcp)$")  # engine.checkpoint's names, without its torch import
 _POLL_S = 0.05  # how often run() looks at should_stop
 
 

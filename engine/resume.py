@@ -163,9 +163,7 @@ def restore_optimizer(
     saved_name = state["config"].get("optim", {}).get("name", "adamw")
     if saved_name != cfg.name:
         return build_optimizer(model, cfg, device_type)
-    settings = [
-        {k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups
-    ]
+    settings = optimizer_settings(optimizer)
     try:
         optimizer.load_state_dict(state["optimizer"])
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
@@ -173,6 +171,16 @@ def restore_optimizer(
             f"{state['_path']}: the checkpoint's optimizer state does not fit "
             f"{cfg.name} ({type(e).__name__}: {e}); resume from another checkpoint"
         ) from None
+    put_settings(optimizer, settings)
+    return optimizer
+
+
+def optimizer_settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Each parameter group's hyperparameters (the config's, before a checkpoint is loaded)."""
+    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+
+
+def put_settings(optimizer: torch.optim.Optimizer, settings: list[dict[str, Any]]) -> None:
+    """Write `settings` back after loading: the config is the truth, not the checkpoint."""
     for group, values in zip(optimizer.param_groups, settings, strict=True):
         group.update(values)
-    return optimizer

@@ -42,6 +42,7 @@ from engine.resume import plan_resume
 from engine.resume_corpus import check_vocabulary, resume_data_path
 from engine.run_dir import create_run_dir, default_run_dir
 from engine.run_started import run_started
+from engine.sharded import shard_model
 
 REPLAY_HEADER = (
     "The configuration this run trained with, every key resolved.\n"
@@ -113,6 +114,8 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     run.memory_plan = check_fits(cfg, vocab, run.device.type, capacity)
     # every rank builds the same initial weights from the same seed
     run.model = GPT(cfg.model, vocab).to(run.device)
+    if run.parallel.mode == "fsdp":
+        shard_model(run.model, run.dtype)  # before the optimizer: it holds the shards
     if run.world.distributed:
         torch.manual_seed(cfg.train.seed + run.world.rank)  # then each its own dropout
     run.optimizer = build_optimizer(run.model, cfg.optim, run.device.type)

@@ -78,6 +78,8 @@ def train_step(
         parts.scaler.unscale_(optimizer)
         clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(parts.model.parameters(), clip)
+        if hasattr(grad_norm, "full_tensor"):  # sharded parameters: the world's norm, whole
+            grad_norm = grad_norm.full_tensor()
     # fp16's GradScaler skips non-finite steps itself (and lowers its scale); otherwise
     # a non-finite gradient must never reach the weights: one host sync buys that.
     if (

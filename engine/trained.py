@@ -19,10 +19,11 @@ from engine.data import DataError, Tokenizer, tokenizer_from_meta
 def resolve_checkpoint(path: str | Path) -> Path:
     """The checkpoint file a RUN_DIR or CKPT argument means; a CheckpointError says why none."""
     path = Path(path).expanduser()
-    if path.is_dir():
-        best = path / ckpt.BEST_NAME
-        if best.is_file():
-            return best
+    if path.is_dir() and not ckpt.is_sharded(path):
+        for name in (ckpt.BEST_NAME, ckpt.BEST_SHARDED):
+            best = path / name
+            if best.exists():
+                return best
         latest = ckpt.latest_checkpoint(path)
         if latest is None:
             raise ckpt.CheckpointError(
@@ -61,6 +62,10 @@ def load_trained(path: str | Path, device: str = "cpu") -> TrainedModel:
     except (ConfigError, DataError, KeyError) as e:
         raise ckpt.CheckpointError(f"{file}: cannot rebuild the model ({e})") from None
     model = GPT(cfg.model, tokenizer.vocab_size)
+    if state.get("_sharded"):  # a sharded run's checkpoint: its shards read into one model
+        from engine.sharded import dcp_model_state
+
+        state["model"] = dcp_model_state(file)
     ckpt.load_model_state(model, state)
     model.to(device).eval()
     return TrainedModel(model=model, cfg=cfg, tokenizer=tokenizer, state=state, path=file)

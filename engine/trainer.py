@@ -256,12 +256,17 @@ class Trainer:
         settle_garbage_collector()
 
     # ------------------------------------------------------------------ checkpoints
-    def _checkpoint_state(self) -> dict[str, Any]:
+    def _checkpoint_state(self, weights: bool = True) -> dict[str, Any]:
         # Tensors and plain data only: the file loads with torch.load(weights_only=True).
+        # weights=False: a sharded run's, whose weights and optimizer go into its shards.
+        heavy = (
+            {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+            if weights
+            else {}
+        )
         return {
             "version": ckpt.FORMAT_VERSION,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            **heavy,
             "scaler": self.scaler.state_dict(),
             "step": self.step,
             "lr_scale": self.lr_scale,

@@ -30,6 +30,11 @@ def full(t: torch.Tensor) -> torch.Tensor:
     return (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().cpu().clone()
 
 
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor (a DTensor's shard), detached, on the CPU."""
+    return (t.to_local() if hasattr(t, "to_local") else t).detach().cpu().clone()
+
+
 def record_first_step(trainer, run_dir: Path, rank: int) -> None:  # noqa: ANN001
     """Keep the batches and, at the first optimizer step, the gradients and initial weights."""
     sampler = trainer.train_batches
@@ -65,7 +70,7 @@ def main() -> int:
     preflight(args)
     rank = torchrun_rank()
     target = Path(args.run_dir or args.resume)
-    run_dir = target.parent if target.is_file() else target  # --resume RUN_DIR/ckpt-N.pt
+    run_dir = target.parent if target.suffix in (".pt", ".dcp") else target  # a checkpoint
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / f"pid-{rank}").write_text(str(os.getpid()))
     own = MetricsWriter()
@@ -82,8 +87,9 @@ def main() -> int:
 
         trainer._setup = setup_and_record
     state = trainer.run()
-    if hasattr(trainer, "model"):
-        weights = {k: full(v) for k, v in trainer.model.state_dict().items()} if state != "failed" else {}
+    if hasattr(trainer, "model") and state != "failed":
+        # the process group is gone by now: a sharded run's weights are this rank's shards
+        weights = {k: local(v) for k, v in trainer.model.state_dict().items()}
         torch.save(weights, run_dir / f"weights-{rank}.pt")
     return 1 if state == "failed" else 0
 

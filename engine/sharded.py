@@ -1,0 +1,114 @@
+"""Sharded training (FSDP2) and its checkpoints (torch.distributed.checkpoint, DCP).
+
+`shard_model` applies `fully_shard` to every block and to the root, in the run's dtype
+(parameters gathered in the autocast dtype, gradients reduced in float32). A sharded run saves
+`ckpt-STEP.dcp/`: every rank writes its shards of the weights and optimizer state, rank 0 adds
+`meta.pt` (everything else a checkpoint holds: step, config, RNGs, tokenizer...), and the
+directory appears under its final name only when complete. DCP reshards on load, so a run saved
+on N ranks resumes on M (or on one process, unsharded); `dcp_model_state` reads the whole
+model back into one process for `cockpit sample` and `cockpit export`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.distributed import World, from_main
+
+META_NAME = "meta.pt"
+
+
+def shard_model(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """FSDP2 on each transformer block and on the root (the embeddings and the head)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for block in model.blocks:  # type: ignore[attr-defined]
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+
+
+def save_sharded(
+    path: Path,
+    meta: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    world: World,
+    group: Any,
+) -> str | None:
+    """Write the checkpoint directory `path` (every rank calls this at the same step); returns
+    the same failure text on every rank (a full disk...), or None once it is complete."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    failure = None
+    if world.is_main:
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)  # a save killed mid-write
+            tmp.mkdir()
+        except OSError as e:
+            failure = e.strerror or str(e)
+    failure = from_main(failure, world, group)  # the others write into it once it exists
+    if failure is not None:
+        return failure
+    model_state, optim_state = get_state_dict(model, optimizer)
+    try:
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
+    except Exception as e:  # noqa: BLE001 - DCP raises its own exception on every rank
+        failure = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    failure = from_main(failure, world, group)  # every rank's shards are written, or none
+    if failure is None and world.is_main:
+        try:
+            torch.save(meta, tmp / META_NAME)
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(tmp, path)
+        except OSError as e:
+            failure = e.strerror or str(e)
+    return from_main(failure, world, group)
+
+
+def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """Load a DCP checkpoint into this run's model (sharded or not) and optimizer (None: a
+    fresh optimizer, as when the optimizer changed), resharding to this world as it goes."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
+
+    if optimizer is None:
+        model_state = get_model_state_dict(model)
+        dcp.load({"model": model_state}, checkpoint_id=str(path))
+        set_model_state_dict(model, model_state)
+        return
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """meta.pt of a sharded checkpoint (weights_only: plain data and tensors)."""
+    return torch.load(path / META_NAME, map_location="cpu", weights_only=True)
+
+
+def dcp_model_state(path: Path) -> dict[str, torch.Tensor]:
+    """The whole model of a sharded checkpoint, read in this one process (through torch's own
+    DCP-to-file conversion, into a temporary file beside nothing of the run's)."""
+    import tempfile
+    import warnings
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        whole = Path(scratch) / "whole.pt"
+        dcp_to_torch_save(str(path), str(whole))
+        return torch.load(whole, map_location="cpu", weights_only=True)["model"]

@@ -1,0 +1,82 @@
+"""Sharded training (FSDP2) under torchrun (2 ranks, gloo, this CPU): step-1 gradients equal
+one process on the whole batch, DCP checkpoints that resume on another world size (here one
+process, unsharded), and a sharded checkpoint exported to one file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from launch import REPO, TINY, records, run, single
+
+from engine.config import config_from_dict
+from engine.model import GPT
+from engine.sharded import dcp_model_state
+
+FSDP = [*TINY, "--set", "train.parallel=fsdp"]
+
+
+def checked(result) -> None:  # noqa: ANN001
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_sharded_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    checked(run(*FSDP, "--set", "train.max_steps=2", "--run-dir", str(run_dir), GRAD_CHECK="1"))
+    assert (run_dir / "ckpt-00000002.dcp" / "meta.pt").is_file()  # a sharded checkpoint
+    ranks = [torch.load(run_dir / f"grads-{r}.pt", weights_only=True) for r in (0, 1)]
+    cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()))
+    reference = GPT(cfg.model, ranks[0]["initial"]["wte.weight"].shape[0])
+    reference.load_state_dict(ranks[0]["initial"])
+    batches = [b for rank in ranks for b in rank["batches"]]
+    loss = sum(reference(x, y)[1] for x, y in batches) / len(batches)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.optim.grad_clip)
+    # averaged over ranks, not summed (pytorch/pytorch#162338 reported sums on gloo)
+    for name, param in reference.named_parameters():
+        for rank in ranks:
+            torch.testing.assert_close(rank["grads"][name], param.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(tmp_path: Path) -> None:
+    sharded, resumed = tmp_path / "sharded", tmp_path / "resumed"
+    checked(run(*FSDP, "--set", "train.max_steps=30", "--set", "checkpoint.interval=15",
+                "--run-dir", str(sharded)))  # fmt: skip
+    shutil.copytree(sharded, resumed)
+    shutil.rmtree(resumed / "ckpt-00000030.dcp")
+    shutil.rmtree(resumed / "best.dcp", ignore_errors=True)
+    checked(single("--resume", str(resumed / "ckpt-00000015.dcp"), "--no-telemetry", GRAD_CHECK="1"))
+    # the weights the one process started from are the checkpoint's, resharded into one
+    start = torch.load(resumed / "grads-0.pt", weights_only=True)["initial"]
+    saved = dcp_model_state(sharded / "ckpt-00000015.dcp")
+    assert start.keys() == saved.keys() and all(torch.equal(start[k], saved[k]) for k in saved)
+    started = records(resumed / "metrics.jsonl", "run_started")[-1]
+    assert started["start_step"] == 15
+    assert any("the data order from step 15 is new" in n for n in started["notes"]), started["notes"]
+    steps = records(resumed / "metrics.jsonl", "step")
+    assert steps[-1]["step"] == 30
+    # one file out of the shards: the final checkpoint's weights, exactly
+    out = tmp_path / "model.safetensors"
+    exported = subprocess.run(
+        [sys.executable, "-m", "cockpit", "export", str(sharded / "ckpt-00000030.dcp"),
+         "--format", "safetensors", "--out", str(out)],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    from safetensors.torch import load_file
+
+    final = dcp_model_state(sharded / "ckpt-00000030.dcp")
+    written = load_file(str(out))
+    for key, value in written.items():
+        torch.testing.assert_close(value, final[key], rtol=0, atol=0)
+
+
+def test_a_sharded_run_refuses_an_optimizer_that_needs_whole_matrices(tmp_path: Path) -> None:
+    result = run(*FSDP, "--set", "optim.name=muon", "--set", "train.max_steps=2",
+                 "--run-dir", str(tmp_path / "run"))  # fmt: skip
+    assert result.returncode != 0
+    assert "needs whole matrices; use --set optim.name=adamw" in result.stdout + result.stderr
