@@ -152,3 +152,20 @@ def test_the_engine_command_is_torchs_launcher_for_more_than_one_process() -> No
         "train", "--headless", "--run-dir", "r", "--preset", "tiny", "--set", "train.grad_accum=3",
     ]  # fmt: skip
     assert start.engine_argv(args, Path("r"))[:5] == [sys.executable, "-m", "cockpit", "train", "--headless"]
+
+
+def test_a_failed_start_under_torchrun_names_the_ranks_error_not_torchruns_report(tmp_path: Path) -> None:
+    from cockpit.subcommands.start import rank_error_line
+
+    log = tmp_path / "engine.log"  # the shape of a real one: the rank's line, then torchrun's
+    log.write_text(
+        "data      | tiny corpus: prepared earlier (char), 465,126 tokens\n"
+        "error: train.device=cuda: no GPU here; use --set train.device=cpu\n"
+        "failed at step 0\n"
+        "[rank 1] error: train.device=cuda: no GPU here; use --set train.device=cpu\n"
+        "E1130 20:27:28.745000 2233 elastic/multiprocessing/api.py:1002] failed (exitcode: 1)\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "  exitcode  : 1 (pid: 2351) \n"
+        "============================================================\n"
+    )
+    assert rank_error_line(log) == "train.device=cuda: no GPU here; use --set train.device=cpu"
