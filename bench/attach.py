@@ -16,8 +16,8 @@ and periodic checkpoints are off, so every window measures training steps only.
    Goals: >= 0.97 of no viewer with one viewer, >= 0.95 with three. On a 2-core machine the
    apps' drawing competes with the run for the same cores: each window also reports the CPU
    seconds per second of the engine process and of the viewers, and the tokens per engine
-   CPU second: a figure other load on the machine hardly moves (tokens/s swing with it), whose
-   ratio is what serving viewers costs the engine process itself.
+   CPU second (what the engine process spends per token, its socket threads included). A
+   load average well above the cores (someone else's work) is warned of: it swamps the ratios.
 2. Pause latency through the socket: the app attached in this process (`attached_app`,
    Textual's headless driver at 160x48), the pause key handed to it as its terminal driver
    does, at a random point of a step; the time until the run's StateChanged "paused" arrives at
