@@ -245,6 +245,25 @@ def check_resume_corpus(args: argparse.Namespace) -> None:
         raise ConfigError(f"--resume {args.resume}: {e}") from None
 
 
+def resume_after_restart(args: argparse.Namespace) -> None:
+    """Workers restarted by `torchrun --max-restarts` (a rank died) take the run up again from
+    its last checkpoint in --run-dir, rather than start it over on top of it."""
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if restarts <= 0 or args.resume is not None or not args.run_dir:
+        return
+    from engine.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(Path(args.run_dir)) is None:
+        return  # it died before its first checkpoint: start again from step 0
+    if torchrun_rank() == 0:
+        print(
+            f"cockpit: restart {restarts} by torchrun: resuming {args.run_dir} from its last "
+            "checkpoint",
+            file=sys.stderr,
+        )
+    args.resume, args.run_dir = args.run_dir, None
+
+
 def torchrun_rank() -> int:
     """This process's rank under torchrun (0 without it)."""
     try:
@@ -298,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             from cockpit.subcommands import BY_NAME
 
             return BY_NAME[args.command].run(args)
+        resume_after_restart(args)
         finished = preflight(args)
         if finished is not None:
             print(finished)  # nothing to train; nothing touched

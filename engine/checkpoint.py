@@ -197,6 +197,8 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         if found is None:
             raise CheckpointError(f"{path}: no checkpoint (ckpt-*.pt) in this run directory")
         path = found
+        if is_sharded(path):
+            return _load_sharded_meta(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint file")
     try:

@@ -80,10 +80,29 @@ def init_world(world: World, device: torch.device) -> Any:
     if not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
+        if world.restart_count > 0 and "MASTER_ADDR" in os.environ:
+            kwargs.update(store=_restart_store(world, timeout), rank=world.rank)
+            kwargs["world_size"] = world.world_size
         dist.init_process_group(backend=backend, timeout=timeout, **kwargs)
     if dist.get_backend() == "gloo":
         return dist.group.WORLD
     return dist.new_group(backend="gloo", timeout=timeout)
+
+
+def _restart_store(world: World, timeout: datetime.timedelta) -> Any:
+    """torchrun's store under a prefix of this restart: the workers of an earlier attempt left
+    their addresses in it, and a restarted rank would dial the dead ones."""
+    import torch.distributed as dist
+
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        world.world_size,
+        is_master=world.is_main and not agent_store,
+        timeout=timeout,
+    )
+    return dist.PrefixStore(f"cockpit-restart-{world.restart_count}/", store)
 
 
 def leave_world() -> None:

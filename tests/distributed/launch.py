@@ -24,10 +24,10 @@ TINY = [
 ]  # fmt: skip
 
 
-def torchrun_argv(*argv: str, nproc: int = 2) -> list[str]:
+def torchrun_argv(*argv: str, nproc: int = 2, restarts: int = 0) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={nproc}", str(WORKER), *argv,
+        f"--nproc-per-node={nproc}", f"--max-restarts={restarts}", str(WORKER), *argv,
     ]  # fmt: skip
 
 
@@ -44,9 +44,9 @@ def run(*argv: str, nproc: int = 2, **env: str) -> subprocess.CompletedProcess[s
     return result
 
 
-def start(*argv: str, nproc: int = 2, **env: str) -> subprocess.Popen[str]:
+def start(*argv: str, nproc: int = 2, restarts: int = 0, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        torchrun_argv(*argv, nproc=nproc), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        torchrun_argv(*argv, nproc=nproc, restarts=restarts), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, cwd=REPO, env=environment(**env), start_new_session=True,
     )  # fmt: skip
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from cockpit.cli import make_trainer, parse_args, preflight, torchrun_rank
+from cockpit.cli import make_trainer, parse_args, preflight, resume_after_restart, torchrun_rank
 from cockpit.headless import ProgressPrinter, RankErrorPrinter
 from cockpit.stop_signals import StopSignals
 from engine.metrics_log import MetricsWriter
@@ -67,6 +67,7 @@ def main() -> int:
     args = parse_args(["train", "--headless", *sys.argv[1:]])
     signals = StopSignals()
     signals.install()
+    resume_after_restart(args)
     preflight(args)
     rank = torchrun_rank()
     target = Path(args.run_dir or args.resume)

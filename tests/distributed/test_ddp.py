@@ -142,3 +142,23 @@ def test_an_exact_resume_at_world_2_is_bit_identical(tmp_path: Path) -> None:
     for rank in (0, 1):
         a, b = weights(straight, rank), weights(resumed, rank)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), rank
+
+
+def test_torchrun_restarts_resume_from_the_last_checkpoint_by_themselves(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    process = start(
+        *TINY, "--set", "train.max_steps=1200", "--set", "checkpoint.interval=50",
+        "--run-dir", str(run_dir), restarts=1,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: list(run_dir.glob("ckpt-*.pt")))
+        first_pid = (run_dir / "pid-1").read_text()
+        os.kill(int(first_pid), signal.SIGKILL)
+        assert process.wait(180) == 0, process.stdout.read() if process.stdout else ""
+        assert (run_dir / "pid-1").read_text() != first_pid  # torchrun started it again
+        starts = records(run_dir / "metrics.jsonl", "run_started")
+        assert len(starts) == 2 and starts[1]["resumed_from"] and starts[1]["start_step"] >= 50
+        assert records(run_dir / "metrics.jsonl", "state")[-1]["state"] == "finished"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
