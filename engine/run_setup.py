@@ -111,7 +111,10 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     capacity = device_capacity(run.device)
     fits_alone = plan_memory(cfg, vocab, run.device.type, capacity).fits
     run.parallel = parallel_plan(cfg, run.world, fits_one_device=fits_alone)
-    run.memory_plan = check_fits(cfg, vocab, run.device.type, capacity)
+    # per device, with this world's sharding (FSDP) or gradient buckets (DDP)
+    run.memory_plan = check_fits(
+        cfg, vocab, run.device.type, capacity, run.world.world_size, run.parallel.mode
+    )
     # every rank builds the same initial weights from the same seed
     run.model = GPT(cfg.model, vocab).to(run.device)
     if run.parallel.mode == "fsdp":
