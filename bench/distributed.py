@@ -8,20 +8,28 @@ On CPU with gloo, every torchrun launch with OMP_NUM_THREADS=1.
 1. The control channel (engine/rank_sync.py): `RankSync.exchange([])` timed call by call,
    --calls times after --warmup calls, in a worker this script starts as itself under
    `python -m torch.distributed.run --standalone --nproc-per-node 2` (the ranks otherwise idle:
-   the channel's own cost). The same worker then trains --steps steps of the preset with the
+   the channel's own cost), then a bare `all_reduce` of the same tensor on the same group as
+   many times (gloo's floor, what any one-collective channel costs). The same worker then trains --steps steps of the preset with the
    engine's Trainer (as `cockpit train --headless` does, without the control socket; evals,
    samples and periodic checkpoints off, grad_accum=--grad-accum: its share per rank) and
    reports the step time from the run's metrics.jsonl (`step_time_s`, the steps after
    --warmup-steps), how many exchanges the run made (`RankSync.exchanges`) for how many steps,
    and the time inside each exchange during the run (which adds any wait for the other rank).
-   Goal: the mean exchange < 1% of the step time. The loop leaves its command time out of
-   `step_time_s` (engine/trainer.py), so the step time does not already hold the exchange.
+   Goal: the mean exchange (the slower rank's) < 1% of the step time. The loop leaves its
+   command time out of `step_time_s` (engine/trainer.py), so the step time does not already
+   hold the exchange. Both figures move with other load on the machine (the exchange's wall
+   time is mostly the wake-ups of two processes on shared cores; a busier machine also makes
+   the step slower), so the verdict can differ between a quiet and a busy machine. Each
+   process's CPU time per exchange (gloo's threads included) is printed beside.
 2. tokens/s at world 1 against world 2, the same global batch: `cockpit train --headless` of
    the preset as one process (torch's default threads: every core) and under torchrun with 2
    ranks (grad_accum split between them), alternating which goes first each round. tokens/s
    is the world's: rank 0's metrics.jsonl, tokens over wall time from step --warmup-steps to
    the last step (the recorded `tokens_per_s` median beside it). No goal: on a 2-core machine
-   both ranks share the cores the single process has to itself.
+   both ranks share the cores the single process has to itself. A single process with several
+   threads is the more fragile of the two when something else takes a core (its threads wait
+   for each other at every operation): a round far below the others says so; the medians
+   over rounds are the figures.
 """
 
 from __future__ import annotations
@@ -65,14 +73,16 @@ def worker(args: argparse.Namespace) -> int:
     sync = RankSync(world, group)
     for _ in range(args.warmup):
         sync.exchange([])
-    idle_ns = []
-    cpu_start = time.process_time()  # this process's CPU, gloo's threads included
-    for _ in range(args.calls):
-        start = time.perf_counter_ns()
-        sync.exchange([])
-        idle_ns.append(time.perf_counter_ns() - start)
-    cpu_s = time.process_time() - cpu_start
-    result: dict[str, Any] = {"rank": world.rank, "idle_ns": idle_ns, "idle_cpu_s": cpu_s}
+    idle_ns, cpu_s = timed_calls(lambda: sync.exchange([]), args.calls)
+    # gloo's own floor: a bare all-reduce of the same tensor on the same group
+    import torch.distributed as dist
+
+    buffer = torch.zeros(sync.size, dtype=torch.float64)
+    bare_ns, bare_cpu_s = timed_calls(lambda: dist.all_reduce(buffer, group=group), args.calls)
+    result: dict[str, Any] = {
+        "rank": world.rank, "idle_ns": idle_ns, "idle_cpu_s": cpu_s,
+        "bare_ns": bare_ns, "bare_cpu_s": bare_cpu_s, "size": sync.size,
+    }  # fmt: skip
 
     cfg = load_preset(args.preset, run_overrides(args, args.steps))
     trainer = Trainer(
@@ -100,6 +110,18 @@ def worker(args: argparse.Namespace) -> int:
     )
     Path(args.out, f"rank{world.rank}.json").write_text(json.dumps(result))
     return 0
+
+
+def timed_calls(call: Any, calls: int) -> tuple[list[int], float]:
+    """Each call's wall time in ns, and the process's CPU seconds over all of them (gloo's
+    threads included)."""
+    times = []
+    cpu_start = time.process_time()
+    for _ in range(calls):
+        start = time.perf_counter_ns()
+        call()
+        times.append(time.perf_counter_ns() - start)
+    return times, time.process_time() - cpu_start
 
 
 # ------------------------------------------------------------------ processes
@@ -215,8 +237,14 @@ def exchange_part(args: argparse.Namespace) -> None:
         print(
             f"   rank {rank['rank']}: mean {means[-1]:.1f} us  p50 {statistics.median(us):.1f} us"
             f"  p95 {percentile(us, 0.95):.1f} us  max {max(us):.1f} us;  CPU per exchange "
-            f"{rank['idle_cpu_s'] * 1e6 / len(us):.1f} us (the process's own clock: load elsewhere"
-            " hardly moves it)"
+            f"{rank['idle_cpu_s'] * 1e6 / len(us):.1f} us (this process, gloo's threads included)"
+        )
+    for rank in ranks:
+        bare = [ns / 1e3 for ns in rank["bare_ns"]]
+        print(
+            f"   gloo's floor, rank {rank['rank']}: a bare all_reduce of the same {rank['size']}"
+            f" float64: mean {statistics.fmean(bare):.1f} us  p50 {statistics.median(bare):.1f} us"
+            f"  p95 {percentile(bare, 0.95):.1f} us;  CPU {rank['bare_cpu_s'] * 1e6 / len(bare):.1f} us"
         )
     kept = measured_steps(records, args.warmup_steps)
     step_s = statistics.median(r["step_time_s"] for r in kept)
@@ -238,9 +266,7 @@ def exchange_part(args: argparse.Namespace) -> None:
         f"   per-step cost: mean {worst:.1f} us = {100 * share:.3f}% of a step (p50: "
         f"{100 * p50_share:.3f}%, p95: {100 * p95_share:.3f}%)  goal < {100 * GOAL:.0f}%: {verdict}"
     )
-    main_rank = ranks[0]
-    in_run = [ns / 1e3 for ns in main_rank["in_run_ns"]]
-    per_step = main_rank["exchanges"] / max(main_rank["steps"], 1)
+    per_step = max(r["exchanges"] / max(r["steps"], 1) for r in ranks)
     counts = ", ".join(
         f"rank {r['rank']} {r['exchanges']:,} in {r['steps']:,} steps" for r in ranks
     )
@@ -248,11 +274,13 @@ def exchange_part(args: argparse.Namespace) -> None:
         f"   exchanges in the run (RankSync.exchanges): {counts}: {per_step:.2f} per step "
         "(engine/trainer.py _apply_commands_on_every_rank, once per loop turn)"
     )
-    if in_run:
+    for rank in ranks:
+        # the boundaries after the warm-up steps, as for the step time
+        in_run = [ns / 1e3 for ns in rank["in_run_ns"][args.warmup_steps :]] or [0.0]
         print(
-            f"   time inside exchange in the run, rank 0: mean {statistics.fmean(in_run):.1f} us"
-            f"  p95 {percentile(in_run, 0.95):.1f} us (adds any wait for the other rank to reach the"
-            " boundary)"
+            f"   time inside exchange in the run, rank {rank['rank']}: mean "
+            f"{statistics.fmean(in_run):.1f} us  p50 {statistics.median(in_run):.1f} us  p95 "
+            f"{percentile(in_run, 0.95):.1f} us (with any wait for the other rank to arrive)"
         )
 
 
