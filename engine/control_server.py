@@ -84,6 +84,8 @@ class ControlServer:
         self._last_memory: Event | None = None
         self._telemetry: deque[Event] = deque(maxlen=REPLAY_TELEMETRY)
         self._alerts: deque[Event] = deque(maxlen=REPLAY_ALERTS)
+        # wire lines of history records already sent once (id -> (event, line))
+        self._lines: dict[int, tuple[Event, bytes]] = {}
         for event in history:
             self._remember(event)
         self.lock: RunLock | None = None  # released by close(): held for the run's life
@@ -170,6 +172,7 @@ class ControlServer:
             if self._last_step is not None and step <= self._last_step.step:  # type: ignore
                 # trained again after a rollback: the newer records win, as in read_history
                 self._history = [e for e in self._history if getattr(e, "step", 0) < step]
+                self._forget_lines()
             self._last_step = event  # the newest step is always in a replay
             self._steps_seen += 1
             if self._steps_seen % self._step_stride:
@@ -180,6 +183,7 @@ class ControlServer:
             steps = [e for e in self._history if e.kind == "step"]
             keep = {id(e) for e in steps[::2]}
             self._history = [e for e in self._history if e.kind != "step" or id(e) in keep]
+            self._forget_lines()
 
     def _note_present(self, event: Event) -> None:
         """Keep the newest state, memory breakdown, readings and faults (under the lock)."""
@@ -207,6 +211,22 @@ class ControlServer:
         present = [self._last_memory, *self._telemetry, *self._alerts, self._last_state]
         past.extend(e for e in present if e is not None)
         return [self._run_started, *past] if self._run_started is not None else past
+
+    def _forget_lines(self) -> None:
+        """Drop the wire lines of records no longer in the history (under the lock)."""
+        kept = {id(e) for e in self._history}
+        self._lines = {k: v for k, v in self._lines.items() if k in kept}
+
+    def _encoded(self, event: Event) -> bytes:
+        """An event's wire line; history records are encoded once, whatever the viewers."""
+        cached = self._lines.get(id(event))
+        if cached is not None and cached[0] is event:
+            return cached[1]
+        line = wire.encode(_record(event))
+        if event.kind in HISTORY_KINDS:
+            with self._lock:
+                self._lines[id(event)] = (event, line)  # the event held: its id stays its own
+        return line
 
     def _summary(self) -> dict[str, Any]:
         """The run at a glance (`cockpit ps`), from the newest records (under the lock)."""
@@ -310,8 +330,8 @@ class ControlServer:
                         "viewers": self._others(viewer),
                     }
                     first = False
-                    out.append(wire.encode(head))
-                    out.extend(wire.encode(_record(e)) for e in replay)
+                    viewer.conn.sendall(wire.encode(head))  # a viewer waits for it: at once
+                    out.extend(self._encoded(e) for e in replay)
                     out.append(wire.encode({"kind": "live"}))
                 out.extend(wire.encode(_record(e)) for e in items)
                 if out:

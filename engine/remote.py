@@ -242,6 +242,10 @@ class RemoteEngine:
         return self.events.dropped
 
     def drain_events(self) -> list[Event]:
+        """The events received so far; none while a replay is still coming (it is handed over
+        whole, so the app routes and draws the run's history at once, not in pieces)."""
+        if not self.live and not self._closed.is_set():
+            return []
         return self.events.drain()
 
     def run(self, should_stop: Callable[[], bool] | None = None) -> str:
