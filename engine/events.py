@@ -250,6 +250,52 @@ class Telemetry(Event):
 
 
 @dataclass(frozen=True)
+class RankReading:
+    """One rank of a torchrun world over the last report interval (engine/rank_report.py)."""
+
+    rank: int
+    host: str
+    local_rank: int
+    steps: int  # steps this rank trained in the interval (0 while paused)
+    step_time_s: float  # its own mean wall time per step in the interval (nan without steps)
+    data_time_s: float  # of step_time_s, the time spent waiting for batches
+    gpus: tuple[DeviceReading, ...] = ()  # its own GPU's newest reading (empty on CPU)
+    cpu_percent: float | None = None  # this rank's process, over the interval (100 = one core)
+    process_rss: int | None = None
+    memory_peak: int | None = None  # bytes: its memory breakdown's total, or its peak
+
+
+@dataclass(frozen=True)
+class RankReport(Event):
+    """Every rank of a torchrun world, gathered by rank 0 every few seconds (never emitted by
+    a single process)."""
+
+    kind: ClassVar[str] = "ranks"
+    step: int
+    ranks: tuple[RankReading, ...]
+
+    @property
+    def timed(self) -> list[RankReading]:
+        """The ranks that trained steps in the interval."""
+        return [r for r in self.ranks if r.steps > 0 and math.isfinite(r.step_time_s)]
+
+    @property
+    def mean_step_time_s(self) -> float:
+        timed = self.timed
+        return sum(r.step_time_s for r in timed) / len(timed) if timed else math.nan
+
+    @property
+    def slowest(self) -> RankReading | None:
+        return max(self.timed, key=lambda r: r.step_time_s, default=None)
+
+    @property
+    def memory_max(self) -> RankReading | None:
+        """The rank using the most memory (None when no rank could tell)."""
+        known = [r for r in self.ranks if r.memory_peak is not None]
+        return max(known, key=lambda r: r.memory_peak or 0, default=None)
+
+
+@dataclass(frozen=True)
 class MemoryBreakdown(Event):
     """Bytes by category on the training device; activations are measured or estimated."""
 
@@ -316,6 +362,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Telemetry,
         MemoryBreakdown,
         DataProgress,
+        RankReport,
     )
 }
 

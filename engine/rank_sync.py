@@ -5,7 +5,8 @@ Rank 0 takes the commands (keys, the control socket); at each step boundary ever
 (a signal: a scheduler may signal one rank or all). One all-reduce of a small fixed-size tensor
 on the gloo group carries them (so it never waits behind NCCL traffic), and every rank gets the
 same list to apply before the next step. While paused the ranks exchange every PAUSED_POLL_S,
-so a pause of any length never trips the collective timeout.
+so a pause of any length never trips the collective timeout. The last slot says that rank 0
+wants every rank's report (engine/rank_report.py) after this exchange: `report_due`.
 """
 
 from __future__ import annotations
@@ -57,13 +58,15 @@ class RankSync:
         self.group = group
         self._carried: list[Command] = []  # rank 0's commands beyond MAX_COMMANDS
         self.exchanges = 0
+        self.report_due = False  # the last exchange asked every rank for its report
 
     @property
     def size(self) -> int:
-        return 1 + 2 * MAX_COMMANDS + self.world.world_size
+        return 1 + 2 * MAX_COMMANDS + self.world.world_size + 1  # the last: a report is due
 
-    def exchange(self, local: list[Command]) -> list[Command]:
-        """The commands every rank applies now, in order (the same list on every rank)."""
+    def exchange(self, local: list[Command], report_due: bool = False) -> list[Command]:
+        """The commands every rank applies now, in order (the same list on every rank);
+        rank 0's `report_due` comes back as `self.report_due` on every rank."""
         if not self.world.distributed:
             return local
         import torch.distributed as dist
@@ -75,6 +78,7 @@ class RankSync:
             pending = [*self._carried, *local]
             mine, self._carried = pending[:MAX_COMMANDS], pending[MAX_COMMANDS:]
             buffer[0] = len(mine)
+            buffer[-1] = 1.0 if report_due else 0.0
             for i, (name, arg) in enumerate(mine):
                 buffer[1 + 2 * i] = CODES[name]
                 buffer[2 + 2 * i] = _number(name, arg)
@@ -92,7 +96,8 @@ class RankSync:
             commands = [
                 _command(int(values[1 + 2 * i]), values[2 + 2 * i]) for i in range(int(values[0]))
             ]
-        slots = values[1 + 2 * MAX_COMMANDS :]
+        self.report_due = values[-1] > 0
+        slots = values[1 + 2 * MAX_COMMANDS : -1]
         for rank, code in enumerate(slots):
             if code:
                 commands.append(stop_from_code(int(code), rank))

@@ -44,6 +44,7 @@ from engine.fault_handler import FaultHandler
 from engine.garbage import settle_garbage_collector
 from engine.metrics_log import MetricsWriter
 from engine.optim import applied_lr, set_lr_factor
+from engine.rank_report import RankReporter
 from engine.rank_sync import RankSync
 from engine.readback import PendingStep, read_losses, step_events
 from engine.run_dir import write_error_log
@@ -94,6 +95,10 @@ class Trainer:
         self.events = EventQueue(event_capacity)
         self.metrics = MetricsWriter()  # opened once the run has a directory (_setup)
         self.sinks = [self.metrics, *sinks] if self.world.is_main else list(sinks)
+        # every rank's readings and step times, gathered by rank 0 (engine/rank_report.py)
+        self.rank_report = RankReporter(self.world)
+        if self.world.distributed:
+            self.sinks.append(self.rank_report)
         self.telemetry_enabled = telemetry
         self.state = RunState.STARTING
         self.step = 0
@@ -335,7 +340,12 @@ class Trainer:
             local = self._commands.take_all(PAUSED_POLL_S if paused and self.world.is_main else 0.0)
             if self._should_stop():  # the app is closing: keep the run
                 local.append(("stop", (True, "quit")))
-            for command in self.sync.exchange(local):
+            commands = self.sync.exchange(local, self.world.is_main and self.rank_report.due())
+            if self.sync.report_due:  # on every rank, whatever the commands then do
+                report = self.rank_report.gather(self.device, self.sync.group, self.step)
+                if report is not None:
+                    self.emit(report)
+            for command in commands:
                 self._run_command(*command)
                 if self._stop_requested is not None:
                     return
@@ -411,6 +421,7 @@ class Trainer:
 
     def _train_step(self, report_memory: bool = False) -> None:
         """One update (engine/step.py), with the optimizer of now: a restore replaces it."""
+        t_start = time.perf_counter()
         factor = lr_factor(self.step, self.cfg) * self.lr_scale
         outcome = train_step(self, self.optimizer, self.step, factor, report_memory)
         if outcome.memory is not None:
@@ -420,6 +431,7 @@ class Trainer:
             self.faults.anomaly(outcome.refused, "nan")
             return
         pending = outcome.pending
+        self.rank_report.add_step(time.perf_counter() - t_start, pending.data_time_s)
         self.step += 1
         self.tokens += self.cfg.tokens_per_step
         self.current_lr = pending.lr
