@@ -19,6 +19,8 @@ from engine.events import (
     Event,
     LrChanged,
     MemoryBreakdown,
+    RankReading,
+    RankReport,
     RunStarted,
     Sample,
     StateChanged,
@@ -137,6 +139,33 @@ REALISTIC: list[Event] = [
         note="an interrupted preparation was found and started over",
         time=T + 11,
     ),
+    RankReport(
+        step=1200,
+        ranks=(
+            RankReading(
+                rank=0,
+                host="gpu-node-a",
+                local_rank=0,
+                steps=48,
+                step_time_s=0.412,
+                data_time_s=0.003,
+                gpus=(
+                    DeviceReading(
+                        index=0, name="NVIDIA H100 80GB HBM3", util_percent=98.0, mem_used=61 << 30,
+                        mem_total=80 << 30, power_w=655.0, power_limit_w=700.0, temperature_c=71.0,
+                        throttle=("power",),
+                    ),
+                ),  # fmt: skip
+                cpu_percent=103.5,
+                process_rss=9 << 30,
+                memory_peak=58 << 30,
+            ),
+            # a rank that trained nothing in the interval (paused): no step time
+            RankReading(rank=9, host="gpu-node-b", local_rank=1, steps=0, step_time_s=math.nan,
+                        data_time_s=math.nan),  # fmt: skip
+        ),
+        time=T + 12,
+    ),
 ]
 
 
@@ -160,6 +189,11 @@ def test_tuples_and_nested_readings_come_back_as_declared() -> None:
     assert isinstance(reading, Telemetry)
     assert type(reading.gpus[0]) is DeviceReading and type(reading.gpus[0].throttle) is tuple
     assert type(reading.cpu_per_core) is tuple
+    report = through_json(REALISTIC[-1])
+    assert isinstance(report, RankReport) and type(report.ranks) is tuple
+    assert type(report.ranks[0]) is RankReading and type(report.ranks[0].gpus[0]) is DeviceReading
+    assert math.isnan(report.ranks[1].step_time_s)  # written as null, NaN again
+    assert report.slowest == report.ranks[0] and report.memory_max == report.ranks[0]
 
 
 def test_non_finite_floats_come_back_as_nan() -> None:
