@@ -33,10 +33,13 @@ class World:
     world_size: int = 1
     local_rank: int = 0
     restart_count: int = 0  # torchrun --max-restarts: how many times the workers were restarted
+    launched: bool = False  # started by torchrun (which sets TORCHELASTIC_RUN_ID), at any size
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        """In a process group: several ranks, or one launched by torchrun (world size 1 under
+        torchrun runs the same path: NCCL or gloo, DDP, the command exchange)."""
+        return self.world_size > 1 or self.launched
 
     @property
     def is_main(self) -> bool:
@@ -60,7 +63,8 @@ class World:
                 f"RANK {rank} of WORLD_SIZE {world_size} is not a rank of that world; "
                 "launch with torchrun"
             )
-        return cls(rank, world_size, local_rank, restarts)
+        launched = "TORCHELASTIC_RUN_ID" in environ and "MASTER_ADDR" in environ
+        return cls(rank, world_size, local_rank, restarts, launched)
 
 
 def rank_seed(seed: int, rank: int) -> int:

@@ -52,6 +52,8 @@ def parallel_plan(cfg: RunConfig, world: World, fits_one_device: bool = True) ->
     mode = cfg.train.parallel
     if mode == "auto":
         mode = "ddp" if fits_one_device else "fsdp"
+    if n == 1:
+        mode = "ddp"  # sharding over one rank saves nothing: a world of one is data parallel
     if mode == "fsdp" and cfg.optim.name not in FSDP_OPTIMIZERS:
         raise ConfigError(
             f"train.parallel=fsdp shards every matrix across ranks, and optim.name="

@@ -112,8 +112,9 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     fits_alone = plan_memory(cfg, vocab, run.device.type, capacity).fits
     run.parallel = parallel_plan(cfg, run.world, fits_one_device=fits_alone)
     # per device, with this world's sharding (FSDP) or gradient buckets (DDP)
+    planned_as = run.parallel.mode if run.world.world_size > 1 else "single"  # a world of one
     run.memory_plan = check_fits(
-        cfg, vocab, run.device.type, capacity, run.world.world_size, run.parallel.mode
+        cfg, vocab, run.device.type, capacity, run.world.world_size, planned_as
     )
     # every rank builds the same initial weights from the same seed
     run.model = GPT(cfg.model, vocab).to(run.device)
