@@ -41,6 +41,7 @@ from engine.events import (
     Event,
     LrChanged,
     MemoryBreakdown,
+    RankReport,
     RunStarted,
     RunState,
     Sample,
@@ -214,6 +215,9 @@ class MainScreen(Screen[None]):
                 self.device_panel.update_telemetry(ev)
             case MemoryBreakdown():
                 self.memory_panel.update_breakdown(ev)
+            case RankReport():  # under torchrun: every rank, gathered by rank 0
+                self.device_panel.update_ranks(ev)
+                self.memory_panel.update_ranks(ev)
             case Eval():
                 self.loss_panel.add_eval(ev.step, ev.val_loss)
             case Sample():

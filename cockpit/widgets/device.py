@@ -4,7 +4,10 @@
   strip charts (utilisation, memory);
 - psutil: CPU% (overall strip chart and one bar per core), RAM and the process' RSS, and a note
   that there is no GPU telemetry;
-- unavailable: the reason.
+- unavailable: the reason;
+- under torchrun, from `RankReport` events (every ~2 s): one row per rank and its GPU (or CPU
+  process), and the mean and slowest step times (cockpit/widgets/ranks.py). Rank 0's own
+  Telemetry then no longer draws.
 """
 
 from __future__ import annotations
@@ -245,7 +248,13 @@ class DevicePanel(VerticalScroll):
         self._waiting.update(Content.styled(text, "$foreground-muted"))
 
     def reset(self) -> None:
-        """Telemetry is about the machine, not the run: keep the history across runs."""
+        """Telemetry is about the machine, not the run: keep the history across runs. The
+        ranks are the run's: the next run starts without them."""
+        if self.mode == "ranks":
+            self.mode, self.n_gpus = "waiting", 0
+            self.remove_children()
+            self._views = []
+            self.border_title = "Device"
 
     def readings_stopped(self, why: str) -> None:
         """No more readings will come (the run that polled them ended): say so, with the time of
@@ -267,9 +276,41 @@ class DevicePanel(VerticalScroll):
     def on_resize(self) -> None:
         if self._stopped_because:
             self._show_stopped()
+        if self.mode == "ranks":
+            self._pending = True  # the rows follow the width and height
+
+    def update_ranks(self, report: Any) -> None:
+        """Record one RankReport: from now on the panel shows every rank, not this machine."""
+        from cockpit.widgets.ranks import RanksView  # it draws with this module's helpers
+
+        self._last_reading_time = getattr(report, "time", None)
+        if self._stopped_because:
+            self._stopped_because = ""
+            self.border_subtitle = ""
+        on_gpu = any(r.gpus for r in report.ranks)
+        if self.mode != "ranks" or self.n_gpus != len(report.ranks):
+            self.mode, self.n_gpus = "ranks", len(report.ranks)
+            self.remove_children()
+            self._views = [RanksView()]
+            self.mount_all(self._views)
+            self._drawn_at = -1e9
+        kind = "GPU" if on_gpu else "CPU"
+        self.border_title = f"Device [not bold $foreground-muted]{len(report.ranks)} ranks · {kind}[/]"
+        self._views[0].add(report)
+        self._pending = True
+
+    def _rank_rows_limit(self) -> int | None:
+        """The rows the rank view may take: the panel's height where the layout fixes it (the
+        compact screen), unbounded where the panel grows with its content or is zoomed."""
+        screen = self.screen
+        if screen.maximized is self or not screen.has_class("compact"):
+            return None
+        return self.scrollable_content_region.height or None
 
     def update_telemetry(self, ev: Any) -> None:
         """Record one Telemetry event (switching views if the source changed)."""
+        if self.mode == "ranks":
+            return  # rank 0's machine is in its row of the rank report
         self._last_reading_time = getattr(ev, "time", None)
         if self._stopped_because:  # readings come again (a new run)
             self._stopped_because = ""
@@ -307,6 +348,8 @@ class DevicePanel(VerticalScroll):
             return False
         self._pending = False
         self._drawn_at = now
+        if self.mode == "ranks" and self._views:
+            self._views[0].height_limit = self._rank_rows_limit()
         for view in self._views:
             view.apply()
         return True

@@ -3,6 +3,8 @@
 Each category has its own colour *and* fill glyph, so the bar reads in 16 colours and even
 without colour. Any category that is not zero gets at least one cell, so small models on a big
 device still show all their parts; the legend gives exact sizes and the share of capacity.
+Under torchrun the breakdown is rank 0's, and a last line gives the most any rank uses (from
+`RankReport` events).
 """
 
 from __future__ import annotations
@@ -78,12 +80,14 @@ class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.breakdown: Any = None
+        self.rank_max: tuple[int, int, int] | None = None  # (ranks, bytes, rank) of a report
         self.empty_message = self.EMPTY_MESSAGE
         self._lines_cache: tuple[Any, int, list[Content]] | None = None
         self._drawn: _Drawn | None = None
 
     def reset(self) -> None:
         self.breakdown = None
+        self.rank_max = None
         self.set_empty_message(self.EMPTY_MESSAGE)
         self.set_border_labels(subtitle="")
 
@@ -100,12 +104,37 @@ class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
         lines_before = len(self._lines(width))
         before = self._drawn
         self.breakdown = ev
+        self._set_labels()
+        self._redraw(before, lines_before)
+
+    def _set_labels(self) -> None:
+        ev = self.breakdown
         used = sum(getattr(ev, k) for k, *_ in CATEGORIES[:-1])
         pct = 100.0 * used / ev.capacity if ev.capacity else 0.0
+        rank = " rank 0" if self.rank_max is not None else ""  # under torchrun
         self.set_border_labels(
-            f"Memory [not bold $foreground-muted]{ev.device}[/]",
+            f"Memory [not bold $foreground-muted]{ev.device}{rank}[/]",
             f"used {fmt_bytes(used)} · {pct:.1f}% of {fmt_bytes(ev.capacity)}",
         )
+
+    def update_ranks(self, report: Any) -> None:
+        """Record the most memory any rank of a RankReport uses (its line under the legend)."""
+        top = report.memory_max
+        rank_max = None if top is None else (len(report.ranks), int(top.memory_peak), top.rank)
+        if rank_max == self.rank_max:
+            return
+        lines_before = len(self._lines(self.size.width))
+        before = self._drawn
+        self.rank_max = rank_max
+        # the cached lines and rows are of the breakdown alone: draw them again
+        self._lines_cache = None
+        self._drawn = None
+        if self.breakdown is not None:
+            self._set_labels()  # the title names rank 0 now
+        self._redraw(before, lines_before)
+
+    def _redraw(self, before: _Drawn | None, lines_before: int) -> None:
+        width = self.size.width
         if before is None or len(self._lines(width)) != lines_before:
             # the height follows the number of lines: only then is a layout pass needed (it
             # re-arranges the whole screen)
@@ -203,4 +232,17 @@ class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
                     (pct_s.rjust(pct_w), "$foreground-muted"),
                 ]
             lines.append(Content.assemble(*parts))
+        if self.rank_max is not None:
+            lines.append(self._rank_max_line(width))
         return lines
+
+    def _rank_max_line(self, width: int) -> Content:
+        """`max over 8 ranks: 61.2 GiB (r5)`: the rank closest to running out."""
+        assert self.rank_max is not None
+        n, peak, rank = self.rank_max
+        label = f"max over {n} ranks: "
+        if len(label) + len(fmt_bytes(peak)) + len(f" (r{rank})") > width:
+            label = f"max of {n}: "
+        return Content.assemble(
+            (label, "$foreground-muted"), (fmt_bytes(peak), "bold"), (f" (r{rank})", "$foreground-muted")
+        )
