@@ -44,12 +44,12 @@ def records(path: Path, kind: str) -> list[dict[str, Any]]:
     return out
 
 
-def wait(condition: Any, timeout_s: float, what: str) -> Any:
+def wait(condition: Any, timeout_s: float, what: str, poll_s: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout_s
     while not (value := condition()):
         if time.monotonic() > deadline:
             raise SystemExit(f"gpu check: {what} did not happen in {timeout_s:.0f} s")
-        time.sleep(0.05)
+        time.sleep(poll_s)
     return value
 
 
@@ -90,7 +90,7 @@ def bare_pauses(run_dir: Path, presses: int) -> list[float]:
     for _ in range(presses):
         t0 = time.perf_counter()
         engine.pause()
-        wait(lambda: engine.state == "paused", 60, "pause")
+        wait(lambda: engine.state == "paused", 60, "pause", poll_s=0.001)
         latencies.append(time.perf_counter() - t0)
         engine.resume()
         wait(lambda: engine.state == "running", 60, "resume")
@@ -112,7 +112,7 @@ def main() -> int:
         "-m", "cockpit", "train", "--headless", "--preset", "default", "--run-dir", str(run_dir),
         "--set", "train.device=cuda", "--set", "train.dtype=bfloat16", "--set", "train.compile=true",
         "--set", "train.batch_size=64", "--set", f"train.max_steps={args.steps}",
-        "--set", "eval.interval=200", "--set", "checkpoint.interval=0",
+        "--set", "eval.interval=0", "--set", "checkpoint.interval=0",
     ]  # fmt: skip
     log = open(out / "engine.log", "wb")  # noqa: SIM115
     t0 = time.perf_counter()

@@ -117,7 +117,7 @@ class Choice:
     key: str
     label: str
     value: str
-    variant: str = "default"  # the button's variant: "primary", "error"...
+    variant: str = ""  # the button's variant ("primary", "error"...); "" = Textual's plain one
 
 
 class ChoiceScreen(ModalScreen["str | None"]):
@@ -136,10 +136,9 @@ class ChoiceScreen(ModalScreen["str | None"]):
             yield Static(self.message, classes="dialog-message")
             with Horizontal(classes="dialog-buttons"):
                 for choice in self.choices:
+                    style = {"variant": choice.variant} if choice.variant else {}
                     yield Button(
-                        f"{choice.label} ({choice.key})",
-                        id=f"choice-{choice.value}",
-                        variant=choice.variant,  # type: ignore[arg-type]
+                        f"{choice.label} ({choice.key})", id=f"choice-{choice.value}", **style
                     )
 
     def on_mount(self) -> None:
