@@ -21,7 +21,11 @@ On CPU with gloo, every torchrun launch with OMP_NUM_THREADS=1.
    time is mostly the wake-ups of two processes on shared cores; a busier machine also makes
    the step slower), so the verdict can differ between a quiet and a busy machine. Each
    process's CPU time per exchange (gloo's threads included) is printed beside.
-2. tokens/s at world 1 against world 2, the same global batch: `cockpit train --headless` of
+2. The loop with its exchange against without: the same worker run (no idle calls) with
+   `RankSync.exchange` replaced by a pass-through, alternating, --rounds rounds: wall seconds
+   per step from metrics.jsonl (step --warmup-steps to the last; the exchange included, unlike
+   `step_time_s`). What the channel costs the loop as it runs, within the machine's noise.
+3. tokens/s at world 1 against world 2, the same global batch: `cockpit train --headless` of
    the preset as one process (torch's default threads: every core) and under torchrun with 2
    ranks (grad_accum split between them), alternating which goes first each round. tokens/s
    is the world's: rank 0's metrics.jsonl, tokens over wall time from step --warmup-steps to
@@ -54,7 +58,7 @@ SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 QUIET = ["eval.interval=0", "sample.interval=0", "checkpoint.interval=0"]
 GOAL = 0.01  # the exchange's share of a step
 WORLD = 2
-PARTS = ("exchange", "throughput")
+PARTS = ("exchange", "loop", "throughput")
 RUN_TIMEOUT_S = 900.0
 
 
@@ -96,14 +100,20 @@ def worker(args: argparse.Namespace) -> int:
     in_run_ns: list[int] = []
     exchange = trainer.sync.exchange
 
-    def timed_exchange(local: list) -> list:  # the loop's own calls, timed where they happen
+    def timed_exchange(*call: Any, **named: Any) -> list:  # the loop's calls, timed in place
         start = time.perf_counter_ns()
         try:
-            return exchange(local)
+            return exchange(*call, **named)
         finally:
             in_run_ns.append(time.perf_counter_ns() - start)
 
-    trainer.sync.exchange = timed_exchange  # type: ignore[method-assign]
+    # --skip-exchange: the loop without its channel (each rank keeps its own commands, the
+    # bench sends none; no report is ever due, so no rank reports either), for part 2
+    def passthrough(local: list, *_rest: Any, **_named: Any) -> list:
+        return local
+
+    chosen = passthrough if args.skip_exchange else timed_exchange
+    trainer.sync.exchange = chosen  # type: ignore[method-assign]
     state = trainer.run()  # leaves the process groups at its end
     result.update(
         state=str(state), steps=trainer.step, exchanges=trainer.sync.exchanges, in_run_ns=in_run_ns
@@ -212,20 +222,47 @@ def percentile(values: list[float], q: float) -> float:
 
 
 # ------------------------------------------------------------------ 1. the control channel
-def exchange_part(args: argparse.Namespace) -> None:
+def launch_worker(
+    args: argparse.Namespace, calls: int, warmup: int, skip_exchange: bool = False
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The worker under torchrun: each rank's results, and the run's step records."""
     with tempfile.TemporaryDirectory(prefix="bench-distributed-") as tmp:
         out, run_dir = Path(tmp, "out"), Path(tmp, "run")
         out.mkdir()
         argv = torchrun(
             str(Path(__file__).resolve()), "--worker", "--out", str(out), "--run-dir", str(run_dir),
-            "--preset", args.preset, "--calls", str(args.calls), "--warmup", str(args.warmup),
+            "--preset", args.preset, "--calls", str(calls), "--warmup", str(warmup),
             "--steps", str(args.steps), "--grad-accum", str(args.grad_accum),
             *(["--data", args.data] if args.data else []),
+            *(["--skip-exchange"] if skip_exchange else []),
             *(a for o in args.overrides for a in ("--set", o)),
         )  # fmt: skip
         run_to_end(argv, child_env(threads=1), "the exchange worker under torchrun")
         ranks = [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(WORLD)]
         records = step_records(run_dir)
+        ended = [r for r in ranks if r["state"] != "finished"]
+        if ended:  # a run that failed measured nothing: say why rather than print figures
+            reasons = [
+                json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            ]
+            reason = next((r["reason"] for r in reversed(reasons) if r.get("kind") == "state"), "")
+            rank = ended[0]
+            print(
+                f"the worker's run ended {rank['state']} on rank {rank['rank']}: {reason}",
+                file=sys.stderr,
+            )
+            sys.exit(1)
+        return ranks, records
+
+
+def wall_per_step(records: list[dict[str, Any]], warmup_steps: int) -> float:
+    """Seconds per step over wall time (what the loop spends at its boundaries included)."""
+    kept = measured_steps(records, warmup_steps)
+    return (kept[-1]["time"] - kept[0]["time"]) / (kept[-1]["step"] - kept[0]["step"])
+
+
+def exchange_part(args: argparse.Namespace) -> None:
+    ranks, records = launch_worker(args, args.calls, args.warmup)
     print(
         f"1. control channel: RankSync.exchange([]) under torchrun, {WORLD} ranks, gloo, "
         f"OMP_NUM_THREADS=1: {args.calls:,} calls each after {args.warmup:,} warm-up calls"
@@ -284,7 +321,32 @@ def exchange_part(args: argparse.Namespace) -> None:
         )
 
 
-# ------------------------------------------------------------------ 2. world 1 against world 2
+# ------------------------------------------------------------------ 2. the loop with and without
+def loop_part(args: argparse.Namespace) -> None:
+    print(
+        f"2. the loop with its exchange against without (the worker's Trainer, RankSync.exchange "
+        f"replaced by a pass-through), {args.preset} at world {WORLD}, {args.steps} steps a run, "
+        f"wall time per step from step {args.warmup_steps}, alternating"
+    )
+    by_side: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(args.rounds):
+        for with_exchange in (True, False) if r % 2 == 0 else (False, True):
+            _, records = launch_worker(args, 0, 0, skip_exchange=not with_exchange)
+            by_side[with_exchange].append(wall_per_step(records, args.warmup_steps))
+        on, off = by_side[True][-1], by_side[False][-1]
+        print(
+            f"   round {r + 1}: with {on * 1e3:.2f} ms/step  without {off * 1e3:.2f} ms/step"
+            f"  difference {(on - off) * 1e6:+,.0f} us ({100 * (on - off) / off:+.2f}%)"
+        )
+    on, off = statistics.median(by_side[True]), statistics.median(by_side[False])
+    print(
+        f"   median: with {on * 1e3:.2f} ms/step  without {off * 1e3:.2f} ms/step  difference "
+        f"{(on - off) * 1e6:+,.0f} us ({100 * (on - off) / off:+.2f}%; the rounds' spread is the "
+        "machine's noise, the bound on what this can resolve)"
+    )
+
+
+# ------------------------------------------------------------------ 3. world 1 against world 2
 def world_run(args: argparse.Namespace, world: int, run_dir: Path) -> tuple[float, float]:
     """(tokens/s over wall time, median recorded tokens_per_s) of one run of the preset."""
     argv = cockpit_argv(args, run_dir, args.tp_steps)
@@ -301,7 +363,7 @@ def world_run(args: argparse.Namespace, world: int, run_dir: Path) -> tuple[floa
 def throughput_part(args: argparse.Namespace) -> None:
     cores = os.cpu_count() or 1
     print(
-        f"2. tokens/s, {args.preset}, grad_accum={args.grad_accum} (the same global batch), "
+        f"3. tokens/s, {args.preset}, grad_accum={args.grad_accum} (the same global batch), "
         f"{args.tp_steps} steps a run, from step {args.warmup_steps}: world 1 (one process, torch's "
         f"default threads) against world {WORLD} (torchrun, OMP_NUM_THREADS=1), alternating"
     )
@@ -350,6 +412,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--skip-exchange", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return args
@@ -380,6 +443,8 @@ def main() -> None:
         sys.exit(worker(args))
     if "exchange" in args.parts:
         exchange_part(args)
+    if "loop" in args.parts:
+        loop_part(args)
     if "throughput" in args.parts:
         throughput_part(args)
 

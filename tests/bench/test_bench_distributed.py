@@ -11,9 +11,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "distributed.py"
+# part 2 (the loop with and without its exchange) is left out: two more launches
 TINY = [
     "--preset", "tiny", "--calls", "50", "--warmup", "10", "--steps", "20",
-    "--warmup-steps", "10", "--rounds", "1", "--tp-steps", "30",
+    "--warmup-steps", "10", "--rounds", "1", "--tp-steps", "30", "--parts", "exchange,throughput",
 ]  # fmt: skip
 
 
@@ -26,11 +27,12 @@ def test_distributed_bench_prints_its_figures_with_verdicts() -> None:
     # 1. the exchange on each rank, the step time it is set against, the verdict
     for rank in (0, 1):
         assert re.search(rf"rank {rank}: mean [\d.]+ us  p50 [\d.]+ us  p95 [\d.]+ us", out), out
+    assert re.search(r"gloo's floor, rank 0: a bare all_reduce .* mean [\d.]+ us", out), out
     assert re.search(r"tiny at world 2: 20 steps, grad_accum=2 .* step_time_s [\d.]+ ms", out), out
     assert re.search(r"per-step cost: mean [\d.]+ us = [\d.]+% .* goal < 1%: (PASS|FAIL)", out), out
     # the loop makes one exchange per step, on every rank
     assert "rank 0 20 in 20 steps, rank 1 20 in 20 steps: 1.00 per step" in out, out
-    # 2. tokens/s at both world sizes and their ratio
+    # 3. tokens/s at both world sizes and their ratio
     assert re.search(r"round 1: world 1 [\d,]+ tok/s .* world 2 [\d,]+ tok/s .* ratio [\d.]+", out)
     assert re.search(r"median: world 1 [\d,]+ tok/s  world 2 [\d,]+ tok/s  ratio [\d.]+", out)
     assert "Traceback" not in done.stderr
