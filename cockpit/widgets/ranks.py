@@ -2,7 +2,8 @@
 
 One line of step times (the mean over ranks and the slowest rank: a straggler is the first
 thing to look for), then one row per rank: its host and its GPU (utilisation, memory, power,
-temperature, throttling) or, on CPU ranks, its process's CPU% and RSS, and its own step time.
+temperature, throttling) or, on CPU ranks, its process's CPU% and RSS, and its own step time
+and time waiting for data.
 Columns are dropped or shortened, least important first, until a row fits the panel; when the
 ranks do not all fit its height, the slowest and fastest are shown and "+N more".
 """
@@ -80,6 +81,8 @@ class Column:
     cells: list[tuple[str, str]]  # (text, style) per row
     short: list[tuple[str, str]] | None = None
     right: bool = False  # numbers: aligned right
+    cheap: bool = False  # the short form loses little (a label, a limit): taken before any drop
+    optional: bool = False  # dropped before any cheap short form is taken
     width: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -94,21 +97,28 @@ class Column:
 
 
 def fit_columns(columns: list[Column], width: int) -> list[Column]:
-    """Shorten, then drop, the least important columns until the row fits `width` (the first
-    column, the rank, always stays)."""
+    """Fit a row to `width`: first the cheap short forms, least important column first; then
+    each column in turn from the least important, shortened and, if that is not enough,
+    dropped (the first column, the rank, always stays)."""
     kept = [c for c in columns if c.width > 0]
 
     def total() -> int:
         return sum(c.width for c in kept) + max(0, len(kept) - 1)
 
-    while total() > width and len(kept) > 1:
-        for column in sorted(kept[1:], key=lambda c: -c.priority):
-            if column.shorten():
-                if column.width == 0:  # shortened to nothing (one host only)
-                    kept.remove(column)
-                break
-        else:
-            kept.remove(max(kept[1:], key=lambda c: c.priority))
+    by_priority = sorted(kept[1:], key=lambda c: -c.priority)
+    for column in by_priority:
+        if total() > width and column.optional:
+            kept.remove(column)
+    by_priority = [c for c in by_priority if c in kept]
+    for column in by_priority:
+        if total() > width and column.cheap:
+            column.shorten()
+    for column in by_priority:
+        if total() <= width:
+            break
+        column.shorten()
+        if total() > width or column.width == 0:  # nothing left: one host only
+            kept.remove(column)
     return kept
 
 
@@ -143,10 +153,12 @@ def _gpu_columns(rows: list[Any]) -> list[Column]:
         Column(2, cell(lambda g: fmt_gib_short(g.mem_used, g.mem_total)), right=True),
         Column(5, cell(lambda g: "-" if g.power_w is None else (
                    f"{g.power_w:.0f}/{g.power_limit_w:.0f}W" if g.power_limit_w else f"{g.power_w:.0f}W")),
-               short=cell(lambda g: "-" if g.power_w is None else f"{g.power_w:.0f}W"), right=True),
+               short=cell(lambda g: "-" if g.power_w is None else f"{g.power_w:.0f}W"), right=True,
+               cheap=True),
         Column(4, [("-" if g is None or g.temperature_c is None else f"{g.temperature_c:.0f}°C",
                     temp_style(g)) for g in gpus], right=True),
-        Column(3, [throttle(g, False) for g in gpus], short=[throttle(g, True) for g in gpus]),
+        Column(3, [throttle(g, False) for g in gpus], short=[throttle(g, True) for g in gpus],
+               cheap=True),
     ]  # fmt: skip
 
 
@@ -154,15 +166,16 @@ def _cpu_columns(rows: list[Any]) -> list[Column]:
     return [
         Column(1, [("cpu " + ("-" if r.cpu_percent is None else f"{r.cpu_percent:.0f}%"), "")
                    for r in rows],
-               short=[("-" if r.cpu_percent is None else f"{r.cpu_percent:.0f}%", "") for r in rows]),
+               short=[("-" if r.cpu_percent is None else f"{r.cpu_percent:.0f}%", "") for r in rows],
+               cheap=True),
         Column(2, [("rss " + fmt_bytes(r.process_rss), "") for r in rows],
-               short=[(fmt_bytes(r.process_rss), "") for r in rows]),
+               short=[(fmt_bytes(r.process_rss), "") for r in rows], cheap=True),
     ]  # fmt: skip
 
 
 def rank_rows(rows: list[Any], width: int, flagged: Any = None) -> list[Content]:
-    """One line per rank in `rows`: `r0 host util mem power temp throttle step` on GPU ranks,
-    `r0 host cpu rss step` on CPU ranks, fitted to `width`."""
+    """One line per rank in `rows`: `r0 host util mem power temp throttle step data` on GPU
+    ranks, `r0 host cpu rss step data` on CPU ranks, fitted to `width`."""
     if not rows:
         return []
     on_gpu = any(r.gpus for r in rows)
@@ -174,6 +187,12 @@ def rank_rows(rows: list[Any], width: int, flagged: Any = None) -> list[Content]
         Column(6, [(fmt_step_time(r.step_time_s),
                     "$warning" if flagged is not None and r.rank == flagged.rank else "")
                    for r in rows], right=True),
+        # the ranks wait for each other at every gradient exchange, so their step times stay
+        # close: time waiting for batches is where a slow data loader shows (on GPU ranks,
+        # after the device's own figures)
+        Column(8, [("data " + fmt_step_time(r.data_time_s), "$foreground-muted") for r in rows],
+               short=[("d" + fmt_step_time(r.data_time_s), "$foreground-muted") for r in rows],
+               optional=on_gpu),
     ]  # fmt: skip
     kept = fit_columns(columns, width)
     lines = []

@@ -5,6 +5,7 @@ looks as before (tests/cockpit/test_snapshots.py)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import pytest
@@ -107,17 +108,22 @@ def test_rows_fit_the_width_and_the_height() -> None:
     assert len(rows) == 6 and rows[-1] == "+4 more (zoom: 3)"
     shown = [row.split()[0] for row in rows[1:-1]]
     assert "r5" in shown and "r0" in shown  # the slowest and the fastest
-    one_host = plain(ranks_lines(rank_report("psutil", 2), 36, None))
-    assert one_host[1].split()[:4] == ["r0", "vm", "cpu", "97%"]
+    # CPU ranks at 80x24: the labels go before the time waiting for data does
+    cpu = plain(ranks_lines(rank_report("psutil", 2), 36, None))
+    assert cpu[1] == "r0 vm 97% 1.23 GiB 412ms data 2ms", cpu
+    assert plain(ranks_lines(rank_report("psutil", 2), 60, None))[1].startswith("r0 vm cpu 97% rss")
+    # GPU ranks: the device's own figures go before the time waiting for data does
+    gpu = plain(ranks_lines(rank_report("nvml", 2), 60, None))
+    assert "690/700W" in gpu[2] and "power cap" in gpu[2] and "data" not in gpu[2]
 
 
 def test_a_paused_interval_has_no_step_line_figures() -> None:
     report = rank_report("psutil", 2)
     idle = dataclasses.replace(
-        report, ranks=tuple(dataclasses.replace(r, steps=0, step_time_s=float("nan")) for r in report.ranks)
+        report, ranks=tuple(dataclasses.replace(r, steps=0, step_time_s=math.nan, data_time_s=math.nan) for r in report.ranks)
     )
     lines = plain(ranks_lines(idle, 36, None))
-    assert lines[0] == "step: no steps in this interval" and lines[1].endswith("-")
+    assert lines[0] == "step: no steps in this interval" and lines[1].endswith(" - data -")
 
 
 async def _telemetry_after_a_report(pilot: Any, app: CockpitApp, factory: ScriptedFactory) -> None:
