@@ -283,6 +283,8 @@ class DevicePanel(VerticalScroll):
         """Record one RankReport: from now on the panel shows every rank, not this machine."""
         from cockpit.widgets.ranks import RanksView  # it draws with this module's helpers
 
+        if len(report.ranks) < 2:
+            return  # torchrun with one rank: its own Telemetry says more (the strip charts)
         self._last_reading_time = getattr(report, "time", None)
         if self._stopped_because:
             self._stopped_because = ""

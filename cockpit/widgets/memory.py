@@ -119,6 +119,8 @@ class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
 
     def update_ranks(self, report: Any) -> None:
         """Record the most memory any rank of a RankReport uses (its line under the legend)."""
+        if len(report.ranks) < 2:
+            return  # torchrun with one rank: its breakdown is all there is
         top = report.memory_max
         rank_max = None if top is None else (len(report.ranks), int(top.memory_peak), top.rank)
         if rank_max == self.rank_max:

@@ -146,3 +146,17 @@ def test_rank_0s_own_telemetry_does_not_replace_the_rank_rows() -> None:
             await _telemetry_after_a_report(pilot, app, factory)
 
     asyncio.run(run())
+
+
+def test_one_rank_under_torchrun_keeps_the_single_process_view() -> None:
+    import asyncio
+
+    factory = ScriptedFactory(script=ranks_script("nvml", 1, slow=None))
+    app = CockpitApp(factory, "default")
+
+    async def run() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await settle(pilot, factory)
+            assert app.device_panel.mode == "nvml" and app.memory_panel.rank_max is None
+
+    asyncio.run(run())
