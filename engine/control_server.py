@@ -82,6 +82,7 @@ class ControlServer:
         # the run's present besides its history: what a viewer needs to draw it as it is now
         self._last_state: Event | None = None
         self._last_memory: Event | None = None
+        self._last_ranks: Event | None = None
         self._telemetry: deque[Event] = deque(maxlen=REPLAY_TELEMETRY)
         self._alerts: deque[Event] = deque(maxlen=REPLAY_ALERTS)
         # wire lines of history records already sent once (id -> (event, line))
@@ -194,6 +195,8 @@ class ControlServer:
                 self._alerts.clear()  # resumed: the faults that paused it are behind it
         elif kind == "memory":
             self._last_memory = event
+        elif kind == "ranks":
+            self._last_ranks = event  # every rank's row in the device panel at once
         elif kind == "telemetry":
             self._telemetry.append(event)
         elif kind == "alert" and event.level in ("warning", "error"):  # type: ignore[attr-defined]
@@ -208,7 +211,9 @@ class ControlServer:
         past = [e for e in self._history if e.kind != "step" or id(e) in keep]
         if self._last_step is not None and id(self._last_step) not in keep:
             past.append(self._last_step)
-        present = [self._last_memory, *self._telemetry, *self._alerts, self._last_state]
+        present = [
+            self._last_memory, self._last_ranks, *self._telemetry, *self._alerts, self._last_state
+        ]
         past.extend(e for e in present if e is not None)
         return [self._run_started, *past] if self._run_started is not None else past
 

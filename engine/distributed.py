@@ -196,17 +196,18 @@ def lost_ranks(ranks: list[tuple[str, int]], me: int) -> str:
     """Which ranks are gone, as far as this one can tell: on this host, a rank whose process
     no longer exists; on other hosts it cannot look."""
     import socket as socket_module
+    import time
 
     host = socket_module.gethostname()
-    gone, elsewhere = [], []
-    for rank, (rank_host, pid) in enumerate(ranks):
-        if rank == me:
-            continue
-        if rank_host != host:
-            elsewhere.append(f"{rank} ({rank_host})")
-            continue
-        if _process_gone(pid):
-            gone.append(f"rank {rank} (pid {pid})")
+    elsewhere = [f"{r} ({h})" for r, (h, _) in enumerate(ranks) if r != me and h != host]
+    local = [(r, pid) for r, (h, pid) in enumerate(ranks) if r != me and h == host]
+    # a process killed closes its sockets before it is a zombie: look again for a moment
+    deadline = time.monotonic() + 2.0
+    while True:
+        gone = [f"rank {r} (pid {pid})" for r, pid in local if _process_gone(pid)]
+        if gone or not local or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     if gone:
         return f"{', '.join(gone)} is gone (killed, or out of memory?)"
     if elsewhere:
