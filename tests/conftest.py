@@ -41,3 +41,15 @@ def tiktoken_cache() -> Path:
     if not TIKTOKEN_CACHE.is_dir():
         pytest.skip(f"tiktoken cache not found at {TIKTOKEN_CACHE}")
     return TIKTOKEN_CACHE
+
+
+@pytest.fixture
+def live(tmp_path: Path):  # noqa: ANN201 - a LiveRun (tests/live_process.py)
+    """A real headless `tiny` run in its own process, serving its socket; stopped after."""
+    from live_process import LiveRun
+
+    run = LiveRun(tmp_path / "run")
+    try:
+        yield run.start()
+    finally:
+        run.close()

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,14 +26,6 @@ from engine.remote import RemoteEngine
 
 SIZE = (120, 36)
 
-
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[LiveRun]:
-    run = LiveRun(tmp_path / "run")
-    try:
-        yield run.start()
-    finally:
-        run.close()
 
 
 def test_attach_steer_detach_and_attach_again(live: LiveRun) -> None:

@@ -89,3 +89,28 @@ def wait_for(condition: Any, timeout_s: float = TIMEOUT_S) -> Any:
             return value
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def checked(result: subprocess.CompletedProcess[str]) -> None:
+    """A launch that must have succeeded; its output's end when it did not."""
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def assert_gradients_match_one_process(run_dir: Path) -> None:
+    """The gradients every rank applied at step 1 (rank_worker's GRAD_CHECK) equal those of
+    one process on the union of every rank's micro-batches, clipped alike."""
+    from engine.config import config_from_dict
+    from engine.model import GPT
+
+    ranks = [torch.load(run_dir / f"grads-{r}.pt", weights_only=True) for r in (0, 1)]
+    cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()))
+    reference = GPT(cfg.model, ranks[0]["initial"]["wte.weight"].shape[0])
+    reference.load_state_dict(ranks[0]["initial"])
+    batches = [b for rank in ranks for b in rank["batches"]]  # every rank's micro-batches
+    assert len(batches) == 2 and not torch.equal(batches[0][0], batches[1][0])  # its own data
+    loss = sum(reference(x, y)[1] for x, y in batches) / len(batches)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.optim.grad_clip)
+    for name, param in reference.named_parameters():
+        for rank in ranks:
+            torch.testing.assert_close(rank["grads"][name], param.grad, rtol=1e-5, atol=1e-7)

@@ -4,7 +4,6 @@ step on every rank, signals and a lost rank handled, and an exact resume."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -12,33 +11,26 @@ import time
 from pathlib import Path
 
 import torch
-from launch import TINY, rank_records, records, run, single, start, wait_for, weights
+from launch import (
+    TINY,
+    assert_gradients_match_one_process,
+    checked,
+    rank_records,
+    records,
+    run,
+    single,
+    start,
+    wait_for,
+    weights,
+)
 
-from engine.config import config_from_dict
-from engine.model import GPT
 from engine.remote import RemoteEngine
-
-
-def checked(result) -> None:  # noqa: ANN001
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 def test_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     checked(run(*TINY, "--set", "train.max_steps=2", "--run-dir", str(run_dir), GRAD_CHECK="1"))
-    ranks = [torch.load(run_dir / f"grads-{r}.pt", weights_only=True) for r in (0, 1)]
-    cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()))
-    vocab = ranks[0]["initial"]["wte.weight"].shape[0]
-    reference = GPT(cfg.model, vocab)
-    reference.load_state_dict(ranks[0]["initial"])
-    batches = [b for rank in ranks for b in rank["batches"]]  # every rank's micro-batches
-    assert len(batches) == 2 and not torch.equal(batches[0][0], batches[1][0])  # its own data
-    loss = sum(reference(x, y)[1] for x, y in batches) / len(batches)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.optim.grad_clip)
-    for name, param in reference.named_parameters():
-        for rank in ranks:
-            torch.testing.assert_close(rank["grads"][name], param.grad, rtol=1e-5, atol=1e-7)
+    assert_gradients_match_one_process(run_dir)
 
 
 def test_every_rank_ends_with_the_same_weights_and_the_loss_of_one_process(tmp_path: Path) -> None:

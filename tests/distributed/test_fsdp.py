@@ -4,42 +4,26 @@ process, unsharded), and a sharded checkpoint exported to one file."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from launch import REPO, TINY, records, run, single
+from launch import REPO, TINY, assert_gradients_match_one_process, checked, records, run, single
 
-from engine.config import config_from_dict
-from engine.model import GPT
 from engine.sharded import dcp_model_state
 
 FSDP = [*TINY, "--set", "train.parallel=fsdp"]
 
-
-def checked(result) -> None:  # noqa: ANN001
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
 def test_sharded_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     checked(run(*FSDP, "--set", "train.max_steps=2", "--run-dir", str(run_dir), GRAD_CHECK="1"))
     assert (run_dir / "ckpt-00000002.dcp" / "meta.pt").is_file()  # a sharded checkpoint
-    ranks = [torch.load(run_dir / f"grads-{r}.pt", weights_only=True) for r in (0, 1)]
-    cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()))
-    reference = GPT(cfg.model, ranks[0]["initial"]["wte.weight"].shape[0])
-    reference.load_state_dict(ranks[0]["initial"])
-    batches = [b for rank in ranks for b in rank["batches"]]
-    loss = sum(reference(x, y)[1] for x, y in batches) / len(batches)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.optim.grad_clip)
     # averaged over ranks, not summed (pytorch/pytorch#162338 reported sums on gloo)
-    for name, param in reference.named_parameters():
-        for rank in ranks:
-            torch.testing.assert_close(rank["grads"][name], param.grad, rtol=1e-5, atol=1e-7)
+    assert_gradients_match_one_process(run_dir)
 
 
 def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import datetime
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,6 @@ EXAMPLE = REPO / "examples" / "lower_lr_at.py"
 TIMEOUT_S = 60
 CHANGED = re.compile(r"LR (\S+) -> (\S+) at step (\d+) \(x(\S+) on the schedule\)")
 
-
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[LiveRun]:
-    run = LiveRun(tmp_path / "run")
-    try:
-        yield run.start()
-    finally:
-        run.close()
 
 
 def example(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
