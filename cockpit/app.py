@@ -34,6 +34,7 @@ from cockpit.commands import (
 )
 from cockpit.exit_watchdog import start_exit_watchdog
 from cockpit.main_screen import MainScreen
+from cockpit.notifications import Notifier, NotifySettings, StallWatch
 from cockpit.preset_switch import data_always_available, preset_menu_rows, switch_question
 from cockpit.run_events import RunEvents
 from cockpit.run_view import RunView
@@ -83,6 +84,7 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         preset_dirs: Sequence[str] = (),
         data_available: Callable[[str], tuple[Any, ...]] | None = None,
         fit_warning: Callable[[str, tuple[str, float] | None], str] | None = None,
+        notify: NotifySettings | None = None,
     ) -> None:
         """`data_available(preset)` -> (ok, note) or (ok, note, stand_in) for the preset menu;
         `fit_warning(preset, (device, peak FLOP/s) of the current run or None)` -> a warning
@@ -115,6 +117,15 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
         self._engine_thread: threading.Thread | None = None
         self._watchdog_armed = False
+        # desktop notifications and the bell (cockpit/notifications.py), through the driver
+        self.notifier = Notifier(notify or NotifySettings(), self._write_to_terminal, self.bell)
+        self.stall_watch = StallWatch()
+
+    def _write_to_terminal(self, text: str) -> None:
+        driver = self._driver
+        if driver is not None and not self.is_headless:
+            driver.write(text)
+            driver.flush()
 
     def get_default_screen(self) -> MainScreen:
         self._main_screen = MainScreen(id="_default")
@@ -540,6 +551,13 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             ui_running=lambda: self._running,
             report=lambda: format_exit_report(self.exit_summary(), forced=True),
         )
+
+    def action_journal(self) -> None:
+        """`j`: the run's interventions, read from its metrics.jsonl (cockpit/journal_screen.py)."""
+        from cockpit.journal_screen import JournalScreen
+
+        run_dir = getattr(self.view.info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
+        self.push_screen(JournalScreen(Path(run_dir) / "metrics.jsonl" if run_dir else None))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for title, description, action in palette_entries():

@@ -16,7 +16,7 @@ from typing import Any
 from cockpit.headless import ProgressPrinter, RankErrorPrinter
 from cockpit.preset_fit import preset_fit_warning
 from cockpit.stop_signals import StopSignals, exit_when_ended, signal_reason
-from cockpit.subcommands.options import add_run_options
+from cockpit.subcommands.options import add_run_options, notify_settings
 from engine.config import ConfigError, parse_override
 from engine.presets import DEFAULT_PRESET
 
@@ -141,6 +141,7 @@ def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int
         preset_dirs=args.presets_dir,
         data_available=preset_data_available,
         fit_warning=fit_warning,
+        notify=notify_settings(args),
     )
     def on_signal(signum: int, _frame: Any) -> None:
         # SIGHUP: the terminal is gone (the SSH link dropped); SIGTERM: a scheduler wants the

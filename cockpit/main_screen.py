@@ -152,6 +152,7 @@ class MainScreen(Screen[None]):
         else:
             self._ticks_under_dialog = 0
         self.cockpit.pump()  # through the app's pump: the one seam tests hold the events back at
+        self.cockpit.check_stall()
 
     def pump(self, force: bool = False) -> int:
         """Drain the engine's events, route them, update text at once and plots when due.
@@ -243,10 +244,14 @@ class MainScreen(Screen[None]):
                     )
             case Alert():
                 app.alert_raised(ev)
+        if isinstance(ev, (StateChanged, Alert)) and not history:
+            app.notice(ev)  # finished, failed, paused on a fault: a desktop notification
 
     def _on_step(self, ev: Step, history: bool) -> None:
         app = self.cockpit
         view = app.view
+        if not history:
+            app.stall_watch.step(ev, app.clock())
         view.step = ev.step
         view.grad_norm = ev.grad_norm
         if not history:  # a replayed step's speed is the last session's, not this one's

@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cockpit.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner
+from cockpit.notifications import Notifier, StallWatch, notice_for
 from cockpit.numbers import fmt_int, fmt_loss
 from cockpit.run_view import RunView
 from cockpit.widgets.status import status_segments
 from engine.contract import EngineHandle
-from engine.events import Alert, CheckpointSaved, RunStarted, RunState, StateChanged
+from engine.events import Alert, CheckpointSaved, Event, RunStarted, RunState, StateChanged
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -26,6 +27,7 @@ else:
     _AppBase = object
 
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
+NOTICE_MAX_AGE_S = 30.0  # older events (an attach's replay of the run's present) notify nobody
 
 
 class RunEvents(_AppBase):
@@ -39,6 +41,8 @@ class RunEvents(_AppBase):
     _status_note: str
     _quitting: bool
     _pending_preset: str | None
+    notifier: Notifier
+    stall_watch: StallWatch
 
     def run_started(self, ev: RunStarted) -> None:
         self.view.info = ev
@@ -162,6 +166,22 @@ class RunEvents(_AppBase):
             self.notify(ev.message, title="Warning", severity="warning", timeout=6)
         else:
             self.notify(ev.message, timeout=4)
+
+    # notifications -------------------------------------------------------------------------------
+    def notice(self, ev: Event) -> None:
+        """A desktop notification (and the bell, if asked for) for what deserves one now."""
+        if isinstance(ev, StateChanged):
+            self.stall_watch.reset(self.clock())  # paused, resumed, ended: the wait restarts
+        if self.clock() - ev.time > NOTICE_MAX_AGE_S:
+            return
+        notice = notice_for(ev, self.preset)
+        if notice is not None:
+            self.notifier.notify(notice)
+
+    def check_stall(self) -> None:
+        notice = self.stall_watch.check(self.clock(), self.state, self.preset)
+        if notice is not None:
+            self.notifier.notify(notice)
 
     # state, alerts, status -------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:

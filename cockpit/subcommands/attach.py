@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cockpit.subcommands.options import add_notify_options, notify_settings
+
 NAME = "attach"
 HELP = "open the cockpit on a live run (started with `cockpit start`, in another terminal, or a batch job)"
 EPILOG = (
@@ -45,18 +47,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-mouse", action="store_true", help="turn off mouse tracking (saves bandwidth over slow SSH links)"
     )
+    add_notify_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         run_dir = Path(args.run_dir) if args.run_dir else choose_live_run(Path(args.runs))
-        return attach(run_dir, read_only=args.read_only, mouse=not args.no_mouse)
+        return attach(
+            run_dir, read_only=args.read_only, mouse=not args.no_mouse, notify=notify_settings(args)
+        )
     except AttachError as e:
         print(f"cockpit attach: {e}", file=sys.stderr)
         return 2
 
 
-def attach(run_dir: Path, *, read_only: bool = False, mouse: bool = True) -> int:
+def attach(
+    run_dir: Path, *, read_only: bool = False, mouse: bool = True, notify: Any = None
+) -> int:
     """Open the app on the live run in `run_dir` until the user leaves; print where the run is."""
     from engine.remote import EngineUnreachable, RemoteEngine
 
@@ -74,19 +81,19 @@ def attach(run_dir: Path, *, read_only: bool = False, mouse: bool = True) -> int
     from cockpit.app import run_app
     from cockpit.runs import format_exit_report
 
-    app = attached_app(engine)
+    app = attached_app(engine, notify)
     _detach_on_signals(app)
     run_app(app, mouse=mouse)
     print(format_exit_report(app.exit_summary(), forced=app.quit_forced))
     return 0
 
 
-def attached_app(engine: Any) -> Any:
+def attached_app(engine: Any, notify: Any = None) -> Any:
     """The cockpit app as a viewer of `engine` (a connected RemoteEngine)."""
     from cockpit.app import CockpitApp
 
     preset = engine.summary.get("preset") or os.path.basename(os.path.normpath(engine.run_dir))
-    return CockpitApp(lambda _preset: engine, preset)
+    return CockpitApp(lambda _preset: engine, preset, notify=notify)
 
 
 def has_terminal() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from engine.presets import DEFAULT_PRESET
 
@@ -69,8 +70,29 @@ def add_run_options(parser: argparse.ArgumentParser, headless: bool = True) -> N
         help="turn off mouse tracking (saves bandwidth over slow SSH links)",
     )
     parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+    add_notify_options(parser)
     parser.add_argument(
         "--tensorboard",
         action="store_true",
         help="also write TensorBoard event files to RUN_DIR/tensorboard (same as --set log.tensorboard=true)",
     )
+
+
+def add_notify_options(parser: argparse.ArgumentParser) -> None:
+    """How the app tells you a run finished, failed, paused on a fault or stalled."""
+    parser.add_argument(
+        "--bell",
+        action="store_true",
+        help="ring the terminal bell too when the run finishes, fails, pauses on a fault or stalls",
+    )
+    parser.add_argument(
+        "--no-notify",
+        action="store_true",
+        help="no desktop notifications (OSC 9/777, through SSH and tmux) for those events",
+    )
+
+
+def notify_settings(args: argparse.Namespace) -> Any:
+    from cockpit.notifications import NotifySettings
+
+    return NotifySettings(desktop=not args.no_notify, bell=args.bell)

@@ -90,11 +90,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(started_report(run_dir, process.pid, nproc))
     from cockpit.subcommands.attach import AttachError, attach, has_terminal
+    from cockpit.subcommands.options import notify_settings
 
     if args.no_attach or not has_terminal():
         return 0
     try:
-        return attach(run_dir, mouse=not args.no_mouse)
+        return attach(run_dir, mouse=not args.no_mouse, notify=notify_settings(args))
     except AttachError as e:  # it ended (or was killed) before the app connected
         print(f"cockpit attach: {e}", file=sys.stderr)
         return 1
