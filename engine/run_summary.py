@@ -1,0 +1,337 @@
+"""RUN_DIR/summary.json: a run's facts in a few hundred bytes, so listing runs never parses a
+whole metrics.jsonl (`cockpit runs`).
+
+`SummarySink` keeps the file up to date while the run goes: a step is a dict update, and the file
+is written (atomically) only when due: every few seconds, and soon after a key event (the run's
+start, an eval, a checkpoint, a state change). `read_summary` is the reader: when the file is
+missing, or behind the end of metrics.jsonl (a crash killed the writer, or the run is live), it
+reads metrics.jsonl from the offset the summary records (from the start when there is none),
+line by line, and stops before a last line cut mid-write. Torch-free: the CLI imports it.
+
+Reading skips what a summary does not need: only the lines of the kinds below are parsed, and of
+the step records only the newest before each of those (a run is mostly step records).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.events import Event, RunState
+from engine.files import atomic_write
+
+SUMMARY_NAME = "summary.json"
+METRICS_NAME = "metrics.jsonl"
+VERSION = 1
+KEY_KINDS = ("run_started", "eval", "checkpoint", "state")  # written soon after these
+READ_KINDS = (*KEY_KINDS, "ranks")  # the records a summary is made of, besides steps
+CHUNK_BYTES = 8 << 20
+
+# A record line starts with its kind (Event.to_record puts it first; the writer adds no spaces).
+_KEY_LINE = re.compile(rb'\n\{"kind":"(?:' + b"|".join(k.encode() for k in READ_KINDS) + rb')"[^\n]*')
+_STEP_LINE = b'\n{"kind":"step",'
+
+
+class RunSummary:
+    """What a run's records add up to. `facts` is what summary.json holds; besides the facts
+    shown, it keeps what folding in later records needs: the best val losses in step order (a
+    resume from an older checkpoint drops those after it) and the last exact training time."""
+
+    def __init__(self, facts: dict[str, Any] | None = None) -> None:
+        self.facts: dict[str, Any] = facts if facts is not None else empty_facts()
+
+    # ---------------------------------------------------------------- folding records in
+
+    def observe_step(self, step: int, tokens: int, step_time_s: float | None, when: float) -> None:
+        """One step record: the training thread's whole cost per step (a few dict updates)."""
+        f = self.facts
+        if step >= f["step"]:
+            f["step"], f["tokens"] = step, tokens
+        if step_time_s is not None and math.isfinite(step_time_s):
+            f["step_time_s"] = step_time_s
+        f["updated"] = max(f["updated"] or when, when)
+
+    def observe(self, record: dict[str, Any]) -> None:
+        """Any other record (from metrics.jsonl, or an event's to_record())."""
+        kind = record.get("kind")
+        f = self.facts
+        if isinstance(record.get("time"), (int, float)):
+            f["updated"] = max(f["updated"] or record["time"], record["time"])
+            if f["started"] is None:
+                f["started"] = record["time"]
+        if kind == "step":
+            self.observe_step(record["step"], record["tokens"], record.get("step_time_s"), f["updated"])
+        elif kind == "run_started":
+            self._run_started(record)
+        elif kind == "eval":
+            self._eval(record)
+        elif kind == "checkpoint" and record.get("reason") != "best":
+            f["last_checkpoint"] = {"path": record["path"], "step": record["step"]}
+        elif kind == "state":
+            f["last_state"] = record["state"]
+        elif kind == "ranks" and isinstance(record.get("ranks"), list):
+            f["world_size"] = max(1, len(record["ranks"]))
+
+    def _run_started(self, record: dict[str, Any]) -> None:
+        f = self.facts
+        start = int(record.get("start_step") or 0)
+        f["preset"] = record.get("preset")
+        f["max_steps"] = record.get("max_steps")
+        # A resume at step S abandons whatever was recorded after S (an older checkpoint's branch).
+        if f["step"] > start:
+            f["tokens"] = start * int(record.get("tokens_per_step") or 0)
+        f["step"] = start
+        f["best_vals"] = [b for b in f["best_vals"] if b[0] <= start]
+        if f["last_val"] is not None and f["last_val"]["step"] > start:
+            f["last_val"] = None
+        saved = f["last_checkpoint"]
+        if saved is not None and saved["step"] > start:
+            resumed = record.get("resumed_from")
+            f["last_checkpoint"] = {"path": resumed, "step": start} if resumed else None
+        f["train_time_anchor"] = [float(record.get("train_time_s") or 0.0), start]
+
+    def _eval(self, record: dict[str, Any]) -> None:
+        f = self.facts
+        step, val = record["step"], record.get("val_loss")
+        if isinstance(record.get("train_time_s"), (int, float)):
+            f["train_time_anchor"] = [record["train_time_s"], step]
+        if not isinstance(val, (int, float)):
+            return  # a NaN val loss (null) is no one's best
+        f["last_val"] = {"value": val, "step": step}
+        if not f["best_vals"] or val < f["best_vals"][-1][1]:
+            f["best_vals"].append([step, val])
+
+    # ---------------------------------------------------------------- what it says
+
+    @property
+    def best_val(self) -> dict[str, Any] | None:
+        best = self.facts["best_vals"]
+        return {"value": best[-1][1], "step": best[-1][0]} if best else None
+
+    @property
+    def train_time_s(self) -> float:
+        """Training time: exact at the last eval (or start), then the newest step time times
+        the steps since (a crashed run's last stretch is an estimate)."""
+        f = self.facts
+        anchor_s, anchor_step = f["train_time_anchor"]
+        return anchor_s + max(0, f["step"] - anchor_step) * (f["step_time_s"] or 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        """summary.json's content: the facts, with the derived ones spelled out for readers."""
+        return {**self.facts, "best_val": self.best_val, "train_time_s": self.train_time_s}
+
+
+def empty_facts() -> dict[str, Any]:
+    return {
+        "version": VERSION,
+        "preset": None,
+        "started": None,  # the first record's time (Unix seconds)
+        "updated": None,  # the newest record's time
+        "last_state": None,  # the newest state record's state
+        "step": 0,
+        "max_steps": None,
+        "tokens": 0,
+        "best_vals": [],  # [step, val loss] each better than every one before it
+        "last_val": None,  # {"value", "step"}
+        "step_time_s": None,
+        "train_time_anchor": [0.0, 0],  # [train_time_s, at step]
+        "last_checkpoint": None,  # {"path", "step"}
+        "parent": None,  # the run this one was forked from (none yet)
+        "world_size": 1,
+        "offset": 0,  # bytes of metrics.jsonl folded in: whole lines only
+    }
+
+
+def from_json(data: Any) -> RunSummary | None:
+    """A summary read back from summary.json; None for one this version cannot use."""
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return None
+    facts = empty_facts()
+    if not set(facts) <= set(data) or not isinstance(data.get("offset"), int):
+        return None
+    return RunSummary({k: data[k] for k in facts})
+
+
+# -------------------------------------------------------------------- reading metrics.jsonl
+
+
+def fold_metrics(summary: RunSummary, metrics: Path) -> bool:
+    """Fold in metrics.jsonl from `summary`'s offset to its last whole line. True when the
+    offset moved. A line cut mid-write is left for the next read; a line that does not parse
+    (the start of a resumed writer glued to a cut line) is skipped."""
+    offset = summary.facts["offset"]
+    with metrics.open("rb") as f:
+        f.seek(offset)
+        for block in _whole_lines(f):
+            _fold_block(summary, block)
+            offset += len(block)
+    moved = offset != summary.facts["offset"]
+    summary.facts["offset"] = offset
+    return moved
+
+
+def _whole_lines(f: Any) -> Iterator[bytes]:
+    """Blocks of whole lines (each ends with a newline); an unfinished last line is not given."""
+    rest = b""
+    while chunk := f.read(CHUNK_BYTES):
+        data = rest + chunk
+        end = data.rfind(b"\n") + 1
+        rest = data[end:]
+        if end:
+            yield data[:end]
+
+
+def _fold_block(summary: RunSummary, block: bytes) -> None:
+    text = b"\n" + block  # every line, the first too, now starts after a newline
+    done = 0
+    for match in _KEY_LINE.finditer(text):
+        _fold_last_step(summary, text, done, match.start())
+        _fold_line(summary, match.group()[1:])
+        done = match.end()
+    _fold_last_step(summary, text, done, len(text))
+
+
+def _fold_last_step(summary: RunSummary, text: bytes, start: int, end: int) -> None:
+    """The newest step record in text[start:end]: the earlier ones change nothing it keeps."""
+    at = text.rfind(_STEP_LINE, start, end)
+    if at >= 0:
+        _fold_line(summary, text[at + 1 : text.find(b"\n", at + 1)])
+
+
+def _fold_line(summary: RunSummary, line: bytes) -> None:
+    try:
+        record = json.loads(line)
+        summary.observe(record)
+    except (ValueError, KeyError, TypeError, IndexError):
+        pass  # a line cut by a crash and glued to the next writer's first line, or not a record
+
+
+def read_summary(run_dir: Path, write_back: bool = True) -> RunSummary:
+    """The run's summary: summary.json brought up to the end of metrics.jsonl (rebuilt from the
+    start when missing or unusable), and written back when that moved it and `write_back`."""
+    metrics = run_dir / METRICS_NAME
+    summary = load_summary_file(run_dir)
+    try:
+        size = metrics.stat().st_size
+    except FileNotFoundError:
+        return summary or RunSummary()
+    if summary is None or summary.facts["offset"] > size:  # none, or a metrics file replaced
+        summary = RunSummary()
+    if summary.facts["offset"] < size and fold_metrics(summary, metrics) and write_back:
+        try:
+            write_summary(run_dir, summary)
+        except OSError:
+            pass  # a directory we may read but not write: the next read folds in again
+    return summary
+
+
+def load_summary_file(run_dir: Path) -> RunSummary | None:
+    try:
+        return from_json(json.loads((run_dir / SUMMARY_NAME).read_bytes()))
+    except (OSError, ValueError):
+        return None
+
+
+def write_summary(run_dir: Path, summary: RunSummary) -> None:
+    text = json.dumps(summary.to_json(), separators=(",", ":")).encode() + b"\n"
+    atomic_write(run_dir / SUMMARY_NAME, lambda f: f.write(text))
+
+
+# -------------------------------------------------------------------- the sink
+
+
+class SummarySink:
+    """Keeps RUN_DIR/summary.json up to date while the run goes (rank 0's sink).
+
+    Starts from what the directory already holds (a resumed run, and the lines written before
+    the sink existed). Writes every INTERVAL_S when something changed, MIN_GAP_S after a key
+    event (so a run that evaluates every few steps does not write at that pace), at once for the
+    run's start and its final state, and on close."""
+
+    INTERVAL_S = 5.0
+    MIN_GAP_S = 1.0
+
+    def __init__(self, run_dir: Path, world_size: int = 1) -> None:
+        self.run_dir = run_dir
+        self.metrics = run_dir / METRICS_NAME
+        self.summary = read_summary(run_dir, write_back=False)
+        self.summary.facts["world_size"] = max(world_size, self.summary.facts["world_size"])
+        self._lock = threading.Lock()  # emit() is called from more than one thread
+        self._changed = False
+        self._key_change = False
+        self._last_write = -math.inf
+        self._closed = False
+        self.failed: str | None = None  # the first write that failed (the run goes on)
+
+    def __call__(self, event: Event) -> None:
+        kind = event.kind
+        if kind == "step":
+            with self._lock:
+                self.summary.observe_step(
+                    event.step, event.tokens, event.step_time_s, event.time  # type: ignore[attr-defined]
+                )
+                self._changed = True
+                if time.monotonic() - self._last_write >= self.INTERVAL_S or self._key_change:
+                    self._write_if_due()
+            return
+        if kind not in READ_KINDS:
+            return
+        record = event.to_record()
+        with self._lock:
+            self.summary.observe(record)
+            self._changed = self._key_change = True
+            now_please = kind == "run_started" or (
+                kind == "state" and record["state"] in RunState.ENDED
+            )
+            self._write_if_due(force=now_please)
+
+    def _write_if_due(self, force: bool = False) -> None:
+        since = time.monotonic() - self._last_write
+        due = since >= self.INTERVAL_S or (self._key_change and since >= self.MIN_GAP_S)
+        if self._closed or not self._changed or not (force or due):
+            return
+        try:
+            # What is on disk now: no more than what was folded in (the writer may still hold
+            # some lines); a reader folds in from here, and folding a record twice is harmless.
+            self.summary.facts["offset"] = self.metrics.stat().st_size
+            write_summary(self.run_dir, self.summary)
+        except OSError as e:
+            self.failed = self.failed or f"{type(e).__name__}: {e}"
+        self._last_write = time.monotonic()
+        self._changed = self._key_change = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._write_if_due(force=True)
+            self._closed = True
+
+
+def size_on_disk(run_dir: Path) -> int:
+    """Bytes the run's files take (a hard link, like best.pt beside its checkpoint, once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    stack = [str(run_dir)]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+    return total
