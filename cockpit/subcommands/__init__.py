@@ -14,12 +14,13 @@ from cockpit.subcommands import (
     plan,
     presets,
     ps,
+    runs,
     sample,
     serve,
     start,
 )
 
 MODULES: tuple[ModuleType, ...] = (
-    start, attach, ps, serve, plan, presets, sample, export, data, completion
+    start, attach, ps, runs, serve, plan, presets, sample, export, data, completion
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in MODULES}

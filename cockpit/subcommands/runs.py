@@ -1,0 +1,257 @@
+"""`cockpit runs [DIR]`: every run under a directory, live or not, newest first, as a table or JSON.
+
+Each row comes from the run's summary.json (engine/run_summary.py), brought up to the end of its
+metrics.jsonl: a run listed before reads a few hundred bytes, whatever its length. The state is
+the run's final state record; without one, live while an engine holds the run's lock, else
+crashed. Torch-free, numpy-free and textual-free: listing runs costs an interpreter start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NAME = "runs"
+HELP = "list every run (live, finished, stopped, failed or crashed) with its step, best val loss and size"
+EPILOG = (
+    "A run is a directory with a metrics.jsonl, up to 4 levels below DIR. Its summary.json is "
+    "brought up to date (or rebuilt when missing) as it is read. `cockpit ps` lists the live "
+    "runs and who watches them."
+)
+DEFAULT_ROOT = "runs"
+MAX_DEPTH = 4  # runs/, runs/project/, runs/project/sweep/...
+LIVE, CRASHED = "live", "crashed"
+GAP = "  "
+MIN_NAME_WIDTH = 14
+# every column, in order; the optional ones give way, first to last, until the table fits
+HEADERS = ("RUN", "PRESET", "STATE", "STEP", "BEST VAL", "TOKENS", "TRAIN", "WHEN", "SIZE", "CKPT")
+RIGHT_ALIGNED = {"STEP", "BEST VAL", "TOKENS", "TRAIN", "WHEN", "SIZE"}
+DROP_ORDER = ("CKPT", "SIZE", "TOKENS", "TRAIN", "PRESET")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "root", nargs="?", default=DEFAULT_ROOT, metavar="DIR",
+        help="where to look for run directories, a few levels deep (default: runs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--json", action="store_true",
+        help="print a JSON list instead (every fact, numbers as numbers, null when unknown)",
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.root)
+    if not root.exists():
+        print(
+            f"cockpit runs: {args.root}: no such directory; name the folder your runs are in: "
+            "cockpit runs DIR",
+            file=sys.stderr,
+        )
+        return 2
+    if not root.is_dir():
+        print(
+            f"cockpit runs: {args.root} is a file, not a directory; name the folder your runs "
+            "are in: cockpit runs DIR",
+            file=sys.stderr,
+        )
+        return 2
+    runs = sorted(
+        (listed for d in find_run_dirs(root) if (listed := list_run(d, root)) is not None),
+        key=lambda r: r.sort_time,
+        reverse=True,
+    )
+    now = time.time()
+    if args.json:
+        print(json.dumps([r.as_json() for r in runs], indent=2))
+    elif not runs:
+        print(f"no runs under {args.root} (start one with `cockpit train` or `cockpit start`)")
+    else:
+        width = shutil.get_terminal_size((80, 24)).columns
+        print("\n".join(table(runs, now, width)))
+    return 0
+
+
+# ---------------------------------------------------------------------------- finding runs
+
+
+def find_run_dirs(root: Path, depth: int = MAX_DEPTH) -> Iterator[Path]:
+    """Directories holding a metrics.jsonl, `root` itself included; never below a run's own
+    directory (its sharded checkpoints are directories too)."""
+    from engine.run_summary import METRICS_NAME
+
+    if (root / METRICS_NAME).is_file():
+        yield root
+        return
+    if depth == 0:
+        return
+    try:
+        children = sorted(e.path for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    except OSError:
+        return  # a folder we may not read: nothing of ours is in it
+    for child in children:
+        yield from find_run_dirs(Path(child), depth - 1)
+
+
+@dataclass(frozen=True)
+class ListedRun:
+    """One row: the run's summary and what only the directory can tell."""
+
+    run_dir: Path
+    name: str  # the path below DIR
+    summary: dict[str, Any]  # RunSummary.to_json()
+    state: str  # live, finished, stopped, failed, crashed
+    size_bytes: int
+    modified: float  # metrics.jsonl's mtime
+
+    @property
+    def sort_time(self) -> float:
+        return self.summary["started"] or self.modified
+
+    def as_json(self) -> dict[str, Any]:
+        s = self.summary
+        best, last, saved = s["best_val"], s["last_val"], s["last_checkpoint"]
+        return {
+            "run_dir": os.path.abspath(self.run_dir),
+            "name": self.name,
+            "preset": s["preset"],
+            "state": self.state,
+            "last_state": s["last_state"],  # the newest state record: running, paused, ...
+            "step": s["step"],
+            "max_steps": s["max_steps"],
+            "best_val_loss": best["value"] if best else None,
+            "best_val_step": best["step"] if best else None,
+            "last_val_loss": last["value"] if last else None,
+            "last_val_step": last["step"] if last else None,
+            "tokens": s["tokens"],
+            "train_time_s": round(s["train_time_s"], 3),
+            "started": s["started"],
+            "updated": s["updated"],
+            "size_bytes": self.size_bytes,
+            "last_checkpoint": saved["path"] if saved else None,
+            "last_checkpoint_step": saved["step"] if saved else None,
+            "parent": s["parent"],
+            "world_size": s["world_size"],
+        }
+
+
+def list_run(run_dir: Path, root: Path) -> ListedRun | None:
+    """The run in `run_dir`, or None (one line on stderr) when its files cannot be read."""
+    from engine.events import RunState
+    from engine.run_summary import METRICS_NAME, read_summary, size_on_disk
+
+    try:
+        live = engine_holds(run_dir)
+        summary = read_summary(run_dir, write_back=not live).to_json()
+        modified = (run_dir / METRICS_NAME).stat().st_mtime
+    except OSError as e:
+        print(f"cockpit runs: skipped {run_dir}: {e.strerror or e}", file=sys.stderr)
+        return None
+    final = summary["last_state"] if summary["last_state"] in RunState.ENDED else None
+    state = final or (LIVE if live else CRASHED)
+    name = run_dir.resolve().name if run_dir == root else os.path.relpath(run_dir, root)
+    return ListedRun(run_dir, name, summary, state, size_on_disk(run_dir), modified)
+
+
+def engine_holds(run_dir: Path) -> bool:
+    """A live engine holds the run's lock (the kernel drops it when the process goes)."""
+    from engine.config import ConfigError
+    from engine.run_lock import check_not_in_use
+
+    try:
+        check_not_in_use(run_dir)
+    except ConfigError:
+        return True
+    return False
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def fmt_ago(seconds: float | None) -> str:
+    """'just now', '42s ago', '5m ago', '2h ago', '3d ago', '14w ago'."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    for unit, size in (("w", 7 * 86_400), ("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size:
+            return f"{s // size}{unit} ago"
+    return "just now"
+
+
+def fmt_best(summary: dict[str, Any]) -> str:
+    """'2.576@300': the best val loss and its step."""
+    from cockpit.numbers import fmt_loss, fmt_tick
+
+    best = summary["best_val"]
+    return "-" if best is None else f"{fmt_loss(best['value'])}@{fmt_tick(best['step'])}"
+
+
+def fmt_size(n: int) -> str:
+    """'812K', '1.2G': a listing's size, short."""
+    for unit, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return f"{n}B"
+
+
+def row(listed: ListedRun, now: float) -> dict[str, str]:
+    from cockpit.numbers import fmt_si
+    from cockpit.subcommands.ps import fmt_steps, fmt_uptime, printable
+
+    s = listed.summary
+    saved = s["last_checkpoint"]
+    return {
+        "RUN": printable(listed.name),
+        "PRESET": printable(s["preset"] or "-"),
+        "STATE": listed.state,
+        "STEP": fmt_steps(s["step"], s["max_steps"]),
+        "BEST VAL": fmt_best(s),
+        "TOKENS": fmt_si(s["tokens"]) if s["tokens"] else "-",
+        "TRAIN": fmt_uptime(s["train_time_s"]) if s["train_time_s"] else "-",
+        "WHEN": fmt_ago(None if s["started"] is None else now - s["started"]),
+        "SIZE": fmt_size(listed.size_bytes),
+        "CKPT": printable(os.path.basename(str(saved["path"]))) if saved and saved["path"] else "-",
+    }
+
+
+def table(runs: Sequence[ListedRun], now: float, width: int = 80) -> list[str]:
+    """A header and one row per run, no wider than `width`: the optional columns give way
+    (DROP_ORDER), then the run's name is shortened (its end kept)."""
+    from cockpit.subcommands.ps import shorten
+
+    rows = [row(r, now) for r in runs]
+    columns = list(HEADERS)
+    widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in HEADERS}
+
+    def total() -> int:
+        return sum(widths[h] for h in columns) + len(GAP) * (len(columns) - 1)
+
+    for header in DROP_ORDER:
+        if total() - widths["RUN"] + min(widths["RUN"], MIN_NAME_WIDTH) <= width:
+            break  # shortening the name is enough
+        columns.remove(header)
+    widths["RUN"] = max(min(widths["RUN"], MIN_NAME_WIDTH), widths["RUN"] - max(0, total() - width))
+    lines = [_line({h: h for h in columns}, columns, widths)]
+    for cells in rows:
+        cells["RUN"] = shorten(cells["RUN"], widths["RUN"])
+        lines.append(_line(cells, columns, widths))
+    return lines
+
+
+def _line(cells: dict[str, str], columns: list[str], widths: dict[str, int]) -> str:
+    padded = [
+        cells[h].rjust(widths[h]) if h in RIGHT_ALIGNED else cells[h].ljust(widths[h])
+        for h in columns
+    ]
+    return GAP.join(padded).rstrip()
