@@ -557,7 +557,7 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
         from cockpit.journal_screen import JournalScreen
 
         run_dir = getattr(self.view.info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
-        self.push_screen(JournalScreen(Path(run_dir) / "metrics.jsonl" if run_dir else None))
+        self.push_screen(JournalScreen(run_dir))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for title, description, action in palette_entries():

@@ -7,7 +7,8 @@ per viewer a writer thread encodes and sends, and a reader thread takes commands
 them to the run's thread-safe command methods. A viewer that falls behind is resynchronised
 (its queue cleared, then `{"kind": "resync", ...}` and the replay again), never waited for.
 
-Torch-free: it needs only the run's command methods, its `state` and an alert callback.
+Torch-free: it needs only the run's command methods, its `state`, an alert callback and the
+run's `emit` (a viewer's attach, detach and commands are recorded: engine/journal.py reads them).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import wire
-from engine.events import Event
+from engine.events import CommandReceived, Event, ViewerChanged
 from engine.metrics_log import HISTORY_KINDS
 from engine.run_lock import RunLock
 from engine.unix_socket import bind_unix, peer_uid
@@ -33,6 +34,7 @@ REPLAY_STEPS = 8000  # step records in a replay, thinned evenly as read_history 
 CLOSE_GRACE_S = 1.0  # time the viewers get to take the last records when the run ends
 REPLAY_TELEMETRY = 300  # newest device readings in a replay: the device panel's recent past
 REPLAY_ALERTS = 5  # newest warnings and errors since the run last went running: why it is paused
+REPLAY_JOURNAL = 500  # newest viewer and command records in a replay: who attached and did what
 WRITE_INTERVAL_S = 0.02  # a viewer's writer sends at most this often (a batch of events)
 
 
@@ -49,6 +51,7 @@ class _Viewer:
         self.who = ""  # what the viewer says it is (its client hello): "user@host (tty)"
         self.closed = False
         self.warned: set[str] = set()  # kinds of mistake already logged for this viewer
+        self.announced = False  # its attach was recorded (at its client hello: probes say none)
         self.writer: threading.Thread | None = None
 
 
@@ -57,7 +60,9 @@ class ControlServer:
 
     `handle` has the EngineHandle's command methods and `state`; `alert(message)` logs one
     warning for the run (called from a viewer's thread). `history` seeds the replay with the
-    run's past (a resumed run's read_history)."""
+    run's past (a resumed run's read_history). `emit(event)`, when given, records a viewer's
+    attach, detach and commands as the run's events (called from a viewer's thread, never under
+    the server's lock: the server is one of the run's sinks)."""
 
     def __init__(
         self,
@@ -66,11 +71,13 @@ class ControlServer:
         alert: Callable[[str], None],
         history: Iterable[Event] = (),
         queue_size: int = VIEWER_QUEUE,
+        emit: Callable[[Event], None] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.path = run_dir / wire.SOCKET_NAME
         self.handle = handle
         self.alert = alert
+        self.emit = emit
         self.queue_size = queue_size
         self._lock = threading.Lock()  # viewers, history, run_started: taken by every event
         self._viewers: list[_Viewer] = []
@@ -85,6 +92,7 @@ class ControlServer:
         self._last_ranks: Event | None = None
         self._telemetry: deque[Event] = deque(maxlen=REPLAY_TELEMETRY)
         self._alerts: deque[Event] = deque(maxlen=REPLAY_ALERTS)
+        self._journal: deque[Event] = deque(maxlen=REPLAY_JOURNAL)  # viewer and command records
         # wire lines of history records already sent once (id -> (event, line))
         self._lines: dict[int, tuple[Event, bytes]] = {}
         for event in history:
@@ -199,18 +207,21 @@ class ControlServer:
             self._last_ranks = event  # every rank's row in the device panel at once
         elif kind == "telemetry":
             self._telemetry.append(event)
+        elif kind in ("viewer", "command"):
+            self._journal.append(event)
         elif kind == "alert" and event.level in ("warning", "error"):  # type: ignore[attr-defined]
             self._alerts.append(event)
 
     def _replay(self) -> list[Event]:
-        """run_started, the history thinned to REPLAY_STEPS steps, then the present: the
-        newest memory breakdown, recent readings, the faults since the run last went running
+        """run_started, the history thinned to REPLAY_STEPS steps, the newest viewer and command
+        records (who attached and did what), then the present: the newest memory breakdown, recent readings, the faults since the run last went running
         and the state it is in (under the lock)."""
         steps = [e for e in self._history if e.kind == "step"]
         keep = {id(e) for e in steps[:: max(1, math.ceil(len(steps) / REPLAY_STEPS))]}
         past = [e for e in self._history if e.kind != "step" or id(e) in keep]
         if self._last_step is not None and id(self._last_step) not in keep:
             past.append(self._last_step)
+        past.extend(self._journal)
         present = [
             self._last_memory, self._last_ranks, *self._telemetry, *self._alerts, self._last_state
         ]
@@ -301,8 +312,29 @@ class ControlServer:
             if viewer in self._viewers:
                 self._viewers.remove(viewer)
             viewer.closed = True
+            detached = viewer.announced
+            viewer.announced = False  # both the reader and the writer may drop it: once
         viewer.wake.set()
         _shutdown(viewer.conn)
+        if detached:
+            self._record(
+                ViewerChanged(
+                    viewer=viewer.number, who=viewer.who, read_only=viewer.read_only,
+                    attached=False, step=self._step(),
+                )
+            )
+
+    def _step(self) -> int:
+        """The run's newest step, for a viewer's records (which the training thread lacks)."""
+        step = getattr(self.handle, "step", None)
+        if isinstance(step, int):
+            return step
+        return int(getattr(self._last_step, "step", 0))
+
+    def _record(self, event: Event) -> None:
+        """Hand a viewer's record to the run (not under the lock: it comes back as a sink)."""
+        if self.emit is not None:
+            self.emit(event)
 
     def _write_loop(self, viewer: _Viewer) -> None:
         first = True
@@ -389,6 +421,15 @@ class ControlServer:
             if isinstance(who, str):
                 viewer.who = who[:200]
             self._reply(viewer, {"kind": "reply", "id": ident, "ok": True})
+            with self._lock:
+                attach, viewer.announced = not viewer.announced and not viewer.closed, True
+            if attach:
+                self._record(
+                    ViewerChanged(
+                        viewer=viewer.number, who=viewer.who, read_only=viewer.read_only,
+                        attached=True, step=self._step(),
+                    )
+                )
             return
         try:
             name, arguments = wire.parse_command(message)
@@ -398,6 +439,12 @@ class ControlServer:
         if viewer.read_only:
             self._refuse(viewer, ident, f"{name}: this viewer is read-only", "read-only")
             return
+        # recorded before it is queued, so its acknowledgement always follows it in the file
+        self._record(
+            CommandReceived(
+                name=name, args=arguments, viewer=viewer.number, who=viewer.who, step=self._step()
+            )
+        )
         getattr(self.handle, name)(**arguments)
         self._reply(viewer, {"kind": "reply", "id": ident, "ok": True})
 
@@ -430,13 +477,17 @@ def _shutdown(sock: socket.socket) -> None:
 
 
 def serve_run(
-    run_dir: Path, handle: Any, alert: Callable[[str], None], history: Iterable[Event] = ()
+    run_dir: Path,
+    handle: Any,
+    alert: Callable[[str], None],
+    history: Iterable[Event] = (),
+    emit: Callable[[Event], None] | None = None,
 ) -> ControlServer:
     """Lock the run directory (ConfigError when another engine has it) and serve its socket;
     a socket that cannot be served is one warning, not a failed run. close() ends both."""
     lock = RunLock(run_dir)
     lock.acquire()
-    server = ControlServer(run_dir, handle, alert, history)
+    server = ControlServer(run_dir, handle, alert, history, emit=emit)
     server.lock = lock
     problem = server.start()
     if problem:

@@ -219,6 +219,30 @@ class Alert(Event):
 
 
 @dataclass(frozen=True)
+class ViewerChanged(Event):
+    """A viewer attached to (after its client hello) or detached from the control socket."""
+
+    kind: ClassVar[str] = "viewer"
+    viewer: int  # the server's number for the connection: 1, 2, ...
+    who: str  # what the viewer said it is: "alice@gpu1 (pts/3)", "" when it did not say
+    read_only: bool
+    attached: bool  # False: it detached
+    step: int = 0  # the run's newest step at the time
+
+
+@dataclass(frozen=True)
+class CommandReceived(Event):
+    """A viewer's command, queued for the run: who gave it (its acknowledgement follows)."""
+
+    kind: ClassVar[str] = "command"
+    name: str  # the wire command: pause, scale_lr, ...
+    args: dict[str, Any]
+    viewer: int
+    who: str
+    step: int = 0  # the run's newest step at the time
+
+
+@dataclass(frozen=True)
 class DeviceReading:
     index: int
     name: str
@@ -363,6 +387,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MemoryBreakdown,
         DataProgress,
         RankReport,
+        ViewerChanged,
+        CommandReceived,
     )
 }
 

@@ -42,6 +42,7 @@ from engine.resume import plan_resume
 from engine.resume_corpus import check_vocabulary, resume_data_path
 from engine.run_dir import create_run_dir, default_run_dir
 from engine.run_started import run_started
+from engine.run_summary import SummarySink
 from engine.sharded import shard_model
 
 REPLAY_HEADER = (
@@ -157,12 +158,14 @@ def open_run_dir(run: Trainer) -> None:
     # written), and the control socket viewers attach to; a sink, closed with the run.
     history = read_history(run.run_dir / "metrics.jsonl", run.step) if run.resume_from else []
     run.control = serve_run(
-        run.run_dir, run, lambda message: run._alert("warning", message, "socket"), history
+        run.run_dir, run, lambda message: run._alert("warning", message, "socket"), history,
+        emit=run.emit,
     )
     run.sinks.append(run.control)
     ckpt.remove_partial_saves(run.run_dir)  # a save killed mid-write left its temp file
     run.metrics.open(run.run_dir / "metrics.jsonl")
     run.sinks.extend(log_sinks(run.cfg, run.run_dir, start_step=run.step))  # TensorBoard...
+    run.sinks.append(SummarySink(run.run_dir, run.world.world_size))  # summary.json: `cockpit runs`
 
 def instrument(run: Trainer) -> None:
     """The forward pass, evaluator, FLOP counts and peak that the loop reports with."""

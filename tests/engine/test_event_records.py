@@ -13,6 +13,7 @@ from engine.events import (
     EVENT_TYPES,
     Alert,
     CheckpointSaved,
+    CommandReceived,
     DataProgress,
     DeviceReading,
     Eval,
@@ -26,6 +27,7 @@ from engine.events import (
     StateChanged,
     Step,
     Telemetry,
+    ViewerChanged,
 )
 
 T = 1_764_512_345.678
@@ -139,6 +141,11 @@ REALISTIC: list[Event] = [
         note="an interrupted preparation was found and started over",
         time=T + 11,
     ),
+    ViewerChanged(viewer=2, who="alice@gpu1 (pts/3)", read_only=False, attached=True, step=240,
+                  time=T + 13),  # fmt: skip
+    CommandReceived(name="scale_lr", args={"factor": 0.5}, viewer=2, who="alice@gpu1 (pts/3)",
+                    step=241, time=T + 14),  # fmt: skip
+    ViewerChanged(viewer=3, who="", read_only=True, attached=False, time=T + 15),
     RankReport(
         step=1200,
         ranks=(
