@@ -43,7 +43,6 @@ from engine.resume_corpus import check_vocabulary, resume_data_path
 from engine.run_dir import create_run_dir, default_run_dir
 from engine.run_started import run_started
 from engine.run_summary import SummarySink
-from engine.run_summary import SummarySink
 from engine.sharded import shard_model
 
 REPLAY_HEADER = (
@@ -166,7 +165,6 @@ def open_run_dir(run: Trainer) -> None:
     ckpt.remove_partial_saves(run.run_dir)  # a save killed mid-write left its temp file
     run.metrics.open(run.run_dir / "metrics.jsonl")
     run.sinks.extend(log_sinks(run.cfg, run.run_dir, start_step=run.step))  # TensorBoard...
-    run.sinks.append(SummarySink(run.run_dir, run.world.world_size))  # summary.json: `cockpit runs`
     run.sinks.append(SummarySink(run.run_dir, run.world.world_size))  # summary.json: `cockpit runs`
 
 def instrument(run: Trainer) -> None:
