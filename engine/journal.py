@@ -66,7 +66,11 @@ class Entry:
 
 
 def fmt_lr(lr: Any) -> str:
-    return f"{lr:.1e}" if isinstance(lr, (int, float)) else "?"
+    """3.0e-3: two significant digits, the exponent without its padding zero."""
+    if not isinstance(lr, (int, float)):
+        return "?"
+    mantissa, exponent = f"{lr:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def viewer_name(number: Any, who: Any) -> str:
@@ -101,7 +105,7 @@ class Journal:
         self._waiting: deque[Entry] = deque(maxlen=MAX_WAITING)  # commands not yet acknowledged
         self._step = 0  # the newest step a journal record named
         self._preset: str | None = None
-        self._anomaly_step: int | None = None  # a NaN or spike not yet paused for
+        self._anomaly = False  # a NaN or spike the run has not paused for (yet)
 
     def extend(self, records: Iterable[Mapping[str, Any]]) -> Journal:
         for record in records:
@@ -174,7 +178,7 @@ class Journal:
         if level not in ("warning", "error"):
             return None
         if code in ANOMALY_CODES:
-            self._anomaly_step = self._step
+            self._anomaly = True
         refused = REFUSED_BY.get(code, ())
         for waiting in self._waiting:
             if waiting.command in refused:
@@ -193,7 +197,8 @@ class Journal:
                 return entry
         # no viewer asked: the engine's own (an anomaly it did not pause for) or the app's
         last = self.entries[-1] if self.entries else None
-        who = ENGINE if self._anomaly_step == self._step else APP
+        who = ENGINE if self._anomaly else APP
+        self._anomaly = False
         if last is not None and last.who == APP and last.what == "LR" and last.step == self._step:
             last.who, last.what = who, "rollback"  # its LR change came just before: one entry
             last.detail = f"{message}; {last.detail}"
@@ -203,7 +208,7 @@ class Journal:
     def _on_state(self, record: Mapping[str, Any]) -> Entry | None:
         state, reason = record.get("state"), str(record.get("reason") or "")
         if state == "paused":
-            self._anomaly_step = None  # it paused for it: a later rollback is someone's command
+            self._anomaly = False  # it paused for it: a later rollback is someone's command
             if reason == "paused by user":
                 return self._acknowledge("state", ("pause",)) or self._new(record, APP, "pause")
             return self._new(record, ENGINE, "paused", reason) if reason else None
@@ -258,16 +263,15 @@ def journal_records(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
     telemetry, samples: nearly all of a big file) are skipped by their kind's prefix, unparsed;
     lines cut short or not JSON are skipped."""
     for line in lines:
-        if not line.startswith(b'{"kind":"'):
-            continue
-        end = line.find(b'"', 9)
-        if line[9:end].decode("ascii", "replace") not in JOURNAL_KINDS:
-            continue
+        if line.startswith(b'{"kind":"'):  # as MetricsWriter writes: the kind first, compact
+            end = line.find(b'"', 9)
+            if line[9:end].decode("ascii", "replace") not in JOURNAL_KINDS:
+                continue
         try:
             record = json.loads(line)
         except (UnicodeDecodeError, ValueError):
             continue
-        if isinstance(record, dict):
+        if isinstance(record, dict) and record.get("kind") in JOURNAL_KINDS:
             yield record
 
 
