@@ -198,6 +198,20 @@ class CommandActions(_AppBase):
         self.loss_panel.toggle_log()
         self.loss_panel.flush(force=True)
 
+    def action_cycle_smoothing(self) -> None:
+        self.loss_panel.cycle_smoothing()
+        self.loss_panel.flush(force=True)
+
+    def action_cycle_x_window(self) -> None:
+        window = self.loss_panel.cycle_x_window()
+        if window is None and not self.loss_panel.x_window:
+            self.notify("the whole run is shown", timeout=2)  # too short for a window yet
+        self.loss_panel.flush(force=True)
+
+    def action_toggle_y_all(self) -> None:
+        self.loss_panel.toggle_y_all()
+        self.loss_panel.flush(force=True)
+
     def action_zoom(self) -> None:
         self._main_screen.zoom()
 

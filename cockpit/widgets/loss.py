@@ -11,6 +11,9 @@ from cockpit.series import BoundedSeries, DebiasedEMA, downsample_minmax
 from cockpit.widgets.plot import ThrottledPlot, palette
 
 Y_AXIS_COLS = 9  # plotext's y labels and frame take about this many columns
+SMOOTHING = ((0.9, "light"), (0.99, "heavy"), (0.0, "off"))  # `m` cycles, light first
+X_WINDOWS = (1_000, 10_000, 100_000)  # `x` cycles: the whole run, then the last N steps
+WARMUP_SHARE = 0.05  # the y range leaves out the first 5% of the x span (the ln(vocab) start)
 
 
 class LossPanel(ThrottledPlot):
@@ -21,21 +24,40 @@ class LossPanel(ThrottledPlot):
     can_focus = True
     EMPTY_MESSAGE = "waiting for the first step..."
 
-    def __init__(self, *, ema_beta: float = 0.9, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.ema_beta = ema_beta
+        self.smoothing = 0  # index into SMOOTHING
+        self.x_window: int | None = None  # None: the whole run; N: the last N steps
+        self.y_all = False  # True: the y range takes the first steps' losses too
         self.x_tokens = False
         self.log_y = False
         self.reset()
 
+    @property
+    def ema_beta(self) -> float:
+        return SMOOTHING[self.smoothing][0]
+
+    @property
+    def ema(self) -> DebiasedEMA:
+        """The EMA drawn now (every smoothing is kept as the run goes: switching is exact)."""
+        return self.emas[self.smoothing % len(self.emas)] if self.ema_beta else self.emas[0]
+
+    @property
+    def smooth(self) -> BoundedSeries:
+        return self._smooth[self.smoothing % len(self._smooth)][0]
+
+    @property
+    def smooth_tok(self) -> BoundedSeries:
+        return self._smooth[self.smoothing % len(self._smooth)][1]
+
     def reset(self) -> None:
         self.raw = BoundedSeries()
         self.raw_tok = BoundedSeries()
-        self.smooth = BoundedSeries()
-        self.smooth_tok = BoundedSeries()
+        betas = [beta for beta, _ in SMOOTHING if beta]
+        self.emas = [DebiasedEMA(beta) for beta in betas]
+        self._smooth = [(BoundedSeries(), BoundedSeries()) for _ in betas]
         self.val = BoundedSeries(2_000)
         self.val_tok = BoundedSeries(2_000)
-        self.ema = DebiasedEMA(self.ema_beta)
         self.nan_steps: list[tuple[float, float]] = []  # (step, tokens) where the loss was NaN
         self.last_loss: float | None = None
         self.last_val: float | None = None
@@ -53,10 +75,11 @@ class LossPanel(ThrottledPlot):
             self.nan_steps = [*self.nan_steps[-4:], (step, tokens)]
         self.raw.append(step, loss)
         self.raw_tok.append(tokens, loss)
-        smoothed = self.ema.update(loss)
-        if smoothed is not None and math.isfinite(loss):
-            self.smooth.append(step, smoothed)
-            self.smooth_tok.append(tokens, smoothed)
+        for ema, (by_step, by_tokens) in zip(self.emas, self._smooth, strict=True):
+            smoothed = ema.update(loss)
+            if smoothed is not None and math.isfinite(loss):
+                by_step.append(step, smoothed)
+                by_tokens.append(tokens, smoothed)
         self.touch()
 
     def add_eval(self, step: int, val_loss: float, tokens: int | None = None) -> None:
@@ -75,6 +98,30 @@ class LossPanel(ThrottledPlot):
         self.update_labels()
         return self.x_tokens
 
+    def cycle_smoothing(self) -> str:
+        """light (0.9) -> heavy (0.99) -> off -> light; returns the new setting's name."""
+        self.smoothing = (self.smoothing + 1) % len(SMOOTHING)
+        self.touch()
+        self.update_labels()
+        return SMOOTHING[self.smoothing][1]
+
+    def cycle_x_window(self) -> int | None:
+        """The whole run -> the last 1k -> 10k -> 100k steps (those shorter than the run so
+        far) -> the whole run; returns the window (None: the whole run)."""
+        span = float(self.raw.xs[-1] - self.raw.xs[0]) if len(self.raw) > 1 else 0.0
+        windows = [None, *(n for n in X_WINDOWS if n < span)]
+        at = windows.index(self.x_window) if self.x_window in windows else 0
+        self.x_window = windows[(at + 1) % len(windows)]
+        self.touch()
+        self.update_labels()
+        return self.x_window
+
+    def toggle_y_all(self) -> bool:
+        self.y_all = not self.y_all
+        self.touch()
+        self.update_labels()
+        return self.y_all
+
     def toggle_log(self) -> bool:
         self.log_y = not self.log_y
         self.touch()
@@ -87,18 +134,35 @@ class LossPanel(ThrottledPlot):
     # text ---------------------------------------------------------------------------------------
     def update_labels(self) -> None:
         mode = "tokens" if self.x_tokens else "steps"
-        flags = f"[not bold $foreground-muted]x:{mode}{' · log y' if self.log_y else ''}[/]"
+        if self.x_window:
+            mode += f" last {fmt_tick(self.x_window)}"
+        # the defaults say nothing: only what was changed with a key
+        extras = ["log y" if self.log_y else "", "y:all" if self.y_all else ""]
+        if self.smoothing:
+            extras.append(f"ema:{SMOOTHING[self.smoothing][1]}")
+        shown = "".join(f" · {e}" for e in extras if e)
+        flags = f"[not bold $foreground-muted]x:{mode}{shown}[/]"
         parts = []
         if self.last_loss is not None:
             style = "$error" if not math.isfinite(self.last_loss) else "$foreground-muted"
             parts.append(f"[{style}]┄ train {fmt_loss(self.last_loss)}[/]")
-        if self.ema.value is not None:
+        if self.ema_beta and self.ema.value is not None:
             parts.append(f"[$primary]━ ema {fmt_loss(self.ema.value)}[/]")
         if self.last_val is not None:
             parts.append(f"[$warning]● val {fmt_loss(self.last_val)}[/]")
         self.set_labels(f"Loss {flags}", " ".join(parts))
 
     # drawing ------------------------------------------------------------------------------------
+    def _y_range_points(self, xs: list[float], ys: list[float], x0: float, x1: float) -> list[float]:
+        """The losses the y range is taken from: all of them with `y_all`, else those past the
+        first WARMUP_SHARE of the x span, so the first steps' ln(vocab) does not squash the rest
+        (drawn above the top edge: plotext clips them)."""
+        if self.y_all:
+            return ys
+        cut = x0 + WARMUP_SHARE * (x1 - x0)
+        kept = [y for x, y in zip(xs, ys, strict=True) if x >= cut]
+        return kept or ys
+
     def draw(self, plt: Any, width: int, height: int) -> None:
         pal = palette(self)
         raw, smooth, val = (
@@ -116,13 +180,18 @@ class LossPanel(ThrottledPlot):
         # the buckets of the downsampling share them, so a new step changes only the last
         # bucket: most rows of the drawing stay as they were and are not repainted.
         x0, x1 = min(ends), max(ends)
+        if self.x_window:  # the last N steps (in tokens: as many tokens as N steps hold)
+            per = self.tokens_per_step if self.x_tokens and self.tokens_per_step else 1
+            x0 = max(x0, x1 - self.x_window * per)
         if x1 <= x0:
             x1 = x0 + 1
         x0, x1 = steady_limits(x0, x1)
         rx, ry = downsample_minmax(raw.xs, raw.ys, cols, (x0, x1))
-        sx, sy = downsample_minmax(smooth.xs, smooth.ys, cols, (x0, x1))
+        sx, sy = ([], []) if not self.ema_beta else downsample_minmax(
+            smooth.xs, smooth.ys, cols, (x0, x1)
+        )
         vx, vy = downsample_minmax(val.xs, val.ys, max(4, cols // 2), (x0, x1))
-        ys_all = ry + sy + vy
+        ys_all = self._y_range_points(rx + sx + vx, ry + sy + vy, x0, x1)
         if self.log_y:
             ys_all = [y for y in ys_all if y > 0]
         if not ys_all:

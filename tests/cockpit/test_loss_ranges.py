@@ -1,0 +1,55 @@
+"""The loss panel's smoothing, x window and y range (issue 16, item 4), on the panel itself."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cockpit.widgets.loss import LossPanel
+
+
+def fed(n: int = 400) -> LossPanel:
+    panel = LossPanel()
+    panel.tokens_per_step = 100
+    for step in range(1, n + 1):
+        loss = 4.6 if step <= 5 else 2.0 + math.sin(step / 7) * 0.1  # ln(vocab) first
+        panel.add_step(step, loss, step * 100)
+    return panel
+
+
+def debiased_ema(values: list[float], beta: float) -> float:
+    m = 0.0
+    for v in values:
+        m = beta * m + (1 - beta) * v
+    return m / (1 - beta ** len(values))
+
+
+def test_smoothing_cycles_light_heavy_off_and_each_is_exact_from_the_first_step() -> None:
+    panel = fed()
+    losses = list(panel.raw.ys)
+    assert panel.ema.value == pytest.approx(debiased_ema(losses, 0.9))
+    assert panel.cycle_smoothing() == "heavy"
+    assert panel.ema.value == pytest.approx(debiased_ema(losses, 0.99))  # not recomputed late
+    assert "ema:heavy" in panel.border_title
+    assert panel.cycle_smoothing() == "off"
+    assert panel.ema_beta == 0.0 and "ema:off" in panel.border_title
+    assert panel.cycle_smoothing() == "light" and "ema:" not in panel.border_title  # the default
+
+
+def test_the_x_window_offers_only_windows_shorter_than_the_run() -> None:
+    short = fed(400)
+    assert short.cycle_x_window() is None  # 400 steps: no window is shorter
+    long = fed(25_000)
+    assert [long.cycle_x_window() for _ in range(4)] == [1_000, 10_000, None, 1_000]
+    assert "last 1k" in long.border_title
+
+
+def test_the_y_range_leaves_the_first_steps_out_unless_asked() -> None:
+    panel = fed()
+    xs = [float(x) for x in panel.raw.xs]
+    ys = [float(y) for y in panel.raw.ys]
+    kept = panel._y_range_points(xs, ys, 0.0, 400.0)
+    assert max(kept) < 2.2  # the 4.6 of the first steps is not in the range
+    assert panel.toggle_y_all() and "y:all" in panel.border_title
+    assert max(panel._y_range_points(xs, ys, 0.0, 400.0)) == pytest.approx(4.6)
