@@ -2,8 +2,8 @@
 
 Each row comes from the run's summary.json (engine/run_summary.py), brought up to the end of its
 metrics.jsonl: a run listed before reads a few hundred bytes, whatever its length. The state is
-the run's final state record; without one, live while an engine holds the run's lock, else
-crashed. Torch-free, numpy-free and textual-free: listing runs costs an interpreter start.
+the run's final state record; without one, live while an engine holds the run's lock (its step
+and state then come from its control socket), else crashed. Torch-free, numpy-free and textual-free: listing runs costs an interpreter start.
 """
 
 from __future__ import annotations
@@ -156,10 +156,23 @@ def list_run(run_dir: Path, root: Path) -> ListedRun | None:
     except OSError as e:
         print(f"cockpit runs: skipped {run_dir}: {e.strerror or e}", file=sys.stderr)
         return None
+    if live:
+        summary = with_greeting(run_dir, summary)
     final = summary["last_state"] if summary["last_state"] in RunState.ENDED else None
     state = final or (LIVE if live else CRASHED)
     name = run_dir.resolve().name if run_dir == root else os.path.relpath(run_dir, root)
     return ListedRun(run_dir, name, summary, state, size_on_disk(run_dir), modified)
+
+
+def with_greeting(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """A live run's step and state as its control socket says them now: its metrics file may
+    hold a second of steps back, its summary a few seconds."""
+    from engine.live_runs import probe
+
+    greeting = probe(run_dir)
+    if greeting is None:
+        return summary  # still starting, or stopped (ctrl+z): the files' word stands
+    return {**summary, "step": max(summary["step"], greeting.step), "last_state": greeting.state}
 
 
 def engine_holds(run_dir: Path) -> bool:
