@@ -23,7 +23,7 @@ POLL_S = 1.0  # how often the open journal reads what the run wrote since
 MAX_ROWS = 5000  # the newest entries shown (a run that warned all night stays quick to open)
 COLUMNS = ("step", "time", "who", "what")
 STEP_WIDTH, TIME_WIDTH = 7, 8
-WHO_WIDTH = (20, 32)  # narrow (80 columns) and wide terminals
+WHO_MAX = 40  # the who column at most (a viewer's "user@host (tty)"), and 2/5 of the room
 EMPTY = "Nothing yet: pauses, LR changes, checkpoints, rollbacks, alerts and viewers show here."
 
 
@@ -50,12 +50,6 @@ class JournalScreen(ModalScreen[None]):
     """The journal of the run in `run_dir` (None: it has no directory yet)."""
 
     BINDINGS = [Binding("escape,q,j", "close", "Close", show=False)]
-    DEFAULT_CSS = """
-    JournalScreen #journal-dialog {
-        width: 100%; height: 100%; max-width: 100%; max-height: 100%; padding: 0 1;
-    }
-    JournalScreen #journal-table { height: 1fr; }
-    """
 
     def __init__(self, run_dir: str | Path | None) -> None:
         super().__init__(classes="dialog-screen")
@@ -73,6 +67,13 @@ class JournalScreen(ModalScreen[None]):
             yield table
 
     def on_mount(self) -> None:
+        # the whole screen, over the dialogs' usual 72 columns (inline: the app's CSS wins
+        # over a screen's DEFAULT_CSS)
+        dialog = self.query_one("#journal-dialog")
+        dialog.styles.width = dialog.styles.height = "100%"
+        dialog.styles.max_width = dialog.styles.max_height = "100%"
+        dialog.styles.padding = (0, 1)
+        self.query_one("#journal-table").styles.height = "1fr"
         self._poll(force=True)
         self.set_interval(POLL_S, self._poll)
         self.query_one(DataTable).focus()
@@ -86,12 +87,12 @@ class JournalScreen(ModalScreen[None]):
         elif force:
             self._draw()
 
-    def _widths(self) -> tuple[int, int]:
-        width = self.app.size.width - 6  # the dialog's border and padding
-        who = WHO_WIDTH[0] if width < 120 else WHO_WIDTH[1]
-        # DataTable pads each cell by one column on both sides
-        what = width - STEP_WIDTH - TIME_WIDTH - who - 2 * len(COLUMNS) - 1
-        return who, max(10, what)
+    def _widths(self, entries: list[Entry]) -> tuple[int, int]:
+        # the dialog's border, padding and scrollbar; DataTable pads each cell on both sides
+        room = self.app.size.width - 6 - STEP_WIDTH - TIME_WIDTH - 2 * len(COLUMNS)
+        longest = max((len(e.who) for e in entries[-MAX_ROWS:]), default=len("who"))
+        who = min(longest, WHO_MAX, max(12, room * 2 // 5))
+        return who, max(10, room - who)
 
     def _draw(self) -> None:
         entries = self.tail.entries if self.tail is not None else []
@@ -107,7 +108,7 @@ class JournalScreen(ModalScreen[None]):
                 Content.styled(f"{len(entries):,} entries{more}, newest first", "$foreground-muted")
             )
         table = self.query_one(DataTable)
-        who_width, what_width = self._widths()
+        who_width, what_width = self._widths(entries)
         table.clear(columns=True)
         widths = (STEP_WIDTH, TIME_WIDTH, who_width, what_width)
         for label, width in zip(COLUMNS, widths, strict=True):
