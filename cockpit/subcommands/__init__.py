@@ -11,6 +11,7 @@ from cockpit.subcommands import (
     completion,
     data,
     export,
+    fork,
     plan,
     presets,
     ps,
@@ -21,6 +22,6 @@ from cockpit.subcommands import (
 )
 
 MODULES: tuple[ModuleType, ...] = (
-    start, attach, ps, runs, serve, plan, presets, sample, export, data, completion
+    start, attach, ps, runs, serve, fork, plan, presets, sample, export, data, completion
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in MODULES}

@@ -1,0 +1,143 @@
+"""`cockpit fork RUN_DIR[/ckpt-N.pt] --set ...`: a new run that branches from a checkpoint.
+
+The branch is a run directory of its own beside its parent: the checkpoint linked in (no copy
+of the weights), `fork.json` naming the parent, its checkpoint and step, and the parent's
+records up to that step, so every view draws the branch's curves as the continuation of the
+parent's. Then it is resumed with the changed settings (what a resume may change: the LR and
+its schedule, the batch and accumulation, optimizer hyperparameters...), in the app or headless.
+The parent is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from cockpit.subcommands.options import add_set_option
+
+NAME = "fork"
+HELP = "start a new run from one of a run's checkpoints with changed settings (a branch)"
+EPILOG = (
+    "Example: cockpit fork runs/tiny-20260101-120000/ckpt-00003000.pt --set optim.lr=1e-4 "
+    "(a run directory: its newest checkpoint). The branch trains in the app, or --headless."
+)
+FORK_FILE = "fork.json"
+
+
+class ForkError(Exception):
+    """The one line why a fork cannot be made (exit 2)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "target", metavar="RUN_DIR|CKPT", help="the checkpoint to branch from (a run directory: its newest)"
+    )
+    add_set_option(parser, example="optim.lr=1e-4")
+    parser.add_argument(
+        "--run-dir", metavar="DIR", help="the branch's directory (default: beside the parent, PARENT-fork-STEP-TIME)"
+    )
+    parser.add_argument("--headless", action="store_true", help="train the branch without the app")
+    parser.add_argument("--no-start", action="store_true", help="make the branch, do not train it")
+    parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.config import ConfigError
+
+    try:
+        branch, checkpoint = make_fork(Path(args.target), args.overrides, args.run_dir)
+    except (ForkError, ConfigError) as e:
+        print(f"cockpit fork: {e}", file=sys.stderr)
+        return 2
+    print(f"branch {branch} from {checkpoint}", file=sys.stderr)
+    if args.no_start:
+        print(f"train it: cockpit --resume {branch}")
+        return 0
+    from cockpit.cli import main
+
+    argv = ["train", "--resume", str(branch), *(a for o in args.overrides for a in ("--set", o))]
+    if args.no_telemetry:
+        argv.append("--no-telemetry")
+    return main([*argv, "--headless"] if args.headless else argv)
+
+
+def make_fork(target: Path, overrides: list[str], run_dir: str | None) -> tuple[Path, Path]:
+    """Make the branch directory; returns (branch, the parent's checkpoint it starts from)."""
+    from engine import checkpoint as ckpt
+    from engine.resume import plan_resume
+
+    source = _checkpoint_of(target)
+    try:
+        state = ckpt.load_checkpoint(source, mmap=True)  # the weights are not read
+    except ckpt.CheckpointError as e:
+        raise ForkError(str(e)) from None
+    step = int(state["step"])
+    plan_resume(state, overrides, str(source), label=str(source))  # refused settings: one line
+    parent = source.parent
+    branch = Path(run_dir) if run_dir else parent.with_name(
+        f"{parent.name}-fork-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    if branch.exists():
+        raise ForkError(f"{branch} exists already; pick another with --run-dir")
+    branch.mkdir(parents=True)
+    try:
+        _link(source, branch / source.name)
+        _copy_history(parent / "metrics.jsonl", branch / "metrics.jsonl", step)
+        record = {"parent": str(parent.resolve()), "checkpoint": source.name, "step": step,
+                  "overrides": list(overrides), "time": time.time()}  # fmt: skip
+        (branch / FORK_FILE).write_text(json.dumps(record, indent=2))
+    except OSError as e:
+        shutil.rmtree(branch, ignore_errors=True)
+        raise ForkError(f"cannot make {branch}: {e.strerror or e}") from None
+    return branch, source
+
+
+def _checkpoint_of(target: Path) -> Path:
+    from engine import checkpoint as ckpt
+
+    if not target.exists():
+        raise ForkError(f"{target}: no such run directory or checkpoint")
+    if target.is_dir() and not ckpt.is_sharded(target):
+        newest = ckpt.latest_checkpoint(target)
+        if newest is None:
+            raise ForkError(f"{target}: no checkpoint to branch from (ckpt-*.pt)")
+        return newest
+    return target
+
+
+def _link(source: Path, target: Path) -> None:
+    """The checkpoint in the branch without a copy (hard links; a copy where they fail)."""
+    def link(a: Any, b: Any) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    if source.is_dir():  # a sharded checkpoint
+        shutil.copytree(source, target, copy_function=link)
+    else:
+        link(source, target)
+
+
+def _copy_history(parent_metrics: Path, branch_metrics: Path, step: int) -> None:
+    """The parent's records up to `step` (and its run_started), so the branch's curves begin
+    where the parent's were; streamed, line by line."""
+    if not parent_metrics.exists():
+        return
+    with parent_metrics.open(encoding="utf-8") as src, branch_metrics.open("w", encoding="utf-8") as out:
+        for line in src:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash
+            at = record.get("step")
+            keep = record.get("kind") == "run_started" or (isinstance(at, int) and at <= step)
+            if keep:
+                out.write(line if line.endswith("\n") else line + "\n")

@@ -1,0 +1,71 @@
+"""`cockpit fork`: a branch from a checkpoint, with changed settings, that continues the
+parent's curves and leaves the parent untouched (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cockpit(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit", *argv], capture_output=True, text=True, cwd=cwd,
+        timeout=180, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = tmp_path_factory.mktemp("fork")
+    done = cockpit(
+        "train", "--headless", "--preset", "tiny", "--no-telemetry", "--run-dir", "runs/parent",
+        "--set", "train.max_steps=60", "--set", "checkpoint.interval=20", cwd=where,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return where / "runs" / "parent"
+
+
+def test_a_branch_starts_at_the_checkpoint_with_the_new_settings_and_the_parents_curve(parent: Path) -> None:
+    before = sorted(p.name for p in parent.iterdir())
+    size = (parent / "metrics.jsonl").stat().st_size
+    done = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--set", "optim.lr=1e-3",
+                   "--headless", "--no-telemetry", cwd=parent.parent.parent)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (branch,) = parent.parent.glob("parent-fork-40-*")
+    fork = json.loads((branch / "fork.json").read_text())
+    assert fork["parent"] == str(parent.resolve()) and fork["step"] == 40
+    assert (branch / "ckpt-00000040.pt").samefile(parent / "ckpt-00000040.pt")  # the weights
+    assert json.loads((branch / "config.json").read_text())["optim"]["lr"] == 1e-3
+    events = records(branch / "metrics.jsonl")
+    steps = [e["step"] for e in events if e["kind"] == "step"]
+    assert steps[:40] == list(range(1, 41))  # the parent's curve up to the branch point
+    assert steps[40:] == list(range(41, 61))  # then the branch's own steps
+    started = [e for e in events if e["kind"] == "run_started"][-1]
+    assert started["start_step"] == 40 and str(branch) in started["resumed_from"]
+    assert sorted(p.name for p in parent.iterdir()) == before  # the parent is untouched
+    assert (parent / "metrics.jsonl").stat().st_size == size
+
+
+def test_a_fork_refused_is_one_line_and_makes_nothing(parent: Path) -> None:
+    here = parent.parent.parent
+    for argv, expected in [
+        (["fork", "nowhere"], "no such run directory or checkpoint"),
+        (["fork", str(parent), "--set", "model.n_layer=8"], "model.n_layer"),
+        (["fork", str(parent), "--run-dir", str(parent)], "exists already"),
+    ]:
+        done = cockpit(*argv, "--no-start", cwd=here)
+        assert done.returncode == 2, done
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0] and "Traceback" not in done.stderr
+    assert not list(parent.parent.glob("parent-fork-60-*"))
