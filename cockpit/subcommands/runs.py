@@ -30,11 +30,13 @@ DEFAULT_ROOT = "runs"
 MAX_DEPTH = 4  # runs/, runs/project/, runs/project/sweep/...
 LIVE, CRASHED = "live", "crashed"
 GAP = "  "
-MIN_NAME_WIDTH = 14
-# every column, in order; the optional ones give way, first to last, until the table fits
+MIN_NAME_WIDTH = 20  # a run's name is shortened no further (then the table is wider)
+# every column, in order; the optional ones give way, first to last, until the table fits: the
+# first three before the run's name is shortened (None), the others before it goes below the minimum
 HEADERS = ("RUN", "PRESET", "STATE", "STEP", "BEST VAL", "TOKENS", "TRAIN", "WHEN", "SIZE", "CKPT")
 RIGHT_ALIGNED = {"STEP", "BEST VAL", "TOKENS", "TRAIN", "WHEN", "SIZE"}
-DROP_ORDER = ("CKPT", "SIZE", "TOKENS", "TRAIN", "PRESET")
+DROP_ORDER = (("CKPT", None), ("SIZE", None), ("TOKENS", None), ("TRAIN", MIN_NAME_WIDTH),
+              ("PRESET", MIN_NAME_WIDTH))  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -239,27 +241,38 @@ def row(listed: ListedRun, now: float) -> dict[str, str]:
 
 
 def table(runs: Sequence[ListedRun], now: float, width: int = 80) -> list[str]:
-    """A header and one row per run, no wider than `width`: the optional columns give way
-    (DROP_ORDER), then the run's name is shortened (its end kept)."""
-    from cockpit.subcommands.ps import shorten
-
+    """A header and one row per run, no wider than `width`: the checkpoint, size and tokens give
+    way before a run's name is shortened (in the middle: its preset and its date both stay),
+    the training time and preset after."""
     rows = [row(r, now) for r in runs]
     columns = list(HEADERS)
     widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in HEADERS}
+    full_name = widths["RUN"]
 
-    def total() -> int:
-        return sum(widths[h] for h in columns) + len(GAP) * (len(columns) - 1)
+    def excess(name_width: int) -> int:
+        others = sum(widths[h] for h in columns if h != "RUN")
+        return others + name_width + len(GAP) * (len(columns) - 1) - width
 
-    for header in DROP_ORDER:
-        if total() - widths["RUN"] + min(widths["RUN"], MIN_NAME_WIDTH) <= width:
-            break  # shortening the name is enough
+    for header, name_floor in DROP_ORDER:
+        if excess(min(full_name, name_floor or full_name)) <= 0:
+            break
         columns.remove(header)
-    widths["RUN"] = max(min(widths["RUN"], MIN_NAME_WIDTH), widths["RUN"] - max(0, total() - width))
+    widths["RUN"] = max(min(full_name, MIN_NAME_WIDTH), full_name - max(0, excess(full_name)))
     lines = [_line({h: h for h in columns}, columns, widths)]
     for cells in rows:
-        cells["RUN"] = shorten(cells["RUN"], widths["RUN"])
+        cells["RUN"] = shorten_middle(cells["RUN"], widths["RUN"])
         lines.append(_line(cells, columns, widths))
     return lines
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """`text` in `width` characters, its middle cut: 'shakespear...0-213600'."""
+    if len(text) <= width:
+        return text
+    if width <= 3:
+        return text[len(text) - width :]
+    tail = (width - 3) // 2 + (width - 3) % 2
+    return text[: width - 3 - tail] + "..." + text[len(text) - tail :]
 
 
 def _line(cells: dict[str, str], columns: list[str], widths: dict[str, int]) -> str:
