@@ -1,4 +1,4 @@
-"""RUN_DIR/summary.json: a run's facts in a few hundred bytes, so listing runs never parses a
+"""RUN_DIR/summary.json: a run's facts in a few kilobytes, so listing runs never parses a
 whole metrics.jsonl (`cockpit runs`).
 
 `SummarySink` keeps the file up to date while the run goes: a step is a dict update, and the file
