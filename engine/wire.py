@@ -15,6 +15,9 @@ Server to client, in order:
 A viewer that falls so far behind that its queue (10,000 events) overflows is never waited
 for: its queue is cleared and it is sent `{"kind": "resync", ...}` (the hello's fields), the
 replay again and `{"kind": "live"}`; a client keeps what it already has and skips repeats.
+A viewer's attach and detach (kind "viewer") and each command it sends (kind "command", just
+before the command is queued) are records of the run too: in metrics.jsonl, in the live stream,
+and the newest 500 in every replay (the intervention journal: who did what, engine/journal.py).
 When the run ends the server sends the final records and closes the connection. A peer of
 another user is sent one refusal, `{"kind": "reply", "id": null, "ok": false, "error": ...}`,
 before any hello, and the connection is closed.
