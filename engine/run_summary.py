@@ -224,12 +224,27 @@ def read_summary(run_dir: Path, write_back: bool = True) -> RunSummary:
         return summary or RunSummary()
     if summary is None or summary.facts["offset"] > size:  # none, or a metrics file replaced
         summary = RunSummary()
-    if summary.facts["offset"] < size and fold_metrics(summary, metrics) and write_back:
+    parent = fork_parent(run_dir)
+    moved = summary.facts["offset"] < size and fold_metrics(summary, metrics)
+    if parent != summary.facts["parent"]:
+        summary.facts["parent"] = parent
+        moved = True
+    if moved and write_back:
         try:
             write_summary(run_dir, summary)
         except OSError:
             pass  # a directory we may read but not write: the next read folds in again
     return summary
+
+
+def fork_parent(run_dir: Path) -> dict[str, Any] | None:
+    """{"run": the parent's directory, "step": where it branched} of a `cockpit fork` branch
+    (its fork.json), or None."""
+    try:
+        fork = json.loads((run_dir / "fork.json").read_text())
+        return {"run": str(fork["parent"]), "step": int(fork["step"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def load_summary_file(run_dir: Path) -> RunSummary | None:

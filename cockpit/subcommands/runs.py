@@ -220,6 +220,14 @@ def fmt_size(n: int) -> str:
     return f"{n}B"
 
 
+def family_name(listed: ListedRun) -> str:
+    """A branch names its parent and the step it left it at: `child <- parent@3000`."""
+    parent = listed.summary.get("parent")
+    if not parent:
+        return listed.name
+    return f"{listed.name} <- {os.path.basename(parent['run'])}@{parent['step']}"
+
+
 def row(listed: ListedRun, now: float) -> dict[str, str]:
     from cockpit.numbers import fmt_si
     from cockpit.subcommands.ps import fmt_steps, fmt_uptime, printable
@@ -227,7 +235,7 @@ def row(listed: ListedRun, now: float) -> dict[str, str]:
     s = listed.summary
     saved = s["last_checkpoint"]
     return {
-        "RUN": printable(listed.name),
+        "RUN": printable(family_name(listed)),
         "PRESET": printable(s["preset"] or "-"),
         "STATE": listed.state,
         "STEP": fmt_steps(s["step"], s["max_steps"]),

@@ -69,3 +69,16 @@ def test_a_fork_refused_is_one_line_and_makes_nothing(parent: Path) -> None:
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0] and "Traceback" not in done.stderr
     assert not list(parent.parent.glob("parent-fork-60-*"))
+
+
+def test_cockpit_runs_shows_a_branch_under_its_parent(parent: Path) -> None:
+    here = parent.parent.parent
+    branch = parent.parent / "branch-b"
+    done = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--run-dir", str(branch), "--no-start", cwd=here)
+    assert done.returncode == 0, done.stderr
+    listed = cockpit("runs", str(parent.parent), "--json", cwd=here)
+    assert listed.returncode == 0, listed.stderr
+    runs = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert runs["branch-b"]["parent"] == {"run": str(parent.resolve()), "step": 40}
+    table = cockpit("runs", str(parent.parent), cwd=here)
+    assert "branch-b <- parent@40" in table.stdout
