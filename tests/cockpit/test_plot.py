@@ -47,7 +47,7 @@ def test_new_steps_reuse_the_frame_and_repaint_few_rows() -> None:
         await pilot.pause()
         builds = panel.frame_builds
         before = text_of(panel)
-        panel.add_step(2991, 3.0, 64 * 2991)  # a spike at the right end, within the axes
+        panel.add_step(2991, 2.0, 64 * 2991)  # a spike at the right end, within the axes
         panel.flush(force=True)
         after = text_of(panel)
         assert after != before  # the spike is drawn...
