@@ -236,6 +236,7 @@ class MainScreen(Screen[None]):
                 app.view.scale = ev.scale
                 app.view.lr = ev.new_lr
                 self.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
+                self.loss_panel.add_marker(ev.step, "lr")  # and what followed, on the loss
                 if not history:
                     app.notify(
                         f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})",
@@ -243,6 +244,8 @@ class MainScreen(Screen[None]):
                         timeout=4,
                     )
             case Alert():
+                if ev.code == "rollback" and ev.level == "info":
+                    self.loss_panel.add_marker(ev.step, "rollback")
                 app.alert_raised(ev)
         if isinstance(ev, (StateChanged, Alert)) and not history:
             app.notice(ev)  # finished, failed, paused on a fault: a desktop notification

@@ -59,6 +59,8 @@ class LossPanel(ThrottledPlot):
         self.val = BoundedSeries(2_000)
         self.val_tok = BoundedSeries(2_000)
         self.nan_steps: list[tuple[float, float]] = []  # (step, tokens) where the loss was NaN
+        # (step, tokens, kind) of interventions: "lr" (an LR change), "rollback"; the newest 50
+        self.markers: list[tuple[float, float, str]] = []
         self.last_loss: float | None = None
         self.last_val: float | None = None
         self.last_val_step: int | None = None
@@ -80,6 +82,11 @@ class LossPanel(ThrottledPlot):
             if smoothed is not None and math.isfinite(loss):
                 by_step.append(step, smoothed)
                 by_tokens.append(tokens, smoothed)
+        self.touch()
+
+    def add_marker(self, step: int, kind: str) -> None:
+        """Mark an intervention on the curve (what was done, to see what followed)."""
+        self.markers = [*self.markers[-49:], (step, step * self.tokens_per_step, kind)]
         self.touch()
 
     def add_eval(self, step: int, val_loss: float, tokens: int | None = None) -> None:
@@ -226,6 +233,10 @@ class LossPanel(ThrottledPlot):
             self.line(plt, sx, sy, pal["primary"])
         if vx:
             self.points(plt, vx, vy, "●", pal["warning"])
+        for step, tokens, kind in self.markers:  # under the NaN lines: a NaN wins
+            x = tokens if self.x_tokens else step
+            if x0 <= x <= x1:
+                self.vline(plt, x, pal["accent"] if kind == "rollback" else pal["faint"])
         for step, tokens in self.nan_steps:
             x = tokens if self.x_tokens else step
             if x0 <= x <= x1:

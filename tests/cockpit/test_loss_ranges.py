@@ -53,3 +53,13 @@ def test_the_y_range_leaves_the_first_steps_out_unless_asked() -> None:
     assert max(kept) < 2.2  # the 4.6 of the first steps is not in the range
     assert panel.toggle_y_all() and "y:all" in panel.border_title
     assert max(panel._y_range_points(xs, ys, 0.0, 400.0)) == pytest.approx(4.6)
+
+
+def test_lr_changes_and_rollbacks_are_marked_on_the_curve_the_newest_fifty() -> None:
+    panel = fed(100)
+    panel.add_marker(40, "lr")
+    panel.add_marker(60, "rollback")
+    assert panel.markers[-2:] == [(40, 4000, "lr"), (60, 6000, "rollback")]
+    for step in range(100):
+        panel.add_marker(step, "lr")
+    assert len(panel.markers) == 50 and panel.markers[-1][0] == 99
