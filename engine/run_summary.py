@@ -229,6 +229,10 @@ def read_summary(run_dir: Path, write_back: bool = True) -> RunSummary:
     if parent != summary.facts["parent"]:
         summary.facts["parent"] = parent
         moved = True
+    if parent is not None and parent.get("time") and summary.facts["started"] != parent["time"]:
+        # its first records are the parent's (copied so the curves continue): it began here
+        summary.facts["started"] = parent["time"]
+        moved = True
     if moved and write_back:
         try:
             write_summary(run_dir, summary)
@@ -242,7 +246,12 @@ def fork_parent(run_dir: Path) -> dict[str, Any] | None:
     (its fork.json), or None."""
     try:
         fork = json.loads((run_dir / "fork.json").read_text())
-        return {"run": str(fork["parent"]), "step": int(fork["step"])}
+        made = fork.get("time")
+        return {
+            "run": str(fork["parent"]),
+            "step": int(fork["step"]),
+            "time": float(made) if isinstance(made, (int, float)) else None,
+        }
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

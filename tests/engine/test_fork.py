@@ -79,6 +79,8 @@ def test_cockpit_runs_shows_a_branch_under_its_parent(parent: Path) -> None:
     listed = cockpit("runs", str(parent.parent), "--json", cwd=here)
     assert listed.returncode == 0, listed.stderr
     runs = {r["name"]: r for r in json.loads(listed.stdout)}
-    assert runs["branch-b"]["parent"] == {"run": str(parent.resolve()), "step": 40}
+    fork = json.loads((branch / "fork.json").read_text())
+    assert runs["branch-b"]["parent"] == {"run": str(parent.resolve()), "step": 40, "time": fork["time"]}
+    assert runs["branch-b"]["started"] == fork["time"]  # it began when it was made
     table = cockpit("runs", str(parent.parent), cwd=here)
     assert "branch-b <- parent@40" in table.stdout
