@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from engine.presets import DEFAULT_PRESET
@@ -96,3 +97,21 @@ def notify_settings(args: argparse.Namespace) -> Any:
     from cockpit.notifications import NotifySettings
 
     return NotifySettings(desktop=not args.no_notify, bell=args.bell)
+
+
+def add_runs_root_option(parser: argparse.ArgumentParser, default: str = "runs") -> None:
+    """The DIR where `ps` and `runs` look for run directories, and their --json."""
+    parser.add_argument(
+        "root", nargs="?", default=default, metavar="DIR",
+        help=f"where to look for run directories, a few levels deep (default: {default})",
+    )  # fmt: skip
+
+
+def runs_root_problem(command: str, root: str) -> str | None:
+    """The one line refusing a DIR that is not a directory (None when it is one)."""
+    path = Path(root)
+    if not path.exists():
+        return f"cockpit {command}: {root}: no such directory; name the folder your runs are in: cockpit {command} DIR"
+    if not path.is_dir():
+        return f"cockpit {command}: {root} is a file, not a directory; name the folder your runs are in: cockpit {command} DIR"
+    return None

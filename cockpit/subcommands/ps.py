@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cockpit.subcommands.options import add_runs_root_option, runs_root_problem
+
 NAME = "ps"
 HELP = (
     "list the live runs (in the app, headless or started with `cockpit start`) and who is attached"
@@ -36,10 +38,7 @@ VIEWER_INDENT = "  - "  # each attached viewer on a line of its own below its ru
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
-    parser.add_argument(
-        "root", nargs="?", default=DEFAULT_ROOT, metavar="DIR",
-        help="where to look for run directories, a few levels deep (default: runs)",
-    )  # fmt: skip
+    add_runs_root_option(parser, DEFAULT_ROOT)
     parser.add_argument(
         "--json", action="store_true",
         help="print a JSON list instead (numbers as numbers, null when unknown)",
@@ -49,21 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.live_runs import find_live_runs
 
+    problem = runs_root_problem("ps", args.root)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     root = Path(args.root)
-    if not root.exists():
-        print(
-            f"cockpit ps: {args.root}: no such directory; name the folder your runs are in: "
-            "cockpit ps DIR",
-            file=sys.stderr,
-        )
-        return 2
-    if not root.is_dir():
-        print(
-            f"cockpit ps: {args.root} is a file, not a directory; name the folder your runs are "
-            "in: cockpit ps DIR",
-            file=sys.stderr,
-        )
-        return 2
     runs = find_live_runs(root)
     now = time.time()
     if args.json:

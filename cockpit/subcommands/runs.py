@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cockpit.subcommands.options import add_runs_root_option, runs_root_problem
+
 NAME = "runs"
 HELP = "list every run (live, finished, stopped, failed or crashed) with its step, best val loss and size"
 EPILOG = (
@@ -41,10 +43,7 @@ DROP_ORDER = (("CKPT", None), ("SIZE", None), ("TOKENS", None), ("TRAIN", MIN_NA
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
-    parser.add_argument(
-        "root", nargs="?", default=DEFAULT_ROOT, metavar="DIR",
-        help="where to look for run directories, a few levels deep (default: runs)",
-    )  # fmt: skip
+    add_runs_root_option(parser, DEFAULT_ROOT)
     parser.add_argument(
         "--json", action="store_true",
         help="print a JSON list instead (every fact, numbers as numbers, null when unknown)",
@@ -52,21 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = runs_root_problem("runs", args.root)
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     root = Path(args.root)
-    if not root.exists():
-        print(
-            f"cockpit runs: {args.root}: no such directory; name the folder your runs are in: "
-            "cockpit runs DIR",
-            file=sys.stderr,
-        )
-        return 2
-    if not root.is_dir():
-        print(
-            f"cockpit runs: {args.root} is a file, not a directory; name the folder your runs "
-            "are in: cockpit runs DIR",
-            file=sys.stderr,
-        )
-        return 2
     runs = sorted(
         (listed for d in find_run_dirs(root) if (listed := list_run(d, root)) is not None),
         key=lambda r: r.sort_time,
