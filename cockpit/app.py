@@ -33,6 +33,7 @@ from cockpit.commands import (
     palette_entries,
 )
 from cockpit.exit_watchdog import start_exit_watchdog
+from cockpit.leaving import Leaving
 from cockpit.main_screen import MainScreen
 from cockpit.notifications import Notifier, NotifySettings, StallWatch
 from cockpit.preset_switch import data_always_available, preset_menu_rows, switch_question
@@ -40,13 +41,12 @@ from cockpit.run_events import RunEvents
 from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
 from cockpit.screens import (
-    Choice,
     ChoiceScreen,
     ConfirmScreen,
     PresetRow,
     PresetScreen,
 )
-from cockpit.stop_wait import leave_question, quit_note, quit_question, stop_wait
+from cockpit.stop_wait import quit_note, quit_question, stop_wait
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.lr import LrPanel
@@ -67,7 +67,7 @@ from engine.remote import DETACHED
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 
 
-class CockpitApp(RunEvents, CommandActions, App[None]):
+class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
     """Watch and steer one training run at a time; `p` switches to another preset."""
 
     CSS_PATH = "cockpit.tcss"
@@ -172,21 +172,6 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
     def preparing_corpus(self) -> bool:
         """The run is still preparing its corpus: nothing trained, nothing to save."""
         return self._main_screen.data_panel.preparing
-
-    @property
-    def attached(self) -> bool:
-        """The run outlives this app (it was attached to over its socket): leaving detaches."""
-        return self.trainer is not None and bool(getattr(self.trainer, "outlives_viewer", False))
-
-    @property
-    def read_only(self) -> bool:
-        """This viewer only watches: the run refuses its commands."""
-        return self.trainer is not None and bool(getattr(self.trainer, "read_only", False))
-
-    @property
-    def detached(self) -> bool:
-        """The app left a run that goes on (attach again to come back)."""
-        return self._detaching
 
     @property
     def engine_running(self) -> bool:
@@ -415,35 +400,6 @@ class CockpitApp(RunEvents, CommandActions, App[None]):
             ConfirmScreen("Quit", msg, yes="Quit", no="Cancel", purpose="quit", danger=True),
             self._quit_answer,
         )
-
-    def _ask_leave(self) -> None:
-        """An attached viewer leaves: detach (the run goes on), stop the run, or cancel."""
-        run_dir = str(getattr(self.trainer, "run_dir", "") or "")
-        choices = [Choice("d", "Detach", "detach", "primary")]
-        if not self.read_only:
-            choices.append(Choice("s", "Stop the run", "stop", "error"))
-        choices.append(Choice("n", "Cancel", ""))
-        msg = leave_question(self.preset, run_dir, self.read_only, self.preparing_corpus)
-        self.push_screen(ChoiceScreen("Leave", msg, choices, purpose="quit"), self._leave_answer)
-
-    def _leave_answer(self, choice: str | None) -> None:
-        if choice == "detach":
-            self.detach()
-        elif choice == "stop":
-            self._quit_answer(True)  # as in the app's own run: checkpoint, stop, then exit
-
-    def detach(self) -> None:
-        """Leave the run as it is and exit: the viewer's connection closes, the run goes on."""
-        if self._detaching:
-            return
-        self._detaching = True
-        self._quitting = True
-        self._status_note = "detaching: the run goes on"
-        self.refresh_status()
-        if self.engine_worker is not None and not self.engine_worker.is_finished:
-            self.engine_worker.cancel()  # run() sees should_stop and returns "detached"
-        else:
-            self.exit()
 
     def _quit_answer(self, yes: bool) -> None:
         """Quit confirmed: stop with a checkpoint and exit once the engine has ended.
