@@ -19,15 +19,13 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine.checkpointer import Checkpointer
-from engine.command_queue import PAUSED_POLL_S, CommandQueue
+from engine.command_queue import CommandQueue
 from engine.config import ConfigError, RunConfig
 from engine.data import DataError, PreparationStopped
 from engine.distributed import (
     World,
-    gather_to_all,
     is_collective_failure,
     leave_world,
-    lost_ranks,
     mean_over_ranks,
 )
 from engine.events import (
@@ -46,6 +44,7 @@ from engine.metrics_log import MetricsWriter
 from engine.optim import applied_lr, set_lr_factor
 from engine.rank_report import RankReporter
 from engine.rank_sync import RankSync
+from engine.ranks import apply_commands_on_every_rank, rank_lost_message, rank_states
 from engine.readback import PendingStep, read_losses, step_events
 from engine.run_dir import write_error_log
 from engine.run_setup import accept_resume, announce, build, instrument, open_run_dir
@@ -213,7 +212,7 @@ class Trainer:
             log = write_error_log(self.run_dir)
             where = f" (details in {log})" if log else ""
             if self.world.distributed and self.ranks and is_collective_failure(e):
-                self._fail(self._rank_lost_message(), "rank")
+                self._fail(rank_lost_message(self), "rank")
             else:
                 self._fail(f"{type(e).__name__}: {e}{where}", "crash")
         finally:
@@ -230,16 +229,6 @@ class Trainer:
             if self.world.distributed:
                 leave_world()
         return self.state
-
-    def _rank_lost_message(self) -> str:
-        """A collective failed: which rank is gone, the last checkpoint, how to go on."""
-        saved = self.last_checkpoint
-        last = f"last checkpoint {saved.name}" if saved else "no checkpoint was saved"
-        return (
-            f"{lost_ranks(self.ranks, self.world.rank)}: the run stopped at step {self.step}; "
-            f"{last}; torchrun --max-restarts resumes it, or start it again with --resume "
-            f"{self.run_dir}"
-        )
 
     def preparation_should_stop(self) -> bool:
         """The corpus preparation should give up: a stop was asked for or the app is closing."""
@@ -284,20 +273,13 @@ class Trainer:
             # every rank's own batch order and RNG (rank 0's are the two above): an exact
             # resume at the same world size
             "world_size": self.world.world_size,
-            **self._rank_states(),
+            **rank_states(self),
             "sample_rng": self.sample_generator.get_state(),
             "config": ckpt.plain_data(self.cfg.to_dict()),
             "tokenizer": ckpt.plain_data(self.data.tokenizer.to_meta()),
             "data_meta": ckpt.plain_data(self.data.meta),
             "data_source": ckpt.plain_data(self.data.record),
         }
-
-    def _rank_states(self) -> dict[str, Any]:
-        if not self.world.distributed:
-            return {}
-        mine = (self.train_batches.generator.get_state(), ckpt.global_rng_state(self.device.type))
-        every = gather_to_all(mine, self.world, self.sync.group)
-        return {"batch_rng_by_rank": [b for b, _ in every], "rng_by_rank": [r for _, r in every]}
 
     # ------------------------------------------------------------------ evaluation and samples
     def _evaluate(self) -> Eval:
@@ -325,31 +307,11 @@ class Trainer:
     def _apply_commands(self) -> None:
         """Run queued commands; while paused, block here until resumed or stopped."""
         if self.world.distributed:
-            self._apply_commands_on_every_rank()
+            apply_commands_on_every_rank(self)
             return
         while (command := self._commands.take(self.state == RunState.PAUSED, self._should_stop)):
             self._run_command(*command)
             if self._stop_requested is not None:
-                return
-
-    def _apply_commands_on_every_rank(self) -> None:
-        """The same commands at the same step on every rank (engine/rank_sync.py); while
-        paused, the ranks exchange every PAUSED_POLL_S until resumed or stopped."""
-        while True:
-            paused = self.state == RunState.PAUSED
-            local = self._commands.take_all(PAUSED_POLL_S if paused and self.world.is_main else 0.0)
-            if self._should_stop():  # the app is closing: keep the run
-                local.append(("stop", (True, "quit")))
-            commands = self.sync.exchange(local, self.world.is_main and self.rank_report.due())
-            if self.sync.report_due:  # on every rank, whatever the commands then do
-                report = self.rank_report.gather(self.device, self.sync.group, self.step)
-                if report is not None:
-                    self.emit(report)
-            for command in commands:
-                self._run_command(*command)
-                if self._stop_requested is not None:
-                    return
-            if self.state != RunState.PAUSED:
                 return
 
     def _run_command(self, name: str, arg: Any) -> None:
