@@ -56,11 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
         return 2
     root = Path(args.root)
-    runs = sorted(
-        (listed for d in find_run_dirs(root) if (listed := list_run(d, root)) is not None),
-        key=lambda r: r.sort_time,
-        reverse=True,
-    )
+    runs = list_runs(root)
     now = time.time()
     if args.json:
         print(json.dumps([r.as_json() for r in runs], indent=2))
@@ -73,6 +69,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- finding runs
+
+
+def list_runs(root: Path, quiet: bool = False) -> list[ListedRun]:
+    """Every readable run under `root`, newest first (`quiet`: skip the unreadable ones silently:
+    inside the app nothing may print)."""
+    found = (list_run(d, root, quiet) for d in find_run_dirs(root))
+    return sorted((r for r in found if r is not None), key=lambda r: r.sort_time, reverse=True)
 
 
 def find_run_dirs(root: Path, depth: int = MAX_DEPTH) -> Iterator[Path]:
@@ -135,8 +138,9 @@ class ListedRun:
         }
 
 
-def list_run(run_dir: Path, root: Path) -> ListedRun | None:
-    """The run in `run_dir`, or None (one line on stderr) when its files cannot be read."""
+def list_run(run_dir: Path, root: Path, quiet: bool = False) -> ListedRun | None:
+    """The run in `run_dir`, or None (one line on stderr unless `quiet`) when its files cannot
+    be read."""
     from engine.events import RunState
     from engine.run_summary import METRICS_NAME, read_summary, size_on_disk
 
@@ -145,7 +149,8 @@ def list_run(run_dir: Path, root: Path) -> ListedRun | None:
         summary = read_summary(run_dir, write_back=not live).to_json()
         modified = (run_dir / METRICS_NAME).stat().st_mtime
     except OSError as e:
-        print(f"cockpit runs: skipped {run_dir}: {e.strerror or e}", file=sys.stderr)
+        if not quiet:
+            print(f"cockpit runs: skipped {run_dir}: {e.strerror or e}", file=sys.stderr)
         return None
     if live:
         summary = with_greeting(run_dir, summary)
@@ -242,6 +247,17 @@ def table(runs: Sequence[ListedRun], now: float, width: int = 80) -> list[str]:
     way before a run's name is shortened (in the middle: its preset and its date both stay),
     the training time and preset after."""
     rows = [row(r, now) for r in runs]
+    columns, widths = fit_columns(rows, width)
+    lines = [_line({h: h for h in columns}, columns, widths)]
+    for cells in rows:
+        cells["RUN"] = shorten_middle(cells["RUN"], widths["RUN"])
+        lines.append(_line(cells, columns, widths))
+    return lines
+
+
+def fit_columns(rows: Sequence[dict[str, str]], width: int) -> tuple[list[str], dict[str, int]]:
+    """The columns kept and each one's width (the name's, shortened) for `rows` to fit in `width`
+    characters, a GAP between columns; the runs screen fits its table with it too."""
     columns = list(HEADERS)
     widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in HEADERS}
     full_name = widths["RUN"]
@@ -255,11 +271,7 @@ def table(runs: Sequence[ListedRun], now: float, width: int = 80) -> list[str]:
             break
         columns.remove(header)
     widths["RUN"] = max(min(full_name, MIN_NAME_WIDTH), full_name - max(0, excess(full_name)))
-    lines = [_line({h: h for h in columns}, columns, widths)]
-    for cells in rows:
-        cells["RUN"] = shorten_middle(cells["RUN"], widths["RUN"])
-        lines.append(_line(cells, columns, widths))
-    return lines
+    return columns, widths
 
 
 def shorten_middle(text: str, width: int) -> str:
