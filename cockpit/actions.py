@@ -191,7 +191,8 @@ class CommandActions(_AppBase):
             self._command("scale_lr", value)
 
     def action_toggle_x(self) -> None:
-        self.loss_panel.toggle_x()
+        """`t`: the loss x axis cycles steps -> tokens -> training time."""
+        self.loss_panel.cycle_x_axis()
         self.loss_panel.flush(force=True)
 
     def action_toggle_log(self) -> None:

@@ -161,11 +161,11 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "toggle_x",
         "t",
-        "x: steps/tokens",
+        "x: steps/tokens/time",
         show=False,
-        help="loss x: steps/tokens",
-        title="Loss x axis: steps / tokens",
-        summary="Toggle the loss x axis",
+        help="loss x: steps/tokens/time",
+        title="Loss x axis: steps / tokens / time",
+        summary="Cycle the loss x axis: steps, tokens, training time",
     ),
     Command(
         "toggle_log",

@@ -1,12 +1,19 @@
-"""The Loss panel: raw train loss (faint), its debiased EMA, and val loss markers at each eval."""
+"""The Loss panel: raw train loss (faint), its debiased EMA, and val loss markers at each eval;
+other runs' curves laid under them (overlays, cockpit/overlay.py) with a legend of their values
+at the current run's x and the differences."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Any
 
-from cockpit.axes import steady_limits
+import numpy as np
+
+from cockpit.axes import nice_ticks, steady_limits
+from cockpit.durations import fmt_duration
 from cockpit.numbers import fmt_loss, fmt_tick
+from cockpit.overlay import AXES, ColourBook, LegendEntry, Overlay, legend
 from cockpit.series import BoundedSeries, DebiasedEMA, downsample_minmax
 from cockpit.widgets.plot import ThrottledPlot, palette
 
@@ -14,10 +21,18 @@ Y_AXIS_COLS = 9  # plotext's y labels and frame take about this many columns
 SMOOTHING = ((0.9, "light"), (0.99, "heavy"), (0.0, "off"))  # `m` cycles, light first
 X_WINDOWS = (1_000, 10_000, 100_000)  # `x` cycles: the whole run, then the last N steps
 WARMUP_SHARE = 0.05  # the y range leaves out the first 5% of the x span (the ln(vocab) start)
+OVERLAY_MARKER = "◆"  # an overlay's val points (the current run's are ●)
 
 
 class LossPanel(ThrottledPlot):
-    """Loss vs steps (or tokens, `t`), linear or log y (`g`)."""
+    """Loss vs steps, tokens or training time (`t` cycles), linear or log y (`g`).
+
+    Training time of the live run: `set_time_anchor(step, train_time_s)` where it is known
+    exactly (RunStarted: start_step, train_time_s; every Eval, through `add_eval(...,
+    train_time_s=)`), and from there each step's `step_time_s` (`add_step(...,
+    step_time_s=)`): a step's time is the newest known point's plus the steps since times its
+    step time (a replay's thinned steps count their gaps). Steps given without a step time
+    are not on the time axis."""
 
     BORDER_TITLE = "Loss"
     ALLOW_MAXIMIZE = True
@@ -29,9 +44,21 @@ class LossPanel(ThrottledPlot):
         self.smoothing = 0  # index into SMOOTHING
         self.x_window: int | None = None  # None: the whole run; N: the last N steps
         self.y_all = False  # True: the y range takes the first steps' losses too
-        self.x_tokens = False
+        self.x_axis = "steps"  # one of AXES
         self.log_y = False
+        self._overlays: list[Overlay] = []
+        self.overlay_colours: list[tuple[int, int, int]] = []  # parallel to overlays
+        self._colour_book = ColourBook()
         self.reset()
+
+    @property
+    def x_tokens(self) -> bool:
+        """The x axis is tokens (kept for callers of the old steps/tokens toggle)."""
+        return self.x_axis == "tokens"
+
+    @x_tokens.setter
+    def x_tokens(self, on: bool) -> None:
+        self.x_axis = "tokens" if on else "steps"
 
     @property
     def ema_beta(self) -> float:
@@ -50,14 +77,31 @@ class LossPanel(ThrottledPlot):
     def smooth_tok(self) -> BoundedSeries:
         return self._smooth[self.smoothing % len(self._smooth)][1]
 
+    @property
+    def smooth_time(self) -> BoundedSeries:
+        return self._smooth[self.smoothing % len(self._smooth)][2]
+
+    def series(self, axis: str | None = None) -> tuple[BoundedSeries, BoundedSeries, BoundedSeries]:
+        """(raw, smoothed, val) against `axis` (default: the one shown)."""
+        at = AXES.index(axis or self.x_axis)
+        raws = (self.raw, self.raw_tok, self.raw_time)
+        vals = (self.val, self.val_tok, self.val_time)
+        return raws[at], self._smooth[self.smoothing % len(self._smooth)][at], vals[at]
+
     def reset(self) -> None:
         self.raw = BoundedSeries()
         self.raw_tok = BoundedSeries()
+        self.raw_time = BoundedSeries()
         betas = [beta for beta, _ in SMOOTHING if beta]
         self.emas = [DebiasedEMA(beta) for beta in betas]
-        self._smooth = [(BoundedSeries(), BoundedSeries()) for _ in betas]
+        self._smooth = [(BoundedSeries(), BoundedSeries(), BoundedSeries()) for _ in betas]
         self.val = BoundedSeries(2_000)
         self.val_tok = BoundedSeries(2_000)
+        self.val_time = BoundedSeries(2_000)
+        # training time: exact points (step, seconds), sorted, and every timed step's (step, s)
+        self._time_anchors: list[tuple[int, float]] = [(0, 0.0)]  # a run starts at 0 s
+        self._last_timed: tuple[int, float] | None = None
+        self.step_times = BoundedSeries()  # x: step, y: training time (s)
         self.nan_steps: list[tuple[float, float]] = []  # (step, tokens) where the loss was NaN
         # (step, tokens, kind) of interventions: "lr" (an LR change), "rollback"; the newest 50
         self.markers: list[tuple[float, float, str]] = []
@@ -71,39 +115,139 @@ class LossPanel(ThrottledPlot):
         self.update_labels()
 
     # data ---------------------------------------------------------------------------------------
-    def add_step(self, step: int, loss: float, tokens: int) -> None:
+    def add_step(
+        self, step: int, loss: float, tokens: int, step_time_s: float | None = None
+    ) -> None:
+        """A step's loss; with its `step_time_s` (Step.step_time_s) it is on the time axis."""
         self.last_loss = loss
         if not math.isfinite(loss):
             self.nan_steps = [*self.nan_steps[-4:], (step, tokens)]
+        train_s = self._clock(step, step_time_s)
         self.raw.append(step, loss)
         self.raw_tok.append(tokens, loss)
-        for ema, (by_step, by_tokens) in zip(self.emas, self._smooth, strict=True):
+        if train_s is not None:
+            self.raw_time.append(train_s, loss)
+        for ema, (by_step, by_tokens, by_time) in zip(self.emas, self._smooth, strict=True):
             smoothed = ema.update(loss)
             if smoothed is not None and math.isfinite(loss):
                 by_step.append(step, smoothed)
                 by_tokens.append(tokens, smoothed)
+                if train_s is not None:
+                    by_time.append(train_s, smoothed)
         self.touch()
+
+    def set_time_anchor(self, step: int, train_time_s: float) -> None:
+        """The training time at `step`, known exactly (RunStarted's start_step and
+        train_time_s; an Eval's step and train_time_s): steps after it count from it."""
+        if not math.isfinite(train_time_s):
+            return
+        at = bisect.bisect_left(self._time_anchors, (step, -math.inf))
+        if at < len(self._time_anchors) and self._time_anchors[at][0] == step:
+            self._time_anchors[at] = (step, train_time_s)
+        else:
+            self._time_anchors.insert(at, (step, train_time_s))
+
+    def _clock(self, step: int, step_time_s: float | None) -> float | None:
+        """The training time at `step`: from the newest exact anchor at or before it, or from
+        the step before it where that is newer, plus the steps between times `step_time_s`."""
+        if step_time_s is None or not math.isfinite(step_time_s) or step_time_s < 0:
+            return None
+        at = bisect.bisect_right(self._time_anchors, (step, math.inf)) - 1
+        base_step, base_s = self._time_anchors[max(at, 0)]
+        last = self._last_timed
+        # an exact anchor at the step before wins over that step's estimate
+        forward = last is not None and base_step < last[0] < step
+        if forward and last is not None:
+            base_step, base_s = last
+        train_s = max(0.0, base_s + (step - base_step) * step_time_s)
+        if forward and last is not None:
+            train_s = max(train_s, last[1])  # the clock never runs back while steps go on
+        self._last_timed = (step, train_s)
+        self.step_times.append(step, train_s)
+        return train_s
+
+    def time_at(self, step: float) -> float | None:
+        """The training time at `step`, between the timed steps (None before any)."""
+        if not self.step_times:
+            return None
+        return float(np.interp(step, self.step_times.xs, self.step_times.ys))
 
     def add_marker(self, step: int, kind: str) -> None:
         """Mark an intervention on the curve (what was done, to see what followed)."""
         self.markers = [*self.markers[-49:], (step, step * self.tokens_per_step, kind)]
         self.touch()
 
-    def add_eval(self, step: int, val_loss: float, tokens: int | None = None) -> None:
+    def add_eval(
+        self,
+        step: int,
+        val_loss: float,
+        tokens: int | None = None,
+        train_time_s: float | None = None,
+    ) -> None:
+        """An eval; its `train_time_s` (Eval.train_time_s) also anchors the training time."""
         if tokens is None:
             tokens = step * self.tokens_per_step
+        if train_time_s is not None and math.isfinite(train_time_s):
+            self.set_time_anchor(step, train_time_s)
+        else:
+            train_time_s = self.time_at(step)
         self.val.append(step, val_loss)
         self.val_tok.append(tokens, val_loss)
+        if train_time_s is not None:
+            self.val_time.append(train_time_s, val_loss)
         self.last_val, self.last_val_step = val_loss, step
         if math.isfinite(val_loss) and (self.best_val is None or val_loss < self.best_val):
             self.best_val = val_loss
         self.touch()
 
-    def toggle_x(self) -> bool:
-        self.x_tokens = not self.x_tokens
+    def cycle_x_axis(self) -> str:
+        """steps -> tokens -> training time -> steps; returns the new axis' name."""
+        self.x_axis = AXES[(AXES.index(self.x_axis) + 1) % len(AXES)]
         self.touch()
         self.update_labels()
-        return self.x_tokens
+        return self.x_axis
+
+    def toggle_x(self) -> str:
+        """The `t` key: cycles the x axis (it was a steps/tokens toggle)."""
+        return self.cycle_x_axis()
+
+    # overlays -----------------------------------------------------------------------------------
+    @property
+    def overlays(self) -> list[Overlay]:
+        return list(self._overlays)
+
+    def set_overlays(self, overlays: list[Overlay]) -> None:
+        """Overlay these runs (replacing any before); a run keeps its colour while it stays."""
+        self._overlays = list(overlays)
+        self.overlay_colours = self._colour_book.assign([o.key for o in self._overlays])
+        self.touch()
+        self.update_labels()
+
+    def current_x(self) -> float | None:
+        """The current run's newest step on the x axis shown (None before any)."""
+        raw = self.series()[0]
+        return None if raw.last is None else raw.last[0]
+
+    def current_value(self) -> float | None:
+        """The current run's loss at its newest step, as drawn: the EMA, or the raw loss."""
+        if self.ema_beta:
+            return self.ema.value
+        return self.last_loss
+
+    def legend_entries(self) -> list[LegendEntry]:
+        """Each overlay's loss at the current run's x, smoothed as the panel smooths."""
+        x = self.current_x()
+        return [
+            LegendEntry(
+                o.name, colour, None if x is None else o.value_at(x, self.x_axis, self.ema_beta)
+            )
+            for o, colour in zip(self._overlays, self.overlay_colours, strict=True)
+        ]
+
+    def legend_width(self) -> int:
+        """Columns the bottom border gives its label (the corners and a space each side)."""
+        width = self.outer_size.width or self.size.width
+        return max(16, (width or 80) - 4)
 
     def cycle_smoothing(self) -> str:
         """light (0.9) -> heavy (0.99) -> off -> light; returns the new setting's name."""
@@ -140,7 +284,7 @@ class LossPanel(ThrottledPlot):
 
     # text ---------------------------------------------------------------------------------------
     def update_labels(self) -> None:
-        mode = "tokens" if self.x_tokens else "steps"
+        mode = self.x_axis
         if self.x_window:
             mode += f" last {fmt_tick(self.x_window)}"
         # the defaults say nothing: only what was changed with a key
@@ -157,6 +301,10 @@ class LossPanel(ThrottledPlot):
             parts.append(f"[$primary]━ ema {fmt_loss(self.ema.value)}[/]")
         if self.last_val is not None:
             parts.append(f"[$warning]● val {fmt_loss(self.last_val)}[/]")
+        if self._overlays:  # the legend: the runs compared, at the current run's x
+            subtitle = legend(self.current_value(), self.legend_entries(), self.legend_width())
+            self.set_labels(f"Loss {flags}", subtitle)
+            return
         self.set_labels(f"Loss {flags}", " ".join(parts))
 
     # drawing ------------------------------------------------------------------------------------
@@ -170,26 +318,68 @@ class LossPanel(ThrottledPlot):
         kept = [y for x, y in zip(xs, ys, strict=True) if x >= cut]
         return kept or ys
 
+    def _x_of(self, step: float, tokens: float) -> float | None:
+        """A step's x on the axis shown (a marker's, a NaN's)."""
+        if self.x_axis == "tokens":
+            return tokens
+        if self.x_axis == "time":
+            return self.time_at(step)
+        return step
+
+    def _window_per_step(self) -> float:
+        """x per step on the axis shown: how wide the last-N-steps window is."""
+        if self.x_axis == "tokens":
+            return float(self.tokens_per_step or 1)
+        if self.x_axis == "time" and len(self.step_times) > 1:
+            steps, times = self.step_times.xs, self.step_times.ys
+            if steps[-1] > steps[0]:
+                return float((times[-1] - times[0]) / (steps[-1] - steps[0])) or 1.0
+        return 1.0
+
+    def _draw_overlays(
+        self, plt: Any, x0: float, x1: float, cols: int
+    ) -> tuple[list[float], list[float]]:
+        """Lay each overlay's line and val points (cached per axes); returns their points for
+        the y range."""
+        xs: list[np.ndarray] = []
+        ys: list[np.ndarray] = []
+        for overlay, colour in zip(self._overlays, self.overlay_colours, strict=True):
+            lx, ly, vx, vy = overlay.downsampled(self.x_axis, self.ema_beta, x0, x1, cols)
+            if len(lx):
+                self.line(plt, lx, ly, colour)
+            if len(vx):
+                self.points(plt, vx, vy, OVERLAY_MARKER, colour)
+            xs += [lx, vx]
+            ys += [ly, vy]
+        if not xs:
+            return [], []
+        return np.concatenate(xs).tolist(), np.concatenate(ys).tolist()
+
+    def _set_time_ticks(self, plt: Any, lo: float, hi: float, width: int) -> None:
+        """Ticks at round durations (seconds, minutes or hours), written as clocks."""
+        unit = 3600.0 if hi - lo >= 3 * 3600 else 60.0 if hi - lo >= 180 else 1.0
+        n = max(2, min(6, width // 14))
+        ticks = [t * unit for t in nice_ticks(lo / unit, hi / unit, n) if lo <= t * unit <= hi]
+        if ticks:
+            plt.xticks(ticks, [fmt_duration(t) for t in ticks])
+
     def draw(self, plt: Any, width: int, height: int) -> None:
         pal = palette(self)
-        raw, smooth, val = (
-            (self.raw_tok, self.smooth_tok, self.val_tok)
-            if self.x_tokens
-            else (self.raw, self.smooth, self.val)
-        )
+        raw, smooth, val = self.series()
         cols = max(8, width - Y_AXIS_COLS)
-        nan_xs = [tok if self.x_tokens else step for step, tok in self.nan_steps]
+        nan_xs = [self._x_of(step, tok) for step, tok in self.nan_steps]
+        nan_xs = [x for x in nan_xs if x is not None]
         ends = [float(s.xs[i]) for s in (raw, val) if s for i in (0, -1)] + nan_xs
         if not ends:
-            plt.text(self.empty_message, 0, 0)
+            untimed = self.x_axis == "time" and bool(self.raw)
+            plt.text("no training time for these steps yet" if untimed else self.empty_message, 0, 0)
             return
         # x limits first, from the series' ends, moving in round steps (1/64 of the span);
         # the buckets of the downsampling share them, so a new step changes only the last
         # bucket: most rows of the drawing stay as they were and are not repainted.
         x0, x1 = min(ends), max(ends)
-        if self.x_window:  # the last N steps (in tokens: as many tokens as N steps hold)
-            per = self.tokens_per_step if self.x_tokens and self.tokens_per_step else 1
-            x0 = max(x0, x1 - self.x_window * per)
+        if self.x_window:  # the last N steps (in tokens or time: what N steps take)
+            x0 = max(x0, x1 - self.x_window * self._window_per_step())
         if x1 <= x0:
             x1 = x0 + 1
         x0, x1 = steady_limits(x0, x1)
@@ -198,7 +388,8 @@ class LossPanel(ThrottledPlot):
             smooth.xs, smooth.ys, cols, (x0, x1)
         )
         vx, vy = downsample_minmax(val.xs, val.ys, max(4, cols // 2), (x0, x1))
-        ys_all = self._y_range_points(rx + sx + vx, ry + sy + vy, x0, x1)
+        ox, oy = self._draw_overlays(plt, x0, x1, cols)  # first: under the current run's lines
+        ys_all = self._y_range_points(rx + sx + vx + ox, ry + sy + vy + oy, x0, x1)
         if self.log_y:
             ys_all = [y for y in ys_all if y > 0]
         if not ys_all:
@@ -234,13 +425,16 @@ class LossPanel(ThrottledPlot):
         if vx:
             self.points(plt, vx, vy, "●", pal["warning"])
         for step, tokens, kind in self.markers:  # under the NaN lines: a NaN wins
-            x = tokens if self.x_tokens else step
-            if x0 <= x <= x1:
+            x = self._x_of(step, tokens)
+            if x is not None and x0 <= x <= x1:
                 self.vline(plt, x, pal["accent"] if kind == "rollback" else pal["faint"])
         for step, tokens in self.nan_steps:
-            x = tokens if self.x_tokens else step
-            if x0 <= x <= x1:
+            x = self._x_of(step, tokens)
+            if x is not None and x0 <= x <= x1:
                 self.vline(plt, x, pal["error"])
-        self.set_x_ticks(plt, x0, x1, width - Y_AXIS_COLS, fmt_tick)
+        if self.x_axis == "time":
+            self._set_time_ticks(plt, x0, x1, width - Y_AXIS_COLS)
+        else:
+            self.set_x_ticks(plt, x0, x1, width - Y_AXIS_COLS, fmt_tick)
         if not self.log_y:
             self.set_y_ticks(plt, lo, hi, height, lambda v: f"{v:.3g}")
