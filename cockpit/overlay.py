@@ -29,12 +29,12 @@ SMOOTHINGS = (0.9, 0.99, 0.0)  # the loss panel's EMA betas; 0.0 is the raw loss
 # Told apart from each other and from the current run's own lines (the theme's primary blue
 # EMA, warning orange val points, error red NaN lines, grey raw loss) on dark and light themes.
 OVERLAY_COLOURS: tuple[RGB, ...] = (
-    (0, 200, 200),  # cyan
+    (0, 215, 140),  # sea green
     (170, 120, 255),  # violet
-    (150, 210, 60),  # lime
-    (230, 80, 210),  # magenta
-    (235, 220, 80),  # yellow
-    (110, 150, 255),  # periwinkle
+    (240, 240, 100),  # yellow
+    (240, 90, 220),  # magenta
+    (110, 200, 255),  # sky
+    (160, 230, 60),  # lime
 )
 CACHE_SIZE = 16  # downsamplings kept per overlay (one per axes the panel has shown lately)
 
@@ -204,31 +204,33 @@ def shorten(name: str, width: int) -> str:
 def legend(current: float | None, entries: list[LegendEntry], width: int) -> str:
     """The loss panel's legend with overlays, as markup in at most `width` visible characters.
 
-    `now 2.4510 · base 2.3980 +0.053 · fork 2.4620 -0.011 · +2 more`: the current run's loss
+    `now 2.451 · base 2.398 +0.053 · fork 2.462 -0.011 · +2 more`: the current run's loss
     at its newest step, then each overlay's name and its loss at the same x in its colour, and
     the current run's loss minus that one: positive (red) means the current run is behind it,
     negative (green) ahead. Where they do not all fit, names get shorter, then the last runs
-    give way to "+N more"."""
-    head_text = f"now {fmt_loss(current)}"
+    give way to "+N more". Losses to 3 decimals, like the differences, to fit 80 columns."""
+    head_text = f"now {_fmt(current)}"
     head = (head_text, f"[$primary]{_escape(head_text)}[/]")
-    for shown in range(len(entries), -1, -1):
-        for name_width in (20, 14, 10, 7, 5):
-            parts = [head, *(_entry(e, current, name_width) for e in entries[:shown])]
-            if shown < len(entries):
-                more = f"+{len(entries) - shown} more"
-                parts.append((more, f"[$foreground-muted]{more}[/]"))
-            plain = " · ".join(p for p, _ in parts)
-            if len(plain) <= width:
-                return " · ".join(m for _, m in parts)
-            if shown == 0:
-                break
+    # names of 7 or more first (fewer runs rather than unreadable names), then down to 4
+    for name_widths in ((32, 20, 14, 10, 7), (5, 4)):
+        for shown in range(len(entries), 0, -1):
+            for name_width in name_widths:
+                parts = [head, *(_entry(e, current, name_width) for e in entries[:shown])]
+                if shown < len(entries):
+                    more = f"+{len(entries) - shown} more"
+                    parts.append((more, f"[$foreground-muted]{more}[/]"))
+                if len(" · ".join(p for p, _ in parts)) <= width:
+                    return " · ".join(m for _, m in parts)
+    more = f"+{len(entries)} more"
+    if entries and len(f"{head_text} · {more}") <= width:
+        return f"{head[1]} · [$foreground-muted]{more}[/]"
     return head[1] if len(head_text) <= width else ""
 
 
 def _entry(entry: LegendEntry, current: float | None, name_width: int) -> tuple[str, str]:
     """(plain text, markup) of one overlay in the legend."""
     name = shorten(entry.name, name_width)
-    value = fmt_loss(entry.value)
+    value = _fmt(entry.value)
     colour = "#{:02x}{:02x}{:02x}".format(*entry.colour)
     text, markup = f"{name} {value}", f"[{colour}]{_escape(name)} {value}[/]"
     if entry.value is not None and current is not None:
@@ -238,6 +240,10 @@ def _entry(entry: LegendEntry, current: float | None, name_width: int) -> tuple[
             text += f" {diff:+.3f}"
             markup += f" [{style}]{diff:+.3f}[/]"
     return text, markup
+
+
+def _fmt(loss: float | None) -> str:
+    return fmt_loss(loss) if loss is None or not math.isfinite(loss) else f"{loss:.3f}"
 
 
 def _escape(text: str) -> str:
