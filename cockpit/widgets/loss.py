@@ -245,9 +245,10 @@ class LossPanel(ThrottledPlot):
         ]
 
     def legend_width(self) -> int:
-        """Columns the bottom border gives its label (the corners and a space each side)."""
+        """Columns the bottom border gives its label: Textual keeps a corner, a line and a
+        space on each side (a longer label is cut with an ellipsis)."""
         width = self.outer_size.width or self.size.width
-        return max(16, (width or 80) - 4)
+        return max(16, (width or 80) - 6)
 
     def cycle_smoothing(self) -> str:
         """light (0.9) -> heavy (0.99) -> off -> light; returns the new setting's name."""

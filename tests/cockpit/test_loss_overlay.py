@@ -10,10 +10,11 @@ import pytest
 from pilot import run_pilot
 from test_overlay import loop_ema, noisy_losses, run_curves
 from textual.app import App, ComposeResult
+from textual.content import Content
 from textual.geometry import Region
 from textual.pilot import Pilot
 
-from cockpit.overlay import OVERLAY_COLOURS, Overlay
+from cockpit.overlay import OVERLAY_COLOURS, Overlay, legend
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.plotext_frame import Recorder
 
@@ -96,10 +97,10 @@ def test_the_legend_shows_each_overlay_at_the_current_runs_x_and_the_difference(
                 panel.cycle_smoothing()
             panel.flush(force=True)
             await pilot.pause()
-            legend = bottom_border(panel)
-            assert f"now {panel.ema.value:.3f}" in legend
+            border = bottom_border(panel)
+            assert f"now {panel.ema.value:.3f}" in border
             for curves in (BASE, FORK):
-                assert expected_entry(curves, panel, beta) in legend, (axis, beta, legend)
+                assert expected_entry(curves, panel, beta) in border, (axis, beta, border)
         panel.cycle_smoothing()  # off: the raw losses
         assert panel.ema_beta == 0.0
         panel.flush(force=True)
@@ -119,9 +120,11 @@ def test_at_80x24s_width_the_legend_shows_fewer_runs_and_shorter_names() -> None
         panel.set_overlays([Overlay(c) for c in runs])
         panel.flush(force=True)
         await pilot.pause()
-        legend = bottom_border(panel)
-        assert "+2 more" in legend and "…" in legend
-        assert legend.startswith("╰") and legend.endswith("╯")  # not cut short by the border
+        border = bottom_border(panel)
+        wanted = legend(panel.current_value(), panel.legend_entries(), panel.legend_width())
+        shown = Content.from_markup(wanted).plain
+        assert shown in border and shown.endswith("+2 more")  # whole: not cut by the border
+        assert "…" in shown and len(shown) > panel.legend_width() - 8  # the width is used
 
     run_pilot(app, scenario, size=(80, 24))
 
