@@ -74,12 +74,14 @@ class Overlay:
         self.name = curves.name
         self.key = str(curves.run_dir)  # what its colour is kept for
         finite = np.isfinite(curves.loss)
-        self._loss = np.asarray(curves.loss, dtype=np.float64)[finite]
+        # the run's own arrays where every loss is finite (no copies of a million steps)
+        keep = slice(None) if finite.all() else finite
+        self._loss = np.asarray(curves.loss, dtype=np.float64)[keep]
         self._x = {
-            "steps": np.asarray(curves.step, dtype=np.float64)[finite],
-            "tokens": np.asarray(curves.tokens, dtype=np.float64)[finite],
+            "steps": np.asarray(curves.step, dtype=np.float64)[keep],
+            "tokens": np.asarray(curves.tokens, dtype=np.float64)[keep],
             # a clock that never runs back, so every axis is sorted for searchsorted
-            "time": _non_decreasing(np.asarray(curves.train_s, dtype=np.float64)[finite]),
+            "time": _non_decreasing(np.asarray(curves.train_s, dtype=np.float64)[keep]),
         }
         self._val_x = {
             "steps": np.asarray(curves.val_step, dtype=np.float64),
@@ -148,7 +150,8 @@ class Overlay:
 
 
 def _non_decreasing(xs: np.ndarray) -> np.ndarray:
-    if len(xs) == 0:
+    """`xs`, each value at least the one before (NaN: as the one before); as is if it was."""
+    if len(xs) == 0 or (np.all(np.isfinite(xs)) and np.all(xs[1:] >= xs[:-1])):
         return xs
     return np.maximum.accumulate(np.where(np.isfinite(xs), xs, -np.inf))
 

@@ -191,3 +191,13 @@ def test_names_are_shortened_keeping_their_start_and_end() -> None:
     assert shorten("tiny-20261129-101500", 30) == "tiny-20261129-101500"
     short = shorten("tiny-20261129-101500", 10)
     assert len(short) == 10 and short.startswith("tin") and short.endswith("101500")
+
+
+def test_a_clock_that_ran_back_at_an_anchor_is_kept_sorted() -> None:
+    curves = run_curves("a", noisy_losses(6), step_s=1.0)
+    # an eval's exact time below the step times' estimate, then a step without a time
+    curves.train_s[:] = [1.0, 2.0, 3.0, 2.5, np.nan, 4.0]
+    overlay = Overlay(curves)
+    assert overlay.xs("time").tolist() == [1.0, 2.0, 3.0, 3.0, 3.0, 4.0]
+    assert overlay.value_at(3.5, "time", 0.0) == curves.loss[4]
+    assert overlay.xs("steps") is not curves.step  # steps are floats for the plot
