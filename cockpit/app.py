@@ -18,11 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from textual import work
 from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
+from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -38,6 +40,7 @@ from cockpit.main_screen import MainScreen
 from cockpit.notifications import Notifier, NotifySettings, StallWatch
 from cockpit.preset_switch import data_always_available, preset_menu_rows, switch_question
 from cockpit.run_events import RunEvents
+from cockpit.run_opening import ResumeFactory, RunOpening
 from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
 from cockpit.screens import (
@@ -67,14 +70,20 @@ from engine.remote import DETACHED
 QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 
 
-class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
+class CockpitApp(RunOpening, Leaving, RunEvents, CommandActions, App[None]):
     """Watch and steer one training run at a time; `p` switches to another preset."""
 
     CSS_PATH = "cockpit.tcss"
     TITLE = "cockpit"
     ALLOW_IN_MAXIMIZED_VIEW = "#top, Footer"
 
-    BINDINGS = key_bindings()  # cockpit/commands.py: keys, footer, help and palette
+    BINDINGS = [
+        *key_bindings(),  # cockpit/commands.py: keys, footer, help and palette
+        # The footer's note on a run that cannot be steered from here, and why (check_action
+        # shows the one that applies).
+        Binding("w", "read_only_note", "read-only viewer"),
+        Binding("w", "run_over_note", "why read-only"),
+    ]
 
     def __init__(
         self,
@@ -85,17 +94,25 @@ class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
         data_available: Callable[[str], tuple[Any, ...]] | None = None,
         fit_warning: Callable[[str, tuple[str, float] | None], str] | None = None,
         notify: NotifySettings | None = None,
+        resume_factory: ResumeFactory | None = None,
+        runs_root: str = "runs",
+        overlays: Sequence[str] = (),
     ) -> None:
         """`data_available(preset)` -> (ok, note) or (ok, note, stand_in) for the preset menu;
         `fit_warning(preset, (device, peak FLOP/s) of the current run or None)` -> a warning
         when the preset is far beyond this machine, else "" (called off the UI thread: it may
-        use torch)."""
+        use torch). `resume_factory(run_dir, overrides)` builds a resumed run in this app (None:
+        the app resumes nothing); the runs screen lists `runs_root`; `overlays` are runs whose
+        loss curves are drawn over the first run's from the start (`cockpit compare`)."""
         super().__init__()
         self.trainer_factory = trainer_factory
         self.preset = preset
         self.preset_dirs = list(preset_dirs)
         self.data_available = data_available or data_always_available
         self.fit_warning = fit_warning
+        self.resume_factory = resume_factory
+        self.runs_root = runs_root
+        self._initial_overlays = [Path(d) for d in overlays]
         self.trainer: EngineHandle | None = None
         self.engine_worker: Worker | None = None
         self.state = "idle"
@@ -110,7 +127,8 @@ class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
         self.last_step_seen: tuple[float, float] | None = None
         self._past_runs: list[RunSummary] = []  # runs switched away from, for the exit report
         self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
-        self._pending_preset: str | None = None
+        self._pending_preset: str | None = None  # the name of the run to start once this one ended
+        self._pending_make: Callable[[], EngineHandle] | None = None  # ... and how (None: a preset)
         self._switch_timer: Any = None
         self.view = RunView()  # what is shown about the run on screen; a new run, a new one
         self._checkpoint_toast_until = 0.0  # a checkpoint toast is on screen until then
@@ -132,8 +150,11 @@ class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
         return self._main_screen
 
     def start_first_run(self) -> None:
-        """The main screen is up: start the run named on the command line."""
+        """The main screen is up: start the run named on the command line (and overlay the
+        runs to compare it with)."""
         self._start_run(self.preset)
+        if self._initial_overlays:
+            self.overlay_runs(self._initial_overlays)
 
     @property
     def main_screen(self) -> MainScreen:
@@ -178,16 +199,19 @@ class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
         w = self.engine_worker
         return w is not None and not w.is_finished
 
-    def _start_run(self, preset: str) -> None:
-        """Build a trainer with the factory and start it in a thread worker."""
+    def _start_run(self, preset: str, make: Callable[[], EngineHandle] | None = None) -> None:
+        """Build the engine handle (`make()`, by default the factory's trainer for `preset`)
+        and run it in a thread worker."""
+        make = make or partial(self.trainer_factory, preset)
         self.preset = preset
-        self._pending_preset = None
+        self._pending_preset = self._pending_make = None
         self._remember_run()
+        self._detaching = False  # a viewer that left its run for this one is now this one's
         self._reset_run_view()
         self._set_state(RunState.STARTING)
         self._status_note = f"starting {preset}..."
         try:
-            trainer = self.trainer_factory(preset)
+            trainer = make()
         except Exception as e:  # noqa: BLE001 - ConfigError or anything: show it, never crash
             self.trainer = None
             self._set_state(RunState.FAILED)
@@ -202,10 +226,7 @@ class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
             self.refresh_status()
             return
         self.trainer = trainer
-        if trainer.read_only:
-            # the footer says so; the keys that steer the run are hidden (check_action)
-            self.bind("w", "read_only_note", description="read-only viewer", key_display="w")
-            self.refresh_bindings()
+        self.refresh_bindings()  # a read-only viewer or a finished run's view: see check_action
         resume = getattr(trainer, "resume_from", None)
         if resume:
             # The preset named on the command line is not the run's: say whose run this is
@@ -262,7 +283,7 @@ class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
         if self._quitting:
             self.exit()
         elif self._pending_preset is not None:
-            self._start_run(self._pending_preset)
+            self._start_run(self._pending_preset, self._pending_make)
         self.refresh_status()
 
     def pump(self, force: bool = False) -> int:
@@ -351,12 +372,29 @@ class CockpitApp(Leaving, RunEvents, CommandActions, App[None]):
 
     def switch_preset(self, name: str) -> None:
         """Checkpoint and stop the current run (without blocking), then start `name`."""
+        self.switch_to(name)
+
+    def switch_to(
+        self,
+        label: str,
+        make: Callable[[], EngineHandle] | None = None,
+        reason: str = "switching preset",
+    ) -> None:
+        """Leave the run on screen losing nothing, then start or open another (`make()` builds
+        its engine handle; by default the preset `label`). The app's own run is checkpointed and
+        stopped at its next step boundary (without blocking); a run in another process is
+        detached from: it goes on."""
         if not self.engine_running:
-            self._start_run(name)
+            self._start_run(label, make)
             return
-        self._pending_preset = name
+        self._pending_preset, self._pending_make = label, make
         self._switch_started = self.clock()
-        self._command("stop", checkpoint=self.state not in RunState.ENDED, reason="switching preset")
+        if self.attached:
+            self._detaching = True  # its worker returns "detached"; _engine_finished goes on
+            if self.engine_worker is not None:
+                self.engine_worker.cancel()
+            return
+        self._command("stop", checkpoint=self.state not in RunState.ENDED, reason=reason)
         # Like quitting, no time limit: the next step boundary can be minutes away.
         self._update_switch_note()
         self._switch_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_switch_note)

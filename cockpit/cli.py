@@ -10,6 +10,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +113,41 @@ def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -
     return 0
 
 
-def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int:
+def resume_trainer(args: argparse.Namespace, target: str, overrides: Sequence[str]) -> Any:
+    """A run resumed from `target` (a run directory or a checkpoint) inside the app, checked as
+    `cockpit --resume TARGET --set ...` is: a ConfigError (one line) when refused, ResumeFinished
+    when it is already at its max_steps. The app's --data and --run-dir are not applied."""
+    from engine.resume import ResumeFinished
+
+    resumed = argparse.Namespace(
+        **{**vars(args), "resume": target, "overrides": list(overrides), "run_dir": None,
+           "data": None, "allow_data_change": False, "preset": None}  # fmt: skip
+    )
+    finished = preflight(resumed)
+    if finished is not None:
+        raise ResumeFinished(finished)
+    return make_trainer(resumed, interactive=True)
+
+
+def train_arguments(**changes: Any) -> argparse.Namespace:
+    """`cockpit train`'s options at their defaults, with `changes` (for commands that open the
+    app without them: compare)."""
+    args = parse_args(["train"])
+    for name, value in changes.items():
+        setattr(args, name, value)
+    return args
+
+
+def run_app(
+    args: argparse.Namespace,
+    signals: StopSignals | None = None,
+    *,
+    first_engine: Any = None,
+    overlays: Sequence[str] = (),
+    runs_root: str = "runs",
+) -> int:
+    """The app on the run the command line names, or on `first_engine()` (an engine handle:
+    a run opened by `cockpit compare`), with `overlays` drawn over its loss curve."""
     from cockpit.app import CockpitApp, run_app
     from cockpit.runs import format_exit_report
     from engine.data import data_available, is_stand_in_corpus
@@ -131,6 +167,9 @@ def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int
     first = [True]
 
     def factory(preset: str) -> Any:
+        if first[0] and first_engine is not None:
+            first[0] = False
+            return first_engine()
         trainer = make_trainer(args, preset, first=first[0])
         first[0] = False
         return trainer
@@ -142,7 +181,11 @@ def run_app(args: argparse.Namespace, signals: StopSignals | None = None) -> int
         data_available=preset_data_available,
         fit_warning=fit_warning,
         notify=notify_settings(args),
+        resume_factory=partial(resume_trainer, args),
+        runs_root=runs_root,
+        overlays=overlays,
     )
+
     def on_signal(signum: int, _frame: Any) -> None:
         # SIGHUP: the terminal is gone (the SSH link dropped); SIGTERM: a scheduler wants the
         # machine. Either way: checkpoint, stop and exit, as a confirmed quit does. With no

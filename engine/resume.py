@@ -38,6 +38,11 @@ if TYPE_CHECKING:  # torch is imported by the Trainer, not by the CLI's resume c
 ALLOWED_MODEL_KEYS = ("grad_checkpoint", "dropout")  # memory/regularisation only: same weights
 
 
+class ResumeFinished(ConfigError):
+    """A resume of a run already at its max_steps: nothing to train; the text says how to extend
+    it (raised where a finished run is an error, e.g. a resume asked for from inside the app)."""
+
+
 @dataclass(frozen=True)
 class ResumePlan:
     config: RunConfig  # what the resumed run trains with (and records)

@@ -8,6 +8,7 @@ from types import ModuleType
 
 from cockpit.subcommands import (
     attach,
+    compare,
     completion,
     data,
     export,
@@ -22,6 +23,6 @@ from cockpit.subcommands import (
 )
 
 MODULES: tuple[ModuleType, ...] = (
-    start, attach, ps, runs, serve, fork, plan, presets, sample, export, data, completion
+    start, attach, ps, runs, compare, serve, fork, plan, presets, sample, export, data, completion
 )
 BY_NAME: dict[str, ModuleType] = {m.NAME: m for m in MODULES}

@@ -742,7 +742,9 @@ async def test_command_palette_lists_the_actions(pilot: Pilot, app: CockpitApp) 
         "Switch preset",
         "Help",
         "Quit",
-        "Loss x axis: steps / tokens",
+        "Loss x axis: steps / tokens / time",
+        "Runs",
+        "Fork this run",
         "Loss y axis: linear / log",
     ):
         assert want in titles

@@ -1,0 +1,120 @@
+"""The dialog that asks what a new run changes: `--set` settings, and for a branch its checkpoint.
+
+Used when the app resumes a finished run (to train on, it needs a higher `train.max_steps`) and
+when it forks a run from one of its checkpoints. Each setting is checked as `--set` checks it
+(`engine.config.parse_override`) before the dialog closes: a bad one is refused in one line.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Select, Static
+
+from engine.config import ConfigError, parse_override
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the user asked for: the checkpoint to start from (None: no choice offered) and the
+    settings to change, each one `--set`'s KEY=VALUE."""
+
+    checkpoint: str | None
+    overrides: list[str]
+
+
+def parse_settings(text: str) -> list[str]:
+    """'optim.lr=1e-4 train.max_steps=5000' -> each KEY=VALUE, checked; ValueError says which
+    one is wrong and why (quotes group a value with spaces, as in a shell)."""
+    try:
+        items = shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"cannot read that: {e}") from None
+    for item in items:
+        try:
+            parse_override(item)
+        except ConfigError as e:
+            raise ValueError(str(e).removeprefix("--set ")) from None
+    return items
+
+
+class SettingsScreen(ModalScreen["Settings | None"]):
+    """Asks for settings (and a checkpoint when `checkpoints` are offered, newest first)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", show=False)]
+
+    def __init__(
+        self,
+        title: str,
+        message: str,
+        initial: str = "",
+        checkpoints: Sequence[str] = (),
+        required: bool = False,
+    ) -> None:
+        super().__init__(classes="dialog-screen")
+        self.title_text, self.message, self.initial = title, message, initial
+        self.checkpoints = list(checkpoints)
+        self.required = required  # enter with nothing to change is refused
+        self.error = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="settings-dialog") as box:
+            box.border_title = self.title_text
+            box.border_subtitle = "enter start · esc cancel"
+            yield Static(self.message, classes="dialog-message")
+            if self.checkpoints:
+                yield Select(
+                    [(name, name) for name in self.checkpoints],
+                    value=self.checkpoints[0],
+                    allow_blank=False,
+                    id="settings-checkpoint",
+                )
+            yield Input(
+                self.initial,
+                placeholder="optim.lr=1e-4 train.max_steps=5000",
+                id="settings-input",
+                select_on_focus=False,
+            )
+            yield Label("", id="settings-error")
+
+    def on_mount(self) -> None:
+        inp = self.query_one(Input)
+        inp.cursor_blink = False
+        inp.focus()
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        try:
+            overrides = parse_settings(event.value)
+        except ValueError as e:
+            self.show_error(str(e))
+            return
+        if self.required and not overrides:
+            self.show_error("nothing to change: type a setting, e.g. optim.lr=1e-4")
+            return
+        checkpoint = None
+        if self.checkpoints:
+            checkpoint = str(self.query_one("#settings-checkpoint", Select).value)
+        self.dismiss(Settings(checkpoint, overrides))
+
+    @on(Input.Changed)
+    def _changed(self, _event: Input.Changed) -> None:
+        if self.error:
+            self.show_error("")  # half-typed input is normal: errors wait for enter
+
+    def show_error(self, message: str) -> None:
+        label = self.query_one("#settings-error", Label)
+        label.update(Content.styled(f"✗ {message}", "bold $error") if message else "")
+        self.error = message
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
