@@ -89,28 +89,32 @@ class _Scan:
     newest_time: float  # the newest record's time (steps' times are not parsed: the last one's)
 
 
-def _read_metrics(run_dir: Path) -> bytearray:
-    """The file's bytes after one newline (every line then starts after a newline)."""
+def _read_metrics(run_dir: Path) -> bytes:
+    """The file's bytes."""
     metrics = run_dir / METRICS_NAME
     try:
-        size = metrics.stat().st_size
         if not metrics.is_file():
             raise FileNotFoundError
+        with metrics.open("rb") as f:
+            data = f.read()
     except (FileNotFoundError, NotADirectoryError):
         raise RunHistoryError(f"{run_dir}: no {METRICS_NAME}: not a run directory") from None
     except OSError as e:
         raise RunHistoryError(f"{run_dir}: cannot read {METRICS_NAME} ({e.strerror or e})") from None
-    if size == 0:
+    if not data.strip():
         raise RunHistoryError(f"{run_dir}: {METRICS_NAME} is empty: the run recorded nothing")
-    data = bytearray(size + 1)
-    data[0] = 0x0A
-    try:
-        with metrics.open("rb") as f:
-            got = f.readinto(memoryview(data)[1:])
-    except OSError as e:
-        raise RunHistoryError(f"{run_dir}: cannot read {METRICS_NAME} ({e.strerror or e})") from None
-    del data[got + 1 :]  # a file that shrank while we read
     return data
+
+
+def _lines(data: bytes, pattern: re.Pattern[bytes]) -> list[tuple[bytes, ...]]:
+    """Every line taken apart by `pattern` (which finds the lines after a newline): the first
+    line as an other line, whatever it is (parsed whole), then the rest."""
+    rows = pattern.findall(data)
+    end = data.find(b"\n")
+    first = data if end < 0 else data[:end]
+    if first.startswith(b"{"):
+        rows.insert(0, (b"",) * (pattern.groups - 1) + (first,))
+    return rows
 
 
 def _numbers(texts: list[bytes], kind: type) -> np.ndarray:
@@ -126,9 +130,7 @@ def _numbers(texts: list[bytes], kind: type) -> np.ndarray:
 
 
 def _scan(run_dir: Path, replay: bool) -> _Scan:
-    data = _read_metrics(run_dir)
-    rows = (_REPLAY_LINE if replay else _CURVE_LINE).findall(data)
-    del data
+    rows = _lines(_read_metrics(run_dir), _REPLAY_LINE if replay else _CURVE_LINE)
     n = len(rows)
     other_col = len(rows[0]) - 1 if rows else 0
     other_text = list(map(itemgetter(other_col), rows))
@@ -150,7 +152,14 @@ def _scan(run_dir: Path, replay: bool) -> _Scan:
     columns = {"loss": float, "step_time_s": float, "tokens": int}
     parsed = {name: _numbers(texts[name], kind) for name, kind in columns.items() if name in texts}
     others: list[tuple[int, dict[str, Any]]] = []
+    readings: list[int] = []
     for row in other_rows.tolist():
+        kind = _kind_of(other_text[row])
+        if kind in _READINGS:
+            readings.append(row)  # many and bulky in a long run: only the newest are parsed
+            continue
+        if kind in _UNUSED:
+            continue
         try:
             record = json.loads(other_text[row])
         except ValueError:
@@ -164,8 +173,38 @@ def _scan(run_dir: Path, replay: bool) -> _Scan:
                 step_lines[row] = other_text[row]
             continue
         others.append((row, record))
+    if replay:
+        others += _newest_readings(other_text, readings)
+        others.sort(key=itemgetter(0))
     newest = _newest_time(others, step_lines, is_step)
     return _Scan(is_step, step, parsed, step_lines, others, newest)
+
+
+_READINGS = (b"telemetry", b"ranks")  # the replay keeps the newest REPLAY_READINGS of each
+_UNUSED = (b"viewer", b"command", b"data_progress")  # drawn by no panel of a run that is over
+
+
+def _kind_of(text: bytes) -> bytes:
+    """A record line's kind, read off its start (Event.to_record puts it first); b"" if not."""
+    if not text.startswith(b'{"kind":"'):
+        return b""
+    return text[9 : text.find(b'"', 9)]
+
+
+def _newest_readings(texts: list[bytes], rows: list[int]) -> list[tuple[int, dict[str, Any]]]:
+    by_kind: dict[bytes, list[int]] = {kind: [] for kind in _READINGS}
+    for row in rows:
+        by_kind[_kind_of(texts[row])].append(row)
+    parsed = []
+    for kind_rows in by_kind.values():
+        for row in kind_rows[-REPLAY_READINGS:]:
+            try:
+                record = json.loads(texts[row])
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                parsed.append((row, record))
+    return parsed
 
 
 def _take_step(
@@ -328,7 +367,7 @@ def read_replay(run_dir: Path, max_steps: int = REPLAY_STEPS) -> Replay:
     history.sort(key=lambda item: (item[1]["step"], item[1].get("time", 0.0), item[0]))
     present = _newest(scan, ("memory",), 1) + _newest(scan, ("telemetry",), REPLAY_READINGS)
     present += _newest(scan, ("ranks",), REPLAY_READINGS)
-    final = _final_state(scan, run_dir, history)
+    final = _final_state(scan, run_dir)
     events = [_event(record) for _, record in [*history, *present]]
     events = [e for e in events if e is not None] + [final]
     newest = max([scan.newest_time, *(e.time for e in events)])
@@ -360,7 +399,7 @@ def _newest(scan: _Scan, kinds: tuple[str, ...], count: int) -> list[tuple[int, 
     return found[-count:]
 
 
-def _final_state(scan: _Scan, run_dir: Path, history: list[tuple[int, dict[str, Any]]]) -> StateChanged:
+def _final_state(scan: _Scan, run_dir: Path) -> StateChanged:
     """The run's last state record when it is one a run ends in; else the run crashed (or is
     live: then RunHistoryError)."""
     states = [r for _, r in scan.others if r.get("kind") == "state"]
@@ -372,10 +411,8 @@ def _final_state(scan: _Scan, run_dir: Path, history: list[tuple[int, dict[str, 
         check_not_in_use(run_dir)
     except ConfigError:
         raise RunHistoryError(f"{run_dir} is live: attach to it (cockpit attach {run_dir})") from None
-    steps = scan.step[scan.is_step]
-    step = int(steps.max()) if len(steps) else 0
     rows = _kept_steps(scan)
-    step = int(scan.step[rows[-1]]) if len(rows) else step
+    step = int(scan.step[rows[-1]]) if len(rows) else 0  # the newest step recorded
     return StateChanged(
         state=RunState.FAILED,
         step=step,
