@@ -101,7 +101,7 @@ def _read_metrics(run_dir: Path) -> bytes:
         raise RunHistoryError(f"{run_dir}: no {METRICS_NAME}: not a run directory") from None
     except OSError as e:
         raise RunHistoryError(f"{run_dir}: cannot read {METRICS_NAME} ({e.strerror or e})") from None
-    if not data.strip():
+    if not data or data.isspace():  # (isspace stops at the first other byte: no copy)
         raise RunHistoryError(f"{run_dir}: {METRICS_NAME} is empty: the run recorded nothing")
     return data
 
@@ -117,67 +117,91 @@ def _lines(data: bytes, pattern: re.Pattern[bytes]) -> list[tuple[bytes, ...]]:
     return rows
 
 
-def _numbers(texts: list[bytes], kind: type) -> np.ndarray:
-    """Numbers written by json.dumps; null (a NaN) is NaN."""
-    nulls = texts.count(b"null") if kind is float else 0  # (\d+) groups are never null
-    if nulls:
-        texts = list(texts)
-        at = -1
-        for _ in range(nulls):
-            at = texts.index(b"null", at + 1)
+def _positions(items: list[bytes], value: bytes) -> list[int]:
+    """Where `value` is in `items` (the searching done in C: a few hits in a million)."""
+    found, at = [], -1
+    for _ in range(items.count(value)):
+        at = items.index(value, at + 1)
+        found.append(at)
+    return found
+
+
+def _numbers(texts: list[bytes], kind: type, bad: list[int]) -> np.ndarray:
+    """Numbers written by json.dumps; null (a NaN) is NaN. Where a text is no number (a line
+    JSON would refuse too) the index goes to `bad`."""
+    dtype = np.float64 if kind is float else np.int64
+    if kind is float:  # (\d+) groups are never null
+        for at in _positions(texts, b"null"):
             texts[at] = b"nan"
-    return np.fromiter(map(kind, texts), np.float64 if kind is float else np.int64, len(texts))
+    try:
+        return np.fromiter(map(kind, texts), dtype, len(texts))
+    except ValueError:
+        pass
+    values = np.zeros(len(texts), dtype)
+    for at, text in enumerate(texts):
+        try:
+            values[at] = kind(text)
+        except ValueError:
+            bad.append(at)
+    return values
 
 
 def _scan(run_dir: Path, replay: bool) -> _Scan:
     rows = _lines(_read_metrics(run_dir), _REPLAY_LINE if replay else _CURVE_LINE)
     n = len(rows)
-    other_col = len(rows[0]) - 1 if rows else 0
-    other_text = list(map(itemgetter(other_col), rows))
-    other_rows = np.flatnonzero(np.fromiter(map(len, other_text), np.int64, n))
-    step_col = 1 if replay else 0
-    texts = {"step": list(map(itemgetter(step_col), rows))}
+    texts = {"step": list(map(itemgetter(1 if replay else 0), rows))}
+    other_rows = _positions(texts["step"], b"")  # not step lines in the writer's layout
+    other_text = {row: rows[row][-1] for row in other_rows}
     if not replay:
-        texts["loss"] = list(map(itemgetter(1), rows))
-        texts["step_time_s"] = list(map(itemgetter(2), rows))
-        texts["tokens"] = list(map(itemgetter(3), rows))
+        for column, name in enumerate(("loss", "step_time_s", "tokens"), start=1):
+            texts[name] = list(map(itemgetter(column), rows))
     step_lines = list(map(itemgetter(0), rows)) if replay else []
     del rows
-    for row in other_rows.tolist():  # placeholders, set from the parsed record below
+    for row in other_rows:  # placeholders, set from the parsed record
         for column in texts.values():
             column[row] = b"0"
     is_step = np.ones(n, bool)
     is_step[other_rows] = False
-    step = _numbers(texts.pop("step"), int)
-    columns = {"loss": float, "step_time_s": float, "tokens": int}
-    parsed = {name: _numbers(texts[name], kind) for name, kind in columns.items() if name in texts}
-    others: list[tuple[int, dict[str, Any]]] = []
-    readings: list[int] = []
-    for row in other_rows.tolist():
-        kind = _kind_of(other_text[row])
-        if kind in _READINGS:
-            readings.append(row)  # many and bulky in a long run: only the newest are parsed
-            continue
-        if kind in _UNUSED:
-            continue
-        try:
-            record = json.loads(other_text[row])
-        except ValueError:
-            continue  # a line cut short by a crash (maybe glued to the next writer's first)
-        if not isinstance(record, dict):
-            continue
-        if record.get("kind") == "step":  # a step line in another layout: parse it whole
-            if not _take_step(record, row, step, is_step, parsed):
-                continue
-            if replay:
-                step_lines[row] = other_text[row]
-            continue
-        others.append((row, record))
+    bad: list[int] = []
+    step = _numbers(texts.pop("step"), int, bad)
+    kinds = {"loss": float, "step_time_s": float, "tokens": int}
+    parsed = {name: _numbers(texts[name], kinds[name], bad) for name in texts}
+    is_step[bad] = False  # not numbers: JSON would refuse the line, so it is skipped
+    others, readings = _parse_others(other_text, step, is_step, parsed, step_lines)
     if replay:
         others += _newest_readings(other_text, readings)
         others.sort(key=itemgetter(0))
     newest = _newest_time(others, step_lines, is_step)
     return _Scan(is_step, step, parsed, step_lines, others, newest)
+
+
+def _parse_others(
+    texts: dict[int, bytes], step: np.ndarray, is_step: np.ndarray, parsed: dict[str, np.ndarray],
+    step_lines: list[bytes],
+) -> tuple[list[tuple[int, dict[str, Any]]], list[int]]:
+    """(row, record) of the other lines a run's history uses, and the rows of the readings
+    (many and bulky in a long run: only the replay's newest are parsed, later). A step line in
+    another layout goes into the step columns."""
+    others: list[tuple[int, dict[str, Any]]] = []
+    readings: list[int] = []
+    for row, text in texts.items():
+        kind = _kind_of(text)
+        if kind in _READINGS:
+            readings.append(row)
+            continue
+        if kind in _UNUSED:
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            continue  # a line cut short by a crash (maybe glued to the next writer's first)
+        if not isinstance(record, dict):
+            continue
+        if record.get("kind") != "step":
+            others.append((row, record))
+        elif _take_step(record, row, step, is_step, parsed) and step_lines:
+            step_lines[row] = text
+    return others, readings
 
 
 _READINGS = (b"telemetry", b"ranks")  # the replay keeps the newest REPLAY_READINGS of each
@@ -191,7 +215,7 @@ def _kind_of(text: bytes) -> bytes:
     return text[9 : text.find(b'"', 9)]
 
 
-def _newest_readings(texts: list[bytes], rows: list[int]) -> list[tuple[int, dict[str, Any]]]:
+def _newest_readings(texts: dict[int, bytes], rows: list[int]) -> list[tuple[int, dict[str, Any]]]:
     by_kind: dict[bytes, list[int]] = {kind: [] for kind in _READINGS}
     for row in rows:
         by_kind[_kind_of(texts[row])].append(row)

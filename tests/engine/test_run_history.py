@@ -198,10 +198,13 @@ def test_a_step_line_in_another_layout_is_parsed_whole_and_a_last_line_without_n
     lines[10] = json.dumps(old, separators=(",", ":")) + "\n"
     spaced = json.loads(lines[20])
     lines[20] = json.dumps(spaced) + "\n"  # spaces: another writer
+    lines[30] = lines[30].replace('"loss":', '"loss":x', 1)  # not JSON: skipped, as json.loads does
+    lines[40] = lines[40].replace('"update_ratio":null', '"update_ratio":NaN')  # an older, lax writer
+    lines[41] = lines[41].replace('"update_ratio":null', '"update_ratio":NaN')
     lines.append(line(step(clock, 121)).rstrip("\n"))  # whole, but the newline never written
     run = write(tmp_path / "odd", lines)
     assert_same_as_reference(run)
-    assert read_curves(run).step.tolist() == list(range(1, 122))
+    assert 28 not in read_curves(run).step.tolist() and read_curves(run).step[-1] == 121  # line 30: step 28
 
 
 def test_a_rollback_retrains_steps_and_the_later_records_win(tmp_path: Path) -> None:
