@@ -220,7 +220,7 @@ class MainScreen(Screen[None]):
                 self.device_panel.update_ranks(ev)
                 self.memory_panel.update_ranks(ev)
             case Eval():
-                self.loss_panel.add_eval(ev.step, ev.val_loss)
+                self.loss_panel.add_eval(ev.step, ev.val_loss, train_time_s=ev.train_time_s)
             case Sample():
                 self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
             case RunStarted():
@@ -264,7 +264,7 @@ class MainScreen(Screen[None]):
         if math.isfinite(ev.update_ratio):
             view.update_ratio = ev.update_ratio
         view.lr = ev.lr
-        self.loss_panel.add_step(ev.step, ev.loss, ev.tokens)
+        self.loss_panel.add_step(ev.step, ev.loss, ev.tokens, step_time_s=ev.step_time_s)
         self.lr_panel.add_step(ev.step, ev.lr)
         if not history:
             view.tracker.add_step(ev.time, ev.step)

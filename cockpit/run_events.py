@@ -52,6 +52,7 @@ class RunEvents(_AppBase):
         # elapsed goes on from the training time of the earlier sessions of a resumed run
         self.view.tracker.start(ev.time, before=getattr(ev, "train_time_s", 0.0) or 0.0)
         self.loss_panel.tokens_per_step = ev.tokens_per_step
+        self.loss_panel.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time
         self.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
         self.sub_title = ev.preset
         if self._status_note.startswith(("starting", "resuming")):
@@ -96,7 +97,8 @@ class RunEvents(_AppBase):
         if ev.state in RunState.ENDED:
             self._status_note = ""
             if ev.state == RunState.FINISHED:
-                self.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
+                if not getattr(self, "viewing_record", False):  # not news: read from its files
+                    self.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
                 if not self.view.alert:
                     self._status_note = self._finished_note(ev.step)
             if self._quitting and not self.engine_running:
@@ -113,7 +115,10 @@ class RunEvents(_AppBase):
             parts.append(f"best val {fmt_loss(best)}")
         if self.view.last_checkpoint is not None:
             parts.append(f"checkpoint {self.view.last_checkpoint[1]}")
-        parts.append("q: quit" if getattr(self, "attached", False) else "p: another preset · q: quit")
+        if getattr(self, "viewing_record", False):
+            parts.append("r: train on · f: fork · h: runs · q: quit")
+        else:
+            parts.append("q: quit" if getattr(self, "attached", False) else "p: another preset · q: quit")
         return " · ".join(parts)
 
     def checkpoint_saved(self, ev: CheckpointSaved, announce: bool = True) -> None:

@@ -99,19 +99,17 @@ class RunOpening(_AppBase):
         return str(run_dir) if run_dir else None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        on_main = self.screen is self.main_screen
         if action == "read_only_note":
-            return self.read_only and not self.viewing_record
+            return on_main and self.read_only and not self.viewing_record
         if action == "run_over_note":
-            return self.viewing_record
+            return on_main and self.viewing_record
         if action in RECORD_ACTIONS:
-            return self.viewing_record and self.screen is self.main_screen
+            return on_main and self.viewing_record
         if action in RUN_DIR_ACTIONS:
-            if self.screen is not self.main_screen:
-                return False
-            return True if self.current_run_dir else None
+            return False if not on_main else True if self.current_run_dir else None
         if self.viewing_record and action in RUN_ACTIONS:
-            # shown disabled (a press says why: on_key); r is resume's key here
-            return False if action == "rollback" else None
+            return False  # hidden, as in a read-only viewer: a press says why (on_key)
         return super().check_action(action, parameters)
 
     def on_key(self, event: Any) -> None:
@@ -239,7 +237,8 @@ class RunOpening(_AppBase):
         if self.resume_factory is not None:
             return False
         self.notify(
-            "this cockpit only views runs; train in a run of its own: cockpit start --resume RUN_DIR",
+            "this cockpit is a viewer and starts no run; train in a run of its own: "
+            "cockpit start --resume RUN_DIR (or cockpit start --preset NAME)",
             title="Cannot start a run here",
             severity="warning",
             timeout=8,
@@ -270,6 +269,7 @@ class RunOpening(_AppBase):
 
         assert self.resume_factory is not None
         run_dir = target if target.is_dir() else target.parent
+        title = f"Cannot {'fork' if branch_of is not None else 'resume'} {run_dir.name}"
         try:
             if branch_of is not None:
                 from cockpit.subcommands.fork import make_fork
@@ -280,7 +280,7 @@ class RunOpening(_AppBase):
             self.call_from_thread(self._ask_train_on, run_dir, str(e))
             return
         except Exception as e:  # noqa: BLE001 - one line, whatever went wrong
-            self.call_from_thread(self._cannot, f"Cannot resume {run_dir.name}", str(e))
+            self.call_from_thread(self._cannot, title, str(e))
             return
         self.call_from_thread(self._leave_for, run_dir.name, engine, "resuming another run")
 
@@ -378,7 +378,7 @@ class RunOpening(_AppBase):
             try:
                 overlays.append(Overlay(read_curves(run_dir)))
             except Exception as e:  # noqa: BLE001 - one line per run that cannot be read
-                problems.append(f"{run_dir.name}: {e}")
+                problems.append(str(e))  # it names the run
         if not get_current_worker().is_cancelled:
             self.call_from_thread(self._show_overlays, overlays, problems)
 

@@ -8,11 +8,12 @@ textual-free.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.events import Alert, Event
+from engine.events import Alert, Event, RunStarted
 from engine.run_history import read_replay
 
 
@@ -20,13 +21,15 @@ class RecordedRun:
     """An EngineHandle for a run that is over (see the module doc). Raises RunHistoryError (one
     line) when the directory holds no run, or when an engine still holds it (attach instead)."""
 
+    recorded = True  # what the app asks to tell a finished run's view from a live run's
+
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         replay = read_replay(self.run_dir)
         self._state = replay.final_state
         self.reason = replay.reason
         self._lock = threading.Lock()  # commands may come from any thread
-        self._pending: list[Event] = list(replay.events)
+        self._pending: list[Event] = _whole_training_time(list(replay.events), self.run_dir)
 
     @property
     def state(self) -> str:
@@ -86,3 +89,17 @@ class RecordedRun:
 
     def rollback(self, lr_factor: float = 0.5) -> None:
         self._refuse()
+
+
+def _whole_training_time(events: list[Event], run_dir: Path) -> list[Event]:
+    """The RunStarted with the run's whole training time as the time "before this session":
+    nothing trains in this one, so the elapsed time shown is the run's (from its summary)."""
+    from engine.run_summary import read_summary
+
+    if not events or not isinstance(events[0], RunStarted):
+        return events
+    try:
+        total = read_summary(run_dir, write_back=False).train_time_s
+    except (OSError, ValueError):
+        return events
+    return [dataclasses.replace(events[0], train_time_s=total), *events[1:]]

@@ -1,0 +1,230 @@
+"""Other runs from inside the app: a finished run's read-only view (no engine starts), opening a
+run from the runs screen, overlaying runs with the legend checked against the files, and a real
+resume and fork started from the app."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pilot import Toasts, alert_text, run_pilot, wait_for, wait_for_engine
+from run_dirs import three_runs, write_run
+from scripted import ScriptedFactory
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from cockpit.app import CockpitApp
+from cockpit.runs_screen import RunsScreen
+from cockpit.series import DebiasedEMA
+from cockpit.settings_screen import SettingsScreen
+from engine.recorded import RecordedRun
+
+SIZE = (120, 40)
+
+
+def recorded_app(run_dir: Path, **options: Any) -> CockpitApp:
+    """The app opened on a run that is over, as `cockpit compare RUN` opens it."""
+    return CockpitApp(lambda _preset: RecordedRun(run_dir), run_dir.name, **options)
+
+
+def file_losses(run_dir: Path) -> list[tuple[int, float]]:
+    """Every step's (step, loss) as metrics.jsonl says, read the slow plain way."""
+    steps = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["kind"] == "step":
+            steps.append((record["step"], record["loss"]))
+    return steps
+
+
+def ema_at(run_dir: Path, step: int, beta: float = 0.9) -> float:
+    ema = DebiasedEMA(beta)
+    value = None
+    for at, loss in file_losses(run_dir):
+        if at > step:
+            break
+        value = ema.update(loss)
+    assert value is not None
+    return value
+
+
+def test_a_finished_run_opens_read_only_with_no_engine(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path, "baseline")
+    app = recorded_app(run_dir)
+    toasts = Toasts()
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.state == "finished" and app.view.step == 300)
+        app.pump(force=True)
+        assert app.viewing_record and not app.engine_running
+        assert len(app.loss_panel.raw) == 300  # every step of the file, drawn
+        assert app.loss_panel.best_val is not None
+        assert app.view.last_checkpoint is not None
+        footer = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
+        assert {"resume_run", "runs", "run_over_note"} <= footer
+        assert "rollback" not in footer and "toggle_pause" not in footer
+        await pilot.press("space")  # a steering key says why it does nothing
+        await pilot.pause()
+        assert any("nothing runs to steer" in t.message for t in toasts)
+        await pilot.press("r")  # this app resumes nothing: it says so in one line
+        await pilot.pause()
+        assert any("starts no run" in t.message for t in toasts)
+
+    run_pilot(app, scenario, size=SIZE, toasts=toasts)
+    assert "no engine" not in " ".join(t.message for t in toasts)
+
+
+def test_a_crashed_run_says_so(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path, "crashed", finish=False, crash_at=180)
+    app = recorded_app(run_dir)
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.state == "failed")
+        app.pump(force=True)
+        assert app.view.step == 180
+        assert "crashed" in alert_text(app)
+
+    run_pilot(app, scenario, size=SIZE)
+
+
+def test_the_runs_screen_opens_a_finished_run_in_place_of_the_app_s_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    three_runs(Path("runs"))
+    factory = ScriptedFactory(steps=120, max_steps=2000)
+    app = CockpitApp(factory, "default")
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: factory.trainers and factory.trainer.loaded.is_set())
+        await pilot.press("h")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+        table = app.screen.query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 3)
+        await pilot.press("down")  # the newest first: baseline, then lower-lr
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        assert "saved (a checkpoint) and stopped first" in str(app.screen.message)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.viewing_record and app.view.step == 300, timeout=10)
+        assert Path(app.current_run_dir or "").name == "lower-lr"
+        assert ("stop", True) in factory.trainers[0].calls  # with a checkpoint
+        assert len(factory.trainers) == 1  # no preset was started
+
+    run_pilot(app, scenario, size=SIZE)
+
+
+def test_two_overlaid_runs_show_their_values_from_the_files(tmp_path: Path) -> None:
+    base, lower, crashed = three_runs(tmp_path)
+    app = recorded_app(base, overlays=[str(lower), str(crashed)])
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: len(app.loss_panel.overlays) == 2, timeout=10)
+        await wait_for(pilot, lambda: app.view.step == 300)
+        app.pump(force=True)
+        entries = {e.name: e.value for e in app.loss_panel.legend_entries()}
+        # the EMA of each run at the current run's step, as the file's losses give it
+        assert entries["lower-lr"] == pytest.approx(ema_at(lower, 300), abs=1e-9)
+        assert entries["crashed"] is None  # it never got to step 300
+        assert app.loss_panel.current_value() == pytest.approx(ema_at(base, 300), abs=1e-9)
+        legend = str(app.loss_panel.border_subtitle)
+        assert "lower-lr" in legend and "-0.150" in legend  # 0.15 better than lower-lr
+        await pilot.press("t")  # tokens: the same runs, the same values at the same point
+        app.pump(force=True)
+        entries = {e.name: e.value for e in app.loss_panel.legend_entries()}
+        assert entries["lower-lr"] == pytest.approx(ema_at(lower, 300), abs=1e-9)
+
+    run_pilot(app, scenario, size=SIZE)
+
+
+# a real run, resumed and forked from the app ----------------------------------------------------
+
+TINY_STEPS = 30
+
+
+@pytest.fixture
+def finished_tiny_run(tmp_path: Path) -> Path:
+    """A real `tiny` run of 30 steps that finished with checkpoints at 20 and 30."""
+    run_dir = tmp_path / "tiny-run"
+    subprocess.run(
+        [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
+         "--run-dir", str(run_dir), "--no-telemetry", "--set", f"train.max_steps={TINY_STEPS}",
+         "--set", "checkpoint.interval=20", "--set", "eval.interval=0",
+         "--set", "sample.interval=0"],  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "CI": "true"},
+    )
+    assert (run_dir / "ckpt-00000020.pt").exists()
+    return run_dir
+
+
+def real_recorded_app(run_dir: Path) -> CockpitApp:
+    from cockpit.cli import resume_trainer, train_arguments
+
+    return recorded_app(
+        run_dir, resume_factory=lambda target, sets: resume_trainer(
+            train_arguments(no_telemetry=True), target, sets
+        )
+    )
+
+
+def test_resume_a_finished_run_asks_how_far_and_trains_on(finished_tiny_run: Path) -> None:
+    app = real_recorded_app(finished_tiny_run)
+    toasts = Toasts()
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.state == "finished")
+        await pilot.press("r")
+        await wait_for_engine(
+            pilot, lambda: isinstance(app.screen, SettingsScreen) or toasts, timeout=60
+        )
+        assert isinstance(app.screen, SettingsScreen), [t.message for t in toasts]
+        assert app.screen.initial == f"train.max_steps={2 * TINY_STEPS}"
+        await pilot.press("enter")
+        await wait_for_engine(pilot, lambda: not app.viewing_record and app.view.info is not None)
+        await wait_for_engine(pilot, lambda: app.view.step > TINY_STEPS + 2)
+        assert app.view.info.start_step == TINY_STEPS  # from its last checkpoint
+        assert app.view.max_steps == 2 * TINY_STEPS
+        assert len(app.loss_panel.raw) > TINY_STEPS  # the curve goes on from the file's
+        await wait_for_engine(pilot, lambda: app.state == "finished", timeout=120)
+
+    run_pilot(app, scenario, size=SIZE, toasts=toasts)
+
+
+def test_fork_from_a_checkpoint_with_a_lower_lr(finished_tiny_run: Path) -> None:
+    app = real_recorded_app(finished_tiny_run)
+    parent_metrics = (finished_tiny_run / "metrics.jsonl").read_bytes()
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.state == "finished")
+        await pilot.press("f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        screen = app.screen
+        steps = [int(name.split("-")[1].split(".")[0]) for name in screen.checkpoints]
+        assert steps == sorted(steps, reverse=True)  # the newest first
+        from textual.widgets import Select
+
+        older = next(name for name in screen.checkpoints if name.endswith("-00000020.pt"))
+        screen.query_one(Select).value = older
+        await pilot.press(*"optim.lr=1e-4 schedule.min_lr=1e-5", "enter")
+        await wait_for_engine(pilot, lambda: not app.viewing_record and app.view.info is not None)
+        await wait_for_engine(pilot, lambda: app.view.step > 22)
+        info = app.view.info
+        branch = Path(info.run_dir)
+        assert info.start_step == 20  # the checkpoint's step
+        assert info.config["optim"]["lr"] == pytest.approx(1e-4)
+        fork = json.loads((branch / "fork.json").read_text())
+        assert fork["step"] == 20 and fork["checkpoint"] == older
+        # the parent's weights: the branch's checkpoint is the parent's file itself
+        assert os.path.samefile(branch / older, finished_tiny_run / older)
+        await wait_for_engine(pilot, lambda: app.state == "finished", timeout=120)
+
+    run_pilot(app, scenario, size=SIZE)
+    assert (finished_tiny_run / "metrics.jsonl").read_bytes() == parent_metrics  # untouched
