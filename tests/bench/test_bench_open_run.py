@@ -21,6 +21,9 @@ def test_open_run_bench_prints_its_figures() -> None:
     # every step and every eval (one each 250 steps)
     assert re.search(r"read_curves: 20,080 points, median of 3 [\d.]+ s", out), out
     assert re.search(r"RecordedRun \+ drain_events: [\d,]+ events, median of 3 [\d.]+ s", out), out
+    # the app opened on the run, timed until its loss panel drew every step
+    app_line = r"the app opened on it \(160x48, headless\) to a drawn loss curve: median of 3 [\d.]+ s \(each "
+    assert re.search(app_line + r"[\d.]+, [\d.]+, [\d.]+ s\) \(the goal, < 2 s, is for 1,000,000 steps\)", out), out
 
 
 def test_open_run_bench_refuses_a_bad_option_in_one_line() -> None:
