@@ -13,6 +13,7 @@ run is checkpointed and stopped, a run in another process is detached from and g
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,8 +132,10 @@ class RunOpening(_AppBase):
         """`h`: every run under the runs directory; what is picked there comes back here."""
         from cockpit.runs_screen import RunsScreen
 
+        overlaid = [o.key for o in self.loss_panel.overlays]
         self.push_screen(
-            RunsScreen(Path(self.runs_root), current=self.current_run_dir), self._runs_chosen
+            RunsScreen(Path(self.runs_root), current=self.current_run_dir, selected=overlaid),
+            self._runs_chosen,
         )
 
     def _runs_chosen(self, choice: Any) -> None:
@@ -179,13 +182,18 @@ class RunOpening(_AppBase):
         """Switch to `engine` once the user agrees to leave the run on screen."""
         self._status_note = ""
         question = self._leave_question(label)
-        if question is None:
+
+        def switch() -> None:
+            self._drop_overlay(getattr(engine, "run_dir", None))  # now it is the run itself
             self.switch_to(label, lambda: engine, reason=reason)
+
+        if question is None:
+            switch()
             return
 
         def answered(yes: bool) -> None:
             if yes:
-                self.switch_to(label, lambda: engine, reason=reason)
+                switch()
             else:
                 _close(engine)
 
@@ -265,6 +273,7 @@ class RunOpening(_AppBase):
     def _resume_in_worker(self, target: Path, overrides: list[str], branch_of: Path | None) -> None:
         """Build the resumed engine off the UI thread (its checks read the checkpoint with
         torch); a finished run asks how far to train on."""
+        from cockpit.subcommands.fork import NothingToTrain
         from engine.resume import ResumeFinished
 
         assert self.resume_factory is not None
@@ -278,6 +287,10 @@ class RunOpening(_AppBase):
             engine = self.resume_factory(str(run_dir), overrides)
         except ResumeFinished as e:
             self.call_from_thread(self._ask_train_on, run_dir, str(e))
+            return
+        except NothingToTrain as e:  # a branch from the last checkpoint: ask again, with more steps
+            more = [*overrides, f"train.max_steps={2 * e.step}"]
+            self.call_from_thread(self._ask_fork_again, target, more, str(e))
             return
         except Exception as e:  # noqa: BLE001 - one line, whatever went wrong
             self.call_from_thread(self._cannot, title, str(e))
@@ -343,6 +356,19 @@ class RunOpening(_AppBase):
             lambda s: self._fork_chosen(run_dir, s),
         )
 
+    def _ask_fork_again(self, target: Path, overrides: list[str], why: str) -> None:
+        self._status_note = ""
+        self.refresh_status()
+        self.push_screen(
+            SettingsScreen(
+                f"Fork {target.parent.name if target.is_file() else target.name}",
+                f"{why.split(';')[0]}: raise train.max_steps to give the branch steps to train.",
+                initial=shlex.join(overrides),
+                required=True,
+            ),
+            lambda s: self.fork_run(target, s.overrides) if s is not None else None,
+        )
+
     def _fork_chosen(self, run_dir: Path, settings: Settings | None) -> None:
         if settings is None:
             return
@@ -392,6 +418,16 @@ class RunOpening(_AppBase):
             self.loss_panel.flush(force=True)
             names = ", ".join(o.name for o in overlays)
             self.notify(f"the loss curve shows {names} too", title="Comparing", timeout=4)
+
+    def _drop_overlay(self, run_dir: Any) -> None:
+        if run_dir is None:
+            return
+        kept = [
+            o for o in self.loss_panel.overlays
+            if os.path.realpath(o.key) != os.path.realpath(run_dir)
+        ]
+        if len(kept) < len(self.loss_panel.overlays):
+            self.loss_panel.set_overlays(kept)
 
     def action_clear_overlays(self) -> None:
         if not self.loss_panel.overlays:

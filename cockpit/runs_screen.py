@@ -178,12 +178,16 @@ class RunsScreen(Screen["RunsChoice | None"]):
         Binding("escape", "back", "Back"),
     ]
 
-    def __init__(self, root: Path, current: str | None = None) -> None:
+    def __init__(
+        self, root: Path, current: str | None = None, selected: Sequence[str] = ()
+    ) -> None:
+        """`selected`: the runs overlaid now (o keeps them, unless unselected)."""
         super().__init__()
         self.root = Path(root)
         self.current = os.path.abspath(current) if current else None
         self.entries: list[RunEntry] = []
-        self.selected: list[str] = []  # keys of the runs selected for comparison, in order
+        # keys of the runs selected for comparison, in order
+        self.selected: list[str] = [os.path.abspath(s) for s in selected]
         self._reason = ""  # why there can be no runs (the root is missing...)
         self._read_once = False
         self._reading = False

@@ -34,6 +34,14 @@ class ForkError(Exception):
     """The one line why a fork cannot be made (exit 2)."""
 
 
+class NothingToTrain(ForkError):
+    """The checkpoint is at the run's max_steps and the settings do not raise it."""
+
+    def __init__(self, message: str, step: int) -> None:
+        super().__init__(message)
+        self.step = step
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.add_argument(
@@ -79,7 +87,13 @@ def make_fork(target: Path, overrides: list[str], run_dir: str | None) -> tuple[
     except ckpt.CheckpointError as e:
         raise ForkError(str(e)) from None
     step = int(state["step"])
-    plan_resume(state, overrides, str(source), label=str(source))  # refused settings: one line
+    plan = plan_resume(state, overrides, str(source), label=str(source))  # refused: one line
+    if plan.finished is not None:  # before anything is made: a branch with nothing to train
+        raise NothingToTrain(
+            f"{source.name} is at step {step}, the run's max_steps: the branch would train "
+            f"nothing; raise it too, e.g. --set train.max_steps={2 * step}",
+            step,
+        )
     parent = source.parent
     branch = Path(run_dir) if run_dir else parent.with_name(
         f"{parent.name}-fork-{step}-{time.strftime('%Y%m%d-%H%M%S')}"

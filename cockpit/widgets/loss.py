@@ -362,7 +362,8 @@ class LossPanel(ThrottledPlot):
         n = max(2, min(6, width // 14))
         ticks = [t * unit for t in nice_ticks(lo / unit, hi / unit, n) if lo <= t * unit <= hi]
         if ticks:
-            plt.xticks(ticks, [fmt_duration(t) for t in ticks])
+            short = hi - lo < 10  # a run of seconds: its ticks fall between whole seconds
+            plt.xticks(ticks, [f"{t:.3g}s" if short else fmt_duration(t) for t in ticks])
 
     def draw(self, plt: Any, width: int, height: int) -> None:
         pal = palette(self)

@@ -206,6 +206,25 @@ def test_the_x_axis_cycles_steps_tokens_time_with_durations_on_the_time_axis() -
     run_pilot(app, scenario, size=(120, 24))
 
 
+def test_a_run_of_seconds_has_fractional_time_ticks() -> None:
+    """200 steps of 2 ms: ticks like 0.1s, 0.2s, never a row of "0s"."""
+    app = LossApp(120)
+
+    async def scenario(pilot: Pilot) -> None:
+        panel = app.query_one(RecordingPanel)
+        for step in range(1, 201):
+            panel.add_step(step, current_loss(step), 64 * step, step_time_s=0.002)
+        panel.cycle_x_axis()
+        panel.cycle_x_axis()
+        panel.flush(force=True)
+        await pilot.pause()
+        axis = text_of(panel).splitlines()[-1]
+        assert "0.2s" in axis and "0.4s" in axis, axis
+        assert axis.split().count("0s") <= 1, axis
+
+    run_pilot(app, scenario, size=(120, 24))
+
+
 def test_set_overlays_replaces_and_a_run_keeps_its_colour() -> None:
     panel = LossPanel()
     a, b, c = (Overlay(run_curves(n, noisy_losses(50))) for n in "abc")
