@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 from textual.worker import Worker, WorkerState
 
+from cockpit.settings_screen import parse_settings
 from cockpit.subcommands.runs import (
     LIVE,
     RIGHT_ALIGNED,
@@ -39,7 +39,6 @@ from cockpit.subcommands.runs import (
     row,
     shorten_middle,
 )
-from engine.config import ConfigError, parse_override
 from engine.remote import last_checkpoint
 
 REFRESH_S = 2.0  # live runs' steps move, new runs appear
@@ -110,21 +109,6 @@ def read_runs(root: Path) -> tuple[list[RunEntry], str]:
 def empty_message(root: Path, reason: str) -> str:
     because = f" ({reason})" if reason else ""
     return f"no runs under {root} yet{because}: this run appears here once it has written its first step"
-
-
-def parse_fork_settings(text: str) -> list[str]:
-    """The settings typed for a fork, each checked as `--set` checks it; ValueError (its text one
-    line for the user) for the first one that is not a setting."""
-    try:
-        words = shlex.split(text)
-    except ValueError as e:
-        raise ValueError(f"{e}: close the quote") from None
-    for word in words:
-        try:
-            parse_override(word)
-        except ConfigError as e:
-            raise ValueError(str(e).replace("--set ", "")) from None
-    return words
 
 
 def row_hint(entry: RunEntry, selected: int) -> str:
@@ -400,7 +384,7 @@ class RunsScreen(Screen["RunsChoice | None"]):
         if self._forking is None:
             return
         try:
-            overrides = parse_fork_settings(event.value)
+            overrides = parse_settings(event.value)
         except ValueError as e:
             self.query_one("#runs-fork-error", Static).update(Content(str(e)))
             return

@@ -37,12 +37,12 @@ def parse_settings(text: str) -> list[str]:
     try:
         items = shlex.split(text)
     except ValueError as e:
-        raise ValueError(f"cannot read that: {e}") from None
+        raise ValueError(f"{e}: close the quote") from None
     for item in items:
         try:
             parse_override(item)
         except ConfigError as e:
-            raise ValueError(str(e).removeprefix("--set ")) from None
+            raise ValueError(str(e).replace("--set ", "")) from None
     return items
 
 

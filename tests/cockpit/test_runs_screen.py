@@ -19,7 +19,8 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
-from cockpit.runs_screen import RunsChoice, RunsScreen, parse_fork_settings
+from cockpit.runs_screen import RunsChoice, RunsScreen
+from cockpit.settings_screen import parse_settings
 
 NOW = time.time()
 WIDE, SMALL = (160, 48), (80, 24)
@@ -246,14 +247,14 @@ def test_escape_in_the_fork_input_returns_to_the_table(root: Path) -> None:
 
 
 def test_fork_settings_are_checked_as_set_checks_them() -> None:
-    assert parse_fork_settings(' optim.lr=1e-4  data.source="a b" ') == [
+    assert parse_settings(' optim.lr=1e-4  data.source="a b" ') == [
         "optim.lr=1e-4",
         "data.source=a b",
     ]
-    assert parse_fork_settings("") == []
+    assert parse_settings("") == []
     for bad, why in (("optim.nope=1", "unknown key 'nope'"), ('optim.lr="1', "close the quote")):
         with pytest.raises(ValueError, match=why):
-            parse_fork_settings(bad)
+            parse_settings(bad)
 
 
 def test_a_refresh_lists_a_run_written_after_the_screen_opened_keeping_the_cursor(
