@@ -34,22 +34,18 @@ from cockpit.commands import (
     key_bindings,
     palette_entries,
 )
-from cockpit.exit_watchdog import start_exit_watchdog
+from cockpit.comparing import Comparing
 from cockpit.leaving import Leaving
 from cockpit.main_screen import MainScreen
 from cockpit.notifications import Notifier, NotifySettings, StallWatch
-from cockpit.preset_switch import data_always_available, preset_menu_rows, switch_question
+from cockpit.preset_switch import data_always_available
+from cockpit.quitting import Quitting
 from cockpit.run_events import RunEvents
-from cockpit.run_opening import ResumeFactory, RunOpening
+from cockpit.run_opening import RunOpening
+from cockpit.run_starts import ResumeFactory, RunStarts
 from cockpit.run_view import RunView
-from cockpit.runs import RunSummary, format_exit_report, resumed_preset, run_dir_of
-from cockpit.screens import (
-    ChoiceScreen,
-    ConfirmScreen,
-    PresetRow,
-    PresetScreen,
-)
-from cockpit.stop_wait import quit_note, quit_question, stop_wait
+from cockpit.runs import RunSummary, resumed_preset, run_dir_of
+from cockpit.switching import Switching
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.lr import LrPanel
@@ -67,10 +63,18 @@ from engine.events import (
 from engine.presets import DEFAULT_PRESET
 from engine.remote import DETACHED
 
-QUIT_NOTE_REFRESH_S = 1.0  # while quitting waits for a step boundary, its countdown ticks this often
 
-
-class CockpitApp(RunOpening, Leaving, RunEvents, CommandActions, App[None]):
+class CockpitApp(
+    RunOpening,
+    RunStarts,
+    Comparing,
+    Switching,
+    Quitting,
+    Leaving,
+    RunEvents,
+    CommandActions,
+    App[None],
+):
     """Watch and steer one training run at a time; `p` switches to another preset."""
 
     CSS_PATH = "cockpit.tcss"
@@ -314,178 +318,6 @@ class CockpitApp(RunOpening, Leaving, RunEvents, CommandActions, App[None]):
         if self.screen_stack:  # not after the app has shut down
             self.screen.refresh()
 
-    def preset_rows(self) -> list[PresetRow]:
-        rows, error = preset_menu_rows(self.preset_dirs, self.data_available, self.preset)
-        if error:
-            self.notify(error, title="Cannot list presets", severity="error")
-        return rows
-
-    def action_presets(self) -> None:
-        if self.attached:
-            # a run started here would die with this viewer: runs start with `cockpit start`
-            self.notify(
-                "this cockpit is a viewer of a run in another process: to train another "
-                "preset, stop that run (q, then s) and `cockpit start --preset NAME`",
-                title="Presets",
-                severity="warning",
-                timeout=8,
-            )
-            return
-        self.push_screen(PresetScreen(self.preset_rows()), self._preset_chosen)
-
-    def _preset_chosen(self, name: str | None) -> None:
-        """A preset was picked: check it against this machine (off the UI thread: the memory
-        plan builds the model on torch's meta device), then ask."""
-        if not name:
-            return
-        if self.fit_warning is None:
-            self._confirm_switch(name, "")
-            return
-        info = self.view.info
-        known_peak = (info.device, info.peak_flops) if info is not None and info.peak_flops else None
-        self._check_note = f"checking {name} against this machine..."
-        self._status_note = self._check_note
-        self.refresh_status()
-        self._check_preset(name, known_peak)
-
-    @work(thread=True, exit_on_error=False, group="preset-check", exclusive=True)
-    def _check_preset(self, name: str, known_peak: tuple[str, float] | None) -> None:
-        try:
-            warning = self.fit_warning(name, known_peak) if self.fit_warning else ""
-        except Exception as e:  # noqa: BLE001 - a failed estimate must not block the switch
-            warning = f"could not check {name} against this machine: {e}"
-        if not get_current_worker().is_cancelled:  # a later pick replaced this one
-            self.call_from_thread(self._confirm_switch, name, warning)
-
-    def _confirm_switch(self, name: str, fit_warning: str) -> None:
-        if self._check_note and self._status_note == self._check_note:
-            self._status_note = ""
-            self.refresh_status()
-        if self._quitting:
-            return  # the user quit while it was checked
-        row = {r.name: r for r in self.preset_rows()}.get(name)
-        msg = switch_question(self.preset, name, self.engine_running, row, fit_warning)
-        self.push_screen(
-            ConfirmScreen("Switch preset", msg, yes="Switch", no="Cancel", purpose="switch"),
-            lambda yes: self.switch_preset(name) if yes else None,
-        )
-
-    def switch_preset(self, name: str) -> None:
-        """Checkpoint and stop the current run (without blocking), then start `name`."""
-        self.switch_to(name)
-
-    def switch_to(
-        self,
-        label: str,
-        make: Callable[[], EngineHandle] | None = None,
-        reason: str = "switching preset",
-    ) -> None:
-        """Leave the run on screen losing nothing, then start or open another (`make()` builds
-        its engine handle; by default the preset `label`). The app's own run is checkpointed and
-        stopped at its next step boundary (without blocking); a run in another process is
-        detached from: it goes on."""
-        if not self.engine_running:
-            self._start_run(label, make)
-            return
-        self._pending_preset, self._pending_make = label, make
-        self._switch_started = self.clock()
-        if self.attached:
-            self._detaching = True  # its worker returns "detached"; _engine_finished goes on
-            if self.engine_worker is not None:
-                self.engine_worker.cancel()
-            return
-        self._command("stop", checkpoint=self.state not in RunState.ENDED, reason=reason)
-        # Like quitting, no time limit: the next step boundary can be minutes away.
-        self._update_switch_note()
-        self._switch_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_switch_note)
-
-    def _switch_note(self) -> str:
-        return f"switching to {self._pending_preset}: {self._stop_wait(self._switch_started)}"
-
-    def _update_switch_note(self) -> None:
-        if self._pending_preset is not None and not self._quitting:
-            self._status_note = self._switch_note()
-            self.refresh_status()
-
-    async def action_quit(self) -> None:
-        """`q` on the main screen (and the palette's Quit): see `action_request_quit`."""
-        await self.action_request_quit()
-
-    async def action_request_quit(self) -> None:
-        """Ask, then checkpoint and stop the run, then exit. Asked again while quitting: exit.
-
-        ctrl+c / ctrl+q (priority bindings, so they work in every dialog) come here directly; a
-        second ctrl+c in the quit dialog confirms it.
-        """
-        if self._quitting:
-            self._force_exit()  # asked again while waiting for the checkpoint: now
-            return
-        screen = self.screen
-        if isinstance(screen, ConfirmScreen) and screen.purpose == "quit":
-            screen.dismiss(True)  # ctrl+c twice
-            return
-        if isinstance(screen, ChoiceScreen) and screen.purpose == "quit":
-            screen.dismiss("detach")  # ctrl+c twice: the answer that loses nothing
-            return
-        if self.attached and self.engine_running:
-            self._ask_leave()
-            return
-        step_s = self.last_step_seen[1] if self.last_step_seen else 0.0
-        msg = quit_question(
-            self.preset, self.engine_running, self.state, step_s, self.preparing_corpus
-        )
-        self.push_screen(
-            ConfirmScreen("Quit", msg, yes="Quit", no="Cancel", purpose="quit", danger=True),
-            self._quit_answer,
-        )
-
-    def _quit_answer(self, yes: bool) -> None:
-        """Quit confirmed: stop with a checkpoint and exit once the engine has ended.
-
-        There is no time limit: the checkpoint comes at the next step boundary, which can be
-        minutes away (a GPU preset on a CPU). The alert line counts down to it and says how to
-        force (`_force_exit`); the app exits when the engine's worker ends (`_engine_finished`).
-        """
-        if not yes or self._quitting:
-            return
-        if not self.engine_running or self.trainer is None:
-            self.exit()
-            return
-        self._quitting = True
-        self._quit_started = self.clock()
-        # An ended run has nothing left to save; its worker is on its way out anyway. Nor has
-        # one still preparing its corpus: the preparation stops at its next piece.
-        keep = self.state not in RunState.ENDED and not self.preparing_corpus
-        self._command("stop", checkpoint=keep, reason="quit")
-        self._update_quit_note()
-        self._quit_timer = self.set_interval(QUIT_NOTE_REFRESH_S, self._update_quit_note)
-
-    def _update_quit_note(self) -> None:
-        if self._quitting and not self._quit_forced:
-            self._status_note = self._quit_note()
-            self.refresh_status()
-
-    def _quit_note(self) -> str:
-        return quit_note(self._stop_wait(self._quit_started), attached=self.attached)
-
-    def _stop_wait(self, started: float | None) -> str:
-        return stop_wait(
-            self.state, self.last_step_seen, started, self.clock(), self.preparing_corpus
-        )
-
-    def _force_exit(self) -> None:
-        """Exit now, without waiting for the checkpoint: the engine is told to stop
-        (should_stop) and given a few seconds after the UI closed (`_arm_watchdog`)."""
-        self._quit_forced = True
-        if self._quit_timer is not None:
-            self._quit_timer.stop()
-            self._quit_timer = None
-        if self.engine_worker is not None and not self.engine_worker.is_finished:
-            self.engine_worker.cancel()
-            if not self.attached:  # a viewer's run() returns at once: nothing to watch for
-                self._arm_watchdog()
-        self.exit()
-
     def _summary(self) -> RunSummary | None:
         """The run on screen as the exit report describes it, or None if it never started."""
         info = self.view.info
@@ -527,24 +359,6 @@ class CockpitApp(RunOpening, Leaving, RunEvents, CommandActions, App[None]):
                         self.view.info = ev
         current = self._summary()
         return [*self._past_runs, *([current] if current is not None else [])]
-
-    @property
-    def quit_forced(self) -> bool:
-        """The user quit without waiting for the final checkpoint."""
-        return self._quit_forced
-
-    def _arm_watchdog(self) -> None:
-        """After a forced quit: end the process even if the engine thread never returns (see
-        `start_exit_watchdog`). Never armed in headless runs (tests)."""
-        thread = self._engine_thread
-        if self.is_headless or self._watchdog_armed or thread is None or not thread.is_alive():
-            return
-        self._watchdog_armed = True
-        start_exit_watchdog(
-            thread,
-            ui_running=lambda: self._running,
-            report=lambda: format_exit_report(self.exit_summary(), forced=True),
-        )
 
     def action_journal(self) -> None:
         """`j`: the run's interventions, read from its metrics.jsonl (cockpit/journal_screen.py)."""

@@ -17,6 +17,8 @@ from engine.events import RunState
 
 LONG_STEP_S = 10.0  # steps at least this long: the quit dialog warns that the save can be far off
 
+NOTE_REFRESH_S = 1.0  # while a quit or switch waits for a step boundary, its countdown ticks this often
+
 
 def stop_wait(
     state: str,

@@ -927,7 +927,7 @@ def test_quit_waits_for_a_distant_step_boundary_with_a_countdown(
 ) -> None:
     # The old fixed limit (QUIT_TIMEOUT_S, 10 s) shortened: quitting must not time out at all.
     monkeypatch.setattr("cockpit.app.QUIT_TIMEOUT_S", 0.05, raising=False)
-    monkeypatch.setattr("cockpit.app.QUIT_NOTE_REFRESH_S", 0.05)
+    monkeypatch.setattr("cockpit.stop_wait.NOTE_REFRESH_S", 0.05)
     trainer = SlowStepTrainer()
 
     app = CockpitApp(lambda name: trainer, "gpt2-small")
@@ -1135,7 +1135,7 @@ def test_switching_away_from_a_slow_run_waits_for_its_checkpoint(
     """A preset switch, like quitting, waits for the step boundary with a countdown instead of
     cancelling the run after a fixed time."""
     monkeypatch.setattr("cockpit.app.SWITCH_TIMEOUT_S", 0.05, raising=False)  # the old limit
-    monkeypatch.setattr("cockpit.app.QUIT_NOTE_REFRESH_S", 0.05)
+    monkeypatch.setattr("cockpit.stop_wait.NOTE_REFRESH_S", 0.05)
     slow = SlowStepTrainer()
     started: list[str] = []
 
