@@ -25,9 +25,10 @@ def preset_fit_warning(
     """
     import torch
 
+    from engine.byte_sizes import format_bytes
     from engine.device import device_capacity, select_device
     from engine.flops import flops_per_token, measure_peak, table_peak
-    from engine.plan import compute_dtype, format_bytes, plan_memory
+    from engine.plan import compute_dtype, plan_memory
     from engine.presets import load_preset
 
     try:

@@ -37,7 +37,8 @@ from engine.metrics_log import read_history
 from engine.model import GPT
 from engine.optim import build_optimizer
 from engine.parallel import parallel_plan, wrap_for_training
-from engine.plan import check_fits, plan_memory
+from engine.plan import plan_memory
+from engine.plan_fixes import check_fits
 from engine.resume import plan_resume
 from engine.resume_corpus import check_vocabulary, resume_data_path
 from engine.run_dir import create_run_dir, default_run_dir

@@ -101,7 +101,10 @@ def resolve_world(cfg: RunConfig, nproc: int, mode: str, fits_one_device: bool) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.plan import format_plan, parse_size, plan_memory, suggest_fixes, vocab_size_for
+    from engine.byte_sizes import parse_size
+    from engine.plan import plan_memory, vocab_size_for
+    from engine.plan_fixes import suggest_fixes
+    from engine.plan_report import format_plan
     from engine.presets import load_preset
 
     cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)

@@ -10,19 +10,13 @@ import pytest
 import torch
 
 from engine import flops, memory
+from engine.byte_sizes import GIB, parse_size
 from engine.config import ConfigError, ModelConfig, OptimConfig
 from engine.flops import Peak, PeakMeter, flops_per_token, measure_peak, mfu, table_peak
 from engine.model import GPT
 from engine.optim import build_optimizer
-from engine.plan import (
-    GIB,
-    check_fits,
-    optimizer_state_bytes,
-    param_shapes,
-    parse_size,
-    plan_memory,
-    suggest_fixes,
-)
+from engine.plan import optimizer_state_bytes, param_shapes, plan_memory
+from engine.plan_fixes import check_fits, suggest_fixes
 from engine.presets import load_preset
 from engine.trainer import Trainer
 

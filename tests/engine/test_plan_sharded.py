@@ -12,16 +12,10 @@ from math import ceil
 import pytest
 
 from cockpit.cli import main
+from engine.byte_sizes import GIB, format_bytes
 from engine.config import ConfigError
-from engine.plan import (
-    ALLOCATOR_SLACK,
-    CUDA_OVERHEAD,
-    GIB,
-    check_fits,
-    format_bytes,
-    plan_memory,
-    suggest_fixes,
-)
+from engine.plan import ALLOCATOR_SLACK, CUDA_OVERHEAD, plan_memory
+from engine.plan_fixes import check_fits, suggest_fixes
 from engine.presets import load_preset
 
 # local-300m: 20 blocks of width 1024, block 1024, no biases, LayerNorm weights only, the head
