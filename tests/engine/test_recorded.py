@@ -13,8 +13,8 @@ from live_process import LiveRun
 
 from engine.contract import EngineHandle
 from engine.events import Alert, RunStarted, StateChanged
+from engine.metrics_scan import RunHistoryError
 from engine.recorded import RecordedRun
-from engine.run_history import RunHistoryError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,7 @@
-"""engine/run_history.py: a run read back from its metrics.jsonl (curves and a replay), against
-a plain json.loads reading of the same files, on run directories written here the way the engine
-writes them (crashes, resumes, cut lines, NaN losses), on a real run, and on a live one."""
+"""engine/run_history.py and replay_reader.py: a run read back from its metrics.jsonl (curves,
+a replay), against a plain json.loads reading of the same files, on run directories written here
+the way the engine writes them (crashes, resumes, cut lines, NaN losses), on a real run, and on a
+live one."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ from engine.events import (
     Step,
     Telemetry,
 )
-from engine.run_history import RunHistoryError, read_curves, read_replay
+from engine.metrics_scan import RunHistoryError
+from engine.replay_reader import read_replay
+from engine.run_history import read_curves
 
 REPO = Path(__file__).resolve().parents[2]
 TPS = 256  # tokens per step
