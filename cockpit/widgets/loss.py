@@ -4,35 +4,32 @@ at the current run's x and the differences."""
 
 from __future__ import annotations
 
-import bisect
 import math
 from typing import Any
 
-import numpy as np
-
 from cockpit.axes import nice_ticks, steady_limits
 from cockpit.durations import fmt_duration
+from cockpit.loss_overlays import LossOverlays
 from cockpit.numbers import fmt_loss, fmt_tick
-from cockpit.overlay import AXES, ColourBook, LegendEntry, Overlay, legend
+from cockpit.overlay import AXES, RGB, LegendEntry, Overlay, legend
 from cockpit.series import BoundedSeries, DebiasedEMA, downsample_minmax
+from cockpit.training_clock import TrainingClock
 from cockpit.widgets.plot import ThrottledPlot, palette
 
 Y_AXIS_COLS = 9  # plotext's y labels and frame take about this many columns
 SMOOTHING = ((0.9, "light"), (0.99, "heavy"), (0.0, "off"))  # `m` cycles, light first
 X_WINDOWS = (1_000, 10_000, 100_000)  # `x` cycles: the whole run, then the last N steps
 WARMUP_SHARE = 0.05  # the y range leaves out the first 5% of the x span (the ln(vocab) start)
-OVERLAY_MARKER = "◆"  # an overlay's val points (the current run's are ●)
 
 
 class LossPanel(ThrottledPlot):
     """Loss vs steps, tokens or training time (`t` cycles), linear or log y (`g`).
 
-    Training time of the live run: `set_time_anchor(step, train_time_s)` where it is known
-    exactly (RunStarted: start_step, train_time_s; every Eval, through `add_eval(...,
-    train_time_s=)`), and from there each step's `step_time_s` (`add_step(...,
-    step_time_s=)`): a step's time is the newest known point's plus the steps since times its
-    step time (a replay's thinned steps count their gaps). Steps given without a step time
-    are not on the time axis."""
+    Training time of the live run (cockpit/training_clock.py): `set_time_anchor(step,
+    train_time_s)` where it is known exactly (RunStarted: start_step, train_time_s; every Eval,
+    through `add_eval(..., train_time_s=)`), and from there each step's `step_time_s`
+    (`add_step(..., step_time_s=)`). Steps given without a step time are not on the time
+    axis. Other runs' curves lie under its own (cockpit/loss_overlays.py)."""
 
     BORDER_TITLE = "Loss"
     ALLOW_MAXIMIZE = True
@@ -46,9 +43,7 @@ class LossPanel(ThrottledPlot):
         self.y_all = False  # True: the y range takes the first steps' losses too
         self.x_axis = "steps"  # one of AXES
         self.log_y = False
-        self._overlays: list[Overlay] = []
-        self.overlay_colours: list[tuple[int, int, int]] = []  # parallel to overlays
-        self._colour_book = ColourBook()
+        self._overlays = LossOverlays()
         self.reset()
 
     @property
@@ -98,10 +93,7 @@ class LossPanel(ThrottledPlot):
         self.val = BoundedSeries(2_000)
         self.val_tok = BoundedSeries(2_000)
         self.val_time = BoundedSeries(2_000)
-        # training time: exact points (step, seconds), sorted, and every timed step's (step, s)
-        self._time_anchors: list[tuple[int, float]] = [(0, 0.0)]  # a run starts at 0 s
-        self._last_timed: tuple[int, float] | None = None
-        self.step_times = BoundedSeries()  # x: step, y: training time (s)
+        self.clock = TrainingClock()
         self.nan_steps: list[tuple[float, float]] = []  # (step, tokens) where the loss was NaN
         # (step, tokens, kind) of interventions: "lr" (an LR change), "rollback"; the newest 50
         self.markers: list[tuple[float, float, str]] = []
@@ -122,7 +114,7 @@ class LossPanel(ThrottledPlot):
         self.last_loss = loss
         if not math.isfinite(loss):
             self.nan_steps = [*self.nan_steps[-4:], (step, tokens)]
-        train_s = self._clock(step, step_time_s)
+        train_s = self.clock.step(step, step_time_s)
         self.raw.append(step, loss)
         self.raw_tok.append(tokens, loss)
         if train_s is not None:
@@ -139,38 +131,11 @@ class LossPanel(ThrottledPlot):
     def set_time_anchor(self, step: int, train_time_s: float) -> None:
         """The training time at `step`, known exactly (RunStarted's start_step and
         train_time_s; an Eval's step and train_time_s): steps after it count from it."""
-        if not math.isfinite(train_time_s):
-            return
-        at = bisect.bisect_left(self._time_anchors, (step, -math.inf))
-        if at < len(self._time_anchors) and self._time_anchors[at][0] == step:
-            self._time_anchors[at] = (step, train_time_s)
-        else:
-            self._time_anchors.insert(at, (step, train_time_s))
-
-    def _clock(self, step: int, step_time_s: float | None) -> float | None:
-        """The training time at `step`: from the newest exact anchor at or before it, or from
-        the step before it where that is newer, plus the steps between times `step_time_s`."""
-        if step_time_s is None or not math.isfinite(step_time_s) or step_time_s < 0:
-            return None
-        at = bisect.bisect_right(self._time_anchors, (step, math.inf)) - 1
-        base_step, base_s = self._time_anchors[max(at, 0)]
-        last = self._last_timed
-        # an exact anchor at the step before wins over that step's estimate
-        forward = last is not None and base_step < last[0] < step
-        if forward and last is not None:
-            base_step, base_s = last
-        train_s = max(0.0, base_s + (step - base_step) * step_time_s)
-        if forward and last is not None:
-            train_s = max(train_s, last[1])  # the clock never runs back while steps go on
-        self._last_timed = (step, train_s)
-        self.step_times.append(step, train_s)
-        return train_s
+        self.clock.set_anchor(step, train_time_s)
 
     def time_at(self, step: float) -> float | None:
         """The training time at `step`, between the timed steps (None before any)."""
-        if not self.step_times:
-            return None
-        return float(np.interp(step, self.step_times.xs, self.step_times.ys))
+        return self.clock.time_at(step)
 
     def add_marker(self, step: int, kind: str) -> None:
         """Mark an intervention on the curve (what was done, to see what followed)."""
@@ -214,12 +179,16 @@ class LossPanel(ThrottledPlot):
     # overlays -----------------------------------------------------------------------------------
     @property
     def overlays(self) -> list[Overlay]:
-        return list(self._overlays)
+        return self._overlays.runs
+
+    @property
+    def overlay_colours(self) -> list[RGB]:
+        """The overlays' colours, parallel to them."""
+        return self._overlays.colours
 
     def set_overlays(self, overlays: list[Overlay]) -> None:
         """Overlay these runs (replacing any before); a run keeps its colour while it stays."""
-        self._overlays = list(overlays)
-        self.overlay_colours = self._colour_book.assign([o.key for o in self._overlays])
+        self._overlays.set(overlays)
         self.touch()
         self.update_labels()
 
@@ -236,13 +205,7 @@ class LossPanel(ThrottledPlot):
 
     def legend_entries(self) -> list[LegendEntry]:
         """Each overlay's loss at the current run's x, smoothed as the panel smooths."""
-        x = self.current_x()
-        return [
-            LegendEntry(
-                o.name, colour, None if x is None else o.value_at(x, self.x_axis, self.ema_beta)
-            )
-            for o, colour in zip(self._overlays, self.overlay_colours, strict=True)
-        ]
+        return self._overlays.entries(self.current_x(), self.x_axis, self.ema_beta)
 
     def legend_width(self) -> int:
         """Columns the bottom border gives its label: Textual keeps a corner, a line and a
@@ -331,30 +294,9 @@ class LossPanel(ThrottledPlot):
         """x per step on the axis shown: how wide the last-N-steps window is."""
         if self.x_axis == "tokens":
             return float(self.tokens_per_step or 1)
-        if self.x_axis == "time" and len(self.step_times) > 1:
-            steps, times = self.step_times.xs, self.step_times.ys
-            if steps[-1] > steps[0]:
-                return float((times[-1] - times[0]) / (steps[-1] - steps[0])) or 1.0
+        if self.x_axis == "time":
+            return self.clock.seconds_per_step() or 1.0
         return 1.0
-
-    def _draw_overlays(
-        self, plt: Any, x0: float, x1: float, cols: int
-    ) -> tuple[list[float], list[float]]:
-        """Lay each overlay's line and val points (cached per axes); returns their points for
-        the y range."""
-        xs: list[np.ndarray] = []
-        ys: list[np.ndarray] = []
-        for overlay, colour in zip(self._overlays, self.overlay_colours, strict=True):
-            lx, ly, vx, vy = overlay.downsampled(self.x_axis, self.ema_beta, x0, x1, cols)
-            if len(lx):
-                self.line(plt, lx, ly, colour)
-            if len(vx):
-                self.points(plt, vx, vy, OVERLAY_MARKER, colour)
-            xs += [lx, vx]
-            ys += [ly, vy]
-        if not xs:
-            return [], []
-        return np.concatenate(xs).tolist(), np.concatenate(ys).tolist()
 
     def _set_time_ticks(self, plt: Any, lo: float, hi: float, width: int) -> None:
         """Ticks at round durations (seconds, minutes or hours), written as clocks."""
@@ -390,7 +332,8 @@ class LossPanel(ThrottledPlot):
             smooth.xs, smooth.ys, cols, (x0, x1)
         )
         vx, vy = downsample_minmax(val.xs, val.ys, max(4, cols // 2), (x0, x1))
-        ox, oy = self._draw_overlays(plt, x0, x1, cols)  # first: under the current run's lines
+        # first: under the current run's lines
+        ox, oy = self._overlays.draw(self, plt, self.x_axis, self.ema_beta, x0, x1, cols)
         ys_all = self._y_range_points(rx + sx + vx + ox, ry + sy + vy + oy, x0, x1)
         if self.log_y:
             ys_all = [y for y in ys_all if y > 0]
