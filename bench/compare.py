@@ -36,7 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parents[1]
 for where in (REPO, REPO / "bench"):  # the packages, and bench/open_run.py beside this file
@@ -45,16 +45,19 @@ for where in (REPO, REPO / "bench"):  # the packages, and bench/open_run.py besi
 
 from open_run import write_run  # noqa: E402
 
-from cockpit.app import CockpitApp  # noqa: E402
 from engine.config import ConfigError  # noqa: E402
 from engine.events import Event  # noqa: E402
 from engine.presets import load_preset  # noqa: E402
-from engine.trainer import Trainer  # noqa: E402
+
+if TYPE_CHECKING:
+    from cockpit.app import CockpitApp
+    from engine.trainer import Trainer
 
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 SIZE = (160, 48)
 OVERLAYS = 5
 GOAL = 0.99
+CORES = os.cpu_count() or 1
 QUIET = [
     "eval.interval=0",
     "sample.interval=0",
@@ -166,6 +169,10 @@ async def measure(
     args: argparse.Namespace, run_dirs: list[Path], train_dir: Path
 ) -> tuple[list[Window], DrawClock, float]:
     """The rounds' windows, the draw clock, and the run's median step time (s)."""
+    # imported here, not above: a bad option is refused without waiting for torch and Textual
+    from cockpit.app import CockpitApp
+    from engine.trainer import Trainer
+
     log = StepLog()
     made: list[Trainer] = []
 
@@ -209,10 +216,6 @@ async def measure(
     return windows, clock, statistics.median(times) if times else float("nan")
 
 
-def ms(values: list[float]) -> str:
-    return f"{statistics.median(values) * 1e3:.1f} ms" if values else "n/a (no draw in the windows)"
-
-
 def report(windows: list[Window], clock: DrawClock, rounds: int) -> None:
     pairs = [sorted(windows[2 * r : 2 * r + 2], key=lambda w: w.overlaid) for r in range(rounds)]
     ratios = [over.tokens_per_s / alone.tokens_per_s for alone, over in pairs]
@@ -229,12 +232,29 @@ def report(windows: list[Window], clock: DrawClock, rounds: int) -> None:
     process = statistics.median(w.process_cpu_per_s for w in windows)
     print(
         f"   UI thread CPU s per s (medians): alone {ui[False]:.4f}  overlaid {ui[True]:.4f}; the overlays "
-        f"add {100 * (ui[True] - ui[False]) / process:+.2f}% of the process's CPU ({process:.2f} s/s)"
+        f"add {100 * (ui[True] - ui[False]) / process:+.2f}% of the process's CPU ({process:.2f} s/s), "
+        # a loaded machine gives the process less CPU, not the UI thread: against the cores a run
+        # would have to itself, the figure does not depend on the load
+        f"{100 * (ui[True] - ui[False]) / CORES:+.2f}% of {CORES} cores"
     )
     for side, name in ((False, "alone"), (True, f"{OVERLAYS} overlaid")):
+        cpu, wall = clock.cpu[side], clock.wall[side]
+        if not cpu:  # the panel redraws at most once a second: a short window may hold none
+            print(f"   loss panel draw, {name}: no draw in the windows")
+            continue
         print(
-            f"   loss panel draw, {name}: {len(clock.cpu[side])} draws, median UI-thread CPU "
-            f"{ms(clock.cpu[side])}, wall {ms(clock.wall[side])}"
+            f"   loss panel draw, {name}: {len(cpu)} draws, median UI-thread CPU "
+            f"{statistics.median(cpu) * 1e3:.1f} ms, wall {statistics.median(wall) * 1e3:.1f} ms"
+        )
+
+
+def warn_of_load() -> None:
+    """Say so when other work loads the machine: it swamps a 1% difference in tokens/s."""
+    load = os.getloadavg()[0]
+    if load > CORES:
+        print(
+            f"   warning: load average {load:.1f} on {CORES} cores (other work): the tokens/s ratios "
+            "measure it more than the overlays; the CPU and draw figures hold"
         )
 
 
@@ -289,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         windows, clock, step_s = asyncio.run(measure(args, run_dirs, Path(tmp) / "live"))
         print(f"   the run's median step: {step_s * 1e3:.1f} ms")
         report(windows, clock, args.rounds)
+        warn_of_load()
     return 0
 
 

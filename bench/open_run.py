@@ -33,7 +33,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cockpit.app import CockpitApp  # noqa: E402
 from engine.events import (  # noqa: E402
     CheckpointSaved,
     Eval,
@@ -116,6 +115,8 @@ def median_time(action: Callable[[], object], repeats: int) -> tuple[float, obje
 async def open_in_app(run_dir: Path, steps: int) -> float:
     """Seconds from constructing the app on the finished run in `run_dir` until its loss panel
     has drawn the run: every step routed (the view is at the run's last step) and a plot built."""
+    from cockpit.app import CockpitApp  # here: bench/compare.py imports write_run alone
+
     t0 = time.perf_counter()
     app = CockpitApp(lambda _p: RecordedRun(run_dir), run_dir.name)
     async with app.run_test(size=SIZE):
