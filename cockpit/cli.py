@@ -255,7 +255,8 @@ def check_corpus_exists(cfg: Any, data_path: str | None) -> None:
     the run's failure, with the same one line); Tiny Shakespeare may still be downloaded."""
     if cfg.data.source == "tinyshakespeare" and data_path is None:
         return
-    from engine.data import DataError, resolve_source
+    from engine.corpus_locator import resolve_source
+    from engine.data import DataError
 
     try:
         resolve_source(cfg.data, data_path, download=False)

@@ -18,10 +18,11 @@ import torch
 
 from engine.batches import eval_batches, full_split_windows
 from engine.config import RunConfig
-from engine.data import PreparedData, Tokenizer
+from engine.data import PreparedData
 from engine.distributed import World, sum_over_ranks
 from engine.model import GPT
 from engine.sampling import start_token
+from engine.tokenizers import Tokenizer
 
 # Evaluation windows are drawn from their own seed, apart from training's and sampling's.
 EVAL_SEED_OFFSET = 3

@@ -145,7 +145,7 @@ class RunStarted(Event):
     peak_flops: float = 0.0  # FLOP/s the MFU is measured against
     peak_source: str = ""  # "table: H100 bf16" or "measured: ..."
     notes: tuple[str, ...] = ()  # a resume: what it changed or kept, one line each
-    data_source: dict[str, Any] | None = None  # the corpus: engine.data.source_record()
+    data_source: dict[str, Any] | None = None  # the corpus: engine.corpus_record.source_record()
     train_time_s: float = 0.0  # training time already done before this session (a resume)
 
 

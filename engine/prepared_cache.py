@@ -2,7 +2,7 @@
 prefix, remove one safely. Pure functions over the file system, for `cockpit data ls|rm`.
 
 A prepared corpus is a directory directly inside the cache folder, named
-`{source}-{tokenizer}-{12 hex digits}` by engine/data.py, holding meta.json and its token files.
+`{source}-{tokenizer}-{12 hex digits}` by engine/cache_dirs.py, holding meta.json and its token files.
 meta.json is written last, so a directory without a readable one is an interrupted preparation.
 meta.json is read tolerantly: keys that an older or newer format lacks are None, never an error.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# engine/data.py's _prepared_dir: slug, tokenizer slug, then 12 hex digits of the cache key.
+# engine/cache_dirs.py's prepared_dir: slug, tokenizer slug, then 12 hex digits of the cache key.
 PREPARED_NAME = re.compile(r"^[a-z0-9_.-]+-[0-9a-f]{12}$")
 INCOMPLETE = "incomplete (interrupted preparation)"
 BUSY = "being prepared now"
@@ -126,9 +126,9 @@ def lock_held(path: Path) -> bool:
 
 
 def _current_format() -> int | None:
-    from engine import data
+    from engine import prepared_files
 
-    return getattr(data, "FORMAT_VERSION", None)
+    return getattr(prepared_files, "FORMAT_VERSION", None)
 
 
 def _files_match(path: Path, meta: dict[str, Any]) -> bool:

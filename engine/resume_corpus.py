@@ -1,28 +1,22 @@
-"""The corpus a resumed run trains on: the one its checkpoint recorded (engine.data's
-source_record), found again, checked by sha256 and vocabulary, or refused with one line."""
+"""The corpus a resumed run trains on: the one its checkpoint recorded (engine.corpus_record's
+source_record), found again, checked by sha256 and vocabulary, or refused with one line. It
+uses the preparation's own helpers: the same cache, the same hashing."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from engine.cache_dirs import default_cache_dir, prepared_dir
 from engine.config import DataConfig
-from engine.data import (  # the preparation's own helpers: same cache, same hashing
-    CharTokenizer,
-    DataError,
-    Source,
-    StopPoll,
-    Tokenizer,
-    _char_vocabulary,
-    _kind_and_path,
-    _prepared_dir,
-    _read_meta,
-    _signature,
-    default_cache_dir,
-    resolve_source,
-    source_sha256,
-    vocab_fingerprint,
-)
+from engine.corpus_locator import resolve_source
+from engine.corpus_record import kind_and_path, vocab_fingerprint
+from engine.corpus_sources import Source, source_sha256, source_signature
+from engine.data_errors import DataError
+from engine.prepare_build import char_vocabulary
+from engine.prepare_progress import StopPoll
+from engine.prepared_files import read_meta
+from engine.tokenizers import CharTokenizer, Tokenizer
 
 ALLOW_DATA_CHANGE_FLAG = "--allow-data-change"
 
@@ -42,7 +36,7 @@ def recorded_source(checkpoint: dict[str, Any]) -> tuple[dict[str, Any] | None, 
     if not isinstance(identity, str) or not isinstance(digest, str):
         return None, True
     signature = meta.get("source_signature") or []
-    kind, path = _kind_and_path(identity, [Path(entry[0]) for entry in signature])
+    kind, path = kind_and_path(identity, [Path(entry[0]) for entry in signature])
     tokenizer = meta.get("tokenizer") or checkpoint.get("tokenizer") or {}
     return {
         "source": kind,
@@ -57,9 +51,9 @@ def recorded_source(checkpoint: dict[str, Any]) -> tuple[dict[str, Any] | None, 
 
 def _current_sha256(source: Source, cfg: DataConfig, cache_dir: Path) -> str:
     # Unchanged size and mtime of every file: the hash prepare() recorded is still the hash.
-    out = _prepared_dir(source.identity, source.slug, cfg, cache_dir)
-    meta = _read_meta(out)
-    signature = _signature(source)
+    out = prepared_dir(source.identity, source.slug, cfg, cache_dir)
+    meta = read_meta(out)
+    signature = source_signature(source)
     if meta is not None and signature is not None and meta.get("source_signature") == signature:
         return str(meta["source_sha256"])
     return source_sha256(source)
@@ -131,7 +125,7 @@ def resume_data_path(
             f"sha256 {expected} -> {digest}"
         )
     else:
-        _, now = _kind_and_path(source.identity, source.files)
+        _, now = kind_and_path(source.identity, source.files)
         if where is not None and now is not None and now != where:
             notes.append(f"corpus moved: {where} -> {now} (the same text, sha256 {expected})")
     return chosen, notes
@@ -139,7 +133,7 @@ def resume_data_path(
 
 def _char_tokenizer(source: Source, cfg: DataConfig) -> CharTokenizer:
     """The char-level vocabulary prepare() would build for the source (read in pieces)."""
-    return _char_vocabulary(source, cfg, None, StopPoll(None))[0]
+    return char_vocabulary(source, cfg, None, StopPoll(None))[0]
 
 
 def check_vocabulary(checkpoint: dict[str, Any], tokenizer: Tokenizer, corpus: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from engine.data import CharTokenizer, Tokenizer
+from engine.tokenizers import CharTokenizer, Tokenizer
 
 
 class PromptError(ValueError):

@@ -13,7 +13,8 @@ from typing import Any
 
 from engine import checkpoint as ckpt
 from engine.config import ConfigError, RunConfig, config_from_dict
-from engine.data import DataError, Tokenizer, tokenizer_from_meta
+from engine.data import DataError
+from engine.tokenizers import Tokenizer, tokenizer_from_meta
 
 
 def resolve_checkpoint(path: str | Path) -> Path:

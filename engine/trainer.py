@@ -21,7 +21,7 @@ from engine import checkpoint as ckpt
 from engine.checkpointer import Checkpointer
 from engine.command_queue import CommandQueue
 from engine.config import ConfigError, RunConfig
-from engine.data import DataError, PreparationStopped
+from engine.data_errors import DataError, PreparationStopped
 from engine.distributed import (
     World,
     is_collective_failure,

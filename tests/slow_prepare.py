@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import engine.data
-from engine.data import PreparationStopped
+from engine.data_errors import PreparationStopped
 from engine.events import DataProgress
 
 

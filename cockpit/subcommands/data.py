@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.data import default_cache_dir
+    from engine.cache_dirs import default_cache_dir
     from engine.prepared_cache import CacheError
 
     raw = getattr(args, "cache_dir", None)
@@ -157,6 +157,7 @@ class ThrottledPrinter:
 
 def run_prepare(args: argparse.Namespace, cache_dir: Path) -> int:
     from engine import data as engine_data
+    from engine.data_errors import PreparationStopped
 
     cfg = data_config(args)  # a bad preset or --set: ConfigError, one line from cli.main
     stop = threading.Event()
@@ -181,7 +182,7 @@ def run_prepare(args: argparse.Namespace, cache_dir: Path) -> int:
     except engine_data.DataError as e:
         print(f"cockpit: {e}", file=sys.stderr)
         return 2
-    except (engine_data.PreparationStopped, KeyboardInterrupt):
+    except (PreparationStopped, KeyboardInterrupt):
         name = signal.Signals(stopped_by[0]).name if stopped_by else "SIGINT"
         print(
             f"cockpit: preparation stopped ({name}): nothing was kept that a run would take for "

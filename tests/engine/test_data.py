@@ -13,17 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import data
+from engine import cache_dirs, corpus_locator, data, prepare_build, tinyshakespeare, tokenizers
+from engine.cache_dirs import default_cache_dir
 from engine.config import DataConfig
 from engine.data import (
-    CharTokenizer,
     DataError,
     check_length,
     data_available,
-    default_cache_dir,
     prepare,
-    tokenizer_from_meta,
 )
+from engine.tokenizers import CharTokenizer, tokenizer_from_meta
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 SHAKESPEARE = SHARED / "tinyshakespeare" / "input.txt"
@@ -51,20 +50,20 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(url: str, timeout: float) -> bytes:
         raise urllib.error.URLError("network disabled in tests")
 
-    monkeypatch.setattr(data, "_download", refuse)
-    monkeypatch.delenv(data.TINYSHAKESPEARE_ENV, raising=False)
+    monkeypatch.setattr(tinyshakespeare, "_download", refuse)
+    monkeypatch.delenv(tinyshakespeare.TINYSHAKESPEARE_ENV, raising=False)
 
 
 @pytest.fixture
 def count_tokenize(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = data._tokenize
+    real = prepare_build._tokenize
 
-    def counting(tokenizer: data.Tokenizer, text: str) -> np.ndarray:
+    def counting(tokenizer: tokenizers.Tokenizer, text: str) -> np.ndarray:
         calls.append(len(text))
         return real(tokenizer, text)
 
-    monkeypatch.setattr(data, "_tokenize", counting)
+    monkeypatch.setattr(prepare_build, "_tokenize", counting)
     return calls
 
 
@@ -105,7 +104,7 @@ def test_char_shakespeare_vocab_split_and_round_trip(shakespeare: Path, tmp_path
     assert prepared.tokenizer.decode(prepared.train[:500]) == text[:500]
     assert prepared.tokenizer.decode(prepared.val[:500]) == text[n_train : n_train + 500]
     assert prepared.tokenizer.decode(all_tokens(prepared)) == text
-    assert prepared.meta["source_sha256"] == data.TINYSHAKESPEARE_SHA256
+    assert prepared.meta["source_sha256"] == tinyshakespeare.TINYSHAKESPEARE_SHA256
     assert prepared.meta["train_tokens"] == n_train
     assert "Tiny Shakespeare" in prepared.source and str(shakespeare) in prepared.source
 
@@ -142,10 +141,10 @@ def test_r50k_base_on_shakespeare(shakespeare: Path, bpe: None, tmp_path: Path) 
 
 
 def test_chunked_bpe_encoding_matches_whole_text(shakespeare: Path, bpe: None) -> None:
-    tok = data.TiktokenTokenizer("r50k_base")
+    tok = tokenizers.TiktokenTokenizer("r50k_base")
     tricky = "a\n\nb  \nc\r\nd.\n/x\ny\n 1\n2\n\n\n  end\n"
     text = shakespeare.read_text(encoding="utf-8")[:200_000] + tricky * 50
-    pieces = list(data._split_at_safe_newlines(text, 1000))
+    pieces = list(tokenizers._split_at_safe_newlines(text, 1000))
     assert len(pieces) > 100 and "".join(pieces) == text
     assert tok.encode_corpus(text, chunk_chars=1000).tolist() == tok.encode(text)
 
@@ -248,11 +247,11 @@ def test_pydoc_source_is_offline_and_large(tmp_path: Path) -> None:
 
 def test_pydoc_falls_back_to_stdlib_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)  # makes the import fail
-    text, description = data._pydoc_text()
+    text, description = corpus_locator._pydoc_text()
     assert "standard library" in description
-    assert 400_000 < len(text.encode("utf-8")) < 2 * data.STDLIB_CAP_BYTES
+    assert 400_000 < len(text.encode("utf-8")) < 2 * corpus_locator.STDLIB_CAP_BYTES
     assert "def " in text and "import " in text
-    assert data._pydoc_text()[0] == text  # deterministic
+    assert corpus_locator._pydoc_text()[0] == text  # deterministic
 
 
 def test_directory_source_joins_text_files_in_order(tmp_path: Path) -> None:
@@ -286,21 +285,21 @@ def test_data_path_replaces_the_source(tmp_path: Path) -> None:
 def test_tinyshakespeare_from_env_then_download_cache(
     shakespeare: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(data.TINYSHAKESPEARE_ENV, str(shakespeare))
+    monkeypatch.setenv(tinyshakespeare.TINYSHAKESPEARE_ENV, str(shakespeare))
     from_env = prepare(DataConfig(source="tinyshakespeare"), cache_dir=tmp_path)
     assert str(shakespeare) in from_env.source
 
-    monkeypatch.delenv(data.TINYSHAKESPEARE_ENV)
+    monkeypatch.delenv(tinyshakespeare.TINYSHAKESPEARE_ENV)
     downloads: list[str] = []
 
     def fake_download(url: str, timeout: float) -> bytes:
         downloads.append(url)
         return shakespeare.read_bytes()
 
-    monkeypatch.setattr(data, "_download", fake_download)
+    monkeypatch.setattr(tinyshakespeare, "_download", fake_download)
     downloaded = prepare(DataConfig(source="tinyshakespeare"), cache_dir=tmp_path)
     cached = tmp_path / "downloads" / "tinyshakespeare.txt"
-    assert downloads == [data.TINYSHAKESPEARE_URL]
+    assert downloads == [tinyshakespeare.TINYSHAKESPEARE_URL]
     assert cached.read_bytes() == shakespeare.read_bytes()
     assert str(cached) in downloaded.source
     assert np.array_equal(downloaded.val, from_env.val)
@@ -315,7 +314,7 @@ def test_edited_local_shakespeare_is_accepted(tmp_path: Path) -> None:
         DataConfig(source="tinyshakespeare"), data_path=str(tmp_path), cache_dir=tmp_path / "c"
     )
     assert prepared.meta["source_sha256"] == hashlib.sha256(edited.read_bytes()).hexdigest()
-    assert prepared.meta["source_sha256"] != data.TINYSHAKESPEARE_SHA256
+    assert prepared.meta["source_sha256"] != tinyshakespeare.TINYSHAKESPEARE_SHA256
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,7 +326,7 @@ def test_tinyshakespeare_offline_without_a_copy(tmp_path: Path) -> None:
         prepare(DataConfig(source="tinyshakespeare"), cache_dir=tmp_path)
     message = str(err.value)
     assert "not available offline" in message and "network disabled in tests" in message
-    assert "--data" in message and data.TINYSHAKESPEARE_ENV in message
+    assert "--data" in message and tinyshakespeare.TINYSHAKESPEARE_ENV in message
     assert "\n" not in message
 
     with pytest.raises(DataError, match="downloading is off"):
@@ -335,7 +334,7 @@ def test_tinyshakespeare_offline_without_a_copy(tmp_path: Path) -> None:
 
 
 def test_corrupt_download_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(data, "_download", lambda url, timeout: b"<html>captive portal</html>")
+    monkeypatch.setattr(tinyshakespeare, "_download", lambda url, timeout: b"<html>captive portal</html>")
     with pytest.raises(DataError, match="corrupt.*--data"):
         prepare(DataConfig(source="tinyshakespeare"), cache_dir=tmp_path)
     assert not (tmp_path / "downloads" / "tinyshakespeare.txt").exists()
@@ -347,8 +346,8 @@ def test_missing_paths_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         prepare(file_cfg(missing), cache_dir=tmp_path)
     with pytest.raises(DataError, match=f"--data {re.escape(str(missing))}.*no such file"):
         prepare(DataConfig(source="tinyshakespeare"), data_path=str(missing), cache_dir=tmp_path)
-    monkeypatch.setenv(data.TINYSHAKESPEARE_ENV, str(missing))
-    with pytest.raises(DataError, match=f"{data.TINYSHAKESPEARE_ENV} {re.escape(str(missing))}"):
+    monkeypatch.setenv(tinyshakespeare.TINYSHAKESPEARE_ENV, str(missing))
+    with pytest.raises(DataError, match=f"{tinyshakespeare.TINYSHAKESPEARE_ENV} {re.escape(str(missing))}"):
         prepare(DataConfig(source="tinyshakespeare"), cache_dir=tmp_path)
 
 
@@ -440,12 +439,12 @@ def test_data_available(shakespeare: Path, tmp_path: Path, monkeypatch: pytest.M
     )
 
     ok, why = data_available(DataConfig(source="tinyshakespeare"), cache_dir=tmp_path)
-    assert not ok and "--data" in why and data.TINYSHAKESPEARE_ENV in why
+    assert not ok and "--data" in why and tinyshakespeare.TINYSHAKESPEARE_ENV in why
     assert data_available(DataConfig(source="tinyshakespeare"), str(shakespeare), tmp_path) == (
         True,
         "local file",
     )
-    monkeypatch.setenv(data.TINYSHAKESPEARE_ENV, str(shakespeare))
+    monkeypatch.setenv(tinyshakespeare.TINYSHAKESPEARE_ENV, str(shakespeare))
     assert data_available(DataConfig(source="tinyshakespeare"), cache_dir=tmp_path)[0]
 
     prepare(DataConfig(source="tinyshakespeare"), cache_dir=tmp_path)
@@ -473,10 +472,10 @@ def test_default_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     checkout = tmp_path / "checkout"
     write(checkout / "pyproject.toml", "")
     (checkout / "data").mkdir()
-    monkeypatch.setattr(data, "_REPO_ROOT", checkout)
+    monkeypatch.setattr(cache_dirs, "_REPO_ROOT", checkout)
     assert default_cache_dir() == checkout / "data" / "cache"
 
-    monkeypatch.setattr(data, "_REPO_ROOT", tmp_path / "site-packages")
+    monkeypatch.setattr(cache_dirs, "_REPO_ROOT", tmp_path / "site-packages")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_dir() == tmp_path / "xdg" / "cockpit"
 

@@ -17,7 +17,7 @@ import torch
 
 from engine.batches import BatchSampler, eval_batches
 from engine.config import ConfigError
-from engine.data import CharTokenizer, PreparedData
+from engine.data import PreparedData
 from engine.device import (
     autocast_context,
     device_capacity,
@@ -32,6 +32,7 @@ from engine.metrics_log import MetricsWriter, read_history
 from engine.model import GPT
 from engine.optim import build_optimizer
 from engine.presets import load_preset
+from engine.tokenizers import CharTokenizer
 
 CPU = torch.device("cpu")
 TINY = [

@@ -16,12 +16,13 @@ import torch
 import engine.batches as batches
 import engine.evaluation as evaluation
 from engine.batches import BatchSampler, prefetch_device, to_device
-from engine.data import CharTokenizer, PreparedData
+from engine.data import PreparedData
 from engine.evaluation import Evaluator
 from engine.model import GPT
 from engine.optim import build_optimizer
 from engine.presets import load_preset
 from engine.step import train_step
+from engine.tokenizers import CharTokenizer
 from engine.trainer import Trainer
 
 CPU = torch.device("cpu")

@@ -20,19 +20,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import corpus_reader, prepare_progress
+from engine import corpus_reader, prepare_build, prepare_progress
 from engine import data as engine_data
 from engine.config import DataConfig
-from engine.data import (
-    CharTokenizer,
-    DataError,
-    PreparationStopped,
-    TiktokenTokenizer,
-    prepare,
-    split_at_safe_points,
-)
+from engine.corpus_locator import resolve_source
+from engine.corpus_sources import source_sha256
+from engine.data import DataError, prepare
+from engine.data_errors import PreparationStopped
 from engine.events import DataProgress
-from engine.prepared_files import has_leftovers
+from engine.prepared_files import TokenWriter, has_leftovers
+from engine.tokenizers import CharTokenizer, TiktokenTokenizer, split_at_safe_points
 
 REPO = Path(__file__).resolve().parents[2]
 STRESS_PARTS = (
@@ -62,10 +59,10 @@ def r50k(tiktoken_cache: Path) -> TiktokenTokenizer:
 def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tiny reads, pieces and batches, so chunk edges fall everywhere (inside characters too)."""
     monkeypatch.setattr(corpus_reader, "READ_BYTES", 37)
-    monkeypatch.setattr(engine_data, "PIECE_CHARS", 50)
-    monkeypatch.setattr(engine_data, "CHAR_PIECE_CHARS", 41)
-    monkeypatch.setattr(engine_data, "BATCH_CHARS", 300)
-    monkeypatch.setattr(engine_data, "encode_threads", lambda: 2)
+    monkeypatch.setattr(prepare_build, "PIECE_CHARS", 50)
+    monkeypatch.setattr(prepare_build, "CHAR_PIECE_CHARS", 41)
+    monkeypatch.setattr(prepare_build, "BATCH_CHARS", 300)
+    monkeypatch.setattr(prepare_build, "encode_threads", lambda: 2)
 
 
 def cfg_for(path: Path, tokenizer: str = "char", **overrides: object) -> DataConfig:
@@ -179,8 +176,8 @@ def test_jsonl_documents_end_with_end_of_text_and_bad_records_are_counted(
     assert last.done and not last.reused and (last.documents, last.skipped) == (3, 6)
     assert last.bytes_read == last.bytes_total == len(raw)
     assert last.tokens == prepared.meta["total_tokens"]
-    assert prepared.meta["source_sha256"] == engine_data.source_sha256(
-        engine_data.resolve_source(cfg_for(corpus, "r50k_base"), cache_dir=tmp_path)
+    assert prepared.meta["source_sha256"] == source_sha256(
+        resolve_source(cfg_for(corpus, "r50k_base"), cache_dir=tmp_path)
     )
 
 
@@ -282,10 +279,10 @@ def test_progress_is_rate_limited_and_ends_with_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(prepare_progress, "PROGRESS_INTERVAL_S", 0.0)
-    monkeypatch.setattr(engine_data, "CHAR_PIECE_CHARS", 1000)
+    monkeypatch.setattr(prepare_build, "CHAR_PIECE_CHARS", 1000)
     monkeypatch.setattr(corpus_reader, "READ_BYTES", 1000)
-    monkeypatch.setattr(engine_data, "BATCH_CHARS", 1000)
-    monkeypatch.setattr(engine_data, "encode_threads", lambda: 1)
+    monkeypatch.setattr(prepare_build, "BATCH_CHARS", 1000)
+    monkeypatch.setattr(prepare_build, "encode_threads", lambda: 1)
     corpus = tmp_path / "c.txt"
     corpus.write_text("hello world\n" * 2000)
     events: list[DataProgress] = []
@@ -357,7 +354,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_files(
     def no_space(self: object, ids: np.ndarray) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(engine_data.TokenWriter, "append", no_space)
+    monkeypatch.setattr(TokenWriter, "append", no_space)
     with pytest.raises(DataError, match="cannot write prepared data .*No space left"):
         prepare(cfg_for(corpus), cache_dir=tmp_path / "cache")
     (out,) = (tmp_path / "cache").iterdir()

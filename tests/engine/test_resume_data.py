@@ -219,7 +219,7 @@ def test_tinyshakespeare_offline_resumes_from_the_recorded_copy(
     started = records(run_dir, "run_started")[0]["data_source"]
     assert started["source"] == "tinyshakespeare" and started["path"] == str(copy)
     # offline, no --data, no environment variable: the recorded copy is used
-    monkeypatch.setattr("engine.data.DOWNLOAD_TIMEOUT_S", 0.01)
+    monkeypatch.setattr("engine.tinyshakespeare.DOWNLOAD_TIMEOUT_S", 0.01)
     code, text = resume(capsys, run_dir, steps=4)
     assert code == 0, text
     assert records(run_dir, "run_started")[-1]["data_source"]["path"] == str(copy)

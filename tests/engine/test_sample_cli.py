@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.data import CharTokenizer, TiktokenTokenizer
 from engine.model import GPT
 from engine.sampling import decode_stream, encode_prompt, start_token, token_bytes_function
+from engine.tokenizers import CharTokenizer, TiktokenTokenizer
 from engine.trained import load_trained
 
 TIKTOKEN_CACHE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tiktoken-cache"
