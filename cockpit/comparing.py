@@ -35,8 +35,7 @@ class Comparing(_AppBase):
         if not others:
             self.notify("that is the run on screen: pick others to compare with it", timeout=4)
             return
-        self._status_note = f"reading {len(others)} run{'s' if len(others) > 1 else ''}..."
-        self.refresh_status()
+        self._busy(f"reading {len(others)} run{'s' if len(others) > 1 else ''}...")
         self._read_overlays(list(others))
 
     @work(thread=True, exit_on_error=False, group="overlays", exclusive=True)
@@ -54,8 +53,7 @@ class Comparing(_AppBase):
             self.call_from_thread(self._show_overlays, overlays, problems)
 
     def _show_overlays(self, overlays: list[Any], problems: list[str]) -> None:
-        self._status_note = ""
-        self.refresh_status()
+        self._not_busy()
         if problems:
             self.notify("\n".join(problems), title="Cannot compare", severity="error", timeout=10)
         if overlays:

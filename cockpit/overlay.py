@@ -239,9 +239,12 @@ def _entry(entry: LegendEntry, current: float | None, name_width: int) -> tuple[
     if entry.value is not None and current is not None:
         diff = current - entry.value
         if math.isfinite(diff):
+            shown = f"{diff:+.3f}"
+            if float(shown) == 0:  # level at the shown precision: neither ahead nor behind
+                shown, diff = "±0.000", 0.0
             style = "$error" if diff > 0 else "$success" if diff < 0 else "$foreground-muted"
-            text += f" {diff:+.3f}"
-            markup += f" [{style}]{diff:+.3f}[/]"
+            text += f" {shown}"
+            markup += f" [{style}]{shown}[/]"
     return text, markup
 
 

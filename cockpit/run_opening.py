@@ -157,8 +157,7 @@ class RunOpening(_AppBase):
         if self._is_current(run_dir):
             self.notify(f"{run_dir.name} is the run on screen", timeout=3)
             return
-        self._status_note = f"opening {run_dir.name}..."
-        self.refresh_status()
+        self._busy(f"opening {run_dir.name}...")
         self._open_in_worker(run_dir)
 
     @work(thread=True, exit_on_error=False, group="open-run", exclusive=True)
@@ -175,7 +174,7 @@ class RunOpening(_AppBase):
 
     def _leave_for(self, label: str, engine: EngineHandle, reason: str) -> None:
         """Switch to `engine` once the user agrees to leave the run on screen."""
-        self._status_note = ""
+        self._not_busy()
         question = self._leave_question(label)
 
         def switch() -> None:
@@ -211,13 +210,25 @@ class RunOpening(_AppBase):
             "from the runs screen (h)."
         )
 
+    def _busy(self, note: str) -> None:
+        """Say what a worker is reading or building until `_not_busy` (unless replaced)."""
+        self._busy_note = note
+        self._status_note = note
+        self.refresh_status()
+
+    def _not_busy(self) -> None:
+        """The worker is done: its note goes, but not a note said since (finished, quitting)."""
+        if self._status_note == getattr(self, "_busy_note", None):
+            self._status_note = ""
+        self._busy_note = None
+        self.refresh_status()
+
     def _is_current(self, run_dir: Path) -> bool:
         current = self.current_run_dir
         return current is not None and os.path.realpath(current) == os.path.realpath(run_dir)
 
     def _cannot(self, title: str, message: str) -> None:
-        self._status_note = ""
-        self.refresh_status()
+        self._not_busy()
         self.notify(message, title=title, severity="error", timeout=10)
 
 def _close(engine: Any) -> None:

@@ -80,8 +80,7 @@ class RunStarts(_AppBase):
                 timeout=8,
             )
             return
-        self._status_note = f"checking {run_dir.name}..."
-        self.refresh_status()
+        self._busy(f"checking {run_dir.name}...")
         self._resume_in_worker(run_dir, list(overrides), None)
 
     @work(thread=True, exit_on_error=False, group="open-run", exclusive=True)
@@ -114,8 +113,7 @@ class RunStarts(_AppBase):
 
     def _ask_train_on(self, run_dir: Path, finished: str) -> None:
         """A finished run resumes only to train further: ask for its new max_steps."""
-        self._status_note = ""
-        self.refresh_status()
+        self._not_busy()
         step = _finished_step(finished)
         initial = f"train.max_steps={2 * step}" if step else "train.max_steps="
         self.push_screen(
@@ -172,8 +170,7 @@ class RunStarts(_AppBase):
         )
 
     def _ask_fork_again(self, target: Path, overrides: list[str], why: str) -> None:
-        self._status_note = ""
-        self.refresh_status()
+        self._not_busy()
         self.push_screen(
             SettingsScreen(
                 f"Fork {target.parent.name if target.is_file() else target.name}",
@@ -194,8 +191,7 @@ class RunStarts(_AppBase):
         """Branch from `target` (a checkpoint, or a run dir: its newest) and train the branch."""
         if self._no_in_process_runs():
             return
-        self._status_note = f"forking {target.name}..."
-        self.refresh_status()
+        self._busy(f"forking {target.name}...")
         self._resume_in_worker(target, list(overrides), target)
 
 

@@ -201,3 +201,10 @@ def test_a_clock_that_ran_back_at_an_anchor_is_kept_sorted() -> None:
     assert overlay.xs("time").tolist() == [1.0, 2.0, 3.0, 3.0, 3.0, 4.0]
     assert overlay.value_at(3.5, "time", 0.0) == curves.loss[4]
     assert overlay.xs("steps") is not curves.step  # steps are floats for the plot
+
+
+def test_a_level_difference_reads_plus_minus_zero_not_minus_zero() -> None:
+    from cockpit.overlay import LegendEntry, legend
+
+    text = legend(1.5780000000001, [LegendEntry("twin", (1, 2, 3), 1.578)], 80)
+    assert "±0.000" in text and "-0.000" not in text

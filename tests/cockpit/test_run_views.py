@@ -87,3 +87,26 @@ def test_runs_screen(snap_compare: Any, size: tuple[int, int], runs: list[Path])
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_live_run_compared_with_two_others(snap_compare: Any, runs: list[Path]) -> None:
+    """The README's comparison: today's run, training, over yesterday's and a lower-LR run."""
+    from scripted import ScriptedFactory
+
+    from run_dirs import write_run
+
+    yesterday = write_run(Path("runs"), "yesterday", days_ago=1, loss_shift=0.12)
+    lower_lr = write_run(Path("runs"), "lr-3e-4", days_ago=2, loss_shift=-0.15, steps=300)
+    factory = ScriptedFactory(steps=300, max_steps=600)
+    app = CockpitApp(factory, "default", overlays=[str(yesterday), str(lower_lr)])
+
+    async def run_before(pilot: Any) -> None:
+        from pilot import settle
+
+        await settle(pilot, factory)
+        await wait_for(pilot, lambda: len(app.loss_panel.overlays) == 2, timeout=10)
+        await settle(pilot)
+        app.clear_notifications()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(160, 48), run_before=run_before)
