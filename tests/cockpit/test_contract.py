@@ -16,6 +16,7 @@ from scripted import ScriptedTrainer
 from engine.contract import EngineHandle
 from engine.events import Event, Step
 from engine.presets import load_preset
+from engine.recorded import RecordedRun
 from engine.remote import RemoteEngine
 from engine.trainer import Trainer
 
@@ -76,7 +77,7 @@ def signature(function: Any) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("name", METHODS)
 def test_every_engine_takes_the_protocols_arguments(tmp_path: Any, name: str) -> None:
     expected = signature(getattr(EngineHandle, name))
-    for engine_type in [*(type(e) for e in engines(tmp_path)), RemoteEngine]:
+    for engine_type in [*(type(e) for e in engines(tmp_path)), RemoteEngine, RecordedRun]:
         implementation = getattr(engine_type, name)
         assert signature(implementation) == expected, f"{engine_type.__name__}.{name}"
 
@@ -85,6 +86,15 @@ def test_only_an_attached_engine_outlives_its_viewer(tmp_path: Any) -> None:
     for engine in engines(tmp_path):
         assert engine.outlives_viewer is False and engine.read_only is False
     assert RemoteEngine.outlives_viewer is True  # read_only: what the run's hello said
+
+
+def test_a_finished_run_is_an_engine_handle_that_only_watches(tmp_path: Any) -> None:
+    from run_dirs import write_run
+
+    recorded = RecordedRun(write_run(tmp_path, "over"))
+    assert isinstance(recorded, EngineHandle)
+    assert recorded.read_only is True and recorded.outlives_viewer is False
+    assert recorded.run() == recorded.state == "finished"
 
 
 def test_events_are_drained_through_the_handle(tmp_path: Any) -> None:
