@@ -2,14 +2,16 @@
 against the cockpit alone, side by side in one run.
 
     python bench/compare.py [--rounds 6] [--window 10] [--steps 100000] [--preset nanogpt-cpu]
-    python bench/compare.py --rounds 1 --window 1 --steps 500 --preset tiny   (the smoke test's)
+    python bench/compare.py --rounds 1 --window 1 --steps 500 --preset tiny --torch-threads 1
 
 One real run in this process: the app (Textual's headless driver at 160x48: layout, plots and
 compositing run, only the terminal writes are dropped) training PRESET with the real Trainer on
 Tiny Shakespeare, evaluation, samples and periodic checkpoints off, so that every window measures
 training steps only, and no telemetry thread (the same on both sides; one thread fewer to add
-noise). Five finished runs of STEPS steps each are written first, as bench/open_run.py writes
-them (each its own noise).
+noise). On a machine others load, torch's threads waiting on each other at every operation can
+make steps a hundred times slower now and then: `--torch-threads 1` avoids that (the ratio is of
+one run with itself). Five finished runs of STEPS steps each are written first, as
+bench/open_run.py writes them (each its own noise).
 
 Each round holds two windows of WINDOW seconds, the cockpit alone and with the five runs
 overlaid, their order alternating from round to round so that a machine speeding up or slowing
@@ -176,6 +178,10 @@ async def measure(
     from cockpit.app import CockpitApp
     from engine.trainer import Trainer
 
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     log = StepLog()
     made: list[Trainer] = []
 
@@ -254,6 +260,10 @@ def report(windows: list[Window], clock: DrawClock, rounds: int) -> None:
         )
 
 
+def threads_note(threads: int) -> str:
+    return f" (torch on {threads} thread{'s' if threads > 1 else ''})" if threads else ""
+
+
 def warn_of_load() -> None:
     """Say so when other work loads the machine: it swamps a 1% difference in tokens/s."""
     load = os.getloadavg()[0]
@@ -268,6 +278,8 @@ def problem(args: argparse.Namespace) -> str | None:
     """The one line why these options cannot run, or None."""
     if args.rounds < 1 or args.steps < 1:
         return "--rounds and --steps must be at least 1"
+    if args.torch_threads < 0:
+        return "--torch-threads must be 0 (torch's own choice) or more"
     if args.window <= 0:
         return "--window must be a positive number of seconds"
     if not Path(args.data).is_file():
@@ -294,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         "--preset", default="nanogpt-cpu", help="the live run's preset (default nanogpt-cpu)"
     )
     parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=0,
+        help="torch's intra-op threads for the run (default: torch's own choice); 1 on a loaded machine",
+    )
+    parser.add_argument(
         "--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
     )
     args = parser.parse_args(argv)
@@ -308,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             write_run(run_dir, args.steps, seed=seed)
         print(f"wrote {OVERLAYS} runs of {args.steps:,} steps in {time.perf_counter() - t0:.1f} s")
         print(
-            f"{args.preset} live in the app at {SIZE[0]}x{SIZE[1]}: {args.rounds} rounds of 2 windows "
+            f"{args.preset} live in the app at {SIZE[0]}x{SIZE[1]}{threads_note(args.torch_threads)}: "
+            f"{args.rounds} rounds of 2 windows "
             f"of {args.window:g} s (alone, {OVERLAYS} overlaid), alternating",
             flush=True,
         )

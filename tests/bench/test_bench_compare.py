@@ -1,5 +1,6 @@
 """The overlay bench (bench/compare.py) runs as a script in its smallest mode and prints its
-figures: one round of two 1-second windows on the `tiny` preset, 5 overlays of 500 steps."""
+figures: one round of two 1-second windows on the `tiny` preset (torch on one thread), 5 overlays
+of 500 steps."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ def test_compare_bench_prints_its_figures() -> None:
         "500",
         "--preset",
         "tiny",
+        "--torch-threads",
+        "1",
     ]
     done = subprocess.run(args, capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert re.search(r"wrote 5 runs of 500 steps in [\d.]+ s", out), out
     assert (
-        "tiny live in the app at 160x48: 1 rounds of 2 windows of 1 s (alone, 5 overlaid), alternating"
-        in out
+        "tiny live in the app at 160x48 (torch on 1 thread): 1 rounds of 2 windows of 1 s "
+        "(alone, 5 overlaid), alternating" in out
     )
     round_line = rf"round 1: alone {NUMBER} tok/s \(\d+ steps\)   5 overlaid {NUMBER} tok/s \(\d+ steps\)   ratio {NUMBER}"
     assert re.search(round_line, out), out
