@@ -18,9 +18,8 @@ from typing import Any
 
 from engine import wire
 from engine.events import Event
-from engine.metrics_log import HISTORY_KINDS
+from engine.metrics_log import HISTORY_KINDS, REPLAY_STEPS
 
-REPLAY_STEPS = 8000  # step records in a replay, thinned evenly as read_history does
 REPLAY_TELEMETRY = 300  # newest device readings in a replay: the device panel's recent past
 REPLAY_ALERTS = 5  # newest warnings and errors since the run last went running: why it is paused
 REPLAY_JOURNAL = 500  # newest viewer and command records in a replay: who attached and did what

@@ -76,9 +76,12 @@ class MetricsWriter:
 
 
 HISTORY_KINDS = ("step", "eval", "lr_changed", "sample", "checkpoint")
+# Step records a run's history is thinned to (evenly) wherever it is replayed: a resumed run's
+# curves, a viewer's replay on attach, a finished run's view. Enough for any plot's columns.
+REPLAY_STEPS = 8000
 
 
-def read_history(metrics: Path, upto_step: int, max_steps: int = 8000) -> list[Event]:
+def read_history(metrics: Path, upto_step: int, max_steps: int = REPLAY_STEPS) -> list[Event]:
     """Past events of a run from its metrics file, for a resumed run's curves.
 
     Records after `upto_step` belong to steps that will be trained again and are dropped; for a

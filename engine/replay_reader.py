@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.config import ConfigError
 from engine.events import Event, RunState, StateChanged, Step
+from engine.metrics_log import REPLAY_STEPS
 from engine.metrics_scan import (
     REPLAY_READINGS,
     RunHistoryError,
@@ -28,7 +29,6 @@ from engine.metrics_scan import (
 )
 from engine.run_lock import check_not_in_use
 
-REPLAY_STEPS = 8000  # step records in a replay, thinned evenly (the control socket's number)
 _HISTORY = ("eval", "lr_changed", "sample", "checkpoint", "alert")
 _HISTORY_KEYS: dict[str, Callable[[dict[str, Any]], Any] | None] = {
     "eval": lambda r: r["step"],
