@@ -228,3 +228,65 @@ def test_fork_from_a_checkpoint_with_a_lower_lr(finished_tiny_run: Path) -> None
 
     run_pilot(app, scenario, size=SIZE)
     assert (finished_tiny_run / "metrics.jsonl").read_bytes() == parent_metrics  # untouched
+
+
+def runs_screen_app(run_dir: Path) -> CockpitApp:
+    """An app whose runs screen lists `run_dir`'s parent, on a scripted run of its own."""
+    from cockpit.cli import resume_trainer, train_arguments
+
+    return CockpitApp(
+        ScriptedFactory(steps=10, max_steps=2000),
+        "default",
+        runs_root=str(run_dir.parent),
+        resume_factory=lambda target, sets: resume_trainer(
+            train_arguments(no_telemetry=True), target, sets
+        ),
+    )
+
+
+async def pick_in_runs_screen(pilot: Pilot, app: CockpitApp, *keys: str) -> None:
+    await pilot.press("h")
+    await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+    table = app.screen.query_one(DataTable)
+    await wait_for(pilot, lambda: table.row_count == 1, timeout=10)
+    await pilot.press(*keys)
+
+
+def test_resume_from_the_runs_screen(finished_tiny_run: Path) -> None:
+    app = runs_screen_app(finished_tiny_run)
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.trainer is not None and app.view.step >= 10)
+        await pick_in_runs_screen(pilot, app, "r")
+        # finished: how far to train on, then the app's own run is saved and stopped first
+        await wait_for_engine(pilot, lambda: isinstance(app.screen, SettingsScreen), timeout=60)
+        await pilot.press("enter")
+        await wait_for_engine(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await pilot.press("y")
+        await wait_for_engine(pilot, lambda: app.view.info is not None and app.view.info.start_step == TINY_STEPS)
+        await wait_for_engine(pilot, lambda: app.view.step > TINY_STEPS + 2)
+        assert app.current_run_dir == str(finished_tiny_run)
+        await wait_for_engine(pilot, lambda: app.state == "finished", timeout=120)
+
+    run_pilot(app, scenario, size=SIZE)
+
+
+def test_fork_from_the_runs_screen(finished_tiny_run: Path) -> None:
+    app = runs_screen_app(finished_tiny_run)
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.trainer is not None and app.view.step >= 10)
+        await pick_in_runs_screen(pilot, app, "f", *"optim.lr=1e-4 schedule.min_lr=1e-5", "enter")
+        # from its last checkpoint (step 30 of 30): the app asks again with more steps
+        await wait_for_engine(pilot, lambda: isinstance(app.screen, SettingsScreen), timeout=60)
+        assert app.screen.initial.endswith(f"train.max_steps={2 * TINY_STEPS}")
+        await pilot.press("enter")
+        await wait_for_engine(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await pilot.press("y")
+        await wait_for_engine(pilot, lambda: app.view.info is not None and app.view.info.start_step == TINY_STEPS)
+        info = app.view.info
+        assert info.config["optim"]["lr"] == pytest.approx(1e-4)
+        assert Path(info.run_dir).name.startswith("tiny-run-fork-30-")
+        await wait_for_engine(pilot, lambda: app.state == "finished", timeout=120)
+
+    run_pilot(app, scenario, size=SIZE)
