@@ -290,3 +290,36 @@ def test_fork_from_the_runs_screen(finished_tiny_run: Path) -> None:
         await wait_for_engine(pilot, lambda: app.state == "finished", timeout=120)
 
     run_pilot(app, scenario, size=SIZE)
+
+
+def test_a_live_run_opened_from_the_runs_screen_is_attached_to(tmp_path: Path) -> None:
+    """enter on a live run: the app's finished view is left for a viewer of that run, which
+    steers it (a pause reaches it) and leaves it running when the app goes."""
+    from live_process import LiveRun
+
+    from engine.live_runs import probe
+
+    finished = write_run(tmp_path / "runs", "old")
+    live = LiveRun(tmp_path / "runs" / "live")
+    app = recorded_app(finished, runs_root=str(tmp_path / "runs"))
+    try:
+        live.start()
+
+        async def scenario(pilot: Pilot) -> None:
+            await wait_for(pilot, lambda: app.state == "finished")
+            await pilot.press("h")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+            table = app.screen.query_one(DataTable)
+            await wait_for(pilot, lambda: table.row_count == 2, timeout=10)
+            await pilot.press("enter")  # the newest first: the live run
+            await wait_for_engine(pilot, lambda: app.attached and app.engine_running)
+            await wait_for_engine(pilot, lambda: app.view.step > 2)
+            assert app.current_run_dir == str(live.run_dir)
+            await pilot.press("space")
+            await wait_for_engine(pilot, lambda: app.state == "paused")
+
+        run_pilot(app, scenario, size=SIZE)
+        greeting = probe(live.run_dir, timeout_s=5.0)
+        assert greeting is not None and greeting.state == "paused"  # it goes on, paused
+    finally:
+        live.close()
