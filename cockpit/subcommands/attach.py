@@ -54,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_dir = Path(args.run_dir) if args.run_dir else choose_live_run(Path(args.runs))
         return attach(
-            run_dir, read_only=args.read_only, mouse=not args.no_mouse, notify=notify_settings(args)
+            run_dir,
+            read_only=args.read_only,
+            mouse=not args.no_mouse,
+            notify=notify_settings(args),
+            runs_root=args.runs,
         )
     except AttachError as e:
         print(f"cockpit attach: {e}", file=sys.stderr)
@@ -62,7 +66,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def attach(
-    run_dir: Path, *, read_only: bool = False, mouse: bool = True, notify: Any = None
+    run_dir: Path,
+    *,
+    read_only: bool = False,
+    mouse: bool = True,
+    notify: Any = None,
+    runs_root: str = DEFAULT_ROOT,
 ) -> int:
     """Open the app on the live run in `run_dir` until the user leaves; print where the run is."""
     from engine.remote import EngineUnreachable, RemoteEngine
@@ -81,19 +90,20 @@ def attach(
     from cockpit.app import run_app
     from cockpit.runs import format_exit_report
 
-    app = attached_app(engine, notify)
+    app = attached_app(engine, notify, runs_root)
     _detach_on_signals(app)
     run_app(app, mouse=mouse)
     print(format_exit_report(app.exit_summary(), forced=app.quit_forced))
     return 0
 
 
-def attached_app(engine: Any, notify: Any = None) -> Any:
-    """The cockpit app as a viewer of `engine` (a connected RemoteEngine)."""
+def attached_app(engine: Any, notify: Any = None, runs_root: str = DEFAULT_ROOT) -> Any:
+    """The cockpit app as a viewer of `engine` (a connected RemoteEngine); its runs screen (h)
+    lists `runs_root`. A viewer starts no run: resume, new run and fork say so."""
     from cockpit.app import CockpitApp
 
     preset = engine.summary.get("preset") or os.path.basename(os.path.normpath(engine.run_dir))
-    return CockpitApp(lambda _preset: engine, preset, notify=notify)
+    return CockpitApp(lambda _preset: engine, preset, notify=notify, runs_root=runs_root)
 
 
 def has_terminal() -> bool:
