@@ -69,8 +69,8 @@ class Scan:
     newest_time: float  # the newest record's time (steps' times are not parsed: the last one's)
 
 
-def _read_metrics(run_dir: Path) -> bytes:
-    """The file's bytes."""
+def read_metrics(run_dir: Path) -> bytes:
+    """The metrics file's bytes. RunHistoryError: one line."""
     metrics = run_dir / METRICS_NAME
     try:
         if not metrics.is_file():
@@ -126,11 +126,12 @@ def _numbers(texts: list[bytes], kind: type, bad: list[int]) -> np.ndarray:
     return values
 
 
-def scan_metrics(run_dir: Path, replay: bool) -> Scan:
+def scan_metrics(run_dir: Path, replay: bool, data: bytes | None = None) -> Scan:
     """The metrics.jsonl of `run_dir` taken apart: with `replay`, each step's line kept whole
     (the replay parses the steps it keeps) and the newest readings parsed; else the curves'
-    columns (loss, step_time_s, tokens). RunHistoryError: one line."""
-    rows = _lines(_read_metrics(run_dir), _REPLAY_LINE if replay else _CURVE_LINE)
+    columns (loss, step_time_s, tokens). `data`: the file's bytes when already read.
+    RunHistoryError: one line."""
+    rows = _lines(read_metrics(run_dir) if data is None else data, _REPLAY_LINE if replay else _CURVE_LINE)
     n = len(rows)
     texts = {"step": list(map(itemgetter(1 if replay else 0), rows))}
     other_rows = _positions(texts["step"], b"")  # not step lines in the writer's layout
@@ -152,8 +153,7 @@ def scan_metrics(run_dir: Path, replay: bool) -> Scan:
     is_step[bad] = False  # not numbers: JSON would refuse the line, so it is skipped
     others, readings = _parse_others(other_text, step, is_step, parsed, step_lines)
     if replay:
-        others += _newest_readings(other_text, readings)
-        others.sort(key=itemgetter(0))
+        others = _with_newest_readings(others, other_text, readings)
     newest = _newest_time(others, step_lines, is_step)
     return Scan(is_step, step, parsed, step_lines, others, newest)
 
@@ -198,6 +198,13 @@ def _kind_of(text: bytes) -> bytes:
     return text[9 : text.find(b'"', 9)]
 
 
+def _with_newest_readings(
+    others: list[tuple[int, dict[str, Any]]], texts: dict[int, bytes], readings: list[int]
+) -> list[tuple[int, dict[str, Any]]]:
+    """`others` with the newest readings of each kind added, in row order."""
+    return sorted(others + _newest_readings(texts, readings), key=itemgetter(0))
+
+
 def _newest_readings(texts: dict[int, bytes], rows: list[int]) -> list[tuple[int, dict[str, Any]]]:
     by_kind: dict[bytes, list[int]] = {kind: [] for kind in _READINGS}
     for row in rows:
@@ -227,13 +234,24 @@ def _take_step(
 
 
 def _newest_time(others: list[tuple[int, dict[str, Any]]], step_lines: list[bytes], is_step: np.ndarray) -> float:
-    times = [r["time"] for _, r in others if isinstance(r.get("time"), (int, float))]
     steps = np.flatnonzero(is_step)
+    last_step: Any = None
     if step_lines and len(steps):
         try:
-            times.append(float(json.loads(step_lines[steps[-1]])["time"]))
-        except (ValueError, KeyError, TypeError):
+            last_step = json.loads(step_lines[steps[-1]])
+        except ValueError:
             pass
+    return _newest_of(others, last_step)
+
+
+def _newest_of(others: list[tuple[int, dict[str, Any]]], last_step: Any) -> float:
+    """The newest time of the other records and of the last step line's record (None: none)."""
+    times = [r["time"] for _, r in others if isinstance(r.get("time"), (int, float))]
+    try:
+        if last_step is not None:
+            times.append(float(last_step["time"]))
+    except (ValueError, KeyError, TypeError):
+        pass
     return max(times, default=0.0)
 
 
@@ -281,3 +299,130 @@ def kept_others(scan: Scan, kinds: tuple[str, ...], key: Callable[[dict[str, Any
         return alive
     latest = {key(r): (row, r) for row, r in alive}
     return sorted(latest.values(), key=lambda item: (item[1]["step"], item[0]))
+
+
+def thinned(count: int, max_count: int) -> list[int]:
+    """Positions 0..count-1 thinned evenly to about `max_count`, the last one always kept."""
+    if count <= 0:
+        return []
+    keep = list(range(0, count, max(1, math.ceil(count / max(1, max_count)))))
+    if keep[-1] != count - 1:
+        keep.append(count - 1)
+    return keep
+
+
+# -------------------------------------------------------------------- a finished run's replay, fast
+#
+# The replay keeps ~8,000 of a long run's step records; the general scan above still takes every
+# step line apart to apply the latest-wins and resume rules. In the common case nothing needs
+# them: one engine wrote the steps in order, one line each. Then the step lines are told by their
+# first bytes alone (numpy, over every line start at once), thinned by their index and only the
+# kept ones parsed; the few other lines are parsed as the scan parses them.
+
+_STEP_START = b'{"kind":"step","time":'  # how the engine's writer starts every step line
+_CHUNK = 1 << 22  # bytes compared at a time when finding newlines (no file-sized temporary)
+
+
+@dataclass
+class FastReplay:
+    """A replay's records read the fast way: `scan` holds the other records (others,
+    newest_time) and no step rows; `steps` are the thinned step records with their rows."""
+
+    scan: Scan
+    steps: list[tuple[int, dict[str, Any]]]
+    last_step: int  # the newest step recorded (0: none)
+
+
+def scan_replay_fast(data: bytes, max_steps: int) -> FastReplay | None:
+    """metrics.jsonl's bytes read for a replay without parsing every step line, with the same
+    result as scan_metrics(replay=True) then thinning to `max_steps`; None where that cannot be
+    shown cheaply (a resume that retrains steps, a rollback, a step line in another layout, a
+    step missing or repeated...): the caller scans the general way."""
+    if len(data) < len(_STEP_START) + 8:
+        return None
+    starts, ends = _line_bounds(data)
+    buf = np.frombuffer(data, np.uint8)
+    braced = buf[starts] == ord("{")  # the scan's rows: the lines that start with {
+    row_of = np.cumsum(braced) - 1
+    is_step = braced & _starts_like_a_step(data, starts, ends)
+    if not data.endswith(b"\n"):
+        is_step[-1] = False  # maybe cut by a crash: parsed whole, as the scan does
+    if is_step[0]:
+        return None  # the scan parses the first line whole, whatever it is
+    step_lines = np.flatnonzero(is_step)
+    other_text = {int(row_of[i]): data[starts[i] : ends[i]] for i in np.flatnonzero(braced & ~is_step).tolist()}
+    found_step = np.zeros(int(row_of[-1]) + 1, bool)  # set where another line is a step record
+    others, readings = _parse_others(other_text, np.zeros(len(found_step), np.int64), found_step, {}, [])
+    if found_step.any() or any(r.get("kind") == "alert" and r.get("code") == "rollback" for _, r in others):
+        return None
+    others = _with_newest_readings(others, other_text, readings)
+    step_rows = row_of[step_lines]
+    checked = _parse_in_order(data, starts[step_lines], ends[step_lines], step_rows, others, max_steps)
+    if checked is None:
+        return None
+    kept = [(int(step_rows[at]), checked[at]) for at in thinned(len(step_lines), max_steps)]
+    last = kept[-1][1] if kept else None
+    scan = Scan(np.zeros(0, bool), np.zeros(0, np.int64), {}, [], others, _newest_of(others, last))
+    return FastReplay(scan, kept, last["step"] if last else 0)
+
+
+def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Each line's start and end (its newline, or the file's end)."""
+    buf = np.frombuffer(data, np.uint8)
+    newlines = np.concatenate(
+        [np.flatnonzero(buf[at : at + _CHUNK] == ord("\n")) + at for at in range(0, len(buf), _CHUNK)]
+    )
+    starts = np.concatenate(([0], newlines + 1))
+    ends = np.append(newlines, len(buf))
+    if starts[-1] == len(buf):  # the file ends with a newline: no line after it
+        starts, ends = starts[:-1], ends[:-1]
+    return starts, ends
+
+
+def _starts_like_a_step(data: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Whether each line starts with _STEP_START: three 8-byte words compared per line (the
+    bytes seen as overlapping little-endian words, no copy)."""
+    words = np.ndarray((len(data) - 7,), "<u8", buffer=data, strides=(1,))
+    at = np.minimum(starts, len(data) - len(_STEP_START))  # a shorter line fails the length test
+    same = ends - starts >= len(_STEP_START)
+    for offset in (0, 8, len(_STEP_START) - 8):
+        word = np.frombuffer(_STEP_START[offset : offset + 8], "<u8")[0]
+        same &= words[at + offset] == word
+    return same
+
+
+def _parse_in_order(
+    data: bytes, starts: np.ndarray, ends: np.ndarray, rows: np.ndarray,
+    others: list[tuple[int, dict[str, Any]]], max_steps: int,
+) -> dict[int, dict[str, Any]] | None:
+    """The records of the step lines the replay keeps (and of those around each resume), by
+    position, when each is step first+position: with the last line's step that says as many
+    lines as steps, first..last in file order, so no record replaces another and no resume
+    drops one (between two kept lines a step repeated and one missing would pass: the engine
+    writes neither without a resume or a rollback, both checked). None where they do not."""
+    count = len(starts)
+    positions = set(thinned(count, max_steps))
+    limits = []  # (position of the last step line before a resume, its start step)
+    for row, record in others:
+        if record.get("kind") == "run_started" and isinstance(record.get("start_step"), int):
+            before = int(np.searchsorted(rows, row))
+            if before:
+                limits.append((before - 1, record["start_step"]))
+                positions.update((before - 1, min(before, count - 1)))
+    records = {}
+    for at in sorted(positions):
+        try:
+            record = json.loads(data[starts[at] : ends[at]])
+        except ValueError:
+            return None
+        if not isinstance(record, dict) or record.get("kind") != "step" or type(record.get("step")) is not int:
+            return None
+        records[at] = record
+    if not records:
+        return records
+    first = records[0]["step"]
+    if any(record["step"] != first + at for at, record in records.items()):
+        return None
+    if any(first + at > start for at, start in limits):
+        return None  # a resume from an older step: the branch it abandoned is dropped
+    return records

@@ -1,7 +1,8 @@
 """A finished run's replay read back from its files: `read_replay(run_dir)` gives the events
 that draw every panel of a run that is over (what engine/recorded.py's RecordedRun hands the
 app), read with engine/metrics_scan.py's one pass over metrics.jsonl's bytes as
-engine/metrics_log.py's read_history reads a run. Steps are thinned evenly to REPLAY_STEPS, as
+engine/metrics_log.py's read_history reads a run (or, for a run whose steps are in order with
+none retrained, by its fast way: only the kept step lines parsed; the same events). Steps are thinned evenly to REPLAY_STEPS, as
 the control socket's replay of a live run is. Torch-free and textual-free.
 """
 
@@ -25,7 +26,10 @@ from engine.metrics_scan import (
     kept_others,
     kept_steps,
     newest_run_started,
+    read_metrics,
     scan_metrics,
+    scan_replay_fast,
+    thinned,
 )
 from engine.run_lock import check_not_in_use
 
@@ -51,19 +55,26 @@ class Replay:
     newest_time: float  # the newest record's time
 
 
-def read_replay(run_dir: Path, max_steps: int = REPLAY_STEPS) -> Replay:
+def read_replay(run_dir: Path, max_steps: int = REPLAY_STEPS, fast: bool = True) -> Replay:
     """The events to draw the run in `run_dir` with, read as read_history reads a run. A run
     with no final state (its process vanished) ends failed, with the reason why; a run that an
-    engine still holds is refused (attach to it instead). RunHistoryError: one line."""
-    scan = scan_metrics(run_dir, replay=True)
+    engine still holds is refused (attach to it instead). `fast`: try the fast way first (the
+    same result; False: the general way only, for tests). RunHistoryError: one line."""
+    data = read_metrics(run_dir)
+    found = scan_replay_fast(data, max_steps) if fast else None
+    if found is None:  # a resume that retrains steps, a rollback, an odd line: every step read
+        scan = scan_metrics(run_dir, replay=True, data=data)
+        steps, last_step = _replay_steps(scan, max_steps)
+    else:
+        scan, steps, last_step = found.scan, found.steps, found.last_step
     _, started = newest_run_started(scan, run_dir)
-    history = _replay_steps(scan, max_steps) + [
+    history = steps + [
         item for kind in _HISTORY for item in kept_others(scan, (kind,), _HISTORY_KEYS[kind])
     ]
     history.sort(key=lambda item: (item[1]["step"], item[1].get("time", 0.0), item[0]))
     present = _newest(scan, ("memory",), 1) + _newest(scan, ("telemetry",), REPLAY_READINGS)
     present += _newest(scan, ("ranks",), REPLAY_READINGS)
-    final = _final_state(scan, run_dir)
+    final = _final_state(scan, run_dir, last_step)
     events = [_event(record) for _, record in [*history, *present]]
     events = [e for e in events if e is not None] + [final]
     newest = max([scan.newest_time, *(e.time for e in events)])
@@ -73,21 +84,17 @@ def read_replay(run_dir: Path, max_steps: int = REPLAY_STEPS) -> Replay:
     return Replay(events, final.state, final.reason, newest)
 
 
-def _replay_steps(scan: Scan, max_steps: int) -> list[tuple[int, dict[str, Any]]]:
-    """The step records kept, thinned evenly to `max_steps` (the last one always kept), parsed."""
+def _replay_steps(scan: Scan, max_steps: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    """The step records kept, thinned evenly to `max_steps` (the last one always kept), parsed;
+    and the newest step recorded (0: none)."""
     rows = kept_steps(scan)
-    if not len(rows):
-        return []
-    keep = rows[:: max(1, math.ceil(len(rows) / max(1, max_steps)))].tolist()
-    if keep[-1] != rows[-1]:
-        keep.append(int(rows[-1]))
     parsed = []
-    for row in keep:
+    for row in rows[thinned(len(rows), max_steps)].tolist():
         try:
             parsed.append((row, json.loads(scan.step_lines[row])))
         except ValueError:
             continue
-    return parsed
+    return parsed, int(scan.step[rows[-1]]) if len(rows) else 0
 
 
 def _newest(scan: Scan, kinds: tuple[str, ...], count: int) -> list[tuple[int, dict[str, Any]]]:
@@ -95,9 +102,9 @@ def _newest(scan: Scan, kinds: tuple[str, ...], count: int) -> list[tuple[int, d
     return found[-count:]
 
 
-def _final_state(scan: Scan, run_dir: Path) -> StateChanged:
-    """The run's last state record when it is one a run ends in; else the run crashed (or is
-    live: then RunHistoryError)."""
+def _final_state(scan: Scan, run_dir: Path, step: int) -> StateChanged:
+    """The run's last state record when it is one a run ends in; else the run crashed at
+    `step`, the newest step recorded (or is live: then RunHistoryError)."""
     states = [r for _, r in scan.others if r.get("kind") == "state"]
     if states and states[-1].get("state") in RunState.ENDED:
         event = _event(states[-1])
@@ -107,8 +114,6 @@ def _final_state(scan: Scan, run_dir: Path) -> StateChanged:
         check_not_in_use(run_dir)
     except ConfigError:
         raise RunHistoryError(f"{run_dir} is live: attach to it (cockpit attach {run_dir})") from None
-    rows = kept_steps(scan)
-    step = int(scan.step[rows[-1]]) if len(rows) else 0  # the newest step recorded
     return StateChanged(
         state=RunState.FAILED,
         step=step,

@@ -30,8 +30,9 @@ from engine.events import (
     Step,
     Telemetry,
 )
-from engine.metrics_scan import RunHistoryError
-from engine.replay_reader import read_replay
+from engine.metrics_log import REPLAY_STEPS
+from engine.metrics_scan import RunHistoryError, read_metrics, scan_replay_fast
+from engine.replay_reader import Replay, read_replay
 from engine.run_history import read_curves
 
 REPO = Path(__file__).resolve().parents[2]
@@ -280,6 +281,122 @@ def test_a_run_with_no_final_state_ends_crashed_at_its_last_step(tmp_path: Path)
     assert math.isnan(nan_step.loss)
 
 
+# ------------------------------------------------------------------ read_replay's fast way
+
+
+def same_replay(a: Replay, b: Replay) -> bool:
+    """Same events in the same order (repr: a NaN equals a NaN) and the same ending."""
+    return [repr(e) for e in a.events] == [repr(e) for e in b.events] and (
+        a.final_state, a.reason, a.newest_time) == (b.final_state, b.reason, b.newest_time)  # fmt: skip
+
+
+def assert_fast_read_as_the_general_one(run_dir: Path, fast: bool, max_steps: int = REPLAY_STEPS) -> Replay:
+    """The fast way is taken (or refused) as `fast` says, and either way the replay is the
+    general scan's, event for event."""
+    taken = scan_replay_fast(read_metrics(run_dir), max_steps) is not None
+    assert taken == fast, f"the fast way was {'taken' if taken else 'refused'}"
+    replay = read_replay(run_dir, max_steps)
+    assert same_replay(replay, read_replay(run_dir, max_steps, fast=False))
+    return replay
+
+
+@pytest.mark.parametrize("max_steps", [REPLAY_STEPS, 7, 1])
+def test_a_plain_run_replays_the_fast_way_as_the_general_way_does(tmp_path: Path, max_steps: int) -> None:
+    run = write(tmp_path / "plain", session(Clock(), 1, 300, nan_at=150))
+    replay = assert_fast_read_as_the_general_one(run, fast=True, max_steps=max_steps)
+    steps = [e.step for e in replay.events if isinstance(e, Step)]
+    assert steps[-1] == 300 and len(steps) <= max_steps + 1 and replay.final_state == "finished"
+    if max_steps >= 300:
+        assert steps == list(range(1, 301))
+        assert math.isnan(next(e.loss for e in replay.events if isinstance(e, Step) and e.step == 150))
+
+
+def test_a_killed_run_whose_last_line_is_cut_replays_the_fast_way(tmp_path: Path) -> None:
+    lines = session(Clock(), 1, 230, ending=None)
+    lines[-1] = lines[-1][: len(lines[-1]) // 2]  # step 230, cut mid-write: no newline
+    replay = assert_fast_read_as_the_general_one(write(tmp_path / "killed", lines), fast=True)
+    assert replay.final_state == "failed" and "at step 229 " in replay.reason
+
+
+def test_a_resume_from_the_last_step_replays_the_fast_way(tmp_path: Path) -> None:
+    clock = Clock()
+    run = write(tmp_path / "continued", session(clock, 1, 200, ending="stopped") + session(clock, 201, 300, start=200))
+    replay = assert_fast_read_as_the_general_one(run, fast=True, max_steps=50)
+    assert replay.events[0].start_step == 200  # type: ignore[attr-defined]
+
+
+def test_readings_and_a_memory_breakdown_replay_the_fast_way(tmp_path: Path) -> None:
+    clock = Clock()
+    lines = session(clock, 1, 400, ending=None)
+    lines.insert(3, line(MemoryBreakdown(step=0, device="cpu", capacity=9, weights=1, gradients=1,
+                                          optimizer=2, activations=3, activations_measured=False,
+                                          cache=0, other=1, time=clock())))  # fmt: skip
+    lines.append(line(Alert(level="warning", message="loss spike", step=400, code="spike", time=clock())))
+    for _ in range(150):
+        gpu = DeviceReading(index=0, name="cpu", util_percent=math.nan)
+        lines.append(line(Telemetry(source="psutil", gpus=(gpu,), cpu_percent=50.0, time=clock())))
+    lines.append(line(StateChanged(state="stopped", step=400, reason="stopped by user", time=clock())))
+    replay = assert_fast_read_as_the_general_one(write(tmp_path / "readings", lines), fast=True, max_steps=30)
+    kinds = [e.kind for e in replay.events]
+    assert kinds.count("telemetry") == 120 and kinds.count("memory") == 1 and kinds.count("alert") == 1
+
+
+def test_a_bad_step_line_replays_the_fast_way_only_when_it_is_thinned_out(tmp_path: Path) -> None:
+    lines = session(Clock(), 1, 300)
+    at = next(i for i, text in enumerate(lines) if text.startswith('{"kind":"step","time":') and '"step":28,' in text)
+    lines[at] = lines[at].replace('"loss":', '"loss":x', 1)  # the scan counts it as step 28; JSON refuses it
+    run = write(tmp_path / "bad", lines)
+    assert_fast_read_as_the_general_one(run, fast=True, max_steps=10)  # kept: steps 1, 31, 61...
+    assert_fast_read_as_the_general_one(run, fast=False)  # kept: parsing it fails, the general way
+
+
+def make_retrained(tmp_path: Path) -> Path:
+    clock = Clock()
+    lines = session(clock, 1, 140, ending=None)
+    lines += [line(step(clock, n, loss=1.0)) for n in range(101, 151)]  # no run_started, no alert
+    lines.append(line(StateChanged(state="finished", step=150, time=clock())))
+    return write(tmp_path / "retrained", lines)
+
+
+def make_gap(tmp_path: Path) -> Path:
+    lines = [text for text in session(Clock(), 1, 300) if '"kind":"step"' not in text or '"step":77,' not in text]
+    return write(tmp_path / "gap", lines)
+
+
+def make_whole_last_line(tmp_path: Path) -> Path:
+    lines = session(Clock(), 1, 120, ending=None)
+    lines[-1] = lines[-1].rstrip("\n")  # a whole step line, its newline never written: parsed whole
+    return write(tmp_path / "whole", lines)
+
+
+def make_rollback_alert(tmp_path: Path) -> Path:
+    clock = Clock()
+    lines = session(clock, 1, 200, ending=None)
+    lines.append(line(Alert(level="info", message="rolled back to step 200", step=200, code="rollback", time=clock())))
+    lines += [line(step(clock, n)) for n in range(201, 260)] + [line(StateChanged(state="finished", step=259, time=clock()))]
+    return write(tmp_path / "rollback", lines)
+
+
+def make_odd_layouts(tmp_path: Path) -> Path:
+    lines = session(Clock(), 1, 120)
+    lines[20] = json.dumps(json.loads(lines[20])) + "\n"  # spaces: another writer's step line
+    return write(tmp_path / "odd", lines)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [crash_and_resume, make_retrained, make_gap, make_whole_last_line, make_rollback_alert, make_odd_layouts],
+)
+@pytest.mark.parametrize("max_steps", [REPLAY_STEPS, 9])
+def test_what_the_fast_way_cannot_show_is_read_the_general_way(
+    tmp_path: Path, make: Any, max_steps: int
+) -> None:
+    """A resume from an older step, steps retrained, a step missing, a last line without its
+    newline, a rollback, a step line in another layout: the fast way refuses, the replay is
+    the general scan's."""
+    assert_fast_read_as_the_general_one(make(tmp_path), fast=False, max_steps=max_steps)
+
+
 # ------------------------------------------------------------------ real runs
 
 
@@ -299,6 +416,7 @@ def test_a_real_run_reads_back_as_its_metrics_say(tmp_path: Path) -> None:
     replay = read_replay(run)
     assert replay.final_state == "finished"
     assert replay.events[0].config["name"] == "tiny"  # type: ignore[attr-defined]  # config.json's
+    assert_fast_read_as_the_general_one(run, fast=True)
 
 
 def test_a_live_run_is_refused_and_a_killed_one_reads_as_crashed(tmp_path: Path) -> None:
