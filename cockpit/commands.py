@@ -180,6 +180,7 @@ COMMANDS: tuple[Command, ...] = (
         "runs",
         "h",
         "Runs",
+        show=False,  # the footer at 80 columns has no room left (help, palette, a finished run's note)
         help="runs: open, compare, resume",
         title="Runs",
         summary="Every run: open one, overlay runs on the loss, resume, fork",
