@@ -62,7 +62,9 @@ def test_a_fork_refused_is_one_line_and_makes_nothing(parent: Path) -> None:
     for argv, expected in [
         (["fork", "nowhere"], "no such run directory or checkpoint"),
         (["fork", str(parent), "--set", "model.n_layer=8"], "model.n_layer"),
-        (["fork", str(parent), "--run-dir", str(parent)], "exists already"),
+        (["fork", str(parent), "--set", "train.max_steps=120", "--run-dir", str(parent)], "exists already"),
+        # its newest checkpoint is at its max_steps: a branch would train nothing
+        (["fork", str(parent)], "the branch would train nothing; raise it too, e.g. --set train.max_steps=120"),
     ]:
         done = cockpit(*argv, "--no-start", cwd=here)
         assert done.returncode == 2, done
