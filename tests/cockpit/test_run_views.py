@@ -91,9 +91,8 @@ def test_runs_screen(snap_compare: Any, size: tuple[int, int], runs: list[Path])
 
 def test_live_run_compared_with_two_others(snap_compare: Any, runs: list[Path]) -> None:
     """The README's comparison: today's run, training, over yesterday's and a lower-LR run."""
-    from scripted import ScriptedFactory
-
     from run_dirs import write_run
+    from scripted import ScriptedFactory
 
     yesterday = write_run(Path("runs"), "yesterday", days_ago=1, loss_shift=0.12)
     lower_lr = write_run(Path("runs"), "lr-3e-4", days_ago=2, loss_shift=-0.15, steps=300)
