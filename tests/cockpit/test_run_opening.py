@@ -323,3 +323,27 @@ def test_a_live_run_opened_from_the_runs_screen_is_attached_to(tmp_path: Path) -
         assert greeting is not None and greeting.state == "paused"  # it goes on, paused
     finally:
         live.close()
+
+
+def test_an_overlaid_live_run_grows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run still training, overlaid on a finished one: its curve is read again as it goes."""
+    from live_process import LiveRun
+
+    monkeypatch.setattr("cockpit.comparing.LIVE_REFRESH_MIN_S", 0.5)
+    finished = write_run(tmp_path / "runs", "old")
+    live = LiveRun(tmp_path / "runs" / "live")
+    try:
+        live.start()
+        app = recorded_app(finished, overlays=[str(live.run_dir)])
+
+        async def scenario(pilot: Pilot) -> None:
+            await wait_for_engine(pilot, lambda: len(app.loss_panel.overlays) == 1)
+            first = len(app.loss_panel.overlays[0])
+            await wait_for_engine(pilot, lambda: len(app.loss_panel.overlays[0]) > first + 5)
+            colour = app.loss_panel.overlay_colours[0]
+            await wait_for_engine(pilot, lambda: len(app.loss_panel.overlays[0]) > first + 20)
+            assert app.loss_panel.overlay_colours[0] == colour  # the same run, the same colour
+
+        run_pilot(app, scenario, size=SIZE)
+    finally:
+        live.close()
