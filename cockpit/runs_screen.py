@@ -116,7 +116,9 @@ def row_hint(entry: RunEntry, selected: int) -> str:
     state = f"{entry.listed.state} at {entry.listed.summary['step']:,}"
     parts = [f"{state}: ⏎ attach" if entry.live else f"{state}: ⏎ view"]  # ⏎ as the footer says
     saved = entry.checkpoint
-    if saved is not None and not entry.live:
+    if saved is not None and not entry.live and entry.listed.state == "finished":
+        parts.append("r train on")  # it reached its max_steps: r asks how far
+    elif saved is not None and not entry.live:
         step = CKPT_STEP.match(saved.name)
         parts.append(f"r resume at {int(step.group(1)):,}" if step else "r resume")
     if entry.has_config:
