@@ -13,7 +13,7 @@ from textual.pilot import Pilot
 
 from cockpit.app import CockpitApp
 from cockpit.widgets.device import gpu_header, throttle_labels
-from engine.telemetry import THROTTLE_BY_NAME, throttle_names
+from engine.throttle_reasons import THROTTLE_BY_NAME, throttle_names
 
 
 def header_text(reading: Any) -> str:

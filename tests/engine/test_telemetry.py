@@ -12,14 +12,11 @@ from typing import Any
 import pytest
 
 from engine.events import Telemetry
-from engine.telemetry import (
-    NvmlBackend,
-    PsutilBackend,
-    TelemetryPoller,
-    TelemetryUnavailable,
-    select_backend,
-    throttle_names,
-)
+from engine.telemetry import TelemetryPoller, select_backend
+from engine.telemetry_backend import TelemetryUnavailable
+from engine.telemetry_nvml import NvmlBackend
+from engine.telemetry_psutil import PsutilBackend
+from engine.throttle_reasons import throttle_names
 
 GIB = 1024**3
 MY_PID = os.getpid()
@@ -367,8 +364,8 @@ def test_poller_over_nvml_backend_closes_nvml(nvml: FakeNvml) -> None:
 
 
 def test_every_name_the_nvml_backend_can_emit_has_one_table_entry() -> None:
-    """One table (engine.telemetry.THROTTLE_REASONS) names, labels and grades every reason."""
-    from engine.telemetry import THROTTLE_BY_NAME, THROTTLE_REASONS
+    """One table (engine.throttle_reasons.THROTTLE_REASONS) names, labels and grades every reason."""
+    from engine.throttle_reasons import THROTTLE_BY_NAME, THROTTLE_REASONS
 
     every_bit = sum(r.bit for r in THROTTLE_REASONS)
     emitted = throttle_names(every_bit) + throttle_names(every_bit, FakeNvml())
