@@ -39,7 +39,7 @@ from cockpit.subcommands.runs import (
     row,
     shorten_middle,
 )
-from engine.remote import last_checkpoint
+from engine.remote_texts import last_checkpoint
 
 REFRESH_S = 2.0  # live runs' steps move, new runs appear
 CONFIG_NAME = "config.toml"  # the run's replayable config (engine/run_setup.py writes it)

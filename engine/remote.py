@@ -5,154 +5,35 @@ are acknowledged later by the run's events; a reader thread turns every record t
 sends (the replay of the run so far, then the live stream) into events in a bounded queue
 that `drain_events()` empties; `run()` blocks until the connection ends.
 
-Torch-free and textual-free (like engine.wire and engine.events): a viewer imports only this.
+Connecting and reading lines: engine.remote_connection; what a viewer says about the run (its
+last checkpoint, how to resume it): engine.remote_texts. Torch-free and textual-free (like
+engine.wire and engine.events): a viewer imports only these.
 """
 
 from __future__ import annotations
 
-import getpass
 import itertools
 import os
-import re
-import shlex
 import socket
 import threading
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from engine import wire
 from engine.events import Alert, Event, EventQueue, RunState, StateChanged
-from engine.unix_socket import connect_unix
+from engine.remote_connection import (
+    EngineUnreachable,
+    LineReader,
+    connect_run,
+    read_hello,
+    socket_path_of,
+)
+from engine.remote_texts import engine_gone_message, viewer_name
 
 DETACHED = "detached"  # what run() returns when the viewer left and the run goes on
 ENGINE_GONE = "engine_gone"  # the code of the Alert when the connection dropped mid-run
 SOCKET_ALERT = "socket"  # the code of the Alerts about commands (refused, not delivered)
-
-_CKPT_RE = re.compile(r"^ckpt-(\d+)\.(pt|dcp)$")  # engine.checkpoint's names, without its torch import
 _POLL_S = 0.05  # how often run() looks at should_stop
-
-
-class EngineUnreachable(ConnectionError):
-    """No live run to attach to; the text is one line: the problem; what to do."""
-
-
-def socket_path_of(target: str | os.PathLike[str]) -> Path:
-    """The control socket of `target`: a run directory, or the socket file itself."""
-    path = Path(target)
-    return path / wire.SOCKET_NAME if path.is_dir() or not path.exists() else path
-
-
-def last_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
-    """The newest `ckpt-STEP.pt` in `run_dir` (by step), read from disk; None when none."""
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return None
-    steps = [(int(m.group(1)), name) for name in names if (m := _CKPT_RE.match(name))]
-    return Path(run_dir, max(steps)[1]) if steps else None
-
-
-def viewer_name() -> str:
-    """Who this viewer is, as others see it: "user@host (tty)"."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    try:
-        tty = os.ttyname(0).removeprefix("/dev/")
-    except OSError:
-        tty = "no tty"
-    return f"{user}@{socket.gethostname()} ({tty})"
-
-
-def resume_command(run_dir: str | os.PathLike[str]) -> str:
-    return f"cockpit --resume {shlex.quote(os.fspath(run_dir))}"
-
-
-def engine_gone_message(run_dir: str | os.PathLike[str]) -> str:
-    """What a viewer says when its run's engine died: where, its last checkpoint, how to resume."""
-    checkpoint = last_checkpoint(run_dir)
-    saved = f"last checkpoint {checkpoint.name}" if checkpoint else "no checkpoint was saved"
-    return (
-        f"the engine of {os.fspath(run_dir)} is gone (killed?) without a final state; "
-        f"{saved}; resume it with: {resume_command(run_dir)}"
-    )
-
-
-def _connect(path: Path, timeout_s: float) -> socket.socket:
-    """A connected AF_UNIX socket to `path`; EngineUnreachable (one line) when there is none."""
-    run_dir = path.parent
-    if not path.exists():
-        where = f"{run_dir}" if run_dir.is_dir() else f"{run_dir} (no such directory)"
-        raise EngineUnreachable(
-            f"no live run in {where}: no {path.name} (a finished or killed run has none); "
-            f"resume it with {resume_command(run_dir)}"
-        )
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
-    try:
-        connect_unix(sock, path)  # a path too long for sun_path goes by its directory's fd
-    except PermissionError:
-        sock.close()
-        raise EngineUnreachable(
-            f"permission refused on {path} (a run of another user?); attach as the user who "
-            "started it"
-        ) from None
-    except (ConnectionRefusedError, FileNotFoundError):
-        sock.close()
-        raise EngineUnreachable(
-            f"no live run in {run_dir}: {path.name} is left from an engine that is gone; "
-            f"resume it with {resume_command(run_dir)}"
-        ) from None
-    except OSError as e:
-        sock.close()
-        raise EngineUnreachable(
-            f"cannot connect to {path}: {e.strerror or e}; is the run alive?"
-        ) from None
-    return sock
-
-
-class _LineReader:
-    """Lines from a socket, each at most wire.MAX_LINE_BYTES: a longer one is dropped as it
-    comes (memory stays bounded) and reported as a WireError once its end arrives."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
-        self._buffer = bytearray()
-        self._scanned = 0  # bytes at the buffer's start known to hold no newline
-        self._overlong = False  # inside a line over the limit: its bytes are being dropped
-
-    def read_line(self, should_give_up: Callable[[], bool]) -> bytes | None:
-        """The next line without its newline; None at the end of the stream or when
-        `should_give_up()` says so between receive timeouts."""
-        while True:
-            end = self._buffer.find(b"\n", self._scanned)
-            if end >= 0:
-                line = bytes(self._buffer[:end])
-                del self._buffer[: end + 1]
-                self._scanned = 0
-                if self._overlong:
-                    self._overlong = False
-                    raise wire.WireError(f"a line over the {wire.MAX_LINE_BYTES:,}-byte limit")
-                return line
-            self._scanned = len(self._buffer)
-            if len(self._buffer) > wire.MAX_LINE_BYTES:
-                self._overlong = True
-                self._buffer.clear()
-                self._scanned = 0
-            try:
-                chunk = self._sock.recv(1 << 16)
-            except TimeoutError:
-                if should_give_up():
-                    return None
-                continue
-            except OSError:
-                return None  # closed under us (detach) or reset (the engine died)
-            if not chunk:
-                return None
-            self._buffer += chunk
 
 
 class RemoteEngine:
@@ -202,10 +83,10 @@ class RemoteEngine:
         self._resync_after: float | None = None  # in a resync's replay: skip events up to this
         self.live = False  # the replay is over: what comes now happens now
         self.unreadable_records = 0  # lines skipped: not JSON, too long, or of an unknown kind
-        self._sock = _connect(self.socket_path, connect_timeout_s)
-        self._reader = _LineReader(self._sock)
+        self._sock = connect_run(self.socket_path, connect_timeout_s)
+        self._reader = LineReader(self._sock)
         try:
-            hello = self._read_hello(connect_timeout_s)
+            hello = read_hello(self._reader, self.socket_path, connect_timeout_s)
         except BaseException:
             self._sock.close()
             raise
@@ -330,30 +211,6 @@ class RemoteEngine:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-
-    def _read_hello(self, timeout_s: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        try:
-            line = self._reader.read_line(lambda: time.monotonic() > deadline)
-            message = wire.decode(line) if line is not None else None
-        except wire.WireError as e:
-            raise EngineUnreachable(
-                f"{self.socket_path} does not speak cockpit's protocol ({e}); is it a run's socket?"
-            ) from None
-        if message is None:
-            raise EngineUnreachable(
-                f"the run in {self.run_dir} closed the connection before greeting "
-                "(refused, or ending); try again, or check who owns the run"
-            )
-        if message.get("kind") != "hello":
-            error = message.get("error") or f"a {message.get('kind')!r} message"
-            raise EngineUnreachable(f"the run in {self.run_dir} refused this viewer: {error}")
-        if message.get("protocol") != wire.PROTOCOL:
-            raise EngineUnreachable(
-                f"the run in {self.run_dir} speaks control protocol {message.get('protocol')!r}, "
-                f"this cockpit speaks {wire.PROTOCOL}; attach with the cockpit that started it"
-            )
-        return message
 
     def _read_loop(self) -> None:
         try:
