@@ -61,14 +61,9 @@ def open_engine(run_dir: Path) -> EngineHandle:
 
 def checkpoints_of(run_dir: Path) -> list[str]:
     """The run's checkpoint names, newest step first (ckpt-STEP.pt and sharded ckpt-STEP.dcp)."""
-    from engine.remote_texts import CKPT_NAME_RE
+    from engine.remote_texts import checkpoints
 
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return []
-    found = [(int(m.group(1)), name) for name in names if (m := CKPT_NAME_RE.match(name))]
-    return [name for _, name in sorted(found, reverse=True)]
+    return [name for _, name in checkpoints(run_dir)]
 
 
 class RunOpening(_AppBase):

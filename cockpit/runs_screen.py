@@ -10,7 +10,6 @@ Textual and the torch-free listing only: opening the screen costs no torch impor
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from cockpit.subcommands.runs import (
     row,
     shorten_middle,
 )
-from engine.remote_texts import last_checkpoint
+from engine.remote_texts import CKPT_NAME_RE, last_checkpoint
 
 REFRESH_S = 2.0  # live runs' steps move, new runs appear
 CONFIG_NAME = "config.toml"  # the run's replayable config (engine/run_setup.py writes it)
@@ -49,7 +48,6 @@ CELL_PADDING = 1  # DataTable's padding on each side of a cell
 SCROLLBAR = 1  # the table's vertical scrollbar (DEFAULT_CSS), kept free even when not shown
 FORK_EXAMPLE = "optim.lr=1e-4 train.max_steps=5000"
 COMPACT_WIDTH = 120  # narrower: the footer's compact form (as the main screen's)
-CKPT_STEP = re.compile(r"^ckpt-(\d+)\.")
 
 Action = Literal["open", "overlay", "resume", "new", "fork"]
 
@@ -119,7 +117,7 @@ def row_hint(entry: RunEntry, selected: int) -> str:
     if saved is not None and not entry.live and entry.listed.state == "finished":
         parts.append("r train on")  # it reached its max_steps: r asks how far
     elif saved is not None and not entry.live:
-        step = CKPT_STEP.match(saved.name)
+        step = CKPT_NAME_RE.match(saved.name)
         parts.append(f"r resume at {int(step.group(1)):,}" if step else "r resume")
     if entry.has_config:
         parts.append("n new run")

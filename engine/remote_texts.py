@@ -18,14 +18,20 @@ from pathlib import Path
 CKPT_NAME_RE = re.compile(r"^ckpt-(\d+)\.(pt|dcp)$")  # engine.checkpoint's names; group 1: step
 
 
-def last_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
-    """The newest `ckpt-STEP.pt` in `run_dir` (by step), read from disk; None when none."""
+def checkpoints(run_dir: str | os.PathLike[str]) -> list[tuple[int, str]]:
+    """(step, name) of every `ckpt-STEP.pt` (or sharded `.dcp`) in `run_dir`, newest first."""
     try:
         names = os.listdir(run_dir)
     except OSError:
-        return None
-    steps = [(int(m.group(1)), name) for name in names if (m := CKPT_NAME_RE.match(name))]
-    return Path(run_dir, max(steps)[1]) if steps else None
+        return []
+    found = [(int(m.group(1)), name) for name in names if (m := CKPT_NAME_RE.match(name))]
+    return sorted(found, reverse=True)
+
+
+def last_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The newest `ckpt-STEP.pt` in `run_dir` (by step), read from disk; None when none."""
+    found = checkpoints(run_dir)
+    return Path(run_dir, found[0][1]) if found else None
 
 
 def viewer_name() -> str:
