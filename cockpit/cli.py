@@ -390,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cockpit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`cockpit runs | head`): nothing more to say to it, and Python's
+        # own flush at exit must not fail on the closed pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a command ended by SIGPIPE
     finally:
         signals.restore()
 

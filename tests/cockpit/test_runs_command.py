@@ -189,3 +189,17 @@ def test_the_table_gives_way_to_the_width_and_sanitises_names() -> None:
     assert "CKPT" not in narrow[0] and "1m ago" in narrow[1]
     assert narrow[1].startswith("a-very-lo") and "...xxxx" in narrow[1]  # cut in the middle
     assert [fmt_ago(s) for s in (None, 0.4, 42, 3600 * 5, 86_400 * 3)] == ["-", "just now", "42s ago", "5h ago", "3d ago"]
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
+    """`cockpit presets | head -1`: the pipe closes under it; no traceback."""
+    (tmp_path / "runs").mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cockpit", "presets"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before it writes a line
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=60) in (0, 141)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
