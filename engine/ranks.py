@@ -49,7 +49,7 @@ def apply_commands_on_every_rank(run: Trainer) -> None:
             if report is not None:
                 run.emit(report)
         for command in commands:
-            run._run_command(*command)
+            run.command_handler.carry_out(*command)
             if run._stop_requested is not None:
                 return
         if run.state != RunState.PAUSED:

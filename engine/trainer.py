@@ -5,6 +5,12 @@ in the cockpit, the main thread headless) and returns the final state. Commands 
 any thread; they are queued and applied at the next step boundary, each acknowledged by an
 event. The loop reads losses back from the device only every `log_every` steps, so the GPU is
 not synchronised on every step.
+
+The Trainer holds the run's state and the loop; its parts do the rest, each in its own module:
+engine/run_setup.py (setting the run up), step.py (one update), command_handler.py (commands at a
+step boundary), periodic_work.py (evals, samples and checkpoints at their intervals),
+checkpointer.py, fault_handler.py (NaN, spike, out of memory), ranks.py (under torchrun) and
+run_end.py (the final state, then letting go).
 """
 
 from __future__ import annotations
@@ -19,36 +25,24 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine.checkpointer import Checkpointer
+from engine.command_handler import CommandHandler
 from engine.command_queue import CommandQueue
 from engine.config import ConfigError, RunConfig
 from engine.data_errors import DataError, PreparationStopped
-from engine.distributed import (
-    World,
-    is_collective_failure,
-    leave_world,
-    mean_over_ranks,
-)
-from engine.events import (
-    Alert,
-    Eval,
-    Event,
-    EventQueue,
-    LrChanged,
-    RunState,
-    Sample,
-    StateChanged,
-)
+from engine.distributed import World, is_collective_failure, mean_over_ranks
+from engine.events import Alert, Eval, Event, EventQueue, RunState, StateChanged
 from engine.fault_handler import FaultHandler
 from engine.garbage import settle_garbage_collector
 from engine.metrics_log import MetricsWriter
-from engine.optim import applied_lr, set_lr_factor
+from engine.periodic_work import do_work, work_due
 from engine.rank_report import RankReporter
 from engine.rank_sync import RankSync
-from engine.ranks import apply_commands_on_every_rank, rank_lost_message, rank_states
+from engine.ranks import rank_lost_message, rank_states
 from engine.readback import PendingStep, read_losses, step_events
 from engine.run_dir import write_error_log
+from engine.run_end import finish, finish_already_finished, release
 from engine.run_setup import accept_resume, announce, build, instrument, open_run_dir
-from engine.schedule import lr_change, lr_factor
+from engine.schedule import lr_factor
 from engine.step import train_step
 from engine.throughput import ThroughputWindow
 
@@ -110,7 +104,8 @@ class Trainer:
         self._checkpoint_is_best = False  # recorded in the checkpoint being written
         self.last_checkpoint: Path | None = None
         self.checkpointer = Checkpointer(self)  # saves and restores (engine/checkpointer.py)
-        self._commands = CommandQueue()
+        self._commands = CommandQueue()  # put by the methods below, from any thread
+        self.command_handler = CommandHandler(self)  # carried out between steps
         self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
         self._stop_reason = "stopped by user"  # the final state's reason: who or what stopped it
         # The first stop asked for, seen at once (any thread): the corpus preparation polls it,
@@ -216,18 +211,7 @@ class Trainer:
             else:
                 self._fail(f"{type(e).__name__}: {e}{where}", "crash")
         finally:
-            if poller is not None:
-                poller.stop()
-            if hasattr(self, "train_batches"):
-                self.train_batches.close()  # the batch prefetch thread ends with the run
-            # the metrics file last: it records what the others report on closing
-            for sink in reversed(self.sinks):
-                close = getattr(sink, "close", None)
-                problem = close() if close else None
-                if isinstance(problem, str):
-                    self._alert("warning", problem, "log")
-            if self.world.distributed:
-                leave_world()
+            release(self, poller)  # engine/run_end.py
         return self.state
 
     def preparation_should_stop(self) -> bool:
@@ -281,73 +265,6 @@ class Trainer:
             "data_source": ckpt.plain_data(self.data.record),
         }
 
-    # ------------------------------------------------------------------ evaluation and samples
-    def _evaluate(self) -> Eval:
-        self._flush()
-        train_loss, val_loss = self.evaluator.losses(self.data)
-        event = Eval(
-            step=self.step,
-            train_loss=train_loss,
-            val_loss=val_loss,
-            train_time_s=self.train_time_s,
-            full_split=self.evaluator.val_full,  # False when a bound cut the split short
-        )
-        self.emit(event)
-        if (note := self.evaluator.capped_note()) is not None:
-            self._alert("info", note, "eval")  # once per run, not at every eval
-        if not math.isfinite(val_loss):
-            self._alert("error", f"val loss is {val_loss} at step {self.step}", "nan")
-        return event
-
-    def _sample(self) -> None:
-        for prompt, text in self.evaluator.samples(self.data.tokenizer, self.sample_generator):
-            self.emit(Sample(step=self.step, prompt=prompt, text=text))
-
-    # ------------------------------------------------------------------ commands
-    def _apply_commands(self) -> None:
-        """Run queued commands; while paused, block here until resumed or stopped."""
-        if self.world.distributed:
-            apply_commands_on_every_rank(self)
-            return
-        while (command := self._commands.take(self.state == RunState.PAUSED, self._should_stop)):
-            self._run_command(*command)
-            if self._stop_requested is not None:
-                return
-
-    def _run_command(self, name: str, arg: Any) -> None:
-        if name == "pause" and self.state == RunState.RUNNING:
-            self._flush()
-            self._set_state(RunState.PAUSED, "paused by user")
-        elif name == "resume" and self.state == RunState.PAUSED:
-            self._set_state(RunState.RUNNING, "resumed by user")
-        elif name == "checkpoint":
-            self._flush()
-            self.checkpointer.save_manual()
-        elif name in ("set_lr", "scale_lr"):
-            self._change_lr(name, arg)
-        elif name == "sample":
-            self._sample()
-        elif name == "evaluate":
-            self._evaluate()
-        elif name == "stop" and self._stop_requested is None:  # the first stop asked for wins
-            self._stop_requested, self._stop_reason = arg
-        elif name == "rollback":
-            self.faults.rollback(arg)
-
-    # ------------------------------------------------------------------ LR
-    def _change_lr(self, name: str, value: float) -> None:
-        schedule = lr_factor(self.step, self.cfg) * self.cfg.optim.lr
-        change = lr_change(name, value, schedule, self.lr_scale)  # engine/schedule.py decides
-        if isinstance(change, str):
-            self._alert("warning", change, "lr")
-            return
-        self.lr_scale = change.scale
-        set_lr_factor(self.optimizer, lr_factor(self.step, self.cfg) * self.lr_scale)
-        self.current_lr = applied_lr(self.optimizer)
-        self.emit(
-            LrChanged(step=self.step, old_lr=change.old_lr, new_lr=change.new_lr, scale=change.scale)
-        )
-
     # ------------------------------------------------------------------ the loop
     def _flush(self) -> None:
         """Read pending losses back from the device (one sync) and emit their Step events."""
@@ -399,14 +316,9 @@ class Trainer:
         self.current_lr = pending.lr
         self._pending.append(pending)
 
-    def _due(self, interval: int) -> bool:
-        return interval > 0 and self.step % interval == 0
-
     def _loop(self) -> None:
         if self._already_finished is not None:
-            # Nothing to train: no second final eval, sample or save, no record on disk.
-            self._alert("info", self._already_finished, "finished")
-            self._set_state(RunState.FINISHED, "already finished")
+            finish_already_finished(self)  # engine/run_end.py
             return
         cfg = self.cfg
         self._pending: list[PendingStep] = []
@@ -416,7 +328,7 @@ class Trainer:
         last_memory_report = -math.inf
         while self.step < cfg.train.max_steps:
             t_commands = time.perf_counter()
-            self._apply_commands()
+            self.command_handler.apply_queued()
             # Time paused or blocked on a command is not training, any more than an evaluation
             # is: keep it out of the next Step's throughput and step time.
             self.window.exclude(t_commands, bool(self._pending))
@@ -439,10 +351,7 @@ class Trainer:
             self.train_time_s += time.perf_counter() - t0
             if self.step == step_before:
                 continue  # the step was refused (non-finite): nothing new to evaluate or save
-            due = [
-                self._due(interval) and self.step < cfg.train.max_steps
-                for interval in (cfg.eval.interval, cfg.sample.interval, cfg.checkpoint.interval)
-            ]
+            due = work_due(self)  # engine/periodic_work.py
             # Read the losses back before any work due at this step, and at the last step, so
             # an anomaly among them is handled (rolled back, paused) before that work is done.
             if len(self._pending) >= self.log_every or any(due) or self.step >= cfg.train.max_steps:
@@ -457,33 +366,7 @@ class Trainer:
                 self.window.exclude(time.perf_counter(), bool(self._pending))
                 continue
             t_extra = time.perf_counter()
-            due_eval, due_sample, due_checkpoint = due
-            if due_eval:
-                self._last_eval = self._evaluate()
-            if due_sample:
-                self._sample()
-            if due_checkpoint:
-                self.checkpointer.save_and_mark("interval")
+            do_work(self, due)
             self.window.exclude(t_extra, bool(self._pending))
 
-        self._flush()
-        if self._stop_requested is not None:
-            # Step 0: nothing trained, nothing to save (the same seed makes the same weights).
-            # Failed: keep the weights only if they are intact, never a NaN as the newest.
-            if self._stop_requested and self.step > 0 and (
-                self._failure is None or self._weights_finite()
-            ):
-                self.checkpointer.save("stop")
-            if self._failure is not None:
-                self._set_state(RunState.FAILED, self._failure)
-            else:
-                self._set_state(RunState.STOPPED, self._stop_reason)
-            return
-        self._last_eval = self._evaluate()
-        if cfg.sample.interval:
-            self._sample()
-        self.checkpointer.save_and_mark("final")
-        self._set_state(RunState.FINISHED, "")
-
-    def _weights_finite(self) -> bool:
-        return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+        finish(self)  # engine/run_end.py

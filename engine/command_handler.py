@@ -1,0 +1,75 @@
+"""Carrying out a run's commands at a step boundary, and waiting there while paused.
+
+The Trainer's public methods (pause, set_lr, stop, ...) only queue a command, from any thread
+(engine/command_queue.py); the loop calls `apply_queued` between steps, where each command is
+carried out and acknowledged by an event. Under torchrun every rank carries out the same
+commands at the same step (engine/ranks.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.events import LrChanged, RunState
+from engine.optim import applied_lr, set_lr_factor
+from engine.periodic_work import evaluate, sample
+from engine.ranks import apply_commands_on_every_rank
+from engine.schedule import lr_change, lr_factor
+
+if TYPE_CHECKING:
+    from engine.trainer import Trainer
+
+
+class CommandHandler:
+    """The commands of one run (`run`: its trainer), carried out on the loop's thread."""
+
+    def __init__(self, run: Trainer) -> None:
+        self.run = run
+
+    def apply_queued(self) -> None:
+        """Run queued commands; while paused, block here until resumed or stopped."""
+        run = self.run
+        if run.world.distributed:
+            apply_commands_on_every_rank(run)
+            return
+        while command := run._commands.take(run.state == RunState.PAUSED, run._should_stop):
+            self.carry_out(*command)
+            if run._stop_requested is not None:
+                return
+
+    def carry_out(self, name: str, arg: Any) -> None:
+        """One command; one that does not fit the state (resume while running) does nothing."""
+        run = self.run
+        if name == "pause" and run.state == RunState.RUNNING:
+            run._flush()
+            run._set_state(RunState.PAUSED, "paused by user")
+        elif name == "resume" and run.state == RunState.PAUSED:
+            run._set_state(RunState.RUNNING, "resumed by user")
+        elif name == "checkpoint":
+            run._flush()
+            run.checkpointer.save_manual()
+        elif name in ("set_lr", "scale_lr"):
+            self.change_lr(name, arg)
+        elif name == "sample":
+            sample(run)
+        elif name == "evaluate":
+            evaluate(run)
+        elif name == "stop" and run._stop_requested is None:  # the first stop asked for wins
+            run._stop_requested, run._stop_reason = arg
+        elif name == "rollback":
+            run.faults.rollback(arg)
+
+    def change_lr(self, name: str, value: float) -> None:
+        """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on."""
+        run = self.run
+        schedule = lr_factor(run.step, run.cfg) * run.cfg.optim.lr
+        change = lr_change(name, value, schedule, run.lr_scale)  # engine/schedule.py decides
+        if isinstance(change, str):
+            run._alert("warning", change, "lr")
+            return
+        run.lr_scale = change.scale
+        set_lr_factor(run.optimizer, lr_factor(run.step, run.cfg) * run.lr_scale)
+        run.current_lr = applied_lr(run.optimizer)
+        run.emit(
+            LrChanged(step=run.step, old_lr=change.old_lr, new_lr=change.new_lr, scale=change.scale)
+        )

@@ -1,0 +1,68 @@
+"""Ending a run: the final state and what is saved with it, then letting go of what it holds.
+
+The Trainer's loop ends in `finish` (stopped, given up, or trained to max_steps), or never starts
+for a resumed run with nothing left to do (`finish_already_finished`); `release` runs whatever
+happened, last, in `run()`'s finally. Functions of the Trainer, as engine/run_setup.py's are.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.distributed import leave_world
+from engine.events import RunState
+from engine.periodic_work import evaluate, sample
+
+if TYPE_CHECKING:
+    from engine.telemetry import TelemetryPoller  # typed only: it is imported when used
+    from engine.trainer import Trainer
+
+
+def finish(run: Trainer) -> None:
+    """The loop is over: save and say why it ended (stopped, failed) or that it finished."""
+    run._flush()
+    if run._stop_requested is not None:
+        # Step 0: nothing trained, nothing to save (the same seed makes the same weights).
+        # Failed: keep the weights only if they are intact, never a NaN as the newest.
+        if run._stop_requested and run.step > 0 and (run._failure is None or weights_finite(run)):
+            run.checkpointer.save("stop")
+        if run._failure is not None:
+            run._set_state(RunState.FAILED, run._failure)
+        else:
+            run._set_state(RunState.STOPPED, run._stop_reason)
+        return
+    run._last_eval = evaluate(run)
+    if run.cfg.sample.interval:
+        sample(run)
+    run.checkpointer.save_and_mark("final")
+    run._set_state(RunState.FINISHED, "")
+
+
+def finish_already_finished(run: Trainer) -> None:
+    """Resumed with nothing to train: no second final eval, sample or save, no record on disk."""
+    assert run._already_finished is not None
+    run._alert("info", run._already_finished, "finished")
+    run._set_state(RunState.FINISHED, "already finished")
+
+
+def release(run: Trainer, poller: TelemetryPoller | None) -> None:
+    """Stop the telemetry `poller` (None without one), the batch prefetch and the sinks, and
+    leave the process group: whatever state the run ended in."""
+    if poller is not None:
+        poller.stop()
+    if hasattr(run, "train_batches"):
+        run.train_batches.close()  # the batch prefetch thread ends with the run
+    # the metrics file last: it records what the others report on closing
+    for sink in reversed(run.sinks):
+        close = getattr(sink, "close", None)
+        problem = close() if close else None
+        if isinstance(problem, str):
+            run._alert("warning", problem, "log")
+    if run.world.distributed:
+        leave_world()
+
+
+def weights_finite(run: Trainer) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in run.model.parameters())
