@@ -92,8 +92,12 @@ def steps_grow(trainer: Trainer, by: int = 5) -> bool:
 
 def files_beside_checkpoints(run_dir: Path) -> list[str]:
     """A run directory's files but the live run's checkpoints (its interval saves may come
-    while a test looks)."""
-    return sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(("ckpt-", "best")))
+    while a test looks) and the temporary files of its atomic writes (summary.json's)."""
+    return sorted(
+        p.name
+        for p in run_dir.iterdir()
+        if not p.name.startswith(("ckpt-", "best")) and not p.name.endswith(".tmp")
+    )
 
 
 def is_kind(kind: str, **fields: Any) -> Any:
