@@ -238,7 +238,10 @@ class CockpitApp(
             name = resumed_preset(resume)
             self.preset = name or os.path.basename(os.path.normpath(run_dir_of(resume)))
             self._status_note = f"resuming {name + ' from ' if name else ''}{resume}..."
-        self.device_panel.set_waiting_note("waiting for telemetry...")
+        telemetry = getattr(trainer, "telemetry_enabled", True)  # an in-process run may be told not to
+        self.device_panel.set_waiting_note(
+            "waiting for telemetry..." if telemetry else "no telemetry: turned off (--no-telemetry)"
+        )
         self.engine_worker = self._run_engine(trainer)
         self.refresh_status()
 

@@ -28,6 +28,8 @@ def test_space_pauses_the_engine_and_resumes_it(tmp_path: Path) -> None:
         assert trainer.step == step  # the step counter stopped
         await pilot.press("space")
         await wait_for_engine(pilot, lambda: trainer.step > step + 2)
+        # told not to poll telemetry: the device panel says so, not "waiting for telemetry..."
+        assert "turned off" in str(app.device_panel._waiting.render())
         trainer.stop(checkpoint=False)
 
     run_pilot(app, scenario, size=REAL_SIZE)
