@@ -159,15 +159,37 @@ class ChoiceScreen(ModalScreen["str | None"]):
         self.dismiss(value or None)
 
 
-class LrScreen(ModalScreen["tuple[str, float] | None"]):
-    """Set or scale the learning rate. Returns ("set", lr), ("scale", factor) or None."""
+class InputDialog(ModalScreen[Any]):
+    """A dialog around one Input: focused at once (no blinking cursor: snapshots stay still),
+    an error line under it (`ERROR_ID`) that enter fills and typing clears, esc cancels."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", show=False)]
+    ERROR_ID = "dialog-error"
+
+    error = ""  # the message shown after enter on invalid input
+
+    def on_mount(self) -> None:
+        inp = self.query_one(Input)
+        inp.cursor_blink = False
+        inp.focus()
+
+    def show_error(self, message: str) -> None:
+        label = self.query_one(f"#{self.ERROR_ID}", Label)
+        label.update(Content.styled(f"✗ {message}", "bold $error") if message else "")
+        self.error = message
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class LrScreen(InputDialog):
+    """Set or scale the learning rate. Returns ("set", lr), ("scale", factor) or None."""
+
+    ERROR_ID = "lr-error"
 
     def __init__(self, current_lr: float | None, scale: float, planned_lr: float | None) -> None:
         super().__init__(classes="dialog-screen")
         self.current_lr, self.scale, self.planned_lr = current_lr, scale, planned_lr
-        self.error = ""  # the message shown after enter on invalid input
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="lr-dialog") as box:
@@ -189,11 +211,6 @@ class LrScreen(ModalScreen["tuple[str, float] | None"]):
                 ),
                 id="lr-help",
             )
-
-    def on_mount(self) -> None:
-        inp = self.query_one(Input)
-        inp.cursor_blink = False
-        inp.focus()
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
@@ -224,13 +241,6 @@ class LrScreen(ModalScreen["tuple[str, float] | None"]):
         mult = f", multiplier ×{value / self.planned_lr:.3g}" if self.planned_lr else ""
         return f"enter: LR {fmt_lr(value)} from the next step{mult}"
 
-    def show_error(self, message: str) -> None:
-        label = self.query_one("#lr-error", Label)
-        label.update(Content.styled(f"✗ {message}", "bold $error") if message else "")
-        self.error = message
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,10 @@ from dataclasses import dataclass
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
-from textual.content import Content
-from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Select, Static
 
+from cockpit.screens import InputDialog
 from engine.config import ConfigError, parse_override
 
 
@@ -46,10 +44,11 @@ def parse_settings(text: str) -> list[str]:
     return items
 
 
-class SettingsScreen(ModalScreen["Settings | None"]):
-    """Asks for settings (and a checkpoint when `checkpoints` are offered, newest first)."""
+class SettingsScreen(InputDialog):
+    """Asks for settings (and a checkpoint when `checkpoints` are offered, newest first).
+    Returns `Settings`, or None when cancelled."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", show=False)]
+    ERROR_ID = "settings-error"
 
     def __init__(
         self,
@@ -63,7 +62,6 @@ class SettingsScreen(ModalScreen["Settings | None"]):
         self.title_text, self.message, self.initial = title, message, initial
         self.checkpoints = list(checkpoints)
         self.required = required  # enter with nothing to change is refused
-        self.error = ""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="settings-dialog") as box:
@@ -84,11 +82,6 @@ class SettingsScreen(ModalScreen["Settings | None"]):
                 select_on_focus=False,
             )
             yield Label("", id="settings-error")
-
-    def on_mount(self) -> None:
-        inp = self.query_one(Input)
-        inp.cursor_blink = False
-        inp.focus()
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
@@ -111,10 +104,3 @@ class SettingsScreen(ModalScreen["Settings | None"]):
         if self.error:
             self.show_error("")  # half-typed input is normal: errors wait for enter
 
-    def show_error(self, message: str) -> None:
-        label = self.query_one("#settings-error", Label)
-        label.update(Content.styled(f"✗ {message}", "bold $error") if message else "")
-        self.error = message
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
