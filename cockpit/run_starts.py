@@ -10,7 +10,6 @@ further, so the app asks how far; a branch from a run's last checkpoint likewise
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -99,8 +98,8 @@ class RunStarts(_AppBase):
 
                 run_dir, _ = make_fork(branch_of, overrides, None)
             engine = self.resume_factory(str(run_dir), overrides)
-        except ResumeFinished as e:
-            self.call_from_thread(self._ask_train_on, run_dir, str(e))
+        except ResumeFinished:
+            self.call_from_thread(self._ask_train_on, run_dir)
             return
         except NothingToTrain as e:  # a branch from the last checkpoint: ask again, with more steps
             more = [*overrides, f"train.max_steps={2 * e.step}"]
@@ -111,16 +110,19 @@ class RunStarts(_AppBase):
             return
         self.call_from_thread(self._leave_for, run_dir.name, engine, "resuming another run")
 
-    def _ask_train_on(self, run_dir: Path, finished: str) -> None:
+    def _ask_train_on(self, run_dir: Path) -> None:
         """A finished run resumes only to train further: ask for its new max_steps."""
         self._not_busy()
-        step = _finished_step(finished)
+        from engine.remote_texts import checkpoints
+
+        saved = checkpoints(run_dir)  # the resume starts from the newest: its step is the run's
+        step = saved[0][0] if saved else 0
         initial = f"train.max_steps={2 * step}" if step else "train.max_steps="
         self.push_screen(
             SettingsScreen(
                 f"Train {run_dir.name} on",
-                f"{finished.split(';')[0]}.\nTo train on, raise its train.max_steps (and "
-                "change any other setting a resume may):",
+                f"{run_dir.name} is finished at step {step}, its train.max_steps.\nTo train "
+                "on, raise it (and change any other setting a resume may):",
                 initial=initial,
                 required=True,
             ),
@@ -193,9 +195,3 @@ class RunStarts(_AppBase):
             return
         self._busy(f"forking {target.name}...")
         self._resume_in_worker(target, list(overrides), target)
-
-
-def _finished_step(message: str) -> int:
-    """The step a 'finished' refusal names ('... finished at step 300 ...'), else 0."""
-    found = re.search(r"step (\d[\d,]*)", message)
-    return int(found.group(1).replace(",", "")) if found else 0
