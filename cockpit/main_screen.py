@@ -229,7 +229,7 @@ class MainScreen(Screen[None]):
             case StateChanged():
                 if ev.state in RunState.ENDED:
                     self.data_panel.finish()  # stopped or failed while preparing
-                app.state_changed(ev)
+                app.state_changed(ev, announce=not history)
             case CheckpointSaved():
                 app.checkpoint_saved(ev, announce=not history)
             case LrChanged():

@@ -68,7 +68,9 @@ class RunEvents(_AppBase):
                 timeout=6 + 4 * len(notes),
             )
 
-    def state_changed(self, ev: StateChanged) -> None:
+    def state_changed(self, ev: StateChanged, announce: bool = True) -> None:
+        """`announce=False` for a state from the run's past (a finished run's files): drawn,
+        not toasted."""
         previous = self.state
         self.view.requested = None  # space now toggles from the engine's live state
         self._set_state(ev.state)
@@ -97,7 +99,7 @@ class RunEvents(_AppBase):
         if ev.state in RunState.ENDED:
             self._status_note = ""
             if ev.state == RunState.FINISHED:
-                if not getattr(self, "viewing_record", False):  # not news: read from its files
+                if announce:
                     self.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
                 if not self.view.alert:
                     self._status_note = self._finished_note(ev.step)
