@@ -5,6 +5,7 @@ of corpus files (text, JSON lines, Parquet), listed in a stable order."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import sysconfig
 from pathlib import Path
@@ -84,29 +85,52 @@ def path_source(raw: str, where: str, cache_dir: Path) -> Source:
         )
     if not path.is_dir():
         return Source(str(path), slug_of(path.stem), f"file {path}", (path,))
-    files = _text_files(path, exclude=cache_dir)
+    files, special = _text_files(path, exclude=cache_dir)
     if not files:
         patterns = ", ".join("*" + suffix for suffix in CORPUS_SUFFIXES)
         raise DataError(
-            f"{where} {raw}: no text files ({patterns}) in folder {path}; add some or point "
+            f"{where} {raw}: no text files ({patterns}) in folder {path}"
+            f"{'; ' + _skipped_note(special, path) if special else ''}; add some or point "
             f"{where} at a text file"
         )
-    return Source(str(path), slug_of(path.name), f"folder {path} ({len(files)} files)", tuple(files))
+    what = f"{len(files)} files" + (f"; {_skipped_note(special, path)}" if special else "")
+    return Source(str(path), slug_of(path.name), f"folder {path} ({what})", tuple(files))
 
 
-def _text_files(root: Path, exclude: Path) -> list[Path]:
-    """Corpus files (text, JSON lines, Parquet) under root, sorted by relative path, skipping hidden entries and the cache."""
+def _skipped_note(special: list[Path], root: Path) -> str:
+    """'skipped 1 file that is not a regular file (pipe.txt)', naming the first few."""
+    names = ", ".join(p.relative_to(root).as_posix() for p in special[:3])
+    more = f" and {len(special) - 3} more" if len(special) > 3 else ""
+    if len(special) == 1:
+        return f"skipped 1 file that is not a regular file ({names})"
+    return f"skipped {len(special)} files that are not regular files ({names}{more})"
+
+
+def _text_files(root: Path, exclude: Path) -> tuple[list[Path], list[Path]]:
+    """Corpus files (text, JSON lines, Parquet) under root, sorted by relative path, skipping
+    hidden entries and the cache; and, apart, those named like corpus files that are not
+    regular files (FIFOs, sockets, devices: reading one would block), which are left out."""
     # The cache must stay out: its meta.json would otherwise join the corpus it describes.
     exclude = exclude.resolve()
     found: list[Path] = []
+    special: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         dirnames[:] = [
             d for d in dirnames if not d.startswith(".") and (here / d).resolve() != exclude
         ]
-        found += [
-            here / name
-            for name in filenames
-            if name.lower().endswith(CORPUS_SUFFIXES) and not name.startswith(".")
-        ]
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+        for name in filenames:
+            if name.lower().endswith(CORPUS_SUFFIXES) and not name.startswith("."):
+                (found if _regular_or_unreadable(here / name) else special).append(here / name)
+    def relative(path: Path) -> str:
+        return path.relative_to(root).as_posix()
+
+    return sorted(found, key=relative), sorted(special, key=relative)
+
+
+def _regular_or_unreadable(path: Path) -> bool:
+    # A dangling link or an unreadable entry stays in: reading it says what is wrong with it.
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return True

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -138,15 +140,38 @@ class _CountingReader:
             pass
 
 
-@contextmanager
-def _raw_reader(path: Path, counts: ReadCounts, hasher: Hasher | None) -> Iterator[Any]:
-    """A readable stream of the file's (decompressed) bytes."""
+def open_regular(path: Path) -> BinaryIO:
+    """The file opened for reading, or a one-line DataError if it cannot be or is not a regular
+    file: a FIFO or a device would block open() or read() forever (a corpus folder's listing
+    leaves them out; this catches one named on its own or swapped in since)."""
     try:
-        f = path.open("rb")
+        # O_NONBLOCK: opening a FIFO that has no writer returns at once instead of waiting for one
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise DataError(
             f"cannot read {path} ({e.strerror or e}); check that it exists and is readable"
         ) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise DataError(
+            f"{path} is not a regular file (a {_file_kind(mode)}); point the corpus at text "
+            f"files, or copy the data into a file first"
+        )
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = {stat.S_ISFIFO: "FIFO", stat.S_ISSOCK: "socket", stat.S_ISCHR: "character device"}
+    kinds.update({stat.S_ISBLK: "block device", stat.S_ISDIR: "folder"})
+    return next((name for test, name in kinds.items() if test(mode)), "special file")
+
+
+@contextmanager
+def _raw_reader(path: Path, counts: ReadCounts, hasher: Hasher | None) -> Iterator[Any]:
+    """A readable stream of the file's (decompressed) bytes."""
+    f = open_regular(path)
     with f:
         counting = _CountingReader(f, counts, hasher)
         name = path.name.lower()

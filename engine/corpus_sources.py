@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import DataConfig
-from engine.corpus_reader import Piece, ReadCounts, corpus_format, read_pieces, text_pieces
+from engine.corpus_reader import (
+    Piece,
+    ReadCounts,
+    corpus_format,
+    open_regular,
+    read_pieces,
+    text_pieces,
+)
 from engine.data_errors import DataError
 from engine.tokenizers import split_at_safe_points
 
@@ -46,7 +53,7 @@ def source_sha256(source: Source) -> str:
     for i, path in enumerate(source.files):
         hasher.update(b"\n\n" if i else b"")
         try:
-            with path.open("rb") as f:
+            with open_regular(path) as f:
                 while chunk := f.read(1 << 20):
                     hasher.update(chunk)
         except OSError as e:

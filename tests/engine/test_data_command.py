@@ -283,3 +283,28 @@ def test_rm_on_a_terminal_asks_first(cache: Path):
         assert proc.returncode == code, err
         assert entry.exists() == (code == 1)
         assert (b"nothing removed" in out) == (code == 1)
+
+
+def test_a_fifo_in_a_corpus_folder_is_skipped_and_counted(cache: Path, tmp_path: Path):
+    # Opening a FIFO for reading blocks until a writer comes (forever, holding the lock): a
+    # corpus folder's entries that are not regular files are left out, and the user told so.
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("Shall I compare thee to a summer's day?\n" * 100)
+    os.mkfifo(folder / "pipe.txt")
+    prepared = cockpit(
+        "data", "prepare", "--data", str(folder), "--preset", "tiny", cache=cache, timeout=30
+    )
+    assert prepared.returncode == 0, prepared.stderr
+    assert "skipped 1 file that is not a regular file (pipe.txt)" in prepared.stdout
+    assert f"{len('Shall I compare thee to a summer' + chr(39) + 's day?' + chr(10)) * 100:,}" in (
+        prepared.stdout
+    )
+
+
+def test_a_fifo_named_as_the_corpus_is_refused_in_one_line(cache: Path, tmp_path: Path):
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    refused = cockpit("data", "prepare", "--data", str(fifo), "--preset", "tiny", cache=cache, timeout=30)
+    assert refused.returncode == 2
+    assert "not a regular file" in one_error_line(refused)
