@@ -1,8 +1,10 @@
 """The live runs under a directory: those whose control socket answers (`cockpit ps`, attach).
 
 A run is live when its `control.sock` greets a connection with the wire protocol's hello; a
-socket left by a killed run refuses the connection and is skipped. The probe reads the hello
-line only (the run at a glance: state, step, loss, tokens/s, who else is attached) and hangs up.
+socket left by a killed run refuses the connection and is skipped, and so is one served by
+another uid than ours (engine/unix_socket.py's check_server: not our run's, whatever it says).
+The probe reads the hello line only (the run at a glance: state, step, loss, tokens/s, who else
+is attached) and hangs up.
 
 Torch-free and textual-free: `cockpit ps` imports only this and engine.wire.
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import wire
-from engine.unix_socket import connect_unix
+from engine.unix_socket import UntrustedServer, check_server, connect_unix
 
 PROBE_TIMEOUT_S = 2.0  # a run busy in a long step still greets at once (its own thread does)
 MAX_DEPTH = 4  # how deep under the root run directories are looked for (runs/sweep/x/...)
@@ -72,16 +74,30 @@ def _int_or_none(value: Any) -> int | None:
 def _number_or_none(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return number if math.isfinite(number) else None
 
 
 def probe(run_dir: Path, timeout_s: float = PROBE_TIMEOUT_S) -> LiveRun | None:
-    """The live run in `run_dir`, or None when nothing answers there as a run does."""
+    """The live run in `run_dir`, or None when nothing answers there as a run does (a socket
+    of another uid included)."""
+    try:
+        return _probe(run_dir, timeout_s)
+    except UntrustedServer:
+        return None
+
+
+def _probe(run_dir: Path, timeout_s: float) -> LiveRun | None:
+    """probe's answer; UntrustedServer (one line) for a socket served by another uid."""
     path = run_dir / wire.SOCKET_NAME
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
     try:
         connect_unix(sock, path)
+        check_server(sock, path)
         line = _first_line(sock, time.monotonic() + timeout_s)
     except OSError:  # refused (stale), gone, not ours, too slow
         return None
@@ -126,17 +142,29 @@ def socket_dirs(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
 
 
 def find_live_runs(
-    root: str | os.PathLike[str] = "runs", timeout_s: float = PROBE_TIMEOUT_S
+    root: str | os.PathLike[str] = "runs",
+    timeout_s: float = PROBE_TIMEOUT_S,
+    refused: list[str] | None = None,
 ) -> list[LiveRun]:
     """Every live run under `root`, newest first (by when its session started; a run still
-    starting, with no start time yet, is the newest)."""
+    starting, with no start time yet, is the newest). A socket served by another uid is left
+    out; with `refused` given, one line saying so is appended to it for each."""
     dirs = socket_dirs(Path(root))
     if not dirs:
         return []
+
+    def look(run_dir: Path) -> LiveRun | str | None:
+        try:
+            return _probe(run_dir, timeout_s)
+        except UntrustedServer as e:
+            return str(e)
+
     # probed side by side: a stopped (ctrl+z) run that never greets costs one timeout, not one each
     with ThreadPoolExecutor(max_workers=min(len(dirs), MAX_PROBES)) as pool:
-        found = pool.map(lambda d: probe(d, timeout_s), dirs)
-        runs = [run for run in found if run is not None]
+        found = list(pool.map(look, dirs))
+    if refused is not None:
+        refused.extend(item for item in found if isinstance(item, str))
+    runs = [item for item in found if isinstance(item, LiveRun)]
     return sorted(runs, key=_newest_first)
 
 

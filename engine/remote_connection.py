@@ -15,7 +15,7 @@ from typing import Any
 
 from engine import wire
 from engine.remote_texts import resume_command
-from engine.unix_socket import connect_unix
+from engine.unix_socket import UntrustedServer, check_server, connect_unix
 
 
 class EngineUnreachable(ConnectionError):
@@ -58,6 +58,11 @@ def connect_run(path: Path, timeout_s: float) -> socket.socket:
         raise EngineUnreachable(
             f"cannot connect to {path}: {e.strerror or e}; is the run alive?"
         ) from None
+    try:
+        check_server(sock, path)  # before a byte is sent: who we are, let alone a command
+    except UntrustedServer as e:
+        sock.close()
+        raise EngineUnreachable(str(e)) from None
     return sock
 
 

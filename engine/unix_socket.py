@@ -1,4 +1,5 @@
-"""Unix socket addresses that work at any path length, and the peer's uid."""
+"""Unix socket addresses that work at any path length, the peer's uid, and the check a client
+makes of the server it reached."""
 
 from __future__ import annotations
 
@@ -46,3 +47,20 @@ def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end (SO_PEERCRED: pid, uid, gid)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", creds)[1]
+
+
+class UntrustedServer(Exception):
+    """The socket a client reached is served by another user; the text is one line."""
+
+
+def check_server(sock: socket.socket, path: Path) -> None:
+    """Raise UntrustedServer unless the process serving `path` (connected `sock`) runs as this
+    process's uid. A run serves only its own user (control_server refuses any other peer), so a
+    socket of another uid is never the run's: in a directory others can write to, someone may
+    have moved the run's socket aside and bound theirs. Nothing is sent to it."""
+    uid = peer_uid(sock)
+    if uid != os.getuid():
+        raise UntrustedServer(
+            f"refused {path}: it is served by uid {uid}, not by you (uid {os.getuid()}), so it "
+            f"is not your run's; check who can write to {path.parent}"
+        )

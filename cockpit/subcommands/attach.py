@@ -138,7 +138,10 @@ def choose_live_run(root: Path) -> Path:
         raise AttachError(
             f"no {root}/ here to look for live runs; name one: cockpit attach RUN_DIR"
         )
-    runs = find_live_runs(root)
+    refused: list[str] = []  # sockets served by another uid: never attached to, but said
+    runs = find_live_runs(root, refused=refused)
+    for line in refused:
+        print(f"cockpit attach: {line}", file=sys.stderr)
     if not runs:
         raise AttachError(
             f"no live run under {root}/; start one with `cockpit start`, or name one: "

@@ -24,7 +24,8 @@ HELP = (
     "list the live runs (in the app, headless or started with `cockpit start`) and who is attached"
 )
 EPILOG = (
-    "A run is live while its control socket answers; a socket left by a killed run is skipped. "
+    "A run is live while its control socket answers; a socket left by a killed run is skipped, "
+    "one served by another user is refused (said on stderr). "
     "`cockpit attach RUN_DIR` opens the app on one of them."
 )
 DEFAULT_ROOT = "runs"
@@ -53,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
         return 2
     root = Path(args.root)
-    runs = find_live_runs(root)
+    refused: list[str] = []  # sockets served by another uid: not listed, but said
+    runs = find_live_runs(root, refused=refused)
+    for line in refused:
+        print(f"cockpit ps: {line}", file=sys.stderr)
     now = time.time()
     if args.json:
         print(json.dumps([as_json(live, now) for live in runs], indent=2))
