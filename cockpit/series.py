@@ -87,6 +87,17 @@ class BoundedSeries:
         self._total = 0
         self._last = None
 
+    def drop_from(self, x_min: float) -> None:
+        """Forget the points with x >= x_min (a branch the run abandoned: a rollback retrains
+        from an earlier step). `total` stays: it counts what was ever appended."""
+        self.keep_first(int(np.searchsorted(self.xs, x_min, side="left")))
+
+    def keep_first(self, count: int) -> None:
+        """Keep only the oldest `count` points (a series appended in step with another, whose
+        decimation is the same, is cut where that one was)."""
+        self._n = max(0, min(self._n, count))
+        self._last = (float(self._x[self._n - 1]), float(self._y[self._n - 1])) if self._n else None
+
     def _decimate(self) -> None:
         """Halve the older half: of each pair keep the lower point, then the higher, alternately.
 
@@ -208,3 +219,11 @@ class DebiasedEMA:
     def reset(self) -> None:
         self._m = 0.0
         self._t = 0
+
+    def restart_at(self, value: float | None) -> None:
+        """Go on from `value` as the average so far (the smoothed loss where a rollback took
+        the run back to); None: from nothing, as new."""
+        if value is None or self._t == 0:
+            self.reset()
+            return
+        self._m = value * (1.0 - self.beta**self._t)

@@ -54,6 +54,14 @@ class TrainingClock:
         self.step_times.append(step, train_s)
         return train_s
 
+    def drop_from(self, step: int) -> None:
+        """Forget what is known from `step` on (a rollback retrains from before it): the
+        anchors and timed steps there, so the retrained steps count from what came before."""
+        self._anchors = [a for a in self._anchors if a[0] < step] or [(0, 0.0)]
+        self.step_times.drop_from(step)
+        last = self.step_times.last
+        self._last_timed = None if last is None else (int(last[0]), last[1])
+
     def time_at(self, step: float) -> float | None:
         """The training time at `step`, between the timed steps (None before any)."""
         if not self.step_times:

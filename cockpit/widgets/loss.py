@@ -110,7 +110,11 @@ class LossPanel(ThrottledPlot):
     def add_step(
         self, step: int, loss: float, tokens: int, step_time_s: float | None = None
     ) -> None:
-        """A step's loss; with its `step_time_s` (Step.step_time_s) it is on the time axis."""
+        """A step's loss; with its `step_time_s` (Step.step_time_s) it is on the time axis.
+        A step at or before the newest one drawn is trained again (after a rollback): the
+        branch it abandoned goes, as the metrics log's readers drop it."""
+        if self.raw.last is not None and step <= self.raw.last[0]:
+            self.drop_from(step)
         self.last_loss = loss
         if not math.isfinite(loss):
             self.nan_steps = [*self.nan_steps[-4:], (step, tokens)]
@@ -126,6 +130,33 @@ class LossPanel(ThrottledPlot):
                 by_tokens.append(tokens, smoothed)
                 if train_s is not None:
                     by_time.append(train_s, smoothed)
+        self.touch()
+
+    def drop_from(self, step: int) -> None:
+        """Forget every reading from `step` on: a branch the run abandoned (a rollback to an
+        earlier checkpoint), so its losses neither stay on the curve nor set the y range."""
+        time_cut = self.clock.time_at(step) if self.clock.step_times else None
+        self.raw.drop_from(step)
+        self.raw_tok.keep_first(len(self.raw))  # appended with raw, decimated alike
+        self.val.drop_from(step)
+        self.val_tok.keep_first(len(self.val))
+        for ema, (by_step, by_tokens, by_time) in zip(self.emas, self._smooth, strict=True):
+            by_step.drop_from(step)
+            by_tokens.keep_first(len(by_step))
+            if time_cut is not None:
+                by_time.drop_from(time_cut)
+            ema.restart_at(by_step.last[1] if by_step.last is not None else None)
+        if time_cut is not None:
+            self.raw_time.drop_from(time_cut)
+            self.val_time.drop_from(time_cut)
+        self.clock.drop_from(step)
+        self.nan_steps = [n for n in self.nan_steps if n[0] < step]
+        self.markers = [m for m in self.markers if m[0] < step]
+        self.last_loss = float(self.raw.last[1]) if self.raw.last is not None else None
+        vals = [v for v in self.val.ys.tolist() if math.isfinite(v)]
+        self.last_val = float(self.val.ys[-1]) if len(self.val) else None
+        self.last_val_step = int(self.val.xs[-1]) if len(self.val) else None
+        self.best_val = min(vals) if vals else None
         self.touch()
 
     def set_time_anchor(self, step: int, train_time_s: float) -> None:

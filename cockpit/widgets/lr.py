@@ -61,6 +61,11 @@ class LrPanel(ThrottledPlot):
 
     def add_step(self, step: int, lr: float) -> None:
         changed_lr = self.lr is None or abs(lr - self.lr) > 1e-3 * max(abs(self.lr), 1e-30)
+        if self.applied.last is not None and step <= self.applied.last[0]:
+            # trained again after a rollback: the abandoned branch's LRs go (as in the loss panel)
+            self.applied.drop_from(step)
+            self.changes = [c for c in self.changes if c[0] < step]
+            self.touch()
         self.step, self.lr = step, lr
         self.applied.append(step, lr)
         col = self._column(step)

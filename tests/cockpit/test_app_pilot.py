@@ -610,6 +610,15 @@ async def test_an_unattended_rollback_is_not_called_a_pause(app: CockpitApp) -> 
     assert "paused" not in banner and "resume" not in banner
 
 
+@pilot_test(nan_at=280, on_anomaly="rollback")
+async def test_a_rollback_drops_the_abandoned_steps_from_the_live_curves(app: CockpitApp) -> None:
+    # trained to 280 (NaN there), rolled back to 250, trained 251-260 again: the curves hold
+    # steps 1-260 once each, as the same run reopened from its files draws them
+    for series in (app.loss_panel.raw, app.loss_panel.smooth, app.lr_panel.applied):
+        assert series.xs.tolist() == list(range(1, 261))
+    assert app.loss_panel.nan_steps == []  # the NaN was on the abandoned branch
+
+
 @pilot_test(nan_at=280, anomaly="spike")
 async def test_resuming_from_a_spike_pause_clears_the_banner(pilot: Pilot, app: CockpitApp) -> None:
     assert app.state == "paused"

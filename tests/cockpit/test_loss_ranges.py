@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import math
+from typing import Any
 
 import pytest
 
+from cockpit.widgets import loss as loss_widget
 from cockpit.widgets.loss import LossPanel
 
 
@@ -63,3 +66,44 @@ def test_lr_changes_and_rollbacks_are_marked_on_the_curve_the_newest_fifty() -> 
     for step in range(100):
         panel.add_marker(step, "lr")
     assert len(panel.markers) == 50 and panel.markers[-1][0] == 99
+
+
+class RecordedPlot:
+    """Stands in for plotext's module in `LossPanel.draw`: keeps the limits it was given."""
+
+    def __init__(self) -> None:
+        self.limits: dict[str, tuple[float, ...]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        def record(*args: Any, **_kwargs: Any) -> None:
+            if name in ("xlim", "ylim"):
+                self.limits[name] = args
+
+        return record
+
+
+def test_after_a_rollback_the_abandoned_branch_leaves_the_curve_and_the_y_range(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    panel = fed(300)
+    panel.add_eval(300, 2.1)
+    for step in range(301, 331):  # the branch that diverged: losses of 1.7k
+        panel.add_step(step, 1700.0 + step, step * 100, step_time_s=0.1)
+    panel.add_eval(320, 1650.0)
+    panel.add_marker(325, "lr")
+    panel.add_marker(300, "rollback")  # back to the checkpoint of step 300
+    for step in range(301, 401):
+        panel.add_step(step, 1.9, step * 100, step_time_s=0.1)
+    for series in (panel.raw, panel.raw_tok, panel.smooth, panel.smooth_tok):
+        xs = series.xs.tolist()
+        assert xs == sorted(set(xs)), "a step drawn twice"
+        assert max(series.ys) < 5
+    assert panel.raw.xs[-1] == 400 and len(panel.raw) == 400
+    assert panel.val.xs.tolist() == [300] and panel.best_val == pytest.approx(2.1)
+    assert panel.markers[-1] == (300, 30_000, "rollback") and (325, 32_500, "lr") not in panel.markers
+    assert panel.ema.value == pytest.approx(1.9, abs=0.05)  # not pulled up by the 1.7k
+    monkeypatch.setattr(loss_widget, "palette", lambda _panel: collections.defaultdict(str))
+    plot = RecordedPlot()
+    panel.draw(plot, 100, 30)
+    low, high = plot.limits["ylim"]
+    assert high < 5, plot.limits  # the real curve fills the panel, not 0-1.5e3

@@ -171,6 +171,12 @@ def test_r_on_a_healthy_run_asks_and_rolls_back_only_when_confirmed(tmp_path: Pa
         await wait_for_engine(
             pilot, lambda: any("rolled back to step" in str(t.message) for t in toasts)
         )
+        # the steps after the checkpoint that were trained before the rollback are gone from
+        # the curve: each step is on it once, the retrained one
+        await wait_for_engine(pilot, lambda: app.view.step > saved_at + 2)
+        app.pump(force=True)
+        drawn = app.loss_panel.raw.xs.tolist()
+        assert drawn == sorted(set(drawn)) and drawn[-1] == app.view.step
         trainer.stop(checkpoint=False)
 
     run_pilot(app, scenario, size=REAL_SIZE, toasts=toasts)
