@@ -61,7 +61,7 @@ class Event:
         fields = {name: value for name, value in record.items() if name != "kind"}
         try:
             return _from_json_fields(event_type, fields)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:  # Overflow: an int beyond any float
             raise ValueError(f"malformed {kind!r} record: {e}") from None
 
 

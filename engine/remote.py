@@ -94,8 +94,12 @@ class RemoteEngine:
         self.viewer = hello.get("viewer")
         self.read_only = bool(hello.get("read_only", False))
         self.pid = hello.get("pid")
-        self.summary: dict[str, Any] = dict(hello.get("summary") or {})
-        self.other_viewers: list[dict[str, Any]] = list(hello.get("viewers") or [])
+        # a field of the wrong type (an odd server) is unknown, not a crash of the viewer
+        summary, viewers = hello.get("summary"), hello.get("viewers")
+        self.summary: dict[str, Any] = dict(summary) if isinstance(summary, dict) else {}
+        self.other_viewers: list[dict[str, Any]] = (
+            [v for v in viewers if isinstance(v, dict)] if isinstance(viewers, list) else []
+        )
         self._sock.settimeout(send_timeout_s)  # the reader's recv wakes up as often: harmless
         # engine/control_server.py's client hello (not a command): who this viewer is, and
         # whether it only watches

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 PROTOCOL = 1
@@ -75,6 +76,11 @@ def decode(line: bytes) -> dict[str, Any]:
         message = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise WireError(f"not a JSON line ({e})") from None
+    except ValueError:  # Python's int parsing refuses over sys.int_info's digit limit
+        digits = sys.get_int_max_str_digits()
+        raise WireError(f"an integer of over {digits:,} digits: no command takes one") from None
+    except RecursionError:  # json's parser recurses per bracket
+        raise WireError("JSON nested too deep: no message of this protocol is") from None
     if not isinstance(message, dict):
         raise WireError(f"expected a JSON object, got {type(message).__name__}")
     return message
@@ -93,22 +99,36 @@ def parse_command(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     name = message.get("cmd")
     if name not in COMMANDS:
         known = ", ".join(COMMANDS)
-        raise WireError(f"unknown command {name!r}; the commands are {known}")
+        raise WireError(f"unknown command {_short(name)}; the commands are {known}")
     expected = COMMANDS[name]
     arguments = {k: v for k, v in message.items() if k not in ("cmd", "id")}
     for key, value in arguments.items():
         if key not in expected:
-            raise WireError(f"{name}: unknown argument {key!r}")
+            raise WireError(f"{name}: unknown argument {_short(key)}")
         kind = expected[key]
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise WireError(f"{name}: {key} must be a number, got {value!r}")
-            if not math.isfinite(value):
+                raise WireError(f"{name}: {key} must be a number, got {_short(value)}")
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond any float
+                digits = len(str(abs(value)))
+                raise WireError(
+                    f"{name}: {key} must be a finite number, got an integer of {digits:,} digits"
+                ) from None
+            if not math.isfinite(number):
                 raise WireError(f"{name}: {key} must be finite, got {value!r}")
-            arguments[key] = float(value)
+            arguments[key] = number
         elif not isinstance(value, kind):
-            raise WireError(f"{name}: {key} must be {kind.__name__}, got {value!r}")
+            raise WireError(f"{name}: {key} must be {kind.__name__}, got {_short(value)}")
     missing = [key for key in REQUIRED.get(name, ()) if key not in arguments]
     if missing:
         raise WireError(f"{name}: missing {', '.join(missing)}")
     return name, arguments
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A peer's value in a refusal: its repr cut to `limit` characters (a refusal stays one
+    short line however long the value)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
