@@ -31,6 +31,7 @@ from engine.device import (
 from engine.distributed import from_main, init_world, rank_device, rank_seed, roster
 from engine.evaluation import Evaluator
 from engine.faults import SpikeDetector
+from engine.files import atomic_write_text
 from engine.flops import flops_per_token, peak_meter
 from engine.log_sinks import log_sinks, summary_writer_class
 from engine.metrics_log import read_history
@@ -191,9 +192,10 @@ def announce(run: Trainer, state: dict[str, Any] | None) -> None:
     cfg = run.cfg
     if not run.world.is_main:
         return
-    (run.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    # replaced whole (a link planted at either name is replaced, never written through)
+    atomic_write_text(run.run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     # the same config as TOML: `cockpit train --preset RUN_DIR/config.toml` replays the run
-    (run.run_dir / "config.toml").write_text(config_to_toml(cfg, header=REPLAY_HEADER))
+    atomic_write_text(run.run_dir / "config.toml", config_to_toml(cfg, header=REPLAY_HEADER))
     run.emit(
         run_started(
             cfg,
@@ -219,6 +221,8 @@ def announce(run: Trainer, state: dict[str, Any] | None) -> None:
             "resume",
         )
     if state is not None:
-        # The curves so far, for the UI only: the metrics file has them already.
-        for event in read_history(run.run_dir / "metrics.jsonl", run.step):
+        # The curves so far, for the UI only: the metrics file has them already. A damaged
+        # line is read past, with one warning (the run goes on).
+        damaged = lambda message: run._alert("warning", message, "metrics")  # noqa: E731
+        for event in read_history(run.run_dir / "metrics.jsonl", run.step, on_damaged=damaged):
             run.events.put(event)

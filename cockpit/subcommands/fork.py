@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.config import ConfigError
 
+    def damaged(message: str) -> None:
+        print(f"cockpit fork: warning: {message}", file=sys.stderr)
+
     try:
-        branch, checkpoint = make_fork(Path(args.target), args.overrides, args.run_dir)
+        branch, checkpoint = make_fork(Path(args.target), args.overrides, args.run_dir, damaged)
     except (ForkError, ConfigError) as e:
         print(f"cockpit fork: {e}", file=sys.stderr)
         return 2
@@ -70,14 +74,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from cockpit.cli import main
 
-    argv = ["train", "--resume", str(branch), *(a for o in args.overrides for a in ("--set", o))]
+    argv = ["train", "--resume", str(branch)]  # fork.json's --set apply (branch_overrides)
     if args.no_telemetry:
         argv.append("--no-telemetry")
     return main([*argv, "--headless"] if args.headless else argv)
 
 
-def make_fork(target: Path, overrides: list[str], run_dir: str | None) -> tuple[Path, Path]:
-    """Make the branch directory; returns (branch, the parent's checkpoint it starts from)."""
+def make_fork(
+    target: Path,
+    overrides: list[str],
+    run_dir: str | None,
+    on_damaged: Callable[[str], None] | None = None,
+) -> tuple[Path, Path]:
+    """Make the branch directory; returns (branch, the parent's checkpoint it starts from).
+    `on_damaged` gets the one line about the parent's records that are not text (read past)."""
     from engine import checkpoint as ckpt
     from engine.resume import plan_resume
 
@@ -100,17 +110,43 @@ def make_fork(target: Path, overrides: list[str], run_dir: str | None) -> tuple[
     )
     if branch.exists():
         raise ForkError(f"{branch} exists already; pick another with --run-dir")
-    branch.mkdir(parents=True)
+    made = False
     try:
+        branch.mkdir(parents=True)
+        made = True
         _link(source, branch / source.name)
-        _copy_history(parent / "metrics.jsonl", branch / "metrics.jsonl", step)
+        _copy_history(parent / "metrics.jsonl", branch / "metrics.jsonl", step, on_damaged)
         record = {"parent": str(parent.resolve()), "checkpoint": source.name, "step": step,
                   "overrides": list(overrides), "time": time.time()}  # fmt: skip
         (branch / FORK_FILE).write_text(json.dumps(record, indent=2))
-    except OSError as e:
-        shutil.rmtree(branch, ignore_errors=True)
-        raise ForkError(f"cannot make {branch}: {e.strerror or e}") from None
+    except OSError as e:  # a read-only or full disk: nothing half-made is left to list
+        if made:
+            shutil.rmtree(branch, ignore_errors=True)
+        where = "--run-dir" if run_dir else "beside the parent (or give --run-dir)"
+        raise ForkError(
+            f"cannot make {branch}: {e.strerror or e}; pick a writable place {where}"
+        ) from None
     return branch, source
+
+
+def branch_overrides(resume: Path) -> list[str]:
+    """The --set of `cockpit fork` that made the run `resume` names (a run directory or one of
+    its checkpoints), while what it resumes from is still the checkpoint the branch was made
+    from: so `cockpit --resume BRANCH` (printed by --no-start, or `r` in the app) trains the
+    branch with its own settings, not its parent's. Once the branch has saved a checkpoint of
+    its own, that checkpoint's config holds them: nothing to add. [] for any other run."""
+    from engine import checkpoint as ckpt
+
+    run_dir = resume if resume.is_dir() and not ckpt.is_sharded(resume) else resume.parent
+    try:
+        fork = json.loads((run_dir / FORK_FILE).read_text(encoding="utf-8"))
+        inherited, overrides = fork["checkpoint"], fork.get("overrides", [])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # not a branch (or its fork.json is unreadable: the checkpoint's config rules)
+    from_checkpoint = ckpt.latest_checkpoint(run_dir) if run_dir == resume else resume
+    if from_checkpoint is None or from_checkpoint.name != inherited:
+        return []
+    return [o for o in overrides if isinstance(o, str)] if isinstance(overrides, list) else []
 
 
 def _checkpoint_of(target: Path) -> Path:
@@ -140,18 +176,17 @@ def _link(source: Path, target: Path) -> None:
         link(source, target)
 
 
-def _copy_history(parent_metrics: Path, branch_metrics: Path, step: int) -> None:
+def _copy_history(
+    parent_metrics: Path, branch_metrics: Path, step: int, on_damaged: Callable[[str], None] | None
+) -> None:
     """The parent's records up to `step` (and its run_started), so the branch's curves begin
-    where the parent's were; streamed, line by line."""
+    where the parent's were; streamed, record by record (a line cut or damaged is read past)."""
+    from engine.metrics_log import read_records
+
     if not parent_metrics.exists():
         return
-    with parent_metrics.open(encoding="utf-8") as src, branch_metrics.open("w", encoding="utf-8") as out:
-        for line in src:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a crash
+    with branch_metrics.open("w", encoding="utf-8") as out:
+        for record in read_records(parent_metrics, on_damaged):
             at = record.get("step")
-            keep = record.get("kind") == "run_started" or (isinstance(at, int) and at <= step)
-            if keep:
-                out.write(line if line.endswith("\n") else line + "\n")
+            if record.get("kind") == "run_started" or (isinstance(at, int) and at <= step):
+                out.write(json.dumps(record, separators=(",", ":")) + "\n")  # as the writer does

@@ -15,7 +15,9 @@ from an older checkpoint or a rollback abandoned are left out). The file is read
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 
 from engine.export import ExportError, ExportResult
 from engine.export.metrics_records import BranchScan, metrics_path
+from engine.files import atomic_file
 
 DEFAULT_NAME = "csv"
 LEFT_OUT = frozenset({"run_started"})
@@ -88,27 +91,40 @@ def export(target: Path, out: Path) -> ExportResult:
     if not headers:
         raise ExportError(f"{metrics} holds no metrics yet; export the run once it has trained")
     rows = dict.fromkeys(headers, 0)
-    files: dict[str, Any] = {}
     try:
         out.mkdir(parents=True, exist_ok=True)
-        writers = {}
-        for kind, header in headers.items():
-            files[kind] = (out / f"{kind}.csv").open("w", newline="", encoding="utf-8")
-            writers[kind] = csv.DictWriter(files[kind], fieldnames=header, restval="")
-            writers[kind].writeheader()
-        for record in scan.records():
-            row = row_of(record)
-            if row is None or row[0] not in writers:
-                continue  # a kind first seen after the header pass (a live run)
-            kind, columns = row
-            writers[kind].writerow({k: cell(v) for k, v in columns.items() if k in headers[kind]})
-            rows[kind] += 1
+        # each file written under a temporary name and renamed over KIND.csv once all are
+        # written (a link planted at the name is replaced, never written through)
+        with contextlib.ExitStack() as files:
+            writers = {}
+            for kind, header in headers.items():
+                text = io.TextIOWrapper(
+                    files.enter_context(atomic_file(out / f"{kind}.csv")),
+                    encoding="utf-8",
+                    newline="",
+                )
+                files.callback(_flush_and_detach, text)  # runs before its file is renamed
+                writers[kind] = csv.DictWriter(text, fieldnames=header, restval="")
+                writers[kind].writeheader()
+            for record in scan.records():
+                row = row_of(record)
+                if row is None or row[0] not in writers:
+                    continue  # a kind first seen after the header pass (a live run)
+                kind, columns = row
+                cells = {k: cell(v) for k, v in columns.items() if k in headers[kind]}
+                writers[kind].writerow(cells)
+                rows[kind] += 1
     except OSError as e:
         raise ExportError(f"cannot write {out}: {e.strerror or e}; check the disk") from None
-    finally:
-        for f in files.values():
-            f.close()
     notes = [", ".join(f"{kind}.csv {n} row{'' if n == 1 else 's'}" for kind, n in rows.items())]
     if scan.abandoned:
         notes.append(f"{scan.abandoned} records of abandoned branches (resume, rollback) left out")
+    if scan.damaged:
+        notes.append(scan.damaged)
     return ExportResult(written=[out / f"{kind}.csv" for kind in headers], notes=notes)
+
+
+def _flush_and_detach(text: io.TextIOWrapper) -> None:
+    """Hand the text's last bytes to its binary file, which atomic_file then closes."""
+    text.flush()
+    text.detach()

@@ -16,12 +16,12 @@ at the same step) keeps both records: they are both what the run did.
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from engine.export import ExportError, run_dir_of
+from engine.metrics_log import read_records
 
 
 class BranchTracker:
@@ -63,16 +63,6 @@ def metrics_path(target: Path) -> Path:
     return path
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Every record of a metrics file, line by line (a line cut short by a crash is skipped)."""
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                yield record
 
 
 class BranchScan:
@@ -86,7 +76,8 @@ class BranchScan:
         self._where: list[int] = []  # index of each record that goes back in time
         self._keep_upto: list[int] = []  # the furthest step kept before it
         self.total = 0
-        for index, record in enumerate(read_records(path)):
+        self.damaged: str | None = None  # the one line about lines that are not text, if any
+        for index, record in enumerate(read_records(path, self._damaged)):
             self.total += 1
             rewind = tracker.observe(record)
             if rewind is not None:
@@ -96,6 +87,9 @@ class BranchScan:
         for i in range(len(self._keep_upto) - 2, -1, -1):
             self._keep_upto[i] = min(self._keep_upto[i], self._keep_upto[i + 1])
         self.abandoned = 0
+
+    def _damaged(self, message: str) -> None:
+        self.damaged = message
 
     def records(self) -> Iterator[dict[str, Any]]:
         """The surviving records in file order; a record without a step (telemetry) is kept."""

@@ -74,6 +74,8 @@ def export(target: Path, out: Path) -> ExportResult:
         notes = [f"no scalars yet: the run has not logged a step; {view}"]
     if scan.abandoned:
         notes.append(f"{scan.abandoned} records of abandoned branches (resume, rollback) left out")
+    if scan.damaged:
+        notes.append(scan.damaged)
     if replaced:
         notes.append(f"replaced the earlier export in {out}")
     return ExportResult(written=[out], notes=notes)

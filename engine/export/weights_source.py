@@ -82,14 +82,14 @@ def val_loss_of(trained: TrainedModel) -> float | None:
     metrics = run_dir_of(trained.path) / "metrics.jsonl"
     found = None
     try:
-        with metrics.open(encoding="utf-8") as lines:
+        with metrics.open("rb") as lines:  # bytes: a damaged (not UTF-8) line is read past
             for line in lines:
-                if '"eval"' not in line:
+                if b'"eval"' not in line:
                     continue
                 try:
                     record = json.loads(line)
                 except ValueError:
-                    continue  # a line cut short by a crash
+                    continue  # a line cut short by a crash, or damaged
                 if record.get("kind") == "eval" and record.get("step") == trained.step:
                     found = record.get("val_loss")
     except OSError:

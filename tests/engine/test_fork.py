@@ -86,3 +86,45 @@ def test_cockpit_runs_shows_a_branch_under_its_parent(parent: Path) -> None:
     assert runs["branch-b"]["started"] == fork["time"]  # it began when it was made
     table = cockpit("runs", str(parent.parent), cwd=here)
     assert "branch-b <- parent@40" in table.stdout
+
+
+def test_a_branch_made_with_no_start_trains_with_its_settings_by_the_printed_command(parent: Path) -> None:
+    here = parent.parent.parent
+    branch = parent.parent / "branch-later"
+    made = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--set", "optim.lr=1e-3",
+                   "--set", "train.max_steps=70", "--run-dir", str(branch), "--no-start", cwd=here)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    printed = made.stdout.strip().splitlines()[-1]
+    assert printed == f"train it: cockpit --resume {branch}"
+    argv = printed.removeprefix("train it: cockpit ").split()
+    done = cockpit(*argv, "--headless", "--no-telemetry", cwd=here)  # the command, as printed
+    assert done.returncode == 0, done.stderr
+    assert "finished at step 70" in done.stdout  # the fork's max_steps, not the parent's 60
+    assert json.loads((branch / "config.json").read_text())["optim"]["lr"] == 1e-3
+    started = [e for e in records(branch / "metrics.jsonl") if e["kind"] == "run_started"][-1]
+    assert any("optim.lr" in note for note in started["notes"])
+    # once the branch has checkpoints of its own, their config rules: a resume adds nothing
+    again = cockpit("--resume", str(branch), "--set", "train.max_steps=80", "--headless",
+                    "--no-telemetry", cwd=here)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    started = [e for e in records(branch / "metrics.jsonl") if e["kind"] == "run_started"][-1]
+    assert not any("optim.lr" in note for note in started["notes"])
+
+
+def test_a_fork_into_a_read_only_place_is_one_line_and_leaves_nothing(parent: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a read-only tmpfs needs root")
+    place = tmp_path / "ro"
+    place.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(place)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        done = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--run-dir", str(place / "b"),
+                       "--no-start", cwd=parent.parent.parent)  # fmt: skip
+        assert done.returncode == 2, done
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert f"cannot make {place / 'b'}: Read-only file system" in lines[0]
+        assert list(place.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(place)])
