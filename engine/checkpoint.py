@@ -234,6 +234,9 @@ def _load_sharded_meta(path: Path) -> dict[str, Any]:
         raise _unreadable(path / META_NAME, e) from None
     if not isinstance(state, dict) or "config" not in state:
         raise CheckpointError(f"{path}: not a cockpit checkpoint (no config inside)")
+    from engine.sharded_reader import read_index
+
+    read_index(path)  # its index and shards, checked now: a resume refuses before it starts
     state["_path"] = str(path)
     state["_sharded"] = True
     return state
@@ -389,6 +392,23 @@ def load_model_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
         raise CheckpointError(
             f"{state['_path']}: the checkpoint's model does not match this configuration ({first})"
         ) from None
+
+
+def check_model_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
+    """CheckpointError when a checkpoint's weights do not fit `model` (names or shapes), found
+    before anything is loaded: load_state_dict copies what fits before it raises, and a refused
+    rollback must leave the live weights as they were. A sharded checkpoint's are DCP's to check."""
+    if state.get("_sharded"):
+        return
+    saved, live = state["model"], model.state_dict()
+    wrong = sorted(set(saved) ^ set(live)) or [
+        name for name, tensor in live.items() if tuple(saved[name].shape) != tuple(tensor.shape)
+    ]
+    if wrong:
+        raise CheckpointError(
+            f"{state['_path']}: the checkpoint's model does not match this configuration "
+            f"({len(wrong)} tensors differ, the first {wrong[0]})"
+        )
 
 
 def state_fingerprint(state: Any) -> str:

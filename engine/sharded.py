@@ -6,7 +6,8 @@
 `meta.pt` (everything else a checkpoint holds: step, config, RNGs, tokenizer...), and the
 directory appears under its final name only when complete. DCP reshards on load, so a run saved
 on N ranks resumes on M (or on one process, unsharded); `dcp_model_state` reads the whole
-model back into one process for `cockpit sample` and `cockpit export`.
+model back into one process for `cockpit sample` and `cockpit export`. Every load goes through
+engine/sharded_reader.py, which reads a checkpoint someone else wrote without running its code.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def save_sharded(
 
 def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """Load a DCP checkpoint into this run's model (sharded or not) and optimizer (None: a
-    fresh optimizer, as when the optimizer changed), resharding to this world as it goes."""
-    import torch.distributed.checkpoint as dcp
+    fresh optimizer, as when the optimizer changed), resharding to this world as it goes; a
+    damaged or foreign checkpoint is a one-line CheckpointError, its code never run."""
     from torch.distributed.checkpoint.state_dict import (
         get_model_state_dict,
         get_state_dict,
@@ -84,13 +85,15 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         set_state_dict,
     )
 
+    from engine.sharded_reader import load_in_place
+
     if optimizer is None:
         model_state = get_model_state_dict(model)
-        dcp.load({"model": model_state}, checkpoint_id=str(path))
+        load_in_place(path, {"model": model_state})
         set_model_state_dict(model, model_state)
         return
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
+    load_in_place(path, {"model": model_state, "optim": optim_state})
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
@@ -100,15 +103,8 @@ def read_meta(path: Path) -> dict[str, Any]:
 
 
 def dcp_model_state(path: Path) -> dict[str, torch.Tensor]:
-    """The whole model of a sharded checkpoint, read in this one process (through torch's own
-    DCP-to-file conversion, into a temporary file beside nothing of the run's)."""
-    import tempfile
-    import warnings
+    """The whole model of a sharded checkpoint, read in this one process (its optimizer state
+    is not read)."""
+    from engine.sharded_reader import load_whole
 
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        whole = Path(scratch) / "whole.pt"
-        dcp_to_torch_save(str(path), str(whole))
-        return torch.load(whole, map_location="cpu", weights_only=True)["model"]
+    return load_whole(path, "model")
