@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import wire
-from engine.remote_texts import resume_command
+from engine.remote_texts import carry_on
 from engine.unix_socket import UntrustedServer, check_server, connect_unix
 
 
@@ -35,7 +35,7 @@ def connect_run(path: Path, timeout_s: float) -> socket.socket:
         where = f"{run_dir}" if run_dir.is_dir() else f"{run_dir} (no such directory)"
         raise EngineUnreachable(
             f"no live run in {where}: no {path.name} (a finished or killed run has none); "
-            f"resume it with {resume_command(run_dir)}"
+            f"{carry_on(run_dir)}"
         )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout_s)
@@ -51,7 +51,7 @@ def connect_run(path: Path, timeout_s: float) -> socket.socket:
         sock.close()
         raise EngineUnreachable(
             f"no live run in {run_dir}: {path.name} is left from an engine that is gone; "
-            f"resume it with {resume_command(run_dir)}"
+            f"{carry_on(run_dir)}"
         ) from None
     except OSError as e:
         sock.close()

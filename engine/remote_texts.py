@@ -51,11 +51,24 @@ def resume_command(run_dir: str | os.PathLike[str]) -> str:
     return f"cockpit --resume {shlex.quote(os.fspath(run_dir))}"
 
 
+def carry_on(run_dir: str | os.PathLike[str]) -> str:
+    """The command that goes on with a run that is over, as the exit report gives it: resume
+    from its newest checkpoint; with none, `--resume` is refused, so start it again from its
+    own config.toml (its preset with --data and every --set it had)."""
+    if last_checkpoint(run_dir) is not None:
+        return f"resume it with: {resume_command(run_dir)}"
+    config = Path(run_dir, "config.toml")
+    if config.is_file():
+        return f"start it again with: cockpit --preset {shlex.quote(os.fspath(config))}"
+    return "start a new run: cockpit --preset NAME"
+
+
 def engine_gone_message(run_dir: str | os.PathLike[str]) -> str:
-    """What a viewer says when its run's engine died: where, its last checkpoint, how to resume."""
+    """What a viewer says when its run's engine died: where, its last checkpoint, and the
+    command that goes on with it (carry_on)."""
     checkpoint = last_checkpoint(run_dir)
     saved = f"last checkpoint {checkpoint.name}" if checkpoint else "no checkpoint was saved"
     return (
         f"the engine of {os.fspath(run_dir)} is gone (killed?) without a final state; "
-        f"{saved}; resume it with: {resume_command(run_dir)}"
+        f"{saved}; {carry_on(run_dir)}"
     )

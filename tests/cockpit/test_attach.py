@@ -22,6 +22,7 @@ from pilot import TINY, real_app, run_pilot, status_text, wait_for_engine
 from cockpit.screens import ChoiceScreen
 from cockpit.subcommands.attach import attached_app
 from engine.events import LrChanged
+from engine.presets import load_preset
 from engine.remote import RemoteEngine
 
 SIZE = (120, 36)
@@ -143,6 +144,32 @@ def test_an_engine_killed_under_the_viewer_is_named_with_its_last_checkpoint(liv
     alert = app.view.alert
     assert alert is not None and "is gone" in alert[1]
     assert f"cockpit --resume {live.run_dir}" in alert[1] and "ckpt-" in alert[1]
+
+
+def test_an_engine_killed_before_any_checkpoint_names_the_command_that_works(
+    tmp_path: Path,
+) -> None:
+    live = LiveRun(tmp_path / "run", "checkpoint.interval=0").start()  # nothing to resume from
+    try:
+        app = attached_app(RemoteEngine(live.run_dir))
+
+        async def scenario(pilot) -> None:
+            await wait_for_engine(pilot, lambda: app.view.step > 0)
+            live.kill()
+            await wait_for_engine(pilot, lambda: app.state == "failed", timeout=10)
+            await pilot.press("q", "y")
+            await wait_for_engine(pilot, lambda: not app.is_running, timeout=10)
+
+        run_pilot(app, scenario, size=SIZE)
+    finally:
+        live.close()
+    assert not list(live.run_dir.glob("ckpt-*"))
+    alert = app.view.alert
+    assert alert is not None and "is gone" in alert[1] and "no checkpoint was saved" in alert[1]
+    assert "--resume" not in alert[1]  # refused without a checkpoint
+    config = live.run_dir / "config.toml"
+    assert f"start it again with: cockpit --preset {config}" in alert[1]
+    assert load_preset(str(config)).name == "tiny"  # the command named loads the run's config
 
 
 def test_a_viewer_killed_leaves_the_run_unaffected(live: LiveRun) -> None:

@@ -228,8 +228,14 @@ def test_no_socket_is_one_line_saying_there_is_no_live_run(run_dir: Path) -> Non
     with pytest.raises(EngineUnreachable) as caught:
         RemoteEngine(run_dir)
     text = str(caught.value)
-    assert "\n" not in text and "no live run" in text and f"cockpit --resume {run_dir}" in text
+    assert "\n" not in text and "no live run" in text and "--resume" not in text  # nothing saved
     assert isinstance(caught.value, ConnectionError)
+    (run_dir / "config.toml").write_text('name = "tiny"\n')
+    with pytest.raises(EngineUnreachable, match=f"start it again with: cockpit --preset {run_dir}/config.toml"):
+        RemoteEngine(run_dir)
+    (run_dir / "ckpt-00000020.pt").write_bytes(b"")
+    with pytest.raises(EngineUnreachable, match=f"resume it with: cockpit --resume {run_dir}$"):
+        RemoteEngine(run_dir)
 
 
 def test_a_stale_socket_is_no_live_run(run_dir: Path) -> None:
