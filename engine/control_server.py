@@ -63,6 +63,11 @@ class ControlServer:
         self._replay = LiveReplay(self._lock, history)
         self.lock: RunLock | None = None  # released by close(): held for the run's life
         self._closing = False
+        # The run's final state once it is being recorded (end_journal): no viewer's record
+        # after it. The lock is held around each viewer's record, so one in flight is written
+        # before the final state, never after it.
+        self._journal_lock = threading.Lock()
+        self._ended: str | None = None
         self._count = 0
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
@@ -116,6 +121,13 @@ class ControlServer:
             self._accept_thread.join(CLOSE_GRACE_S)
         if self.lock is not None:
             self.lock.release()
+
+    def end_journal(self, state: str) -> None:
+        """The run is about to record its final `state` (the Trainer calls this just before):
+        from now on a viewer's command is refused and nothing of the viewers' (commands,
+        attaches, detaches) is recorded, so the final state stays the run's last record."""
+        with self._journal_lock:  # a viewer's record being written finishes first
+            self._ended = state
 
     @property
     def viewers(self) -> int:
@@ -201,10 +213,15 @@ class ControlServer:
             return step
         return int(getattr(self._replay.last_step, "step", 0))
 
-    def _record(self, event: Event) -> None:
-        """Hand a viewer's record to the run (not under the lock: it comes back as a sink)."""
-        if self.emit is not None:
-            self.emit(event)
+    def _record(self, event: Event) -> bool:
+        """Hand a viewer's record to the run (not under the viewers' lock: it comes back as a
+        sink); False, with nothing recorded, once the run's final state is (end_journal)."""
+        with self._journal_lock:
+            if self._ended is not None:
+                return False
+            if self.emit is not None:
+                self.emit(event)
+            return True
 
     def _write_loop(self, viewer: Viewer) -> None:
         first = True
@@ -306,19 +323,26 @@ class ControlServer:
             self._refuse(viewer, ident, f"{name}: this viewer is read-only", "read-only")
             return
         # recorded before it is queued, so its acknowledgement always follows it in the file
-        self._record(
+        recorded = self._record(
             CommandReceived(
                 name=name, args=arguments, viewer=viewer.number, who=viewer.who, step=self._step()
             )
         )
+        if not recorded:  # the run has ended: nothing would carry the command out
+            error = f"{name}: the run has {self._ended}; it takes no more commands"
+            self._refuse(viewer, ident, error, "ended")
+            return
         getattr(self.handle, name)(**arguments)
         self._reply(viewer, {"kind": "reply", "id": ident, "ok": True})
 
     def _refuse(self, viewer: Viewer, ident: Any, error: str, mistake: str) -> None:
         self._reply(viewer, {"kind": "reply", "id": ident, "ok": False, "error": error})
-        if mistake not in viewer.warned:  # once per viewer per kind: the log is not flooded
-            viewer.warned.add(mistake)
-            self.alert(f"control socket: viewer {viewer.number} sent {error}")
+        if mistake in viewer.warned:
+            return  # once per viewer per kind: the log is not flooded
+        viewer.warned.add(mistake)
+        with self._journal_lock:  # none after the run's end: a record after its final state
+            if self._ended is None:
+                self.alert(f"control socket: viewer {viewer.number} sent {error}")
 
     def _reply(self, viewer: Viewer, reply: dict[str, Any]) -> None:
         with self._lock:

@@ -172,6 +172,9 @@ class Trainer:
 
     def _set_state(self, state: str, reason: str = "") -> None:
         self.state = state
+        control = getattr(self, "control", None)  # rank 0's socket, once the run has a directory
+        if state in RunState.ENDED and control is not None:
+            control.end_journal(state)  # the final state is the last record: no viewer's after it
         self.emit(StateChanged(state=state, step=self.step, reason=reason))
 
     def _alert(self, level: str, message: str, code: str = "") -> None:
