@@ -159,9 +159,9 @@ def test_a_booby_trapped_dcp_index_is_refused_in_one_line_and_never_runs(
     else:
         done = cockpit("train", "--headless", "--no-telemetry", "--resume", str(run_dir),
                        "--set", "train.max_steps=4")  # fmt: skip
+    assert not marker.exists(), "the checkpoint's pickle code ran"
     line = one_line(done)
     assert done.returncode != 0
-    assert not marker.exists(), "the checkpoint's pickle code ran"
     assert f"{dcp / '.metadata'}" in line and "will not run its code" in line, line
     assert "pathlib.Path.touch" in line, line
 
@@ -171,8 +171,8 @@ def test_a_booby_trapped_value_in_a_shard_is_refused_and_never_runs(run_dir, tmp
     trap_a_value(run_dir / SHARDED, marker)
     done = cockpit("train", "--headless", "--no-telemetry", "--resume", str(run_dir),
                    "--set", "train.max_steps=4")  # fmt: skip
-    line = one_line(done)
     assert not marker.exists(), "the shard's pickle code ran"
+    line = one_line(done)
     assert "optim.param_groups.0.lr" in line and "will not run its code" in line, line
 
 
