@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from cockpit.commands import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS
 from cockpit.numbers import fmt_int
 from cockpit.run_view import RunView
-from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen
+from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, run_lr_plan
 from engine.contract import EngineHandle
 from engine.events import RunState
 
@@ -178,8 +178,8 @@ class CommandActions(_AppBase):
     def action_lr_dialog(self) -> None:
         if not self.engine_running:
             return
-        planned = self.lr_panel.planned_at(self.view.step)
-        self.push_screen(LrScreen(self.view.lr, self.view.scale, planned), self._lr_chosen)
+        plan = run_lr_plan(self.view.info, self.view.step, self.view.scale)
+        self.push_screen(LrScreen(self.view.lr, self.view.scale, plan), self._lr_chosen)
 
     def _lr_chosen(self, result: tuple[str, float] | None) -> None:
         if result is None:

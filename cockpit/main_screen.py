@@ -238,8 +238,14 @@ class MainScreen(Screen[None]):
                 self.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
                 self.loss_panel.add_marker(ev.step, "lr")  # and what followed, on the loss
                 if not history:
+                    ramp = (
+                        f"\nwarmup: {fmt_lr(ev.after_warmup_lr)} from step {fmt_int(ev.warmup_ends)}"
+                        if ev.warmup_ends is not None
+                        else ""
+                    )
                     app.notify(
-                        f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})",
+                        f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})"
+                        f"{ramp}",
                         title=f"LR changed at step {fmt_int(ev.step)}",
                         timeout=4,
                     )

@@ -21,21 +21,25 @@ from textual.widgets.option_list import Option
 
 from cockpit.commands import help_rows
 from cockpit.numbers import fmt_lr
-from engine.config import MAX_LR
+from engine.config import MAX_LR, config_from_dict
+from engine.events import RunStarted
+from engine.schedule import LrChange, LrPlan, lr_change, lr_plan
 
 MAX_FACTOR = 100.0
 LR_HINT = "an LR (3e-4, 0.0003) or a factor (x2, *2, /2)"
 
 
-def parse_lr_input(text: str, current_lr: float | None = None) -> tuple[str, float]:
+def parse_lr_input(text: str) -> tuple[str, float]:
     """Parse what the user typed in the LR dialog.
 
     Returns ("set", lr) for an absolute LR or ("scale", factor) for `x2`, `*2`, `2x`, `/2`.
     Raises ValueError with a message meant for the user for anything else: not a number, not
-    finite, zero or negative, an LR above 10, a factor outside /100..x100, or a factor that
-    would take the current LR above 10.
+    finite, zero or negative, an LR above MAX_LR or a factor outside /100..x100. Whether the
+    result keeps the LR within MAX_LR at the run's step is the plan's to say
+    (engine.schedule.lr_change, as the engine decides it).
     """
-    s = text.strip().lower().replace(" ", "")
+    typed = text.strip()
+    s = typed.lower().replace(" ", "")
     if not s:
         raise ValueError("type an LR (3e-4, 0.0003) or a factor (x2, /2)")
     op = ""
@@ -48,23 +52,50 @@ def parse_lr_input(text: str, current_lr: float | None = None) -> tuple[str, flo
     try:
         value = float(s)
     except ValueError:
-        raise ValueError(f"'{text.strip()}' is not a number (try 3e-4, 0.0003, x2 or /2)") from None
+        raise ValueError(f"'{typed}' is not a number (try 3e-4, 0.0003, x2 or /2)") from None
+    what = "a factor" if op else "an LR"
     if not math.isfinite(value):
-        raise ValueError("must be a finite number")
+        raise ValueError(f"'{typed}': {what} must be a finite number")
     if value <= 0:
-        raise ValueError("must be greater than 0" if op else "the LR must be greater than 0")
+        raise ValueError(f"'{typed}': {what} must be greater than 0")
     if op:
         factor = value if op == "mul" else 1.0 / value
         if not 1.0 / MAX_FACTOR <= factor <= MAX_FACTOR:
-            raise ValueError(f"a factor must be between /{MAX_FACTOR:g} and x{MAX_FACTOR:g}")
-        if current_lr is not None and current_lr * factor > MAX_LR:
+            # `1e-3x` reads as the factor x0.001: say so, and how to type that LR instead
+            as_lr = f"; for the LR {value:g}, type {s} alone" if value <= MAX_LR else ""
             raise ValueError(
-                f"that would make the LR {fmt_lr(current_lr * factor)}; the maximum is {MAX_LR:g}"
+                f"'{typed}' is the factor ×{factor:.3g}: a factor must be between "
+                f"/{MAX_FACTOR:g} and x{MAX_FACTOR:g}{as_lr}"
             )
         return ("scale", factor)
     if value > MAX_LR:
-        raise ValueError(f"{value:g} is too large: the LR must be at most {MAX_LR:g}")
+        raise ValueError(f"'{typed}': {value:g} is too large: the LR must be at most {MAX_LR:g}")
     return ("set", value)
+
+
+def lr_decision(text: str, plan: LrPlan | None) -> tuple[str, float, LrChange | None]:
+    """What enter on `text` does at `plan`: (op, value, the engine's change when the plan is
+    known). ValueError with the user's message when it is refused, by the parser or by the
+    rule the engine applies (the same function: what the dialog says is what the run gets)."""
+    op, value = parse_lr_input(text)
+    if plan is None:
+        return op, value, None
+    change = lr_change("set_lr" if op == "set" else "scale_lr", value, plan)
+    if isinstance(change, str):
+        raise ValueError(change.removeprefix("LR change refused: "))
+    return op, value, change
+
+
+def run_lr_plan(info: RunStarted | None, step: int, scale: float) -> LrPlan | None:
+    """The LR plan at `step` of the run `info` started (its resolved config), as the engine
+    builds it; None before the run started or for a config this version cannot read."""
+    if info is None:
+        return None
+    try:
+        cfg = config_from_dict(dict(info.config), "the run's config")
+    except (ValueError, TypeError, KeyError):  # ConfigError is a ValueError
+        return None
+    return lr_plan(step, cfg, scale)
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -183,30 +214,45 @@ class InputDialog(ModalScreen[Any]):
 
 
 class LrScreen(InputDialog):
-    """Set or scale the learning rate. Returns ("set", lr), ("scale", factor) or None."""
+    """Set or scale the learning rate. Returns ("set", lr), ("scale", factor) or None.
+
+    A typed LR is the LR once warmup is over; the preview says what enter will do at the run's
+    step (`plan`, engine.schedule.lr_plan: None when the run's config is not known here)."""
 
     ERROR_ID = "lr-error"
 
-    def __init__(self, current_lr: float | None, scale: float, planned_lr: float | None) -> None:
+    def __init__(self, current_lr: float | None, scale: float, plan: LrPlan | None) -> None:
         super().__init__(classes="dialog-screen")
-        self.current_lr, self.scale, self.planned_lr = current_lr, scale, planned_lr
+        self.current_lr, self.scale, self.plan = current_lr, scale, plan
 
     def compose(self) -> ComposeResult:
+        plan = self.plan
         with Vertical(classes="dialog", id="lr-dialog") as box:
             box.border_title = "Learning rate"
             box.border_subtitle = "enter apply · esc cancel"
             parts = [("now ", "$foreground-muted"), (fmt_lr(self.current_lr), "bold")]
             mult_style = "bold $warning" if abs(self.scale - 1.0) > 1e-9 else ""
             parts += [("   multiplier ", "$foreground-muted"), (f"×{self.scale:.3g}", mult_style)]
-            if self.planned_lr is not None:
-                parts += [("   planned ", "$foreground-muted"), fmt_lr(self.planned_lr)]
+            if plan is not None:
+                parts += [("   planned ", "$foreground-muted"), fmt_lr(plan.scheduled)]
             yield Static(Content.assemble(*parts), id="lr-current")
+            if plan is not None and plan.in_warmup:
+                yield Static(
+                    Content.styled(
+                        f"Warming up until step {plan.settled_step:,}: the LR you type is the LR "
+                        f"from there on (set to reach {fmt_lr(plan.settled * self.scale)} now); "
+                        "the ramp leads up to it.",
+                        "$warning",
+                    ),
+                    id="lr-warmup",
+                )
             yield Input(placeholder=LR_HINT, id="lr-input", select_on_focus=False)
             yield Label("", id="lr-error")
             yield Static(
                 Content.styled(
-                    "A new LR applies from the next step as a multiplier on the planned "
-                    "schedule; x2 or /2 scales the current multiplier.",
+                    "A new LR is the LR after warmup, kept as a multiplier on the planned "
+                    "schedule; x2 or /2 scales the current multiplier. The LR never goes above "
+                    f"{MAX_LR:g}.",
                     "$foreground-muted",
                 ),
                 id="lr-help",
@@ -216,11 +262,14 @@ class LrScreen(InputDialog):
     def _submitted(self, event: Input.Submitted) -> None:
         event.stop()
         try:
-            result = parse_lr_input(event.value, self.current_lr)
+            op, value, change = lr_decision(event.value, self.plan)
         except ValueError as e:
             self.show_error(str(e))
             return
-        self.dismiss(result)
+        if change is not None and change.unchanged:
+            self.show_error(f"the LR is {fmt_lr(change.new_lr)} already: nothing to change")
+            return
+        self.dismiss((op, value))
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
@@ -228,19 +277,29 @@ class LrScreen(InputDialog):
         self.error = ""
         label = self.query_one("#lr-error", Label)
         try:
-            op, value = parse_lr_input(event.value, self.current_lr)
+            op, value, change = lr_decision(event.value, self.plan)
         except ValueError:
             label.update("")
             return
-        label.update(Content.styled(self.preview(op, value), "$foreground-muted"))
+        label.update(Content.styled(self.preview(op, value, change), "$foreground-muted"))
 
-    def preview(self, op: str, value: float) -> str:
-        if op == "scale":
-            new_lr = f" → {fmt_lr(self.current_lr * value)}" if self.current_lr else ""
-            return f"enter: LR ×{value:.3g}{new_lr}, multiplier ×{self.scale * value:.3g}"
-        mult = f", multiplier ×{value / self.planned_lr:.3g}" if self.planned_lr else ""
-        return f"enter: LR {fmt_lr(value)} from the next step{mult}"
-
+    def preview(self, op: str, value: float, change: LrChange | None) -> str:
+        """What enter does, in the figures the engine will apply."""
+        if change is None:  # no plan here: the engine decides what the value means
+            if op == "scale":
+                return f"enter: LR ×{value:.3g}, multiplier ×{self.scale * value:.3g}"
+            return f"enter: LR {fmt_lr(value)}"
+        if change.unchanged:
+            return f"enter: nothing changes (the LR is {fmt_lr(change.new_lr)} already)"
+        mult = f"multiplier ×{change.scale:.3g}"
+        typed = f"LR ×{value:.3g} →" if op == "scale" else "LR"
+        if self.plan is not None and self.plan.in_warmup:
+            return (
+                f"enter: {typed} {fmt_lr(change.settled_lr)} from step {change.settled_step:,} "
+                f"(warmup's end), the ramp leading there from {fmt_lr(change.new_lr)} at the "
+                f"next step; {mult}"
+            )
+        return f"enter: {typed} {fmt_lr(change.new_lr)} from the next step, {mult}"
 
 
 @dataclass(frozen=True)

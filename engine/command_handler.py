@@ -14,7 +14,7 @@ from engine.events import LrChanged, RunState
 from engine.optim import applied_lr, set_lr_factor
 from engine.periodic_work import evaluate, sample
 from engine.ranks import apply_commands_on_every_rank
-from engine.schedule import lr_change, lr_factor
+from engine.schedule import lr_change, lr_multiplied, lr_plan
 
 if TYPE_CHECKING:
     from engine.trainer import Trainer
@@ -60,16 +60,30 @@ class CommandHandler:
             run.faults.rollback(arg)
 
     def change_lr(self, name: str, value: float) -> None:
-        """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on."""
+        """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on; a
+        typed LR is the LR once warmup is over (engine/schedule.py decides, as the dialog does)."""
         run = self.run
-        schedule = lr_factor(run.step, run.cfg) * run.cfg.optim.lr
-        change = lr_change(name, value, schedule, run.lr_scale)  # engine/schedule.py decides
+        change = lr_change(name, value, lr_plan(run.step, run.cfg, run.lr_scale))
         if isinstance(change, str):
             run._alert("warning", change, "lr")
             return
+        if change.unchanged:  # nothing to acknowledge, nothing for the journal
+            after = ""
+            if change.settled_step > run.step:
+                after = f" from step {change.settled_step} (after warmup)"
+            run._alert("info", f"LR unchanged: it is {change.settled_lr:.3g}{after} already", "lr")
+            return
         run.lr_scale = change.scale
-        set_lr_factor(run.optimizer, lr_factor(run.step, run.cfg) * run.lr_scale)
+        set_lr_factor(run.optimizer, lr_multiplied(run.step, run.cfg, run.lr_scale))
         run.current_lr = applied_lr(run.optimizer)
+        in_warmup = change.settled_step > run.step
         run.emit(
-            LrChanged(step=run.step, old_lr=change.old_lr, new_lr=change.new_lr, scale=change.scale)
+            LrChanged(
+                step=run.step,
+                old_lr=change.old_lr,
+                new_lr=change.new_lr,
+                scale=change.scale,
+                after_warmup_lr=change.settled_lr if in_warmup else None,
+                warmup_ends=change.settled_step if in_warmup else None,
+            )
         )

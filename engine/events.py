@@ -207,6 +207,10 @@ class LrChanged(Event):
     old_lr: float
     new_lr: float
     scale: float  # multiplier now applied on top of the planned schedule
+    # a change made during warmup: the LR its ramp reaches at `warmup_ends` (the LR typed), on
+    # from there; None after warmup, where new_lr is already that LR
+    after_warmup_lr: float | None = None
+    warmup_ends: int | None = None
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,8 @@ class Journal:
 
     def _on_lr_changed(self, record: Mapping[str, Any]) -> Entry:
         change = f"{fmt_lr(record.get('old_lr'))} -> {fmt_lr(record.get('new_lr'))}"
+        if record.get("warmup_ends") is not None:  # the ramp's LR now, and where it goes
+            change += f", {fmt_lr(record.get('after_warmup_lr'))} from step {record['warmup_ends']}"
         entry = self._acknowledge("lr_changed", ("set_lr", "scale_lr", "rollback"))
         if entry is not None:
             entry.detail = change
@@ -175,6 +177,9 @@ class Journal:
         message = str(record.get("message", ""))
         if code == "rollback" and level == "info":
             return self._rolled_back(record, message)
+        if code == "lr" and level == "info":  # an LR change that changed nothing: no entry
+            self._drop_waiting(REFUSED_BY["lr"])
+            return None
         if level not in ("warning", "error"):
             return None
         if code in ANOMALY_CODES:
@@ -187,6 +192,18 @@ class Journal:
                 waiting.detail = f"refused: {message}"
                 return waiting
         return self._new(record, ENGINE, f"{level} {code}".strip(), message)
+
+    def _drop_waiting(self, names: Iterable[str]) -> None:
+        """The oldest waiting command of `names` taken off the journal: it did nothing."""
+        wanted = set(names)
+        for entry in self._waiting:
+            if entry.command in wanted:
+                self._waiting.remove(entry)
+                for i in range(len(self.entries) - 1, -1, -1):  # by identity: entries compare by value
+                    if self.entries[i] is entry:
+                        del self.entries[i]
+                        break
+                return
 
     def _rolled_back(self, record: Mapping[str, Any], message: str) -> Entry:
         for entry in self._waiting:

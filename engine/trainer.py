@@ -42,7 +42,7 @@ from engine.readback import PendingStep, read_losses, step_events
 from engine.run_dir import write_error_log
 from engine.run_end import finish, finish_already_finished, release
 from engine.run_setup import accept_resume, announce, build, instrument, open_run_dir
-from engine.schedule import lr_factor
+from engine.schedule import lr_multiplied
 from engine.step import train_step
 from engine.throughput import ThroughputWindow
 
@@ -304,7 +304,7 @@ class Trainer:
     def _train_step(self, report_memory: bool = False) -> None:
         """One update (engine/step.py), with the optimizer of now: a restore replaces it."""
         t_start = time.perf_counter()
-        factor = lr_factor(self.step, self.cfg) * self.lr_scale
+        factor = lr_multiplied(self.step, self.cfg, self.lr_scale)  # never past MAX_LR
         outcome = train_step(self, self.optimizer, self.step, factor, report_memory)
         if outcome.memory is not None:
             self.emit(outcome.memory)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.screens import parse_lr_input
+from cockpit.screens import lr_decision, parse_lr_input
+from engine.schedule import LrPlan
 
 
 @pytest.mark.parametrize(
@@ -26,7 +27,7 @@ from cockpit.screens import parse_lr_input
     ],
 )
 def test_accepted(text: str, expected: tuple[str, float]) -> None:
-    op, value = parse_lr_input(text, current_lr=1e-3)
+    op, value = parse_lr_input(text)
     assert op == expected[0]
     assert value == pytest.approx(expected[1])
 
@@ -56,10 +57,45 @@ def test_accepted(text: str, expected: tuple[str, float]) -> None:
 )
 def test_rejected_with_a_message(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        parse_lr_input(text, current_lr=1e-3)
+        parse_lr_input(text)
 
 
 def test_a_factor_may_not_push_the_lr_above_the_maximum() -> None:
-    with pytest.raises(ValueError, match="maximum is 10"):
-        parse_lr_input("x50", current_lr=0.5)
-    assert parse_lr_input("x50", current_lr=None) == ("scale", 50.0)
+    after_warmup = LrPlan(step=100, scale=1.0, scheduled=0.5, settled_step=100, settled=0.5,
+                          highest=0.5)  # fmt: skip
+    with pytest.raises(ValueError, match="would take the LR to 25; the maximum is 10"):
+        lr_decision("x50", after_warmup)
+    assert lr_decision("x50", None) == ("scale", 50.0, None)  # no plan here: the engine decides
+
+
+def test_a_factor_counts_from_what_warmup_leads_to() -> None:
+    """At step 0 of a 20-step warmup to 1.0 the LR is 1/21: x20 would give 0.95 now and 20
+    after warmup, so it is refused, naming the step where it would pass the maximum."""
+    warming = LrPlan(step=0, scale=1.0, scheduled=1 / 21, settled_step=20, settled=1.0, highest=1.0)
+    with pytest.raises(ValueError, match=r"^x20 would take the LR to 20 at step 20 \(after warmup\)"):
+        lr_decision("x20", warming)
+
+
+def test_a_negative_lr_and_a_negative_factor_are_refused_alike() -> None:
+    messages = []
+    for text in ("-1", "x-1", "/-1", "-1x"):
+        with pytest.raises(ValueError) as refused:
+            parse_lr_input(text)
+        messages.append(str(refused.value))
+    assert messages == [
+        "'-1': an LR must be greater than 0",
+        "'x-1': a factor must be greater than 0",
+        "'/-1': a factor must be greater than 0",
+        "'-1x': a factor must be greater than 0",
+    ]
+
+
+def test_a_trailing_x_on_an_lr_is_explained() -> None:
+    """`1e-3x` reads as the factor x0.001 (a trailing x is a factor, like 2x): the message says
+    so and how to type the LR instead."""
+    with pytest.raises(ValueError) as refused:
+        parse_lr_input("1e-3x")
+    assert str(refused.value) == (
+        "'1e-3x' is the factor ×0.001: a factor must be between /100 and x100; "
+        "for the LR 0.001, type 1e-3 alone"
+    )

@@ -5,13 +5,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from pilot import REAL_SIZE, TINY, Toasts, real_app, run_pilot, status_text, wait_for_engine
 from textual.pilot import Pilot
 
 from cockpit.app import CockpitApp
+from cockpit.numbers import fmt_lr
 from cockpit.screens import ConfirmScreen
 from engine.checkpoint import list_checkpoints, load_checkpoint
 from engine.presets import load_preset
+from engine.schedule import lr_at
 from engine.trainer import Trainer
 
 
@@ -68,12 +71,54 @@ def test_lr_dialog_changes_the_lr_the_optimizer_applies(tmp_path: Path) -> None:
                 assert trainer.lr_scale == 1.0  # and nothing changed
                 await pilot.press("escape")
         await wait_for_engine(pilot, lambda: trainer.lr_scale != 1.0)
-        applied_from = trainer.step
-        await wait_for_engine(pilot, lambda: trainer.step > applied_from + 1)
-        # the schedule goes on from the new point: the applied LR is within a step's
-        # worth of warmup of what was typed
+        warmup = trainer.cfg.schedule.warmup_steps
+        await wait_for_engine(pilot, lambda: trainer.step > warmup + 1)
+        # typed during warmup or after it, the LR after warmup is the LR typed, the
+        # schedule's shape going on from there (cosine: a little lower each step)
         lr = trainer.optimizer.param_groups[0]["lr"]
-        assert abs(lr - 5e-4) / 5e-4 < 0.2
+        assert abs(lr - 5e-4) / 5e-4 < 0.02
+        trainer.stop(checkpoint=False)
+
+    run_pilot(app, scenario, size=REAL_SIZE)
+
+
+def test_lr_dialog_during_warmup_says_what_the_optimizer_then_applies(tmp_path: Path) -> None:
+    """The issue's run: 1e-3 typed during warmup became 7.8e-3 after it. The dialog now says
+    the typed LR is the LR from warmup's end, and the optimizer applies exactly that there."""
+    warmup = 40
+    app, made = real_app(
+        tmp_path, overrides=[*TINY, "optim.lr=3e-4", "schedule.kind=constant",
+                             f"schedule.warmup_steps={warmup}"],
+    )  # fmt: skip
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
+        trainer = made[0]
+        await pilot.press("space")
+        await wait_for_engine(pilot, lambda: trainer.state == "paused" and app.state == "paused")
+        app.pump(force=True)
+        assert app.view.step == trainer.step < warmup
+        await pilot.press("l")
+        await wait_for_engine(pilot, lambda: app.screen.query("#lr-input"))
+        said = app.screen.query_one("#lr-warmup").render()
+        assert str(said) == (
+            f"Warming up until step {warmup}: the LR you type is the LR from there on (set to "
+            "reach 3.00e-4 now); the ramp leads up to it."
+        )
+        app.screen.query_one("#lr-input").value = "1e-3"
+        await pilot.pause()
+        preview = str(app.screen.query_one("#lr-error").render())
+        ramp = lr_at(trainer.step, trainer.cfg) * 1e-3 / 3e-4  # the engine's, at the next step
+        assert preview == (
+            f"enter: LR 1.00e-3 from step {warmup} (warmup's end), the ramp leading there from "
+            f"{fmt_lr(ramp)} at the next step; multiplier ×3.33"
+        )
+        await pilot.press("enter")
+        await wait_for_engine(pilot, lambda: trainer.lr_scale != 1.0)
+        await pilot.press("space")
+        await wait_for_engine(pilot, lambda: trainer.step > warmup + 1)
+        lrs = [float(g["lr"]) for g in trainer.optimizer.param_groups]
+        assert lrs == [pytest.approx(1e-3, rel=1e-9)] * len(lrs)
         trainer.stop(checkpoint=False)
 
     run_pilot(app, scenario, size=REAL_SIZE)

@@ -18,7 +18,7 @@ from engine.faults import (
     halved_micro_batch,
 )
 from engine.presets import load_preset
-from engine.schedule import LrChange, lr_change
+from engine.schedule import LrChange, LrPlan, lr_change, lr_plan
 
 # ---------------------------------------------------------------------------------------------
 # Spike detection
@@ -141,35 +141,64 @@ def test_out_of_memory_halves_the_micro_batch_while_it_can() -> None:
 # Hand-set LR changes and the one ceiling
 
 
+def _plan(scheduled: float, scale: float = 1.0, step: int = 100) -> LrPlan:
+    """A step after warmup whose planned LR is `scheduled` (and the highest from there on)."""
+    return LrPlan(step, scale, scheduled, step, scheduled, scheduled)
+
+
 def test_set_lr_keeps_the_schedule_shape_as_a_multiplier() -> None:
-    change = lr_change("set_lr", 3e-4, scheduled_lr=1e-3, scale=1.0)
+    change = lr_change("set_lr", 3e-4, _plan(1e-3))
     assert isinstance(change, LrChange)
     assert change.old_lr == 1e-3
     assert change.scale == pytest.approx(0.3) and change.new_lr == pytest.approx(3e-4)
 
 
 def test_scale_lr_multiplies_the_current_multiplier() -> None:
-    change = lr_change("scale_lr", 2.0, scheduled_lr=1e-3, scale=0.5)
-    assert change == LrChange(old_lr=5e-4, new_lr=1e-3, scale=1.0)
+    change = lr_change("scale_lr", 2.0, _plan(1e-3, scale=0.5))
+    assert change == LrChange(old_lr=5e-4, new_lr=1e-3, scale=1.0, settled_step=100, settled_lr=1e-3)
+
+
+def test_set_lr_during_warmup_is_the_lr_after_it() -> None:
+    cfg = load_preset("tiny", ["optim.lr=3e-4", "schedule.warmup_steps=20"])
+    plan = lr_plan(12, cfg, 1.0)
+    assert plan.in_warmup and plan.settled_step == 20 and plan.settled == pytest.approx(3e-4)
+    change = lr_change("set_lr", 1e-3, plan)
+    assert isinstance(change, LrChange)
+    # x3.33 on the schedule: 1e-3 once warmup is over, the ramp's share of it until then
+    assert change.scale == pytest.approx(1e-3 / 3e-4)
+    assert change.settled_lr == pytest.approx(1e-3)
+    assert change.new_lr == pytest.approx(1e-3 * 13 / 21)
+    assert lr_change("set_lr", MAX_LR, lr_plan(9, cfg, 1.0)).settled_lr == pytest.approx(MAX_LR)
+
+
+def test_a_factor_that_passes_the_maximum_after_warmup_is_refused_during_it() -> None:
+    cfg = load_preset("tiny", ["optim.lr=1", "schedule.warmup_steps=20"])
+    plan = lr_plan(0, cfg, 1.0)  # the ramp is at 1/21 now: x8 gives 0.38 now, 8 later
+    assert isinstance(lr_change("scale_lr", 8.0, plan), LrChange)
+    assert lr_change("scale_lr", 20.0, plan) == (
+        "LR change refused: x20 would take the LR to 20 at step 20 (after warmup); the maximum is 10"
+    )
 
 
 @pytest.mark.parametrize(
-    ("command", "value", "scheduled", "shown"),
+    ("command", "value", "scheduled", "message"),
     [
-        ("set_lr", 11.0, 1e-3, "11"),  # above the ceiling
-        ("scale_lr", 20_000.0, 1e-3, "20"),  # 1e-3 x 20000 = 20
-        ("set_lr", -1e-3, 1e-3, "-0.001"),
-        ("scale_lr", 0.0, 1e-3, "0"),
-        ("set_lr", 1e-3, 0.0, "nan"),  # warmup's step 0 at LR 0: no multiplier gives 1e-3
+        ("set_lr", 11.0, 1e-3, "11 is not an LR in (0, 10]"),
+        ("scale_lr", 20_000.0, 1e-3, "x20000 would take the LR to 20; the maximum is 10"),
+        ("set_lr", -1e-3, 1e-3, "-0.001 is not an LR in (0, 10]"),
+        ("scale_lr", 0.0, 1e-3, "x0 is not a factor greater than 0"),
+        # the schedule at 0 (a floor of 0 at the end): no multiplier gives 1e-3
+        (
+            "set_lr", 1e-3, 0.0,
+            "the planned LR at step 100 is 0, so no multiplier makes it 0.001; change it by a "
+            "factor later",
+        ),
     ],
-)
+)  # fmt: skip
 def test_an_lr_outside_the_range_is_refused_with_the_range(
-    command: str, value: float, scheduled: float, shown: str
+    command: str, value: float, scheduled: float, message: str
 ) -> None:
-    refusal = lr_change(command, value, scheduled_lr=scheduled, scale=1.0)
-    assert refusal == (
-        f"LR change refused: {value!r} would give an LR of {shown}; use a value in (0, 10]"
-    )
+    assert lr_change(command, value, _plan(scheduled)) == f"LR change refused: {message}"
 
 
 def test_one_ceiling_for_the_config_the_dialog_and_the_running_engine() -> None:
@@ -179,8 +208,8 @@ def test_one_ceiling_for_the_config_the_dialog_and_the_running_engine() -> None:
     assert parse_lr_input(str(MAX_LR)) == ("set", MAX_LR)
     with pytest.raises(ValueError, match=f"at most {MAX_LR:g}"):
         parse_lr_input(str(MAX_LR * 1.01))
-    assert isinstance(lr_change("set_lr", MAX_LR, scheduled_lr=1e-3, scale=1.0), LrChange)
-    assert isinstance(lr_change("set_lr", MAX_LR * 1.01, scheduled_lr=1e-3, scale=1.0), str)
+    assert isinstance(lr_change("set_lr", MAX_LR, _plan(1e-3)), LrChange)
+    assert isinstance(lr_change("set_lr", MAX_LR * 1.01, _plan(1e-3)), str)
 
 
 def test_the_lr_dialog_and_the_rules_load_without_torch() -> None:

@@ -50,6 +50,26 @@ def test_a_viewers_command_and_its_acknowledgement_are_one_entry() -> None:
     ]
 
 
+def test_a_change_during_warmup_says_where_the_ramp_leads_and_a_no_op_is_not_journaled() -> None:
+    records = [
+        started(),
+        rec("command", 1, name="set_lr", args={"lr": 1e-3}, viewer=2, who=ALICE, step=12),
+        rec("lr_changed", 2, step=12, old_lr=1.9e-4, new_lr=6.2e-4, scale=3.33,
+            after_warmup_lr=1e-3, warmup_ends=20),  # fmt: skip
+        # the LR it already has: the engine's info note, and no entry (the 3.0e-4 -> 3.0e-4)
+        rec("command", 3, name="set_lr", args={"lr": 1e-3}, viewer=2, who=ALICE, step=13),
+        rec("alert", 4, level="info", message="LR unchanged: it is 0.001 already", step=13,
+            code="lr"),  # fmt: skip
+        rec("command", 5, name="pause", args={}, viewer=2, who=ALICE, step=14),
+        rec("state", 6, state="paused", step=14, reason="paused by user"),
+    ]
+    assert lines(journal(records)) == [
+        (0, f"{ENGINE}: started (preset tiny)"),
+        (12, f"viewer 2 {ALICE}: LR 1.0e-3 (1.9e-4 -> 6.2e-4, 1.0e-3 from step 20)"),
+        (14, f"viewer 2 {ALICE}: pause"),
+    ]
+
+
 def test_the_apps_own_commands_and_the_engines_doings_say_so() -> None:
     records = [
         started(),
@@ -173,7 +193,7 @@ def test_a_real_run_records_who_attached_and_what_they_did(live: Any) -> None:
         (bob, "attached"),
         (bob, "detached"),
     ]
-    lr = mine[1].detail.split(" -> ")
+    lr = mine[1].detail.split(", ")[0].split(" -> ")  # during warmup: ", X from step N" too
     old, new = (float(x) for x in lr)  # two significant digits each
     assert new == pytest.approx(old / 2, rel=0.1)
     assert mine[5].detail == "read-only"
