@@ -15,8 +15,13 @@ run's `emit` (a viewer's attach, detach and commands are recorded: engine/journa
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import shutil
 import socket
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -77,15 +82,23 @@ class ControlServer:
         """Listen (mode 0600; a stale socket from a killed run replaced); the caller holds the
         run's lock. Returns a one-line problem instead of raising when it cannot serve."""
         try:
-            if self.path.is_socket() or self.path.is_symlink():
-                self.path.unlink()  # we hold the lock: whoever bound it is gone
+            with contextlib.suppress(FileNotFoundError):
+                there = os.lstat(self.path).st_mode
+                if not (stat.S_ISSOCK(there) or stat.S_ISLNK(there)):
+                    raise FileExistsError(errno.EEXIST, "something else is at its name")
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            old_umask = os.umask(0o177)  # created 0600: no window where another user connects
+            # Bound in a private directory (0700), made 0600, then renamed into place: no
+            # window where another user connects, and no process-wide umask change (it would
+            # race with every thread creating a file). The rename replaces a stale socket from
+            # a killed run (we hold the lock: whoever bound it is gone) or a planted link.
+            private = Path(tempfile.mkdtemp(prefix=f".{wire.SOCKET_NAME}.", dir=self.run_dir))
             try:
-                bind_unix(listener, self.path)
+                bound = private / wire.SOCKET_NAME
+                bind_unix(listener, bound)
+                os.chmod(bound, 0o600)
+                os.replace(bound, self.path)
             finally:
-                os.umask(old_umask)
-            os.chmod(self.path, 0o600)
+                shutil.rmtree(private, ignore_errors=True)
             listener.listen(16)
         except OSError as e:
             return f"control socket {self.path} not served ({e.strerror or e}); attach won't work"

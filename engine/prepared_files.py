@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.config import DataConfig
 from engine.data_errors import DataError, PreparationStopped
-from engine.files import atomic_write, fsync_dir
+from engine.files import atomic_write, create_new, fsync_dir, open_kept_file
 
 FORMAT_VERSION = 2  # 2: one token file, the split chosen when it is loaded
 TOKENS_FILE = "tokens.bin"
@@ -112,7 +112,7 @@ def exclusive(
     except ImportError:  # no flock on this platform: one process at a time is up to the user
         yield
         return
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_kept_file(out / LOCK_FILE, os.O_RDWR)  # never through a planted link
     try:
         waited = False
         while True:
@@ -137,10 +137,8 @@ class TokenWriter:
     def __init__(self, out: Path, dtype: np.dtype):
         self.out, self.dtype, self.count = out, dtype, 0
         self._path = out / PARTIAL_TOKENS_FILE
-        self._file = self._path.open("wb")
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(self._path, 0o666 & ~mask)  # an ordinary file, as atomic_write makes them
+        self._path.unlink(missing_ok=True)  # a killed preparation's (or a link left there)
+        self._file = create_new(self._path)  # FILE_MODE, as atomic_write makes them
 
     def append(self, ids: np.ndarray) -> None:
         self._file.write(ids.astype(self.dtype, copy=False).tobytes())

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from engine.config import ConfigError
+from engine.files import PRIVATE_MODE, open_kept_file
 
 LOCK_NAME = ".run.lock"
 
@@ -28,7 +29,8 @@ class RunLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise a ConfigError naming the engine that holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # never through a planted link or hard link: the file is truncated below
+        fd = open_kept_file(self.path, os.O_RDWR, PRIVATE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -58,7 +60,8 @@ def check_not_in_use(run_dir: Path) -> None:
     """Refuse (ConfigError, one line) a run directory whose lock a live engine holds, without
     taking the lock or touching the file: the CLI asks before anything starts."""
     try:
-        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # never a FIFO's wait
+        fd = os.open(run_dir / LOCK_NAME, flags)
     except OSError:
         return  # no lock file: no engine ever ran here, or it cannot be read (the run will say)
     try:

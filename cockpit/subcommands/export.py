@@ -61,13 +61,14 @@ def _missing_package_line(fmt: str, e: ImportError) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from engine.checkpoint import CheckpointError
-    from engine.export import ExportError, default_out
+    from engine.export import ExportError, default_out, refuse_run_files
 
     target = Path(args.target).expanduser()
     try:
         if not target.exists():
             raise ExportError(f"{target}: no such run directory or checkpoint file; give one")
         out = Path(args.out).expanduser() if args.out else default_out(target, args.format)
+        refuse_run_files(out)  # even with --force: a run's own files are never replaced
         refuse_existing(out, args.force)
         from engine.export import format_module
 

@@ -223,6 +223,7 @@ def spawn_engine(
 ) -> subprocess.Popen[bytes]:
     """The engine in a new session (no terminal, no SIGHUP), its output in RUN_DIR/engine.log
     (torchrun's and every rank's, for more than one process)."""
+    from engine.files import open_for_append
     from engine.run_dir import create_run_dir
 
     try:
@@ -232,7 +233,10 @@ def spawn_engine(
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if nproc > 1:
         env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
-    log = open(run_dir / LOG_NAME, "ab")  # noqa: SIM115 - the child holds it; closed below
+    try:  # never through a link planted at its name (engine/files.py)
+        log = open_for_append(run_dir / LOG_NAME)  # the child holds it; closed below
+    except ConfigError as e:
+        raise StartError(str(e)) from None
     try:
         return subprocess.Popen(
             engine_argv(args, run_dir, nproc),

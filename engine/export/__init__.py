@@ -60,6 +60,26 @@ def run_dir_of(target: Path) -> Path:
     return target if target.is_dir() else target.parent
 
 
+# What makes a directory a run's (as `cockpit runs` finds them: a metrics log; or its lock)
+RUN_MARKERS = ("metrics.jsonl", ".run.lock")
+EXPORT_FOLDER = "export"
+
+
+def refuse_run_files(out: Path) -> None:
+    """An ExportError (one line) when writing `out` could overwrite a run's own files: `out`
+    is a run directory or lies in one, anywhere but in its `export/` folder (the default)."""
+    resolved = out.expanduser().resolve()
+    for place in (resolved, *resolved.parents):
+        if any((place / marker).exists() for marker in RUN_MARKERS):
+            if resolved.is_relative_to(place / EXPORT_FOLDER):
+                return
+            raise ExportError(
+                f"--out {out} would write into the run directory {place} (its config, "
+                f"checkpoints and metrics); leave --out out for {place}/{EXPORT_FOLDER}/, "
+                "or give a path outside the run"
+            )
+
+
 def default_out(target: Path, fmt: str) -> Path:
     """RUN_DIR/export/NAME: beside the run it came from."""
     return run_dir_of(target) / "export" / format_module(fmt).DEFAULT_NAME

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.files import atomic_write_text
+
 END_OF_TEXT = "<|endoftext|>"
 # The encodings built on GPT-2's byte-level BPE and its pre-tokenizer pattern.
 GPT2_FAMILY = ("r50k_base", "gpt2", "p50k_base", "p50k_edit")
@@ -115,6 +117,6 @@ def tokenizer_files(encoding: Any, model_max_length: int) -> dict[str, str]:
 def write_tokenizer_files(encoding: Any, model_max_length: int, out: Path) -> list[Path]:
     written = []
     for name, text in tokenizer_files(encoding, model_max_length).items():
-        (out / name).write_text(text, encoding="utf-8")
+        atomic_write_text(out / name, text)
         written.append(out / name)
     return written

@@ -23,6 +23,7 @@ from engine.export.weights_source import (
     load_gpt2_shaped,
     source_note,
 )
+from engine.files import atomic_write_by_name, atomic_write_text
 from engine.trained import TrainedModel
 
 DEFAULT_NAME = "hf"
@@ -95,7 +96,7 @@ def _write_tokenizer(trained: TrainedModel, out: Path) -> tuple[list[Path], list
     name = trained.tokenizer.name
     if name == "char":
         chars = out / CHARS_FILE
-        chars.write_text(json.dumps(list(trained.tokenizer.chars), ensure_ascii=False), "utf-8")
+        atomic_write_text(chars, json.dumps(list(trained.tokenizer.chars), ensure_ascii=False))
         note = (
             f"no tokenizer files: transformers has no character-level GPT-2 tokenizer; the run's "
             f"characters (token id = position in the list) are in {chars}"
@@ -124,10 +125,11 @@ def export(target: Path, out: Path) -> ExportResult:
     for stale in (*TOKENIZER_FILES, CHARS_FILE):  # from an earlier export into this directory
         (out / stale).unlink(missing_ok=True)
     weights = out / "model.safetensors"
-    save_file(tensors, str(weights), {"format": "pt"})
+    # each file replaced whole with FILE_MODE (save_file alone makes it 0600 and follows links)
+    atomic_write_by_name(weights, lambda tmp: save_file(tensors, str(tmp), {"format": "pt"}))
     tokenizer_written, tokenizer_notes, eot = _write_tokenizer(trained, out)
     config = out / "config.json"
-    config.write_text(json.dumps(hf_config(trained, eot), indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(config, json.dumps(hf_config(trained, eot), indent=2) + "\n")
     notes = [source_note(trained), *tokenizer_notes]
     if not trained.cfg.model.bias:
         notes.append("biases written as zeros: GPT-2 always has them, this run had none")

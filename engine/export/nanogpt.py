@@ -23,6 +23,7 @@ from engine.export.weights_source import (
     load_gpt2_shaped,
     source_note,
 )
+from engine.files import atomic_write
 from engine.trained import TrainedModel
 
 DEFAULT_NAME = "nanogpt"
@@ -98,15 +99,12 @@ def export(target: Path, out: Path) -> ExportResult:
     out.mkdir(parents=True, exist_ok=True)
     (out / META_NAME).unlink(missing_ok=True)  # from an earlier export into this directory
     ckpt_file = out / CKPT_NAME
-    partial = out / (CKPT_NAME + ".partial")
-    torch.save(checkpoint, partial)
-    partial.replace(ckpt_file)
+    atomic_write(ckpt_file, lambda f: torch.save(checkpoint, f))
     written, notes = [ckpt_file], [source_note(trained)]
     name = trained.tokenizer.name
     if name == "char":
         meta = out / META_NAME
-        with meta.open("wb") as f:
-            pickle.dump(char_meta(trained.tokenizer.chars), f)
+        atomic_write(meta, lambda f: pickle.dump(char_meta(trained.tokenizer.chars), f))
         written.append(meta)
         dataset = checkpoint["config"]["dataset"]
         notes.append(

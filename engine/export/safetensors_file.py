@@ -20,6 +20,7 @@ from engine.export.weights_source import (
     source_note,
     val_loss_of,
 )
+from engine.files import atomic_write_by_name
 from engine.trained import TrainedModel
 
 DEFAULT_NAME = "model.safetensors"
@@ -54,9 +55,9 @@ def export(target: Path, out: Path) -> ExportResult:
     metadata = metadata_of(trained)
     metadata["tied_weights"] = json.dumps(tied)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(partial), metadata)
-    partial.replace(out)  # a crash never leaves a half-written file under the real name
+    contiguous = {k: v.detach().contiguous() for k, v in tensors.items()}
+    # a crash never leaves a half-written file under the real name; FILE_MODE, never a link
+    atomic_write_by_name(out, lambda tmp: save_file(contiguous, str(tmp), metadata))
     notes = [source_note(trained)]
     if tied:
         pairs = ", ".join(f"{name} is {kept}" for name, kept in tied.items())
