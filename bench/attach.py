@@ -453,7 +453,7 @@ def build_long_history(run_dir: Path, preset: str, data: str | None, history: in
                 out.write(json.dumps({"kind": "eval", "time": t, "step": s, "train_loss": loss,
                                       "val_loss": loss + 0.05, "train_time_s": 0.03 * s}) + "\n")  # fmt: skip
     [checkpoint] = [p for p in run_dir.glob("ckpt-*.pt")]
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     state.update(step=history, tokens=tokens_per_step * history, train_time_s=0.03 * history)
     torch.save(state, run_dir / f"ckpt-{history:08d}.pt")
     checkpoint.unlink()

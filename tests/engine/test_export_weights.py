@@ -87,7 +87,7 @@ def hf_exports(char_run: Path, bpe_run: Path) -> dict[str, tuple[Path, Path]]:
 def _variant_checkpoint(run_dir: Path, out: Path, **model_changes: object) -> Path:
     """The run's best.pt with other model switches (and weights of that shape): a checkpoint as a
     run with those switches would have written it."""
-    state = torch.load(run_dir / "best.pt", map_location="cpu", weights_only=False)
+    state = torch.load(run_dir / "best.pt", map_location="cpu", weights_only=True)
     state["config"]["model"].update(model_changes)
     model_cfg = ModelConfig(**state["config"]["model"])
     torch.manual_seed(0)

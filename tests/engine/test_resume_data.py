@@ -237,7 +237,7 @@ def test_a_checkpoint_from_before_recording_falls_back_to_its_data_meta(tmp_path
     run_dir = first_run(capsys, tmp_path, corpus)
     # What older versions wrote: no data_source, the preset's source in the config.
     path = ckpt.latest_checkpoint(run_dir)
-    state = torch.load(path, weights_only=False)
+    state = torch.load(path, weights_only=True)
     del state["data_source"]
     state["config"]["data"]["source"] = "pydoc"
     torch.save(state, path)

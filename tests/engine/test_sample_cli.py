@@ -268,7 +268,7 @@ def test_bpe_model_empty_prompt_and_multibyte_text(run_dir, tmp_path, sample):
     if not TIKTOKEN_CACHE.exists():
         pytest.skip("no tiktoken cache")
     # the tiny run's checkpoint with an untrained GPT-2-vocabulary model in place of its own
-    state = torch.load(run_dir / "best.pt", weights_only=False)
+    state = torch.load(run_dir / "best.pt", weights_only=True)
     torch.manual_seed(0)
     state["model"] = GPT(load_trained(run_dir).cfg.model, 50257).state_dict()
     state["tokenizer"] = {"name": "r50k_base", "vocab_size": 50257}
