@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.files import atomic_write, fsync_dir
+from engine.files import atomic_write, create_new, fsync_dir
 
 # ckpt-STEP.pt: one file; ckpt-STEP.dcp/: a sharded run's directory (engine/sharded.py)
 CKPT_RE = re.compile(r"^ckpt-(\d{8})\.(pt|dcp)$")
@@ -130,8 +130,11 @@ def mark_best(run_dir: Path, path: Path) -> Path:
 def _link_or_copy(source: Any, target: Any) -> None:
     try:
         os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+    except FileExistsError:
+        raise  # something appeared at the name (maybe a link): never copied through
+    except OSError:  # no hard links here: a copy, made as a new file (never through a link)
+        with open(source, "rb") as src, create_new(Path(target)) as dst:
+            shutil.copyfileobj(src, dst)
 
 
 def remove_partial_saves(run_dir: Path) -> int:

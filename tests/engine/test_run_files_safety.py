@@ -263,3 +263,16 @@ def test_a_link_planted_in_an_export_folder_is_replaced(
     assert cockpit_main(argv) == 0
     assert victim.read_text() == VICTIM_TEXT
     assert not any((out / name).is_symlink() for name in ("config.json", "model.safetensors"))
+
+
+def test_best_pt_copy_never_goes_through_a_link_at_its_name(tmp_path: Path, victim: Path):
+    """Where a hard link fails, best.pt is a copy: one made at a name someone linked in the
+    meantime (a race in a sticky directory) is refused, not written through the link."""
+    from engine.checkpoint import _link_or_copy
+
+    source = tmp_path / "ckpt-00000001.pt"
+    source.write_bytes(b"weights")
+    (tmp_path / ".best.pt.tmp").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        _link_or_copy(source, tmp_path / ".best.pt.tmp")
+    assert victim.read_text() == VICTIM_TEXT
