@@ -24,6 +24,7 @@ from engine.prepared_files import FORMAT_VERSION, TokenWriter, split_meta, token
 from engine.tokenizers import (
     MAX_CODEPOINT,
     CharTokenizer,
+    CutPiece,
     TiktokenTokenizer,
     Tokenizer,
     codepoints,
@@ -85,21 +86,60 @@ class _Batch:
     chars: int = 0
 
 
-def _encode_batch(tokenizer: Tokenizer, batch: _Batch, separator: str) -> np.ndarray:
+def _encode_batch(tokenizer: Tokenizer, batch: _Batch, separator: str) -> tuple[np.ndarray, int]:
+    """The batch's tokens, and how many cuts inside a word in it could not be checked."""
     if tokenizer.end_of_text is None:  # char-level: separators are text, one encode per batch
         text = "".join(
             separator + piece if before else piece
             for piece, before in zip(batch.pieces, batch.separator_before, strict=True)
         )
-        return np.asarray(_tokenize(tokenizer, [text])[0], dtype=np.uint32)
-    # BPE: the pieces' arrays and an end-of-text after each document, joined once per batch
+        return np.asarray(_tokenize(tokenizer, [text])[0], dtype=np.uint32), 0
+    # BPE: the pieces' arrays (joined where a piece was cut inside a word) and an end-of-text
+    # after each document, concatenated once per batch
+    assert isinstance(tokenizer, TiktokenTokenizer)
     end_of_text = np.array([tokenizer.end_of_text], dtype=np.uint32)
+    encoded = [np.asarray(ids, dtype=np.uint32) for ids in _tokenize(tokenizer, batch.pieces)]
+    encoded, unchecked = tokenizer.join_pieces(batch.pieces, encoded)
     parts: list[np.ndarray] = []
-    for ids, after in zip(_tokenize(tokenizer, batch.pieces), batch.end_after, strict=True):
-        parts.append(np.asarray(ids, dtype=np.uint32))
+    for ids, after in zip(encoded, batch.end_after, strict=True):
+        parts.append(ids)
         if after:
             parts.append(end_of_text)
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)), unchecked
+
+
+class _JoiningWriter:
+    """Appends batches' tokens to the token file; a batch that ends inside a word (its last
+    piece a CutPiece) is held until the next one's tokens come, to join the two at the cut."""
+
+    def __init__(self, writer: TokenWriter, tokenizer: Tokenizer):
+        self._writer, self._tokenizer = writer, tokenizer
+        self._held: np.ndarray | None = None
+        self.cuts = 0  # cuts inside a word (CutPiece ends) read so far
+        self.unchecked = 0  # of those, the ones whose joining could not be checked
+
+    @property
+    def count(self) -> int:
+        return self._writer.count + (len(self._held) if self._held is not None else 0)
+
+    def append(self, encoded: tuple[np.ndarray, int], ends_in_cut: bool) -> None:
+        tokens, unchecked = encoded
+        self.unchecked += unchecked
+        if self._held is not None:
+            assert isinstance(self._tokenizer, TiktokenTokenizer)
+            held, tokens, checked = self._tokenizer.join_at_cut(self._held, tokens)
+            self.unchecked += not checked
+            self._writer.append(held)
+            self._held = None
+        if ends_in_cut:
+            self._held = tokens
+        else:
+            self._writer.append(tokens)
+
+    def flush(self) -> None:
+        if self._held is not None:  # never: a text's last piece is no CutPiece
+            self._writer.append(self._held)
+            self._held = None
 
 
 def build_token_file(
@@ -121,13 +161,15 @@ def build_token_file(
     dtype = token_dtype(tokenizer.vocab_size)
     batch_chars = max(BATCH_CHARS, 4 * chunk_chars * encode_threads())
     writer = TokenWriter(out, dtype)
+    joined = _JoiningWriter(writer, tokenizer)
     pass_counts, chars = ReadCounts(), 0
     committed = False
     try:
         # One batch encodes (on all cores) while the next is read; a stop does not wait for it.
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cockpit-tokenize")
         try:
-            pending: Future[np.ndarray] | None = None
+            pending: Future[tuple[np.ndarray, int]] | None = None
+            pending_cut = False  # whether the pending batch ends inside a word
             batch, starts = _Batch(), True
             bpe = tokenizer.end_of_text is not None
             ends_marked = bpe and not single_text(source)
@@ -138,17 +180,21 @@ def build_token_file(
                 batch.chars += len(piece)
                 chars += len(piece)
                 starts = ends
+                joined.cuts += isinstance(piece, CutPiece)
                 if batch.chars >= batch_chars:
                     if pending is not None:
-                        writer.append(pending.result())
+                        joined.append(pending.result(), pending_cut)
                     pending = pool.submit(_encode_batch, tokenizer, batch, cfg.separator)
+                    pending_cut = isinstance(piece, CutPiece)
                     batch = _Batch()
                 stop.check()
-                report.emit(pass_counts, writer.count)
+                report.note = _cut_note(joined) or report.note
+                report.emit(pass_counts, joined.count)
             if pending is not None:
-                writer.append(pending.result())
+                joined.append(pending.result(), pending_cut)
             if batch.pieces:
-                writer.append(_encode_batch(tokenizer, batch, cfg.separator))
+                joined.append(_encode_batch(tokenizer, batch, cfg.separator), False)
+            joined.flush()
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
         if hasher is not None:
@@ -177,11 +223,27 @@ def build_token_file(
         "format": corpus_format(source.files),
         "text_field": cfg.text_field,
         "separator": cfg.separator if cfg.tokenizer == "char" else None,
+        # pieces cut inside a word (no safe point near), and those whose tokens at the cut could
+        # not be checked to be the whole text's (0 unless a word is very long and odd)
+        "cuts_inside_words": joined.cuts,
+        "unchecked_cuts": joined.unchecked,
         "prepared_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "elapsed_s": round(report.elapsed(), 3),
     }
     # Today's split keys too, for whoever reads meta.json: the split of the run that prepared it.
     meta = split_meta(meta, cfg)
     write_meta(out, meta)
+    report.note = _cut_note(joined) or report.note
     report.finish(meta, reused=False)
     return meta
+
+
+def _cut_note(joined: _JoiningWriter) -> str:
+    """What the user must know about cuts inside words: only those that could not be checked
+    (a checked cut gives the whole text's tokens)."""
+    if not joined.unchecked:
+        return ""
+    return (
+        f"{joined.unchecked} of {joined.cuts} cuts inside very long words could not be checked: "
+        f"the tokens at those may differ from encoding the text whole"
+    )

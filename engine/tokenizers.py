@@ -17,6 +17,10 @@ from engine.data_errors import DataError, short_error
 # never sits in memory as one huge list of Python ints.
 ENCODE_CHUNK_CHARS = 1 << 20
 MAX_CODEPOINT = 0x10FFFF
+# How far past a piece's length a safe cut is looked for before the piece is cut anyway, and
+# how many tokens either side of such a cut may be re-encoded to join its two pieces.
+CUT_SEARCH_CHARS = 1 << 12
+JOIN_TOKENS = 32
 
 
 class Tokenizer:
@@ -111,9 +115,56 @@ class TiktokenTokenizer(Tokenizer):
         threads = encode_threads()
         parts: list[np.ndarray] = []
         for start in range(0, len(chunks), 4 * threads):  # bounds the lists of ints alive at once
-            batch = self.encode_pieces(chunks[start : start + 4 * threads])
-            parts.extend(np.asarray(ids, dtype=np.uint32) for ids in batch)
+            group = chunks[start : start + 4 * threads]
+            batch = [np.asarray(ids, dtype=np.uint32) for ids in self.encode_pieces(group)]
+            if parts and isinstance(chunks[start - 1], CutPiece):
+                parts[-1], batch[0], _ = self.join_at_cut(parts[-1], batch[0])
+            parts.extend(self.join_pieces(group, batch)[0])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+
+    def join_pieces(
+        self, pieces: Sequence[str], encoded: list[np.ndarray]
+    ) -> tuple[list[np.ndarray], int]:
+        """The pieces' token arrays with those either side of each cut inside a word joined
+        (join_at_cut), and how many of those cuts could not be checked."""
+        unchecked = 0
+        for i in range(len(pieces) - 1):
+            if isinstance(pieces[i], CutPiece):
+                encoded[i], encoded[i + 1], checked = self.join_at_cut(encoded[i], encoded[i + 1])
+                unchecked += not checked
+        return encoded, unchecked
+
+    def join_at_cut(
+        self, left: np.ndarray, right: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, bool]:
+        """The tokens of a text cut inside a word (left's end, right's start: a CutPiece's end)
+        as encoding it whole gives them, and whether that was checked.
+
+        A BPE encoding is the text's own exactly when each two neighbouring tokens, encoded
+        together, come back as themselves (the pair property GitHub's `bpe` crate builds on;
+        tested here against whole encodings). The tokens around the cut are re-encoded, a few
+        more each time, until the re-encoding starts and ends with the tokens it replaces: its
+        pairs with the tokens outside it are then pairs the pieces' own encodings already had.
+        """
+        eot = self.end_of_text
+        ends = np.flatnonzero(right[:JOIN_TOKENS] == eot) if eot is not None else ()
+        right_end = int(ends[0]) if len(ends) else None  # the document ends there: a boundary
+        for k in range(1, JOIN_TOKENS + 1):
+            a = min(k, len(left))
+            b = min(k, right_end if right_end is not None else len(right))
+            region = [int(t) for t in left[len(left) - a :]] + [int(t) for t in right[:b]]
+            try:
+                text = self._enc.decode_bytes(region).decode("utf-8")
+            except UnicodeDecodeError:  # a character split between tokens: take in more
+                continue
+            new = self._enc.encode_to_numpy(text, disallowed_special=()).astype(np.uint32)
+            left_edge = len(new) > 0 and new[0] == left[len(left) - a]
+            right_edge = (right_end is not None and b == right_end) or (
+                b > 0 and len(new) > 0 and new[-1] == right[b - 1]
+            )
+            if left_edge and right_edge:
+                return left[: len(left) - a], np.concatenate([new, right[b:]]), True
+        return left, right, False
 
     def encode_pieces(self, pieces: Sequence[str]) -> list[np.ndarray]:
         # Like tiktoken's encode_ordinary_batch, but one task per core rather than per piece:
@@ -150,17 +201,52 @@ def encode_threads() -> int:
 _SAFE_CUT = re.compile(r"(?<=\S\n)(?=[^\W_])|(?<=\S)(?= [^\W\d_])")
 
 
+# Also safe: just after a letter or a digit followed by punctuation, a symbol, whitespace or
+# the other of the two (an apostrophe excepted: "'s" joins the word before it in o200k). No
+# pattern's match holds a letter followed by one of those, nor a digit followed by a non-digit,
+# so a match always ends there. This is what cuts a long line without spaces (code, JSON, CSV).
+_WORD_END = (
+    r"(?<=[\p{L}\p{N}])(?=[\p{P}\p{S}\s])(?!')|(?<=\p{L})(?=\p{N})|(?<=\p{N})(?=\p{L})"
+)
+_safe_cut_pattern: Any = None
+
+
+class CutPiece(str):
+    """A piece that ends where no safe point came near (inside one long word: a DNA sequence,
+    a run of digits or of '='): its tokens and the next piece's are joined by join_at_cut."""
+
+
 def split_at_safe_points(text: str, chunk_chars: int) -> Iterator[str]:
-    """Cut text into pieces of about chunk_chars (more where no safe point comes sooner) that
-    tokenize, one by one, exactly as the whole text does; joined they are the text."""
+    """Cut text into pieces of about chunk_chars (at most CUT_SEARCH_CHARS more) that tokenize,
+    one by one, exactly as the whole text does; joined they are the text. Where no safe point
+    comes within CUT_SEARCH_CHARS, the piece is cut at chunk_chars anyway, as a CutPiece."""
+    pattern = _safe_cuts()
     start = 0
     while len(text) - start > chunk_chars:
-        found = _SAFE_CUT.search(text, start + chunk_chars)
-        if found is None:
-            break
-        yield text[start : found.start()]
-        start = found.start()
+        # Searched in a window, not to the end: a text without safe points is not rescanned
+        # for every piece (that made a long line cost its length squared).
+        window_end = start + chunk_chars + CUT_SEARCH_CHARS
+        found = pattern.search(text, start + chunk_chars, window_end)
+        if found is not None:
+            yield text[start : found.start()]
+            start = found.start()
+        elif len(text) > window_end:
+            yield CutPiece(text[start : start + chunk_chars])
+            start += chunk_chars
+        else:
+            break  # the text ends within the window: the rest is one piece
     yield text[start:]
+
+
+def _safe_cuts() -> Any:
+    # The `regex` module (tiktoken's own dependency) for the Unicode classes tiktoken's
+    # patterns use; compiled on first use, as tiktoken is imported.
+    global _safe_cut_pattern
+    if _safe_cut_pattern is None:
+        import regex
+
+        _safe_cut_pattern = regex.compile(f"{_SAFE_CUT.pattern}|{_WORD_END}")
+    return _safe_cut_pattern
 
 
 _split_at_safe_newlines = split_at_safe_points  # its older name
