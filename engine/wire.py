@@ -28,7 +28,9 @@ its own uid (engine/unix_socket.py's check_server, before it sends anything).
 Client to server: `{"cmd": NAME, "id": ID, ...arguments}`; the commands are the
 EngineHandle's (engine/contract.py) with their keyword arguments: pause, resume, checkpoint,
 sample, evaluate, set_lr (lr), scale_lr (factor), stop (checkpoint, reason), rollback
-(lr_factor). `id` is any JSON value the client chooses, echoed in the reply. A client that only watches
+(lr_factor). `id` is any JSON value the client chooses, echoed in the reply. A message is at
+most 32 arrays or objects deep (MAX_DEPTH), its integers at most 4,300 digits (Python's limit);
+any other is refused as malformed. A client that only watches
 sends `{"hello": {"read_only": true}}` first: its commands are then refused. A client hello
 may also say who it is, `{"hello": {"who": "alice@gpu1 (pts/3)"}}`, which others see in
 `viewers` (and `cockpit ps` shows).
@@ -46,6 +48,10 @@ from typing import Any
 PROTOCOL = 1
 SOCKET_NAME = "control.sock"
 MAX_LINE_BYTES = 1 << 20  # a longer line is refused (and the connection closed): not a command
+# Arrays and objects inside one another a message may hold: the deepest record (run_started's
+# config) has a handful; one near Python's recursion limit parses, but its echo (a command's id
+# in the reply) could not be encoded again.
+MAX_DEPTH = 32
 
 # command -> its arguments and their types; a command with other arguments is refused
 COMMANDS: dict[str, dict[str, type]] = {
@@ -86,7 +92,24 @@ def decode(line: bytes) -> dict[str, Any]:
         raise WireError("JSON nested too deep: no message of this protocol is") from None
     if not isinstance(message, dict):
         raise WireError(f"expected a JSON object, got {type(message).__name__}")
+    if _too_deep(message, MAX_DEPTH):
+        raise WireError(f"JSON nested over {MAX_DEPTH} deep: no message of this protocol is")
     return message
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether `value` holds arrays or objects more than `limit` levels deep (walked with a
+    stack, not by recursion: the value may be as deep as the parser allowed)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def command(name: str, id: Any = None, **arguments: Any) -> dict[str, Any]:

@@ -173,9 +173,13 @@ HOSTILE = {
     "a 310-digit integer": b'{"cmd": "set_lr", "id": 1, "lr": ' + b"9" * 310 + b"}",
     "a 5,000-digit integer": b'{"cmd": "set_lr", "id": 2, "lr": ' + b"9" * 5000 + b"}",
     "100k nested brackets": b'{"cmd": "pause", "id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    # parsed (just) in the server's reader thread, but its echo in the reply was too deep for
+    # the writer's thread to encode: it died and the connection closed
+    "an id nested 989 deep": b'{"cmd": "pause", "id": ' + b"[" * 989 + b"]" * 989 + b"}",
 }
-# the reply's id: a line that is not parsed cannot be answered by its own id
-HOSTILE_IDS = {"a 310-digit integer": 1, "a 5,000-digit integer": None, "100k nested brackets": None}
+# the reply's id: a line that is not taken cannot be answered by its own id
+HOSTILE_IDS = {"a 310-digit integer": 1, "a 5,000-digit integer": None,
+               "100k nested brackets": None, "an id nested 989 deep": None}  # fmt: skip
 
 
 def test_huge_numbers_and_deep_nesting_are_refused_in_one_line_and_the_run_goes_on(live) -> None:
@@ -203,6 +207,11 @@ def test_the_refusals_say_what_was_wrong() -> None:
         wire.decode(HOSTILE["a 5,000-digit integer"])
     with pytest.raises(wire.WireError, match="nested too deep"):
         wire.decode(HOSTILE["100k nested brackets"])
+    with pytest.raises(wire.WireError, match=f"nested over {wire.MAX_DEPTH} deep"):
+        wire.decode(b'{"cmd": "pause", "id": ' + b"[" * 100 + b"]" * 100 + b"}")
+    inner = wire.MAX_DEPTH - 1  # the message itself is the first level
+    deep_enough = {"cmd": "pause", "id": json.loads("[" * inner + "]" * inner)}
+    assert wire.decode(json.dumps(deep_enough).encode()) == deep_enough
 
 
 class OneViewerServer:
@@ -280,14 +289,16 @@ def test_ps_reads_a_hello_with_a_huge_number_as_unknown(tmp_path: Path) -> None:
     server.close()
 
 
-# ---------------------------------------------------------------- the final state is the last record
+# ---------------------------------------------------------------- the final state last
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_the_final_state_is_the_last_record_while_viewers_attach_and_command(tmp_path: Path) -> None:
+def test_the_final_state_is_the_last_record_while_viewers_attach_and_command(
+    tmp_path: Path,
+) -> None:
     """Viewers attached (their detach would be recorded when the server closes) and one sending
     commands as fast as it can while the run stops: nothing of theirs is recorded after the end."""
     from engine.presets import load_preset
