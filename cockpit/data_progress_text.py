@@ -29,4 +29,5 @@ def progress_line(ev: DataProgress) -> str:
     if ev.reused:
         return f"data      | {ev.source}: prepared earlier ({ev.tokenizer}), {fmt_int(ev.tokens)} tokens"
     what = "prepared" if ev.done else "preparing"
-    return f"data      | {what} {ev.source} ({ev.tokenizer}): {progress_figures(ev)}"
+    note = f" | {ev.note}" if ev.note else ""  # e.g. waiting for another process, or cuts
+    return f"data      | {what} {ev.source} ({ev.tokenizer}): {progress_figures(ev)}{note}"

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cockpit.data_progress_text import progress_line
 from engine import corpus_reader, prepare_build, prepare_progress, tokenizers
 from engine import data as engine_data
 from engine.config import DataConfig
@@ -154,6 +155,7 @@ def test_a_run_of_one_letter_cut_inside_is_counted_and_noted(
     assert 0 < prepared.meta["unchecked_cuts"] <= prepared.meta["cuts_inside_words"]
     note = events[-1].note
     assert events[-1].done and "could not be checked" in note and "may differ" in note
+    assert note in progress_line(events[-1])  # `cockpit data prepare` prints it too
     assert prepared.tokenizer.decode(all_tokens(prepared)) == "x" + "a" * 2001
 
 
