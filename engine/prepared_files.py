@@ -34,17 +34,46 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 def read_meta(out: Path) -> dict[str, Any] | None:
-    """meta.json if the directory holds a complete preparation of this format, else None."""
+    """meta.json if the directory holds a complete preparation of this format, else None. A
+    meta.json of any other shape than write_meta's (damaged, or written by someone else) is no
+    preparation either: the corpus is prepared again rather than loaded as it says."""
     try:
         meta = json.loads((out / META_FILE).read_text(encoding="utf-8"))
-        itemsize = np.dtype(meta["dtype"]).itemsize
-        complete = (
-            meta["format_version"] == FORMAT_VERSION
-            and (out / TOKENS_FILE).stat().st_size == meta["total_tokens"] * itemsize
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        if not _well_formed(meta):
+            return None
+        expected_bytes = meta["total_tokens"] * np.dtype(meta["dtype"]).itemsize
+        complete = (out / TOKENS_FILE).stat().st_size == expected_bytes
+    except (OSError, ValueError):
         return None
     return meta if complete else None
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _chars_of(tokenizer: dict[str, Any], vocab_size: int) -> bool:
+    """A char tokenizer's characters: one per token id the file may hold."""
+    chars = tokenizer.get("chars")
+    return isinstance(chars, str) and len(chars) == vocab_size
+
+
+def _well_formed(meta: Any) -> bool:
+    """The fields a prepared corpus is loaded by, of the types build_token_file writes: its
+    format, a token count, the token dtype its vocabulary needs, a tokenizer, the source hash."""
+    if not isinstance(meta, dict) or not _is_count(meta.get("vocab_size")):
+        return False
+    tokenizer = meta.get("tokenizer")
+    return (
+        type(meta.get("format_version")) is int
+        and meta["format_version"] == FORMAT_VERSION
+        and _is_count(meta.get("total_tokens"))
+        and meta.get("dtype") == token_dtype(meta["vocab_size"]).name
+        and isinstance(tokenizer, dict)
+        and isinstance(tokenizer.get("name"), str)
+        and (tokenizer["name"] != "char" or _chars_of(tokenizer, meta["vocab_size"]))
+        and isinstance(meta.get("source_sha256"), str)
+    )
 
 
 def has_leftovers(out: Path) -> bool:

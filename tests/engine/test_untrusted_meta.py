@@ -1,0 +1,56 @@
+"""A prepared corpus's meta.json is read, never trusted: JSON of any other shape (a changed
+dtype, a tokenizer that is not one, a count that is not a count) means the corpus is prepared
+again, not loaded as it says or ended in a traceback. The real prepare() on a real corpus (the
+bundled pydoc text) in a temporary cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.data import prepare
+from engine.presets import load_preset
+
+
+def _malformed(good: dict) -> dict[str, dict]:
+    """meta.json variants whose token file still has the size they claim (so only their
+    contents can tell them from a complete preparation)."""
+    total, chars = good["total_tokens"], good["tokenizer"]
+    return {
+        "floats": {**good, "dtype": "float32", "total_tokens": total // 2},
+        "bytes": {**good, "dtype": "uint8", "total_tokens": total * 2},
+        "no tokenizer": {k: v for k, v in good.items() if k != "tokenizer"},
+        "tokenizer a list": {**good, "tokenizer": ["char"]},
+        "chars not text": {**good, "tokenizer": {**chars, "chars": 5}},
+        "fewer chars than ids": {**good, "tokenizer": {**chars, "chars": chars["chars"][:9]}},
+        "count a float": {**good, "total_tokens": float(total)},
+        "no hash": {k: v for k, v in good.items() if k != "source_sha256"},
+    }
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    cache = tmp_path_factory.mktemp("cache")
+    cfg = load_preset("tiny", ["data.source=pydoc"]).data
+    prepare(cfg, cache_dir=cache)
+    [out] = [p for p in cache.iterdir() if (p / "meta.json").exists()]
+    return cache, out, json.loads((out / "meta.json").read_text())
+
+
+CASES = list(_malformed({"total_tokens": 2, "tokenizer": {"chars": ""}}))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_malformed_corpus_meta_is_prepared_again(prepared, case) -> None:
+    cache, out, good = prepared
+    (out / "meta.json").write_text(json.dumps(_malformed(good)[case]))
+    cfg = load_preset("tiny", ["data.source=pydoc"]).data
+    data = prepare(cfg, cache_dir=cache)  # no traceback, no float tokens
+    assert data.train.dtype == np.dtype("<u2")
+    assert data.tokenizer.vocab_size == good["vocab_size"]
+    assert len(data.train) + len(data.val) == good["total_tokens"]
+    again = json.loads((out / "meta.json").read_text())
+    assert again["dtype"] == "uint16" and again["tokenizer"] == good["tokenizer"]
