@@ -11,6 +11,7 @@ The parent is never touched.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.subcommands.options import add_set_option
+from engine.files import DIR_MODE, atomic_write_text, create_new
 
 NAME = "fork"
 HELP = "start a new run from one of a run's checkpoints with changed settings (a branch)"
@@ -112,13 +114,13 @@ def make_fork(
         raise ForkError(f"{branch} exists already; pick another with --run-dir")
     made = False
     try:
-        branch.mkdir(parents=True)
+        branch.mkdir(mode=DIR_MODE, parents=True)  # never 0777, whatever the umask
         made = True
         _link(source, branch / source.name)
         _copy_history(parent / "metrics.jsonl", branch / "metrics.jsonl", step, on_damaged)
         record = {"parent": str(parent.resolve()), "checkpoint": source.name, "step": step,
                   "overrides": list(overrides), "time": time.time()}  # fmt: skip
-        (branch / FORK_FILE).write_text(json.dumps(record, indent=2))
+        atomic_write_text(branch / FORK_FILE, json.dumps(record, indent=2))
     except OSError as e:  # a read-only or full disk: nothing half-made is left to list
         if made:
             shutil.rmtree(branch, ignore_errors=True)
@@ -185,7 +187,7 @@ def _copy_history(
 
     if not parent_metrics.exists():
         return
-    with branch_metrics.open("w", encoding="utf-8") as out:
+    with io.TextIOWrapper(create_new(branch_metrics), encoding="utf-8") as out:
         for record in read_records(parent_metrics, on_damaged):
             at = record.get("step")
             if record.get("kind") == "run_started" or (isinstance(at, int) and at <= step):
