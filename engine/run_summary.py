@@ -243,17 +243,22 @@ def read_summary(run_dir: Path, write_back: bool = True) -> RunSummary:
 
 def fork_parent(run_dir: Path) -> dict[str, Any] | None:
     """{"run": the parent's directory, "step": where it branched} of a `cockpit fork` branch
-    (its fork.json), or None."""
+    (its fork.json), or None; also for a fork.json not of `cockpit fork`'s shape (damaged or
+    edited: it names no parent, and the run lists as itself)."""
     try:
         fork = json.loads((run_dir / "fork.json").read_text())
-        made = fork.get("time")
-        return {
-            "run": str(fork["parent"]),
-            "step": int(fork["step"]),
-            "time": float(made) if isinstance(made, (int, float)) else None,
-        }
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         return None
+    if not isinstance(fork, dict):
+        return None
+    parent, step, made = fork.get("parent"), fork.get("step"), fork.get("time")
+    if not isinstance(parent, str) or type(step) is not int or step < 0:
+        return None
+    # JSON numbers may be any size: a time is a finite float or nothing
+    when = made if type(made) is float and math.isfinite(made) else None
+    if type(made) is int and abs(made) < 2**53:
+        when = float(made)
+    return {"run": parent, "step": step, "time": when}
 
 
 def load_summary_file(run_dir: Path) -> RunSummary | None:

@@ -54,3 +54,50 @@ def test_a_malformed_corpus_meta_is_prepared_again(prepared, case) -> None:
     assert len(data.train) + len(data.val) == good["total_tokens"]
     again = json.loads((out / "meta.json").read_text())
     assert again["dtype"] == "uint16" and again["tokenizer"] == good["tokenizer"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from engine.trainer import Trainer
+
+    run_dir = tmp_path_factory.mktemp("run") / "run"
+    small = ["model.n_layer=1", "model.n_embd=16", "train.batch_size=4", "train.max_steps=2",
+             "eval.interval=0", "sample.interval=0", "checkpoint.interval=0"]  # fmt: skip
+    assert Trainer(load_preset("tiny", small), run_dir=run_dir, sinks=[], telemetry=False).run() == "finished"
+    return run_dir
+
+
+BAD_FORKS = {
+    "list": "[]",
+    "string": '"a branch"',
+    "huge step": '{"parent": "p", "step": 1e400}',
+    "parent a dict": '{"parent": {"a": 1}, "step": 2}',
+    "negative step": '{"parent": "p", "step": -3}',
+    "step a bool": '{"parent": "p", "step": true}',
+}
+
+
+@pytest.mark.parametrize("fork", list(BAD_FORKS.values()), ids=list(BAD_FORKS))
+def test_a_malformed_fork_json_is_no_parent_and_the_run_still_lists(finished_run, tmp_path, fork) -> None:
+    import shutil
+
+    from engine.run_summary import SUMMARY_NAME, read_summary
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    (run_dir / SUMMARY_NAME).unlink()
+    (run_dir / "fork.json").write_text(fork)
+    summary = read_summary(run_dir)
+    assert summary.facts["parent"] is None
+    assert summary.facts["step"] == 2 and summary.facts["last_state"] == "finished"
+
+
+def test_a_fork_json_with_a_time_no_float_holds_keeps_its_parent(finished_run, tmp_path) -> None:
+    import shutil
+
+    from engine.run_summary import read_summary
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    (run_dir / "fork.json").write_text('{"parent": "p", "step": 1, "time": 1' + "0" * 400 + "}")
+    assert read_summary(run_dir).facts["parent"] == {"run": "p", "step": 1, "time": None}
