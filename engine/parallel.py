@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -29,25 +29,62 @@ FSDP_OPTIMIZERS = ("adamw", "lion")
 class ParallelPlan:
     mode: str  # "single", "ddp" or "fsdp"
     micro_steps: int  # micro-batches per optimizer step on each rank
+    micro_batch: int = 0  # sequences in each of them (0: train.batch_size)
+    note: str = ""  # how the step was shared when the micro-batch had to be split
+
+
+def share_step(batch: int, accum: int, ranks: int) -> tuple[int, int] | None:
+    """(micro-steps, micro-batch) for each of `ranks` ranks so that together they take the
+    step's batch x accum sequences: the accumulation shared when it divides, else the fewest
+    micro-steps whose micro-batch divides (the largest micro-batch); None if the step's
+    sequences cannot be shared equally at all."""
+    if accum % ranks == 0:
+        return accum // ranks, batch
+    sequences = batch * accum
+    if sequences % ranks:
+        return None
+    per_rank = sequences // ranks
+    steps = next(m for m in range(-(-accum // ranks), per_rank + 1) if per_rank % m == 0)
+    return steps, per_rank // steps
+
+
+def per_rank_batch(cfg: RunConfig, world_size: int) -> RunConfig:
+    """The config as each rank trains it, for the memory plan: where the ranks share a step by
+    splitting its micro-batch (share_step), the smaller micro-batch, the same tokens a step."""
+    t = cfg.train
+    shared = share_step(t.batch_size, t.grad_accum, world_size) if world_size > 1 else None
+    if shared is None or shared[1] == t.batch_size:
+        return cfg
+    steps, batch = shared
+    return replace(cfg, train=replace(t, batch_size=batch, grad_accum=steps * world_size))
 
 
 def parallel_plan(cfg: RunConfig, world: World, fits_one_device: bool = True) -> ParallelPlan:
-    """The mode this run trains in and each rank's share of the gradient accumulation, so that
+    """The mode this run trains in and each rank's share of the step's sequences, so that
     the effective batch (`tokens_per_step`) is the same at every world size."""
-    accum, n = cfg.train.grad_accum, world.world_size
+    accum, n, batch = cfg.train.grad_accum, world.world_size, cfg.train.batch_size
     if not world.distributed:
-        return ParallelPlan("single", accum)
-    if accum % n:
-        shared = accum + (-accum) % n  # the next multiple of the world size
-        batch = cfg.train.batch_size
+        return ParallelPlan("single", accum, batch)
+    shared = share_step(batch, accum, n)
+    if shared is None:
+        multiple = accum + (-accum) % n  # the next multiple of the world size
         keep = (
-            f" --set train.batch_size={batch * accum // shared} (the same batch)"
-            if (batch * accum) % shared == 0
+            f" --set train.batch_size={batch * accum // multiple} (the same batch)"
+            if (batch * accum) % multiple == 0
             else ""
         )
         raise ConfigError(
-            f"train.grad_accum={accum} cannot be shared by {n} ranks (each takes grad_accum/{n} "
-            f"micro-batches of a step); use --set train.grad_accum={shared}{keep}"
+            f"train.grad_accum={accum} cannot be shared by {n} ranks (nor can a step's "
+            f"{batch * accum} sequences, train.batch_size x grad_accum, be split in {n} "
+            f"equal micro-batches); use --set train.grad_accum={multiple}{keep}"
+        )
+    micro_steps, micro_batch = shared
+    note = ""
+    if micro_batch != batch:
+        note = (
+            f"train.grad_accum={accum} cannot be shared by {n} ranks: each rank takes "
+            f"{micro_steps} micro-batch{'es' if micro_steps > 1 else ''} of {micro_batch} "
+            f"sequences instead of {accum} of {batch} (the same {batch * accum} sequences a step)"
         )
     mode = cfg.train.parallel
     if mode == "auto":
@@ -60,7 +97,7 @@ def parallel_plan(cfg: RunConfig, world: World, fits_one_device: bool = True) ->
             f"{cfg.optim.name} needs whole matrices; use --set optim.name=adamw (or lion), "
             "or train.parallel=ddp"
         )
-    return ParallelPlan(mode, accum // n)
+    return ParallelPlan(mode, micro_steps, micro_batch, note)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from engine.log_sinks import log_sinks, summary_writer_class
 from engine.metrics_log import read_history
 from engine.model import GPT
 from engine.optim import build_optimizer
-from engine.parallel import parallel_plan, wrap_for_training
+from engine.parallel import parallel_plan, per_rank_batch, wrap_for_training
 from engine.plan import plan_memory
 from engine.plan_fixes import check_fits
 from engine.resume import plan_resume
@@ -92,6 +92,7 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
         summary_writer_class()  # a missing package refused before anything is on disk
     run.dtype = select_dtype(cfg.train.dtype, run.device)
     allow_tf32(run.device)
+    apply_threads(cfg.train.threads, run.device.type)  # on the training thread (engine/threads.py)
     random.seed(cfg.train.seed)
     np.random.seed(cfg.train.seed)
     torch.manual_seed(cfg.train.seed)
@@ -114,11 +115,14 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     capacity = device_capacity(run.device)
     fits_alone = plan_memory(cfg, vocab, run.device.type, capacity).fits
     run.parallel = parallel_plan(cfg, run.world, fits_one_device=fits_alone)
+    if run.parallel.note:
+        run.resume_notes.append(run.parallel.note)  # RunStarted's notes: said at the start
     # per device, with this world's sharding (FSDP) or gradient buckets (DDP)
     planned_as = run.parallel.mode if run.world.world_size > 1 else "single"  # a world of one
     run.memory_plan = check_fits(
-        cfg, vocab, run.device.type, capacity, run.world.world_size, planned_as
-    )
+        per_rank_batch(cfg, run.world.world_size), vocab, run.device.type, capacity,
+        run.world.world_size, planned_as,
+    )  # fmt: skip
     # every rank builds the same initial weights from the same seed
     run.model = GPT(cfg.model, vocab).to(run.device)
     if run.parallel.mode == "fsdp":
@@ -131,7 +135,7 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     run.train_batches = BatchSampler(
         run.data.train,
         cfg.model.block_size,
-        cfg.train.batch_size,
+        run.parallel.micro_batch,  # train.batch_size, or its share when split over the ranks
         run.device,
         rank_seed(cfg.train.seed, run.world.rank),  # each rank its own batches
     )

@@ -29,6 +29,7 @@ from engine.command_handler import CommandHandler
 from engine.command_queue import CommandQueue
 from engine.config import ConfigError, RunConfig
 from engine.data_errors import DataError, PreparationStopped
+from engine.disk_full import DiskWait
 from engine.distributed import World, is_collective_failure, mean_over_ranks
 from engine.events import Alert, Eval, Event, EventQueue, RunState, StateChanged
 from engine.fault_handler import FaultHandler
@@ -86,7 +87,9 @@ class Trainer:
         self.resume_notes: list[str] = []  # what the resume changed or kept (RunStarted.notes)
         self._already_finished: str | None = None  # resuming a run that has nothing left to do
         self.events = EventQueue(event_capacity)
-        self.metrics = MetricsWriter()  # opened once the run has a directory (_setup)
+        # opened once the run has a directory (_setup); a write that fails (a full disk) keeps
+        # its records and queues the pause (engine/disk_full.py)
+        self.metrics = MetricsWriter(on_failure=lambda: self._commands.put("disk_full"))
         self.sinks = [self.metrics, *sinks] if self.world.is_main else list(sinks)
         # every rank's readings and step times, gathered by rank 0 (engine/rank_report.py)
         self.rank_report = RankReporter(self.world)
@@ -117,6 +120,7 @@ class Trainer:
         )
         self.rollbacks = 0
         self.faults = FaultHandler(self)  # anomalies, rollbacks, OOM (engine/fault_handler.py)
+        self.disk = DiskWait(self)  # paused for a full disk, retrying (engine/disk_full.py)
 
     # ------------------------------------------------------------------ commands (any thread)
     def pause(self) -> None:

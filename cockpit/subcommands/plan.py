@@ -122,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
     vocab, how = vocab_size_for(cfg, args.data)
     fits_alone = bool(plan_memory(cfg, vocab, device_type, capacity).fits)
     parallel = resolve_world(cfg, nproc, mode, fits_alone)
+    from engine.parallel import per_rank_batch
+
+    cfg = per_rank_batch(cfg, nproc)
     plan = plan_memory(cfg, vocab, device_type, capacity, nproc, parallel)
     fixes = suggest_fixes(cfg, vocab, device_type, capacity, nproc, parallel)
     print(format_plan(cfg, plan, fixes))

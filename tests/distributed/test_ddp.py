@@ -33,6 +33,19 @@ def test_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_path: Path
     assert_gradients_match_one_process(run_dir)
 
 
+def test_a_step_of_one_micro_batch_is_split_over_the_ranks_with_a_note(tmp_path: Path) -> None:
+    # grad_accum=1 (nanogpt-cpu's) at world 2: each rank takes half the micro-batch (was refused)
+    run_dir = tmp_path / "run"
+    checked(run(*TINY, "--set", "train.grad_accum=1", "--set", "train.max_steps=2",
+                "--run-dir", str(run_dir), GRAD_CHECK="1"))  # fmt: skip
+    for rank in (0, 1):
+        (x, _), = torch.load(run_dir / f"grads-{rank}.pt", weights_only=True)["batches"]
+        assert x.shape[0] == 2  # 2 of the step's 4 sequences
+    assert_gradients_match_one_process(run_dir)  # the same step as one process on all 4
+    notes = records(run_dir / "metrics.jsonl", "run_started")[-1]["notes"]
+    assert any("each rank takes 1 micro-batch of 2 sequences instead of 1 of 4" in n for n in notes), notes
+
+
 def test_every_rank_ends_with_the_same_weights_and_the_loss_of_one_process(tmp_path: Path) -> None:
     steps = ["--set", "train.max_steps=40"]
     checked(run(*TINY, *steps, "--run-dir", str(tmp_path / "two")))

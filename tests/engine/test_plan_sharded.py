@@ -150,7 +150,8 @@ def test_auto_shards_what_does_not_fit_one_device(capsys):
     ("extra", "words"),
     [
         (["--nproc", "3"], ["train.grad_accum=32 cannot be shared by 3 ranks", "--set train.grad_accum=33"]),
-        (["--nproc", "64"], ["--set train.grad_accum=64 --set train.batch_size=8"]),
+        # 64 ranks now split the step's 512 sequences (8 each); 5 cannot
+        (["--nproc", "5"], ["train.grad_accum=32 cannot be shared by 5 ranks", "--set train.grad_accum=35"]),
         (["--nproc", "0"], ["--nproc '0'", "like 8"]),
         (["--nproc", "two"], ["--nproc 'two'", "like 8"]),
         (["--nproc", "2", "--parallel", "zero"], ["--parallel 'zero'", "ddp, fsdp, auto"]),
@@ -223,3 +224,10 @@ def test_fsdp2_allocates_what_the_plan_says_on_rank_0(tmp_path):
     expected = [plan.weights, plan.gradients, plan.optimizer]
     assert ranks[0] == expected
     assert all(a <= b for a, b in zip(ranks[1], expected, strict=True))
+
+
+def test_a_grad_accum_the_ranks_cannot_share_is_planned_as_a_split_micro_batch(capsys):
+    # nanogpt-cpu: one micro-batch of 12 a step; at 2 ranks each trains one of 6 (was refused)
+    assert main(["plan", "--preset", "nanogpt-cpu", "--nproc", "2", "--device-memory", "8GB"]) == 0
+    out = capsys.readouterr().out
+    assert "each 1 of the 2 micro-batches of 6 x 64 tokens: 768 tokens per optimizer step" in out
