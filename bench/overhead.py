@@ -253,6 +253,7 @@ class FrozenTrainer:
 
     resume_from = None  # a fresh run (the catch-all below would answer with a function)
     run_dir = "/tmp/x"
+    replayed_until = 0.0  # its history is drawn as live steps, as before
 
     def __init__(self, steps: int) -> None:
         cfg = load_preset("nanogpt-cpu", [f"train.max_steps={steps * 2}"])

@@ -32,10 +32,11 @@ class Anomaly:
     fault: str  # what went wrong, in the engine's words, without its advice
     message: str  # the engine's whole message
     loss: float | None  # the loss of the faulty step, when the message gives it
+    step: int = 0  # the run's newest step when it was reported: a step past it trained on
 
     @classmethod
-    def from_message(cls, code: str, message: str) -> Anomaly:
-        return cls(code, fault_of(message), message, loss_in(message))
+    def from_message(cls, code: str, message: str, step: int = 0) -> Anomaly:
+        return cls(code, fault_of(message), message, loss_in(message), step)
 
 
 def fault_of(message: str) -> str:

@@ -199,11 +199,14 @@ class MainScreen(Screen[None]):
     # event routing --------------------------------------------------------------------------------
     def route(self, ev: Event) -> None:
         app = self.cockpit
-        # A resumed run replays its past (steps, evals, LR changes, samples, checkpoints) right
-        # after RunStarted, with their original timestamps: draw them, but do not announce them
-        # again nor count them in the current session's speed.
+        # The run's past is drawn, never announced again (no toast, no notice) nor counted in
+        # the current session's speed: a resumed run's history, replayed right after its
+        # RunStarted with the original timestamps, and whatever the engine handle says it
+        # replayed (a finished run's files, RunStarted too; an attach's replay).
         info = app.view.info
-        history = info is not None and ev.time < info.time
+        trainer = app.trainer
+        replayed_until = trainer.replayed_until if trainer is not None else 0.0
+        history = (info is not None and ev.time < info.time) or ev.time <= replayed_until
         if isinstance(ev, Step):
             self._on_step(ev, history)
             return
@@ -225,7 +228,7 @@ class MainScreen(Screen[None]):
                 self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
             case RunStarted():
                 self.data_panel.finish()  # prepared: the run's panels take over
-                app.run_started(ev)
+                app.run_started(ev, announce=not history)
             case StateChanged():
                 if ev.state in RunState.ENDED:
                     self.data_panel.finish()  # stopped or failed while preparing
@@ -252,7 +255,7 @@ class MainScreen(Screen[None]):
             case Alert():
                 if ev.code == "rollback" and ev.level == "info":
                     self.loss_panel.add_marker(ev.step, "rollback")
-                app.alert_raised(ev)
+                app.alert_raised(ev, announce=not history)
         if isinstance(ev, (StateChanged, Alert)) and not history:
             app.notice(ev)  # finished, failed, paused on a fault: a desktop notification
 
@@ -261,6 +264,12 @@ class MainScreen(Screen[None]):
         view = app.view
         if not history:
             app.stall_watch.step(ev, app.clock())
+        if view.anomaly is not None and ev.step > view.anomaly.step:
+            # the run trained on past the fault (resumed; in a replay, the steps after it): the
+            # fault is behind it, and so is what the alert line says of it
+            if view.alert and (view.alert[0] == "nan" or view.anomaly.fault in view.alert[1]):
+                view.alert = None
+            view.anomaly = None
         view.step = ev.step
         view.grad_norm = ev.grad_norm
         if not history:  # a replayed step's speed is the last session's, not this one's

@@ -30,6 +30,10 @@ WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
 NOTICE_MAX_AGE_S = 30.0  # older events (an attach's replay of the run's present) notify nobody
 
 
+def _drawn_only(*_args: object, **_kwargs: object) -> None:
+    """In place of `notify` for what is from the run's past: drawn, not toasted."""
+
+
 class RunEvents(_AppBase):
     """`CockpitApp`'s handlers for the run-wide events, its alert and its status line."""
 
@@ -44,7 +48,9 @@ class RunEvents(_AppBase):
     notifier: Notifier
     stall_watch: StallWatch
 
-    def run_started(self, ev: RunStarted) -> None:
+    def run_started(self, ev: RunStarted, announce: bool = True) -> None:
+        """`announce=False` for a RunStarted from the run's past (a finished run's files, an
+        attach's replay): its resume is old news, drawn, not toasted."""
         self.view.info = ev
         self.preset = ev.preset or self.preset
         self.view.max_steps = ev.max_steps
@@ -62,6 +68,8 @@ class RunEvents(_AppBase):
             self.view.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
             # what the resume changed, set aside or kept (also in metrics.jsonl and headless)
             notes = tuple(getattr(ev, "notes", ()) or ())
+            if not announce:
+                return
             self.notify(
                 "\n".join((f"from {ev.resumed_from}", *(f"• {n}" for n in notes))),
                 title=f"Resumed at step {fmt_int(ev.start_step)}",
@@ -138,41 +146,50 @@ class RunEvents(_AppBase):
         if self.view.anomaly is not None:  # the banner names the checkpoint r goes back to
             self._set_alert("nan", self._anomaly_banner())
 
-    def alert_raised(self, ev: Alert) -> None:
+    def alert_raised(self, ev: Alert, announce: bool = True) -> None:
+        """`announce=False` for an alert from the run's past (a finished run's files, an
+        attach's replay): drawn (the banner, the markers) but not toasted; a past warning or
+        error leaves the alert line as the steps after it are drawn."""
         code = getattr(ev, "code", "")
         step = f" at step {fmt_int(ev.step)}" if ev.step else ""
+        notify = self.notify if announce else _drawn_only
         if code in ANOMALY_CODES and ev.level in ("error", "warning"):
             # The banner names the real fault and offers what works in the state the run is in
-            # (paused, rolling back, given up): it is rebuilt as that state arrives.
-            self.view.anomaly = Anomaly.from_message(code, ev.message)
+            # (paused, rolling back, given up): it is rebuilt as that state arrives, and goes
+            # once the run trains past it (MainScreen._on_step).
+            self.view.anomaly = Anomaly.from_message(code, ev.message, max(self.view.step, ev.step))
             if ev.level == "warning":  # unattended: the engine rolls back on its own
                 self._set_alert("warning", f"⚠ {self.view.anomaly.fault}: rolling back...")
             else:
                 self._set_alert("nan", self._anomaly_banner())
             title = "Loss spike" if code == "spike" else "Not a number"
-            self.notify(ev.message, title=f"{title}{step}", severity="error", timeout=10)
+            notify(ev.message, title=f"{title}{step}", severity="error", timeout=10)
         elif code == "rollback" and ev.level == "info":
             fault = self.view.anomaly.fault if self.view.anomaly is not None else ""
             self.view.anomaly = None
             text = f"↺ {fault} → {ev.message}" if fault else f"↺ {ev.message}"
             self._set_alert("warning", text, ttl=WARNING_TTL_STEPS, at_step=ev.step)
             # the alert line's 200 steps can pass in a second on a small model: a toast stays
-            self.notify(ev.message, title="Rolled back", timeout=6)
+            notify(ev.message, title="Rolled back", timeout=6)
         elif code == "rollback":  # e.g. nothing to roll back to: a short notice, not a banner
-            self.notify(ev.message, title="Roll back", severity="warning", timeout=5)
+            notify(ev.message, title="Roll back", severity="warning", timeout=5)
             if self.view.anomaly is not None:  # not "rolling back..." any more
                 self._set_alert("nan", self._anomaly_banner())
         elif ev.level == "error":
             if code == "disk":
                 self.view.checkpoint_pending = False  # that save failed: c may try again
-            self._set_alert("error", f"✗ {ev.message}")
-            self.notify(ev.message, title="Error", severity="error", timeout=10)
+            if announce:
+                self._set_alert("error", f"✗ {ev.message}")
+            else:  # from the past: until the run went on past it
+                self._set_alert("error", f"✗ {ev.message}", WARNING_TTL_STEPS, ev.step or None)
+            notify(ev.message, title="Error", severity="error", timeout=10)
         elif ev.level == "warning":
             if not self.view.alert or self.view.alert[0] not in ("error", "nan"):
-                self._set_alert("warning", f"⚠ {ev.message}{step}", ttl=WARNING_TTL_STEPS)
-            self.notify(ev.message, title="Warning", severity="warning", timeout=6)
+                at = None if announce else ev.step or None  # one from the past: from its step
+                self._set_alert("warning", f"⚠ {ev.message}{step}", WARNING_TTL_STEPS, at)
+            notify(ev.message, title="Warning", severity="warning", timeout=6)
         else:
-            self.notify(ev.message, timeout=4)
+            notify(ev.message, timeout=4)
 
     # notifications -------------------------------------------------------------------------------
     def notice(self, ev: Event) -> None:

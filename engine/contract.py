@@ -41,6 +41,14 @@ class EngineHandle(Protocol):
         ...
 
     @property
+    def replayed_until(self) -> float:
+        """The newest time (the run's clock) of the run's past as replayed to this viewer: an
+        event at or before it happened before the viewer saw the run (a finished run's files,
+        an attach's replay), so it is drawn, never announced. 0.0 where nothing is replayed but
+        a resume's history, which is older than its RunStarted."""
+        ...
+
+    @property
     def dropped_events(self) -> int:
         """Events the bounded queue dropped, oldest first, because nobody drained it in time
         (they are still in `metrics.jsonl`)."""

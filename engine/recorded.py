@@ -30,6 +30,9 @@ class RecordedRun:
         self.reason = replay.reason
         self._lock = threading.Lock()  # commands may come from any thread
         self._pending: list[Event] = _whole_training_time(list(replay.events), self.run_dir)
+        # all of the replay is the run's past, its RunStarted (the newest of it) too; only the
+        # refusals of commands are news
+        self.replayed_until = max((e.time for e in self._pending), default=0.0)
 
     @property
     def state(self) -> str:

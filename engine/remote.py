@@ -82,6 +82,7 @@ class RemoteEngine:
         self._last_time = 0.0  # the newest event time received (a resync replays up to here)
         self._resync_after: float | None = None  # in a resync's replay: skip events up to this
         self.live = False  # the replay is over: what comes now happens now
+        self.replayed_until = 0.0  # EngineHandle: the newest time of the replay, once it is over
         self.unreadable_records = 0  # lines skipped: not JSON, too long, or of an unknown kind
         self._sock = connect_run(self.socket_path, connect_timeout_s)
         self._reader = LineReader(self._sock)
@@ -241,6 +242,8 @@ class RemoteEngine:
     def _handle(self, record: dict[str, Any]) -> None:
         kind = record.get("kind")
         if kind == "live":
+            if not self.replayed_until:  # the first replay's end (a resync's is news missed)
+                self.replayed_until = self._last_time
             self.live = True
         elif kind == "reply":
             self._handle_reply(record)

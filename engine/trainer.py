@@ -53,6 +53,7 @@ MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times
 class Trainer:
     outlives_viewer = False  # inside the app: leaving the app stops the run (EngineHandle)
     read_only = False  # the app may command it
+    replayed_until = 0.0  # a resume's history is older than its RunStarted (EngineHandle)
 
     def __init__(
         self,

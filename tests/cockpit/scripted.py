@@ -345,6 +345,7 @@ class ScriptedTrainer:
 
     outlives_viewer = False
     read_only = False
+    replayed_until = 0.0  # as the in-process engine: a resume's history predates RunStarted
 
     def __init__(
         self,

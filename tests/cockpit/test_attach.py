@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from live_process import LiveRun
-from pilot import TINY, real_app, run_pilot, status_text, wait_for_engine
+from pilot import TINY, Toasts, real_app, run_pilot, status_text, wait_for_engine
 
 from cockpit.screens import ChoiceScreen
 from cockpit.subcommands.attach import attached_app
@@ -75,6 +75,29 @@ def test_attach_steer_detach_and_attach_again(live: LiveRun) -> None:
     first_x, scale = run_pilot(again, second, size=SIZE)
     assert first_x <= 2  # the curve starts at the run's first steps
     assert scale == pytest.approx(1.25)  # the LR change is part of what a new viewer sees
+
+
+def test_attaching_draws_the_runs_past_and_announces_none_of_it(live: LiveRun) -> None:
+    other = RemoteEngine(live.run_dir, who="bob@gpu1 (pts/9)")
+    other.checkpoint()  # before this viewer came: a manual checkpoint and an LR change
+    live.wait_for_record("checkpoint", reason="manual")
+    other.scale_lr(0.5)
+    live.wait_for_record("lr_changed")
+    other.close()
+    toasts = Toasts()
+    app = attached_app(RemoteEngine(live.run_dir))
+
+    async def scenario(pilot) -> list[str]:
+        await wait_for_engine(pilot, lambda: app.view.step > 0 and app.view.last_checkpoint is not None)
+        await wait_for_engine(pilot, lambda: app.lr_panel.scale == pytest.approx(0.5))  # drawn
+        past = [t.title for t in toasts]
+        await pilot.press("c")  # news: announced
+        await wait_for_engine(pilot, lambda: any(t.title.startswith("Checkpoint") for t in toasts))
+        app.detach()
+        return past
+
+    past = run_pilot(app, scenario, size=SIZE, toasts=toasts)
+    assert not [t for t in past if t.startswith(("Checkpoint", "LR changed", "Resumed"))], past
 
 
 def test_two_viewers_see_each_others_commands(live: LiveRun) -> None:

@@ -53,7 +53,9 @@ def test_the_protocol_has_the_members_the_app_uses() -> None:
         "pause", "resume", "checkpoint", "set_lr", "scale_lr", "sample", "evaluate", "stop",
         "rollback", "drain_events", "run",
     }  # fmt: skip
-    assert set(PROPERTIES) == {"state", "dropped_events", "outlives_viewer", "read_only"}
+    assert set(PROPERTIES) == {
+        "state", "dropped_events", "outlives_viewer", "read_only", "replayed_until"
+    }  # fmt: skip
 
 
 def test_fake_engines_cover_the_pilot_tests_variants() -> None:

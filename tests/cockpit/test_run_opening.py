@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pilot import Toasts, alert_text, run_pilot, wait_for, wait_for_engine
+from pilot import TINY, Toasts, alert_text, run_pilot, wait_for, wait_for_engine
 from run_dirs import three_runs, write_run
 from scripted import ScriptedFactory
 from textual.pilot import Pilot
@@ -163,6 +163,62 @@ def finished_tiny_run(tmp_path: Path) -> Path:
     )
     assert (run_dir / "ckpt-00000020.pt").exists()
     return run_dir
+
+
+@pytest.fixture
+def rolled_back_run(tmp_path: Path) -> Path:
+    """A real `tiny` run (made smaller) that met a NaN at step 15, rolled back on its own to
+    the checkpoint of step 10 (unattended), trained on to 30 and finished; then resumed from 30
+    to 36."""
+    import torch
+
+    from cockpit.cli import resume_trainer, train_arguments
+    from engine.presets import load_preset
+    from engine.trainer import Trainer
+
+    run_dir = tmp_path / "recovered"
+    sets = [*TINY, "train.max_steps=30", "checkpoint.interval=10", "train.on_anomaly=rollback"]
+    trainer = Trainer(load_preset("tiny", sets), run_dir=run_dir, telemetry=False, interactive=False)
+    setup = trainer._setup
+
+    def poisoned_setup() -> None:  # the 15th forward's loss is NaN
+        setup()
+        forward, calls = trainer.forward, []
+
+        def poisoned(x: torch.Tensor, y: torch.Tensor | None = None) -> Any:
+            calls.append(1)
+            logits, loss = forward(x, y)
+            return logits, loss * float("nan") if len(calls) == 15 else loss
+
+        trainer.forward = poisoned
+
+    trainer._setup = poisoned_setup
+    assert trainer.run() == "finished" and trainer.rollbacks == 1
+    resumed = resume_trainer(train_arguments(no_telemetry=True), str(run_dir), ["train.max_steps=36"])
+    assert resumed.run() == "finished"
+    return run_dir
+
+
+def test_a_finished_run_s_view_draws_its_past_and_announces_none_of_it(
+    rolled_back_run: Path,
+) -> None:
+    app = recorded_app(rolled_back_run)
+    toasts = Toasts()
+    records = [json.loads(line) for line in (rolled_back_run / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "alert" and r.get("code") == "rollback" for r in records)
+
+    async def scenario(pilot: Pilot) -> str:
+        await wait_for(pilot, lambda: app.state == "finished" and app.view.step == 36)
+        app.pump(force=True)
+        await pilot.pause()
+        return alert_text(app)
+
+    banner = run_pilot(app, scenario, size=SIZE, toasts=toasts)
+    assert [t.title for t in toasts] == [], [(t.title, t.message) for t in toasts]
+    assert "not finite" not in banner and "roll" not in banner, banner  # the fault is behind it
+    assert "finished at step 36" in banner
+    assert app.view.anomaly is None
+    assert app.loss_panel.markers  # drawn: the rollback and its LR change are on the curve
 
 
 def real_recorded_app(run_dir: Path) -> CockpitApp:
