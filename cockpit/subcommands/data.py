@@ -266,15 +266,18 @@ def _tokens_cell(corpus: Any) -> str:
 def ls_rows(corpora: list[Any]) -> list[list[str]]:
     """The table's cells, header first; a corpus that is not ready says why in place of its
     source (an interrupted preparation has no figures to show)."""
+    from cockpit.subcommands.ps import printable  # meta.json's text is anyone's: no escapes
+
     rows = [["NAME", "TOKENIZER", "TOKENS (TRAIN/VAL)", "DOCS", "SIZE", "PREPARED", "SOURCE"]]
     for c in corpora:
         source = c.source or "-"
         if not c.complete:
             source = f"{c.status}: {c.source}" if c.source else c.status
-        rows.append([
+        cells = [
             c.name, c.tokenizer or "-", _tokens_cell(c), _count(c.documents),
             _size(c.disk_bytes), _when(c.prepared_at), source,
-        ])  # fmt: skip
+        ]  # fmt: skip
+        rows.append([printable(cell) for cell in cells])
     return rows
 
 

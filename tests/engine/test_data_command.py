@@ -124,6 +124,19 @@ def test_meta_json_of_another_format_is_read_tolerantly(cache: Path):
     assert "12,345" in row and "2026-11-30 10:20" in row and "17" in row
 
 
+def test_ls_prints_no_terminal_escapes_from_a_meta_json(cache: Path):
+    # a shared cache's meta.json is anyone's to write: its text reaches the table, not the terminal
+    entry = cache / "pydoc-char-0123456789ab"
+    entry.mkdir(parents=True)
+    escape = "\x1b]0;owned\x07\x1b[2J"
+    meta = {"source": f"folder {escape}", "tokenizer": {"name": f"char{escape}"},
+            "prepared_at": f"2026-11-30{escape}", "total_tokens": 3}  # fmt: skip
+    (entry / "meta.json").write_text(json.dumps(meta))
+    out = cockpit("data", "ls", cache=cache).stdout
+    assert "\x1b" not in out and "\x07" not in out
+    assert "folder ?]0;owned??[2J" in out
+
+
 def test_a_corpus_being_prepared_is_listed_as_such_and_not_removed(cache: Path):
     import fcntl
 
