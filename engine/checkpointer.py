@@ -15,6 +15,7 @@ import torch
 
 from engine import checkpoint as ckpt
 from engine.best import is_new_best
+from engine.disk_full import write_failure
 from engine.distributed import from_main, rank_seed
 from engine.events import CheckpointSaved, RunState
 from engine.optim import build_optimizer
@@ -52,11 +53,34 @@ class Checkpointer:
         else:
             self.save("manual")
 
-    def save(self, reason: str) -> Path | None:
-        """Write a checkpoint; a failure (full disk...) is an alert, never a lost run."""
+    def save(self, reason: str, *, ending: bool = False, wait: bool = True) -> Path | None:
+        """Write a checkpoint and go back to the state before it; a failure (a full disk...) is
+        an alert and a pause until it can be written (engine/disk_full.py), never a lost run.
+        `ending`: a save the run ends after (its final state comes next, not the one before);
+        `wait=False`: a stop's, which ends the run even if it fails (the alert says so)."""
         run = self.run
         previous = run.state
         run._set_state(RunState.SAVING, reason)
+        path, failure = self.write()
+        if failure is not None:
+            if wait:
+                run.disk.checkpoint_failed(failure, reason, previous == RunState.RUNNING)
+            else:
+                run._alert(
+                    "error",
+                    f"checkpoint at step {run.step} failed ({failure}); the previous one is intact",
+                    "disk",
+                )
+            return None
+        self.saved(path, reason)
+        if not ending:
+            run._set_state(previous, "")
+        return path
+
+    def write(self) -> tuple[Path, str | None]:
+        """Write the checkpoint of this step (every rank takes part); its path, and what went
+        wrong in the OS's words (the same on every rank) or None."""
+        run = self.run
         sharded = run.parallel.mode == "fsdp"
         # on every rank: it gathers their batch orders (a sharded run's weights go apart)
         state = run._checkpoint_state(weights=not sharded)
@@ -71,25 +95,20 @@ class Checkpointer:
                 path = ckpt.save_checkpoint(
                     run.run_dir, run.step, state, run.cfg.checkpoint.keep_last
                 )
-            except OSError as e:
-                failure = e.strerror or str(e)
-        failure = from_main(failure, run.world, run.sync.group)  # the ranks pause together
-        if failure is not None:
-            run._alert(
-                "error",
-                f"checkpoint at step {run.step} failed ({failure}); the previous one is intact: free disk space, then press c",
-                "disk",
-            )
-            # Pausing keeps the run (and its progress) alive until there is room again.
-            run._set_state(RunState.PAUSED, "checkpoint failed")
-            return None
+            except Exception as e:  # torch.save raises RuntimeError from a full disk's OSError
+                failure = write_failure(e)
+                if failure is None:
+                    raise  # not the disk: a bug, with its traceback in error.log
+        return path, from_main(failure, run.world, run.sync.group)  # the ranks pause together
+
+    def saved(self, path: Path, reason: str) -> None:
+        """`path` is written: the run's last checkpoint, announced."""
+        run = self.run
         run.last_checkpoint = path
         self.last_save = (path, self.fingerprint())
         run.emit(CheckpointSaved(step=run.step, path=str(path), reason=reason))
-        run._set_state(previous, "")
-        return path
 
-    def save_and_mark(self, reason: str) -> None:
+    def save_and_mark(self, reason: str, *, ending: bool = False) -> Path | None:
         """Save a checkpoint; it becomes best.pt when the eval at this very step beat every
         earlier checkpoint's val loss. An eval between checkpoints marks nothing: its weights
         are not on disk, and the next checkpoint's are not the ones it measured."""
@@ -100,13 +119,14 @@ class Checkpointer:
             run.best_val = run._last_eval.val_loss  # saved inside the checkpoint, so a resume agrees
         run._checkpoint_is_best = is_best
         try:
-            path = self.save(reason)
+            path = self.save(reason, ending=ending)
         finally:
             run._checkpoint_is_best = False
         if path is None:
             run.best_val = previous_best  # not on disk: it cannot be best.pt
         elif is_best and run.cfg.checkpoint.keep_best and run.world.is_main:
             ckpt.mark_best(run.run_dir, path)
+        return path
 
     def restore(self, state: dict[str, Any]) -> None:
         """Put a loaded checkpoint's weights, optimizer (replaced), counters and RNGs into the run."""

@@ -40,6 +40,8 @@ class CommandHandler:
     def carry_out(self, name: str, arg: Any) -> None:
         """One command; one that does not fit the state (resume while running) does nothing."""
         run = self.run
+        if name in ("resume", "checkpoint") and run.disk.waiting and not run.disk.retry(True):
+            return  # paused for a full disk, still no room: said in one line (disk_full.py)
         if name == "pause" and run.state == RunState.RUNNING:
             run._flush()
             run._set_state(RunState.PAUSED, "paused by user")
@@ -58,6 +60,10 @@ class CommandHandler:
             run._stop_requested, run._stop_reason = arg
         elif name == "rollback":
             run.faults.rollback(arg)
+        elif name == "disk_full":  # queued by the metrics writer (engine/disk_full.py)
+            run.disk.metrics_failed()
+        elif name == "disk_retry":  # queued by the disk's retry timer
+            run.disk.retry()
 
     def change_lr(self, name: str, value: float) -> None:
         """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on; a

@@ -71,9 +71,11 @@ def decide_anomaly(
     rollbacks: int,
     max_rollbacks: int,
     checkpoint_name: str | None,
+    checkpoint_problem: str | None = None,
 ) -> AnomalyDecision:
     """The anomaly policy. `policy` is train.on_anomaly ("auto" pauses when a person is watching,
-    rolls back otherwise); `checkpoint_name` is the last checkpoint's file name, or None.
+    rolls back otherwise); `checkpoint_name` is the last checkpoint's file name, or None;
+    `checkpoint_problem` the one line saying why it cannot be read (decided as with none).
 
     Rolling back stops helping after `max_rollbacks`: the run fails without saving (the last
     checkpoint is the good state to resume from). With nothing to roll back to, a person decides
@@ -86,9 +88,18 @@ def decide_anomaly(
         return AnomalyDecision(
             "stop", "error", f"{gave_up}: stopping, resume with a lower LR", failure=gave_up
         )
-    if policy == "rollback" and checkpoint_name is not None:
+    if policy == "rollback" and checkpoint_name is not None and checkpoint_problem is None:
         return AnomalyDecision(
             "rollback", "warning", f"{message}; rolling back to {checkpoint_name} with the LR halved"
+        )
+    if checkpoint_problem is not None:
+        unreadable = f"{message}; cannot roll back: {checkpoint_problem}"
+        if not interactive:  # nobody to press a key: keep the weights in memory and fail
+            return AnomalyDecision(
+                "stop", "error", f"{unreadable}: stopping", failure=unreadable, save_on_stop=True
+            )
+        return AnomalyDecision(
+            "pause", "error", f"{unreadable}: paused; l lowers the LR, then space resumes"
         )
     if not interactive:  # nobody to press a key: keep what there is and fail
         no_checkpoint = f"{message}; no checkpoint to roll back to"

@@ -23,6 +23,7 @@ Command = tuple[str, Any]
 CODES = {
     "pause": 1, "resume": 2, "checkpoint": 3, "set_lr": 4, "scale_lr": 5,
     "sample": 6, "evaluate": 7, "stop": 8, "rollback": 9,
+    "disk_full": 10, "disk_retry": 11,  # the run's own, for a full disk (engine/disk_full.py)
 }  # fmt: skip
 NAMES = {code: name for name, code in CODES.items()}
 MAX_COMMANDS = 8  # per boundary; more are carried to the next one

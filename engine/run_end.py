@@ -27,7 +27,8 @@ def finish(run: Trainer) -> None:
         # Step 0: nothing trained, nothing to save (the same seed makes the same weights).
         # Failed: keep the weights only if they are intact, never a NaN as the newest.
         if run._stop_requested and run.step > 0 and (run._failure is None or weights_finite(run)):
-            run.checkpointer.save("stop")
+            # saving -> stopped: the state it was in is not gone back to in between
+            run.checkpointer.save("stop", ending=True, wait=False)
         if run._failure is not None:
             run._set_state(RunState.FAILED, run._failure)
         else:
@@ -36,7 +37,18 @@ def finish(run: Trainer) -> None:
     run._last_eval = evaluate(run)
     if run.cfg.sample.interval:
         sample(run)
-    run.checkpointer.save_and_mark("final")
+    saved = run.checkpointer.save_and_mark("final", ending=True)
+    # A full disk: paused until the final checkpoint is written (engine/disk_full.py), unless
+    # the run is stopped meanwhile.
+    while saved is None and run.disk.checkpoint is not None and run._stop_requested is None:
+        if run._should_stop():
+            break
+        run.command_handler.apply_queued()
+    if run.disk.checkpoint is not None:
+        run._set_state(
+            RunState.FINISHED, f"the final checkpoint was not written ({run.disk.failure})"
+        )
+        return
     run._set_state(RunState.FINISHED, "")
 
 
@@ -52,6 +64,7 @@ def release(run: Trainer, poller: TelemetryPoller | None) -> None:
     leave the process group: whatever state the run ended in."""
     if poller is not None:
         poller.stop()
+    run.disk.cancel()  # a retry timer of a run paused for its disk
     if hasattr(run, "train_batches"):
         run.train_batches.close()  # the batch prefetch thread ends with the run
     # the metrics file last: it records what the others report on closing

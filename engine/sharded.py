@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from engine.disk_full import write_failure
 from engine.distributed import World, from_main
 
 META_NAME = "meta.pt"
@@ -69,8 +70,10 @@ def save_sharded(
             torch.save(meta, tmp / META_NAME)
             shutil.rmtree(path, ignore_errors=True)
             os.replace(tmp, path)
-        except OSError as e:
-            failure = e.strerror or str(e)
+        except Exception as e:  # torch.save raises RuntimeError from a full disk's OSError
+            failure = write_failure(e)
+            if failure is None:
+                raise
     return from_main(failure, world, group)
 
 
