@@ -31,12 +31,13 @@ from cockpit.settings_screen import parse_settings
 from cockpit.subcommands.runs import (
     LIVE,
     RIGHT_ALIGNED,
+    UNREADABLE,
     ListedRun,
     find_run_dirs,
     fit_columns,
     list_run,
     row,
-    shorten_middle,
+    shorten_run_name,
 )
 from engine.remote_texts import CKPT_NAME_RE, last_checkpoint
 
@@ -84,22 +85,21 @@ class RunEntry:
 
 
 def read_runs(root: Path) -> tuple[list[RunEntry], str]:
-    """Every readable run under `root`, newest first, and why there can be none ('' when `root`
-    is a directory). Quiet: an unreadable run is skipped, nothing is printed (this runs in the
-    app, off its UI thread)."""
+    """Every run under `root`, newest first (one that cannot be read is listed with the reason),
+    and why there can be none ('' when `root` is a directory). Runs in the app, off its UI
+    thread."""
     if not root.exists():
         return [], "it does not exist"
     if not root.is_dir():
         return [], "it is a file, not a directory"
     entries = []
     for run_dir in find_run_dirs(root):
-        try:
-            listed = list_run(run_dir, root, quiet=True)
-        except ValueError:  # a summary or record that is not what a run writes: not listable
+        listed = list_run(run_dir, root)  # an unreadable run is a row saying why
+        if listed.problem is not None:
+            entries.append(RunEntry(listed, None, False))
             continue
-        if listed is not None:
-            has_config = (run_dir / CONFIG_NAME).is_file()
-            entries.append(RunEntry(listed, last_checkpoint(run_dir), has_config))
+        has_config = (run_dir / CONFIG_NAME).is_file()
+        entries.append(RunEntry(listed, last_checkpoint(run_dir), has_config))
     entries.sort(key=lambda e: e.listed.sort_time, reverse=True)
     return entries, ""
 
@@ -111,6 +111,8 @@ def empty_message(root: Path, reason: str) -> str:
 
 def row_hint(entry: RunEntry, selected: int) -> str:
     """What the keys do on this row, in one line."""
+    if entry.listed.problem is not None:
+        return f"{UNREADABLE}: {entry.listed.problem}"
     state = f"{entry.listed.state} at {entry.listed.summary['step']:,}"
     parts = [f"{state}: ⏎ attach" if entry.live else f"{state}: ⏎ view"]  # ⏎ as the footer says
     saved = entry.checkpoint
@@ -243,8 +245,8 @@ class RunsScreen(Screen["RunsChoice | None"]):
         room = self.size.width - SCROLLBAR - (MARK_WIDTH + 2 * CELL_PADDING)
         # fit_columns counts a 2-space gap between columns; a DataTable pads each side of a cell
         columns, widths = fit_columns(rows, room - 2 * CELL_PADDING)
-        for cells in rows:
-            cells["RUN"] = shorten_middle(cells["RUN"], widths["RUN"])
+        for cells in rows:  # an unreadable run's reason is in the hint line
+            cells["RUN"] = shorten_run_name(cells["RUN"], widths["RUN"])
         marks = [self._mark(e) for e in self.entries]
         drawn = (tuple(columns), tuple(widths[c] for c in columns),
                  tuple(tuple(r[c] for c in columns) for r in rows), tuple(marks))  # fmt: skip
@@ -321,7 +323,11 @@ class RunsScreen(Screen["RunsChoice | None"]):
         self.dismiss(RunsChoice(action, [e.listed.run_dir for e in entries], list(overrides)))
 
     def action_open(self) -> None:
-        if (entry := self._target()) is not None:
+        if (entry := self._target()) is None:
+            return
+        if entry.listed.problem is not None:
+            self._refuse(f"{entry.name} cannot be opened: {entry.listed.problem}")
+        else:
             self._choose("open", [entry])
 
     def action_toggle_select(self) -> None:

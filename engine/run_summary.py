@@ -59,34 +59,41 @@ class RunSummary:
         f["updated"] = max(f["updated"] or when, when)
 
     def observe(self, record: dict[str, Any]) -> None:
-        """Any other record (from metrics.jsonl, or an event's to_record())."""
+        """Any other record (from metrics.jsonl, or an event's to_record()). A field of the
+        wrong type (not what the engine writes) is not taken: the facts keep their types."""
         kind = record.get("kind")
         f = self.facts
-        if isinstance(record.get("time"), (int, float)):
-            f["updated"] = max(f["updated"] or record["time"], record["time"])
+        when = _number(record.get("time"))
+        if when is not None:
+            f["updated"] = max(f["updated"] or when, when)
             if f["started"] is None:
-                f["started"] = record["time"]
+                f["started"] = when
+        step = _count(record.get("step"))
         if kind == "step":
-            self.observe_step(record["step"], record["tokens"], record.get("step_time_s"), f["updated"])
+            tokens = _count(record.get("tokens"))
+            if step is not None and tokens is not None:
+                self.observe_step(step, tokens, _number(record.get("step_time_s")), f["updated"])
         elif kind == "run_started":
             self._run_started(record)
-        elif kind == "eval":
-            self._eval(record)
-        elif kind == "checkpoint" and record.get("reason") != "best":
-            f["last_checkpoint"] = {"path": record["path"], "step": record["step"]}
-        elif kind == "state":
+        elif kind == "eval" and step is not None:
+            self._eval(record, step)
+        elif kind == "checkpoint" and record.get("reason") != "best" and step is not None:
+            path = record.get("path")
+            f["last_checkpoint"] = {"path": path if isinstance(path, str) else None, "step": step}
+        elif kind == "state" and isinstance(record.get("state"), str):
             f["last_state"] = record["state"]
         elif kind == "ranks" and isinstance(record.get("ranks"), list):
             f["world_size"] = max(1, len(record["ranks"]))
 
     def _run_started(self, record: dict[str, Any]) -> None:
         f = self.facts
-        start = int(record.get("start_step") or 0)
-        f["preset"] = record.get("preset")
-        f["max_steps"] = record.get("max_steps")
+        start = _count(record.get("start_step")) or 0
+        preset = record.get("preset")
+        f["preset"] = preset if isinstance(preset, str) else None
+        f["max_steps"] = _count(record.get("max_steps"))
         # A resume at step S abandons whatever was recorded after S (an older checkpoint's branch).
         if f["step"] > start:
-            f["tokens"] = start * int(record.get("tokens_per_step") or 0)
+            f["tokens"] = start * (_count(record.get("tokens_per_step")) or 0)
         f["step"] = start
         f["best_vals"] = [b for b in f["best_vals"] if b[0] <= start]
         if f["last_val"] is not None and f["last_val"]["step"] > start:
@@ -94,15 +101,15 @@ class RunSummary:
         saved = f["last_checkpoint"]
         if saved is not None and saved["step"] > start:
             resumed = record.get("resumed_from")
-            f["last_checkpoint"] = {"path": resumed, "step": start} if resumed else None
-        f["train_time_anchor"] = [float(record.get("train_time_s") or 0.0), start]
+            f["last_checkpoint"] = {"path": resumed, "step": start} if isinstance(resumed, str) else None
+        f["train_time_anchor"] = [_number(record.get("train_time_s")) or 0.0, start]
 
-    def _eval(self, record: dict[str, Any]) -> None:
+    def _eval(self, record: dict[str, Any], step: int) -> None:
         f = self.facts
-        step, val = record["step"], record.get("val_loss")
-        if isinstance(record.get("train_time_s"), (int, float)):
-            f["train_time_anchor"] = [record["train_time_s"], step]
-        if not isinstance(val, (int, float)):
+        val, train_s = _number(record.get("val_loss")), _number(record.get("train_time_s"))
+        if train_s is not None:
+            f["train_time_anchor"] = [train_s, step]
+        if val is None:
             return  # a NaN val loss (null) is no one's best
         f["last_val"] = {"value": val, "step": step}
         if not f["best_vals"] or val < f["best_vals"][-1][1]:
@@ -128,6 +135,59 @@ class RunSummary:
         return {**self.facts, "best_val": self.best_val, "train_time_s": self.train_time_s}
 
 
+def _number(value: Any) -> float | None:
+    """A finite number of a record (JSON's 1e999 is inf; true is not a number), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _count(value: Any) -> int | None:
+    """A whole number >= 0 of a record (a step, tokens), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def facts_problem(facts: dict[str, Any]) -> str | None:
+    """What makes summary facts unusable (a field not of the type this module writes: a
+    summary.json edited or damaged), in a few words; None when they are sound."""
+
+    def number_or_none(v: Any) -> bool:
+        return v is None or _number(v) is not None
+
+    def pair(v: Any) -> bool:  # {"value": loss, "step": step}
+        return isinstance(v, dict) and _number(v.get("value")) is not None and _count(v.get("step")) is not None
+
+    checks = {
+        "preset": lambda v: v is None or isinstance(v, str),
+        "started": number_or_none,
+        "updated": number_or_none,
+        "last_state": lambda v: v is None or isinstance(v, str),
+        "step": lambda v: _count(v) is not None,
+        "max_steps": lambda v: v is None or _count(v) is not None,
+        "tokens": lambda v: _count(v) is not None,
+        "best_vals": lambda v: isinstance(v, list) and all(
+            isinstance(b, list) and len(b) == 2 and _count(b[0]) is not None
+            and _number(b[1]) is not None for b in v),  # fmt: skip
+        "last_val": lambda v: v is None or pair(v),
+        "step_time_s": lambda v: v is None or (_number(v) is not None and v >= 0),
+        "train_time_anchor": lambda v: isinstance(v, list) and len(v) == 2
+        and _number(v[0]) is not None and _count(v[1]) is not None,
+        "last_checkpoint": lambda v: v is None or (isinstance(v, dict) and _count(v.get("step")) is not None
+                                                   and (v.get("path") is None or isinstance(v["path"], str))),
+        "parent": lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("run"), str)
+                                          and _count(v.get("step")) is not None),
+        "world_size": lambda v: _count(v) is not None and v >= 1,
+        "offset": lambda v: _count(v) is not None,
+    }  # fmt: skip
+    for name, sound in checks.items():
+        if name not in facts:
+            return f"no {name}"
+        if not sound(facts[name]):
+            shown = repr(facts[name])
+            return f"{name} is {shown if len(shown) <= 24 else shown[:21] + '...'}"
+    return None
+
+
 def empty_facts() -> dict[str, Any]:
     return {
         "version": VERSION,
@@ -150,13 +210,15 @@ def empty_facts() -> dict[str, Any]:
 
 
 def from_json(data: Any) -> RunSummary | None:
-    """A summary read back from summary.json; None for one this version cannot use."""
+    """A summary read back from summary.json; None for one this version cannot use (another
+    version, or a field of the wrong type: the summary is rebuilt from metrics.jsonl, the
+    record it is made from, so nothing is lost)."""
     if not isinstance(data, dict) or data.get("version") != VERSION:
         return None
-    facts = empty_facts()
-    if not set(facts) <= set(data) or not isinstance(data.get("offset"), int):
+    facts = {k: data.get(k) for k in empty_facts()}
+    if facts_problem(facts) is not None:
         return None
-    return RunSummary({k: data[k] for k in facts})
+    return RunSummary(facts)
 
 
 # -------------------------------------------------------------------- reading metrics.jsonl

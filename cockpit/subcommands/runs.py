@@ -30,7 +30,8 @@ EPILOG = (
 )
 DEFAULT_ROOT = "runs"
 MAX_DEPTH = 4  # runs/, runs/project/, runs/project/sweep/...
-LIVE, CRASHED = "live", "crashed"
+LIVE, CRASHED, UNREADABLE = "live", "crashed", "unreadable"
+FORKED = "forked"  # a branch `cockpit fork --no-start` made, not trained yet
 GAP = "  "
 MIN_NAME_WIDTH = 20  # a run's name is shortened no further (then the table is wider)
 # every column, in order; the optional ones give way, first to last, until the table fits: the
@@ -71,19 +72,27 @@ def run(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- finding runs
 
 
-def list_runs(root: Path, quiet: bool = False) -> list[ListedRun]:
-    """Every readable run under `root`, newest first (`quiet`: skip the unreadable ones silently:
-    inside the app nothing may print)."""
-    found = (list_run(d, root, quiet) for d in find_run_dirs(root))
-    return sorted((r for r in found if r is not None), key=lambda r: r.sort_time, reverse=True)
+def list_runs(root: Path) -> list[ListedRun]:
+    """Every run under `root`, newest first; one that cannot be read is a row saying why."""
+    found = [list_run(d, root) for d in find_run_dirs(root)]
+    return sorted(found, key=lambda r: r.sort_time, reverse=True)
 
 
 def find_run_dirs(root: Path, depth: int = MAX_DEPTH) -> Iterator[Path]:
     """Directories holding a metrics.jsonl, `root` itself included; never below a run's own
-    directory (its sharded checkpoints are directories too)."""
+    directory (its sharded checkpoints are directories too). A folder below `root` that may not
+    be read is given too: it may be a run (list_run says it cannot be read)."""
     from engine.run_summary import METRICS_NAME
 
-    if (root / METRICS_NAME).is_file():
+    try:
+        os.stat(root / METRICS_NAME)
+        is_run = (root / METRICS_NAME).is_file()
+    except FileNotFoundError:
+        is_run = False
+    except OSError:  # not ours to read: say so, do not pass over it in silence
+        yield root
+        return
+    if is_run:
         yield root
         return
     if depth == 0:
@@ -91,7 +100,9 @@ def find_run_dirs(root: Path, depth: int = MAX_DEPTH) -> Iterator[Path]:
     try:
         children = sorted(e.path for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
     except OSError:
-        return  # a folder we may not read: nothing of ours is in it
+        if depth < MAX_DEPTH:
+            yield root  # a folder below DIR we may not list: perhaps a run (its row says why)
+        return
     for child in children:
         yield from find_run_dirs(Path(child), depth - 1)
 
@@ -106,6 +117,7 @@ class ListedRun:
     state: str  # live, finished, stopped, failed, crashed
     size_bytes: int
     modified: float  # metrics.jsonl's mtime
+    problem: str | None = None  # why the run cannot be read (its row says it; state UNREADABLE)
 
     @property
     def sort_time(self) -> float:
@@ -135,29 +147,45 @@ class ListedRun:
             "last_checkpoint_step": saved["step"] if saved else None,
             "parent": s["parent"],
             "world_size": s["world_size"],
+            "problem": self.problem,
         }
 
 
-def list_run(run_dir: Path, root: Path, quiet: bool = False) -> ListedRun | None:
-    """The run in `run_dir`, or None (one line on stderr unless `quiet`) when its files cannot
-    be read."""
+def list_run(run_dir: Path, root: Path) -> ListedRun:
+    """The run in `run_dir`; one whose files cannot be read, or hold what no run writes, is
+    listed as UNREADABLE with the reason (`problem`), never an error that hides the other runs
+    (nothing is printed: the app lists runs too)."""
     from engine.events import RunState
-    from engine.run_summary import METRICS_NAME, read_summary, size_on_disk
+    from engine.run_summary import (
+        METRICS_NAME,
+        RunSummary,
+        facts_problem,
+        read_summary,
+        size_on_disk,
+    )
 
+    name = run_dir.resolve().name if run_dir == root else os.path.relpath(run_dir, root)
     try:
         live = engine_holds(run_dir)
-        summary = read_summary(run_dir, write_back=not live).to_json()
+        summary = read_summary(run_dir, write_back=not live)
+        problem = facts_problem(summary.facts)
+        facts = summary.to_json()
         modified = (run_dir / METRICS_NAME).stat().st_mtime
+        if live and problem is None:
+            facts = with_greeting(run_dir, facts)
+            problem = facts_problem(facts)
     except OSError as e:
-        if not quiet:
-            print(f"cockpit runs: skipped {run_dir}: {e.strerror or e}", file=sys.stderr)
-        return None
-    if live:
-        summary = with_greeting(run_dir, summary)
-    final = summary["last_state"] if summary["last_state"] in RunState.ENDED else None
-    state = final or (LIVE if live else CRASHED)
-    name = run_dir.resolve().name if run_dir == root else os.path.relpath(run_dir, root)
-    return ListedRun(run_dir, name, summary, state, size_on_disk(run_dir), modified)
+        problem = f"cannot read it ({e.strerror or e})"
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as e:
+        problem = f"its files hold what no run writes ({type(e).__name__}: {e})"
+    if problem is not None:
+        empty = RunSummary().to_json()
+        return ListedRun(run_dir, name, empty, UNREADABLE, size_on_disk(run_dir), 0.0, problem)
+    final = facts["last_state"] if facts["last_state"] in RunState.ENDED else None
+    parent = facts["parent"]  # a branch's records up to its fork are its parent's, all older
+    untrained = bool(parent and parent["time"]) and (facts["updated"] or 0) <= parent["time"]
+    state = LIVE if live else FORKED if untrained else final or CRASHED
+    return ListedRun(run_dir, name, facts, state, size_on_disk(run_dir), modified)
 
 
 def with_greeting(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
@@ -228,6 +256,8 @@ def row(listed: ListedRun, now: float) -> dict[str, str]:
 
     s = listed.summary
     saved = s["last_checkpoint"]
+    if listed.problem is not None:  # what is wrong follows the state (table, problem_line)
+        return {**dict.fromkeys(HEADERS, "-"), "RUN": printable(listed.name), "STATE": listed.state}
     return {
         "RUN": printable(family_name(listed)),
         "PRESET": printable(s["preset"] or "-"),
@@ -249,10 +279,27 @@ def table(runs: Sequence[ListedRun], now: float, width: int = 80) -> list[str]:
     rows = [row(r, now) for r in runs]
     columns, widths = fit_columns(rows, width)
     lines = [_line({h: h for h in columns}, columns, widths)]
-    for cells in rows:
-        cells["RUN"] = shorten_middle(cells["RUN"], widths["RUN"])
-        lines.append(_line(cells, columns, widths))
+    for listed, cells in zip(runs, rows, strict=True):
+        cells["RUN"] = shorten_run_name(cells["RUN"], widths["RUN"])
+        if listed.problem is not None:
+            lines.append(problem_line(cells, columns, widths, listed.problem, width))
+        else:
+            lines.append(_line(cells, columns, widths))
     return lines
+
+
+def problem_line(
+    cells: dict[str, str], columns: list[str], widths: dict[str, int], problem: str, width: int
+) -> str:
+    """An unreadable run's row: its name and state as every row has them, then what is wrong
+    in place of the figures it does not have."""
+    from cockpit.subcommands.ps import printable
+
+    upto = columns[: columns.index("STATE") + 1]
+    start = _line(cells, upto, widths) + GAP
+    text = printable(problem)
+    room = max(width - len(start), 30)
+    return start + (text if len(text) <= room else text[: room - 3] + "...")
 
 
 def fit_columns(rows: Sequence[dict[str, str]], width: int) -> tuple[list[str], dict[str, int]]:
@@ -272,6 +319,21 @@ def fit_columns(rows: Sequence[dict[str, str]], width: int) -> tuple[list[str], 
         columns.remove(header)
     widths["RUN"] = max(min(full_name, MIN_NAME_WIDTH), full_name - max(0, excess(full_name)))
     return columns, widths
+
+
+def shorten_run_name(text: str, width: int) -> str:
+    """A RUN cell in `width` characters: a branch's `child <- parent@STEP` keeps its ` <- ` and
+    `@STEP` whatever the width (the child's name and the parent's are shortened instead)."""
+    child, arrow, parent = text.rpartition(" <- ")
+    base, at, step = parent.rpartition("@")
+    if len(text) <= width or not arrow or not at:
+        return shorten_middle(text, width)
+    room = max(2, width - len(arrow) - len(at + step))  # for both names
+    parent_width = min(len(base), max(1, room // 3))
+    child_width = max(1, room - parent_width)
+    if len(child) < child_width:  # a short child leaves the rest to the parent
+        parent_width, child_width = min(len(base), parent_width + child_width - len(child)), len(child)
+    return f"{shorten_middle(child, child_width)}{arrow}{shorten_middle(base, parent_width)}{at}{step}"
 
 
 def shorten_middle(text: str, width: int) -> str:

@@ -317,7 +317,7 @@ def test_no_runs_says_so_and_a_missing_root_says_why(tmp_path: Path) -> None:
     play(tmp_path / "nope", missing)
 
 
-def test_an_unreadable_run_is_skipped_without_a_word_on_stderr(
+def test_an_unreadable_run_is_a_row_saying_so_without_a_word_on_stderr(
     root: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     if os.geteuid() == 0:
@@ -325,7 +325,9 @@ def test_an_unreadable_run_is_skipped_without_a_word_on_stderr(
     (root / "crashed" / "metrics.jsonl").chmod(0)
 
     async def scenario(pilot: Pilot, screen: RunsScreen) -> None:
-        assert [r[1] for r in table_rows(screen)] == ["stopped", "sweep/finished"]
+        rows = table_rows(screen)
+        assert [r[1] for r in rows] == ["stopped", "sweep/finished", "crashed"]
+        assert rows[2][3] == "unreadable"
 
     try:
         play(root, scenario)
@@ -386,3 +388,38 @@ def test_closing_the_screen_while_it_reads_leaves_the_app_running(root: Path) ->
         assert app.choice is None and app.is_running
 
     run_pilot(app, go, size=WIDE)
+
+
+def test_the_good_runs_are_listed_beside_a_bad_one(root: Path) -> None:
+    """A summary.json of the wrong types (it is rebuilt from metrics.jsonl) and a run whose
+    metrics.jsonl cannot be read (a link to itself): the other runs list, the bad one is a row
+    whose hint says what is wrong, and enter on it says so instead of opening it."""
+    summary = root / "stopped" / "summary.json"
+    async def first_look(pilot: Pilot, screen: RunsScreen) -> None:
+        await pilot.pause()
+
+    play(root, first_look)  # the summaries are written
+    facts = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**facts, "step": "lots", "best_vals": "garbage"}))
+    loop = root / "loop"
+    loop.mkdir()
+    (loop / "metrics.jsonl").symlink_to(loop / "metrics.jsonl")
+    toasts = Toasts()
+
+    async def scenario(pilot: Pilot, screen: RunsScreen) -> None:
+        rows = table_rows(screen)
+        by_name = {r[1]: r for r in rows}
+        assert set(by_name) == {"stopped", "sweep/finished", "crashed", "loop"}
+        assert by_name["stopped"][3:5] == ["stopped", "250/1k"]  # rebuilt from its records
+        assert by_name["loop"][3] == "unreadable"
+        await go_to(pilot, screen, "loop")
+        assert text_of(screen, "#runs-hint") == (
+            "unreadable: cannot read it (Too many levels of symbolic links)"
+        )
+        await pilot.press("enter")
+        await pilot.pause()
+
+    app = play(root, scenario, toasts=toasts)
+    assert app.choice == PENDING  # not opened
+    assert any("loop cannot be opened: cannot read it" in t.message for t in toasts), toasts
+    assert json.loads(summary.read_text())["step"] == 250  # written back sound
