@@ -296,3 +296,29 @@ def test_a_fork_under_umask_0_makes_no_world_writable_branch(finished_run: Path,
     found = modes(branch)
     assert {"metrics.jsonl", "fork.json"} <= set(found)
     assert found["metrics.jsonl"] == found["fork.json"] == 0o644
+
+
+def test_cockpit_start_refuses_a_link_as_its_engine_log(tmp_path: Path, victim: Path):
+    """A detached run's engine.log is appended to: a link there is refused in one line and
+    nothing starts (it was opened "ab", writing the engine's output into the link's target)."""
+    import signal
+    import subprocess
+    import sys
+
+    from engine.live_runs import find_live_runs
+
+    run_dir = tmp_path / "detached"
+    run_dir.mkdir()
+    (run_dir / "engine.log").symlink_to(victim)
+    result = subprocess.run(
+        [sys.executable, "-m", "cockpit", "start", "--preset", "tiny", "--no-telemetry",
+         "--run-dir", str(run_dir), "--no-attach"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    for live in find_live_runs(tmp_path):  # an engine started anyway must not outlive the test
+        os.kill(live.pid, signal.SIGKILL)
+    assert result.returncode == 1, result  # as any refusal of `start` once it has begun
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "engine.log is a symbolic link" in lines[0], result.stderr
+    assert victim.read_text() == VICTIM_TEXT
