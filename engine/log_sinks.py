@@ -17,6 +17,7 @@ from typing import Any
 from engine.config import ConfigError, RunConfig
 from engine.events import Event
 from engine.export.metrics_records import BranchTracker
+from engine.files import refusal
 from engine.tensorboard_scalars import KINDS, ScalarWriter, write_record
 
 MISSING_TENSORBOARD = (
@@ -148,6 +149,9 @@ def log_sinks(cfg: RunConfig, run_dir: Path, start_step: int = 0) -> list[Callab
     """The sinks `[log]` asks for, opened on `run_dir`; a resumed run starts at `start_step`."""
     sinks: list[Callable[[Event], None]] = []
     if cfg.log.tensorboard:
-        writer = open_summary_writer(run_dir / "tensorboard", start_step)
+        log_dir = run_dir / "tensorboard"
+        if log_dir.is_symlink():  # its event files would be made wherever the link points
+            raise ConfigError(refusal(log_dir, "is a symbolic link"))
+        writer = open_summary_writer(log_dir, start_step)
         sinks.append(TensorBoardSink(writer, start_step))
     return sinks

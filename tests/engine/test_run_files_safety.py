@@ -322,3 +322,17 @@ def test_cockpit_start_refuses_a_link_as_its_engine_log(tmp_path: Path, victim: 
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "engine.log is a symbolic link" in lines[0], result.stderr
     assert victim.read_text() == VICTIM_TEXT
+
+
+def test_a_link_as_the_tensorboard_folder_is_refused(tmp_path: Path):
+    pytest.importorskip("tensorboard")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "tensorboard").symlink_to(elsewhere, target_is_directory=True)
+    alerts = Alerts()
+    cfg = tiny_cfg("log.tensorboard=true")
+    state = Trainer(cfg, run_dir=run_dir, sinks=[alerts], telemetry=False).run()
+    assert state == "failed" and "tensorboard is a symbolic link" in alerts.messages[-1]
+    assert list(elsewhere.iterdir()) == []
