@@ -67,12 +67,43 @@ class _ForeignGlobal(pickle.UnpicklingError):
 
 
 class _IndexUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        # each class handed out, with its attributes then: pickle's BUILD can set attributes on
+        # a class object itself, which would outlive this load
+        self._classes: dict[type, dict[str, Any]] = {}
+
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _INDEX_GLOBALS:
-            return super().find_class(module, name)
+            found = super().find_class(module, name)
+            if isinstance(found, type) and found not in self._classes:
+                self._classes[found] = dict(vars(found))
+            return found
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         raise _ForeignGlobal(f"{module}.{name}")
+
+    def load_index(self) -> Any:
+        """load(), then any class whose attributes it changed is put back and the index refused."""
+        try:
+            return self.load()
+        finally:
+            self._put_classes_back()
+
+    def _put_classes_back(self) -> None:
+        changed = []
+        for cls, before in self._classes.items():
+            now = dict(vars(cls))
+            if now.keys() == before.keys() and all(now[k] is before[k] for k in now):
+                continue
+            changed.append(f"{cls.__module__}.{cls.__qualname__}")
+            for key in now.keys() - before.keys():
+                delattr(cls, key)
+            for key, value in before.items():
+                if key not in now or now[key] is not value:
+                    setattr(cls, key, value)
+        if changed:
+            raise _ForeignGlobal(f"attributes set on {', '.join(changed)}")
 
 
 def read_index(dcp: Path) -> Metadata:
@@ -82,7 +113,7 @@ def read_index(dcp: Path) -> Metadata:
     index_path = dcp / INDEX_NAME
     try:
         with index_path.open("rb") as f:
-            metadata = _IndexUnpickler(f).load()
+            metadata = _IndexUnpickler(f).load_index()
     except FileNotFoundError:
         raise CheckpointError(
             f"{dcp}: no {INDEX_NAME} (an incomplete sharded checkpoint); {_USE_ANOTHER}"

@@ -204,6 +204,20 @@ def test_a_garbled_tensor_in_a_shard_is_one_line(run_dir) -> None:
     assert "another checkpoint" in str(refused.value)
 
 
+def test_an_index_that_sets_attributes_on_a_class_is_refused_and_undone(run_dir) -> None:
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    dcp = run_dir / SHARDED
+    index = pickle.dumps(metadata_of(dcp), protocol=2)  # no frames: a prefix can go first
+    # GLOBAL Metadata, then BUILD with slot state {"evil": 1}: setattr on the class itself
+    patch = b"ctorch.distributed.checkpoint.metadata\nMetadata\nN}X\x04\x00\x00\x00evilK\x01s\x86b0"
+    (dcp / ".metadata").write_bytes(index[:2] + patch + index[2:])
+    with pytest.raises(CheckpointError, match="attributes set on .*Metadata") as refused:
+        dcp_model_state(dcp)
+    assert "will not run its code" in str(refused.value)
+    assert not hasattr(Metadata, "evil")
+
+
 def test_an_index_that_reaches_outside_its_directory_is_refused(run_dir, tmp_path) -> None:
     dcp = run_dir / SHARDED
     metadata = metadata_of(dcp)
