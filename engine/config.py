@@ -142,6 +142,12 @@ class TrainConfig:
         choices=("auto", "float32", "bfloat16", "float16"),
     )
     compile: bool = _opt(False, help="torch.compile the model")
+    threads: int = _opt(
+        0,
+        help="CPU threads for torch's arithmetic (0 = auto: on CPU one fewer than the usable cores, at least 1; OMP_NUM_THREADS, if set, and GPUs keep torch's default)",
+        min=0,
+        max=1024,
+    )
     parallel: str = _opt(
         "auto",
         help="under torchrun: ddp (a replica per rank), fsdp (sharded) or auto (ddp when the model fits one device)",

@@ -46,6 +46,7 @@ from engine.run_dir import create_run_dir, default_run_dir
 from engine.run_started import run_started
 from engine.run_summary import SummarySink
 from engine.sharded import shard_model
+from engine.threads import apply_threads
 
 REPLAY_HEADER = (
     "The configuration this run trained with, every key resolved.\n"
@@ -92,6 +93,7 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
         summary_writer_class()  # a missing package refused before anything is on disk
     run.dtype = select_dtype(cfg.train.dtype, run.device)
     allow_tf32(run.device)
+    apply_threads(cfg.train.threads, run.device.type)  # on the training thread (engine/threads.py)
     apply_threads(cfg.train.threads, run.device.type)  # on the training thread (engine/threads.py)
     random.seed(cfg.train.seed)
     np.random.seed(cfg.train.seed)

@@ -55,6 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps (default: auto)",
     )  # fmt: skip
     parser.add_argument(
+        "--threads", type=int, default=None, metavar="N",
+        help="CPU threads for torch (default: the run's train.threads; 0 = auto, one fewer "
+        "than the cores)",
+    )  # fmt: skip
+    parser.add_argument(
         "--interactive", action="store_true",
         help="read prompts from stdin, one per line, until EOF, an empty line or :q",
     )  # fmt: skip
@@ -74,6 +79,8 @@ def check_numbers(args: argparse.Namespace) -> None:
         )
     if args.top_k is not None and args.top_k < 0:
         raise ConfigError(f"--top-k {args.top_k}: must be 0 (no top-k) or more; e.g. --top-k 200")
+    if args.threads is not None and not 0 <= args.threads <= 1024:
+        raise ConfigError(f"--threads {args.threads}: must be 0 (auto) to 1024; e.g. --threads 1")
 
 
 def pick_device(requested: str) -> Any:
@@ -90,6 +97,12 @@ def pick_device(requested: str) -> Any:
         ) from None
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def header(trained: Any, device: Any, options: Any) -> str:
     """One line: which checkpoint, its step, its val loss when known, the device, the settings."""
     state = trained.state
@@ -100,8 +113,12 @@ def header(trained: Any, device: Any, options: Any) -> str:
     how = "greedy" if options.temperature == 0 else f"temperature {options.temperature:g}"
     if options.temperature and options.top_k:
         how += f", top-k {options.top_k}"
+    on = str(device)
+    if on == "cpu":
+        threads = torch_threads()
+        on += f" ({threads} thread{'s' if threads != 1 else ''})"
     return (
-        f"cockpit sample: {trained.path} ({', '.join(parts)}) on {device}; "
+        f"cockpit sample: {trained.path} ({', '.join(parts)}) on {on}; "
         f"{options.max_new_tokens:,} tokens, {how}"
     )
 
@@ -179,11 +196,14 @@ def _sample(args: argparse.Namespace) -> int:
 
     from engine.device import autocast_context, select_dtype
     from engine.sampling import SamplingOptions, encode_prompt, stream_text
+    from engine.threads import apply_threads
     from engine.trained import load_trained
 
     device = pick_device(args.device)
     trained = load_trained(args.target, device=str(device))
     cfg = trained.cfg
+    threads = cfg.train.threads if args.threads is None else args.threads
+    apply_threads(threads, device.type)  # a thread per core crawls on a busy machine
     options = SamplingOptions(
         max_new_tokens=cfg.sample.max_new_tokens if args.tokens is None else args.tokens,
         temperature=cfg.sample.temperature if args.temperature is None else args.temperature,

@@ -97,6 +97,15 @@ def test_header_on_stderr_text_alone_on_stdout(run_dir, sample):
     assert "cockpit" not in result.stdout and "step" not in result.stdout
 
 
+def test_threads_are_the_ones_asked_for_and_said(run_dir, sample):
+    """--threads sets torch's CPU threads (a thread per core crawls on a busy machine: README,
+    "CPU threads"); the header says how many sampled."""
+    for threads, said in (("1", "on cpu (1 thread);"), ("2", "on cpu (2 threads);")):
+        result = sample(str(run_dir), "--seed", "1", "--tokens", "3", "--threads", threads)
+        assert result.returncode == 0, result.stderr
+        assert said in result.stderr.splitlines()[0]
+
+
 def test_a_seed_repeats_and_another_seed_differs(run_dir, sample):
     first = sample(str(run_dir), "--seed", "5", "--tokens", "60")
     again = sample(str(run_dir), "--seed", "5", "--tokens", "60")
@@ -177,6 +186,7 @@ def test_bad_inputs_are_one_line_and_exit_2(run_dir, env, tmp_path):
         ([str(run_dir), "--tokens", "0"], "--tokens 0: generate at least 1 token"),
         ([str(run_dir), "--temperature", "-0.5"], "--temperature -0.5: must be 0 (greedy) or more"),
         ([str(run_dir), "--top-k", "-1"], "--top-k -1: must be 0 (no top-k) or more"),
+        ([str(run_dir), "--threads", "-1"], "--threads -1: must be 0 (auto) to 1024"),
         ([str(run_dir), "--device", "abacus"], "--device abacus: unknown device 'abacus'"),
         (
             [str(run_dir), "--prompt", "héllo 世界"],
