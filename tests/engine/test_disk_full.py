@@ -83,6 +83,9 @@ class FullDiskRun:
         self.events.append(event)
         if event.kind == "step" and event.step == self.fill_at:
             fill(self.disk, self.leave_bytes)
+            # an eval record is written at once (steps at least once a second): the next
+            # write is sure to come, however fast the steps are
+            self.trainer.evaluate()
         if event.kind == "state" and event.state == "paused" and event.reason == "disk full":
             self.paused_for_disk = {"step": event.step, "state": self.trainer.state}
             threading.Thread(target=self.free_space_soon, daemon=True).start()
