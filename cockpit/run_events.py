@@ -175,6 +175,10 @@ class RunEvents(_AppBase):
             notify(ev.message, title="Roll back", severity="warning", timeout=5)
             if self.view.anomaly is not None:  # not "rolling back..." any more
                 self._set_alert("nan", self._anomaly_banner())
+        elif code == "disk" and ev.level == "info":  # what waited for room is written
+            if self.view.alert and self.view.alert[0] == "error":
+                self.view.alert = None  # the failure it named is over
+            notify(ev.message, title="Disk", timeout=6)
         elif ev.level == "error":
             if code == "disk":
                 self.view.checkpoint_pending = False  # that save failed: c may try again
