@@ -20,7 +20,7 @@ from engine.distributed import from_main, rank_seed
 from engine.events import CheckpointSaved, RunState
 from engine.optim import build_optimizer
 from engine.resume import optimizer_settings, put_settings, restore_optimizer
-from engine.sharded import load_sharded, save_sharded
+from engine.sharded import is_sharded, load_sharded, load_whole_into_sharded, save_sharded
 
 if TYPE_CHECKING:
     from engine.trainer import Trainer
@@ -131,13 +131,18 @@ class Checkpointer:
     def restore(self, state: dict[str, Any]) -> None:
         """Put a loaded checkpoint's weights, optimizer (replaced), counters and RNGs into the run."""
         run = self.run
-        if state.get("_sharded"):
-            # DCP reshards to this world (or to one unsharded process) as it loads
+        if state.get("_sharded") or is_sharded(run.model):
+            # DCP reshards to this world (or to one unsharded process) as it loads; a whole
+            # checkpoint (one process resumed an FSDP run) goes to each rank as its shards
             same_optimizer = state["config"].get("optim", {}).get("name") == run.cfg.optim.name
             if not same_optimizer:
                 run.optimizer = build_optimizer(run.model, run.cfg.optim, run.device.type)
             settings = optimizer_settings(run.optimizer)
-            load_sharded(Path(state["_path"]), run.model, run.optimizer if same_optimizer else None)
+            optimizer = run.optimizer if same_optimizer else None
+            if state.get("_sharded"):
+                load_sharded(Path(state["_path"]), run.model, optimizer)
+            else:
+                load_whole_into_sharded(state, run.model, optimizer)
             put_settings(run.optimizer, settings)
         else:
             ckpt.load_model_state(run.model, state)

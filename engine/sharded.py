@@ -100,6 +100,57 @@ def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether `model` has been through shard_model (its parameters are DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def load_whole_into_sharded(
+    state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
+) -> None:
+    """A whole checkpoint (a .pt, saved by one process) into this sharded run: each rank takes
+    its shards of the full tensors (torch's set_*_state_dict with full_state_dict), the
+    optimizer's state (None: a fresh optimizer) keyed by parameter name as that API wants it.
+    A checkpoint that does not fit is a one-line CheckpointError."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    from engine.checkpoint import CheckpointError
+
+    options = StateDictOptions(full_state_dict=True)
+    try:
+        set_model_state_dict(model, state["model"], options=options)
+        if optimizer is not None:
+            named = _optimizer_state_by_name(state["optimizer"], optimizer, model)
+            set_optimizer_state_dict(model, optimizer, named, options=options)
+    except (RuntimeError, KeyError, ValueError) as e:
+        first = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"{state['_path']}: the checkpoint's model does not match this configuration ({first})"
+        ) from None
+
+
+def _optimizer_state_by_name(
+    saved: dict[str, Any], optimizer: torch.optim.Optimizer, model: torch.nn.Module
+) -> dict[str, Any]:
+    # torch.optim numbers parameters in param_groups order; this run's optimizer is built the
+    # same way (engine/optim.py), so its k-th parameter is the saved k-th one.
+    names = {id(param): name for name, param in model.named_parameters()}
+    ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    return {
+        "state": {ordered[int(k)]: v for k, v in saved["state"].items()},
+        "param_groups": [
+            {**group, "params": [ordered[int(k)] for k in group["params"]]}
+            for group in saved["param_groups"]
+        ],
+    }
+
+
 def read_meta(path: Path) -> dict[str, Any]:
     """meta.pt of a sharded checkpoint (weights_only: plain data and tensors)."""
     return torch.load(path / META_NAME, map_location="cpu", weights_only=True)

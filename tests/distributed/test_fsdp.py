@@ -13,6 +13,7 @@ import torch
 from launch import REPO, TINY, assert_gradients_match_one_process, checked, records, run, single
 
 from engine.sharded import dcp_model_state
+from engine.sharded_reader import load_whole
 
 FSDP = [*TINY, "--set", "train.parallel=fsdp"]
 
@@ -57,6 +58,28 @@ def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(tmp
     written = load_file(str(out))
     for key, value in written.items():
         torch.testing.assert_close(value, final[key], rtol=0, atol=0)
+
+
+def test_a_sharded_run_resumed_by_one_process_goes_back_to_fsdp_on_2_ranks(tmp_path: Path) -> None:
+    # FSDP (2 ranks) -> one process (saves a whole .pt) -> FSDP on 2 ranks again, as the README
+    # says a run may change its world at a resume. Before: "model does not match" (mixed
+    # Tensor and DTensor: the whole weights were copied into the shards as they were).
+    run_dir = tmp_path / "run"
+    checked(run(*FSDP, "--set", "train.max_steps=4", "--set", "checkpoint.interval=4",
+                "--run-dir", str(run_dir)))  # fmt: skip
+    checked(single("--resume", str(run_dir / "ckpt-00000004.dcp"), "--set", "train.max_steps=6",
+                   "--set", "checkpoint.interval=6", "--no-telemetry"))  # fmt: skip
+    whole = torch.load(run_dir / "ckpt-00000006.pt", weights_only=True)
+    checked(run("--resume", str(run_dir / "ckpt-00000006.pt"), "--set", "train.max_steps=8",
+                "--set", "train.parallel=fsdp", "--no-telemetry", GRAD_CHECK="1"))  # fmt: skip
+    start = torch.load(run_dir / "grads-0.pt", weights_only=True)["initial"]
+    assert start.keys() == whole["model"].keys()
+    assert all(torch.equal(start[k], whole["model"][k]) for k in start)  # the .pt's weights
+    assert (run_dir / "ckpt-00000008.dcp" / "meta.pt").is_file()  # sharded again
+    optim = load_whole(run_dir / "ckpt-00000008.dcp", "optim")
+    steps = {float(v["step"]) for v in optim["state"].values()}
+    assert steps == {8.0}, steps  # the optimizer's state went on from the .pt's 6, not afresh
+    assert records(run_dir / "metrics.jsonl", "step")[-1]["step"] == 8
 
 
 def test_a_sharded_run_refuses_an_optimizer_that_needs_whole_matrices(tmp_path: Path) -> None:
