@@ -150,7 +150,14 @@ class DiskWait:
         self.cancel()
         resume, self.resume = self.resume, False
         going_on = "; training goes on" if resume and run.step < run.cfg.train.max_steps else ""
-        run._alert("info", f"disk space is back: what waited is written{going_on}", "disk")
+        lost, run.metrics.lost = run.metrics.lost, 0  # said here, not again on closing
+        written = (
+            f"what waited is written but {lost} records (beyond the "
+            f"{run.metrics.MAX_UNWRITTEN_BYTES >> 20} MiB kept in memory)"
+            if lost
+            else "what waited is written"
+        )
+        run._alert("info", f"disk space is back: {written}{going_on}", "disk")
         if resume and run.state == RunState.PAUSED:
             run._set_state(RunState.RUNNING, "disk space freed")
         return True

@@ -123,10 +123,8 @@ class MetricsWriter:
             if self.failure is None and not self.lost:
                 return None
             unwritten = self._unwritten.count(b"\n") + self.lost
-            return (
-                f"{self.path}: the last {unwritten} records could not be written "
-                f"({self.failure or 'no room'}): free disk space before the next run"
-            )
+            why = self.failure or f"the disk was full past the {self.MAX_UNWRITTEN_BYTES >> 20} MiB kept"
+            return f"{self.path}: {unwritten} records could not be written ({why})"
 
 
 HISTORY_KINDS = ("step", "eval", "lr_changed", "sample", "checkpoint")

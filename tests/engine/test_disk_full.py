@@ -184,3 +184,26 @@ def test_a_stop_goes_from_saving_to_stopped(tmp_path):
     assert trainer.run() == "stopped"
     assert states[-2:] == ["saving", "stopped"]
     assert load_checkpoint(tmp_path / "run" / "ckpt-00000003.pt")["step"] == 3
+
+
+def test_the_metrics_writer_keeps_what_a_full_disk_refuses_bounded_and_writes_it_in_order(
+    small_disk, monkeypatch
+):
+    from engine.events import Eval
+    from engine.metrics_log import MetricsWriter
+
+    monkeypatch.setattr(MetricsWriter, "MAX_UNWRITTEN_BYTES", 4096)
+    failures: list[str] = []
+    writer = MetricsWriter(small_disk / "metrics.jsonl", on_failure=lambda: failures.append("x"))
+    filler = fill(small_disk)
+    for step in range(1, 201):  # eval records are written at once: each one tries the disk
+        writer(Eval(step=step, train_loss=1.0, val_loss=2.0, train_time_s=0.0))
+    assert failures == ["x"]  # said once, not per record
+    assert writer.failure == "No space left on device" and writer.lost > 0
+    assert not writer.retry()  # still full
+    filler.unlink()
+    assert writer.retry() and writer.failure is None
+    kept = 200 - writer.lost
+    steps = [json.loads(line)["step"] for line in (small_disk / "metrics.jsonl").open()]
+    assert steps == list(range(1, kept + 1))  # whole lines, in order, none twice
+    assert "records could not be written" in (writer.close() or "")  # the lost ones are said
