@@ -57,8 +57,16 @@ class StopSignals:
         self.received.append(signum)
         name = signal.Signals(signum).name
         trainer = self.trainer
+        if trainer is not None and trainer.state in RunState.ENDED:
+            # torchrun's SIGTERM after a rank died and this one failed: nothing is left to save
+            print(f"{name}: the run has already ended ({trainer.state}); nothing to save", file=sys.stderr)
+            return
         if trainer is None or trainer.step == 0:
             what = "stopping before the first step (nothing trained yet: no checkpoint)"
+        elif getattr(getattr(trainer, "world", None), "distributed", False):
+            # a checkpoint of every rank's state needs every rank: a promise only if they are
+            # all there (a rank that died is why torchrun sends this); the next line says
+            what = "stopping; every rank saves a checkpoint if all are still there"
         else:
             what = "saving a checkpoint and stopping"
         print(f"{name}: {what} (ctrl+c again to abort)", file=sys.stderr)

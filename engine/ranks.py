@@ -20,9 +20,16 @@ def rank_lost_message(run: Trainer) -> str:
     """A collective failed: which rank is gone, the last checkpoint, how to go on."""
     saved = run.last_checkpoint
     last = f"last checkpoint {saved.name}" if saved else "no checkpoint was saved"
+    # a stop asked for (torchrun's SIGTERM once a rank died, a user's) wanted a checkpoint that
+    # needs every rank: say it was not written rather than let "saving a checkpoint" stand
+    unsaved = (
+        f"the checkpoint the stop ({run._stop_asked}) asked for could not be saved without it; "
+        if run._stop_asked is not None
+        else ""
+    )
     return (
         f"{lost_ranks(run.ranks, run.world.rank)}: the run stopped at step {run.step}; "
-        f"{last}; torchrun --max-restarts resumes it, or start it again with --resume "
+        f"{unsaved}{last}; torchrun --max-restarts resumes it, or start it again with --resume "
         f"{run.run_dir}"
     )
 

@@ -136,6 +136,35 @@ def test_a_rank_killed_is_reported_by_rank_0_and_its_viewer(tmp_path: Path) -> N
             os.killpg(process.pid, signal.SIGKILL)
 
 
+def test_a_sigterm_after_a_rank_died_says_no_checkpoint_was_saved(tmp_path: Path) -> None:
+    # What torchrun does when a rank dies: SIGTERM to the others. Rank 0 must not promise a
+    # checkpoint it cannot save (was "SIGTERM: saving a checkpoint and stopping", then nothing).
+    run_dir = tmp_path / "run"
+    process = start(
+        *TINY, "--set", "train.max_steps=1000000", "--set", "checkpoint.interval=20",
+        "--run-dir", str(run_dir),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: list(run_dir.glob("ckpt-*.pt")))
+        rank_1, rank_0 = (int((run_dir / f"pid-{r}").read_text()) for r in (1, 0))
+        os.kill(rank_1, signal.SIGSTOP)  # rank 1 stuck, then gone, as rank 0 is told to stop
+        time.sleep(0.3)
+        os.kill(rank_0, signal.SIGTERM)
+        time.sleep(0.5)
+        os.kill(rank_1, signal.SIGKILL)
+        out = process.communicate(timeout=120)[0]
+        assert "saving a checkpoint and stopping" not in out, out[-3000:]
+        (line,) = [x for x in out.splitlines() if x.startswith("error: rank 1 (pid")]
+        newest = max(run_dir.glob("ckpt-*.pt")).name
+        assert "the checkpoint the stop (SIGTERM) asked for could not be saved" in line, line
+        assert f"last checkpoint {newest}" in line and f"--resume {run_dir}" in line
+        final = records(run_dir / "metrics.jsonl", "state")[-1]
+        assert final["state"] == "failed" and "could not be saved" in final["reason"]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
 def test_an_exact_resume_at_world_2_is_bit_identical(tmp_path: Path) -> None:
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     checked(run(*TINY, "--set", "train.max_steps=30", "--set", "checkpoint.interval=15",
