@@ -36,6 +36,18 @@ def shakespeare() -> Path:
 
 
 @pytest.fixture
+def some_text(tmp_path: Path) -> Path:
+    """A text file for tests that need some corpus, not Tiny Shakespeare: Python's own argparse
+    source (~100 KB, on every machine that runs the tests), written beside the test."""
+    import argparse
+
+    corpus = tmp_path / "some-text" / "corpus.txt"
+    corpus.parent.mkdir()
+    corpus.write_text(Path(argparse.__file__).read_text(encoding="utf-8"), encoding="utf-8")
+    return corpus
+
+
+@pytest.fixture
 def tiktoken_cache() -> Path:
     """GPT-2's BPE ranks, offline (TIKTOKEN_CACHE_DIR is set to them); skip where they are absent."""
     if not TIKTOKEN_CACHE.is_dir():

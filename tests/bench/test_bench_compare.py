@@ -4,6 +4,7 @@ of 500 steps."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -14,10 +15,20 @@ BENCH = ROOT / "bench" / "compare.py"
 NUMBER = r"[\d,.]+"
 
 
-def test_compare_bench_prints_its_figures() -> None:
+def some_text(tmp_path: Path) -> str:
+    """A corpus every machine has (Python's own argparse source, ~100 KB): the bench only needs
+    some text to train `tiny` on, not Tiny Shakespeare beside the checkout."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(Path(argparse.__file__).read_text(encoding="utf-8"), encoding="utf-8")
+    return str(corpus)
+
+
+def test_compare_bench_prints_its_figures(tmp_path: Path) -> None:
     args = [
         sys.executable,
         str(BENCH),
+        "--data",
+        some_text(tmp_path),
         "--rounds",
         "1",
         "--window",
@@ -52,9 +63,9 @@ def test_compare_bench_prints_its_figures() -> None:
     assert re.search(r"loss panel draw, 5 overlaid: " + draw, out), out
 
 
-def test_compare_bench_refuses_a_bad_option_in_one_line() -> None:
+def test_compare_bench_refuses_a_bad_option_in_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--preset", "no-such-preset"],
+        [sys.executable, str(BENCH), "--data", some_text(tmp_path), "--preset", "no-such-preset"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -69,3 +80,9 @@ def test_compare_bench_refuses_a_bad_option_in_one_line() -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip() == "compare: --window must be a positive number of seconds"
+    missing = tmp_path / "nowhere.txt"
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--data", str(missing)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"compare: no corpus at {missing}: pass --data PATH (a text file)"

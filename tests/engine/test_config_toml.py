@@ -66,12 +66,12 @@ def _cockpit(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_a_runs_config_toml_replays_the_run_from_another_directory(tmp_path, shakespeare):
+def test_a_runs_config_toml_replays_the_run_from_another_directory(tmp_path, some_text):
     # The first run names its corpus relative to where it started ...
     first_cwd, elsewhere = tmp_path / "first", tmp_path / "elsewhere"
     first_cwd.mkdir()
     elsewhere.mkdir()
-    (first_cwd / "corpus.txt").write_text(shakespeare.read_text()[:100_000])
+    (first_cwd / "corpus.txt").write_text(some_text.read_text()[:100_000])
     a = _cockpit(
         first_cwd, "train", "--headless", "--preset", "tiny", "--set", "train.max_steps=8",
         "--set", "optim.lr=2e-3", "--set", "data.source=corpus.txt", "--run-dir", "A",

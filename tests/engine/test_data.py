@@ -140,10 +140,10 @@ def test_r50k_base_on_shakespeare(shakespeare: Path, bpe: None, tmp_path: Path) 
     assert rebuilt.encode("Before we proceed") == prepared.tokenizer.encode("Before we proceed")
 
 
-def test_chunked_bpe_encoding_matches_whole_text(shakespeare: Path, bpe: None) -> None:
+def test_chunked_bpe_encoding_matches_whole_text(some_text: Path, bpe: None) -> None:
     tok = tokenizers.TiktokenTokenizer("r50k_base")
     tricky = "a\n\nb  \nc\r\nd.\n/x\ny\n 1\n2\n\n\n  end\n"
-    text = shakespeare.read_text(encoding="utf-8")[:200_000] + tricky * 50
+    text = some_text.read_text(encoding="utf-8")[:200_000] + tricky * 50
     pieces = list(tokenizers._split_at_safe_newlines(text, 1000))
     assert len(pieces) > 100 and "".join(pieces) == text
     assert tok.encode_corpus(text, chunk_chars=1000).tolist() == tok.encode(text)
@@ -154,8 +154,9 @@ def test_chunked_bpe_encoding_matches_whole_text(shakespeare: Path, bpe: None) -
 
 
 def test_prepare_reuses_files_without_retokenizing(
-    shakespeare: Path, tmp_path: Path, count_tokenize: list[int]
+    some_text: Path, tmp_path: Path, count_tokenize: list[int]
 ) -> None:
+    shakespeare = some_text  # a local copy is taken as it is: any text will do
     cfg = DataConfig(source="tinyshakespeare")
     first = prepare(cfg, data_path=str(shakespeare), cache_dir=tmp_path)
     assert len(count_tokenize) == 1
@@ -432,7 +433,8 @@ def test_tiktoken_files_missing_offline(tmp_path: Path, monkeypatch: pytest.Monk
 # Availability for the preset menu, and the cache location
 
 
-def test_data_available(shakespeare: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_data_available(some_text: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shakespeare = some_text  # a local copy is taken as it is: any text will do
     assert data_available(DataConfig(source="pydoc"), cache_dir=tmp_path) == (
         True,
         "built in, offline",

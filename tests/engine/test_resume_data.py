@@ -209,11 +209,12 @@ def test_a_bpe_run_resumes_on_its_own_file_not_pydoc(tmp_path, capsys, corpus, t
 
 
 def test_tinyshakespeare_offline_resumes_from_the_recorded_copy(
-    tmp_path, capsys, shakespeare, monkeypatch
+    tmp_path, capsys, some_text, monkeypatch
 ):
+    # a local copy of the corpus is taken as it is (edited or not: test_data.py), so any text will do
     copy = tmp_path / "copy" / "input.txt"
     copy.parent.mkdir()
-    shutil.copy(shakespeare, copy)
+    shutil.copy(some_text, copy)
     monkeypatch.delenv("COCKPIT_TINYSHAKESPEARE", raising=False)
     run_dir = first_run(capsys, tmp_path, copy, "--set", "data.source=tinyshakespeare", steps=2)
     started = records(run_dir, "run_started")[0]["data_source"]
