@@ -21,7 +21,7 @@ from engine.config import RunConfig
 from engine.data import PreparedData
 from engine.distributed import World, sum_over_ranks
 from engine.model import GPT
-from engine.sampling import start_token
+from engine.sampling import start_token, unknown_characters
 from engine.tokenizers import Tokenizer
 
 # Evaluation windows are drawn from their own seed, apart from training's and sampling's.
@@ -57,6 +57,7 @@ class Evaluator:
     val_full: bool = field(default=False, init=False)
     _cap_note: str | None = field(default=None, init=False)
     _cap_noted: bool = field(default=False, init=False)
+    _prompts_noted: bool = field(default=False, init=False)
 
     @torch.no_grad()
     def split_loss(
@@ -123,17 +124,40 @@ class Evaluator:
     def samples(
         self, tokenizer: Tokenizer, generator: torch.Generator
     ) -> Iterator[tuple[str, str]]:
-        """(prompt, generated text) for each configured prompt, one at a time as generated."""
+        """(prompt, generated text) for each configured prompt, one at a time as generated;
+        the prompt as the model was given it: a char-level model has no token for a character
+        its corpus never had, so those are left out (prompt_note says which, once)."""
         s = self.cfg.sample
         self.model.eval()
         try:
             for prompt in s.prompts:
-                ids = tokenizer.encode(prompt) or [start_token(tokenizer)]  # BPE: end-of-text
+                ids = tokenizer.encode(prompt)
+                given = tokenizer.decode(ids) if ids else ""
+                ids = ids or [start_token(tokenizer)]  # BPE: end-of-text
                 idx = torch.tensor([ids], dtype=torch.long, device=self.device)
                 with self.autocast:
                     out = self.model.generate(
                         idx, s.max_new_tokens, s.temperature, s.top_k or None, generator
                     )
-                yield prompt, tokenizer.decode(out[0, len(ids) :].tolist())
+                yield given, tokenizer.decode(out[0, len(ids) :].tolist())
         finally:
             self.model.train()
+
+    def prompt_note(self, tokenizer: Tokenizer) -> str | None:
+        """Once per run: the configured sample prompts that lost characters this model has no
+        token for, and what it was given instead (an info alert); None when none did."""
+        if self._prompts_noted:
+            return None
+        self._prompts_noted = True
+        lost = []
+        for prompt in self.cfg.sample.prompts:
+            if unknown := unknown_characters(tokenizer, prompt):
+                given = tokenizer.decode(tokenizer.encode(prompt))
+                chars = " ".join(repr(c) for c in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
+                lost.append(f"{prompt!r} is given as {given!r} (no token for {chars})")
+        if not lost:
+            return None
+        return (
+            f"sample prompts: {'; '.join(lost)}: a char-level model knows only its corpus's "
+            f"characters; the samples record the prompt it was given"
+        )

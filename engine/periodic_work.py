@@ -67,5 +67,7 @@ def evaluate(run: Trainer) -> Eval:
 
 def sample(run: Trainer) -> None:
     """Generate from the configured prompts with the run's own sample RNG and emit the texts."""
+    if (note := run.evaluator.prompt_note(run.data.tokenizer)) is not None:
+        run._alert("info", note, "sample")  # once per run: characters left out of a prompt
     for prompt, text in run.evaluator.samples(run.data.tokenizer, run.sample_generator):
         run.emit(Sample(step=run.step, prompt=prompt, text=text))

@@ -354,3 +354,17 @@ def test_best_is_the_lowest_val_among_checkpoints_and_survives_resume(tmp_path, 
     best = load_checkpoint(tmp_path / "best.pt")
     assert best["step"] == 60 and best["best_val"] == 2.3 and best["is_best"]
     assert load_checkpoint(tmp_path / "ckpt-00000080.pt")["best_val"] == 2.3
+
+
+def test_a_sample_records_the_prompt_the_model_was_given_and_says_what_was_left_out(tmp_path):
+    # A char-level model has no token for a character its corpus never had: it is left out of
+    # the prompt. The record must show what the model was given, and an alert say what went.
+    cfg = tiny_cfg("train.max_steps=2", "sample.interval=1", "sample.prompts=['Hi\u2603 there', '\u2603']")
+    rec = Recorder()
+    assert Trainer(cfg, run_dir=tmp_path, sinks=[rec], telemetry=False).run() == "finished"
+    samples = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    prompts = [r["prompt"] for r in samples if r["kind"] == "sample"]
+    assert prompts[:2] == ["Hi there", ""]  # what the model was fed (was 'Hi\u2603 there')
+    notes = [e.message for e in rec.events if getattr(e, "code", "") == "sample"]
+    assert len(notes) == 1  # once per run, not at every sample
+    assert "'Hi\u2603 there' is given as 'Hi there' (no token for '\u2603')" in notes[0], notes
