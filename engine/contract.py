@@ -100,5 +100,6 @@ class EngineHandle(Protocol):
 
     def rollback(self, lr_factor: float = 0.5) -> None:
         """Reload the last checkpoint and go on with the LR times `lr_factor` (LrChanged and
-        an Alert with code "rollback"; a warning Alert when there is no checkpoint yet)."""
+        an Alert with code "rollback"; only a warning Alert, the run untouched, when there is no
+        checkpoint yet, the newest cannot be read or `lr_factor` gives no LR in range)."""
         ...
