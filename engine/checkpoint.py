@@ -14,6 +14,7 @@ is read with numpy's array globals allowed, and converted.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pickle
 import pickletools
@@ -212,6 +213,7 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         raise _unreadable(path, e) from None
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise CheckpointError(f"{path}: not a cockpit checkpoint (no model/config inside)")
+    check_fields(path, state)
     version = state.get("version", 1)
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise CheckpointError(
@@ -237,12 +239,60 @@ def _load_sharded_meta(path: Path) -> dict[str, Any]:
         raise _unreadable(path / META_NAME, e) from None
     if not isinstance(state, dict) or "config" not in state:
         raise CheckpointError(f"{path}: not a cockpit checkpoint (no config inside)")
+    check_fields(path / META_NAME, state)
     from engine.sharded_reader import read_index
 
     read_index(path)  # its index and shards, checked now: a resume refuses before it starts
     state["_path"] = str(path)
     state["_sharded"] = True
     return state
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _finite(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _config_of_tables(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(value[name], dict) for name in CONFIG_SECTIONS if name in value
+    )
+
+
+CONFIG_SECTIONS = ("data", "model", "optim", "schedule", "train", "eval", "sample", "checkpoint", "log")
+# The plain fields that readers (resume, sample, export, fork, the app) index directly, with
+# the types cockpit writes; a field a checkpoint lacks is its readers' to miss.
+_FIELD_CHECKS: dict[str, Any] = {
+    "config": _config_of_tables,
+    "step": _count,
+    "tokens": _count,
+    "world_size": lambda v: _count(v) and v >= 1,
+    "lr_scale": _finite,
+    "train_time_s": _finite,
+    "best_val": lambda v: v is None or (type(v) in (int, float) and not math.isnan(v)),
+    "model": lambda v: isinstance(v, dict),
+    "optimizer": lambda v: isinstance(v, dict),
+    "scaler": lambda v: isinstance(v, dict),
+    "rng": lambda v: isinstance(v, dict),
+    "tokenizer": lambda v: isinstance(v, dict),
+}
+
+
+def check_fields(path: Path, state: dict[str, Any]) -> None:
+    """A checkpoint loads weights-only, but its plain data can still be any dict or string:
+    a field not of the type cockpit writes is one line here, not a traceback in whichever
+    reader meets it first."""
+    for field, sound in _FIELD_CHECKS.items():
+        if field in state and not sound(state[field]):
+            shown = repr(state[field])
+            shown = shown if len(shown) <= 24 else shown[:21] + "..."
+            raise CheckpointError(
+                f"{path}: not a checkpoint as cockpit writes them ({field} is {shown}); use "
+                "another checkpoint of the same run"
+            )
 
 
 def _torch_load(path: Path, mmap: bool) -> Any:

@@ -101,3 +101,62 @@ def test_a_fork_json_with_a_time_no_float_holds_keeps_its_parent(finished_run, t
     shutil.copytree(finished_run, run_dir)
     (run_dir / "fork.json").write_text('{"parent": "p", "step": 1, "time": 1' + "0" * 400 + "}")
     assert read_summary(run_dir).facts["parent"] == {"run": "p", "step": 1, "time": None}
+
+
+# A checkpoint's plain fields hold what cockpit writes (a checkpoint someone sent you is
+# weights-only, but weights-only data can still be any dict or string): each reader gets one line
+WRONG_FIELDS = {
+    "step a string": ("step", "x"),
+    "step negative": ("step", -5),
+    "config a list": ("config", []),
+    "optim not a table": ("config", {"optim": 3}),
+    "tokenizer a number": ("tokenizer", 5),
+    "model a list": ("model", [1]),
+    "lr scale a string": ("lr_scale", "1"),
+    "rng a tensor": ("rng", None),
+}
+
+
+def _with_field(finished_run: Path, tmp_path: Path, case: str) -> tuple[Path, Path]:
+    import shutil
+
+    import torch
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    (run_dir / "best.pt").unlink(missing_ok=True)
+    [path] = run_dir.glob("ckpt-*.pt")
+    state = torch.load(path, weights_only=True)
+    field, value = WRONG_FIELDS[case]
+    state[field] = torch.zeros(2) if value is None else value
+    torch.save(state, path)
+    return run_dir, path
+
+
+@pytest.mark.parametrize("case", list(WRONG_FIELDS))
+def test_a_checkpoint_field_cockpit_never_writes_is_refused_in_one_line(finished_run, tmp_path, case) -> None:
+    from engine.checkpoint import CheckpointError, load_checkpoint
+
+    _, path = _with_field(finished_run, tmp_path, case)
+    for mmap in (False, True):
+        with pytest.raises(CheckpointError) as refused:
+            load_checkpoint(path, mmap=mmap)
+        line = str(refused.value)
+        assert "\n" not in line and str(path) in line and WRONG_FIELDS[case][0] in line
+        assert "another checkpoint" in line
+
+
+def test_sample_fork_and_resume_refuse_such_a_checkpoint_in_one_line(finished_run, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    run_dir, path = _with_field(finished_run, tmp_path, "step a string")
+    for argv in (
+        ["sample", str(path), "--tokens", "2"],
+        ["fork", str(path), "--no-start", "--set", "train.max_steps=9", "--run-dir", str(tmp_path / "b")],
+        ["train", "--headless", "--no-telemetry", "--resume", str(run_dir), "--set", "train.max_steps=4"],
+    ):
+        done = subprocess.run([sys.executable, "-m", "cockpit", *argv], capture_output=True, text=True, timeout=120)
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, (argv[0], lines)
+        assert str(path) in lines[0] and "step is 'x'" in lines[0], lines
