@@ -44,6 +44,12 @@ class CommandActions(_AppBase):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in MAIN_ACTIONS and self.screen is not self.main_screen:
             return False  # a dialog is open: its own keys only
+        return self.offered(action)
+
+    def offered(self, action: str) -> bool | None:
+        """Whether the footer, the help and the palette offer `action` in the run's state (the
+        open screen aside): a key that would do nothing is not offered at all (None: shown
+        disabled)."""
         if action in ("pause", "resume"):
             paused = self._pause_target_state() == RunState.PAUSED
             if (action == "resume") != paused:
@@ -51,9 +57,9 @@ class CommandActions(_AppBase):
         if action in RUN_ACTIONS and self.read_only:
             return False  # a read-only viewer: hidden (the footer says read-only instead)
         if action in RUN_ACTIONS and (not self.engine_running or self.state in RunState.ENDED):
-            return None  # shown disabled
+            return False  # the run ended or its engine is gone: nothing to steer
         if action == "presets" and self.attached:
-            return None  # runs start with `cockpit start`, not in a viewer (action_presets says)
+            return False  # runs start with `cockpit start`, not in a viewer (action_presets says)
         return True
 
     def action_read_only_note(self) -> None:
@@ -220,4 +226,4 @@ class CommandActions(_AppBase):
         self._main_screen.zoom_panel(panel_id)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.offered))  # the keys that do something now

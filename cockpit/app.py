@@ -373,6 +373,8 @@ class CockpitApp(
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for title, description, action in palette_entries():
             _, name, args = parse_action(action)
+            if not self.offered(name):
+                continue  # it would do nothing now (the run ended, a viewer): not offered
             method = getattr(self, f"action_{name}")
             # The method itself, not run_action: check_action would refuse it, the palette
             # being the open screen.

@@ -7,6 +7,7 @@ have a key without a help line or a palette entry (tests/cockpit/test_commands.p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from textual.actions import parse as parse_action
@@ -306,7 +307,9 @@ COMMANDS: tuple[Command, ...] = (
         show=False,
         priority=True,
         help_keys="ctrl+c ctrl+q",
-        help="quit, in dialogs too; twice: exit unsaved",
+        # as action_request_quit does: the second press answers the dialog with what loses
+        # nothing, a third (while it waits to save) leaves without waiting
+        help="quit, in dialogs too; twice: yes, saving (a viewer detaches); thrice: unsaved",
         palette_as="quit",
         main_only=False,
     ),
@@ -324,19 +327,26 @@ def key_bindings() -> list[Binding]:
     return bindings
 
 
-def help_rows() -> list[tuple[str, str]]:
-    """(keys, description) for each line of the help screen."""
+def help_rows(offered: Callable[[str], bool | None] | None = None) -> list[tuple[str, str]]:
+    """(keys, description) for each line of the help screen; with `offered` (the app's: see
+    CommandActions.offered), only the commands that do something now."""
     rows: list[tuple[str, str]] = []
+    joinable = False  # the row above is one a joining command may join
     for cmd in COMMANDS:
         if not cmd.help:
             continue
+        actions = [name for name, _ in cmd.bound_as] or [cmd.name]
+        if offered is not None and not any(offered(name) for name in actions):
+            joinable = joinable and not cmd.joins_row
+            continue
         keys = cmd.help_keys or cmd.key_symbol
-        if cmd.joins_row:
+        if cmd.joins_row and joinable:
             above_keys, above_help = rows.pop()
             keys, description = f"{above_keys} / {keys}", f"{above_help} / {cmd.help}"
         else:
             description = cmd.help
         rows.append((keys, description))
+        joinable = True
     return rows
 
 

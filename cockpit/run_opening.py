@@ -90,18 +90,21 @@ class RunOpening(_AppBase):
         return str(run_dir) if run_dir else None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        on_main = self.screen is self.main_screen
+        own = action in ("read_only_note", "run_over_note") or action in RECORD_ACTIONS
+        if (own or action in RUN_DIR_ACTIONS) and self.screen is not self.main_screen:
+            return False
+        return super().check_action(action, parameters)
+
+    def offered(self, action: str) -> bool | None:
         if action == "read_only_note":
-            return on_main and self.read_only and not self.viewing_record
-        if action == "run_over_note":
-            return on_main and self.viewing_record
-        if action in RECORD_ACTIONS:
-            return on_main and self.viewing_record
+            return self.read_only and not self.viewing_record
+        if action in ("run_over_note", *RECORD_ACTIONS):
+            return self.viewing_record
         if action in RUN_DIR_ACTIONS:
-            return False if not on_main else True if self.current_run_dir else None
+            return True if self.current_run_dir else None
         if self.viewing_record and action in RUN_ACTIONS:
             return False  # hidden, as in a read-only viewer: a press says why (on_key)
-        return super().check_action(action, parameters)
+        return super().offered(action)
 
     def on_key(self, event: Any) -> None:
         if self.viewing_record and self.screen is self.main_screen and event.key in STEERING_KEYS:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -378,15 +378,16 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,q,question_mark,enter", "close", "Close", show=False)]
 
-    def __init__(self) -> None:
+    def __init__(self, offered: Callable[[str], bool | None] | None = None) -> None:
         super().__init__(classes="dialog-screen")
+        self.offered = offered  # the app's CommandActions.offered: only the keys that work now
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog", id="help-dialog") as box:
             box.border_title = "Keys"
             box.border_subtitle = "esc close"
             with Grid(id="help-keys"):
-                for key, description in help_rows():
+                for key, description in help_rows(self.offered):
                     yield Static(key, classes="help-key")
                     yield Static(description, classes="help-description")
             yield Static(Content.styled(HELP_NOTE, "$foreground-muted"), id="help-note")

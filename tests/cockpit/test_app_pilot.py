@@ -30,7 +30,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from cockpit.app import CockpitApp
-from cockpit.commands import PANEL_IDS
+from cockpit.commands import COMMANDS, PANEL_IDS, help_rows
 from cockpit.runs import RunSummary, format_exit_report
 from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
@@ -277,6 +277,39 @@ async def test_ctrl_c_asks_like_q_and_twice_confirms(
     await pilot.press("ctrl+c")
     await wait_for(pilot, lambda: app.return_code is not None)
     assert factory.trainer.calls == [("stop", True)]
+    assert app.return_code == 0 and not app.quit_forced  # saved, as the help says it does
+    (ctrl_c,) = [d for k, d in help_rows() if k.startswith("ctrl+c")]
+    assert "twice: yes, saving" in ctrl_c and "unsaved" not in ctrl_c.split(";")[1]
+
+
+def offered_now(app: CockpitApp) -> dict[str, list[str]]:
+    """What the footer (its labels), the help (its rows) and the palette (its titles) offer."""
+    return {
+        "footer": [  # shown dimmed (disabled) counts: offered, to no effect
+            b.binding.description for b in app.screen.active_bindings.values() if b.binding.show
+        ],
+        "help": [f"{k} {d}" for k, d in help_rows(app.offered)],
+        "palette": [c.title for c in app.get_system_commands(app.screen)],
+    }
+
+
+@pilot_test(steps=300, max_steps=300, finish=True)
+async def test_after_its_own_run_ended_the_app_offers_no_steering_keys(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    assert app.state == "finished"
+    await pilot.pause()
+    offered = offered_now(app)
+    steering = [cmd for cmd in COMMANDS if cmd.needs_engine]
+    assert {cmd.keys for cmd in steering} >= {"space", "c", "l", "s", "e"}
+    help_text = " ".join(offered["help"])
+    for cmd in steering:
+        for label in [cmd.footer, *(f for _, f in cmd.bound_as)]:
+            assert not label or label not in offered["footer"], (label, offered)
+        assert not cmd.title or cmd.title not in offered["palette"], (cmd.title, offered)
+        assert not cmd.help or cmd.help not in help_text, (cmd.help, offered)
+    assert {"Preset", "Help", "Quit"} <= set(offered["footer"])  # what still works
+    assert "Switch preset" in offered["palette"] and "this help" in help_text
 
 
 @pilot_test(fail={"default": config_error("default")})
@@ -348,7 +381,7 @@ async def test_finished_run_shows_a_summary_and_disables_run_keys(
     note = alert_text(app)
     assert "finished at step 300" in note and "best val" in note
     assert "ckpt-000300.pt" in note
-    assert app.check_action("checkpoint", ()) is None  # shown disabled
+    assert app.check_action("checkpoint", ()) is False  # nothing to save: not offered
     await pilot.press("c", "space")
     assert factory.trainer.calls == []
 
@@ -451,9 +484,9 @@ def test_a_resumed_run_continues_elapsed_and_shows_no_replayed_speed_as_live() -
         text = status_text(app)
         assert "– tok/s" in text and "3.8k" not in text
         assert "MFU" not in text
-        # 500 s trained before, 1 s since this session started (its "running" event)
-        assert app.view.tracker.elapsed == pytest.approx(501.0)
-        assert "elapsed 8:21" in text, text
+        # 500 s trained before (the RunStarted's train_time_s); no step of this session yet
+        assert app.loss_panel.clock.trained_s() == pytest.approx(500.0)
+        assert "trained 8:20" in text and "elapsed" not in text, text
         # the first live step: its own speed, and elapsed goes on from 500 s
         trainer._emit(
             Step(
@@ -471,7 +504,8 @@ def test_a_resumed_run_continues_elapsed_and_shows_no_replayed_speed_as_live() -
         await settle(pilot)
         assert app.view.tokens_per_s == 2000.0 and app.view.mfu == 0.2
         assert "2.00k tok/s" in status_text(app)
-        assert app.view.tracker.elapsed == pytest.approx(504.0)
+        # training time goes on by the step's time (0.4 s), not by the wall clock
+        assert app.loss_panel.clock.trained_s() == pytest.approx(500.4)
 
     run_pilot(app, scenario, size=(160, 40))
 

@@ -29,6 +29,11 @@ SIZE = (120, 36)
 
 
 
+def shown_keys(app: object) -> list[str]:
+    """The footer's labels, the dimmed (disabled) ones too."""
+    return [b.binding.description for b in app.active_bindings.values() if b.binding.show]
+
+
 def test_attach_steer_detach_and_attach_again(live: LiveRun) -> None:
     app = attached_app(RemoteEngine(live.run_dir))
 
@@ -127,6 +132,8 @@ def test_a_read_only_viewer_watches_but_cannot_command(live: LiveRun) -> None:
         footer = " ".join(
             b.binding.description for b in app.active_bindings.values() if b.binding.show and b.enabled
         )
+        shown = shown_keys(app)  # dimmed ones too
+        assert "Preset" not in shown  # a viewer starts no run: p is not offered
         await pilot.press("space", "c", "plus")
         await pilot.pause(0.5)
         assert app.state == "running"
@@ -180,6 +187,9 @@ def test_an_engine_killed_before_any_checkpoint_names_the_command_that_works(
             await wait_for_engine(pilot, lambda: app.view.step > 0)
             live.kill()
             await wait_for_engine(pilot, lambda: app.state == "failed", timeout=10)
+            await pilot.pause()
+            dead = {"Pause", "Resume", "Ckpt", "LR", "Sample", "Eval", "Preset"} & set(shown_keys(app))
+            assert not dead, dead  # nothing to steer: not offered
             await pilot.press("q", "y")
             await wait_for_engine(pilot, lambda: not app.is_running, timeout=10)
 
