@@ -59,8 +59,9 @@ class ProgressPrinter:
                 f"{event.tokenizer} vocab {event.vocab_size}, {event.train_tokens:,} train tokens; "
                 f"run dir {event.run_dir}{resumed}"
             )
+            label = "resume" if event.resumed_from else "note"  # e.g. a batch split over ranks
             for note in getattr(event, "notes", ()):
-                self._say(f"resume: {note}")
+                self._say(f"{label}: {note}")
         elif kind == "data_progress":
             now = self.clock()
             if now - self._last_data < self.interval_s and not event.done:

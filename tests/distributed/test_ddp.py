@@ -36,8 +36,10 @@ def test_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_path: Path
 def test_a_step_of_one_micro_batch_is_split_over_the_ranks_with_a_note(tmp_path: Path) -> None:
     # grad_accum=1 (nanogpt-cpu's) at world 2: each rank takes half the micro-batch (was refused)
     run_dir = tmp_path / "run"
-    checked(run(*TINY, "--set", "train.grad_accum=1", "--set", "train.max_steps=2",
-                "--run-dir", str(run_dir), GRAD_CHECK="1"))  # fmt: skip
+    result = run(*TINY, "--set", "train.grad_accum=1", "--set", "train.max_steps=2",
+                 "--run-dir", str(run_dir), GRAD_CHECK="1")  # fmt: skip
+    checked(result)
+    assert "note: train.grad_accum=1 cannot be shared by 2 ranks: each rank takes" in result.stdout
     for rank in (0, 1):
         (x, _), = torch.load(run_dir / f"grads-{rank}.pt", weights_only=True)["batches"]
         assert x.shape[0] == 2  # 2 of the step's 4 sequences
