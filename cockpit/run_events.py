@@ -84,6 +84,9 @@ class RunEvents(_AppBase):
         self._set_state(ev.state)
         if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
             self.view.tracker.forget_rate()
+        train_s = getattr(ev, "train_time_s", None)  # exact where it paused, saved or ended
+        if train_s is not None and ev.state != RunState.STARTING:
+            self.loss_panel.set_time_anchor(ev.step, train_s)
         if self.view.anomaly is not None and ev.state != RunState.SAVING:
             if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
                 # resumed (or rolled back): the fault is behind the run, and so is its banner
@@ -249,7 +252,8 @@ class RunEvents(_AppBase):
             return
         dropped = self.trainer.dropped_events if self.trainer is not None else 0
         status.set_segments(
-            status_segments(self.view, self.preset, self.state, self.loss_panel.last_loss, dropped)
+            status_segments(self.view, self.preset, self.state, self.loss_panel.last_loss, dropped,
+                            self.loss_panel.clock.trained_s())  # fmt: skip
         )
         if self._quitting and self._status_note:  # the wait and how to cut it short come first
             alert.show("warning", self._status_note)

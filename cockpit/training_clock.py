@@ -62,6 +62,19 @@ class TrainingClock:
         last = self.step_times.last
         self._last_timed = None if last is None else (int(last[0]), last[1])
 
+    def trained_s(self) -> float | None:
+        """The run's training time now, the one figure the status line shows live and in a
+        finished run's view alike (as `cockpit runs` does from the same records): exact at an
+        anchor at or after the newest timed step (a state: paused, saved, ended), else the
+        newest timed step's. None before the run has started (no anchor but the 0 s one)."""
+        anchor_step, anchor_s = self._anchors[-1]
+        last = self.step_times.last
+        if last is not None and last[0] > anchor_step:
+            return last[1]
+        if last is None and len(self._anchors) == 1:
+            return None
+        return anchor_s
+
     def time_at(self, step: float) -> float | None:
         """The training time at `step`, between the timed steps (None before any)."""
         if not self.step_times:

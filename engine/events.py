@@ -196,6 +196,9 @@ class StateChanged(Event):
     state: str
     step: int
     reason: str = ""
+    # the run's training time at this state (Trainer.train_time_s): exact where a run pauses,
+    # saves or ends, so no view has to estimate it from step times (None: not known)
+    train_time_s: float | None = None
 
 
 @dataclass(frozen=True)

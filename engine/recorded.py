@@ -8,12 +8,11 @@ textual-free.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.events import Alert, Event, RunStarted
+from engine.events import Alert, Event
 from engine.replay_reader import read_replay
 
 
@@ -29,7 +28,9 @@ class RecordedRun:
         self._state = replay.final_state
         self.reason = replay.reason
         self._lock = threading.Lock()  # commands may come from any thread
-        self._pending: list[Event] = _whole_training_time(list(replay.events), self.run_dir)
+        # as recorded: its training time comes from its records (the RunStarted's, the evals',
+        # the final state's), as it did live and as `cockpit runs` reads it
+        self._pending: list[Event] = list(replay.events)
         # all of the replay is the run's past, its RunStarted (the newest of it) too; only the
         # refusals of commands are news
         self.replayed_until = max((e.time for e in self._pending), default=0.0)
@@ -93,16 +94,3 @@ class RecordedRun:
     def rollback(self, lr_factor: float = 0.5) -> None:
         self._refuse()
 
-
-def _whole_training_time(events: list[Event], run_dir: Path) -> list[Event]:
-    """The RunStarted with the run's whole training time as the time "before this session":
-    nothing trains in this one, so the elapsed time shown is the run's (from its summary)."""
-    from engine.run_summary import read_summary
-
-    if not events or not isinstance(events[0], RunStarted):
-        return events
-    try:
-        total = read_summary(run_dir, write_back=False).train_time_s
-    except (OSError, ValueError):
-        return events
-    return [dataclasses.replace(events[0], train_time_s=total), *events[1:]]

@@ -52,8 +52,8 @@ class RunSummary:
     def observe_step(self, step: int, tokens: int, step_time_s: float | None, when: float) -> None:
         """One step record: the training thread's whole cost per step (a few dict updates)."""
         f = self.facts
-        if step >= f["step"]:
-            f["step"], f["tokens"] = step, tokens
+        # the newest step, not the highest: a rollback trains again from an earlier one
+        f["step"], f["tokens"] = step, tokens
         if step_time_s is not None and math.isfinite(step_time_s):
             f["step_time_s"] = step_time_s
         f["updated"] = max(f["updated"] or when, when)
@@ -82,11 +82,17 @@ class RunSummary:
             f["last_checkpoint"] = {"path": path if isinstance(path, str) else None, "step": step}
         elif kind == "state" and isinstance(record.get("state"), str):
             f["last_state"] = record["state"]
+            train_s = _number(record.get("train_time_s"))
+            if record["state"] != RunState.STARTING and step is not None and train_s is not None:
+                # exact where it paused, saved or ended (not while starting: nothing restored yet)
+                f["step"] = step
+                f["train_time_anchor"] = [train_s, step]
         elif kind == "ranks" and isinstance(record.get("ranks"), list):
             f["world_size"] = max(1, len(record["ranks"]))
 
     def _run_started(self, record: dict[str, Any]) -> None:
         f = self.facts
+        f["world_size"] = 1  # this session's: its ranks records (torchrun) say more
         start = _count(record.get("start_step")) or 0
         preset = record.get("preset")
         f["preset"] = preset if isinstance(preset, str) else None
@@ -124,8 +130,10 @@ class RunSummary:
 
     @property
     def train_time_s(self) -> float:
-        """Training time: exact at the last eval (or start), then the newest step time times
-        the steps since (a crashed run's last stretch is an estimate)."""
+        """Training time (the engine's: its training steps' wall time, pauses, evaluations and
+        checkpoints excluded, summed across resumes): exact at the newest state record (a run
+        that paused or ended), eval or start, then the newest step time times the steps since
+        (only a killed run's last stretch is an estimate)."""
         f = self.facts
         anchor_s, anchor_step = f["train_time_anchor"]
         return anchor_s + max(0, f["step"] - anchor_step) * (f["step_time_s"] or 0.0)
@@ -353,7 +361,8 @@ class SummarySink:
         self.run_dir = run_dir
         self.metrics = run_dir / METRICS_NAME
         self.summary = read_summary(run_dir, write_back=False)
-        self.summary.facts["world_size"] = max(world_size, self.summary.facts["world_size"])
+        self.world_size = world_size  # this session's, whatever the earlier ones had
+        self.summary.facts["world_size"] = world_size
         self._lock = threading.Lock()  # emit() is called from more than one thread
         self._changed = False
         self._key_change = False
@@ -377,6 +386,8 @@ class SummarySink:
         record = event.to_record()
         with self._lock:
             self.summary.observe(record)
+            if kind == "run_started":  # it resets the world size: this session's is known
+                self.summary.facts["world_size"] = max(self.world_size, self.summary.facts["world_size"])
             self._changed = self._key_change = True
             now_please = kind == "run_started" or (
                 kind == "state" and record["state"] in RunState.ENDED

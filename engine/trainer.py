@@ -180,7 +180,9 @@ class Trainer:
         control = getattr(self, "control", None)  # rank 0's socket, once the run has a directory
         if state in RunState.ENDED and control is not None:
             control.end_journal(state)  # the final state is the last record: no viewer's after it
-        self.emit(StateChanged(state=state, step=self.step, reason=reason))
+        self.emit(
+            StateChanged(state=state, step=self.step, reason=reason, train_time_s=self.train_time_s)
+        )
 
     def _alert(self, level: str, message: str, code: str = "") -> None:
         self.emit(Alert(level=level, message=message, step=self.step, code=code))

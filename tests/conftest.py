@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
-SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
-TIKTOKEN_CACHE = SHARED_DATA / "tiktoken-cache"
+# other copies where the environment names them (README, Development), else ../shared's
+SHAKESPEARE = Path(
+    os.environ.get("COCKPIT_TINYSHAKESPEARE") or SHARED_DATA / "tinyshakespeare" / "input.txt"
+)
+TIKTOKEN_CACHE = Path(os.environ.get("TIKTOKEN_CACHE_DIR") or SHARED_DATA / "tiktoken-cache")
 
 
 @pytest.fixture(autouse=True)

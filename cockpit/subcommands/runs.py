@@ -123,6 +123,14 @@ class ListedRun:
     def sort_time(self) -> float:
         return self.summary["started"] or self.modified
 
+    def checkpoint_path(self) -> str | None:
+        """The newest checkpoint, absolute: in the run's directory, whatever the directory the
+        run was started from (its record may hold a path relative to that) or where it moved."""
+        saved = self.summary["last_checkpoint"]
+        if not saved or not saved["path"]:
+            return None
+        return os.path.join(os.path.abspath(self.run_dir), os.path.basename(str(saved["path"])))
+
     def as_json(self) -> dict[str, Any]:
         s = self.summary
         best, last, saved = s["best_val"], s["last_val"], s["last_checkpoint"]
@@ -143,7 +151,7 @@ class ListedRun:
             "started": s["started"],
             "updated": s["updated"],
             "size_bytes": self.size_bytes,
-            "last_checkpoint": saved["path"] if saved else None,
+            "last_checkpoint": self.checkpoint_path(),
             "last_checkpoint_step": saved["step"] if saved else None,
             "parent": s["parent"],
             "world_size": s["world_size"],

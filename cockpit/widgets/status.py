@@ -72,7 +72,12 @@ def progress_bar(fraction: float, width: int) -> Content:
 
 
 def status_segments(
-    view: RunView, preset: str, state: str, last_loss: float | None, dropped_events: int = 0
+    view: RunView,
+    preset: str,
+    state: str,
+    last_loss: float | None,
+    dropped_events: int = 0,
+    trained_s: float | None = None,
 ) -> list[Segment]:
     """The status line's text for the run on screen, most important segments first in priority
     (`fit_segments` drops the rest at narrow widths). Speed, ETA and MFU only while it trains."""
@@ -109,11 +114,10 @@ def status_segments(
                 2,
             )
         )
-    elapsed = view.tracker.elapsed
-    if elapsed is not None:
+    if trained_s is not None:  # the training time (TrainingClock.trained_s), named as it is
         segs.append(
             Segment(
-                Content.assemble(("elapsed ", "$foreground-muted"), fmt_duration(elapsed)), 4
+                Content.assemble(("trained ", "$foreground-muted"), fmt_duration(trained_s)), 4
             )
         )
     if state in LIVE_STATES:

@@ -23,10 +23,7 @@ from engine.data import (
     prepare,
 )
 from engine.tokenizers import CharTokenizer, tokenizer_from_meta
-
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
-SHAKESPEARE = SHARED / "tinyshakespeare" / "input.txt"
-TIKTOKEN_CACHE = SHARED / "tiktoken-cache"
+from tests.conftest import SHAKESPEARE, TIKTOKEN_CACHE
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from engine.model import GPT
 from engine.sampling import decode_stream, encode_prompt, start_token, token_bytes_function
 from engine.tokenizers import CharTokenizer, TiktokenTokenizer
 from engine.trained import load_trained
+from tests.conftest import TIKTOKEN_CACHE
 
-TIKTOKEN_CACHE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tiktoken-cache"
 PROMPT = "def "  # the tiny preset's first sample prompt
 
 
