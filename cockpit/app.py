@@ -45,6 +45,7 @@ from cockpit.run_opening import RunOpening
 from cockpit.run_starts import ResumeFactory, RunStarts
 from cockpit.run_view import RunView
 from cockpit.runs import RunSummary, resumed_preset, run_dir_of
+from cockpit.stop_wait import BoundaryWork
 from cockpit.switching import Switching
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.loss import LossPanel
@@ -129,6 +130,7 @@ class CockpitApp(
         self._switch_started: float | None = None  # clock() when a preset switch began
         # This session's newest step: (event time, step time), for the quit countdown.
         self.last_step_seen: tuple[float, float] | None = None
+        self.boundary_work = BoundaryWork()  # and the work due at its boundaries (the same)
         self._past_runs: list[RunSummary] = []  # runs switched away from, for the exit report
         self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
         self._pending_preset: str | None = None  # the name of the run to start once this one ended
@@ -342,6 +344,7 @@ class CockpitApp(
     def _remember_run(self) -> None:
         """Before another preset starts: keep the outgoing run for the exit report."""
         self.last_step_seen = None
+        self.boundary_work = BoundaryWork()
         summary = self._summary()
         if summary is not None:
             self._past_runs.append(summary)

@@ -224,10 +224,13 @@ class MainScreen(Screen[None]):
                 self.memory_panel.update_ranks(ev)
             case Eval():
                 self.loss_panel.add_eval(ev.step, ev.val_loss, train_time_s=ev.train_time_s)
+                app.boundary_work.done("evaluate", ev.step, ev.time)
             case Sample():
                 self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
+                app.boundary_work.done("sample", ev.step, ev.time)
             case RunStarted():
                 self.data_panel.finish()  # prepared: the run's panels take over
+                app.boundary_work.configure(ev.config or {}, ev.max_steps)
                 app.run_started(ev, announce=not history)
             case StateChanged():
                 if ev.state in RunState.ENDED:
@@ -235,6 +238,8 @@ class MainScreen(Screen[None]):
                 app.state_changed(ev, announce=not history)
             case CheckpointSaved():
                 app.checkpoint_saved(ev, announce=not history)
+                if ev.reason == "interval":
+                    app.boundary_work.done("checkpoint", ev.step, ev.time)
             case LrChanged():
                 app.view.scale = ev.scale
                 app.view.lr = ev.new_lr
@@ -284,6 +289,7 @@ class MainScreen(Screen[None]):
         if not history:
             view.tracker.add_step(ev.time, ev.step)
             app.last_step_seen = (ev.time, ev.step_time_s or 0.0)
+            app.boundary_work.step(ev.time, ev.step)
         app.expire_alert()
 
     # zoom --------------------------------------------------------------------------------------

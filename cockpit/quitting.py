@@ -18,7 +18,7 @@ from cockpit import stop_wait as stop_wait_module
 from cockpit.exit_watchdog import start_exit_watchdog
 from cockpit.runs import format_exit_report
 from cockpit.screens import ChoiceScreen, ConfirmScreen
-from cockpit.stop_wait import quit_note, quit_question, stop_wait
+from cockpit.stop_wait import BoundaryWork, quit_note, quit_question, stop_wait
 from engine.contract import EngineHandle
 from engine.events import RunState
 
@@ -40,6 +40,7 @@ class Quitting(_AppBase):
     state: str
     clock: Callable[[], float]
     last_step_seen: tuple[float, float] | None
+    boundary_work: BoundaryWork
     _status_note: str
     _quitting: bool
     _quit_started: float | None
@@ -111,7 +112,8 @@ class Quitting(_AppBase):
 
     def _stop_wait(self, started: float | None) -> str:
         return stop_wait(
-            self.state, self.last_step_seen, started, self.clock(), self.preparing_corpus
+            self.state, self.last_step_seen, started, self.clock(), self.preparing_corpus,
+            work=self.boundary_work,
         )
 
     def _force_exit(self) -> None:

@@ -9,6 +9,8 @@ without an app.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from textual.markup import escape
 
@@ -20,18 +22,89 @@ LONG_STEP_S = 10.0  # steps at least this long: the quit dialog warns that the s
 NOTE_REFRESH_S = 1.0  # while a quit or switch waits for a step boundary, its countdown ticks this often
 
 
+WORK_NAMES = {"evaluate": "evaluation", "sample": "sample", "checkpoint": "checkpoint"}
+
+
+class BoundaryWork:
+    """The periodic work (engine/periodic_work.py: an evaluation, samples, a checkpoint at
+    their intervals) at the step boundaries around the run's newest step, and how long each
+    kind took the last time: a stop waits for it as for the step (the engine does the work due
+    at a step before it looks at its commands). Fed the run's events; no Textual."""
+
+    def __init__(self) -> None:
+        self.intervals: dict[str, int] = {}
+        self.max_steps = 0
+        self.took: dict[str, float] = {}  # kind -> seconds, the last time it was done
+        self._step: tuple[float, int] | None = None  # the newest step: (event time, step)
+        self._done: set[str] = set()  # kinds reported at that step
+        self._begun: dict[str, float] = {}  # kind -> when the work before it ended
+        self._mark = 0.0  # when the step or the last work at it ended
+
+    def configure(self, config: Mapping[str, Any], max_steps: int) -> None:
+        """The intervals from the run's resolved config (RunStarted.config)."""
+
+        def interval(section: str) -> int:
+            value = (config.get(section) or {}).get("interval", 0)
+            return value if isinstance(value, int) and value > 0 else 0
+
+        self.intervals = {"evaluate": interval("eval"), "sample": interval("sample"),
+                          "checkpoint": interval("checkpoint")}  # fmt: skip
+        self.max_steps = max_steps
+
+    def step(self, t: float, step: int) -> None:
+        self._step, self._mark = (t, step), t
+        self._done, self._begun = set(), {}
+
+    def done(self, kind: str, step: int, t: float) -> None:
+        """`kind` was reported at `step` at time `t` (an Eval, a Sample, an interval save)."""
+        if self._step is None or step != self._step[1]:
+            return
+        begun = self._begun.setdefault(kind, self._mark)  # several samples: from the first
+        self.took[kind] = max(0.0, t - begun)
+        self._done.add(kind)
+        self._mark = t
+
+    def due_at(self, step: int) -> list[str]:
+        return [kind for kind, every in self.intervals.items()
+                if every and step % every == 0 and step < self.max_steps]  # fmt: skip
+
+    def in_progress(self) -> list[str]:
+        """The work due at the newest step not reported yet (being done now)."""
+        if self._step is None:
+            return []
+        return [kind for kind in self.due_at(self._step[1]) if kind not in self._done]
+
+    def after_next_step(self) -> list[str]:
+        """The work due once the step being trained ends."""
+        return self.due_at(self._step[1] + 1) if self._step is not None else []
+
+    def describe(self, kinds: Sequence[str]) -> str:
+        """'the sample (~15s last time)', 'the evaluation and checkpoint'."""
+        names = " and ".join(WORK_NAMES.get(k, k) for k in kinds)
+        known = [self.took[k] for k in kinds if k in self.took]
+        return f"the {names}" + (f" (~{fmt_step(sum(known))} last time)" if known else "")
+
+
+def fmt_step(seconds: float) -> str:
+    """A duration that may be under a second: '0.03s', '0.4s', '42s', '1:05'."""
+    return f"{seconds:.2g}s" if 0 < seconds < 0.95 else fmt_duration(seconds)
+
+
 def stop_wait(
     state: str,
     last_step: tuple[float, float] | None,
     started: float | None,
     now: float,
     preparing: bool = False,
+    work: BoundaryWork | None = None,
 ) -> str:
     """Where a stop with a checkpoint stands: the time to the next step boundary (from
-    `last_step`, the newest step's (event time, step time)) and the time waited since
-    `started` (both on the clock events are stamped with). While the corpus is `preparing`
-    there is nothing to save: the preparation stops at its next piece."""
+    `last_step`, the newest step's (event time, step time)), with the `work` due there, and
+    the time waited since `started` (both on the clock events are stamped with). While the
+    corpus is `preparing` there is nothing to save: the preparation stops at its next piece."""
     waited = fmt_duration(max(0.0, now - (started or now)))
+    busy = work.in_progress() if work is not None and state == RunState.RUNNING else []
+    after = work.after_next_step() if work is not None else []
     if preparing and state not in RunState.ENDED:
         what = "stopping the corpus preparation (nothing trained yet: nothing to save)"
     elif state == RunState.SAVING:
@@ -40,16 +113,22 @@ def stop_wait(
         what = f"the run has {state}"
     elif state == RunState.PAUSED:
         what = "saving a checkpoint and stopping"
+    elif busy and work is not None:  # the step ended: its work is being done, then the save
+        what = f"saving after {work.describe(busy)} due at this step"
     elif last_step is None or last_step[1] <= 0:
         what = "saving when the first step ends (none has finished yet: no estimate)"
     else:
         t, step_s = last_step
         left = t + step_s - now
-        took = fmt_duration(step_s)
+        took = fmt_step(step_s)
+        then = f", then {work.describe(after)} due there" if after and work is not None else ""
         if left >= 0.5:
-            what = f"saving at the next step boundary, in ~{fmt_duration(left)} (a step takes {took})"
+            what = (
+                f"saving at the next step boundary, in ~{fmt_duration(left)} "
+                f"(a step takes {took}{then})"
+            )
         else:
-            what = f"saving at the next step boundary, any moment now (a step takes {took})"
+            what = f"saving at the next step boundary, any moment now (a step takes {took}{then})"
     return f"{what} · waited {waited}"
 
 

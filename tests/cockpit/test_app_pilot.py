@@ -965,6 +965,44 @@ class SlowStepTrainer(ScriptedTrainer):
             self.finished.set()
 
 
+class BusyBoundaryTrainer(ScriptedTrainer):
+    """Trained to step 100 and busy there with the sample due at it (every 50 steps; the one
+    at step 50 took 0.6 s): a stop waits for it. stop() is only recorded."""
+
+    def __init__(self) -> None:
+        script = build_script(steps=100, max_steps=1000, eval_every=0, sample_every=50)
+        started = dataclasses.replace(script[0], config={"name": "default", "sample": {"interval": 50}})
+        script = [started, *(e for e in script[1:] if not (e.kind == "sample" and e.step == 100))]
+        super().__init__("default", script=script)
+        self.last_step_time = max(e.time for e in script if e.kind == "step")
+
+    def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
+        self.calls.append(("stop", checkpoint))
+
+
+def test_the_quit_countdown_counts_the_work_due_at_the_boundary() -> None:
+    trainer = BusyBoundaryTrainer()
+    app = CockpitApp(lambda name: trainer, "default")
+    app.clock = lambda: trainer.last_step_time + 8.0  # 8 s into the sample
+
+    async def scenario(pilot: Pilot) -> str:
+        await wait_for(pilot, lambda: trainer.loaded.is_set())
+        await settle(pilot)
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        note = alert_text(app)
+        await pilot.press("ctrl+c")  # leave without waiting
+        await wait_for(pilot, lambda: app.return_code is not None)
+        return note
+
+    note = run_pilot(app, scenario)
+    assert trainer.calls == [("stop", True)]
+    assert "saving after the sample (~0.6s last time) due at this step" in note, note
+    assert "a step takes 0s" not in note
+
+
 def test_quit_waits_for_a_distant_step_boundary_with_a_countdown(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cockpit.runs import RunSummary, format_exit_report
-from cockpit.stop_wait import leave_question, quit_note, quit_question, stop_wait
+from cockpit.stop_wait import BoundaryWork, leave_question, quit_note, quit_question, stop_wait
 
 
 def test_the_wait_counts_down_to_the_next_step_boundary() -> None:
@@ -54,3 +54,24 @@ def test_leaving_a_run_that_goes_on_says_how_to_come_back() -> None:
     assert "resume: cockpit --resume runs/x" in format_exit_report([stopped])
     note = quit_note("saving at the next step boundary", attached=True)
     assert "leave now (it still saves and stops)" in note and "without saving" not in note
+
+
+def test_the_wait_counts_the_work_due_at_the_boundary() -> None:
+    work = BoundaryWork()
+    work.configure({"eval": {"interval": 0}, "sample": {"interval": 50}, "checkpoint": {"interval": 100}}, 1000)
+    work.step(100.0, 99)  # training step 100: its sample and checkpoint come after it
+    assert stop_wait("running", (100.0, 0.03), 100.0, 100.01, work=work).startswith(
+        "saving at the next step boundary, any moment now "
+        "(a step takes 0.03s, then the sample and checkpoint due there)"
+    )
+    work.step(100.03, 100)  # step 100 ended: its work is being done
+    assert stop_wait("running", (100.03, 0.03), 100.0, 105.0, work=work).startswith(
+        "saving after the sample and checkpoint due at this step"
+    )
+    work.done("sample", 100, 115.03)
+    work.done("checkpoint", 100, 116.03)
+    work.step(116.06, 149)  # the next boundary's sample: 15 s last time
+    assert "then the sample (~15s last time) due there" in stop_wait(
+        "running", (116.06, 0.03), 116.1, 116.1, work=work
+    )
+    assert work.due_at(1000) == []  # the last step's work is the run's end's (run_end.finish)
