@@ -75,8 +75,8 @@ def make_trainer(
 ) -> Any:
     """Build a (not yet started) Trainer from the command line; `preset` overrides --preset.
 
-    --set, --data, --run-dir and --resume apply to the run named on the command line only,
-    not to presets picked later from the app's menu.
+    --set, --run-dir and --resume apply to the run named on the command line only, not to
+    presets picked later from the app's menu; --data goes with its preset (`data_for`).
     """
     from engine.presets import load_preset
     from engine.trainer import Trainer
@@ -89,7 +89,7 @@ def make_trainer(
     return Trainer(
         cfg,
         run_dir=args.run_dir if first else None,
-        data_path=args.data if first else None,
+        data_path=data_for(args, name, first),
         resume=resume,
         resume_overrides=overrides if resume else (),
         sinks=sinks,
@@ -111,6 +111,31 @@ def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -
     if state == "failed":
         return 1  # the reason is printed and is the final state record's
     return 0
+
+
+def data_for(args: argparse.Namespace, preset: str, first: bool = False) -> str | None:
+    """The corpus a run of `preset` trains on from the command line's --data: the first run's,
+    and the same preset's when it is picked again from the menu (the user's copy of its corpus,
+    a local Tiny Shakespeare say, not a download); no other preset's (a --resume's --data is
+    where that run's corpus is now: its run only)."""
+    if first:
+        return args.data
+    named = not args.resume and preset == (args.preset or DEFAULT_PRESET)
+    return args.data if named else None
+
+
+def menu_data_check(args: argparse.Namespace, preset: str) -> tuple[bool, str, bool]:
+    """(ok, note, stand-in) of a preset picked from the app's menu, with the data a pick of it
+    trains on (`data_for`)."""
+    from engine.data import data_available, is_stand_in_corpus
+    from engine.presets import load_preset
+
+    try:
+        cfg = load_preset(preset, [], args.presets_dir)
+    except ConfigError as e:
+        return False, str(e), False
+    data = data_for(args, preset)
+    return (*data_available(cfg.data, data), is_stand_in_corpus(cfg.data, data))
 
 
 def resume_trainer(args: argparse.Namespace, target: str, overrides: Sequence[str]) -> Any:
@@ -150,17 +175,6 @@ def run_app(
     a run opened by `cockpit compare`), with `overlays` drawn over its loss curve."""
     from cockpit.app import CockpitApp, run_app
     from cockpit.runs import format_exit_report
-    from engine.data import data_available, is_stand_in_corpus
-    from engine.presets import load_preset
-
-    def preset_data_available(preset: str) -> tuple[bool, str, bool]:
-        """(ok, note, stand-in) of a preset picked from the menu (--data is not applied)."""
-        try:
-            cfg = load_preset(preset, [], args.presets_dir)
-        except ConfigError as e:
-            return False, str(e), False
-        return (*data_available(cfg.data), is_stand_in_corpus(cfg.data))
-
     def fit_warning(preset: str, known_peak: tuple[str, float] | None) -> str:
         return preset_fit_warning(preset, args.presets_dir, known_peak)
 
@@ -178,7 +192,7 @@ def run_app(
         factory,
         args.preset or DEFAULT_PRESET,
         preset_dirs=args.presets_dir,
-        data_available=preset_data_available,
+        data_available=partial(menu_data_check, args),
         fit_warning=fit_warning,
         notify=notify_settings(args),
         resume_factory=partial(resume_trainer, args),

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+from functools import partial
+from pathlib import Path
 
+import pytest
+from pilot import run_pilot, scripted_app, settle, wait_for
+from textual.pilot import Pilot
+
+from cockpit.cli import make_trainer, menu_data_check, parse_args
 from cockpit.preset_switch import preset_menu_rows, switch_question
-from cockpit.screens import PresetRow
+from cockpit.screens import PresetRow, PresetScreen
 
 
 def test_rows_say_which_data_is_here_and_which_preset_is_current() -> None:
@@ -39,3 +45,30 @@ def test_the_question_names_the_switch_and_its_warnings() -> None:
     assert asked.startswith("Save a checkpoint of [b]tiny[/b], stop it, then start [b]big[/b]?")
     assert "⚠ data: corpus.txt is missing" in asked
     assert "⚠ needs 80 GiB \\[of memory]" in asked  # the warning's own brackets are not markup
+
+
+def test_the_menu_finds_the_local_copy_its_preset_was_started_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(tmp_path / "cache"))  # nothing downloaded here
+    monkeypatch.delenv("COCKPIT_TINYSHAKESPEARE", raising=False)
+    copy = tmp_path / "input.txt"
+    copy.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 100)
+    args = parse_args(["--preset", "shakespeare-char", "--data", str(copy)])
+    app, _factory = scripted_app()
+
+    app.data_available = partial(menu_data_check, args)
+
+    async def scenario(pilot: Pilot) -> dict[str, PresetRow]:
+        await settle(pilot)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PresetScreen))
+        return {row.name: row for row in app.screen.rows}
+
+    rows = run_pilot(app, scenario)
+    picked_again = rows["shakespeare-char"]
+    assert picked_again.data_ok and "not downloaded" not in picked_again.data_note
+    # a pick of it trains on that copy, as the menu said; another preset's data is its own
+    assert make_trainer(args, "shakespeare-char", first=False).data_path == str(copy)
+    assert make_trainer(args, "tiny", first=False).data_path is None
+    assert "not downloaded" in rows["speedrun-shakespeare"].data_note
