@@ -28,15 +28,46 @@ FREE_SPACE = "free disk space: the run goes on by itself once there is room (c r
 
 def os_error_behind(error: BaseException) -> OSError | None:
     """The OSError that `error` is or comes from (its __cause__ / __context__ chain): torch.save
-    raises a RuntimeError during the handling of the OSError of a full disk."""
+    raises a RuntimeError during the handling of the OSError of a full disk. A sharded save's
+    CheckpointException (DCP's) holds each rank's failure: those are looked into too."""
     seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
+    waiting: list[BaseException] = [error]
+    while waiting:
+        current = waiting.pop(0)  # breadth first: the nearest OSError
+        if id(current) in seen:
+            continue
         if isinstance(current, OSError):
             return current
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        waiting.extend(rank_failures(current))
+        following = current.__cause__ or current.__context__
+        if following is not None:
+            waiting.append(following)
     return None
+
+
+def checkpoint_exception_type() -> type[BaseException] | None:
+    """DCP's CheckpointException (a BaseException, not an Exception: `except Exception` misses
+    it); None where torch has no torch.distributed."""
+    try:
+        from torch.distributed.checkpoint.api import CheckpointException
+    except ImportError:
+        return None
+    return CheckpointException
+
+
+def rank_failures(error: BaseException) -> list[BaseException]:
+    """The exception of each rank that failed, when `error` is DCP's CheckpointException (its
+    `failures`: rank -> (exception, traceback)); otherwise none."""
+    dcp_error = checkpoint_exception_type()
+    if dcp_error is None or not isinstance(error, dcp_error):
+        return []
+    failures = getattr(error, "failures", None) or {}
+    return [
+        pair[0]
+        for _, pair in sorted(failures.items())
+        if isinstance(pair, tuple) and pair and isinstance(pair[0], BaseException)
+    ]
 
 
 def is_disk_full(error: BaseException) -> bool:

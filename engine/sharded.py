@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from engine.disk_full import write_failure
+from engine.disk_full import checkpoint_exception_type, write_failure
 from engine.distributed import World, from_main
 
 META_NAME = "meta.pt"
@@ -60,10 +60,14 @@ def save_sharded(
     if failure is not None:
         return failure
     model_state, optim_state = get_state_dict(model, optimizer)
+    # DCP raises its CheckpointException (every rank's failures) on every rank: a
+    # BaseException, caught by name so that a KeyboardInterrupt still goes through
+    dcp_error = checkpoint_exception_type() or Exception
     try:
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
-    except Exception as e:  # noqa: BLE001 - DCP raises its own exception on every rank
-        failure = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    except (Exception, dcp_error) as e:  # noqa: BLE001 - whatever a rank's write raised
+        # a full disk in the OS's words, found in the rank's failure (engine/disk_full.py)
+        failure = write_failure(e) or last_line(e)
     failure = from_main(failure, world, group)  # every rank's shards are written, or none
     if failure is None and world.is_main:
         try:
@@ -74,7 +78,18 @@ def save_sharded(
             failure = write_failure(e)
             if failure is None:
                 raise
-    return from_main(failure, world, group)
+    failure = from_main(failure, world, group)
+    if failure is not None and world.is_main:
+        # every rank is done with it: the shards written so far give their space back (the
+        # previous checkpoint is intact, and a retry writes this one whole)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return failure
+
+
+def last_line(error: BaseException) -> str:
+    """An error's message in one line (its last: DCP's lists each rank's traceback first)."""
+    text = str(error).strip()
+    return text.splitlines()[-1] if text else type(error).__name__
 
 
 def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -207,3 +208,73 @@ def test_the_metrics_writer_keeps_what_a_full_disk_refuses_bounded_and_writes_it
     steps = [json.loads(line)["step"] for line in (small_disk / "metrics.jsonl").open()]
     assert steps == list(range(1, kept + 1))  # whole lines, in order, none twice
     assert "records could not be written" in (writer.close() or "")  # the lost ones are said
+
+
+# A sharded run's checkpoint (a DCP directory): dcp.save reports a full disk as its own
+# CheckpointException, a BaseException carrying each rank's failure.
+SHARDED_WARNING = "torch.distributed is disabled"  # DCP in one process says so: that is the point
+
+
+def test_a_sharded_save_on_a_full_disk_is_the_disks_failure_not_a_crash(small_disk, tmp_path):
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from engine.distributed import World
+    from engine.sharded import save_sharded
+
+    trainer = Trainer(
+        load_preset("tiny", ["train.max_steps=2", "eval.interval=0", "sample.interval=0"]),
+        run_dir=tmp_path / "run",
+        telemetry=False,
+    )
+    assert trainer.run() == "finished"
+    meta = trainer._checkpoint_state(weights=False)
+    filler = fill(small_disk, leave_bytes=64 * 1024)  # room for a few shards, not for all
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=SHARDED_WARNING)
+        with pytest.raises(CheckpointException) as raised:  # what DCP itself raises
+            dcp.save({"model": trainer.model.state_dict()}, checkpoint_id=str(small_disk / "raw"))
+        assert not isinstance(raised.value, Exception)  # so `except Exception` misses it
+        assert is_disk_full(raised.value)  # found inside its per-rank failures
+        assert write_failure(raised.value) == "No space left on device"
+        shutil.rmtree(small_disk / "raw")
+        path = small_disk / "ckpt-00000002.dcp"
+        failure = save_sharded(path, meta, trainer.model, trainer.optimizer, World(), None)
+        assert failure == "No space left on device"
+        assert not path.exists()
+        assert not list(small_disk.glob(".*.tmp"))  # the partial shards do not keep the space
+        filler.unlink()
+        assert save_sharded(path, meta, trainer.model, trainer.optimizer, World(), None) is None
+    assert load_checkpoint(path)["step"] == 2
+
+
+def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_there_is_room(
+    small_disk,
+):
+    import dataclasses
+    import warnings
+
+    # A sharded (FSDP) run's checkpoints, written by one process as each rank writes its own
+    run = FullDiskRun(small_disk, "checkpoint.interval=10", fill_at=11, leave_bytes=64 * 1024)
+    set_up = run.trainer._setup
+
+    def set_up_as_sharded() -> None:
+        set_up()
+        run.trainer.parallel = dataclasses.replace(run.trainer.parallel, mode="fsdp")
+
+    run.trainer._setup = set_up_as_sharded  # type: ignore[method-assign]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=SHARDED_WARNING)
+        assert run.run() == "finished"
+    assert not run.alerts("crash"), run.alerts("crash")
+    disk = run.alerts("disk")
+    assert disk and disk[0].level == "error" and disk[0].step == 20
+    assert "checkpoint at step 20 failed (No space left on device)" in disk[0].message
+    assert run.paused_for_disk["step"] == 20 and run.paused_for_disk["still_paused"]
+    assert "disk space is back" in disk[-1].message
+    saved = [e.step for e in run.events if e.kind == "checkpoint"]
+    assert saved == [10, 20, 30]
+    assert load_checkpoint(run.run_dir / "ckpt-00000030.dcp")["step"] == 30
+    assert_every_step_once(run.records(), 30)
