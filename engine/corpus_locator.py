@@ -93,7 +93,8 @@ def path_source(raw: str, where: str, cache_dir: Path) -> Source:
             f"{'; ' + _skipped_note(special, path) if special else ''}; add some or point "
             f"{where} at a text file"
         )
-    what = f"{len(files)} files" + (f"; {_skipped_note(special, path)}" if special else "")
+    what = f"{len(files)} file{'s' if len(files) != 1 else ''}"
+    what += f"; {_skipped_note(special, path)}" if special else ""
     return Source(str(path), slug_of(path.name), f"folder {path} ({what})", tuple(files))
 
 

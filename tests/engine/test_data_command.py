@@ -309,7 +309,7 @@ def test_a_fifo_in_a_corpus_folder_is_skipped_and_counted(cache: Path, tmp_path:
         "data", "prepare", "--data", str(folder), "--preset", "tiny", cache=cache, timeout=30
     )
     assert prepared.returncode == 0, prepared.stderr
-    assert "skipped 1 file that is not a regular file (pipe.txt)" in prepared.stdout
+    assert "(1 file; skipped 1 file that is not a regular file (pipe.txt))" in prepared.stdout
     assert f"{len('Shall I compare thee to a summer' + chr(39) + 's day?' + chr(10)) * 100:,}" in (
         prepared.stdout
     )
