@@ -84,12 +84,14 @@ def test_commands_are_applied_and_acknowledged(tmp_path):
 
     trainer.set_lr(5e-4)  # applied while paused, from the next step on
     ack = rec.wait_for(lambda e: e.kind == "lr_changed")
-    assert ack.new_lr == pytest.approx(5e-4)
+    # typed during the preset's 100 warmup steps: the LR warmup ends at, the ramp leading there
+    assert (ack.after_warmup_lr, ack.warmup_ends) == (pytest.approx(5e-4), 100)
+    assert ack.new_lr == pytest.approx(5e-4 * (paused.step + 1) / 101)
     trainer.resume()
     rec.wait_for(lambda e: e.kind == "state" and e.state == "running" and e.step == paused.step)
     nxt = rec.wait_for(lambda e: e.kind == "step" and e.step == paused.step + 1)
-    # the LR the optimizer applied follows the schedule from the new point
-    assert nxt.lr == pytest.approx(5e-4, rel=0.02)
+    # the LR the optimizer applied is the one acknowledged, the schedule's from the new point
+    assert nxt.lr == pytest.approx(ack.new_lr)
 
     trainer.pause()
     paused2 = rec.wait_for(lambda e: e.kind == "state" and e.state == "paused" and e is not paused)
