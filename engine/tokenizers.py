@@ -21,6 +21,7 @@ MAX_CODEPOINT = 0x10FFFF
 # how many tokens either side of such a cut may be re-encoded to join its two pieces.
 CUT_SEARCH_CHARS = 1 << 12
 JOIN_TOKENS = 32
+RUN_ALIGN = 1 << 10  # a multiple of every run token's length (at most 64 in r50k); divides PIECE_CHARS
 
 
 class Tokenizer:
@@ -231,11 +232,26 @@ def split_at_safe_points(text: str, chunk_chars: int) -> Iterator[str]:
             yield text[start : found.start()]
             start = found.start()
         elif len(text) > window_end:
-            yield CutPiece(text[start : start + chunk_chars])
-            start += chunk_chars
+            cut = _cut_in_word(text, start, start + chunk_chars)
+            yield CutPiece(text[start:cut])
+            start = cut
         else:
             break  # the text ends within the window: the rest is one piece
     yield text[start:]
+
+
+def _cut_in_word(text: str, start: int, cut: int) -> int:
+    """Where to cut the word at about `cut`. Inside a run of one character ('=====', 'aaaa')
+    BPE's tokens are of one power-of-two length (4 for 'a', 64 for '=' in r50k), counted from
+    the run's start: a cut at a multiple of RUN_ALIGN characters from there (or from the
+    piece's start, itself so cut, when the run began before it) keeps them, so the join checks."""
+    run_char = text[cut - 1]
+    if text[cut] != run_char:
+        return cut
+    before = text[start:cut]
+    run_start = cut - (len(before) - len(before.rstrip(run_char)))
+    aligned = run_start + (cut - run_start) // RUN_ALIGN * RUN_ALIGN
+    return aligned if aligned > start else cut
 
 
 def _safe_cuts() -> Any:

@@ -127,6 +127,25 @@ def test_a_line_without_safe_points_is_cut_and_its_tokens_joined_as_the_whole(
         assert r50k.encode_corpus(text, chunk_chars=chunk).tolist() == whole, (kind, chunk)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["x" + "a" * 50_001 + "y" + "=" * 30_003 + "0" * 20_000, "Q" + "=-" * 30_000, "_" * 100_000],
+    ids=["runs of one character", "a repeated pair", "one run"],
+)
+def test_a_run_of_one_character_is_cut_where_its_tokens_stay(
+    r50k: TiktokenTokenizer, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # BPE tokens a run from its start ('aaaa' x n, '=' x 64 ...): a cut inside it at a multiple
+    # of RUN_ALIGN from there (pieces of a multiple of it, as PIECE_CHARS is) joins checked.
+    monkeypatch.setattr(tokenizers, "CUT_SEARCH_CHARS", 64)
+    pieces = list(split_at_safe_points(text, 4096))
+    assert len(pieces) > 10 and "".join(pieces) == text
+    encoded = [np.asarray(r50k.encode(piece), dtype=np.uint32) for piece in pieces]
+    joined, unchecked = r50k.join_pieces(pieces, encoded)
+    assert unchecked == 0 and np.concatenate(joined).tolist() == r50k.encode(text)
+    assert prepare_build.PIECE_CHARS % tokenizers.RUN_ALIGN == 0
+
+
 def test_a_join_that_cannot_be_checked_is_said_so() -> None:
     # join_at_cut's answer when no re-encoding around the cut agrees with its neighbours: the
     # tokens are kept as they are and the cut counted as unchecked (prepare's note names it).
@@ -145,8 +164,9 @@ def test_a_join_that_cannot_be_checked_is_said_so() -> None:
 def test_a_run_of_one_letter_cut_inside_is_counted_and_noted(
     tmp_path: Path, r50k: TiktokenTokenizer, small_pieces: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # BPE splits "aaaa..." from the run's start: a cut not at a multiple of that period moves
-    # every token after it, which no re-encoding near the cut can mend. Said, never silent.
+    # BPE splits "aaaa..." from the run's start: a cut not at a multiple of that period (here
+    # pieces of 50, not a multiple of RUN_ALIGN) moves every token after it, which no
+    # re-encoding near the cut can mend. Said, never silent.
     monkeypatch.setattr(tokenizers, "CUT_SEARCH_CHARS", 16)
     corpus = tmp_path / "run.txt"
     corpus.write_text("x" + "a" * 2001, encoding="ascii")
