@@ -16,7 +16,6 @@ from engine.events import RunState
 from engine.periodic_work import evaluate, sample
 
 if TYPE_CHECKING:
-    from engine.telemetry import TelemetryPoller  # typed only: it is imported when used
     from engine.trainer import Trainer
 
 
@@ -59,15 +58,30 @@ def finish_already_finished(run: Trainer) -> None:
     run._set_state(RunState.FINISHED, "already finished")
 
 
-def release(run: Trainer, poller: TelemetryPoller | None) -> None:
-    """Stop the telemetry `poller` (None without one), the batch prefetch and the sinks, and
-    leave the process group: whatever state the run ended in."""
+def wind_down(run: Trainer) -> None:
+    """Just before the final state is recorded: stop the telemetry poller and close the log
+    sinks (TensorBoard...), which need no final state, so that what they say on closing is
+    recorded before it and the final state is the last record of metrics.jsonl. Once only."""
+    poller, run.telemetry_poller = run.telemetry_poller, None
     if poller is not None:
         poller.stop()
+    log_sinks, run.log_sinks = run.log_sinks, []
+    for sink in log_sinks:
+        close = getattr(sink, "close", None)
+        problem = close() if close else None
+        if isinstance(problem, str):
+            run._alert("warning", problem, "log")
+
+
+def release(run: Trainer) -> None:
+    """Stop the telemetry poller, the batch prefetch and the sinks, and leave the process
+    group: whatever state the run ended in (without a final state, if it never got one)."""
+    wind_down(run)  # done already where the run has its final state
     run.disk.cancel()  # a retry timer of a run paused for its disk
     if hasattr(run, "train_batches"):
         run.train_batches.close()  # the batch prefetch thread ends with the run
-    # the metrics file last: it records what the others report on closing
+    # the metrics file last: it records what the others report on closing (the final state's
+    # sinks: the control socket, summary.json, the app's, which say nothing on closing)
     for sink in reversed(run.sinks):
         close = getattr(sink, "close", None)
         problem = close() if close else None

@@ -172,7 +172,8 @@ def open_run_dir(run: Trainer) -> None:
     run.sinks.append(run.control)
     ckpt.remove_partial_saves(run.run_dir)  # a save killed mid-write left its temp file
     run.metrics.open(run.run_dir / "metrics.jsonl")
-    run.sinks.extend(log_sinks(run.cfg, run.run_dir, start_step=run.step))  # TensorBoard...
+    run.log_sinks = log_sinks(run.cfg, run.run_dir, start_step=run.step)  # TensorBoard...
+    run.sinks.extend(run.log_sinks)
     run.sinks.append(SummarySink(run.run_dir, run.world.world_size))  # summary.json: `cockpit runs`
 
 def instrument(run: Trainer) -> None:

@@ -47,6 +47,9 @@ def select_backend(
         return PsutilBackend(psutil_module, reason=str(exc))
 
 
+POLL_INTERVAL_S = 1.0  # a run's readings: the device panel's pace
+
+
 class TelemetryPoller:
     """Reads a backend every `interval_s` on a daemon thread and hands each reading to `emit`.
 
@@ -137,6 +140,8 @@ class TelemetryPoller:
             self._close_backend()
 
     def _safe_emit(self, reading: Telemetry) -> None:
+        if self._stop.is_set():
+            return  # stopped during the read: the run may have recorded its final state
         try:
             self._emit(reading)
         except Exception:
@@ -162,7 +167,7 @@ def start_telemetry(
     """A started poller on the best backend, or None after `warn` says why there is none
     (telemetry must never stop training)."""
     try:
-        poller = TelemetryPoller(emit, backend=select_backend(), interval_s=1.0)
+        poller = TelemetryPoller(emit, backend=select_backend(), interval_s=POLL_INTERVAL_S)
         poller.start()
     except Exception as e:
         warn(f"telemetry unavailable: {e}")

@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,11 +41,14 @@ from engine.rank_sync import RankSync
 from engine.ranks import rank_lost_message, rank_states
 from engine.readback import PendingStep, read_losses, step_events
 from engine.run_dir import write_error_log
-from engine.run_end import finish, finish_already_finished, release
+from engine.run_end import finish, finish_already_finished, release, wind_down
 from engine.run_setup import accept_resume, announce, build, instrument, open_run_dir
 from engine.schedule import lr_multiplied
 from engine.step import train_step
 from engine.throughput import ThroughputWindow
+
+if TYPE_CHECKING:
+    from engine.telemetry import TelemetryPoller  # imported when a run polls (run())
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
 
@@ -122,6 +125,9 @@ class Trainer:
         self.rollbacks = 0
         self.faults = FaultHandler(self)  # anomalies, rollbacks, OOM (engine/fault_handler.py)
         self.disk = DiskWait(self)  # paused for a full disk, retrying (engine/disk_full.py)
+        # stopped and closed before the final state is recorded (run_end.wind_down)
+        self.telemetry_poller: TelemetryPoller | None = None
+        self.log_sinks: list[Callable[[Event], None]] = []  # TensorBoard... (engine/log_sinks.py)
 
     # ------------------------------------------------------------------ commands (any thread)
     def pause(self) -> None:
@@ -178,8 +184,10 @@ class Trainer:
     def _set_state(self, state: str, reason: str = "") -> None:
         self.state = state
         control = getattr(self, "control", None)  # rank 0's socket, once the run has a directory
-        if state in RunState.ENDED and control is not None:
-            control.end_journal(state)  # the final state is the last record: no viewer's after it
+        if state in RunState.ENDED:
+            wind_down(self)  # no telemetry reading or closing alert after the final state
+            if control is not None:
+                control.end_journal(state)  # nor a viewer's record
         self.emit(
             StateChanged(state=state, step=self.step, reason=reason, train_time_s=self.train_time_s)
         )
@@ -193,13 +201,12 @@ class Trainer:
         a problem with the run: that becomes an Alert and the FAILED state."""
         self._should_stop = should_stop or (lambda: False)
         self._set_state(RunState.STARTING)
-        poller = None
         try:
             self._setup()
             if self.telemetry_enabled:
                 from engine.telemetry import start_telemetry  # only a run with telemetry needs it
 
-                poller = start_telemetry(
+                self.telemetry_poller = start_telemetry(
                     self.emit, lambda message: self._alert("warning", message, "telemetry")
                 )
             self._loop()
@@ -221,7 +228,7 @@ class Trainer:
             else:
                 self._fail(f"{type(e).__name__}: {e}{where}", "crash")
         finally:
-            release(self, poller)  # engine/run_end.py
+            release(self)  # engine/run_end.py
         return self.state
 
     def preparation_should_stop(self) -> bool:
