@@ -130,3 +130,19 @@ def test_the_lr_it_already_has_is_no_change_and_not_journaled(tmp_path) -> None:
     kinds = [json.loads(line)["kind"] for line in metrics.read_text().splitlines()]
     assert "lr_changed" not in kinds
     assert not [e for e in read_journal(metrics) if "LR" in e.what]
+
+
+def test_the_optimizer_never_applies_more_than_the_maximum_whatever_the_multiplier(tmp_path) -> None:
+    """A multiplier set late in a decay meets a schedule that rises again when a resume changes
+    the plan (train on a finished WSD run): the factor the optimizer applies is capped at MAX_LR."""
+    rec, applied = Recorder(), AppliedLr()
+    trainer = Trainer(
+        tiny_cfg(f"optim.lr={PEAK}", "schedule.warmup_steps=2", "train.max_steps=8",
+                 "eval.interval=0", "sample.interval=0", "checkpoint.interval=0"),
+        run_dir=tmp_path, sinks=[rec, applied], telemetry=False,
+    )  # fmt: skip
+    applied.trainer = trainer
+    trainer.lr_scale = 1e5  # as a checkpoint's multiplier from the old plan's floor would be
+    assert trainer.run() == "finished"
+    assert applied.highest == pytest.approx(MAX_LR)  # reached, and never passed
+    assert max(applied.by_step.values()) == pytest.approx(MAX_LR)
