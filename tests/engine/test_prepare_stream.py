@@ -183,10 +183,10 @@ def test_a_run_of_one_letter_cut_inside_is_counted_and_noted(
 def test_a_long_line_without_spaces_prepares_with_progress_and_the_whole_texts_tokens(
     tmp_path: Path, r50k: TiktokenTokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """4 MB of one word (a DNA sequence): pieces flow (progress while reading, bounded memory)
-    and the token file is the whole line's encoding. Before: one 4 MB piece, no progress line
+    """2 MB of one word (a DNA sequence): pieces flow (progress while reading, bounded memory)
+    and the token file is the whole line's encoding. Before: one 2 MB piece, no progress line
     until all was read (at 16 MB: 870 MB peak RSS, 46 s; now 124 MB, 22 s)."""
-    text = "".join(random.Random(4).choices("acgt", k=4 << 20))
+    text = "".join(random.Random(4).choices("acgt", k=2 << 20))
     corpus = tmp_path / "dna.txt"
     corpus.write_text(text, encoding="ascii")
     monkeypatch.setattr(prepare_progress, "PROGRESS_INTERVAL_S", 0.0)  # every report shows
@@ -194,7 +194,7 @@ def test_a_long_line_without_spaces_prepares_with_progress_and_the_whole_texts_t
     prepared = prepare(cfg_for(corpus, "r50k_base"), cache_dir=tmp_path / "c", progress=events.append)
     assert any(0 < e.bytes_read < len(text) and not e.done for e in events), events[:3]
     assert all_tokens(prepared) == r50k.encode(text)
-    assert prepared.meta["cuts_inside_words"] >= 10 and prepared.meta["unchecked_cuts"] == 0
+    assert prepared.meta["cuts_inside_words"] >= 6 and prepared.meta["unchecked_cuts"] == 0
     assert events[-1].done and events[-1].note == ""
 
 
