@@ -10,6 +10,7 @@ further, so the app asks how far; a branch from a run's last checkpoint likewise
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +31,34 @@ else:
     _AppBase = object
 
 ResumeFactory = Callable[[str, Sequence[str]], EngineHandle]
+BRANCH = "the branch"  # how a refusal of the fork dialog's settings starts (then cut off)
+
+
+def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequence[str]) -> str | None:
+    """Why a branch of `run_dir` from `checkpoint` (a file name; None: the newest) would refuse
+    `overrides`, checked as its resume checks them (engine/resume.py's plan_resume) against the
+    run's config.json, cheaply (no checkpoint read, no torch): one line for the dialog, or None
+    (the branch still makes its own full check when it starts)."""
+    from engine.config import ConfigError
+    from engine.remote_texts import CKPT_NAME_RE, checkpoints
+    from engine.resume import plan_resume
+
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = CKPT_NAME_RE.match(checkpoint or "")
+    step = int(found.group(1)) if found else (checkpoints(run_dir) or [(0, "")])[0][0]
+    try:
+        plan_resume({"config": config, "step": step}, list(overrides), str(run_dir), where=BRANCH)
+    except ConfigError as e:
+        text = str(e)
+        if text.startswith(str(run_dir)):
+            return None  # about the run's own config, not these settings: the branch says
+        return text.removeprefix(f"{BRANCH}: ").removeprefix("--set ")
+    except (KeyError, TypeError, ValueError):
+        return None  # a config.json of another layout: the branch's own check says
+    return None
 
 
 class RunStarts(_AppBase):
@@ -167,6 +196,7 @@ class RunStarts(_AppBase):
                 "its schedule, batch, optimizer...); its curves continue this run's.",
                 checkpoints=checkpoints,
                 required=True,
+                check=lambda s: branch_settings_error(run_dir, s.checkpoint, s.overrides),
             ),
             lambda s: self._fork_chosen(run_dir, s),
         )
@@ -179,6 +209,11 @@ class RunStarts(_AppBase):
                 f"{why.split(';')[0]}: raise train.max_steps to give the branch steps to train.",
                 initial=shlex.join(overrides),
                 required=True,
+                check=lambda s: branch_settings_error(
+                    target.parent if target.is_file() else target,
+                    target.name if target.is_file() else None,
+                    s.overrides,
+                ),
             ),
             lambda s: self.fork_run(target, s.overrides) if s is not None else None,
         )

@@ -2,13 +2,14 @@
 
 Used when the app resumes a finished run (to train on, it needs a higher `train.max_steps`) and
 when it forks a run from one of its checkpoints. Each setting is checked as `--set` checks it
-(`engine.config.parse_override`) before the dialog closes: a bad one is refused in one line.
+(`engine.config.parse_override`), and by the caller's `check` (a branch's settings as its resume
+checks them), before the dialog closes: a bad one is refused in one line, the dialog open.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from textual import on
@@ -57,11 +58,14 @@ class SettingsScreen(InputDialog):
         initial: str = "",
         checkpoints: Sequence[str] = (),
         required: bool = False,
+        check: Callable[[Settings], str | None] | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
         self.title_text, self.message, self.initial = title, message, initial
         self.checkpoints = list(checkpoints)
         self.required = required  # enter with nothing to change is refused
+        # why the run would refuse these settings (one line), or None: the dialog stays open
+        self.check = check
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="settings-dialog") as box:
@@ -97,7 +101,12 @@ class SettingsScreen(InputDialog):
         checkpoint = None
         if self.checkpoints:
             checkpoint = str(self.query_one("#settings-checkpoint", Select).value)
-        self.dismiss(Settings(checkpoint, overrides))
+        settings = Settings(checkpoint, overrides)
+        refused = self.check(settings) if self.check is not None else None
+        if refused:
+            self.show_error(refused)
+            return
+        self.dismiss(settings)
 
     @on(Input.Changed)
     def _changed(self, _event: Input.Changed) -> None:

@@ -66,24 +66,31 @@ def _refusal(key: str, old: Any, new: Any, source: str) -> ConfigError:
         why = "a resumed run continues its own random streams"
     else:
         why = "the checkpoint's weights belong to the model they were trained as"
-    return ConfigError(
-        f"{source}: cannot change {key} on resume ({old!r} -> {new!r}): {why}; "
+    advice = (
         "drop that --set, or start a new run with --preset/--set instead of --resume"
+        if source.startswith("--resume")
+        else "drop that setting; a new run from the config (n) may change it"
     )
+    return ConfigError(f"{source}: cannot change {key} on resume ({old!r} -> {new!r}): {why}; {advice}")
 
 
 def plan_resume(
-    saved: dict[str, Any], overrides: list[str], source: str, label: str | None = None
+    saved: dict[str, Any],
+    overrides: list[str],
+    source: str,
+    label: str | None = None,
+    where: str | None = None,
 ) -> ResumePlan:
     """Decide what resuming the checkpoint `saved` (its "config", "step" and "lr_scale") with
-    `overrides` does. Raises ConfigError (one line) for a bad or refused override. `label` is
-    how the user named the run (for the "extend it with" hint)."""
+    `overrides` does. Raises ConfigError (one line) for a bad or refused override, starting
+    with `where` (default: "--resume LABEL"; the app's fork dialog names the branch instead).
+    `label` is how the user named the run (for the "extend it with" hint)."""
     old = config_from_dict(saved["config"], source=source)
     user_keys = set()
     for text in overrides:
         section, name, _ = parse_override(text)
         user_keys.add(f"{section}.{name}")
-    where = f"--resume {label or source}"
+    where = where or f"--resume {label or source}"
     raw = apply_overrides(saved["config"], overrides)
     new = config_from_dict(raw, source=where)
     step = int(saved.get("step", 0))

@@ -16,7 +16,7 @@ from pilot import TINY, Toasts, alert_text, run_pilot, wait_for, wait_for_engine
 from run_dirs import three_runs, write_run
 from scripted import ScriptedFactory
 from textual.pilot import Pilot
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Input, Label
 
 from cockpit.app import CockpitApp
 from cockpit.runs_screen import RunsScreen
@@ -284,6 +284,33 @@ def test_fork_from_a_checkpoint_with_a_lower_lr(finished_tiny_run: Path) -> None
 
     run_pilot(app, scenario, size=SIZE)
     assert (finished_tiny_run / "metrics.jsonl").read_bytes() == parent_metrics  # untouched
+
+
+def test_the_fork_dialog_refuses_a_bad_setting_inline_and_stays_open(finished_tiny_run: Path) -> None:
+    app = real_recorded_app(finished_tiny_run)
+    toasts = Toasts()
+
+    async def scenario(pilot: Pilot) -> list[str]:
+        await wait_for(pilot, lambda: app.state == "finished")
+        await pilot.press("f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        screen = app.screen
+        errors = []
+        for bad in ("optim.lr=-1", "model.n_layer=4", "optim.nope=1"):
+            screen.query_one(Input).value = bad
+            await pilot.press("enter")
+            await pilot.pause(0.2)
+            assert app.screen is screen, bad  # still open, the setting still there to fix
+            errors.append(str(screen.query_one("#settings-error", Label).render()))
+        await pilot.press("escape")
+        return errors
+
+    errors = run_pilot(app, scenario, size=SIZE, toasts=toasts)
+    assert "optim.lr: expected a value > 0.0, got -1.0" in errors[0]
+    assert "cannot change model.n_layer" in errors[1] and "unknown key 'nope'" in errors[2]
+    assert not any("--resume" in e for e in errors), errors  # nothing here says --resume
+    assert not [t for t in toasts if "Cannot fork" in str(t.title)]
+    assert sorted(p.name for p in finished_tiny_run.parent.iterdir()) == ["tiny-run"]  # no branch
 
 
 def runs_screen_app(run_dir: Path) -> CockpitApp:
