@@ -108,6 +108,10 @@ def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -
     trainer = make_trainer(args, sinks=[printer], interactive=False)
     signals.attach(trainer)
     state = trainer.run()
+    refusal = getattr(printer, "refusal", None)
+    if state == "failed" and refusal:  # refused before training started: as preflight's are
+        print(f"cockpit: {refusal}", file=sys.stderr)
+        return 2
     if state == "failed":
         return 1  # the reason is printed and is the final state record's
     return 0

@@ -12,11 +12,16 @@ from cockpit.data_progress_text import progress_line
 from cockpit.durations import fmt_duration
 from engine.events import Event, RunState
 
+# An error of these kinds before the run has started is a refusal (a corpus, config, run
+# directory or checkpoint the run will not take), not a failed run: one line and exit 2.
+REFUSAL_CODES = ("config", "data", "checkpoint")
+
 
 class ProgressPrinter:
     """Headless progress: one step line, and one corpus preparation line, at most every
     `interval_s`; the preparation's final line, evals, checkpoints, samples, alerts and state
-    changes always. `clock` is injectable for tests."""
+    changes always. A refusal before the run started is not printed but kept in `refusal`:
+    the CLI says it as its other refusals are said. `clock` is injectable for tests."""
 
     def __init__(
         self,
@@ -34,6 +39,9 @@ class ProgressPrinter:
         self._t0 = time.monotonic()
         self._closed = False
         self._last_error = ""
+        self._started = False  # a RunStarted was seen: errors from now on are a run's failure
+        self._held_error = ""  # an error before it: a refusal, if the run fails without starting
+        self.refusal: str | None = None  # the one line the run was refused with (exit 2)
 
     def _say(self, line: str) -> None:
         """Print a line; a reader that went away (`| head`, a closed pipe) must not stop the
@@ -51,6 +59,7 @@ class ProgressPrinter:
     def __call__(self, event: Event) -> None:
         kind = event.kind
         if kind == "run_started":
+            self._started = True
             self._max_steps, self._start_step = event.max_steps, event.start_step
             self._t0 = time.monotonic()
             resumed = f", resumed from {event.resumed_from}" if event.resumed_from else ""
@@ -92,12 +101,20 @@ class ProgressPrinter:
         elif kind == "alert":
             if event.level == "error":
                 self._last_error = event.message
+                if not self._started and event.code in REFUSAL_CODES:
+                    self._held_error = event.message  # said once the run ends (a refusal)
+                    return
             self._say(f"{event.level}: {event.message}")
         elif kind == "lr_changed":
             self._say(
                 f"lr     {event.step:>6} | {event.old_lr:.2e} -> {event.new_lr:.2e} (x{event.scale:.3g} on the schedule)"
             )
         elif kind == "state" and event.state in RunState.ENDED:
+            if self._held_error and event.state == RunState.FAILED and not self._started:
+                self.refusal = self._held_error  # before training started: not "failed at step 0"
+                return
+            if self._held_error:
+                self._say(f"error: {self._held_error}")
             # a failure's reason was usually just printed as its error alert: not twice
             reason = event.reason if event.reason != self._last_error else ""
             self._say(f"{event.state} at step {event.step}" + (f": {reason}" if reason else ""))

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -338,9 +339,26 @@ def load_summary_file(run_dir: Path) -> RunSummary | None:
         return None
 
 
+STALE_TEMP_S = 600.0  # a summary's write takes milliseconds: an older temporary is a kill's
+
+
 def write_summary(run_dir: Path, summary: RunSummary) -> None:
     text = json.dumps(summary.to_json(), separators=(",", ":")).encode() + b"\n"
     atomic_write(run_dir / SUMMARY_NAME, lambda f: f.write(text))
+    clear_stale_temps(run_dir)
+
+
+def clear_stale_temps(run_dir: Path) -> None:
+    """Remove the `.summary.json.XXXX.tmp` files (engine/files.py's temporaries) that writers
+    killed mid-write left, once they are STALE_TEMP_S old: a writer at work now keeps its own."""
+    now = time.time()
+    for temp in run_dir.glob(f".{SUMMARY_NAME}.*.tmp"):
+        try:
+            st = temp.lstat()
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_TEMP_S:
+                temp.unlink()
+        except OSError:
+            continue  # gone already, or not ours to remove
 
 
 # -------------------------------------------------------------------- the sink

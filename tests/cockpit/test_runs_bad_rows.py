@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,18 @@ def test_a_branch_keeps_its_fork_marker_at_80_columns(good: Path, tmp_path: Path
         row = next(line for line in done.stdout.splitlines() if line.startswith("its"))
         assert " <- a" in row and "@20 " in row and len(row) <= max(columns, 80), done.stdout
         assert " forked " in row  # made by --no-start, not trained yet: not "crashed"
+
+
+def test_summary_temporaries_left_by_a_kill_are_cleared_when_it_is_next_written(good: Path, tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    run_dir = copy_of(good, root, "killed-mid-write")
+    old, fresh = run_dir / ".summary.json.0badf00d.tmp", run_dir / ".summary.json.5eed5eed.tmp"
+    old.write_bytes(b'{"version":1,"st')  # what a kill mid-write leaves
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    fresh.write_bytes(b'{"version":1')  # a writer at work now: not a leftover
+    (run_dir / "summary.json").unlink()  # the next read rebuilds and writes it
+    done = cockpit("runs", str(root), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "summary.json").is_file()
+    assert not old.exists() and fresh.exists()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -114,8 +116,9 @@ def test_bad_corpora(tmp_path, capsys, name, content, expected):
     code, text = run_cli(
         capsys, "--preset", "tiny", "--data", str(corpus), "--run-dir", str(tmp_path / "run"), *TINY
     )
-    # a path that names nothing is refused before the run (exit 2); what is inside, by the run
-    assert code == (2 if content is None else 1)
+    # a path that names nothing is refused before the run; what is inside, by the run before it
+    # trains: a refusal too (exit 2, its one line), never a "failed at step 0" report
+    assert code == 2 and "failed at step" not in text
     assert expected.lower() in text.lower()
     assert str(corpus) in text
 
@@ -193,15 +196,37 @@ def test_unwritable_run_directory(tmp_path, capsys):
     locked.mkdir()
     locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
     code, text = run_cli(capsys, "--preset", "tiny", "--run-dir", str(locked / "run"), *TINY)
-    assert code == 1 and "not writable" in text
+    assert code == 2 and "not writable" in text and "failed at step" not in text
 
 
 def test_run_directory_that_is_a_file(tmp_path, capsys):
     blocker = tmp_path / "blocker"
     blocker.write_text("not a directory")
     code, text = run_cli(capsys, "--preset", "tiny", "--run-dir", str(blocker / "run"), *TINY)
-    assert code == 1 and "not writable" in text and "--run-dir" in text
+    # refused before training started: exit 2 and its one line, not a "failed at step 0" report
+    assert code == 2 and "failed at step" not in text
+    assert text.strip().splitlines()[-1] == (
+        f"cockpit: run directory {blocker / 'run'} is not writable (Not a directory); pass --run-dir DIR"
+    )
     assert blocker.read_text() == "not a directory"
+
+
+def test_a_corpus_refused_once_read_is_exit_2_and_one_line(tmp_path):
+    """Read by the run itself (its bytes are not UTF-8): still a refusal before training, as
+    the README's exit status 2 says; a real CLI process."""
+    corpus = tmp_path / "latin1.txt"
+    corpus.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 200)
+    done = subprocess.run(
+        [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny", "--no-telemetry",
+         "--data", str(corpus), "--run-dir", str(tmp_path / "run"), *TINY],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done
+    assert "failed at step" not in done.stdout and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"cockpit: {corpus} is not UTF-8 text (byte 0xe9 at offset 3); convert it to UTF-8, e.g. iconv -f latin1 -t utf-8 IN > OUT"
+    ]
+    assert not (tmp_path / "run").exists()
 
 
 def test_unknown_tokenizer(tmp_path, capsys):
@@ -215,7 +240,7 @@ def test_unknown_tokenizer(tmp_path, capsys):
         "--set",
         "data.tokenizer=gpt5",
     )
-    assert code == 1 and "gpt5" in text
+    assert code == 2 and "gpt5" in text and "failed at step" not in text
 
 
 def test_unknown_device(tmp_path, capsys):
@@ -229,7 +254,7 @@ def test_unknown_device(tmp_path, capsys):
         "--set",
         "train.device=tpu",
     )
-    assert code == 1 and "train.device" in text
+    assert code == 2 and "train.device" in text and "failed at step" not in text
 
 
 # (name, what happens to the corpus after the run, extra resume arguments, expected text)
