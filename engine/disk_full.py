@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from engine.distributed import from_main
 from engine.events import RunState
+from engine.run_summary import size_on_disk
 
 if TYPE_CHECKING:
     from engine.trainer import Trainer
@@ -194,14 +195,20 @@ class DiskWait:
         return True
 
     def _room_for_a_checkpoint(self) -> bool:
-        """Room for one more checkpoint as large as the last, so that a retry does not write
-        most of one only to fail again (without a last one, try)."""
+        """Room for one more checkpoint as large as the last (a file, or a sharded run's
+        directory), so that a retry does not write most of one only to fail again (without a
+        last one, try)."""
         run = self.run
         if not run.world.is_main:
             return True
         last = run.last_checkpoint
         try:
-            needed = last.stat().st_size if last is not None and last.is_file() else 0
+            if last is None:
+                needed = 0
+            elif last.is_file():
+                needed = last.stat().st_size
+            else:
+                needed = size_on_disk(last)  # its shards, meta.pt: 0 when it is not there
             return shutil.disk_usage(run.run_dir).free > needed
         except OSError:
             return True

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from engine.checkpoint import load_checkpoint
-from engine.disk_full import is_disk_full, write_failure
+from engine.disk_full import RETRY_S, is_disk_full, write_failure
 from engine.presets import load_preset
 from engine.trainer import Trainer
 
@@ -67,7 +67,9 @@ class FullDiskRun:
     """A tiny run on `disk`, in a thread; `fill_at` (step) fills the disk, leaving `leave_bytes`;
     once the run pauses for the disk, the filler is deleted."""
 
-    def __init__(self, disk: Path, *overrides: str, fill_at: int, leave_bytes: int) -> None:
+    def __init__(
+        self, disk: Path, *overrides: str, fill_at: int, leave_bytes: int, free_after_s: float = 0.5
+    ) -> None:
         cfg = load_preset(
             "tiny",
             ["train.max_steps=30", "eval.interval=0", "sample.interval=0", *overrides],
@@ -78,6 +80,7 @@ class FullDiskRun:
         self.events: list[Any] = []
         self.paused_for_disk: dict[str, Any] = {}
         self.fill_at, self.leave_bytes = fill_at, leave_bytes
+        self.free_after_s = free_after_s
         self.trainer.sinks.append(self.on_event)
 
     def on_event(self, event: Any) -> None:
@@ -92,7 +95,7 @@ class FullDiskRun:
             threading.Thread(target=self.free_space_soon, daemon=True).start()
 
     def free_space_soon(self) -> None:
-        time.sleep(0.5)
+        time.sleep(self.free_after_s)
         self.paused_for_disk["still_paused"] = self.trainer.state == "paused"
         (self.disk / "filler").unlink()
 
@@ -251,14 +254,29 @@ def test_a_sharded_save_on_a_full_disk_is_the_disks_failure_not_a_crash(small_di
 
 
 def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_there_is_room(
-    small_disk,
+    small_disk, monkeypatch
 ):
     import dataclasses
     import warnings
 
-    # A sharded (FSDP) run's checkpoints, written by one process as each rank writes its own
-    run = FullDiskRun(small_disk, "checkpoint.interval=10", fill_at=11, leave_bytes=64 * 1024)
+    from engine import checkpointer
+
+    # A sharded (FSDP) run's checkpoints, written by one process as each rank writes its own;
+    # the space is freed after a retry or two (RETRY_S)
+    run = FullDiskRun(
+        small_disk, "checkpoint.interval=10", fill_at=11, leave_bytes=64 * 1024,
+        free_after_s=RETRY_S + 1.0,
+    )  # fmt: skip
     set_up = run.trainer._setup
+    save_sharded = checkpointer.save_sharded
+    tried_while_full: list[int] = []
+
+    def save_and_see(*args: Any) -> str | None:
+        if (small_disk / "filler").exists():
+            tried_while_full.append(run.trainer.step)
+        return save_sharded(*args)
+
+    monkeypatch.setattr(checkpointer, "save_sharded", save_and_see)
 
     def set_up_as_sharded() -> None:
         set_up()
@@ -276,5 +294,7 @@ def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_t
     assert "disk space is back" in disk[-1].message
     saved = [e.step for e in run.events if e.kind == "checkpoint"]
     assert saved == [10, 20, 30]
+    # a retry writes nothing while there is less room than the last checkpoint (a directory) took
+    assert tried_while_full == [20], tried_while_full
     assert load_checkpoint(run.run_dir / "ckpt-00000030.dcp")["step"] == 30
     assert_every_step_once(run.records(), 30)
