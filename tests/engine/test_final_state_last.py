@@ -42,10 +42,10 @@ def tiny_run(run_dir: Path, *overrides: str, stop_at: int | None = None) -> list
 def test_no_telemetry_reading_comes_after_the_final_state(tmp_path, monkeypatch):
     monkeypatch.setattr(telemetry, "POLL_INTERVAL_S", 0.0005)  # readings all the time
     readings = 0
-    for attempt in range(6):  # finished and stopped runs: each ends its own way
+    for attempt in range(4):  # finished and stopped runs: each ends its own way
         written = tiny_run(tmp_path / f"run{attempt}", stop_at=2 if attempt % 2 else None)
         readings += sum(r["kind"] == "telemetry" for r in written)
-    assert readings > 6  # the poller did poll (psutil on this CPU) while the runs went
+    assert readings > 4  # the poller did poll (psutil on this CPU) while the runs went
 
 
 def test_a_sinks_closing_problem_is_recorded_before_the_final_state(tmp_path, monkeypatch):
