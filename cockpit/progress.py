@@ -1,4 +1,5 @@
-"""Elapsed time, step rate and ETA of a run, from event timestamps only (never the wall clock)."""
+"""Step rate and ETA of a run, from event timestamps only (never the wall clock). The run's
+training time is cockpit/training_clock.py's: the status line shows that, not wall time."""
 
 from __future__ import annotations
 
@@ -6,23 +7,18 @@ from collections import deque
 
 
 class ProgressTracker:
-    """Elapsed time, step rate and ETA from event timestamps only (never the wall clock).
-
-    Elapsed is the training time done before this session (a resumed run's) plus the newest
-    event's time minus this session's start; the rate is measured over the last `window` Step
-    events, and forgotten after a pause so the gap does not count as slowness.
-    """
+    """Step rate and ETA from event timestamps only (never the wall clock): the rate is
+    measured over the last `window` Step events, and forgotten after a pause so the gap does
+    not count as slowness."""
 
     def __init__(self, window: int = 50) -> None:
         self.start_time: float | None = None
         self.last_time: float | None = None
-        self.before = 0.0  # seconds of training done in earlier sessions of this run
         self._points: deque[tuple[float, int]] = deque(maxlen=window)
 
-    def start(self, t: float, before: float = 0.0) -> None:
+    def start(self, t: float) -> None:
         self.start_time = t
         self.last_time = t
-        self.before = max(0.0, before)
         self._points.clear()
 
     def observe(self, t: float) -> None:
@@ -40,12 +36,6 @@ class ProgressTracker:
     def forget_rate(self) -> None:
         """After a pause: measure the rate afresh from the next steps (the gap is not slowness)."""
         self._points.clear()
-
-    @property
-    def elapsed(self) -> float | None:
-        if self.start_time is None or self.last_time is None:
-            return None
-        return self.before + max(0.0, self.last_time - self.start_time)
 
     @property
     def rate(self) -> float | None:

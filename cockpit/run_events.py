@@ -55,8 +55,7 @@ class RunEvents(_AppBase):
         self.preset = ev.preset or self.preset
         self.view.max_steps = ev.max_steps
         self.view.step = ev.start_step
-        # elapsed goes on from the training time of the earlier sessions of a resumed run
-        self.view.tracker.start(ev.time, before=getattr(ev, "train_time_s", 0.0) or 0.0)
+        self.view.tracker.start(ev.time)  # this session's rate; the training time is the clock's
         self.loss_panel.tokens_per_step = ev.tokens_per_step
         self.loss_panel.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time
         self.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
