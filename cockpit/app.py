@@ -4,7 +4,8 @@ Threads: the engine's `run()` blocks in a Textual thread worker; the UI thread n
 torch. The app starts, switches and stops runs and handles quitting; `MainScreen` lays out the
 panels, drains the engine's events on a timer and routes them (what concerns the whole run comes
 back to the app's `RunEvents` handlers, cockpit/run_events.py). Nothing drawn
-comes from the wall clock: elapsed time and ETA derive from event timestamps.
+comes from the wall clock: the training time comes from the run's records (TrainingClock), the
+rate and ETA from event timestamps.
 
 The key and palette commands (pause, checkpoint, LR, sample, eval, roll back...) are the
 `CommandActions` mixin (cockpit/actions.py); they go to the trainer's thread-safe methods and
