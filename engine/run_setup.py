@@ -94,7 +94,6 @@ def build(run: Trainer, state: dict[str, Any] | None) -> None:
     run.dtype = select_dtype(cfg.train.dtype, run.device)
     allow_tf32(run.device)
     apply_threads(cfg.train.threads, run.device.type)  # on the training thread (engine/threads.py)
-    apply_threads(cfg.train.threads, run.device.type)  # on the training thread (engine/threads.py)
     random.seed(cfg.train.seed)
     np.random.seed(cfg.train.seed)
     torch.manual_seed(cfg.train.seed)
