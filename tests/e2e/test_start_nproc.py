@@ -112,7 +112,11 @@ def test_nproc_refusals_are_one_line_and_start_nothing(tmp_path: Path) -> None:
         (["--nproc", "0"], "--nproc 0: give a number of processes of 1 or more, or auto"),
         (["--nproc", "two"], "--nproc two"),
         (["--nproc", "-3"], "--nproc -3"),
-        (["--nproc", "2", "--set", "train.grad_accum=3"], "use --set train.grad_accum=4"),
+        # 3 x 3 = 9 sequences a step: neither the accumulation nor the micro-batch splits in 2
+        (
+            ["--nproc", "2", "--set", "train.grad_accum=3", "--set", "train.batch_size=3"],
+            "use --set train.grad_accum=4",
+        ),
         (
             ["--nproc", "2", "--set", "train.grad_accum=2", "--set", "train.parallel=fsdp",
              "--set", "optim.name=muon"],
