@@ -49,4 +49,5 @@ def test_toasts_are_collected_from_the_start() -> None:
         return len(factory.trainers)
 
     assert run_pilot(app, scenario, toasts=toasts) == 1
-    assert [(t.title, t.message) for t in toasts][-1] == ("Greeting", "hello")
+    # the scripted run's own toasts (an LR change) may land after it: asserted present, not last
+    assert ("Greeting", "hello") in [(t.title, t.message) for t in toasts]
