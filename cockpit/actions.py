@@ -62,6 +62,12 @@ class CommandActions(_AppBase):
             return False  # runs start with `cockpit start`, not in a viewer (action_presets says)
         return True
 
+    def refresh_offers(self) -> None:
+        """What is offered changed (the run's state, its engine, the viewer): the footer and the
+        palette follow, and the samples panel names s only while a press would sample."""
+        self.refresh_bindings()
+        self.samples_panel.offer_sampling(self.offered("sample") is True)
+
     def action_read_only_note(self) -> None:
         self.notify(
             "this viewer only watches: its keys cannot change the run; attach without "

@@ -233,7 +233,7 @@ class CockpitApp(
             self.refresh_status()
             return
         self.trainer = trainer
-        self.refresh_bindings()  # a read-only viewer or a finished run's view: see check_action
+        self.refresh_offers()  # a read-only viewer or a finished run's view: see offered
         resume = getattr(trainer, "resume_from", None)
         if resume:
             # The preset named on the command line is not the run's: say whose run this is
@@ -289,7 +289,7 @@ class CockpitApp(
         if self._switch_timer is not None:
             self._switch_timer.stop()
             self._switch_timer = None
-        self.refresh_bindings()
+        self.refresh_offers()
         if self._quitting:
             self.exit()
         elif self._pending_preset is not None:

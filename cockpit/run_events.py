@@ -215,9 +215,10 @@ class RunEvents(_AppBase):
 
     # state, alerts, status -------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
-        if state != self.state:
-            self.refresh_bindings()
+        changed = state != self.state
         self.state = state
+        if changed:
+            self.refresh_offers()
         try:
             self.status_line.set_state(state)
         except Exception:  # noqa: BLE001 - before compose

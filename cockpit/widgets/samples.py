@@ -51,7 +51,8 @@ class SamplesPanel(ScrollView):
     BORDER_TITLE = "Samples"
     ALLOW_MAXIMIZE = True
     can_focus = True
-    EMPTY = "no samples yet (press s to sample now)"
+    EMPTY = "no samples yet"
+    SAMPLE_KEY = " (press s to sample now)"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -61,13 +62,17 @@ class SamplesPanel(ScrollView):
         # (sample, its wrapped lines), newest first
         self._blocks: deque[tuple[tuple[int, str, str], list[Strip]]] = deque()
         self._wrap_width = 0
-        self._empty_text = "no samples yet"
+        self.sampling_offered = False  # the empty panel names s only while a press samples
+
+    def offer_sampling(self, offered: bool) -> None:
+        if offered != self.sampling_offered:
+            self.sampling_offered = offered
+            self.refresh()
 
     def reset(self) -> None:
         self.samples.clear()
         self._pending.clear()
         self._blocks.clear()
-        self._empty_text = self.EMPTY
         self._dirty = True
         self.finish_batch()
 
@@ -83,8 +88,6 @@ class SamplesPanel(ScrollView):
             return
         self._dirty = False
         self.border_subtitle = f"{len(self.samples)} kept" if self.samples else ""
-        if not self.samples:
-            self._empty_text = self.EMPTY
         anchor = self._anchor()
         width = self._text_width()
         if width != self._wrap_width:
@@ -150,7 +153,9 @@ class SamplesPanel(ScrollView):
         width = self.scrollable_content_region.width
         base = self.visual_style.rich_style
         if not self._blocks:
-            empty = Content.styled(self._empty_text, "$foreground-muted")
+            empty = Content.styled(
+                self.EMPTY + (self.SAMPLE_KEY if self.sampling_offered else ""), "$foreground-muted"
+            )
             lines = Visual.to_strips(self, empty, width, None, self.visual_style)
             return (
                 lines[y].crop_extend(0, width, base) if y < len(lines) else Strip.blank(width, base)

@@ -46,6 +46,7 @@ async def test_space_pauses_then_resumes(
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
 ) -> None:
     assert app.state == "running"
+    assert app.samples_panel.sampling_offered  # an empty panel would say: press s
     await pilot.press("space")
     await settle(pilot)
     assert app.state == "paused"
@@ -310,6 +311,7 @@ async def test_after_its_own_run_ended_the_app_offers_no_steering_keys(
         assert not cmd.help or cmd.help not in help_text, (cmd.help, offered)
     assert {"Preset", "Help", "Quit"} <= set(offered["footer"])  # what still works
     assert "Switch preset" in offered["palette"] and "this help" in help_text
+    assert not app.samples_panel.sampling_offered  # nor does the samples panel name s
 
 
 @pilot_test(fail={"default": config_error("default")})
@@ -320,6 +322,8 @@ async def test_factory_error_shows_failed_and_quit_still_works(
     assert app.status_line.state == "failed"
     assert "optim.lr" in alert_text(app)
     assert "config error" in alert_text(app)
+    # no run: the empty samples panel does not offer s (a press would do nothing)
+    assert not app.samples_panel.sampling_offered
     await pilot.press("space", "c", "plus")  # nothing to command: no crash
     await pilot.press("q")
     await pilot.pause()

@@ -86,9 +86,12 @@ def test_resize_rewraps_and_reset_empties() -> None:
         assert all(len(line) <= 30 for line in screen_text(panel))
         panel.reset()
         await pilot.pause()
+        assert screen_text(panel)[0] == "no samples yet"  # s names itself only once offered
+        assert panel.border_subtitle == ""
+        panel.offer_sampling(True)
+        await pilot.pause()
         assert (
             " ".join(screen_text(panel)).split() == "no samples yet (press s to sample now)".split()
         )
-        assert panel.border_subtitle == ""
 
     run_pilot(app, scenario, size=(60, 12))
