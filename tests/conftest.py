@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,31 @@ def live(tmp_path: Path):  # noqa: ANN201 - a LiveRun (tests/live_process.py)
         yield run.start()
     finally:
         run.close()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """mount(options) -> a fresh tmpfs (e.g. "size=2m", "ro,size=1m"): a real small or read-only
+    filesystem, unmounted after; skips where mounting is not allowed (it needs root)."""
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root")
+        place = tmp_path / f"tmpfs-{len(mounted)}"
+        place.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(place)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(place)
+        return place
+
+    try:
+        yield mount
+    finally:
+        for place in mounted:
+            subprocess.run(["umount", "-l", str(place)], check=False)

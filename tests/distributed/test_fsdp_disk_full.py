@@ -5,10 +5,8 @@ finishes. A real 8 MiB tmpfs holds the run directory (mounting it needs root).""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,20 +18,9 @@ FSDP = [*TINY, "--set", "train.parallel=fsdp"]
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True, text=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+def small_disk(tmpfs: Callable[[str], Path]) -> Path:
+    """An 8 MiB tmpfs (mounting needs root)."""
+    return tmpfs("size=8m")
 
 
 def fill(disk: Path, leave_bytes: int) -> Path:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -111,20 +112,14 @@ def test_a_branch_made_with_no_start_trains_with_its_settings_by_the_printed_com
     assert not any("optim.lr" in note for note in started["notes"])
 
 
-def test_a_fork_into_a_read_only_place_is_one_line_and_leaves_nothing(parent: Path, tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a read-only tmpfs needs root")
-    place = tmp_path / "ro"
-    place.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(place)]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        done = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--run-dir", str(place / "b"),
-                       "--no-start", cwd=parent.parent.parent)  # fmt: skip
-        assert done.returncode == 2, done
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-        assert f"cannot make {place / 'b'}: Read-only file system" in lines[0]
-        assert list(place.iterdir()) == []
-    finally:
-        subprocess.run(["umount", str(place)])
+def test_a_fork_into_a_read_only_place_is_one_line_and_leaves_nothing(
+    parent: Path, tmpfs: Callable[[str], Path]
+) -> None:
+    place = tmpfs("ro,size=1m")
+    done = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--run-dir", str(place / "b"),
+                   "--no-start", cwd=parent.parent.parent)  # fmt: skip
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"cannot make {place / 'b'}: Read-only file system" in lines[0]
+    assert list(place.iterdir()) == []
