@@ -55,10 +55,10 @@ if str(REPO) not in sys.path:  # `python bench/attach.py` puts bench/ first, not
 
 from textual import events  # noqa: E402
 
-from cockpit.subcommands.attach import attached_app  # noqa: E402
+from cockpit.cli.attach import attached_app  # noqa: E402
+from engine.control.client import RemoteEngine  # noqa: E402
+from engine.control.live_runs import probe  # noqa: E402
 from engine.events import StateChanged  # noqa: E402
-from engine.live_runs import probe  # noqa: E402
-from engine.remote import RemoteEngine  # noqa: E402
 from tests.live_process import LiveRun  # noqa: E402
 from tests.tmux_driver import TMUX_INSTALLED, Tmux  # noqa: E402
 
@@ -67,7 +67,7 @@ SIZE = (160, 48)
 QUIET = ["eval.interval=0", "sample.interval=0", "checkpoint.interval=0"]
 GOALS = {1: 0.97, 3: 0.95}  # viewers -> the least tokens/s ratio against no viewer
 DRAIN_S = 0.05  # how often a bare client empties its queue (the app's timer is as fast)
-DRAIN_TICK_S = 0.25  # the app drains its engine's events this often (cockpit/main_screen.py)
+DRAIN_TICK_S = 0.25  # the app drains its engine's events this often (cockpit/app/main_screen.py)
 PY = shlex.quote(sys.executable)
 MIN_STEPS = 3  # a window is stretched until it holds at least this many steps
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -506,7 +506,7 @@ async def attach_until_drawn(run_dir: Path, history: int) -> tuple[dict[str, flo
 
 def import_time(tries: int) -> float:
     """Seconds for a fresh interpreter to import what `cockpit attach` needs (best of `tries`)."""
-    code = "import cockpit.subcommands.attach, cockpit.app, engine.remote"
+    code = "import cockpit.cli.attach, cockpit.app.cockpit_app, engine.control.client"
     times = []
     for _ in range(tries):
         start = time.perf_counter()
@@ -541,7 +541,7 @@ def attach_time(args: argparse.Namespace, data: str | None) -> None:
         f"  (goal < 1 s: {'PASS' if median < 1.0 else 'FAIL'})\n"
         f"   medians from RemoteEngine(RUN_DIR) on, ms: {phases}\n"
         f"   a fresh `cockpit attach` process imports the app first: {imports * 1e3:.0f} ms more"
-        f" (python -c 'import cockpit.app ...', best of {tries})"
+        f" (python -c 'import cockpit.app.cockpit_app ...', best of {tries})"
     )
 
 

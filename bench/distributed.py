@@ -5,7 +5,7 @@
 
 On CPU with gloo, every torchrun launch with OMP_NUM_THREADS=1.
 
-1. The control channel (engine/rank_sync.py): `RankSync.exchange([])` timed call by call,
+1. The control channel (engine/distributed/command_exchange.py): `RankSync.exchange([])` timed call by call,
    --calls times after --warmup calls, in a worker this script starts as itself under
    `python -m torch.distributed.run --standalone --nproc-per-node 2` (the ranks otherwise idle:
    the channel's own cost), then a bare `all_reduce` of the same tensor on the same group as
@@ -16,7 +16,7 @@ On CPU with gloo, every torchrun launch with OMP_NUM_THREADS=1.
    --warmup-steps), how many exchanges the run made (`RankSync.exchanges`) for how many steps,
    and the time inside each exchange during the run (which adds any wait for the other rank).
    Goal: the mean exchange (the slower rank's) < 1% of the step time. The loop leaves its
-   command time out of `step_time_s` (engine/trainer.py), so the step time does not already
+   command time out of `step_time_s` (engine/train/trainer.py), so the step time does not already
    hold the exchange. Both figures move with other load on the machine (the exchange's wall
    time is mostly the wake-ups of two processes on shared cores; a busier machine also makes
    the step slower), so the verdict can differ between a quiet and a busy machine. Each
@@ -67,10 +67,10 @@ def worker(args: argparse.Namespace) -> int:
     """One rank under torchrun: time idle exchanges, then train and count the run's exchanges."""
     import torch
 
-    from engine.distributed import World, init_world
-    from engine.presets import load_preset
-    from engine.rank_sync import RankSync
-    from engine.trainer import Trainer
+    from engine.config.presets import load_preset
+    from engine.distributed.command_exchange import RankSync
+    from engine.distributed.world import World, init_world
+    from engine.train.trainer import Trainer
 
     world = World.from_env()
     group = init_world(world, torch.device("cpu"))
@@ -309,7 +309,7 @@ def exchange_part(args: argparse.Namespace) -> None:
     )
     print(
         f"   exchanges in the run (RankSync.exchanges): {counts}: {per_step:.2f} per step "
-        "(engine/ranks.py apply_commands_on_every_rank, once per loop turn)"
+        "(engine/distributed/ranks.py apply_commands_on_every_rank, once per loop turn)"
     )
     for rank in ranks:
         # the boundaries after the warm-up steps, as for the step time
@@ -427,8 +427,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--grad-accum must be a multiple of {WORLD} (each rank takes an equal share)")
     if args.data and not Path(args.data).exists():
         parser.error(f"--data {args.data}: no such file or folder; pass a corpus that exists")
-    from engine.config import ConfigError
-    from engine.presets import load_preset
+    from engine.config.presets import load_preset
+    from engine.config.run_config import ConfigError
 
     try:
         load_preset(args.preset, run_overrides(args, args.steps))

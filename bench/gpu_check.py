@@ -20,13 +20,13 @@ from pathlib import Path
 
 import torch
 
-from engine import memory
-from engine.config import ModelConfig, OptimConfig
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.presets import load_preset
-from engine.telemetry import select_backend
-from engine.trainer import Trainer
+from engine.config.presets import load_preset
+from engine.config.run_config import ModelConfig, OptimConfig
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.plan import memory
+from engine.telemetry.poller import select_backend
+from engine.train.trainer import Trainer
 
 
 def telemetry() -> None:

@@ -28,8 +28,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.live_runs import probe  # noqa: E402
-from engine.remote import RemoteEngine  # noqa: E402
+from engine.control.client import RemoteEngine  # noqa: E402
+from engine.control.live_runs import probe  # noqa: E402
 
 
 def records(path: Path, kind: str) -> list[dict[str, Any]]:
@@ -55,7 +55,7 @@ def wait(condition: Any, timeout_s: float, what: str, poll_s: float = 0.05) -> A
 
 def attach_with_the_app(run_dir: Path) -> dict[str, float]:
     """The real app, attached: key -> acknowledgement times (s)."""
-    from cockpit.subcommands.attach import attached_app
+    from cockpit.cli.attach import attached_app
 
     engine = RemoteEngine(run_dir)
     app = attached_app(engine)
@@ -92,7 +92,7 @@ def bare_pauses(run_dir: Path, presses: int) -> list[float]:
         engine.pause()
         wait(lambda: engine.state == "paused", 60, "pause", poll_s=0.001)
         latencies.append(time.perf_counter() - t0)
-        engine.resume()
+        engine.checkpoint.resume()
         wait(lambda: engine.state == "running", 60, "resume")
         time.sleep(0.2)
     engine.close()

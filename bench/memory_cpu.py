@@ -39,10 +39,10 @@ CONFIGS = [
 CHILD = r"""
 import json, resource, sys
 import psutil, torch
-from engine.config import ModelConfig, OptimConfig
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.memory import activation_bytes_estimate, layer_activation_bytes
+from engine.config.run_config import ModelConfig, OptimConfig
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.plan.memory import activation_bytes_estimate, layer_activation_bytes
 
 n_layer, n_head, n_embd, block, batch, vocab, ckpt = json.loads(sys.argv[1])
 torch.manual_seed(0)

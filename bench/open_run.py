@@ -43,9 +43,9 @@ from engine.events import (  # noqa: E402
     StateChanged,
     Step,
 )
-from engine.metrics_log import MetricsWriter  # noqa: E402
-from engine.recorded import RecordedRun  # noqa: E402
-from engine.run_history import read_curves  # noqa: E402
+from engine.rundir.history import read_curves  # noqa: E402
+from engine.rundir.metrics_log import MetricsWriter  # noqa: E402
+from engine.rundir.recorded import RecordedRun  # noqa: E402
 
 GOAL_S = 2.0
 SIZE = (160, 48)  # the terminal the app draws in
@@ -115,7 +115,7 @@ def median_time(action: Callable[[], object], repeats: int) -> tuple[float, obje
 async def open_in_app(run_dir: Path, steps: int) -> float:
     """Seconds from constructing the app on the finished run in `run_dir` until its loss panel
     has drawn the run: every step routed (the view is at the run's last step) and a plot built."""
-    from cockpit.app import CockpitApp  # here: bench/compare.py imports write_run alone
+    from cockpit.app.cockpit_app import CockpitApp  # here: bench/compare.py imports write_run alone
 
     t0 = time.perf_counter()
     app = CockpitApp(lambda _p: RecordedRun(run_dir), run_dir.name)

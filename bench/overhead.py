@@ -39,7 +39,8 @@ from pathlib import Path
 
 from textual import events
 
-from cockpit.app import CockpitApp
+from cockpit.app.cockpit_app import CockpitApp
+from engine.config.presets import load_preset
 from engine.events import (
     DeviceReading,
     Eval,
@@ -51,10 +52,9 @@ from engine.events import (
     Step,
     Telemetry,
 )
-from engine.garbage import settle_garbage_collector
-from engine.presets import load_preset
-from engine.schedule import planned_curve
-from engine.trainer import Trainer
+from engine.model.schedule import planned_curve
+from engine.train.garbage import settle_garbage_collector
+from engine.train.trainer import Trainer
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"

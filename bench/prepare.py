@@ -3,9 +3,9 @@
 Generates a corpus of the given size on disk (words of Tiny Shakespeare's vocabulary with
 Zipf-like frequencies, in lines and paragraphs; deterministic for a seed), then, each in a
 child process of its own so that each peak RSS is that work's alone:
-- cockpit: engine.data.prepare() with GPT-2's BPE into a fresh COCKPIT_CACHE_DIR;
+- cockpit: engine.data.preparation.prepare() with GPT-2's BPE into a fresh COCKPIT_CACHE_DIR;
 - tiktoken: `encode_ordinary_batch` over the same text with the same thread count, read in
-  pieces of about 1 MiB, 4 pieces per thread per batch (as engine/data.py feeds it), tokens
+  pieces of about 1 MiB, 4 pieces per thread per batch (as engine/data/preparation.py feeds it), tokens
   counted and discarded.
 Each child loads the encoding before its clock starts and its baseline RSS is read then, so
 both measure the work alone. Peak RSS is the child's own high-water mark (VmHWM). MB are
@@ -16,7 +16,7 @@ both measure the work alone. Peak RSS is the child's own high-water mark (VmHWM)
 
 Goals (issue 13): cockpit's MB/s >= 0.9 of tiktoken's, peak RSS < 1.5 GB.
 The thread count reaches cockpit's preparation through os.sched_getaffinity() and os.cpu_count()
-(patched in its child, as engine/tokenizers.py reads them) and, when below the cores available,
+(patched in its child, as engine/data/tokenizers.py reads them) and, when below the cores available,
 through the real CPU affinity of both children.
 """
 
@@ -198,12 +198,12 @@ def peak_rss():
 """
 
 COCKPIT_CHILD = CHILD_SETUP + r"""
-# engine/tokenizers.py sizes its thread pool from the affinity (older code: os.cpu_count), which
+# engine/data/tokenizers.py sizes its thread pool from the affinity (older code: os.cpu_count), which
 # would cap it at the cores here: both say `threads`, as tiktoken's side is told.
 os.cpu_count = lambda: threads
 os.sched_getaffinity = lambda pid: set(range(threads))
-from engine.config import DataConfig
-from engine.data import DataError, prepare
+from engine.config.run_config import DataConfig
+from engine.data.preparation import DataError, prepare
 cfg = DataConfig(source=args["path"], tokenizer=args["tokenizer"])
 baseline = psutil.Process().memory_info().rss
 t0 = time.perf_counter()

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.config.presets import load_preset
+from engine.train.trainer import Trainer
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"

@@ -2,9 +2,9 @@
 number of intra-op threads, on a quiet machine and with a competing CPU load the bench starts.
 
 Each measurement is its own process (torch's thread pool is set once per process), training the
-`default` preset's model (engine.model.GPT, AdamW from engine.optim, random batches of its
+`default` preset's model (engine.model.gpt.GPT, AdamW from engine.model.optimizers, random batches of its
 shape: the threads change the arithmetic, not the data) for `--seconds` after a few warm-up
-steps, then generating `--tokens` tokens as `cockpit sample` does (engine.sampling; stopped after
+steps, then generating `--tokens` tokens as `cockpit sample` does (engine.model.sampling; stopped after
 3x `--seconds`, the time for all of them extrapolated, marked `~`). The load is
 `--load` busy Python processes (default: one per core), started before and ended after each
 loaded measurement; the settings alternate within each round so other noise hits all alike.
@@ -13,7 +13,7 @@ figure.
 
     python bench/threads.py [--seconds 4] [--tokens 200] [--rounds 2] [--load N]
 
-What it decides: `train.threads = 0` (auto) in engine/config.py (engine/threads.py).
+What it decides: `train.threads = 0` (auto) in engine/config/run_config.py (engine/train/threads.py).
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def child(threads: int, seconds: float, tokens: int) -> dict[str, float]:
 
     if threads:
         torch.set_num_threads(threads)
-    from engine.model import GPT
-    from engine.optim import build_optimizer
-    from engine.presets import load_preset
-    from engine.sampling import SamplingOptions, generate_tokens
+    from engine.config.presets import load_preset
+    from engine.model.gpt import GPT
+    from engine.model.optimizers import build_optimizer
+    from engine.model.sampling import SamplingOptions, generate_tokens
 
     cfg = load_preset("default", [])
     vocab = 65  # Tiny Shakespeare's characters: the default preset's char tokenizer

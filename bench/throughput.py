@@ -1,6 +1,6 @@
 """Engine bookkeeping cost: tokens/s of the engine against a minimal PyTorch loop.
 
-Both train the same model (engine.model.GPT) on the same batches of the `nanogpt-cpu` preset;
+Both train the same model (engine.model.gpt.GPT) on the same batches of the `nanogpt-cpu` preset;
 the runs alternate so machine noise hits both alike. Tokens/s is measured from the wall clock
 between step `warmup` and the last step, so everything the engine does per step is included
 (events, metrics file, loss read-back, telemetry thread).
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import torch
 
-from engine.batches import BatchSampler
-from engine.data import prepare
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.config.presets import load_preset
+from engine.data.batches import BatchSampler
+from engine.data.preparation import prepare
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.train.trainer import Trainer
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"

@@ -1,6 +1,6 @@
 """What the cockpit may ask of a run: the one interface the app is typed against.
 
-The in-process `engine.trainer.Trainer` satisfies it, and so must anything standing in for a
+The in-process `engine.train.trainer.Trainer` satisfies it, and so must anything standing in for a
 run: the scripted test engine, and a client of a run in another process (attach). So every
 member is something that can be served over a transport: commands that take plain values and
 return nothing (each is acknowledged later by an event), events that are drained in batches

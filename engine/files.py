@@ -3,7 +3,7 @@
 A file is written under a temporary name beside its destination, fsynced, then renamed over
 it: a crash at any moment leaves either the old file or the new one, never a partial one. The
 temporary name is `.NAME.XXXX.tmp` (a run's leftovers, `.ckpt-*.tmp`, are cleared by
-`engine.checkpoint.remove_partial_saves` when the run directory is next used).
+`engine.checkpoint.store.remove_partial_saves` when the run directory is next used).
 
 Nothing is written through a link someone planted: the temporary file is created new
 (O_EXCL, O_NOFOLLOW), and the rename replaces a link at the name rather than following it; a
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from engine.config import ConfigError
+from engine.config.run_config import ConfigError
 
 FILE_MODE = 0o644  # a run's and an export's files: others may read them, only we write
 PRIVATE_MODE = 0o600  # the run lock (it names the command line)

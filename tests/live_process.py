@@ -35,7 +35,7 @@ class LiveRun:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LiveRun:
-        from engine.live_runs import probe
+        from engine.control.live_runs import probe
 
         self.run_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.run_dir.parent / f"{self.run_dir.name}.log", "wb")  # noqa: SIM115

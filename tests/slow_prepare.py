@@ -1,5 +1,5 @@
 """A slow corpus preparation for tests of the preparation phase (engine, headless, app): patched
-over `engine.run_setup.prepare`, it reports DataProgress as the streaming prepare does, honours
+over `engine.train.setup.prepare`, it reports DataProgress as the streaming prepare does, honours
 `should_stop` (raising PreparationStopped), then hands over to the real prepare."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import engine.data
-from engine.data_errors import PreparationStopped
+import engine.data.preparation
+from engine.data.errors import PreparationStopped
 from engine.events import DataProgress
 
 
 def slow_prepare(chunks: int, delay_s: float = 0.02, total: int = 1_000_000) -> Any:
     """A preparation that takes `chunks` x `delay_s`, says so in DataProgress events and stops
     when asked (raising PreparationStopped, as the streaming prepare does)."""
-    real = engine.data.prepare
+    real = engine.data.preparation.prepare
 
     def fake(
         cfg: Any,

@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ProgressBar, Static
 
-from cockpit.data_progress_text import progress_figures
+from cockpit.figures.data_progress_text import progress_figures
 from engine.events import DataProgress
 
 

@@ -21,10 +21,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Label, Static
 
-from cockpit.numbers import fmt_bytes, fmt_gib_pair, fmt_pct
+from cockpit.figures.numbers import fmt_bytes, fmt_gib_pair, fmt_pct
 from cockpit.widgets.sparkline import BARS, StripSparkline
 from cockpit.widgets.status import Segment, StatusText
-from engine.throttle_reasons import THROTTLE_BY_NAME
+from engine.telemetry.throttle_reasons import THROTTLE_BY_NAME
 
 HISTORY = 240  # readings kept per series (about 4 minutes at 1 Hz)
 

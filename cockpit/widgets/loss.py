@@ -1,5 +1,5 @@
 """The Loss panel: raw train loss (faint), its debiased EMA, and val loss markers at each eval;
-other runs' curves laid under them (overlays, cockpit/overlay.py) with a legend of their values
+other runs' curves laid under them (overlays, cockpit/figures/overlay.py) with a legend of their values
 at the current run's x and the differences."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from cockpit.axes import nice_ticks, steady_limits
-from cockpit.durations import fmt_duration
-from cockpit.loss_overlays import LossOverlays
-from cockpit.numbers import fmt_loss, fmt_tick
-from cockpit.overlay import AXES, RGB, LegendEntry, Overlay, legend
-from cockpit.series import BoundedSeries, DebiasedEMA, downsample_minmax
-from cockpit.training_clock import TrainingClock
+from cockpit.figures.axes import nice_ticks, steady_limits
+from cockpit.figures.durations import fmt_duration
+from cockpit.figures.numbers import fmt_loss, fmt_tick
+from cockpit.figures.overlay import AXES, RGB, LegendEntry, Overlay, legend
+from cockpit.figures.series import BoundedSeries, DebiasedEMA, downsample_minmax
+from cockpit.figures.training_clock import TrainingClock
+from cockpit.widgets.loss_overlays import LossOverlays
 from cockpit.widgets.plot import ThrottledPlot, palette
 
 Y_AXIS_COLS = 9  # plotext's y labels and frame take about this many columns
@@ -25,11 +25,11 @@ WARMUP_SHARE = 0.05  # the y range leaves out the first 5% of the x span (the ln
 class LossPanel(ThrottledPlot):
     """Loss vs steps, tokens or training time (`t` cycles), linear or log y (`g`).
 
-    Training time of the live run (cockpit/training_clock.py): `set_time_anchor(step,
+    Training time of the live run (cockpit/figures/training_clock.py): `set_time_anchor(step,
     train_time_s)` where it is known exactly (RunStarted: start_step, train_time_s; every Eval,
     through `add_eval(..., train_time_s=)`), and from there each step's `step_time_s`
     (`add_step(..., step_time_s=)`). Steps given without a step time are not on the time
-    axis. Other runs' curves lie under its own (cockpit/loss_overlays.py)."""
+    axis. Other runs' curves lie under its own (cockpit/widgets/loss_overlays.py)."""
 
     BORDER_TITLE = "Loss"
     ALLOW_MAXIMIZE = True

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from cockpit.numbers import fmt_lr, fmt_lr_tick, fmt_tick
-from cockpit.series import BoundedSeries, downsample_minmax
+from cockpit.figures.numbers import fmt_lr, fmt_lr_tick, fmt_tick
+from cockpit.figures.series import BoundedSeries, downsample_minmax
 from cockpit.widgets.plot import ThrottledPlot, palette
 
 Y_AXIS_COLS = 10

@@ -16,7 +16,7 @@ from textual.strip import Strip
 from textual.visual import Visual
 from textual.widget import Widget
 
-from cockpit.numbers import fmt_bytes
+from cockpit.figures.numbers import fmt_bytes
 from cockpit.widgets._repaint import QuietBorderLabels, RowStrips
 
 # key, label, glyph, style

@@ -30,9 +30,9 @@ from textual.visual import Visual
 from textual.widget import Widget
 from textual_plotext import PlotextPlot
 
-from cockpit.axes import nice_ticks
-from cockpit.numbers import fmt_tick
-from cockpit.pacing import RedrawGovernor
+from cockpit.figures.axes import nice_ticks
+from cockpit.figures.numbers import fmt_tick
+from cockpit.figures.pacing import RedrawGovernor
 from cockpit.widgets._repaint import QuietBorderLabels, RowStrips
 from cockpit.widgets.plotext_frame import (
     Frame,

@@ -18,7 +18,7 @@ from typing import Any
 from textual.content import Content
 from textual.widgets import Static
 
-from cockpit.numbers import fmt_bytes
+from cockpit.figures.numbers import fmt_bytes
 from cockpit.widgets.device import throttle_labels
 
 STRAGGLER_RATIO = 1.10  # the slowest rank more than 10% above the mean is flagged

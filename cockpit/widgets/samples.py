@@ -11,7 +11,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.visual import Visual
 
-from cockpit.numbers import fmt_int
+from cockpit.figures.numbers import fmt_int
 
 MAX_SAMPLES = 50
 MAX_CHARS = 2_000  # per sample, what is shown

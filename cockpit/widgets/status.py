@@ -17,12 +17,12 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Label, Static
 
-from cockpit.durations import fmt_duration
-from cockpit.numbers import fmt_int, fmt_loss, fmt_si
+from cockpit.figures.durations import fmt_duration
+from cockpit.figures.numbers import fmt_int, fmt_loss, fmt_si
 from engine.events import RunState
 
 if TYPE_CHECKING:
-    from cockpit.run_view import RunView
+    from cockpit.figures.run_view import RunView
 
 STATE_LABELS = {
     "starting": "STARTING",

@@ -3,7 +3,7 @@
 One module per format, each with `export(target: Path, out: Path) -> ExportResult` and a
 `DEFAULT_NAME` (where the output goes inside the run directory's `export/` folder when no
 --out is given). Weight formats read a checkpoint (a RUN_DIR means its best, else its latest:
-engine/trained.py); metric formats read the run directory's metrics.jsonl.
+engine/checkpoint/trained.py); metric formats read the run directory's metrics.jsonl.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from engine.checkpoint.trained import TrainedModel
 from engine.export import ExportResult
 from engine.export.weights_source import (
     check_directory_out,
@@ -24,7 +25,6 @@ from engine.export.weights_source import (
     source_note,
 )
 from engine.files import atomic_write_by_name, atomic_write_text
-from engine.trained import TrainedModel
 
 DEFAULT_NAME = "hf"
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.export import ExportError, run_dir_of
-from engine.metrics_log import read_records
+from engine.rundir.metrics_log import read_records
 
 
 class BranchTracker:

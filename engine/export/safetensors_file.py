@@ -12,6 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from engine.checkpoint.trained import TrainedModel
 from engine.export import ExportError, ExportResult
 from engine.export.weights_source import (
     cockpit_version,
@@ -21,7 +22,6 @@ from engine.export.weights_source import (
     val_loss_of,
 )
 from engine.files import atomic_write_by_name
-from engine.trained import TrainedModel
 
 DEFAULT_NAME = "model.safetensors"
 

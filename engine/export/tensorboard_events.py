@@ -1,7 +1,7 @@
 """`cockpit export --format tensorboard`: a run's metrics.jsonl as TensorBoard event files.
 
 The same scalars and texts as the live sink (`[log] tensorboard`), through the same mapping
-(engine/tensorboard_scalars.py), at the records' own steps and wall times. Only the branch the
+(engine/rundir/tensorboard_scalars.py), at the records' own steps and wall times. Only the branch the
 run ended on is written (engine/export/metrics_records.py): points of a branch abandoned by a
 resume from an older checkpoint or by a rollback are left out, which is what TensorBoard shows
 of the live log too. A live run is exported as far as its metrics file went when the export
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.config import ConfigError
+from engine.config.run_config import ConfigError
 from engine.export import ExportError, ExportResult
 from engine.export.metrics_records import BranchScan, metrics_path
-from engine.tensorboard_scalars import write_record
+from engine.rundir.tensorboard_scalars import write_record
 
 DEFAULT_NAME = "tensorboard"
 EVENT_FILE_PREFIX = "events.out.tfevents."
@@ -43,7 +43,7 @@ def _clear_previous(out: Path) -> int:
 def export(target: Path, out: Path) -> ExportResult:
     """Write `target`'s metrics as one TensorBoard event file in the folder `out`."""
     metrics = metrics_path(target)
-    from engine.log_sinks import summary_writer_class  # torch and tensorboard: only here
+    from engine.rundir.sinks import summary_writer_class  # torch and tensorboard: only here
 
     try:
         writer_class = summary_writer_class()

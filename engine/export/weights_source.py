@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from engine.config import ModelConfig
+from engine.checkpoint.trained import TrainedModel, load_trained
+from engine.config.run_config import ModelConfig
 from engine.export import ExportError, run_dir_of
-from engine.trained import TrainedModel, load_trained
 
 # (is the switch on, what the switch is, what GPT-2 has instead)
 _GPT2_SWITCHES: tuple[tuple[str, Any, str], ...] = (

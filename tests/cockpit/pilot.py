@@ -20,10 +20,10 @@ from textual.message import Message
 from textual.notifications import Notification, Notify
 from textual.pilot import Pilot
 
-from cockpit.app import CockpitApp
+from cockpit.app.cockpit_app import CockpitApp
 from cockpit.widgets.status import AlertLine
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.config.presets import load_preset
+from engine.train.trainer import Trainer
 
 SIZE = (100, 30)  # the scripted tests' terminal
 REAL_SIZE = (120, 40)  # the real-engine tests' terminal

@@ -54,7 +54,7 @@ def write_run(
         if crash_at is not None and ev.kind == "state" and ev.state != "running":
             continue
         record = _moved(ev, run_dir, shift_t, loss_shift).to_record()
-        lines.append(json.dumps(record, separators=(",", ":")))  # as engine/metrics_log.py does
+        lines.append(json.dumps(record, separators=(",", ":")))  # as engine/rundir/metrics_log.py does
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     (run_dir / "config.toml").write_text(f'name = "{preset}"\n')
     if checkpoint:

@@ -1,4 +1,4 @@
-"""A stand-in for `engine.trainer.Trainer` that plays a fixed script of events.
+"""A stand-in for `engine.train.trainer.Trainer` that plays a fixed script of events.
 
 It satisfies `engine.contract.EngineHandle` as the real trainer does (`state`, `drain_events`,
 `dropped_events`, `run(should_stop)` and the thread-safe commands; tests/cockpit/test_contract.py
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from engine.config import ConfigError
+from engine.config.run_config import ConfigError
 from engine.events import (
     Alert,
     CheckpointSaved,
@@ -155,7 +155,7 @@ def anomaly_events(
     anomaly: str, on_anomaly: str, step: int, t: float, preset: str, max_steps: int, scale: float
 ) -> list[Any]:
     """What the engine emits after a NaN, a non-finite gradient or a spike at `step`, in its
-    words (engine/trainer.py `_train_step`, `_flush`; engine/fault_handler.py `anomaly`, `rollback`)."""
+    words (engine/train/trainer.py `_train_step`, `_flush`; engine/train/fault_handler.py `anomaly`, `rollback`)."""
     if anomaly == "gradient":
         fault, code, at = (
             f"non-finite gradient at step {step} (loss 906); the update was not applied",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from cockpit.anomaly import Anomaly, anomaly_banner, fault_of, loss_in
+from cockpit.figures.anomaly import Anomaly, anomaly_banner, fault_of, loss_in
 
 NAN_MSG = "non-finite gradient at step 226 (loss 906); the update was not applied: paused"
 

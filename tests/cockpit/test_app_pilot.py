@@ -29,10 +29,10 @@ from scripted import ScriptedFactory, ScriptedTrainer, build_script, config_erro
 from textual.pilot import Pilot
 from textual.widgets import Input
 
-from cockpit.app import CockpitApp
-from cockpit.commands import COMMANDS, PANEL_IDS, help_rows
-from cockpit.runs import RunSummary, format_exit_report
-from cockpit.screens import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.app.key_table import COMMANDS, PANEL_IDS, help_rows
+from cockpit.app.session_runs import RunSummary, format_exit_report
+from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
 from engine.events import Alert, CheckpointSaved, StateChanged, Step
 
@@ -339,7 +339,7 @@ async def test_unexpected_factory_exception_is_shown(app: CockpitApp) -> None:
     assert "no CUDA device" in alert_text(app)
 
 
-class ConfigError(Exception):  # another library's, not engine.config's: not a config error of ours
+class ConfigError(Exception):  # another library's, not engine.config.run_config's: not a config error of ours
     pass
 
 
@@ -1010,8 +1010,8 @@ def test_quit_waits_for_a_distant_step_boundary_with_a_countdown(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The old fixed limit (QUIT_TIMEOUT_S, 10 s) shortened: quitting must not time out at all.
-    monkeypatch.setattr("cockpit.app.QUIT_TIMEOUT_S", 0.05, raising=False)
-    monkeypatch.setattr("cockpit.stop_wait.NOTE_REFRESH_S", 0.05)
+    monkeypatch.setattr("cockpit.app.cockpit_app.QUIT_TIMEOUT_S", 0.05, raising=False)
+    monkeypatch.setattr("cockpit.app.stop_wait.NOTE_REFRESH_S", 0.05)
     trainer = SlowStepTrainer()
 
     app = CockpitApp(lambda name: trainer, "gpt2-small")
@@ -1199,7 +1199,7 @@ def test_preset_fit_warning_from_the_memory_plan_and_the_step_time(
     """The real estimate (meta-device model, FLOPs per step) for a CPU at 50 GFLOP/s."""
     import psutil
 
-    from cockpit.preset_fit import preset_fit_warning
+    from cockpit.cli.preset_fit import preset_fit_warning
 
     cpu = ("cpu", 50e9)
     warning = preset_fit_warning("gpt2-small", [], cpu)
@@ -1218,8 +1218,8 @@ def test_switching_away_from_a_slow_run_waits_for_its_checkpoint(
 ) -> None:
     """A preset switch, like quitting, waits for the step boundary with a countdown instead of
     cancelling the run after a fixed time."""
-    monkeypatch.setattr("cockpit.app.SWITCH_TIMEOUT_S", 0.05, raising=False)  # the old limit
-    monkeypatch.setattr("cockpit.stop_wait.NOTE_REFRESH_S", 0.05)
+    monkeypatch.setattr("cockpit.app.cockpit_app.SWITCH_TIMEOUT_S", 0.05, raising=False)  # the old limit
+    monkeypatch.setattr("cockpit.app.stop_wait.NOTE_REFRESH_S", 0.05)
     slow = SlowStepTrainer()
     started: list[str] = []
 

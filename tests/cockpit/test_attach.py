@@ -19,11 +19,11 @@ import pytest
 from live_process import LiveRun
 from pilot import TINY, Toasts, real_app, run_pilot, status_text, wait_for_engine
 
-from cockpit.screens import ChoiceScreen
-from cockpit.subcommands.attach import attached_app
+from cockpit.cli.attach import attached_app
+from cockpit.screens.dialogs import ChoiceScreen
+from engine.config.presets import load_preset
+from engine.control.client import RemoteEngine
 from engine.events import LrChanged
-from engine.presets import load_preset
-from engine.remote import RemoteEngine
 
 SIZE = (120, 36)
 
@@ -207,7 +207,7 @@ def test_an_engine_killed_before_any_checkpoint_names_the_command_that_works(
 
 def test_a_viewer_killed_leaves_the_run_unaffected(live: LiveRun) -> None:
     code = (
-        "import sys, time; from engine.remote import RemoteEngine; "
+        "import sys, time; from engine.control.client import RemoteEngine; "
         f"e = RemoteEngine({str(live.run_dir)!r}); print('attached', flush=True); time.sleep(60)"
     )
     viewer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cockpit.axes import nice_ticks, steady_limits
+from cockpit.figures.axes import nice_ticks, steady_limits
 
 # nice_ticks -----------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The command table (cockpit/commands.py) against what the user gets: every command has a key, a
+"""The command table (cockpit/app/key_table.py) against what the user gets: every command has a key, a
 help line of its own and a palette entry, read from the running app rather than from the table."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from textual.actions import parse as parse_action
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from cockpit.app import CockpitApp
-from cockpit.commands import COMMANDS, LR_STEP, Command, help_rows
-from cockpit.screens import HelpScreen
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.app.key_table import COMMANDS, LR_STEP, Command, help_rows
+from cockpit.screens.dialogs import HelpScreen
 
 # How the help writes Textual's key names; = and _ are + and - unshifted.
 KEY_IN_HELP = {

@@ -13,12 +13,12 @@ import pytest
 import test_app_pilot
 from scripted import ScriptedTrainer
 
+from engine.config.presets import load_preset
 from engine.contract import EngineHandle
+from engine.control.client import RemoteEngine
 from engine.events import Event, Step
-from engine.presets import load_preset
-from engine.recorded import RecordedRun
-from engine.remote import RemoteEngine
-from engine.trainer import Trainer
+from engine.rundir.recorded import RecordedRun
+from engine.train.trainer import Trainer
 
 PROPERTIES = [
     name for name, value in vars(EngineHandle).items() if isinstance(value, property)

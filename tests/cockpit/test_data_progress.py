@@ -2,7 +2,7 @@
 progress bar with its figures while the corpus is prepared, gone once it is; q during the
 preparation stops it and quits at once.
 
-The slow preparation is a fake at the seam `engine.run_setup.prepare`: it emits DataProgress
+The slow preparation is a fake at the seam `engine.train.setup.prepare`: it emits DataProgress
 events as the streaming prepare does, honours `should_stop`, then hands over to the real one.
 """
 
@@ -19,12 +19,12 @@ from slow_prepare import slow_prepare
 from textual.pilot import Pilot
 from textual.widgets import ProgressBar
 
-import engine.data
-import engine.run_setup
-from cockpit.app import CockpitApp
-from cockpit.cli import main
-from cockpit.headless import ProgressPrinter
-from cockpit.stop_wait import quit_question, stop_wait
+import engine.data.preparation
+import engine.train.setup
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.app.stop_wait import quit_question, stop_wait
+from cockpit.cli.entry import main
+from cockpit.cli.headless import ProgressPrinter
 from cockpit.widgets.data_progress import DataProgressPanel
 from engine.events import DataProgress, RunState
 
@@ -78,7 +78,7 @@ def test_headless_train_shows_the_preparation_while_it_lasts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(
-        engine.run_setup, "prepare", slow_prepare(chunks=25, delay_s=0.1, total=TOTAL)
+        engine.train.setup, "prepare", slow_prepare(chunks=25, delay_s=0.1, total=TOTAL)
     )
     code = main(two_headless_steps(tmp_path / "run"))
     assert code == 0
@@ -138,7 +138,7 @@ def test_q_during_preparation_stops_it_and_quits_promptly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        engine.run_setup, "prepare", slow_prepare(chunks=100_000, delay_s=0.02, total=TOTAL)
+        engine.train.setup, "prepare", slow_prepare(chunks=100_000, delay_s=0.02, total=TOTAL)
     )
     app, made = real_app(tmp_path)
     timing: dict[str, float] = {}

@@ -11,9 +11,9 @@ from pilot import pilot_test, wait_for
 from scripted import ScriptedFactory, config_error, telemetry_event
 from textual.pilot import Pilot
 
-from cockpit.app import CockpitApp
+from cockpit.app.cockpit_app import CockpitApp
 from cockpit.widgets.device import gpu_header, throttle_labels
-from engine.throttle_reasons import THROTTLE_BY_NAME, throttle_names
+from engine.telemetry.throttle_reasons import THROTTLE_BY_NAME, throttle_names
 
 
 def header_text(reading: Any) -> str:

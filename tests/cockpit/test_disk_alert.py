@@ -9,7 +9,7 @@ from pilot import alert_text, run_pilot, settle, wait_for
 from scripted import ScriptedTrainer, build_script
 from textual.pilot import Pilot
 
-from cockpit.app import CockpitApp
+from cockpit.app.cockpit_app import CockpitApp
 from engine.events import Alert, StateChanged, Step
 
 FAILED = (

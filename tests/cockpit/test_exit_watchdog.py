@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import threading
 
-from cockpit.exit_watchdog import start_exit_watchdog
+from cockpit.app.exit_watchdog import start_exit_watchdog
 
 
 def test_a_stuck_engine_gets_its_grace_then_the_report_and_exit_1() -> None:

@@ -18,10 +18,10 @@ from pilot import run_pilot, settle, wait_for, wait_for_engine
 from scripted import ScriptedFactory
 from textual.widgets import DataTable
 
-from cockpit.app import CockpitApp
-from cockpit.journal_screen import JournalScreen
-from cockpit.subcommands.attach import attached_app
-from engine.remote import RemoteEngine
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.cli.attach import attached_app
+from cockpit.screens.journal import JournalScreen
+from engine.control.client import RemoteEngine
 
 T = 1_796_069_000.0  # 2026-11-30 20:03:20 UTC
 ALICE = "alice@gpu1 (pts/3)"

@@ -14,7 +14,7 @@ from textual.content import Content
 from textual.geometry import Region
 from textual.pilot import Pilot
 
-from cockpit.overlay import OVERLAY_COLOURS, Overlay, legend
+from cockpit.figures.overlay import OVERLAY_COLOURS, Overlay, legend
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.plotext_frame import Recorder
 

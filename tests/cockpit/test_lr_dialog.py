@@ -7,8 +7,8 @@ from pilot import pilot_test
 from scripted import ScriptedFactory
 from textual.pilot import Pilot
 
-from cockpit.app import CockpitApp
-from cockpit.screens import LrScreen
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.screens.dialogs import LrScreen
 
 
 async def open_dialog(pilot: Pilot, app: CockpitApp) -> LrScreen:

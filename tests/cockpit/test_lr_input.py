@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.screens import lr_decision, parse_lr_input
-from engine.schedule import LrPlan
+from cockpit.screens.dialogs import lr_decision, parse_lr_input
+from engine.model.schedule import LrPlan
 
 
 @pytest.mark.parametrize(

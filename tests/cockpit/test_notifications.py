@@ -6,8 +6,8 @@ from __future__ import annotations
 from pilot import run_pilot, settle, wait_for
 from scripted import T0, ScriptedFactory
 
-from cockpit.app import CockpitApp
-from cockpit.notifications import (
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.app.notifications import (
     Notice,
     NotifySettings,
     StallWatch,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import cockpit
 import engine
-from cockpit.durations import fmt_duration
-from cockpit.headless import ProgressPrinter
+from cockpit.cli.headless import ProgressPrinter
+from cockpit.figures.durations import fmt_duration
 from engine.events import Eval
 
 SOURCES = [
@@ -46,7 +46,7 @@ def test_the_ended_states_are_spelled_out_only_in_run_state() -> None:
 
 
 def test_the_default_preset_name_is_written_once() -> None:
-    # engine.presets.DEFAULT_PRESET; plotext_frame's "default" is plotext's colour, not a preset
+    # engine.config.presets.DEFAULT_PRESET; plotext_frame's "default" is plotext's colour, not a preset
     writers = [
         path.name
         for path in SOURCES

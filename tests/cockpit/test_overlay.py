@@ -1,4 +1,4 @@
-"""Overlays of other runs on the loss panel (issue 16, item 3): the pure part, cockpit/overlay.py."""
+"""Overlays of other runs on the loss panel (issue 16, item 3): the pure part, cockpit/figures/overlay.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from textual.content import Content
 
-from cockpit.overlay import (
+from cockpit.figures.overlay import (
     OVERLAY_COLOURS,
     ColourBook,
     LegendEntry,
@@ -19,8 +19,8 @@ from cockpit.overlay import (
     legend,
     shorten,
 )
-from cockpit.series import DebiasedEMA
-from engine.run_history import RunCurves
+from cockpit.figures.series import DebiasedEMA
+from engine.rundir.history import RunCurves
 
 
 def run_curves(
@@ -204,7 +204,7 @@ def test_a_clock_that_ran_back_at_an_anchor_is_kept_sorted() -> None:
 
 
 def test_a_level_difference_reads_plus_minus_zero_not_minus_zero() -> None:
-    from cockpit.overlay import LegendEntry, legend
+    from cockpit.figures.overlay import LegendEntry, legend
 
     text = legend(1.5780000000001, [LegendEntry("twin", (1, 2, 3), 1.578)], 80)
     assert "±0.000" in text and "-0.000" not in text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.pacing import LoadGovernor, RedrawGovernor
+from cockpit.figures.pacing import LoadGovernor, RedrawGovernor
 
 # RedrawGovernor -------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from pilot import Toasts, pilot_test, run_pilot, scripted_app
 from scripted import ScriptedFactory
 from textual.pilot import Pilot
 
-from cockpit.app import CockpitApp
+from cockpit.app.cockpit_app import CockpitApp
 
 
 def test_a_failing_scenario_fails_its_test() -> None:

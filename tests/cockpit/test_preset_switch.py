@@ -9,9 +9,9 @@ import pytest
 from pilot import run_pilot, scripted_app, settle, wait_for
 from textual.pilot import Pilot
 
-from cockpit.cli import make_trainer, menu_data_check, parse_args
-from cockpit.preset_switch import preset_menu_rows, switch_question
-from cockpit.screens import PresetRow, PresetScreen
+from cockpit.app.preset_switch import preset_menu_rows, switch_question
+from cockpit.cli.entry import make_trainer, menu_data_check, parse_args
+from cockpit.screens.dialogs import PresetRow, PresetScreen
 
 
 def test_rows_say_which_data_is_here_and_which_preset_is_current() -> None:
@@ -33,7 +33,7 @@ def test_presets_that_cannot_be_listed_are_one_message_not_a_crash(
     def broken(_dirs: object) -> None:
         raise PermissionError("presets dir: permission denied")
 
-    monkeypatch.setattr("engine.presets.discover", broken)
+    monkeypatch.setattr("engine.config.presets.discover", broken)
     rows, error = preset_menu_rows(["/p"], lambda n: (True, ""), current="default")
     assert rows == [] and error == "presets dir: permission denied"
 

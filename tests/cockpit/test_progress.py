@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.progress import ProgressTracker
+from cockpit.figures.progress import ProgressTracker
 
 # ProgressTracker ------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import pytest
 from pilot import settle
 from scripted import T0, GiB, MiB, ScriptedFactory, build_script, telemetry_event
 
-from cockpit.app import CockpitApp
+from cockpit.app.cockpit_app import CockpitApp
 from cockpit.widgets.ranks import ranks_lines, straggler
 from engine.events import RankReading, RankReport
 

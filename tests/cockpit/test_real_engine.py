@@ -9,13 +9,13 @@ import pytest
 from pilot import REAL_SIZE, TINY, Toasts, real_app, run_pilot, status_text, wait_for_engine
 from textual.pilot import Pilot
 
-from cockpit.app import CockpitApp
-from cockpit.numbers import fmt_lr
-from cockpit.screens import ConfirmScreen
-from engine.checkpoint import list_checkpoints, load_checkpoint
-from engine.presets import load_preset
-from engine.schedule import lr_at
-from engine.trainer import Trainer
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.figures.numbers import fmt_lr
+from cockpit.screens.dialogs import ConfirmScreen
+from engine.checkpoint.store import list_checkpoints, load_checkpoint
+from engine.config.presets import load_preset
+from engine.model.schedule import lr_at
+from engine.train.trainer import Trainer
 
 
 def test_space_pauses_the_engine_and_resumes_it(tmp_path: Path) -> None:

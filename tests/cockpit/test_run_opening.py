@@ -18,11 +18,11 @@ from scripted import ScriptedFactory
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Label
 
-from cockpit.app import CockpitApp
-from cockpit.runs_screen import RunsScreen
-from cockpit.series import DebiasedEMA
-from cockpit.settings_screen import SettingsScreen
-from engine.recorded import RecordedRun
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.figures.series import DebiasedEMA
+from cockpit.screens.runs import RunsScreen
+from cockpit.screens.settings import SettingsScreen
+from engine.rundir.recorded import RecordedRun
 
 SIZE = (120, 40)
 
@@ -172,9 +172,9 @@ def rolled_back_run(tmp_path: Path) -> Path:
     to 36."""
     import torch
 
-    from cockpit.cli import resume_trainer, train_arguments
-    from engine.presets import load_preset
-    from engine.trainer import Trainer
+    from cockpit.cli.entry import resume_trainer, train_arguments
+    from engine.config.presets import load_preset
+    from engine.train.trainer import Trainer
 
     run_dir = tmp_path / "recovered"
     sets = [*TINY, "train.max_steps=30", "checkpoint.interval=10", "train.on_anomaly=rollback"]
@@ -222,7 +222,7 @@ def test_a_finished_run_s_view_draws_its_past_and_announces_none_of_it(
 
 
 def real_recorded_app(run_dir: Path) -> CockpitApp:
-    from cockpit.cli import resume_trainer, train_arguments
+    from cockpit.cli.entry import resume_trainer, train_arguments
 
     return recorded_app(
         run_dir, resume_factory=lambda target, sets: resume_trainer(
@@ -315,7 +315,7 @@ def test_the_fork_dialog_refuses_a_bad_setting_inline_and_stays_open(finished_ti
 
 def runs_screen_app(run_dir: Path) -> CockpitApp:
     """An app whose runs screen lists `run_dir`'s parent, on a scripted run of its own."""
-    from cockpit.cli import resume_trainer, train_arguments
+    from cockpit.cli.entry import resume_trainer, train_arguments
 
     return CockpitApp(
         ScriptedFactory(steps=10, max_steps=2000),
@@ -380,7 +380,7 @@ def test_a_live_run_opened_from_the_runs_screen_is_attached_to(tmp_path: Path) -
     steers it (a pause reaches it) and leaves it running when the app goes."""
     from live_process import LiveRun
 
-    from engine.live_runs import probe
+    from engine.control.live_runs import probe
 
     finished = write_run(tmp_path / "runs", "old")
     live = LiveRun(tmp_path / "runs" / "live")
@@ -412,7 +412,7 @@ def test_an_overlaid_live_run_grows(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     """A run still training, overlaid on a finished one: its curve is read again as it goes."""
     from live_process import LiveRun
 
-    monkeypatch.setattr("cockpit.comparing.LIVE_REFRESH_MIN_S", 0.5)
+    monkeypatch.setattr("cockpit.app.comparing.LIVE_REFRESH_MIN_S", 0.5)
     finished = write_run(tmp_path / "runs", "old")
     live = LiveRun(tmp_path / "runs" / "live")
     try:

@@ -17,9 +17,9 @@ from pilot import wait_for
 from run_dirs import three_runs
 from textual.widgets import DataTable
 
-from cockpit.app import CockpitApp
-from cockpit.runs_screen import RunsScreen
-from engine.recorded import RecordedRun
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.screens.runs import RunsScreen
+from engine.rundir.recorded import RecordedRun
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
+import cockpit.cli.ps  # noqa: F401
+
 # everything the listing imports, loaded before a child gives up root (it may not read the
 # interpreter's own library afterwards)
-import cockpit.numbers  # noqa: F401
-import cockpit.subcommands.ps  # noqa: F401
-import engine.live_runs  # noqa: F401
-import engine.run_lock  # noqa: F401
-from cockpit.subcommands import runs as runs_command
+import cockpit.figures.numbers  # noqa: F401
+import engine.control.live_runs  # noqa: F401
+import engine.rundir.lock  # noqa: F401
+from cockpit.cli import runs as runs_command
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from live_process import REPO, LiveRun
 
-from cockpit.subcommands.runs import ListedRun, fmt_ago, table
-from engine.run_summary import RunSummary
+from cockpit.cli.runs import ListedRun, fmt_ago, table
+from engine.rundir.summary import RunSummary
 
 TIMEOUT = 30.0
 NOW = time.time()

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from cockpit.series import BoundedSeries, DebiasedEMA, downsample_minmax
+from cockpit.figures.series import BoundedSeries, DebiasedEMA, downsample_minmax
 
 # BoundedSeries ------------------------------------------------------------------------------------
 

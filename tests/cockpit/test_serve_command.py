@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.subcommands.serve import attach_command, serving_report
-from engine.live_runs import LiveRun
+from cockpit.cli.serve import attach_command, serving_report
+from engine.control.live_runs import LiveRun
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,7 +129,7 @@ def test_the_report_gives_the_url_the_run_and_the_tunnel(tmp_path: Path) -> None
 
 def test_importing_the_command_is_cheap() -> None:
     heavy = "{'textual_serve', 'aiohttp', 'torch', 'textual'}"
-    code = f"import sys, cockpit.subcommands.serve; print(sorted({heavy} & set(sys.modules)))"
+    code = f"import sys, cockpit.cli.serve; print(sorted({heavy} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out
 

@@ -16,14 +16,14 @@ import pytest
 from pilot import settle
 from scripted import ScriptedFactory, config_error
 
-from cockpit.app import CockpitApp
+from cockpit.app.cockpit_app import CockpitApp
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}
 
 
 def _fixed_presets(_dirs: Any = ()) -> dict[str, Any]:
     """The preset menu's content, frozen so adding a preset does not change the snapshot."""
-    from engine.presets import PresetInfo
+    from engine.config.presets import PresetInfo
 
     rows = [
         (
@@ -89,7 +89,7 @@ def size(request: pytest.FixtureRequest) -> tuple[int, int]:
 
 @pytest.fixture(autouse=True)
 def _frozen_presets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("engine.presets.discover", _fixed_presets)
+    monkeypatch.setattr("engine.config.presets.discover", _fixed_presets)
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from pilot import run_pilot, settle, status_text
 from scripted import ScriptedTrainer, build_script
 from textual.pilot import Pilot
 
-from cockpit.app import CockpitApp
+from cockpit.app.cockpit_app import CockpitApp
 
 
 def test_status_line_never_shows_an_mfu_above_100_percent() -> None:

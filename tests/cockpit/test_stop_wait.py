@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cockpit.runs import RunSummary, format_exit_report
-from cockpit.stop_wait import BoundaryWork, leave_question, quit_note, quit_question, stop_wait
+from cockpit.app.session_runs import RunSummary, format_exit_report
+from cockpit.app.stop_wait import BoundaryWork, leave_question, quit_note, quit_question, stop_wait
 
 
 def test_the_wait_counts_down_to_the_next_step_boundary() -> None:

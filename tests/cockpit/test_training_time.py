@@ -20,11 +20,11 @@ import torch
 from pilot import run_pilot, status_text, wait_for
 from scripted import ScriptedTrainer, build_script
 
-from cockpit.app import CockpitApp
-from cockpit.durations import fmt_duration
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.figures.durations import fmt_duration
 from engine.events import StateChanged, Step
-from engine.recorded import RecordedRun
-from engine.run_summary import read_summary
+from engine.rundir.recorded import RecordedRun
+from engine.rundir.summary import read_summary
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "dumb"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from textual.content import Content
 
-from cockpit.durations import fmt_duration
-from cockpit.numbers import (
+from cockpit.figures.durations import fmt_duration
+from cockpit.figures.numbers import (
     fmt_bytes,
     fmt_gib_pair,
     fmt_loss,
@@ -82,7 +82,7 @@ def test_status_badge_has_a_label_for_each_state_the_engine_sends_and_no_other()
 
 
 def test_status_segments_from_the_run_view() -> None:
-    from cockpit.run_view import RunView
+    from cockpit.figures.run_view import RunView
     from cockpit.widgets.status import fit_segments, status_segments
 
     view = RunView(step=250, max_steps=1000, tokens_per_s=12_300.0, grad_norm=0.91, mfu=0.412)

@@ -19,10 +19,16 @@ from pathlib import Path
 
 import torch
 
-from cockpit.cli import make_trainer, parse_args, preflight, resume_after_restart, torchrun_rank
-from cockpit.headless import ProgressPrinter, RankErrorPrinter
-from cockpit.stop_signals import StopSignals
-from engine.metrics_log import MetricsWriter
+from cockpit.cli.entry import (
+    make_trainer,
+    parse_args,
+    preflight,
+    resume_after_restart,
+    torchrun_rank,
+)
+from cockpit.cli.headless import ProgressPrinter, RankErrorPrinter
+from cockpit.cli.stop_signals import StopSignals
+from engine.rundir.metrics_log import MetricsWriter
 
 
 def full(t: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from launch import (
     weights,
 )
 
-from engine.remote import RemoteEngine
+from engine.control.client import RemoteEngine
 
 
 def test_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from launch import REPO, TINY, assert_gradients_match_one_process, checked, records, run, single
 
-from engine.sharded import dcp_model_state
-from engine.sharded_reader import load_whole
+from engine.checkpoint.dcp_reader import load_whole
+from engine.distributed.sharded import dcp_model_state
 
 FSDP = [*TINY, "--set", "train.parallel=fsdp"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from launch import TIMEOUT_S, TINY, records, start
 
-from engine.checkpoint import load_checkpoint
+from engine.checkpoint.store import load_checkpoint
 
 FSDP = [*TINY, "--set", "train.parallel=fsdp"]
 

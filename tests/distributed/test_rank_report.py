@@ -11,10 +11,10 @@ from pathlib import Path
 
 from launch import TINY, rank_records, records, start, wait_for
 
-from engine.distributed import World
+from engine.control.client import RemoteEngine
+from engine.distributed.command_exchange import RankSync
+from engine.distributed.world import World
 from engine.events import Event, RankReport
-from engine.rank_sync import RankSync
-from engine.remote import RemoteEngine
 
 
 def timed_reports(run_dir: Path) -> list[dict]:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from live_process import LiveRun
 
-from engine.live_runs import probe
+from engine.control.live_runs import probe
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from tmux_driver import TMUX_INSTALLED, Tmux
 
-from engine.live_runs import find_live_runs, probe
-from engine.remote import RemoteEngine
+from engine.control.client import RemoteEngine
+from engine.control.live_runs import find_live_runs, probe
 
 pytestmark = pytest.mark.skipif(not TMUX_INSTALLED, reason="tmux is not installed")
 

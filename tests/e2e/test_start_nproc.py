@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.live_runs import probe
-from engine.remote import RemoteEngine
+from engine.control.client import RemoteEngine
+from engine.control.live_runs import probe
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_RANKS = [
@@ -133,7 +133,7 @@ def test_nproc_refusals_are_one_line_and_start_nothing(tmp_path: Path) -> None:
 def test_auto_without_a_gpu_is_one_process_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     import torch
 
-    from cockpit.subcommands import start
+    from cockpit.cli import start
 
     if torch.cuda.is_available():
         pytest.skip("GPUs are visible: auto is one process per GPU")
@@ -143,8 +143,8 @@ def test_auto_without_a_gpu_is_one_process_and_says_so(capsys: pytest.CaptureFix
 
 
 def test_the_engine_command_is_torchs_launcher_for_more_than_one_process() -> None:
-    from cockpit.cli import parse_args
-    from cockpit.subcommands import start
+    from cockpit.cli import start
+    from cockpit.cli.entry import parse_args
 
     args = parse_args(["start", "--nproc", "3", "--preset", "tiny", "--set", "train.grad_accum=3"])
     argv = start.engine_argv(args, Path("r"), 3)
@@ -159,7 +159,7 @@ def test_the_engine_command_is_torchs_launcher_for_more_than_one_process() -> No
 
 
 def test_a_failed_start_under_torchrun_names_the_ranks_error_not_torchruns_report(tmp_path: Path) -> None:
-    from cockpit.subcommands.start import rank_error_line
+    from cockpit.cli.start import rank_error_line
 
     log = tmp_path / "engine.log"  # the shape of a real one: the rank's line, then torchrun's
     log.write_text(

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from engine.checkpoint import save_checkpoint, state_fingerprint
-from engine.config import DataConfig
-from engine.data import prepare
+from engine.checkpoint.store import save_checkpoint, state_fingerprint
+from engine.config.presets import load_preset
+from engine.config.run_config import DataConfig
+from engine.data.preparation import prepare
 from engine.files import atomic_write
-from engine.model import GPT
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.model.gpt import GPT
+from engine.train.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[2]
 

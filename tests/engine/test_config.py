@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ConfigError, parse_override
-from engine.presets import discover, load_preset
+from engine.config.presets import discover, load_preset
+from engine.config.run_config import ConfigError, parse_override
 
 
 def write(tmp_path: Path, text: str, name: str = "p.toml") -> Path:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from engine.config import SECTIONS, RunConfig, config_from_dict
-from engine.config_toml import config_to_toml
-from engine.presets import discover, load_preset
+from engine.config.presets import discover, load_preset
+from engine.config.run_config import SECTIONS, RunConfig, config_from_dict
+from engine.config.to_toml import config_to_toml
 
 
 @pytest.mark.parametrize("section", list(SECTIONS))

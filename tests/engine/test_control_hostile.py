@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from engine import wire
-from engine.unix_socket import connect_unix
+from engine.control import wire
+from engine.control.unix_socket import connect_unix
 
 TIMEOUT = 20.0
 REPO = Path(__file__).resolve().parents[2]
@@ -153,8 +153,8 @@ def test_attach_refuses_a_socket_served_by_another_uid_and_tells_it_nothing(impo
 
 
 def test_a_remote_engine_refuses_the_impostor_and_names_its_uid(impostor) -> None:
-    from engine.live_runs import find_live_runs, probe
-    from engine.remote import EngineUnreachable, RemoteEngine
+    from engine.control.client import EngineUnreachable, RemoteEngine
+    from engine.control.live_runs import find_live_runs, probe
 
     run_dir, fake = impostor
     with pytest.raises(EngineUnreachable) as refused:
@@ -256,7 +256,7 @@ STEP = {"kind": "step", "step": 5, "loss": 2.5, "lr": 1e-3, "grad_norm": 0.5, "t
 
 
 def test_a_viewer_skips_such_lines_from_a_server_and_keeps_reading(tmp_path: Path) -> None:
-    from engine.remote import ENGINE_GONE, RemoteEngine
+    from engine.control.client import ENGINE_GONE, RemoteEngine
 
     server = OneViewerServer(tmp_path / "run", HELLO)
     remote = RemoteEngine(tmp_path / "run")
@@ -280,7 +280,7 @@ def test_a_viewer_skips_such_lines_from_a_server_and_keeps_reading(tmp_path: Pat
 
 
 def test_ps_reads_a_hello_with_a_huge_number_as_unknown(tmp_path: Path) -> None:
-    from engine.live_runs import probe
+    from engine.control.live_runs import probe
 
     hello = {**HELLO, "summary": {"preset": "tiny", "step": 3, "loss": 10**309}}
     server = OneViewerServer(tmp_path / "run", hello)
@@ -301,8 +301,8 @@ def test_the_final_state_is_the_last_record_while_viewers_attach_and_command(
 ) -> None:
     """Viewers attached (their detach would be recorded when the server closes) and one sending
     commands as fast as it can while the run stops: nothing of theirs is recorded after the end."""
-    from engine.presets import load_preset
-    from engine.trainer import Trainer
+    from engine.config.presets import load_preset
+    from engine.train.trainer import Trainer
 
     run_dir = tmp_path / "run"
     trainer = Trainer(load_preset("tiny", ["train.max_steps=100000"]), run_dir=run_dir,
@@ -364,7 +364,7 @@ def test_a_command_after_the_end_is_refused_not_recorded(tmp_path: Path) -> None
     command is refused in one line and neither it nor a viewer's attach is journaled."""
     from types import SimpleNamespace
 
-    from engine.control_server import serve_run
+    from engine.control.server import serve_run
 
     recorded: list[Any] = []
     handle = SimpleNamespace(state="running", resume=lambda: recorded.append("resumed"))

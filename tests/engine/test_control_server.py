@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from engine import wire
-from engine.presets import load_preset
-from engine.trainer import Trainer
-from engine.unix_socket import connect_unix
+from engine.config.presets import load_preset
+from engine.control import wire
+from engine.control.unix_socket import connect_unix
+from engine.train.trainer import Trainer
 
 TIMEOUT = 20.0
 
@@ -313,7 +313,7 @@ def test_a_viewer_that_falls_behind_is_resynchronised_not_waited_for(tmp_path: P
     overflows gets {"kind": "resync"} and the replay again, then the live stream."""
     from types import SimpleNamespace
 
-    from engine.control_server import serve_run
+    from engine.control.server import serve_run
     from engine.events import Alert, Step
 
     handle = SimpleNamespace(state="running")
@@ -342,10 +342,10 @@ def test_a_viewer_that_falls_behind_is_resynchronised_not_waited_for(tmp_path: P
 
 
 def test_a_remote_engine_steers_a_real_run_and_detaches_leaving_it_running(live) -> None:
-    """The client the app will attach with (engine/remote.py) against this server: the history
+    """The client the app will attach with (engine/control/client.py) against this server: the history
     arrives as events, pause and resume round-trip, an LR change is acknowledged, and leaving
     (run's should_stop) detaches without stopping the run."""
-    from engine.remote import DETACHED, RemoteEngine
+    from engine.control.client import DETACHED, RemoteEngine
 
     trainer, run_dir = live
     remote = RemoteEngine(run_dir)

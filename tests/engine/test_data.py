@@ -1,4 +1,4 @@
-"""Tests for engine.data: tokenizers, sources, prepared token files and the user-facing errors."""
+"""Tests for engine.data.preparation: tokenizers, sources, prepared token files and the user-facing errors."""
 
 from __future__ import annotations
 
@@ -13,16 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import cache_dirs, corpus_locator, data, prepare_build, tinyshakespeare, tokenizers
-from engine.cache_dirs import default_cache_dir
-from engine.config import DataConfig
-from engine.data import (
-    DataError,
-    check_length,
-    data_available,
-    prepare,
-)
-from engine.tokenizers import CharTokenizer, tokenizer_from_meta
+from engine.config.run_config import DataConfig
+from engine.data import build as prepare_build
+from engine.data import cache_dirs, tinyshakespeare, tokenizers
+from engine.data import locator as corpus_locator
+from engine.data import preparation as data
+from engine.data.cache_dirs import default_cache_dir
+from engine.data.preparation import DataError, check_length, data_available, prepare
+from engine.data.tokenizers import CharTokenizer, tokenizer_from_meta
 from tests.conftest import SHAKESPEARE, TIKTOKEN_CACHE
 
 
@@ -482,8 +480,8 @@ def test_default_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_stand_in_corpus_is_told_apart(tmp_path: Path) -> None:
     """gpt2-small and local-300m fall back to pydoc (their TOML: an offline placeholder for
     --data): the menu must not call that "data ready" as for default and tiny."""
-    from engine.data import STAND_IN_NOTE, is_stand_in_corpus
-    from engine.presets import load_preset
+    from engine.config.presets import load_preset
+    from engine.data.preparation import STAND_IN_NOTE, is_stand_in_corpus
 
     own = write(tmp_path / "own.txt", "my corpus\n" * 10)
     for name in ("gpt2-small", "local-300m"):

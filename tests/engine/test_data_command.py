@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from cockpit.cli import build_parser
-from cockpit.subcommands.data import ThrottledPrinter
+from cockpit.cli.data import ThrottledPrinter
+from cockpit.cli.entry import build_parser
 from engine.events import DataProgress
 
 REPO = Path(__file__).resolve().parents[2]

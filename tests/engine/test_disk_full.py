@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from engine.checkpoint import load_checkpoint
-from engine.disk_full import RETRY_S, is_disk_full, write_failure
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.checkpoint.store import load_checkpoint
+from engine.config.presets import load_preset
+from engine.train.disk_full import RETRY_S, is_disk_full, write_failure
+from engine.train.trainer import Trainer
 
 TIMEOUT_S = 120.0
 
@@ -181,7 +181,7 @@ def test_the_metrics_writer_keeps_what_a_full_disk_refuses_bounded_and_writes_it
     small_disk, monkeypatch
 ):
     from engine.events import Eval
-    from engine.metrics_log import MetricsWriter
+    from engine.rundir.metrics_log import MetricsWriter
 
     monkeypatch.setattr(MetricsWriter, "MAX_UNWRITTEN_BYTES", 4096)
     failures: list[str] = []
@@ -211,8 +211,8 @@ def test_a_sharded_save_on_a_full_disk_is_the_disks_failure_not_a_crash(small_di
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from engine.distributed import World
-    from engine.sharded import save_sharded
+    from engine.distributed.sharded import save_sharded
+    from engine.distributed.world import World
 
     trainer = Trainer(
         load_preset("tiny", ["train.max_steps=2", "eval.interval=0", "sample.interval=0"]),
@@ -246,8 +246,7 @@ def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_t
     import dataclasses
     import warnings
 
-    from engine import checkpointer
-
+    from engine.checkpoint import checkpointer
     # A sharded (FSDP) run's checkpoints, written by one process as each rank writes its own;
     # the space is freed after a retry or two (RETRY_S)
     run = FullDiskRun(

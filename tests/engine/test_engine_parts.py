@@ -15,24 +15,24 @@ import psutil
 import pytest
 import torch
 
-from engine.batches import BatchSampler, eval_batches
-from engine.config import ConfigError
-from engine.data import PreparedData
-from engine.device import (
+from engine.config.presets import load_preset
+from engine.config.run_config import ConfigError
+from engine.data.batches import BatchSampler, eval_batches
+from engine.data.preparation import PreparedData
+from engine.data.tokenizers import CharTokenizer
+from engine.events import Eval, Step
+from engine.model.evaluation import Evaluator
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.plan.memory import memory_breakdown, step_start_allocated, weight_bytes
+from engine.rundir.metrics_log import MetricsWriter, read_history
+from engine.train.device import (
     autocast_context,
     device_capacity,
     process_gpu_memory,
     select_device,
     select_dtype,
 )
-from engine.evaluation import Evaluator
-from engine.events import Eval, Step
-from engine.memory import memory_breakdown, step_start_allocated, weight_bytes
-from engine.metrics_log import MetricsWriter, read_history
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.presets import load_preset
-from engine.tokenizers import CharTokenizer
 
 CPU = torch.device("cpu")
 TINY = [
@@ -94,8 +94,8 @@ def test_process_gpu_memory_counts_only_this_pid_and_says_when_it_cannot_tell() 
 
 def test_cockpit_plan_does_not_load_the_trainer() -> None:
     code = (
-        "import sys; from cockpit.cli import main; code = main(['plan', '--preset', 'tiny']);"
-        "print('engine.trainer' in sys.modules); sys.exit(code)"
+        "import sys; from cockpit.cli.entry import main; code = main(['plan', '--preset', 'tiny']);"
+        "print('engine.train.trainer' in sys.modules); sys.exit(code)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -104,9 +104,9 @@ def test_cockpit_plan_does_not_load_the_trainer() -> None:
 
 
 def test_telemetry_imports_without_torch() -> None:
-    # the cockpit's device panel imports engine.throttle_reasons at start-up, a run with
-    # telemetry engine.telemetry: both must stay light
-    code = "import sys, engine.telemetry, engine.throttle_reasons; print('torch' in sys.modules)"
+    # the cockpit's device panel imports engine.telemetry.throttle_reasons at start-up, a run with
+    # telemetry engine.telemetry.poller: both must stay light
+    code = "import sys, engine.telemetry.poller, engine.telemetry.throttle_reasons; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 

@@ -16,10 +16,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from cockpit.cli import main as cockpit_main
-from engine.config import ModelConfig
-from engine.model import GPT
-from engine.trained import load_trained
+from cockpit.cli.entry import main as cockpit_main
+from engine.checkpoint.trained import load_trained
+from engine.config.run_config import ModelConfig
+from engine.model.gpt import GPT
 from tests.conftest import TIKTOKEN_CACHE
 
 SHORT_RUN = [

@@ -8,17 +8,17 @@ import sys
 
 import pytest
 
-from cockpit.screens import parse_lr_input
-from engine.config import MAX_LR, ConfigError
-from engine.faults import (
+from cockpit.screens.dialogs import parse_lr_input
+from engine.config.presets import load_preset
+from engine.config.run_config import MAX_LR, ConfigError
+from engine.model.schedule import LrChange, LrPlan, lr_change, lr_plan
+from engine.train.faults import (
     AnomalyDecision,
     SpikeDetector,
     decide_anomaly,
     decide_out_of_memory,
     halved_micro_batch,
 )
-from engine.presets import load_preset
-from engine.schedule import LrChange, LrPlan, lr_change, lr_plan
 
 # ---------------------------------------------------------------------------------------------
 # Spike detection
@@ -214,7 +214,7 @@ def test_one_ceiling_for_the_config_the_dialog_and_the_running_engine() -> None:
 
 def test_the_lr_dialog_and_the_rules_load_without_torch() -> None:
     code = (
-        "import sys, cockpit.screens, engine.faults, engine.files, engine.schedule, engine.resume;"
+        "import sys, cockpit.screens.dialogs, engine.train.faults, engine.files, engine.model.schedule, engine.checkpoint.resume;"
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

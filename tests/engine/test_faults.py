@@ -11,10 +11,10 @@ import time
 
 import torch
 
-from engine import checkpoint as ckpt
-from engine.checkpoint import list_checkpoints, load_checkpoint
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.checkpoint import store as ckpt
+from engine.checkpoint.store import list_checkpoints, load_checkpoint
+from engine.config.presets import load_preset
+from engine.train.trainer import Trainer
 
 SMALL = [
     "model.n_layer=1",
@@ -191,7 +191,7 @@ def test_full_disk_alerts_pauses_and_keeps_the_previous_checkpoint(tmp_path, mon
 SAVER = r"""
 import sys, torch
 from pathlib import Path
-from engine.checkpoint import save_checkpoint
+from engine.checkpoint.store import save_checkpoint
 run_dir = Path(sys.argv[1])
 big = {"model": {"w": torch.randn(4_000_000)}, "config": {}}
 step = 2
@@ -255,7 +255,7 @@ def test_rollback_does_not_redo_the_restored_steps_eval_sample_and_checkpoint(tm
 def test_a_nan_loss_is_written_as_null_not_bare_nan(tmp_path):
     import json
 
-    from engine.metrics_log import read_history
+    from engine.rundir.metrics_log import read_history
 
     # Without the finite check the NaN step reaches the Step record (then the rollback).
     trainer = Trainer(

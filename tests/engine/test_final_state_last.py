@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from engine import log_sinks, telemetry
+from engine.config.presets import load_preset
 from engine.events import RunState
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.rundir import sinks as log_sinks
+from engine.telemetry import poller as telemetry
+from engine.train.trainer import Trainer
 
 TINY = ["eval.interval=0", "sample.interval=0", "checkpoint.interval=0"]
 

@@ -9,16 +9,16 @@ import sys
 import pytest
 import torch
 
-from engine import flops, memory
-from engine.byte_sizes import GIB, parse_size
-from engine.config import ConfigError, ModelConfig, OptimConfig
-from engine.flops import Peak, PeakMeter, flops_per_token, measure_peak, mfu, table_peak
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.plan import optimizer_state_bytes, param_shapes, plan_memory
-from engine.plan_fixes import check_fits, suggest_fixes
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.config.byte_sizes import GIB, parse_size
+from engine.config.presets import load_preset
+from engine.config.run_config import ConfigError, ModelConfig, OptimConfig
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.plan import flops, memory
+from engine.plan.fixes import check_fits, suggest_fixes
+from engine.plan.flops import Peak, PeakMeter, flops_per_token, measure_peak, mfu, table_peak
+from engine.plan.planner import optimizer_state_bytes, param_shapes, plan_memory
+from engine.train.trainer import Trainer
 
 OPTIMIZERS = ["adamw", "muon", "lion", "adafactor"]
 SMALL = [
@@ -251,7 +251,7 @@ def test_parse_size():
 @pytest.mark.parametrize("size", ["0", "-1", "", "-24GB"])
 def test_cockpit_plan_refuses_a_device_memory_of_nothing(size):
     result = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", "plan", f"--device-memory={size}"],
+        [sys.executable, "-m", "cockpit.cli.entry", "plan", f"--device-memory={size}"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -291,7 +291,7 @@ def test_cockpit_plan_cli_answers_with_figures():
         [
             sys.executable,
             "-m",
-            "cockpit.cli",
+            "cockpit.cli.entry",
             "plan",
             "--device-memory",
             "24GB",

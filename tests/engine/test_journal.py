@@ -1,4 +1,4 @@
-"""The intervention journal (engine/journal.py): one entry per intervention, who did it, rebuilt
+"""The intervention journal (engine/rundir/journal.py): one entry per intervention, who did it, rebuilt
 from metrics.jsonl; and the viewer and command records a real run writes for it."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from engine.journal import APP, ENGINE, JournalTail, journal, journal_records, read_journal
-from engine.remote import RemoteEngine
+from engine.control.client import RemoteEngine
+from engine.rundir.journal import APP, ENGINE, JournalTail, journal, journal_records, read_journal
 
 T = 1_764_512_345.0
 ALICE = "alice@gpu1 (pts/3)"

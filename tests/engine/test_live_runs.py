@@ -1,4 +1,4 @@
-"""engine/live_runs.py on real sockets: which directories are looked at, what a stale or silent
+"""engine/control/live_runs.py on real sockets: which directories are looked at, what a stale or silent
 socket gives (nothing, quickly), the order of several live runs, and that the hello's summary
 and viewers are true for a real run."""
 
@@ -15,12 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import wire
-from engine.control_server import ControlServer, serve_run
+from engine.control import wire
+from engine.control.client import RemoteEngine
+from engine.control.live_runs import LiveRun, find_live_runs, probe, socket_dirs
+from engine.control.server import ControlServer, serve_run
+from engine.control.unix_socket import bind_unix
 from engine.events import RunStarted, Step
-from engine.live_runs import LiveRun, find_live_runs, probe, socket_dirs
-from engine.remote import RemoteEngine
-from engine.unix_socket import bind_unix
 
 TIMEOUT = 30.0
 
@@ -197,8 +197,8 @@ def test_find_live_runs_lists_the_newest_first_and_skips_the_stale(
 def test_the_hello_summary_and_viewers_are_true_for_a_real_run(tmp_path: Path) -> None:
     """A real tiny Trainer in a thread serves its socket: paused, its summary is the step and
     loss it stopped at, its preset and max_steps; its viewers are the two attached, named."""
-    from engine.presets import load_preset
-    from engine.trainer import Trainer
+    from engine.config.presets import load_preset
+    from engine.train.trainer import Trainer
 
     run_dir = tmp_path / "run"
     trainer = Trainer(load_preset("tiny", ["train.max_steps=100000"]), run_dir=run_dir,

@@ -1,6 +1,6 @@
 """A hand-set LR during warmup, on a real engine: the LR typed is the LR once warmup is over,
 the ramp leads up to it, the optimizer never applies more than MAX_LR, and what the LR dialog
-says (cockpit.screens.lr_decision, the same rule) is what the optimizer applies."""
+says (cockpit.screens.dialogs.lr_decision, the same rule) is what the optimizer applies."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import threading
 
 import pytest
 
-from cockpit.screens import lr_decision
-from engine.config import MAX_LR
+from cockpit.screens.dialogs import lr_decision
+from engine.config.run_config import MAX_LR
 from engine.events import Event
-from engine.journal import read_journal
-from engine.schedule import lr_plan
-from engine.trainer import Trainer
+from engine.model.schedule import lr_plan
+from engine.rundir.journal import read_journal
+from engine.train.trainer import Trainer
 from tests.engine.test_trainer import Recorder, start, tiny_cfg
 
 WARMUP = 60

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from test_trainer import Recorder, start, tiny_cfg
 
-from engine.checkpoint import list_checkpoints, load_checkpoint
-from engine.trainer import Trainer
+from engine.checkpoint.store import list_checkpoints, load_checkpoint
+from engine.train.trainer import Trainer
 
 
 def file_identity(path: Path) -> tuple[int, int]:

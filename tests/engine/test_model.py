@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from engine.config import ModelConfig
-from engine.model import GPT
+from engine.config.run_config import ModelConfig
+from engine.model.gpt import GPT
 
 VOCAB = 65
 

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from engine.config import ConfigError, OptimConfig
-from engine.model import GPT
-from engine.optim import BatchedMuon, MultiOptimizer, build_optimizer, set_lr_factor
-from engine.presets import load_preset
+from engine.config.presets import load_preset
+from engine.config.run_config import ConfigError, OptimConfig
+from engine.model.gpt import GPT
+from engine.model.optimizers import BatchedMuon, MultiOptimizer, build_optimizer, set_lr_factor
 
 NAMES = ("adamw", "muon", "lion", "adafactor")
 

@@ -12,12 +12,12 @@ from math import ceil
 
 import pytest
 
-from cockpit.cli import main
-from engine.byte_sizes import GIB, format_bytes
-from engine.config import ConfigError
-from engine.plan import ALLOCATOR_SLACK, CUDA_OVERHEAD, plan_memory
-from engine.plan_fixes import check_fits, suggest_fixes
-from engine.presets import load_preset
+from cockpit.cli.entry import main
+from engine.config.byte_sizes import GIB, format_bytes
+from engine.config.presets import load_preset
+from engine.config.run_config import ConfigError
+from engine.plan.fixes import check_fits, suggest_fixes
+from engine.plan.planner import ALLOCATOR_SLACK, CUDA_OVERHEAD, plan_memory
 
 # local-300m: 20 blocks of width 1024, block 1024, no biases, LayerNorm weights only, the head
 # tied to the token embedding; r50k_base's 50257 tokens
@@ -176,9 +176,9 @@ import json
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.presets import load_preset
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.config.presets import load_preset
 
 dist.init_process_group("gloo")
 cfg = load_preset("tiny")

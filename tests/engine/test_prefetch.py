@@ -1,5 +1,5 @@
-"""Training batches made ahead by a background thread (engine/batches.py), and the bounded
-whole-split evaluation (engine/evaluation.py). Real memmapped token files, the real step and
+"""Training batches made ahead by a background thread (engine/data/batches.py), and the bounded
+whole-split evaluation (engine/model/evaluation.py). Real memmapped token files, the real step and
 Trainer; only CUDA is faked (pinning and the copy are checked as calls)."""
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 import torch
 
-import engine.batches as batches
-import engine.evaluation as evaluation
-from engine.batches import BatchSampler, prefetch_device, to_device
-from engine.data import PreparedData
-from engine.evaluation import Evaluator
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.presets import load_preset
-from engine.step import train_step
-from engine.tokenizers import CharTokenizer
-from engine.trainer import Trainer
+import engine.data.batches as batches
+import engine.model.evaluation as evaluation
+from engine.config.presets import load_preset
+from engine.data.batches import BatchSampler, prefetch_device, to_device
+from engine.data.preparation import PreparedData
+from engine.data.tokenizers import CharTokenizer
+from engine.model.evaluation import Evaluator
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.train.step import train_step
+from engine.train.trainer import Trainer
 
 CPU = torch.device("cpu")
 BLOCK = 8

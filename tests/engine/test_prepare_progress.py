@@ -2,7 +2,7 @@
 the metrics file keeps only its final record, and a stop during it ends the run at once with
 nothing on disk.
 
-The preparation is a fake slow one (the seam: `engine.run_setup.prepare`) that emits progress
+The preparation is a fake slow one (the seam: `engine.train.setup.prepare`) that emits progress
 events as the streaming prepare does, honours `should_stop`, then hands over to the real one.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from slow_prepare import slow_prepare
 
-import engine.data
-import engine.run_setup
+import engine.data.preparation
+import engine.train.setup
+from engine.config.presets import load_preset
 from engine.events import Event, RunState
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.train.trainer import Trainer
 
 TINY = [
     "model.n_layer=1",
@@ -56,7 +56,7 @@ def trainer(tmp_path: Path, *extra: str, sinks: list[Any] = ()) -> Trainer:
 def test_progress_reaches_the_queue_and_sinks_and_the_file_keeps_the_final_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine.run_setup, "prepare", slow_prepare(chunks=5, delay_s=0.0))
+    monkeypatch.setattr(engine.train.setup, "prepare", slow_prepare(chunks=5, delay_s=0.0))
     sink = Recorder()
     run = trainer(tmp_path, "train.max_steps=3", sinks=[sink])
     assert run.run() == RunState.FINISHED
@@ -94,7 +94,7 @@ def wait_for_progress(sink: Recorder, timeout: float = 30.0) -> None:
 def test_stop_during_preparation_ends_the_run_stopped_at_once_with_nothing_on_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine.run_setup, "prepare", slow_prepare(chunks=100_000))
+    monkeypatch.setattr(engine.train.setup, "prepare", slow_prepare(chunks=100_000))
     sink = Recorder()
     run = trainer(tmp_path, "train.max_steps=3", sinks=[sink])
     thread, result = run_in_thread(run)
@@ -116,7 +116,7 @@ def test_stop_during_preparation_ends_the_run_stopped_at_once_with_nothing_on_di
 def test_the_app_closing_during_preparation_stops_it_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine.run_setup, "prepare", slow_prepare(chunks=100_000))
+    monkeypatch.setattr(engine.train.setup, "prepare", slow_prepare(chunks=100_000))
     sink = Recorder()
     closing = threading.Event()
     run = trainer(tmp_path, "train.max_steps=3", sinks=[sink])
@@ -133,7 +133,7 @@ def test_a_stop_asked_before_the_run_starts_preparing_stops_it_before_any_progre
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a signal caught while torch was imported is handed to the run before run() (StopSignals)
-    monkeypatch.setattr(engine.run_setup, "prepare", slow_prepare(chunks=100_000))
+    monkeypatch.setattr(engine.train.setup, "prepare", slow_prepare(chunks=100_000))
     sink = Recorder()
     run = trainer(tmp_path, "train.max_steps=3", sinks=[sink])
     run.stop(reason="SIGINT (ctrl+c)")

@@ -20,17 +20,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cockpit.data_progress_text import progress_line
-from engine import corpus_reader, prepare_build, prepare_progress, tokenizers
-from engine import data as engine_data
-from engine.config import DataConfig
-from engine.corpus_locator import resolve_source
-from engine.corpus_sources import source_sha256
-from engine.data import DataError, prepare
-from engine.data_errors import PreparationStopped
+from cockpit.figures.data_progress_text import progress_line
+from engine.config.run_config import DataConfig
+from engine.data import build as prepare_build
+from engine.data import preparation as engine_data
+from engine.data import progress as prepare_progress
+from engine.data import reader as corpus_reader
+from engine.data import tokenizers
+from engine.data.errors import PreparationStopped
+from engine.data.locator import resolve_source
+from engine.data.preparation import DataError, prepare
+from engine.data.prepared import TokenWriter, has_leftovers
+from engine.data.sources import source_sha256
+from engine.data.tokenizers import CharTokenizer, TiktokenTokenizer, split_at_safe_points
 from engine.events import DataProgress
-from engine.prepared_files import TokenWriter, has_leftovers
-from engine.tokenizers import CharTokenizer, TiktokenTokenizer, split_at_safe_points
 
 REPO = Path(__file__).resolve().parents[2]
 STRESS_PARTS = (
@@ -476,8 +479,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_files(
 CHILD = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from engine.config import DataConfig
-from engine.data import prepare
+from engine.config.run_config import DataConfig
+from engine.data.preparation import prepare
 notes = []
 start = time.monotonic()
 p = prepare(DataConfig(source=sys.argv[1], tokenizer=sys.argv[2]), cache_dir=sys.argv[3],

@@ -1,4 +1,4 @@
-"""engine/recorded.py: a finished run as an EngineHandle: its replay drained once, its state at
+"""engine/rundir/recorded.py: a finished run as an EngineHandle: its replay drained once, its state at
 once, every command answered with a read_only warning; a live run refused."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from live_process import LiveRun
 
 from engine.contract import EngineHandle
 from engine.events import Alert, RunStarted, StateChanged
-from engine.metrics_scan import RunHistoryError
-from engine.recorded import RecordedRun
+from engine.rundir.metrics_scan import RunHistoryError
+from engine.rundir.recorded import RecordedRun
 
 REPO = Path(__file__).resolve().parents[2]
 

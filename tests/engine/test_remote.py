@@ -1,5 +1,5 @@
 """RemoteEngine, the client of a run's control socket, against a small server written here on a
-real AF_UNIX socket and engine.wire (the real server is engine/control_server.py)."""
+real AF_UNIX socket and engine.control.wire (the real server is engine/control/server.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from engine import wire
 from engine.contract import EngineHandle
+from engine.control import wire
+from engine.control.client import DETACHED, EngineUnreachable, RemoteEngine
 from engine.events import Alert, CheckpointSaved, Event, RunState, StateChanged, Step
-from engine.remote import DETACHED, EngineUnreachable, RemoteEngine
 
 T = 1234.5  # events made here carry fixed times, so a record and its event compare equal
 
@@ -126,8 +126,8 @@ def test_each_command_sends_its_wire_line_with_an_increasing_id(run_dir: Path) -
     server = FakeRun(run_dir, [])
     engine = RemoteEngine(run_dir)
     engine.pause()
-    engine.resume()
-    engine.checkpoint()
+    engine.checkpoint.resume()
+    engine.checkpoint.store()
     engine.set_lr(3e-4)
     engine.scale_lr(0.5)
     engine.sample()
@@ -267,7 +267,7 @@ def test_the_client_needs_neither_torch_nor_textual() -> None:
     import sys
 
     code = (
-        "import sys, engine.remote;"
+        "import sys, engine.control.client;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'textual')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cockpit.cli import main
-from engine import checkpoint as ckpt
+from cockpit.cli.entry import main
+from engine.checkpoint import store as ckpt
 
 TINY = [
     "--set",
@@ -220,7 +220,7 @@ def test_tinyshakespeare_offline_resumes_from_the_recorded_copy(
     started = records(run_dir, "run_started")[0]["data_source"]
     assert started["source"] == "tinyshakespeare" and started["path"] == str(copy)
     # offline, no --data, no environment variable: the recorded copy is used
-    monkeypatch.setattr("engine.tinyshakespeare.DOWNLOAD_TIMEOUT_S", 0.01)
+    monkeypatch.setattr("engine.data.tinyshakespeare.DOWNLOAD_TIMEOUT_S", 0.01)
     code, text = resume(capsys, run_dir, steps=4)
     assert code == 0, text
     assert records(run_dir, "run_started")[-1]["data_source"]["path"] == str(copy)

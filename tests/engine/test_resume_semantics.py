@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.cli import main
-from engine.checkpoint import latest_checkpoint, list_checkpoints
+from cockpit.cli.entry import main
+from engine.checkpoint.store import latest_checkpoint, list_checkpoints
+from engine.config.presets import load_preset
 from engine.events import Event
-from engine.metrics_log import read_history
-from engine.presets import load_preset
-from engine.schedule import lr_at
-from engine.trainer import Trainer
+from engine.model.schedule import lr_at
+from engine.rundir.metrics_log import read_history
+from engine.train.trainer import Trainer
 
 SMALL = [
     "model.n_layer=1",

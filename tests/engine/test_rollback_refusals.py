@@ -9,11 +9,11 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from engine import wire
-from engine.checkpoint import list_checkpoints, load_checkpoint
-from engine.presets import load_preset
-from engine.trainer import Trainer
-from engine.unix_socket import connect_unix
+from engine.checkpoint.store import list_checkpoints, load_checkpoint
+from engine.config.presets import load_preset
+from engine.control import wire
+from engine.control.unix_socket import connect_unix
+from engine.train.trainer import Trainer
 
 TIMEOUT_S = 60.0
 
@@ -144,7 +144,7 @@ def test_an_automatic_rollback_to_a_damaged_checkpoint_keeps_the_weights(tmp_pat
 
 
 def test_an_unreadable_checkpoint_is_decided_as_none_and_the_line_says_why() -> None:
-    from engine.faults import decide_anomaly
+    from engine.train.faults import decide_anomaly
 
     problem = "ckpt-00000010.pt: cannot read this checkpoint (RuntimeError)"
     args = {"policy": "rollback", "rollbacks": 0, "max_rollbacks": 3}

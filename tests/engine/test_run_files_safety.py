@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.cli import main as cockpit_main
-from engine.config import ConfigError
+from cockpit.cli.entry import main as cockpit_main
+from engine.config.presets import load_preset
+from engine.config.run_config import ConfigError
 from engine.events import Event
 from engine.files import atomic_write, open_for_append
-from engine.presets import load_preset
-from engine.run_dir import write_error_log
-from engine.trainer import Trainer
+from engine.rundir.layout import write_error_log
+from engine.train.trainer import Trainer
 
 VICTIM_TEXT = "ssh-ed25519 AAAA... the victim's own line\n"
 
@@ -268,7 +268,7 @@ def test_a_link_planted_in_an_export_folder_is_replaced(
 def test_best_pt_copy_never_goes_through_a_link_at_its_name(tmp_path: Path, victim: Path):
     """Where a hard link fails, best.pt is a copy: one made at a name someone linked in the
     meantime (a race in a sticky directory) is refused, not written through the link."""
-    from engine.checkpoint import _link_or_copy
+    from engine.checkpoint.store import _link_or_copy
 
     source = tmp_path / "ckpt-00000001.pt"
     source.write_bytes(b"weights")
@@ -305,7 +305,7 @@ def test_cockpit_start_refuses_a_link_as_its_engine_log(tmp_path: Path, victim: 
     import subprocess
     import sys
 
-    from engine.live_runs import find_live_runs
+    from engine.control.live_runs import find_live_runs
 
     run_dir = tmp_path / "detached"
     run_dir.mkdir()

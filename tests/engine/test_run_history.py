@@ -1,4 +1,4 @@
-"""engine/run_history.py and replay_reader.py: a run read back from its metrics.jsonl (curves,
+"""engine/rundir/history.py and replay_reader.py: a run read back from its metrics.jsonl (curves,
 a replay), against a plain json.loads reading of the same files, on run directories written here
 the way the engine writes them (crashes, resumes, cut lines, NaN losses), on a real run, and on a
 live one."""
@@ -30,10 +30,10 @@ from engine.events import (
     Step,
     Telemetry,
 )
-from engine.metrics_log import REPLAY_STEPS
-from engine.metrics_scan import RunHistoryError, read_metrics, scan_replay_fast
-from engine.replay_reader import Replay, read_replay
-from engine.run_history import read_curves
+from engine.rundir.history import read_curves
+from engine.rundir.metrics_log import REPLAY_STEPS
+from engine.rundir.metrics_scan import RunHistoryError, read_metrics, scan_replay_fast
+from engine.rundir.replay import Replay, read_replay
 
 REPO = Path(__file__).resolve().parents[2]
 TPS = 256  # tokens per step

@@ -1,4 +1,4 @@
-"""RUN_DIR/summary.json (engine/run_summary.py): written by a real run's sink, rebuilt equal after
+"""RUN_DIR/summary.json (engine/rundir/summary.py): written by a real run's sink, rebuilt equal after
 deletion, folded in from its offset only, tolerant of a line cut mid-write, and right about a
 resume from an older checkpoint."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from engine.events import Eval, Step
-from engine.run_summary import (
+from engine.rundir.summary import (
     SUMMARY_NAME,
     RunSummary,
     SummarySink,

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine import checkpoint as ckpt
-from engine.checkpoint import (
+from engine.checkpoint import store as ckpt
+from engine.checkpoint.store import (
     CheckpointError,
     global_rng_state,
     latest_checkpoint,
@@ -27,8 +27,8 @@ from engine.checkpoint import (
     restore_global_rng,
     save_checkpoint,
 )
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.config.presets import load_preset
+from engine.train.trainer import Trainer
 
 SMALL = [
     "model.n_layer=1",

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.model import GPT
-from engine.sampling import decode_stream, encode_prompt, start_token, token_bytes_function
-from engine.tokenizers import CharTokenizer, TiktokenTokenizer
-from engine.trained import load_trained
+from engine.checkpoint.trained import load_trained
+from engine.data.tokenizers import CharTokenizer, TiktokenTokenizer
+from engine.model.gpt import GPT
+from engine.model.sampling import decode_stream, encode_prompt, start_token, token_bytes_function
 from tests.conftest import TIKTOKEN_CACHE
 
 PROMPT = "def "  # the tiny preset's first sample prompt

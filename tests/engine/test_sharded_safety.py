@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint import CheckpointError, load_checkpoint
-from engine.config import config_from_dict
-from engine.distributed import World
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.presets import load_preset
-from engine.sharded import dcp_model_state, load_sharded, save_sharded
-from engine.tokenizers import tokenizer_from_meta
-from engine.trainer import Trainer
+from engine.checkpoint.store import CheckpointError, load_checkpoint
+from engine.config.presets import load_preset
+from engine.config.run_config import config_from_dict
+from engine.data.tokenizers import tokenizer_from_meta
+from engine.distributed.sharded import dcp_model_state, load_sharded, save_sharded
+from engine.distributed.world import World
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.train.trainer import Trainer
 
 SMALL = [
     "model.n_layer=1",

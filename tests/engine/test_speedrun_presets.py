@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from engine.plan import plan_memory
-from engine.presets import discover, load_preset
-from engine.trainer import Trainer
+from engine.config.presets import discover, load_preset
+from engine.plan.planner import plan_memory
+from engine.train.trainer import Trainer
 
 # Shrink any preset to seconds on a CPU; everything else (optimizer, switches, schedule kind,
 # tokenizer, data source) is the preset's own.

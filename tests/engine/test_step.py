@@ -1,4 +1,4 @@
-"""engine/step.py alone: one gradient-accumulation step on a tiny model, without a Trainer."""
+"""engine/train/step.py alone: one gradient-accumulation step on a tiny model, without a Trainer."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from engine.batches import BatchSampler
-from engine.device import autocast_context
-from engine.model import GPT
-from engine.optim import build_optimizer
-from engine.presets import load_preset
-from engine.step import train_step
+from engine.config.presets import load_preset
+from engine.data.batches import BatchSampler
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.train.device import autocast_context
+from engine.train.step import train_step
 
 VOCAB = 11
 

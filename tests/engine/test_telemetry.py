@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from engine.events import Telemetry
-from engine.telemetry import TelemetryPoller, select_backend
-from engine.telemetry_backend import TelemetryUnavailable
-from engine.telemetry_nvml import NvmlBackend
-from engine.telemetry_psutil import PsutilBackend
-from engine.throttle_reasons import throttle_names
+from engine.telemetry.backend import TelemetryUnavailable
+from engine.telemetry.host import PsutilBackend
+from engine.telemetry.nvml import NvmlBackend
+from engine.telemetry.poller import TelemetryPoller, select_backend
+from engine.telemetry.throttle_reasons import throttle_names
 
 GIB = 1024**3
 MY_PID = os.getpid()
@@ -364,8 +364,8 @@ def test_poller_over_nvml_backend_closes_nvml(nvml: FakeNvml) -> None:
 
 
 def test_every_name_the_nvml_backend_can_emit_has_one_table_entry() -> None:
-    """One table (engine.throttle_reasons.THROTTLE_REASONS) names, labels and grades every reason."""
-    from engine.throttle_reasons import THROTTLE_BY_NAME, THROTTLE_REASONS
+    """One table (engine.telemetry.throttle_reasons.THROTTLE_REASONS) names, labels and grades every reason."""
+    from engine.telemetry.throttle_reasons import THROTTLE_BY_NAME, THROTTLE_REASONS
 
     every_bit = sum(r.bit for r in THROTTLE_REASONS)
     emitted = throttle_names(every_bit) + throttle_names(every_bit, FakeNvml())

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ConfigError, RunConfig
+from engine.config.run_config import ConfigError, RunConfig
 from engine.events import Alert, Eval, Sample, Step
 from engine.export import ExportError
 from engine.export import tensorboard_events as tb_export
-from engine.log_sinks import MISSING_TENSORBOARD, TensorBoardSink, log_sinks, open_summary_writer
-from engine.metrics_log import MetricsWriter, read_history
+from engine.rundir.metrics_log import MetricsWriter, read_history
+from engine.rundir.sinks import MISSING_TENSORBOARD, TensorBoardSink, log_sinks, open_summary_writer
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.plugin_event_accumulator import (  # noqa: E402
@@ -36,7 +36,7 @@ RUN = ["--preset", "tiny", "--set", "eval.interval=10", "--set", "checkpoint.int
 
 def cockpit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", *args],
+        [sys.executable, "-m", "cockpit.cli.entry", *args],
         capture_output=True,
         text=True,
         timeout=180,
@@ -248,7 +248,7 @@ def test_a_run_without_tensorboard_fails_in_one_line(tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('tensorboard is not here')\n")
     done = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli", "train", "--headless", "--preset", "tiny",
+        [sys.executable, "-m", "cockpit.cli.entry", "train", "--headless", "--preset", "tiny",
          "--tensorboard", "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "TERM": "dumb", "PYTHONPATH": str(tmp_path / "site")},
@@ -275,8 +275,8 @@ def test_export_refuses_what_it_cannot_do(tmp_path):
 def test_an_engine_run_without_tensorboard_fails_before_its_directory(monkeypatch, tmp_path):
     """A preset picked in the app (no CLI check) is refused by the engine before anything is on
     disk: the run fails with the one line, and no directory is left behind."""
-    from engine.presets import load_preset
-    from engine.trainer import Trainer
+    from engine.config.presets import load_preset
+    from engine.train.trainer import Trainer
 
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     cfg = load_preset("tiny", ["log.tensorboard=true"])
@@ -290,8 +290,8 @@ def test_an_engine_run_without_tensorboard_fails_before_its_directory(monkeypatc
 def test_a_sink_closing_with_a_problem_is_an_alert_in_the_metrics_file(tmp_path):
     """What a sink reports on closing (a TensorBoard log left incomplete) reaches the run's
     record as a warning, written before the metrics file itself closes."""
-    from engine.presets import load_preset
-    from engine.trainer import Trainer
+    from engine.config.presets import load_preset
+    from engine.train.trainer import Trainer
 
     class Incomplete:
         def __call__(self, event) -> None: ...

@@ -1,5 +1,5 @@
 """`train.threads`: torch's CPU threads on the thread that trains, validated like every key, and
-the measured default (engine/threads.py, bench/threads.py)."""
+the measured default (engine/train/threads.py, bench/threads.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ConfigError
-from engine.presets import load_preset
-from engine.threads import auto_threads, chosen_threads
+from engine.config.presets import load_preset
+from engine.config.run_config import ConfigError
+from engine.train.threads import auto_threads, chosen_threads
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 # training thread and reads what that thread's arithmetic uses.
 RUN = """
 import json, sys, tempfile, threading, torch
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.config.presets import load_preset
+from engine.train.trainer import Trainer
 seen = []
 def sink(event):
     if event.kind == "step":

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint import list_checkpoints, load_checkpoint
+from engine.checkpoint.store import list_checkpoints, load_checkpoint
+from engine.config.presets import load_preset
 from engine.events import Event
-from engine.presets import load_preset
-from engine.trainer import Trainer
+from engine.train.trainer import Trainer
 
 TINY = [
     "model.n_layer=2",
@@ -276,7 +276,7 @@ def strict_json(line: str) -> dict:
 
 
 def test_metrics_file_is_strict_json_and_history_reads_it_back(tmp_path):
-    from engine.metrics_log import read_history
+    from engine.rundir.metrics_log import read_history
 
     cfg = tiny_cfg(
         "train.max_steps=60", "eval.interval=30", "sample.interval=30", "checkpoint.interval=30"
@@ -323,7 +323,7 @@ def scripted_evals(
 ) -> None:
     """Evaluations of `trainer` measure the given loss at each step (the trainer still runs,
     times and records them)."""
-    from engine.evaluation import Evaluator
+    from engine.model.evaluation import Evaluator
 
     def losses(self: Evaluator, data: object) -> tuple[float, float]:
         return val_by_step[trainer.step], val_by_step[trainer.step]

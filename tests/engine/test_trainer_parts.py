@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.best import is_new_best
-from engine.command_queue import CommandQueue
-from engine.config import ConfigError
+from engine.checkpoint.best import is_new_best
+from engine.config.run_config import ConfigError
 from engine.events import Eval
-from engine.health import HEALTH_EVERY, ratio_after_step, update_ratio, watch_before_step
-from engine.readback import PendingStep, read_losses, step_events
-from engine.run_dir import create_run_dir, write_error_log
-from engine.throughput import ThroughputWindow
+from engine.rundir.layout import create_run_dir, write_error_log
+from engine.train.command_queue import CommandQueue
+from engine.train.health import HEALTH_EVERY, ratio_after_step, update_ratio, watch_before_step
+from engine.train.readback import PendingStep, read_losses, step_events
+from engine.train.throughput import ThroughputWindow
 
 
 class FakeClock:

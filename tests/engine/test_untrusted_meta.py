@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.data import prepare
-from engine.presets import load_preset
+from engine.config.presets import load_preset
+from engine.data.preparation import prepare
 
 
 def _malformed(good: dict) -> dict[str, dict]:
@@ -58,7 +58,7 @@ def test_a_malformed_corpus_meta_is_prepared_again(prepared, case) -> None:
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.trainer import Trainer
+    from engine.train.trainer import Trainer
 
     run_dir = tmp_path_factory.mktemp("run") / "run"
     small = ["model.n_layer=1", "model.n_embd=16", "train.batch_size=4", "train.max_steps=2",
@@ -81,7 +81,7 @@ BAD_FORKS = {
 def test_a_malformed_fork_json_is_no_parent_and_the_run_still_lists(finished_run, tmp_path, fork) -> None:
     import shutil
 
-    from engine.run_summary import SUMMARY_NAME, read_summary
+    from engine.rundir.summary import SUMMARY_NAME, read_summary
 
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)
@@ -95,7 +95,7 @@ def test_a_malformed_fork_json_is_no_parent_and_the_run_still_lists(finished_run
 def test_a_fork_json_with_a_time_no_float_holds_keeps_its_parent(finished_run, tmp_path) -> None:
     import shutil
 
-    from engine.run_summary import read_summary
+    from engine.rundir.summary import read_summary
 
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)
@@ -135,7 +135,7 @@ def _with_field(finished_run: Path, tmp_path: Path, case: str) -> tuple[Path, Pa
 
 @pytest.mark.parametrize("case", list(WRONG_FIELDS))
 def test_a_checkpoint_field_cockpit_never_writes_is_refused_in_one_line(finished_run, tmp_path, case) -> None:
-    from engine.checkpoint import CheckpointError, load_checkpoint
+    from engine.checkpoint.store import CheckpointError, load_checkpoint
 
     _, path = _with_field(finished_run, tmp_path, case)
     for mmap in (False, True):

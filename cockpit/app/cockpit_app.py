@@ -1,0 +1,401 @@
+"""The cockpit: a Textual app that runs one training engine in a thread worker and shows it.
+
+Threads: the engine's `run()` blocks in a Textual thread worker; the UI thread never touches
+torch. The app starts, switches and stops runs and handles quitting; `MainScreen` lays out the
+panels, drains the engine's events on a timer and routes them (what concerns the whole run comes
+back to the app's `RunEvents` handlers, cockpit/app/run_events.py). Nothing drawn
+comes from the wall clock: the training time comes from the run's records (TrainingClock), the
+rate and ETA from event timestamps.
+
+The key and palette commands (pause, checkpoint, LR, sample, eval, roll back...) are the
+`CommandActions` mixin (cockpit/app/actions.py); they go to the trainer's thread-safe methods and
+show up when the engine acknowledges them with an event.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.actions import parse as parse_action
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.notifications import SeverityLevel
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from cockpit.app.actions import CommandActions
+from cockpit.app.comparing import Comparing
+from cockpit.app.key_table import (
+    key_bindings,
+    palette_entries,
+)
+from cockpit.app.leaving import Leaving
+from cockpit.app.main_screen import MainScreen
+from cockpit.app.notifications import Notifier, NotifySettings, StallWatch
+from cockpit.app.preset_switch import data_always_available
+from cockpit.app.quitting import Quitting
+from cockpit.app.run_events import RunEvents
+from cockpit.app.run_opening import RunOpening
+from cockpit.app.run_starts import ResumeFactory, RunStarts
+from cockpit.app.session_runs import RunSummary, resumed_preset, run_dir_of
+from cockpit.app.stop_wait import BoundaryWork
+from cockpit.app.switching import Switching
+from cockpit.figures.run_view import RunView
+from cockpit.widgets.device import DevicePanel
+from cockpit.widgets.loss import LossPanel
+from cockpit.widgets.lr import LrPanel
+from cockpit.widgets.memory import MemoryPanel
+from cockpit.widgets.samples import SamplesPanel
+from cockpit.widgets.status import AlertLine, StatusLine
+from engine.config.presets import DEFAULT_PRESET
+from engine.config.run_config import ConfigError
+from engine.contract import EngineHandle
+from engine.control.client import DETACHED
+from engine.events import (
+    CheckpointSaved,
+    RunStarted,
+    RunState,
+    Step,
+)
+
+
+class CockpitApp(
+    RunOpening,
+    RunStarts,
+    Comparing,
+    Switching,
+    Quitting,
+    Leaving,
+    RunEvents,
+    CommandActions,
+    App[None],
+):
+    """Watch and steer one training run at a time; `p` switches to another preset."""
+
+    CSS_PATH = "cockpit.tcss"
+    TITLE = "cockpit"
+    ALLOW_IN_MAXIMIZED_VIEW = "#top, Footer"
+
+    BINDINGS = [
+        *key_bindings(),  # cockpit/app/key_table.py: keys, footer, help and palette
+        # The footer's note on a run that cannot be steered from here, and why (check_action
+        # shows the one that applies).
+        Binding("w", "read_only_note", "read-only viewer"),
+        Binding("w", "run_over_note", "why read-only"),
+    ]
+
+    def __init__(
+        self,
+        trainer_factory: Callable[[str], EngineHandle],
+        preset: str = DEFAULT_PRESET,
+        *,
+        preset_dirs: Sequence[str] = (),
+        data_available: Callable[[str], tuple[Any, ...]] | None = None,
+        fit_warning: Callable[[str, tuple[str, float] | None], str] | None = None,
+        notify: NotifySettings | None = None,
+        resume_factory: ResumeFactory | None = None,
+        runs_root: str = "runs",
+        overlays: Sequence[str] = (),
+    ) -> None:
+        """`data_available(preset)` -> (ok, note) or (ok, note, stand_in) for the preset menu;
+        `fit_warning(preset, (device, peak FLOP/s) of the current run or None)` -> a warning
+        when the preset is far beyond this machine, else "" (called off the UI thread: it may
+        use torch). `resume_factory(run_dir, overrides)` builds a resumed run in this app (None:
+        the app resumes nothing); the runs screen lists `runs_root`; `overlays` are runs whose
+        loss curves are drawn over the first run's from the start (`cockpit compare`)."""
+        super().__init__()
+        self.trainer_factory = trainer_factory
+        self.preset = preset
+        self.preset_dirs = list(preset_dirs)
+        self.data_available = data_available or data_always_available
+        self.fit_warning = fit_warning
+        self.resume_factory = resume_factory
+        self.runs_root = runs_root
+        self._initial_overlays = [Path(d) for d in overlays]
+        self.trainer: EngineHandle | None = None
+        self.engine_worker: Worker | None = None
+        self.state = "idle"
+        self._quitting = False
+        self._quit_started: float | None = None  # clock() when a confirmed quit began
+        self._quit_forced = False  # the user quit again while waiting: no checkpoint awaited
+        self._detaching = False  # leaving a run that goes on without this viewer
+        self._quit_timer: Any = None
+        self._check_note = ""  # the status note shown while a picked preset is checked
+        self._switch_started: float | None = None  # clock() when a preset switch began
+        # This session's newest step: (event time, step time), for the quit countdown.
+        self.last_step_seen: tuple[float, float] | None = None
+        self.boundary_work = BoundaryWork()  # and the work due at its boundaries (the same)
+        self._past_runs: list[RunSummary] = []  # runs switched away from, for the exit report
+        self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
+        self._pending_preset: str | None = None  # the name of the run to start once this one ended
+        self._pending_make: Callable[[], EngineHandle] | None = None  # ... and how (None: a preset)
+        self._switch_timer: Any = None
+        self.view = RunView()  # what is shown about the run on screen; a new run, a new one
+        self._checkpoint_toast_until = 0.0  # a checkpoint toast is on screen until then
+        self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
+        self._engine_thread: threading.Thread | None = None
+        self._watchdog_armed = False
+        # desktop notifications and the bell (cockpit/app/notifications.py), through the driver
+        self.notifier = Notifier(notify or NotifySettings(), self._write_to_terminal, self.bell)
+        self.stall_watch = StallWatch()
+
+    def _write_to_terminal(self, text: str) -> None:
+        driver = self._driver
+        if driver is not None and not self.is_headless:
+            driver.write(text)
+            driver.flush()
+
+    def get_default_screen(self) -> MainScreen:
+        self._main_screen = MainScreen(id="_default")
+        return self._main_screen
+
+    def start_first_run(self) -> None:
+        """The main screen is up: start the run named on the command line (and overlay the
+        runs to compare it with)."""
+        self._start_run(self.preset)
+        if self._initial_overlays:
+            self.overlay_runs(self._initial_overlays)
+
+    @property
+    def main_screen(self) -> MainScreen:
+        return self._main_screen
+
+    @property
+    def status_line(self) -> StatusLine:
+        return self._main_screen.status_line
+
+    @property
+    def alert_line(self) -> AlertLine:
+        return self._main_screen.alert_line
+
+    @property
+    def loss_panel(self) -> LossPanel:
+        return self._main_screen.loss_panel
+
+    @property
+    def lr_panel(self) -> LrPanel:
+        return self._main_screen.lr_panel
+
+    @property
+    def device_panel(self) -> DevicePanel:
+        return self._main_screen.device_panel
+
+    @property
+    def memory_panel(self) -> MemoryPanel:
+        return self._main_screen.memory_panel
+
+    @property
+    def samples_panel(self) -> SamplesPanel:
+        return self._main_screen.samples_panel
+
+    # running the engine -------------------------------------------------------------------------
+    @property
+    def preparing_corpus(self) -> bool:
+        """The run is still preparing its corpus: nothing trained, nothing to save."""
+        return self._main_screen.data_panel.preparing
+
+    @property
+    def engine_running(self) -> bool:
+        w = self.engine_worker
+        return w is not None and not w.is_finished
+
+    def _start_run(self, preset: str, make: Callable[[], EngineHandle] | None = None) -> None:
+        """Build the engine handle (`make()`, by default the factory's trainer for `preset`)
+        and run it in a thread worker."""
+        make = make or partial(self.trainer_factory, preset)
+        self.preset = preset
+        self._pending_preset = self._pending_make = None
+        self._remember_run()
+        self._detaching = False  # a viewer that left its run for this one is now this one's
+        self._reset_run_view()
+        self._set_state(RunState.STARTING)
+        self._status_note = f"starting {preset}..."
+        try:
+            trainer = make()
+        except Exception as e:  # noqa: BLE001 - ConfigError or anything: show it, never crash
+            self.trainer = None
+            self._set_state(RunState.FAILED)
+            kind = "config error" if isinstance(e, ConfigError) else type(e).__name__
+            self._status_note = ""
+            self._set_alert("error", f"✗ {kind}: {e}")
+            self.loss_panel.set_empty_message(
+                f"{preset} could not start (see above).\np: pick another preset   q: quit"
+            )
+            self._show_no_run(f"no run: {preset} could not start")
+            self.notify(str(e), title=f"Cannot start {preset}", severity="error", timeout=10)
+            self.refresh_status()
+            return
+        self.trainer = trainer
+        self.refresh_offers()  # a read-only viewer or a finished run's view: see offered
+        resume = getattr(trainer, "resume_from", None)
+        if resume:
+            # The preset named on the command line is not the run's: say whose run this is
+            # from the start (loading the checkpoint and the data can take seconds).
+            name = resumed_preset(resume)
+            self.preset = name or os.path.basename(os.path.normpath(run_dir_of(resume)))
+            self._status_note = f"resuming {name + ' from ' if name else ''}{resume}..."
+        telemetry = getattr(trainer, "telemetry_enabled", True)  # an in-process run may be told not to
+        self.device_panel.set_waiting_note(
+            "waiting for telemetry..." if telemetry else "no telemetry: turned off (--no-telemetry)"
+        )
+        self.engine_worker = self._run_engine(trainer)
+        self.refresh_status()
+
+    def _show_no_run(self, why: str) -> None:
+        """The run panels say there is no run (and why), not "waiting for..." nor the last run."""
+        self.lr_panel.set_empty_message(why)
+        self.memory_panel.set_empty_message(why)
+        self.device_panel.set_waiting_note("no telemetry: no run")
+
+    @work(thread=True, exit_on_error=False, group="engine", name="engine")
+    def _run_engine(self, trainer: EngineHandle) -> str:
+        worker = get_current_worker()
+        self._engine_thread = threading.current_thread()
+        return trainer.run(should_stop=lambda: worker.is_cancelled)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker is not self.engine_worker or not worker.is_finished:
+            return
+        result = worker.result if event.state == WorkerState.SUCCESS else None
+        if self._detaching:  # a cancelled worker has no result: leaving was the reason
+            result = DETACHED
+        if not self.screen_stack:  # the app has shut down: nothing to draw, keep the state
+            if self.state not in RunState.ENDED and result != DETACHED:
+                self.state = result if result in RunState.ENDED else RunState.STOPPED
+            return
+        self.pump()  # whatever the engine said last
+        if event.state == WorkerState.ERROR:
+            err = worker.error
+            self._set_state(RunState.FAILED)
+            self._set_alert("error", f"✗ engine crashed: {type(err).__name__}: {err}")
+            self.notify(f"{type(err).__name__}: {err}", title="Engine crashed", severity="error")
+        elif result == DETACHED:
+            pass  # the run goes on without this viewer: its state is the last one seen
+        elif self.state not in RunState.ENDED:
+            self._set_state(result if result in RunState.ENDED else RunState.STOPPED)
+        self._engine_finished()
+
+    def _engine_finished(self) -> None:
+        # its telemetry poller is gone, or this viewer left it
+        self.device_panel.readings_stopped("detached" if self._detaching else "run ended")
+        if self._switch_timer is not None:
+            self._switch_timer.stop()
+            self._switch_timer = None
+        self.refresh_offers()
+        if self._quitting:
+            self.exit()
+        elif self._pending_preset is not None:
+            self._start_run(self._pending_preset, self._pending_make)
+        self.refresh_status()
+
+    def pump(self, force: bool = False) -> int:
+        """Drain and route the engine's events now (see `MainScreen.pump`)."""
+        return self._main_screen.pump(force)
+
+    # toasts --------------------------------------------------------------------------------------
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Textual's toast, and a full repaint of the screen once it has gone.
+
+        When more toasts are up than the screen is tall, Textual scrolls its toast rack and,
+        as they expire, leaves the rows the rack covered unpainted; the panels repaint only
+        rows whose content changed, so a toast's ghost stayed on screen (for good while paused).
+        """
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        shown_for = self.NOTIFICATION_TIMEOUT if timeout is None else timeout
+        self.set_timer(shown_for + 0.25, self._repaint_after_toast)
+
+    def _repaint_after_toast(self) -> None:
+        if self.screen_stack:  # not after the app has shut down
+            self.screen.refresh()
+
+    def _summary(self) -> RunSummary | None:
+        """The run on screen as the exit report describes it, or None if it never started."""
+        info = self.view.info
+        run_dir = getattr(info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
+        if run_dir is None or (info is None and not os.path.isdir(run_dir)):
+            return None  # refused before anything was written: nothing to report
+        ckpt = self.view.last_checkpoint
+        return RunSummary(
+            preset=self.preset,
+            run_dir=str(run_dir),
+            state=self.state,
+            attached=self.attached,
+            detached=self._detaching and self.state not in RunState.ENDED,
+            step=self.view.step,
+            start_step=getattr(info, "start_step", 0),
+            checkpoint=(ckpt[0], ckpt[1]) if ckpt is not None else None,
+        )
+
+    def _remember_run(self) -> None:
+        """Before another preset starts: keep the outgoing run for the exit report."""
+        self.last_step_seen = None
+        self.boundary_work = BoundaryWork()
+        summary = self._summary()
+        if summary is not None:
+            self._past_runs.append(summary)
+
+    def exit_summary(self) -> list[RunSummary]:
+        """Every run of this session, the current one last (call once the app has closed)."""
+        trainer = self.trainer
+        if trainer is not None:
+            # What the engine said after the UI stopped draining (a checkpoint written while
+            # the app was closing, after a forced quit).
+            for ev in trainer.drain_events():
+                match ev:
+                    case CheckpointSaved():
+                        self.view.last_checkpoint = (ev.step, ev.path, ev.reason)
+                    case Step():
+                        self.view.step = ev.step
+                    case RunStarted() if self.view.info is None:
+                        self.view.info = ev
+        current = self._summary()
+        return [*self._past_runs, *([current] if current is not None else [])]
+
+    def action_journal(self) -> None:
+        """`j`: the run's interventions, read from its metrics.jsonl (cockpit/screens/journal.py)."""
+        from cockpit.screens.journal import JournalScreen
+
+        run_dir = getattr(self.view.info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
+        self.push_screen(JournalScreen(run_dir))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        for title, description, action in palette_entries():
+            _, name, args = parse_action(action)
+            if not self.offered(name):
+                continue  # it would do nothing now (the run ended, a viewer): not offered
+            method = getattr(self, f"action_{name}")
+            # The method itself, not run_action: check_action would refuse it, the palette
+            # being the open screen.
+            yield SystemCommand(title, description, partial(method, *args) if args else method)
+        for cmd in super().get_system_commands(screen):
+            if cmd.title not in ("Quit", "Keys", "Maximize", "Minimize"):
+                yield cmd
+
+    # run-view reset ---------------------------------------------------------------------------------
+    def _reset_run_view(self) -> None:
+        self.view = RunView()
+        self._main_screen.reset_panels()
+
+
+def run_app(app: CockpitApp, mouse: bool = True) -> None:
+    """Run the cockpit in the terminal (`mouse=False` for slow SSH links)."""
+    app.run(mouse=mouse)
+
+
+__all__ = ["CockpitApp", "run_app"]

@@ -1,0 +1,232 @@
+"""New runs from a run: resume it, start afresh from its config, or branch it from a checkpoint
+(the `RunStarts` mixin of `CockpitApp`).
+
+From a finished run's view (r, n, f) or the runs screen. The resumed or branched run trains in
+this app, built off the UI thread (its checks read the checkpoint with torch), then replaces the
+run on screen through `switch_to` (cockpit/app/switching.py). A finished run resumes only to train
+further, so the app asks how far; a branch from a run's last checkpoint likewise. A viewer app
+(`cockpit attach`) has no `resume_factory`: it starts no run and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual import work
+
+from cockpit.app.run_opening import checkpoints_of
+from cockpit.screens.dialogs import ConfirmScreen
+from cockpit.screens.settings import Settings, SettingsScreen
+from engine.contract import EngineHandle
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+    _AppBase = App[None]  # for type checkers only: at run time a plain mixin
+else:
+    _AppBase = object
+
+ResumeFactory = Callable[[str, Sequence[str]], EngineHandle]
+BRANCH = "the branch"  # how a refusal of the fork dialog's settings starts (then cut off)
+
+
+def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequence[str]) -> str | None:
+    """Why a branch of `run_dir` from `checkpoint` (a file name; None: the newest) would refuse
+    `overrides`, checked as its resume checks them (engine/checkpoint/resume.py's plan_resume) against the
+    run's config.json, cheaply (no checkpoint read, no torch): one line for the dialog, or None
+    (the branch still makes its own full check when it starts)."""
+    from engine.checkpoint.resume import plan_resume
+    from engine.config.run_config import ConfigError
+    from engine.control.viewer_facts import CKPT_NAME_RE, checkpoints
+
+    try:
+        config = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    found = CKPT_NAME_RE.match(checkpoint or "")
+    step = int(found.group(1)) if found else (checkpoints(run_dir) or [(0, "")])[0][0]
+    try:
+        plan_resume({"config": config, "step": step}, list(overrides), str(run_dir), where=BRANCH)
+    except ConfigError as e:
+        text = str(e)
+        if text.startswith(str(run_dir)):
+            return None  # about the run's own config, not these settings: the branch says
+        return text.removeprefix(f"{BRANCH}: ").removeprefix("--set ")
+    except (KeyError, TypeError, ValueError):
+        return None  # a config.json of another layout: the branch's own check says
+    return None
+
+
+class RunStarts(_AppBase):
+    """Resume, new run from a config, fork."""
+
+    # set by CockpitApp.__init__
+    resume_factory: ResumeFactory | None
+    current_run_dir: str | None
+    _status_note: str
+
+    def action_resume_run(self) -> None:
+        """`r` on a finished run's view: train it on from its last checkpoint."""
+        if self.current_run_dir:
+            self.resume_run(Path(self.current_run_dir))
+
+    def action_new_from_config(self) -> None:
+        """`n`: a new run (step 0) with the whole config of the run on screen."""
+        if self.current_run_dir:
+            self.new_from_config(Path(self.current_run_dir))
+
+    def action_fork_run(self) -> None:
+        """`f`: a branch of the run on screen from one of its checkpoints, changed settings."""
+        if self.current_run_dir:
+            self.ask_fork(Path(self.current_run_dir))
+
+    def _no_in_process_runs(self) -> bool:
+        if self.resume_factory is not None:
+            return False
+        self.notify(
+            "this cockpit is a viewer and starts no run; train in a run of its own: "
+            "cockpit start --resume RUN_DIR (or cockpit start --preset NAME)",
+            title="Cannot start a run here",
+            severity="warning",
+            timeout=8,
+        )
+        return True
+
+    def resume_run(self, run_dir: Path, overrides: Sequence[str] = ()) -> None:
+        """Train the run in `run_dir` on from its newest checkpoint (in this app)."""
+        if self._no_in_process_runs():
+            return
+        if not checkpoints_of(run_dir):
+            self.notify(
+                f"{run_dir.name} has no checkpoint to resume from; n starts a new run from its config",
+                title="Cannot resume",
+                severity="warning",
+                timeout=8,
+            )
+            return
+        self._busy(f"checking {run_dir.name}...")
+        self._resume_in_worker(run_dir, list(overrides), None)
+
+    @work(thread=True, exit_on_error=False, group="open-run", exclusive=True)
+    def _resume_in_worker(self, target: Path, overrides: list[str], branch_of: Path | None) -> None:
+        """Build the resumed engine off the UI thread (its checks read the checkpoint with
+        torch); a finished run asks how far to train on."""
+        from cockpit.cli.fork import NothingToTrain
+        from engine.checkpoint.resume import ResumeFinished
+
+        assert self.resume_factory is not None
+        run_dir = target if target.is_dir() else target.parent
+        title = f"Cannot {'fork' if branch_of is not None else 'resume'} {run_dir.name}"
+        try:
+            if branch_of is not None:
+                from cockpit.cli.fork import make_fork
+
+                run_dir, _ = make_fork(branch_of, overrides, None)
+            engine = self.resume_factory(str(run_dir), overrides)
+        except ResumeFinished:
+            self.call_from_thread(self._ask_train_on, run_dir)
+            return
+        except NothingToTrain as e:  # a branch from the last checkpoint: ask again, with more steps
+            more = [*overrides, f"train.max_steps={2 * e.step}"]
+            self.call_from_thread(self._ask_fork_again, target, more, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - one line, whatever went wrong
+            self.call_from_thread(self._cannot, title, str(e))
+            return
+        self.call_from_thread(self._leave_for, run_dir.name, engine, "resuming another run")
+
+    def _ask_train_on(self, run_dir: Path) -> None:
+        """A finished run resumes only to train further: ask for its new max_steps."""
+        self._not_busy()
+        from engine.control.viewer_facts import checkpoints
+
+        saved = checkpoints(run_dir)  # the resume starts from the newest: its step is the run's
+        step = saved[0][0] if saved else 0
+        initial = f"train.max_steps={2 * step}" if step else "train.max_steps="
+        self.push_screen(
+            SettingsScreen(
+                f"Train {run_dir.name} on",
+                f"{run_dir.name} is finished at step {step}, its train.max_steps.\nTo train "
+                "on, raise it (and change any other setting a resume may):",
+                initial=initial,
+                required=True,
+            ),
+            lambda s: self.resume_run(run_dir, s.overrides) if s is not None else None,
+        )
+
+    def new_from_config(self, run_dir: Path) -> None:
+        """A new run from step 0 with the config the run in `run_dir` was started with."""
+        config = run_dir / "config.toml"
+        if not config.is_file():
+            self.notify(
+                f"{run_dir.name} has no config.toml (an older run); start one: cockpit --preset NAME",
+                title="Cannot start from its config",
+                severity="warning",
+                timeout=8,
+            )
+            return
+        if self._no_in_process_runs():
+            return
+        label = str(config)
+        question = self._leave_question(f"a new run of {run_dir.name}'s config")
+        if question is None:
+            self.switch_to(label, reason="starting another run")
+            return
+        self.push_screen(
+            ConfirmScreen("New run", question, yes="Start", no="Cancel", purpose="switch"),
+            lambda yes: self.switch_to(label, reason="starting another run") if yes else None,
+        )
+
+    def ask_fork(self, run_dir: Path) -> None:
+        """The branch dialog: which checkpoint, which settings change."""
+        checkpoints = checkpoints_of(run_dir)
+        if not checkpoints:
+            self.notify(
+                f"{run_dir.name} has no checkpoint to branch from", title="Cannot fork", timeout=6
+            )
+            return
+        self.push_screen(
+            SettingsScreen(
+                f"Fork {run_dir.name}",
+                "A new run from a checkpoint of this one, with changed settings (the LR and "
+                "its schedule, batch, optimizer...); its curves continue this run's.",
+                checkpoints=checkpoints,
+                required=True,
+                check=lambda s: branch_settings_error(run_dir, s.checkpoint, s.overrides),
+            ),
+            lambda s: self._fork_chosen(run_dir, s),
+        )
+
+    def _ask_fork_again(self, target: Path, overrides: list[str], why: str) -> None:
+        self._not_busy()
+        self.push_screen(
+            SettingsScreen(
+                f"Fork {target.parent.name if target.is_file() else target.name}",
+                f"{why.split(';')[0]}: raise train.max_steps to give the branch steps to train.",
+                initial=shlex.join(overrides),
+                required=True,
+                check=lambda s: branch_settings_error(
+                    target.parent if target.is_file() else target,
+                    target.name if target.is_file() else None,
+                    s.overrides,
+                ),
+            ),
+            lambda s: self.fork_run(target, s.overrides) if s is not None else None,
+        )
+
+    def _fork_chosen(self, run_dir: Path, settings: Settings | None) -> None:
+        if settings is None:
+            return
+        target = run_dir / settings.checkpoint if settings.checkpoint else run_dir
+        self.fork_run(target, settings.overrides)
+
+    def fork_run(self, target: Path, overrides: Sequence[str]) -> None:
+        """Branch from `target` (a checkpoint, or a run dir: its newest) and train the branch."""
+        if self._no_in_process_runs():
+            return
+        self._busy(f"forking {target.name}...")
+        self._resume_in_worker(target, list(overrides), target)

@@ -1,0 +1,1 @@
+"""The `cockpit` command: argument parsing, launch helpers, one module per subcommand."""

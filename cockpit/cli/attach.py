@@ -1,0 +1,168 @@
+"""`cockpit attach [RUN_DIR]`: open the cockpit on a live run in another process.
+
+The app is the same as for a run of its own; its engine is a `RemoteEngine` (engine/control/client.py)
+on the run's control socket, so every panel and key works as in-process. Leaving asks: detach
+(the run goes on), stop the run, or cancel. A dropped terminal (SIGHUP) detaches: it never
+stops the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cockpit.cli.options import add_notify_options, notify_settings
+
+NAME = "attach"
+HELP = "open the cockpit on a live run (started with `cockpit start`, in another terminal, or a batch job)"
+EPILOG = (
+    "Without RUN_DIR: the newest live run under runs/ (a list to choose from when there are "
+    "several). `cockpit ps` lists the live runs."
+)
+DEFAULT_ROOT = "runs"
+LEAVE_GRACE_S = 3.0  # after SIGHUP/SIGTERM: the process ends this long after, whatever the UI does
+
+
+class AttachError(Exception):
+    """A one-line reason why there is nothing to attach to; exit status 2."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "run_dir", nargs="?", metavar="RUN_DIR", help="the run's directory (default: the newest live run under runs/)"
+    )
+    parser.add_argument(
+        "--read-only", action="store_true", help="watch only: this viewer's keys cannot change the run"
+    )
+    parser.add_argument(
+        "--runs", default=DEFAULT_ROOT, metavar="DIR", help="where to look for live runs without RUN_DIR (default: runs)"
+    )
+    parser.add_argument(
+        "--no-mouse", action="store_true", help="turn off mouse tracking (saves bandwidth over slow SSH links)"
+    )
+    add_notify_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        run_dir = Path(args.run_dir) if args.run_dir else choose_live_run(Path(args.runs))
+        return attach(
+            run_dir,
+            read_only=args.read_only,
+            mouse=not args.no_mouse,
+            notify=notify_settings(args),
+            runs_root=args.runs,
+        )
+    except AttachError as e:
+        print(f"cockpit attach: {e}", file=sys.stderr)
+        return 2
+
+
+def attach(
+    run_dir: Path,
+    *,
+    read_only: bool = False,
+    mouse: bool = True,
+    notify: Any = None,
+    runs_root: str = DEFAULT_ROOT,
+) -> int:
+    """Open the app on the live run in `run_dir` until the user leaves; print where the run is."""
+    from engine.control.client import EngineUnreachable, RemoteEngine
+
+    if not run_dir.is_dir():
+        raise AttachError(f"{run_dir}: no such run directory; `cockpit ps` lists the live runs")
+    try:
+        engine = RemoteEngine(run_dir, read_only=read_only)
+    except EngineUnreachable as e:
+        raise AttachError(str(e)) from None
+    if not has_terminal():
+        engine.close()
+        raise AttachError(
+            "no terminal to draw in; run it in a terminal (`cockpit ps` lists live runs for scripts)"
+        )
+    from cockpit.app.cockpit_app import run_app
+    from cockpit.app.session_runs import format_exit_report
+
+    app = attached_app(engine, notify, runs_root)
+    _detach_on_signals(app)
+    run_app(app, mouse=mouse)
+    print(format_exit_report(app.exit_summary(), forced=app.quit_forced))
+    return 0
+
+
+def attached_app(engine: Any, notify: Any = None, runs_root: str = DEFAULT_ROOT) -> Any:
+    """The cockpit app as a viewer of `engine` (a connected RemoteEngine); its runs screen (h)
+    lists `runs_root`. A viewer starts no run: resume, new run and fork say so."""
+    from cockpit.app.cockpit_app import CockpitApp
+
+    preset = engine.summary.get("preset") or os.path.basename(os.path.normpath(engine.rundir.layout))
+    return CockpitApp(lambda _preset: engine, preset, notify=notify, runs_root=runs_root)
+
+
+def has_terminal() -> bool:
+    """A terminal to draw in, or a driver of Textual's own (textual-serve's web driver)."""
+    return sys.stdout.isatty() or bool(os.environ.get("TEXTUAL_DRIVER"))
+
+
+def _detach_on_signals(app: Any) -> None:
+    """SIGHUP (the SSH link dropped) and SIGTERM detach: the viewer leaves, the run goes on.
+    With no terminal left, restoring it can block: the process ends after a grace period."""
+
+    def leave(_signum: int, _frame: Any) -> None:
+        app.call_later(app.detach)
+        threading.Thread(target=_exit_later, args=(LEAVE_GRACE_S,), daemon=True).start()
+
+    for name in ("SIGHUP", "SIGTERM"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            signal.signal(sig, leave)
+
+
+def _exit_later(grace_s: float) -> None:
+    time.sleep(grace_s)
+    os._exit(0)  # the run is not ours: nothing is lost by leaving
+
+
+def choose_live_run(root: Path) -> Path:
+    """The newest live run under `root`; with several, the user picks one (on a terminal)."""
+    from engine.control.live_runs import find_live_runs
+
+    if not root.is_dir():
+        raise AttachError(
+            f"no {root}/ here to look for live runs; name one: cockpit attach RUN_DIR"
+        )
+    refused: list[str] = []  # sockets served by another uid: never attached to, but said
+    runs = find_live_runs(root, refused=refused)
+    for line in refused:
+        print(f"cockpit attach: {line}", file=sys.stderr)
+    if not runs:
+        raise AttachError(
+            f"no live run under {root}/; start one with `cockpit start`, or name one: "
+            "cockpit attach RUN_DIR"
+        )
+    if len(runs) == 1:
+        return runs[0].run_dir
+    if not sys.stdin.isatty():
+        names = ", ".join(str(r.run_dir) for r in runs)
+        raise AttachError(f"{len(runs)} live runs ({names}); name one: cockpit attach RUN_DIR")
+    for i, live in enumerate(runs, 1):
+        step = f"step {live.step}" + (f"/{live.max_steps}" if live.max_steps else "")
+        print(f"  {i}. {live.run_dir}  {live.preset or '?'}  {live.state}  {step}", file=sys.stderr)
+    while True:
+        try:
+            answer = input(f"attach to which run? [1-{len(runs)}, enter: 1] ").strip()
+        except (EOFError, KeyboardInterrupt):
+            print(file=sys.stderr)
+            raise AttachError("no run chosen") from None
+        if not answer:
+            return runs[0].run_dir
+        if answer.isdigit() and 1 <= int(answer) <= len(runs):
+            return runs[int(answer) - 1].run_dir
+        print(f"  type a number from 1 to {len(runs)}", file=sys.stderr)

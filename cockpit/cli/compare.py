@@ -1,0 +1,83 @@
+"""`cockpit compare RUN RUN ...`: the app on the first run, the others' loss curves over it.
+
+The first run is opened as the runs screen opens one: attached to while it is live (steer it as
+usual), else in a read-only view drawn from its files. Each other run is overlaid in a colour
+of its own, with a legend of its loss at the first run's step and the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cockpit.cli.options import add_notify_options
+
+NAME = "compare"
+HELP = "open the cockpit on a run with other runs' loss curves overlaid (live or finished)"
+EPILOG = (
+    "Example: cockpit compare runs/tiny-20260101-120000 runs/tiny-20260102-090000. In the app, "
+    "t cycles the x axis (steps, tokens, training time), m the smoothing, h lists every run."
+)
+MAX_OVERLAYS = 8  # more lines than this on one small plot are no longer told apart
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN_DIR", help="run directories; the first is the one shown, the others are overlaid"
+    )
+    parser.add_argument(
+        "--runs", dest="runs_root", default="runs", metavar="DIR", help="where the runs screen (h) looks (default: runs)"
+    )
+    parser.add_argument(
+        "--no-mouse", action="store_true", help="turn off mouse tracking (saves bandwidth over slow SSH links)"
+    )
+    add_notify_options(parser)
+
+
+def problem(runs: list[str]) -> str | None:
+    """The one line why these cannot be compared, or None."""
+    from engine.rundir.summary import METRICS_NAME
+
+    for run in runs:
+        path = Path(run)
+        if not path.exists():
+            return f"{run}: no such run directory; `cockpit runs` lists them"
+        if not (path / METRICS_NAME).is_file():
+            return f"{run}: not a run directory (no {METRICS_NAME}); `cockpit runs` lists them"
+    unique = {str(Path(r).resolve()) for r in runs}
+    if len(unique) < len(runs):
+        return "a run is named twice; name each run once"
+    if len(runs) > MAX_OVERLAYS + 1:
+        return f"{len(runs)} runs: compare at most {MAX_OVERLAYS + 1} at once"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from cockpit.cli.attach import has_terminal
+
+    why = problem(args.runs)
+    if why is None and not has_terminal():
+        why = "no terminal to draw in; run it in a terminal (`cockpit runs --json` for scripts)"
+    if why is not None:
+        print(f"cockpit compare: {why}", file=sys.stderr)
+        return 2
+    from cockpit.app.run_opening import open_engine
+    from cockpit.cli.entry import run_app, train_arguments
+
+    first = Path(args.runs[0])
+    try:
+        engine = open_engine(first)
+    except Exception as e:  # noqa: BLE001 - unreachable socket, unreadable files: one line
+        print(f"cockpit compare: {e}", file=sys.stderr)
+        return 2
+    train = train_arguments(
+        preset=first.resolve().name,
+        no_mouse=args.no_mouse,
+        bell=args.bell,
+        no_notify=args.no_notify,
+    )
+    return run_app(
+        train, first_engine=lambda: engine, overlays=args.runs[1:], runs_root=args.runs_root
+    )

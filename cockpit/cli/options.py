@@ -1,0 +1,117 @@
+"""Options several subcommands share, defined once so their names and help agree."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from engine.config.presets import DEFAULT_PRESET
+
+
+def add_set_option(parser: argparse.ArgumentParser, example: str = "optim.lr=3e-4") -> None:
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a preset value, e.g. --set {example} (repeatable)",
+    )
+
+
+def add_presets_dir_option(parser: argparse.ArgumentParser, dest: str = "presets_dir") -> None:
+    parser.add_argument(
+        "--presets-dir",
+        dest=dest,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra folder of presets (repeatable; later ones win)",
+    )
+
+
+def add_run_options(parser: argparse.ArgumentParser, headless: bool = True) -> None:
+    """The options of a run (`train`, and `start` without --headless)."""
+    parser.add_argument(
+        "--preset", default=None, help=f"preset name or path to a .toml file (default: '{DEFAULT_PRESET}')"
+    )
+    parser.add_argument(
+        "--data",
+        metavar="PATH",
+        help="local text file or folder to train on (or the local copy of the preset's corpus); "
+        "with --resume, where the run's corpus is now (its sha256 must match)",
+    )
+    parser.add_argument(
+        "--allow-data-change",
+        action="store_true",
+        help="with --resume: train on the corpus even though its sha256 is not the recorded one",
+    )
+    add_set_option(parser)
+    parser.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where checkpoints and metrics.jsonl go (default: runs/PRESET-TIME)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR (or from one checkpoint file)",
+    )
+    add_presets_dir_option(parser)
+    if headless:
+        parser.add_argument(
+            "--headless",
+            action="store_true",
+            help="no UI: print progress lines (for batch jobs and CI)",
+        )
+    parser.add_argument(
+        "--no-mouse",
+        action="store_true",
+        help="turn off mouse tracking (saves bandwidth over slow SSH links)",
+    )
+    parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+    add_notify_options(parser)
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="also write TensorBoard event files to RUN_DIR/tensorboard (same as --set log.tensorboard=true)",
+    )
+
+
+def add_notify_options(parser: argparse.ArgumentParser) -> None:
+    """How the app tells you a run finished, failed, paused on a fault or stalled."""
+    parser.add_argument(
+        "--bell",
+        action="store_true",
+        help="ring the terminal bell too when the run finishes, fails, pauses on a fault or stalls",
+    )
+    parser.add_argument(
+        "--no-notify",
+        action="store_true",
+        help="no desktop notifications (OSC 9/777, through SSH and tmux) for those events",
+    )
+
+
+def notify_settings(args: argparse.Namespace) -> Any:
+    from cockpit.app.notifications import NotifySettings
+
+    return NotifySettings(desktop=not args.no_notify, bell=args.bell)
+
+
+def add_runs_root_option(parser: argparse.ArgumentParser, default: str = "runs") -> None:
+    """The DIR where `ps` and `runs` look for run directories, and their --json."""
+    parser.add_argument(
+        "root", nargs="?", default=default, metavar="DIR",
+        help=f"where to look for run directories, a few levels deep (default: {default})",
+    )  # fmt: skip
+
+
+def runs_root_problem(command: str, root: str) -> str | None:
+    """The one line refusing a DIR that is not a directory (None when it is one)."""
+    path = Path(root)
+    if not path.exists():
+        return f"cockpit {command}: {root}: no such directory; name the folder your runs are in: cockpit {command} DIR"
+    if not path.is_dir():
+        return f"cockpit {command}: {root} is a file, not a directory; name the folder your runs are in: cockpit {command} DIR"
+    return None

@@ -1,0 +1,134 @@
+"""`cockpit plan`: estimate peak memory before training: will it fit, and what to change."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from cockpit.cli.options import add_presets_dir_option, add_set_option
+from engine.config.presets import DEFAULT_PRESET
+
+if TYPE_CHECKING:
+    from engine.config.run_config import RunConfig
+
+NAME = "plan"
+HELP = "estimate peak memory before training: will it fit, and what to change"
+EPILOG = (
+    "Examples: cockpit plan --preset local-300m --device-memory 24GB --set train.batch_size=16; "
+    "cockpit plan --preset local-300m --device-memory 24GB --nproc 8 --parallel fsdp"
+)
+PARALLEL_CHOICES = ("ddp", "fsdp", "auto")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument("--preset", default=None, help=f"preset name or path (default: '{DEFAULT_PRESET}')")
+    parser.add_argument(
+        "--device-memory",
+        metavar="SIZE",
+        help="plan for a GPU with this much memory, e.g. 24GB (default: this machine's device)",
+    )
+    parser.add_argument(
+        "--nproc",
+        metavar="N",
+        default="1",
+        help="plan each device of a torchrun world of N processes (default: 1)",
+    )
+    parser.add_argument(
+        "--parallel",
+        metavar="MODE",
+        default=None,
+        help="with --nproc N: ddp (a replica per rank), fsdp (sharded) or auto (ddp when one "
+        "device fits the model, else fsdp); default: the config's train.parallel when it names "
+        "ddp or fsdp, else ddp",
+    )
+    add_set_option(parser, "train.batch_size=16")
+    parser.add_argument(
+        "--data",
+        metavar="PATH",
+        help="the corpus to train on: its characters size a char-level vocabulary",
+    )
+    add_presets_dir_option(parser)
+
+
+def parse_nproc(text: str) -> int:
+    from engine.config.run_config import ConfigError
+
+    try:
+        nproc = int(text)
+    except ValueError:
+        nproc = 0
+    if nproc < 1:
+        raise ConfigError(f"--nproc {text!r}: expected a number of processes, 1 or more, like 8")
+    return nproc
+
+
+def choose_parallel(args: argparse.Namespace, cfg: RunConfig, nproc: int) -> str:
+    """The mode asked for ("ddp", "fsdp" or "auto"); one-line ConfigErrors for what cannot be."""
+    from engine.config.run_config import ConfigError
+
+    mode = args.parallel
+    if mode is None:
+        mode = cfg.train.parallel if cfg.train.parallel in ("ddp", "fsdp") else "ddp"
+    if mode not in PARALLEL_CHOICES:
+        raise ConfigError(f"--parallel {mode!r}: expected one of {', '.join(PARALLEL_CHOICES)}")
+    if nproc == 1 and args.parallel in ("fsdp", "ddp"):
+        raise ConfigError(
+            f"--parallel {args.parallel} needs --nproc 2 or more (one process trains unsharded, "
+            "without DDP); give --nproc N, or drop --parallel"
+        )
+    return mode
+
+
+def resolve_world(cfg: RunConfig, nproc: int, mode: str, fits_one_device: bool) -> str:
+    """The mode the engine would train in ("single", "ddp" or "fsdp"), refused as
+    engine.distributed.parallel refuses it (the FSDP optimizer message in this command's words)."""
+    from engine.config.run_config import ConfigError
+    from engine.distributed.parallel import FSDP_OPTIMIZERS, parallel_plan
+    from engine.distributed.world import World
+
+    chosen = ("ddp" if fits_one_device else "fsdp") if mode == "auto" else mode
+    why = " (auto: the model does not fit one device)" if mode == "auto" else ""
+    if nproc > 1 and chosen == "fsdp" and cfg.optim.name not in FSDP_OPTIMIZERS:
+        raise ConfigError(
+            f"--parallel fsdp{why} shards every matrix across ranks, and optim.name="
+            f"{cfg.optim.name} needs whole matrices; use --set optim.name=adamw (or lion), "
+            "or --parallel ddp"
+        )
+    pinned = replace(cfg, train=replace(cfg.train, parallel=chosen))
+    return parallel_plan(pinned, World(world_size=nproc)).mode  # refuses an unshared grad_accum
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.config.byte_sizes import parse_size
+    from engine.config.presets import load_preset
+    from engine.plan.fixes import suggest_fixes
+    from engine.plan.planner import plan_memory, vocab_size_for
+    from engine.plan.report import format_plan
+
+    cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
+    nproc = parse_nproc(args.nproc)
+    mode = choose_parallel(args, cfg, nproc)
+    if args.device_memory is not None:  # "" and "0" are refused, not ignored
+        capacity = parse_size(args.device_memory)
+        device_type = "cpu" if cfg.train.device == "cpu" else "cuda"
+    else:
+        from engine.train.device import device_capacity, select_device
+
+        device = select_device(cfg.train.device)
+        device_type = device.type
+        capacity = device_capacity(device)
+    vocab, how = vocab_size_for(cfg, args.data)
+    fits_alone = bool(plan_memory(cfg, vocab, device_type, capacity).fits)
+    parallel = resolve_world(cfg, nproc, mode, fits_alone)
+    from engine.distributed.parallel import per_rank_batch
+
+    cfg = per_rank_batch(cfg, nproc)
+    plan = plan_memory(cfg, vocab, device_type, capacity, nproc, parallel)
+    fixes = suggest_fixes(cfg, vocab, device_type, capacity, nproc, parallel)
+    print(format_plan(cfg, plan, fixes))
+    print(
+        f"\nvocabulary {vocab:,} ({how}); activations per Korthikanti et al. 2022 with fused attention, logits at 12 B each"
+    )
+    return 0 if plan.fits else 1

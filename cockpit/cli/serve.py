@@ -1,0 +1,284 @@
+"""`cockpit serve [RUN_DIR]`: the cockpit of a live run in a web browser (textual-serve).
+
+textual-serve starts one process of its command per browser tab; the command here is
+`cockpit attach RUN_DIR`, so every tab is a viewer of the same run over its control socket,
+never a run of its own: closing a tab detaches that viewer and the run goes on. The server
+listens on 127.0.0.1 only; from another machine it is reached through an SSH tunnel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+NAME = "serve"
+HELP = "serve the cockpit of a live run to a web browser (on 127.0.0.1; an SSH tunnel reaches it)"
+EPILOG = (
+    "Without RUN_DIR: the newest live run under runs/. Every browser tab is a viewer of that "
+    "run (`cockpit attach`); closing a tab leaves the run alone. Needs textual-serve: "
+    "pip install 'cockpit[serve]'."
+)
+DEFAULT_ROOT = "runs"
+DEFAULT_PORT = 8000
+HOST = "127.0.0.1"  # never another interface: the page steers the run, and has no login
+TAB_GRACE_S = 1.5  # once serving stops: how long tabs have to leave on their own (ctrl+c)...
+TAB_LEAVE_S = 5.0  # ...then to leave when asked, before they are killed
+
+
+class ServeError(Exception):
+    """A one-line reason why there is nothing to serve; exit status 2."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "run_dir", nargs="?", metavar="RUN_DIR",
+        help="the live run's directory (default: the newest live run under runs/)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--port", default=str(DEFAULT_PORT), metavar="N",
+        help=f"the port on {HOST} to listen on (default: {DEFAULT_PORT})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--read-only", action="store_true",
+        help="every tab only watches: its keys cannot change the run (for sharing the page)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--runs", default=DEFAULT_ROOT, metavar="DIR",
+        help="where to look for live runs without RUN_DIR (default: runs)",
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        port = parse_port(args.port)
+        server_class = load_textual_serve()
+        check_port_free(port)
+        live = find_run(Path(args.run_dir) if args.run_dir else None, Path(args.runs))
+        server = server_class(
+            attach_command(live.run_dir, read_only=args.read_only),
+            host=HOST,
+            port=port,
+            title=f"cockpit: {live.run_dir.name}",
+        )
+        print(serving_report(live, port, read_only=args.read_only), flush=True)
+        server.serve()
+    except ServeError as e:
+        print(f"cockpit serve: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before the server's own ctrl+c handler is in place
+        pass
+    print("cockpit serve: stopped serving; the run goes on", file=sys.stderr)
+    return 0
+
+
+def parse_port(text: str) -> int:
+    """--port as a number from 1 to 65535 (0, "any free port", would give a page that cannot
+    find its way back: the URL it loads the terminal from names the port)."""
+    example = f"e.g. --port {DEFAULT_PORT}"
+    try:
+        port = int(text)
+    except ValueError:
+        raise ServeError(f"--port {text}: not a port number; {example}") from None
+    if not 1 <= port <= 65535:
+        raise ServeError(f"--port {text}: a port is a number from 1 to 65535; {example}")
+    return port
+
+
+def load_textual_serve() -> Any:
+    """The server class, quiet: this command prints its own lines, not textual-serve's banner
+    nor a log line per request."""
+    try:
+        from textual_serve.server import Server
+    except ImportError:
+        raise ServeError(
+            "textual-serve is not installed; install it with: pip install 'cockpit[serve]'"
+        ) from None
+
+    class QuietServer(Server):
+        def initialize_logging(self) -> None:
+            import logging
+
+            logging.basicConfig(level=logging.WARNING, format="cockpit serve: %(message)s")
+
+        async def on_startup(self, app: Any) -> None:
+            pass
+
+        async def on_shutdown(self, app: Any) -> None:
+            await end_tab_processes()
+
+    return QuietServer
+
+
+async def end_tab_processes() -> None:
+    """Every tab's `cockpit attach` gone while the server's event loop still runs, which reaps
+    them and closes their pipes (once it has closed, that ends in "Event loop is closed"
+    tracebacks). ctrl+c reached them already (one process group); the others are asked once,
+    after a grace period: a second signal to a process on its way out prints a traceback."""
+    import psutil
+
+    tabs = psutil.Process().children()  # the shell of each tab's command exec'd `cockpit attach`
+    if await _gone(tabs, TAB_GRACE_S):
+        return
+    for tab in tabs:
+        _signal(tab, "terminate")  # SIGTERM: the viewer detaches
+    if await _gone(tabs, TAB_LEAVE_S):
+        return
+    for tab in tabs:
+        _signal(tab, "kill")
+    await _gone(tabs, TAB_LEAVE_S)
+
+
+async def _gone(processes: list[Any], timeout_s: float) -> bool:
+    """Wait until every process is reaped (by the loop's child watcher), at most `timeout_s`."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout_s
+    while any(_running(p) for p in processes):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # the watcher's callbacks close their pipes
+    return True
+
+
+def _signal(process: Any, how: str) -> None:
+    import psutil
+
+    try:
+        getattr(process, how)()
+    except psutil.NoSuchProcess:
+        pass
+
+
+def _running(process: Any) -> bool:
+    """Not yet reaped (a zombie is waiting for the loop's watcher: still to wait for)."""
+    import psutil
+
+    try:
+        return process.is_running()
+    except psutil.NoSuchProcess:
+        return False
+
+
+def find_run(run_dir: Path | None, root: Path) -> Any:
+    """The live run to serve: `run_dir`'s, or the newest under `root` (an engine LiveRun)."""
+    from engine.control.live_runs import find_live_runs, probe
+
+    if run_dir is not None:
+        if not run_dir.is_dir():
+            raise ServeError(
+                f"{run_dir}: no such run directory; `cockpit ps` lists the live runs"
+            )
+        live = probe(run_dir)
+        if live is None:
+            raise ServeError(f"no live run in {run_dir}; {how_to_start(run_dir)}, then serve it")
+        return live
+    if not root.is_dir():
+        raise ServeError(f"no {root}/ here to look for live runs; name one: cockpit serve RUN_DIR")
+    runs = find_live_runs(root)
+    if not runs:
+        raise ServeError(
+            f"no live run under {root}/; start one with `cockpit start` (or resume one: "
+            "`cockpit start --resume RUN_DIR`), or name one: cockpit serve RUN_DIR"
+        )
+    return runs[0]
+
+
+def how_to_start(run_dir: Path) -> str:
+    """The command that makes `run_dir` live: a resume where it holds checkpoints."""
+    quoted = shlex.quote(str(run_dir))
+    if any(run_dir.glob("ckpt-*.pt")):  # engine/checkpoint/store.py's names (imports torch)
+        return f"resume it with `cockpit start --resume {quoted}`"
+    return f"start a run there with `cockpit start --run-dir {quoted}`"
+
+
+def check_port_free(port: int) -> None:
+    """Refuse a port something already listens on, before anything is printed as served."""
+    import errno
+    import socket
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will bind it
+    try:
+        probe.bind((HOST, port))
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise ServeError(
+                f"port {port} on {HOST} is in use; pick another: --port {free_port_hint(port)}"
+            ) from None
+        if e.errno == errno.EACCES:
+            raise ServeError(
+                f"port {port} needs more privileges than this user has; use a port above "
+                f"1023, e.g. --port {DEFAULT_PORT}"
+            ) from None
+        raise ServeError(f"cannot listen on {HOST}:{port} ({e.strerror}); try another --port") from None
+    finally:
+        probe.close()
+
+
+def free_port_hint(taken: int) -> int:
+    """A port after `taken` that is free now (to suggest), or `taken + 1`."""
+    import socket
+
+    for port in range(taken + 1, min(taken + 50, 65535) + 1):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    return min(taken + 1, 65535)
+
+
+def attach_command(run_dir: Path, *, read_only: bool) -> str:
+    """The shell command textual-serve runs for each tab: this interpreter's `cockpit attach`.
+
+    ctrl+c in serve's terminal reaches the tabs' processes too (one process group): ignored
+    until the app is up (Python then installs no KeyboardInterrupt, so a tab opening at that
+    moment prints no traceback); once up, Textual's web driver takes SIGINT as "leave"."""
+    argv = [sys.executable, "-m", "cockpit", "attach", str(run_dir.resolve())]
+    if read_only:
+        argv.append("--read-only")
+    return f"trap '' INT; exec {shlex.join(argv)}"
+
+
+def serving_report(live: Any, port: int, *, read_only: bool) -> str:
+    """What is served where, and how to reach it from a laptop."""
+    url = f"http://{HOST}:{port}"
+    what = ", ".join(
+        part
+        for part in (live.preset, live.state, f"step {live.step:,}")
+        if part
+    )
+    tabs = "a read-only viewer" if read_only else "a viewer (its keys steer the run)"
+    return "\n".join(
+        [
+            f"cockpit serve: {live.run_dir} ({what}) at {url}",
+            f"  each browser tab is {tabs}; closing a tab leaves the run alone",
+            f"  from another machine: ssh -L {port}:{HOST}:{port} {ssh_destination()}, "
+            f"then open {url}",
+            "  ctrl+c stops serving; the run goes on",
+        ]
+    )
+
+
+def ssh_destination() -> str:
+    """user@host for the tunnel: this session's SSH server address when there is one (what
+    the laptop already reaches), else this machine's name."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "USER"
+    connection = os.environ.get("SSH_CONNECTION", "").split()
+    host = connection[2] if len(connection) == 4 else socket.gethostname()
+    return f"{user}@{host}"

@@ -1,0 +1,257 @@
+"""Other runs' loss curves laid over the current run's (issue 16, item 3): pure, no Textual.
+
+An `Overlay` is made once from a `RunCurves` (every step of a finished or running run, read
+from its files). It computes its train-loss EMAs over every step at once (numpy, a million
+steps in a few tens of milliseconds), keeps its curves against steps, tokens and training
+time, and caches the downsampling the loss panel draws for an (axis, smoothing, x range,
+columns): overlays are static data, so a redraw with the same axes costs a dict lookup.
+
+`ColourBook` gives each overlaid run a colour that stays its own while it stays overlaid, and
+`legend` writes the loss panel's legend (values at the current run's x, and the differences)
+to fit a given width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from cockpit.figures.numbers import fmt_loss
+from cockpit.figures.series import downsample_minmax
+from engine.rundir.history import RunCurves
+
+RGB = tuple[int, int, int]
+AXES = ("steps", "tokens", "time")  # what the loss panel's x axis can be
+SMOOTHINGS = (0.9, 0.99, 0.0)  # the loss panel's EMA betas; 0.0 is the raw loss
+
+# Told apart from each other and from the current run's own lines (the theme's primary blue
+# EMA, warning orange val points, error red NaN lines, grey raw loss) on dark and light themes.
+OVERLAY_COLOURS: tuple[RGB, ...] = (
+    (0, 215, 140),  # sea green
+    (170, 120, 255),  # violet
+    (240, 240, 100),  # yellow
+    (240, 90, 220),  # magenta
+    (110, 200, 255),  # sky
+    (160, 230, 60),  # lime
+)
+CACHE_SIZE = 16  # downsamplings kept per overlay (one per axes the panel has shown lately)
+
+
+def debiased_ema(values: np.ndarray, beta: float) -> np.ndarray:
+    """`DebiasedEMA(beta)` applied to `values` in turn, every output at once (no NaN inside:
+    the caller drops non-finite losses, as the live EMA skips them).
+
+    m_t = beta m_(t-1) + (1 - beta) y_t is a scan; within a block of L values it is
+    (1 - beta) beta^j cumsum(y_i beta^-i), exact as long as beta^-L stays far inside float64,
+    and each block starts from the one before's last m (a loop over blocks, not values)."""
+    y = np.asarray(values, dtype=np.float64)
+    n = len(y)
+    if n == 0 or beta == 0.0:
+        return y.copy()
+    block = max(1, min(n, int(-200 * math.log(10) / math.log(beta))))  # beta^-block <= 1e200
+    blocks = -(-n // block)
+    padded = np.zeros(blocks * block)
+    padded[:n] = y
+    grid = padded.reshape(blocks, block)
+    j = np.arange(block)
+    grow, decay = beta ** -j.astype(np.float64), beta ** j.astype(np.float64)
+    within = (1.0 - beta) * np.cumsum(grid * grow, axis=1) * decay  # each block from m = 0
+    carry_in = np.zeros(blocks)  # m just before each block
+    carried = beta**block
+    for b in range(1, blocks):
+        carry_in[b] = within[b - 1, -1] + carried * carry_in[b - 1]
+    m = (within + np.outer(carry_in, beta * decay)).ravel()[:n]
+    return m / (1.0 - beta ** np.arange(1, n + 1, dtype=np.float64))
+
+
+class Overlay:
+    """One other run's curves, ready to be drawn against any of the loss panel's x axes."""
+
+    def __init__(self, curves: RunCurves) -> None:
+        self.curves = curves
+        self.name = curves.name
+        self.key = str(curves.run_dir)  # what its colour is kept for
+        finite = np.isfinite(curves.loss)
+        # the run's own arrays where every loss is finite (no copies of a million steps)
+        keep = slice(None) if finite.all() else finite
+        self._loss = np.asarray(curves.loss, dtype=np.float64)[keep]
+        self._x = {
+            "steps": np.asarray(curves.step, dtype=np.float64)[keep],
+            "tokens": np.asarray(curves.tokens, dtype=np.float64)[keep],
+            # a clock that never runs back, so every axis is sorted for searchsorted
+            "time": _non_decreasing(np.asarray(curves.train_s, dtype=np.float64)[keep]),
+        }
+        self._val_x = {
+            "steps": np.asarray(curves.val_step, dtype=np.float64),
+            "tokens": np.asarray(curves.val_tokens, dtype=np.float64),
+            "time": _non_decreasing(np.asarray(curves.val_train_s, dtype=np.float64)),
+        }
+        self._val_loss = np.asarray(curves.val_loss, dtype=np.float64)
+        self._smoothed: dict[float, np.ndarray] = {}
+        self._cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.downsamplings = 0  # how often a downsampling was computed, not taken from the cache
+
+    def __len__(self) -> int:
+        return len(self._loss)
+
+    def xs(self, axis: str) -> np.ndarray:
+        """Every finite step's x on `axis` (sorted)."""
+        return self._x[axis]
+
+    def train(self, smoothing: float) -> np.ndarray:
+        """Every finite step's train loss, smoothed with `smoothing` (0.0: the raw loss);
+        computed once per smoothing."""
+        if smoothing not in self._smoothed:
+            self._smoothed[smoothing] = debiased_ema(self._loss, smoothing)
+        return self._smoothed[smoothing]
+
+    def val(self, axis: str) -> tuple[np.ndarray, np.ndarray]:
+        return self._val_x[axis], self._val_loss
+
+    def value_at(self, x: float, axis: str, smoothing: float) -> float | None:
+        """Its (smoothed) train loss at x on `axis`: that of its last step at or before x.
+
+        None before its first step, and past its last step by more than one of its steps
+        (its mean x per step): it never got there, and its last value would look like a
+        value at x. On the steps axis that is: at most one step past its end."""
+        xs = self._x[axis]
+        if len(xs) == 0 or not math.isfinite(x):
+            return None
+        at = int(np.searchsorted(xs, x, side="right")) - 1
+        if at < 0:
+            return None
+        per_step = (xs[-1] - xs[0]) / (len(xs) - 1) if len(xs) > 1 else 0.0
+        if at == len(xs) - 1 and x > xs[-1] + per_step:
+            return None
+        return float(self.train(smoothing)[at])
+
+    def downsampled(
+        self, axis: str, smoothing: float, x0: float, x1: float, columns: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(line xs, line ys, val xs, val ys) inside [x0, x1], at most two points a column,
+        cached: the same axes give the same arrays without any work."""
+        key = (axis, smoothing, x0, x1, columns)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        self.downsamplings += 1
+        lx, ly = _window(self._x[axis], self.train(smoothing), x0, x1)
+        lx, ly = downsample_minmax(lx, ly, columns, (x0, x1))
+        val_x, val_y = self.val(axis)
+        vx, vy = _window(val_x, val_y, x0, x1)
+        vx, vy = downsample_minmax(vx, vy, max(4, columns // 2), (x0, x1))
+        out = (np.asarray(lx), np.asarray(ly), np.asarray(vx), np.asarray(vy))
+        if len(self._cache) >= CACHE_SIZE:
+            self._cache.pop(next(iter(self._cache)))  # the oldest axes
+        self._cache[key] = out
+        return out
+
+
+def _non_decreasing(xs: np.ndarray) -> np.ndarray:
+    """`xs`, each value at least the one before (NaN: as the one before); as is if it was."""
+    if len(xs) == 0 or (np.all(np.isfinite(xs)) and np.all(xs[1:] >= xs[:-1])):
+        return xs
+    return np.maximum.accumulate(np.where(np.isfinite(xs), xs, -np.inf))
+
+
+def _window(xs: np.ndarray, ys: np.ndarray, x0: float, x1: float) -> tuple[np.ndarray, np.ndarray]:
+    """The points with x0 <= x <= x1 (xs sorted): a long overlay past a young run's end costs
+    nothing beyond it."""
+    lo = int(np.searchsorted(xs, x0, side="left"))
+    hi = int(np.searchsorted(xs, x1, side="right"))
+    return xs[lo:hi], ys[lo:hi]
+
+
+class ColourBook:
+    """Colours for overlaid runs: given in the order runs are overlaid, kept for a run while it
+    stays overlaid (taking one away recolours no other), the first free one for a newcomer."""
+
+    def __init__(self, colours: tuple[RGB, ...] = OVERLAY_COLOURS) -> None:
+        self.colours = colours
+        self._given: dict[str, int] = {}  # run key -> index into colours
+
+    def assign(self, keys: list[str]) -> list[RGB]:
+        """The colours of `keys` (the runs overlaid now, in order); forgets runs not in it."""
+        self._given = {k: i for k, i in self._given.items() if k in keys}
+        for key in keys:
+            if key not in self._given:
+                used = list(self._given.values())
+                free = [i for i in range(len(self.colours)) if i not in used]
+                # more runs than colours: the least used colour again
+                self._given[key] = free[0] if free else min(
+                    range(len(self.colours)), key=lambda i: (used.count(i), i)
+                )
+        return [self.colours[self._given[k]] for k in keys]
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    name: str
+    colour: RGB
+    value: float | None  # its loss at the current run's x (None: it has none there)
+
+
+def shorten(name: str, width: int) -> str:
+    """`name` in at most `width` characters: its start and its end (where run names differ:
+    a timestamp, a branch's suffix) around an ellipsis."""
+    if len(name) <= width:
+        return name
+    if width <= 1:
+        return name[:width]
+    head = (width - 1) * 2 // 5
+    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
+
+
+def legend(current: float | None, entries: list[LegendEntry], width: int) -> str:
+    """The loss panel's legend with overlays, as markup in at most `width` visible characters.
+
+    `now 2.451 · base 2.398 +0.053 · fork 2.462 -0.011 · +2 more`: the current run's loss
+    at its newest step, then each overlay's name and its loss at the same x in its colour, and
+    the current run's loss minus that one: positive (red) means the current run is behind it,
+    negative (green) ahead. Where they do not all fit, names get shorter, then the last runs
+    give way to "+N more". Losses to 3 decimals, like the differences, to fit 80 columns."""
+    head_text = f"now {_fmt(current)}"
+    head = (head_text, f"[$primary]{_escape(head_text)}[/]")
+    # names of 7 or more first (fewer runs rather than unreadable names), then down to 4
+    for name_widths in ((32, 20, 14, 10, 7), (5, 4)):
+        for shown in range(len(entries), 0, -1):
+            for name_width in name_widths:
+                parts = [head, *(_entry(e, current, name_width) for e in entries[:shown])]
+                if shown < len(entries):
+                    more = f"+{len(entries) - shown} more"
+                    parts.append((more, f"[$foreground-muted]{more}[/]"))
+                if len(" · ".join(p for p, _ in parts)) <= width:
+                    return " · ".join(m for _, m in parts)
+    more = f"+{len(entries)} more"
+    if entries and len(f"{head_text} · {more}") <= width:
+        return f"{head[1]} · [$foreground-muted]{more}[/]"
+    return head[1] if len(head_text) <= width else ""
+
+
+def _entry(entry: LegendEntry, current: float | None, name_width: int) -> tuple[str, str]:
+    """(plain text, markup) of one overlay in the legend."""
+    name = shorten(entry.name, name_width)
+    value = _fmt(entry.value)
+    colour = "#{:02x}{:02x}{:02x}".format(*entry.colour)
+    text, markup = f"{name} {value}", f"[{colour}]{_escape(name)} {value}[/]"
+    if entry.value is not None and current is not None:
+        diff = current - entry.value
+        if math.isfinite(diff):
+            shown = f"{diff:+.3f}"
+            if float(shown) == 0:  # level at the shown precision: neither ahead nor behind
+                shown, diff = "±0.000", 0.0
+            style = "$error" if diff > 0 else "$success" if diff < 0 else "$foreground-muted"
+            text += f" {shown}"
+            markup += f" [{style}]{shown}[/]"
+    return text, markup
+
+
+def _fmt(loss: float | None) -> str:
+    return fmt_loss(loss) if loss is None or not math.isfinite(loss) else f"{loss:.3f}"
+
+
+def _escape(text: str) -> str:
+    """Text shown as is in Textual markup (a run called `[x]` is not a tag)."""
+    return text.replace("\\", "\\\\").replace("[", "\\[")

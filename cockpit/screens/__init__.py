@@ -1,0 +1,1 @@
+"""The app's other screens: dialogs, runs, journal, settings, help."""

@@ -1,0 +1,70 @@
+"""The other runs laid under the loss panel's own curves (cockpit/figures/overlay.py's `Overlay`s): each
+with a colour of its own while it stays overlaid, its legend entry at the current run's x, and
+its line and val points drawn into the panel's plot. No Textual: the panel hands in its plot.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from cockpit.figures.overlay import RGB, ColourBook, LegendEntry, Overlay
+
+OVERLAY_MARKER = "◆"  # an overlay's val points (the current run's are ●)
+
+
+class Plot(Protocol):
+    """What the overlays draw with (cockpit/widgets/plot.py's ThrottledPlot)."""
+
+    def line(self, plt: Any, xs: Any, ys: Any, color: Any) -> None: ...
+
+    def points(self, plt: Any, xs: Any, ys: Any, marker: str, color: Any) -> None: ...
+
+
+class LossOverlays:
+    """The runs overlaid now, in order, and their colours (parallel to them)."""
+
+    def __init__(self) -> None:
+        self._runs: list[Overlay] = []
+        self.colours: list[RGB] = []
+        self._colour_book = ColourBook()
+
+    @property
+    def runs(self) -> list[Overlay]:
+        return list(self._runs)
+
+    def __bool__(self) -> bool:
+        return bool(self._runs)
+
+    def set(self, overlays: list[Overlay]) -> None:
+        """Overlay these runs (replacing any before); a run keeps its colour while it stays."""
+        self._runs = list(overlays)
+        self.colours = self._colour_book.assign([o.key for o in self._runs])
+
+    def entries(self, x: float | None, axis: str, smoothing: float) -> list[LegendEntry]:
+        """Each overlay's loss at `x` on `axis` (None: the current run has no x yet), smoothed
+        with `smoothing` as the panel smooths."""
+        return [
+            LegendEntry(o.name, colour, None if x is None else o.value_at(x, axis, smoothing))
+            for o, colour in zip(self._runs, self.colours, strict=True)
+        ]
+
+    def draw(
+        self, plot: Plot, plt: Any, axis: str, smoothing: float, x0: float, x1: float, cols: int
+    ) -> tuple[list[float], list[float]]:
+        """Lay each overlay's line and val points (cached per axes); returns their points for
+        the y range."""
+        xs: list[np.ndarray] = []
+        ys: list[np.ndarray] = []
+        for overlay, colour in zip(self._runs, self.colours, strict=True):
+            lx, ly, vx, vy = overlay.downsampled(axis, smoothing, x0, x1, cols)
+            if len(lx):
+                plot.line(plt, lx, ly, colour)
+            if len(vx):
+                plot.points(plt, vx, vy, OVERLAY_MARKER, colour)
+            xs += [lx, vx]
+            ys += [ly, vy]
+        if not xs:
+            return [], []
+        return np.concatenate(xs).tolist(), np.concatenate(ys).tolist()

@@ -1,0 +1,1 @@
+"""Checkpoints: names, atomic save, restore, DCP shards, the rules of a resume."""

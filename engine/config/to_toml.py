@@ -1,0 +1,55 @@
+"""A RunConfig written back as TOML: the run directory's replayable `config.toml` and
+`cockpit presets show`.
+
+Only the value types a config holds are written (strings, integers, finite floats, booleans,
+lists of strings), so the writer is a few lines; every file it writes reads back with
+`tomllib` into the same config (tests/engine/test_config_toml.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from typing import Any
+
+from engine.config.run_config import SECTIONS, RunConfig
+
+
+def toml_value(value: Any) -> str:
+    """One TOML value. JSON's string escapes are all valid TOML basic-string escapes."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)  # shortest round-tripping form: 0.001, 1e-05, 3.0
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def key_comment(meta: dict[str, Any]) -> str:
+    """A key's help text with its allowed values, as shown above the key."""
+    text = meta.get("help", "")
+    if "choices" in meta:
+        choices = ", ".join(repr(c) for c in meta["choices"])
+        text = f"{text} (one of {choices})" if text else f"one of {choices}"
+    return text
+
+
+def config_to_toml(cfg: RunConfig, *, comments: bool = True, header: str = "") -> str:
+    """The whole config as TOML, every key written (nothing left to a default that may change);
+    with `comments`, each key's help text above it."""
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    lines += [f"name = {toml_value(cfg.name)}", f"description = {toml_value(cfg.description)}"]
+    for section in SECTIONS:
+        lines += ["", f"[{section}]"]
+        values = getattr(cfg, section)
+        for f in fields(values):
+            note = key_comment(dict(f.metadata)) if comments else ""
+            if note:
+                lines.append(f"# {note}")
+            lines.append(f"{f.name} = {toml_value(getattr(values, f.name))}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""A run's control socket: the wire protocol, the server, the client handle, live-run discovery."""

@@ -1,0 +1,61 @@
+"""One viewer of a run's control socket (engine/control/server.py): its connection and its queue.
+
+The run's thread appends each event to every viewer's queue and never waits for one: a queue
+that reaches its bound is cleared and the viewer marked for a resync (its writer then sends
+`{"kind": "resync", ...}` and the replay again). The queue is guarded by the server's lock:
+`offer`, `push`, `take_resync` and `drain` are called under it.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import deque
+from typing import Any
+
+from engine.events import Event
+
+VIEWER_QUEUE = 10_000  # events a viewer may fall behind by before it is resynchronised
+
+
+class Viewer:
+    """One connection: its queue (events and replies), its writer wake-up, its threads."""
+
+    def __init__(self, number: int, conn: socket.socket) -> None:
+        self.number = number
+        self.conn = conn
+        self.queue: deque[Event | dict[str, Any]] = deque()
+        self.wake = threading.Event()
+        self.resync = False  # set when the queue overflowed: the writer replays afresh
+        self.read_only = False
+        self.who = ""  # what the viewer says it is (its client hello): "user@host (tty)"
+        self.closed = False
+        self.warned: set[str] = set()  # kinds of mistake already logged for this viewer
+        self.announced = False  # its attach was recorded (at its client hello: probes say none)
+        self.writer: threading.Thread | None = None
+
+    def push(self, item: Event | dict[str, Any]) -> None:
+        """Queue an event or a reply for the writer and wake it."""
+        self.queue.append(item)
+        self.wake.set()
+
+    def offer(self, event: Event, limit: int) -> None:
+        """Queue one of the run's events; a viewer `limit` behind gets the replay again instead."""
+        if len(self.queue) >= limit:
+            self.queue.clear()  # fallen behind: it gets the replay again instead
+            self.resync = True
+        self.push(event)
+
+    def take_resync(self) -> bool:
+        """Whether the writer owes a replay now (its queue dropped: the replay covers it)."""
+        if not self.resync:
+            return False
+        self.resync = False
+        self.queue.clear()
+        return True
+
+    def drain(self) -> list[Event | dict[str, Any]]:
+        """Everything queued since the writer last took it, oldest first."""
+        items = list(self.queue)
+        self.queue.clear()
+        return items

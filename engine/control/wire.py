@@ -1,0 +1,160 @@
+"""The wire protocol of a run's control socket: JSON lines, one object per line, UTF-8.
+
+Server to client, in order:
+1. `{"kind": "hello", "protocol": 1, "run_dir": ..., "pid": ..., "state": ..., "viewer": N,
+   "read_only": bool, "replay": R, "summary": {preset, started, max_steps, step, loss,
+   tokens_per_s, step_time_s}, "viewers": [{viewer, who, read_only}, ...]}` (the summary is
+   the run at a glance, for `cockpit ps`; the viewers are the others attached now);
+2. R records replaying the run so far, each as `metrics.jsonl` holds it (the `run_started`
+   record first, which on the wire also carries the `config` the file keeps in config.json,
+   then the history, its step records thinned evenly to at most 8,000);
+3. `{"kind": "live"}`, then every event as it happens, as `Event.to_record()` writes it;
+4. replies to commands: `{"kind": "reply", "id": ID, "ok": true}` once a command is queued
+   (the engine's event is its real acknowledgement), or `{"kind": "reply", "id": ID, "ok":
+   false, "error": "one line"}` for a command refused (unknown, malformed, read-only viewer).
+A viewer that falls so far behind that its queue (10,000 events) overflows is never waited
+for: its queue is cleared and it is sent `{"kind": "resync", ...}` (the hello's fields), the
+replay again and `{"kind": "live"}`; a client keeps what it already has and skips repeats.
+A viewer's attach and detach (kind "viewer") and each command it sends (kind "command", just
+before the command is queued) are records of the run too: in metrics.jsonl, in the live stream,
+and the newest 500 in every replay (the intervention journal: who did what, engine/rundir/journal.py).
+When the run ends the server sends the final records and closes the connection; from its
+final state on, a command is refused ("the run has stopped; it takes no more commands") and
+nothing of the viewers' is recorded: the final state is the run's last record. A peer of
+another user is sent one refusal, `{"kind": "reply", "id": null, "ok": false, "error": ...}`,
+before any hello, and the connection is closed; a client in turn talks only to a server of
+its own uid (engine/control/unix_socket.py's check_server, before it sends anything).
+
+Client to server: `{"cmd": NAME, "id": ID, ...arguments}`; the commands are the
+EngineHandle's (engine/contract.py) with their keyword arguments: pause, resume, checkpoint,
+sample, evaluate, set_lr (lr), scale_lr (factor), stop (checkpoint, reason), rollback
+(lr_factor). `id` is any JSON value the client chooses, echoed in the reply. A message is at
+most 32 arrays or objects deep (MAX_DEPTH), its integers at most 4,300 digits (Python's limit);
+any other is refused as malformed. A client that only watches
+sends `{"hello": {"read_only": true}}` first: its commands are then refused. A client hello
+may also say who it is, `{"hello": {"who": "alice@gpu1 (pts/3)"}}`, which others see in
+`viewers` (and `cockpit ps` shows).
+
+Torch-free and textual-free, like engine.events: a client needs only this and the events.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+PROTOCOL = 1
+SOCKET_NAME = "control.sock"
+MAX_LINE_BYTES = 1 << 20  # a longer line is refused (and the connection closed): not a command
+# Arrays and objects inside one another a message may hold: the deepest record (run_started's
+# config) has a handful; one near Python's recursion limit parses, but its echo (a command's id
+# in the reply) could not be encoded again.
+MAX_DEPTH = 32
+
+# command -> its arguments and their types; a command with other arguments is refused
+COMMANDS: dict[str, dict[str, type]] = {
+    "pause": {},
+    "resume": {},
+    "checkpoint": {},
+    "sample": {},
+    "evaluate": {},
+    "set_lr": {"lr": float},
+    "scale_lr": {"factor": float},
+    "stop": {"checkpoint": bool, "reason": str},
+    "rollback": {"lr_factor": float},
+}
+REQUIRED = {"set_lr": ("lr",), "scale_lr": ("factor",)}
+
+
+class WireError(ValueError):
+    """A line that is not a valid message; the text is the one line the peer is told."""
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as a line of strict JSON (no NaN or Infinity: they are null on the wire)."""
+    return (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """One received line as a JSON object; WireError for anything else."""
+    if len(line) > MAX_LINE_BYTES:
+        raise WireError(f"line of {len(line):,} bytes is over the {MAX_LINE_BYTES:,}-byte limit")
+    try:
+        message = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WireError(f"not a JSON line ({e})") from None
+    except ValueError:  # Python's int parsing refuses over sys.int_info's digit limit
+        digits = sys.get_int_max_str_digits()
+        raise WireError(f"an integer of over {digits:,} digits: no command takes one") from None
+    except RecursionError:  # json's parser recurses per bracket
+        raise WireError("JSON nested too deep: no message of this protocol is") from None
+    if not isinstance(message, dict):
+        raise WireError(f"expected a JSON object, got {type(message).__name__}")
+    if _too_deep(message, MAX_DEPTH):
+        raise WireError(f"JSON nested over {MAX_DEPTH} deep: no message of this protocol is")
+    return message
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether `value` holds arrays or objects more than `limit` levels deep (walked with a
+    stack, not by recursion: the value may be as deep as the parser allowed)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def command(name: str, id: Any = None, **arguments: Any) -> dict[str, Any]:
+    """A client's command message (checked as the server will check it)."""
+    message = {"cmd": name, "id": id, **arguments}
+    parse_command(message)
+    return message
+
+
+def parse_command(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(command, keyword arguments) of a client message; WireError when it is not one the
+    engine takes: unknown name, unknown or missing arguments, wrong types, non-finite numbers."""
+    name = message.get("cmd")
+    if name not in COMMANDS:
+        known = ", ".join(COMMANDS)
+        raise WireError(f"unknown command {_short(name)}; the commands are {known}")
+    expected = COMMANDS[name]
+    arguments = {k: v for k, v in message.items() if k not in ("cmd", "id")}
+    for key, value in arguments.items():
+        if key not in expected:
+            raise WireError(f"{name}: unknown argument {_short(key)}")
+        kind = expected[key]
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise WireError(f"{name}: {key} must be a number, got {_short(value)}")
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond any float
+                digits = len(str(abs(value)))
+                raise WireError(
+                    f"{name}: {key} must be a finite number, got an integer of {digits:,} digits"
+                ) from None
+            if not math.isfinite(number):
+                raise WireError(f"{name}: {key} must be finite, got {value!r}")
+            arguments[key] = number
+        elif not isinstance(value, kind):
+            raise WireError(f"{name}: {key} must be {kind.__name__}, got {_short(value)}")
+    missing = [key for key in REQUIRED.get(name, ()) if key not in arguments]
+    if missing:
+        raise WireError(f"{name}: missing {', '.join(missing)}")
+    return name, arguments
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A peer's value in a refusal: its repr cut to `limit` characters (a refusal stays one
+    short line however long the value)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

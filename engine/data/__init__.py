@@ -1,0 +1,1 @@
+"""A run's corpus: sources, streaming preparation, the token cache, tokenizers and batches."""

@@ -1,0 +1,55 @@
+"""Where prepared corpora live: the cache folder, the directory each corpus prepares into, and
+the one-line error when that folder cannot be written.
+
+A corpus's directory is `{source slug}-{tokenizer slug}-{12 hex digits of its cache key}`;
+engine/data/cache.py lists and removes them, engine/data/prepared.py writes what is inside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from engine.config.run_config import DataConfig
+from engine.data.errors import DataError
+from engine.data.prepared import FORMAT_VERSION
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_cache_dir() -> Path:
+    """$COCKPIT_CACHE_DIR, else <repo>/data/cache in a source checkout, else the user cache."""
+    env = os.environ.get("COCKPIT_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    if (_REPO_ROOT / "pyproject.toml").is_file() and (_REPO_ROOT / "data").is_dir():
+        return _REPO_ROOT / "data" / "cache"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "cockpit"
+
+
+def prepared_dir(identity: str, slug: str, cfg: DataConfig, cache_dir: Path) -> Path:
+    """The corpus's directory: one per source, tokenizer and way of reading documents (the
+    split is not part of it: every split is cut from the same token file)."""
+    key = {"source": identity, "tokenizer": cfg.tokenizer, "format": FORMAT_VERSION}
+    key["text_field"] = cfg.text_field
+    if cfg.tokenizer == "char":
+        key["separator"] = cfg.separator
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()[:12]
+    return cache_dir / f"{slug}-{slug_of(cfg.tokenizer)}-{digest}"
+
+
+def slug_of(name: str) -> str:
+    """A name made fit for a directory's name: lower case, [a-z0-9_.-], at most 40 characters."""
+    return re.sub(r"[^a-z0-9_.]+", "-", name.lower()).strip("-.")[:40] or "data"
+
+
+def write_error(where: Path, e: OSError) -> DataError:
+    """The DataError for a write into the cache that failed (a full disk, no permission)."""
+    return DataError(
+        f"cannot write prepared data to {where} ({e.strerror or e}); free some disk space or "
+        f"set COCKPIT_CACHE_DIR to a writable folder"
+    )

@@ -1,0 +1,1 @@
+"""The GPT and what trains and measures it: optimizers, LR schedules, sampling, evaluation."""

@@ -1,0 +1,223 @@
+"""A GPT language model in the spirit of nanoGPT's model.py, with switchable modern parts.
+
+With the defaults of `ModelConfig` it is nanoGPT's GPT: learned positions, LayerNorm, GELU MLP,
+tied embeddings, causal scaled-dot-product attention, dropout and nanoGPT's initialisation.
+Switches turn on rotary positions, RMSNorm, QK-norm, ReLU^2, an untied head, zero-initialised
+output projections and tanh logit soft-capping.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from engine.config.run_config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, ndim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, 1e-6)
+
+
+def make_norm(cfg: ModelConfig, ndim: int) -> nn.Module:
+    """RMSNorm, or torch's LayerNorm (bias optional; its `weight`/`bias` keys are what
+    checkpoints have always held)."""
+    return RMSNorm(ndim) if cfg.norm == "rmsnorm" else nn.LayerNorm(ndim, eps=1e-5, bias=cfg.bias)
+
+
+def rotary_tables(
+    block_size: int, head_dim: int, base: float = 10000.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(block_size, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (first half, second half) of each head's channels by position-dependent angles."""
+    t = x.size(-2)
+    cos, sin = cos[:t].to(x.dtype), sin[:t].to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.head_dim = cfg.n_embd // cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.c_proj.is_residual_proj = True
+        self.dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.q_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
+
+    def forward(
+        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
+        b, t, c = x.size()
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, self.head_dim).transpose(1, 2) for z in (q, k, v))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+        )
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.c_proj.is_residual_proj = True
+        self.relu2 = cfg.mlp == "relu2"
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c_fc(x)
+        h = F.relu(h).square() if self.relu2 else F.gelu(h)
+        return self.dropout(self.c_proj(h))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln_1 = make_norm(cfg, cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = make_norm(cfg, cfg.n_embd)
+        self.mlp = MLP(cfg)
+
+    def forward(
+        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rotary)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.wte = nn.Embedding(vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = make_norm(cfg, cfg.n_embd)
+        self.lm_head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            # nanoGPT ties the head to the embedding: fewer parameters, better small-model loss.
+            self.wte.weight = self.lm_head.weight
+        if cfg.pos_emb == "rotary":
+            cos, sin = rotary_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init_weights)
+        for module in self.modules():
+            if getattr(module, "is_residual_proj", False):
+                if cfg.zero_init_proj:
+                    nn.init.zeros_(module.weight)
+                else:  # GPT-2's scaled init of the projections into the residual stream
+                    nn.init.normal_(module.weight, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Distinct parameters; nanoGPT's convention subtracts the position embedding."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and self.wpe is not None:
+            n -= self.wpe.weight.numel()
+        return n
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b, t = idx.size()
+        if t > self.cfg.block_size:
+            raise ValueError(f"sequence of length {t} exceeds block_size {self.cfg.block_size}")
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(t, device=idx.device))
+        x = self.drop(x)
+        rotary = (self.rope_cos, self.rope_sin) if self.wpe is None else None
+        for block in self.blocks:
+            if self.cfg.grad_checkpoint and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, rotary, use_reentrant=False)
+            else:
+                x = block(x, rotary)
+        x = self.ln_f(x)
+        if targets is None:
+            # Generation needs only the last position's logits.
+            return self._logits(x[:, [-1], :]), None
+        logits = self._logits(x)
+        loss = F.cross_entropy(
+            logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1
+        )
+        return logits, loss
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(x)
+        cap = self.cfg.logit_softcap
+        if cap > 0:
+            logits = cap * torch.tanh(logits / cap)
+        return logits
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Extend idx (b, t) by max_new_tokens sampled tokens, cropping context to block_size.
+        Temperature 0 is greedy: the most likely token each time, no random numbers drawn."""
+        for _ in range(max_new_tokens):
+            next_id = self.next_token(idx, temperature, top_k, generator)
+            idx = torch.cat((idx, next_id), dim=1)
+        return idx
+
+    @torch.no_grad()
+    def next_token(
+        self,
+        idx: torch.Tensor,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """The next token (b, 1) after idx (b, t), seeing at most the last block_size tokens:
+        one step of `generate`, for callers that stream tokens as they come."""
+        context = idx if idx.size(1) <= self.cfg.block_size else idx[:, -self.cfg.block_size :]
+        logits, _ = self(context)
+        logits = logits[:, -1, :].float()
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = logits / temperature
+        if top_k:
+            v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+            logits[logits < v[:, [-1]]] = -float("inf")
+        probs = F.softmax(logits, dim=-1)
+        return torch.multinomial(probs, num_samples=1, generator=generator)

@@ -1,0 +1,145 @@
+"""What to change when a configuration will not fit: the memory plan's fixes, and the refusal.
+
+`suggest_fixes` tries each change one at a time on top of the configuration, cheapest in speed
+first, and plans it again (engine/plan/planner.py) in the same world and mode. `check_fits` is the
+pre-flight check a run makes: the plan, or one ConfigError naming the best fix that fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from engine.config.byte_sizes import format_bytes
+from engine.config.run_config import ConfigError, RunConfig
+from engine.distributed.parallel import FSDP_OPTIMIZERS
+from engine.plan.planner import (
+    MemoryPlan,
+    compute_dtype,
+    optimizer_state_bytes,
+    param_shapes,
+    plan_memory,
+)
+
+
+@dataclass(frozen=True)
+class Fix:
+    description: str
+    overrides: tuple[str, ...]
+    plan: MemoryPlan
+
+
+def _with(cfg: RunConfig, **sections: dict) -> RunConfig:
+    return replace(
+        cfg, **{name: replace(getattr(cfg, name), **values) for name, values in sections.items()}
+    )
+
+
+def suggest_fixes(
+    cfg: RunConfig,
+    vocab_size: int,
+    device_type: str,
+    capacity: int | None,
+    world_size: int = 1,
+    parallel: str = "single",
+) -> list[Fix]:
+    """Changes that lower peak memory, cheapest in speed first, each with its new plan (in the
+    same world and mode; a DDP world is also offered FSDP)."""
+
+    def plan(trial: RunConfig, mode: str = parallel) -> MemoryPlan:
+        return plan_memory(trial, vocab_size, device_type, capacity, world_size, mode)
+
+    fixes: list[Fix] = []
+    t, m = cfg.train, cfg.model
+    # 1. smaller micro-batches, more accumulation: the same effective batch, same result
+    batch = t.batch_size
+    while batch % 2 == 0:
+        batch //= 2
+        accum = t.grad_accum * (t.batch_size // batch)
+        trial = _with(cfg, train={"batch_size": batch, "grad_accum": accum})
+        smaller = plan(trial)
+        fixes.append(
+            Fix(
+                f"micro-batch {batch} x {accum} accumulation (same effective batch)",
+                (f"train.batch_size={batch}", f"train.grad_accum={accum}"),
+                smaller,
+            )
+        )
+        if smaller.fits is not False:
+            break
+    if parallel == "ddp" and cfg.optim.name in FSDP_OPTIMIZERS:
+        fixes.append(
+            Fix(
+                f"shard with FSDP over the {world_size} ranks",
+                ("train.parallel=fsdp",),
+                plan(cfg, "fsdp"),
+            )
+        )
+    if not m.grad_checkpoint:
+        trial = _with(cfg, model={"grad_checkpoint": True})
+        fixes.append(
+            Fix(
+                "gradient checkpointing (about 30% slower steps)",
+                ("model.grad_checkpoint=true",),
+                plan(trial),
+            )
+        )
+    if device_type == "cuda" and compute_dtype(cfg, device_type) == torch.float32:
+        trial = _with(cfg, train={"dtype": "bfloat16"})
+        fixes.append(
+            Fix(
+                "bf16 autocast",
+                ("train.dtype=bfloat16",),
+                plan(trial),
+            )
+        )
+    for name, why in (
+        ("adafactor", "factored second moments"),
+        ("lion", "one state tensor"),
+        ("muon", "one state tensor for matrices"),
+    ):
+        if parallel == "fsdp" and name not in FSDP_OPTIMIZERS:
+            continue  # needs whole matrices (engine.distributed.parallel refuses it under FSDP)
+        if name != cfg.optim.name and optimizer_state_bytes(
+            param_shapes(cfg, vocab_size), name
+        ) < optimizer_state_bytes(param_shapes(cfg, vocab_size), cfg.optim.name):
+            trial = _with(cfg, optim={"name": name})
+            fixes.append(
+                Fix(
+                    f"optimizer {name} ({why})",
+                    (f"optim.name={name}",),
+                    plan(trial),
+                )
+            )
+    return fixes
+
+
+def check_fits(
+    cfg: RunConfig,
+    vocab_size: int,
+    device_type: str,
+    capacity: int,
+    world_size: int = 1,
+    parallel: str = "single",
+) -> MemoryPlan:
+    """The plan (per device, for `parallel` over `world_size` ranks); a ConfigError naming the
+    best fix if the estimate exceeds the capacity."""
+    plan = plan_memory(cfg, vocab_size, device_type, capacity, world_size, parallel)
+    if plan.fits:
+        return plan
+    fixes = suggest_fixes(cfg, vocab_size, device_type, capacity, world_size, parallel)
+    fitting = [f for f in fixes if f.plan.fits]
+    hint = (
+        f"try {' '.join('--set ' + o for o in fitting[0].overrides)} (estimate {format_bytes(fitting[0].plan.total)})"
+        if fitting
+        else "use a smaller model or micro-batch"
+    )
+    where, command = device_type, "`cockpit plan`"
+    if parallel != "single":
+        where = f"each {device_type} device ({parallel} over {world_size} ranks)"
+        command = f"`cockpit plan --nproc {world_size} --parallel {parallel}`"
+    raise ConfigError(
+        f"{cfg.name} will not fit: estimated peak {format_bytes(plan.total)} of {format_bytes(capacity)} "
+        f"on {where}; {hint}; {command} lists every option"
+    )

@@ -1,0 +1,202 @@
+"""Memory accounting: exact bytes of live tensors, and estimates for activations.
+
+The exact figures count distinct storages, so tied weights (embedding = head) count once.
+`memory_breakdown` puts them together, with what the device or the host says, into the
+`MemoryBreakdown` event the memory panel draws.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import psutil
+import torch
+
+from engine.config.run_config import RunConfig
+from engine.events import MemoryBreakdown
+from engine.train.device import device_capacity, process_gpu_memory
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` (shared storages counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            continue
+        if hasattr(t, "to_local"):  # a sharded (DTensor) parameter: this rank's shard
+            t = t.to_local()
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key in seen or storage.nbytes() == 0:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
+    return total
+
+
+def _state_tensors(state: Any) -> Iterable[torch.Tensor]:
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for v in state.values():
+            yield from _state_tensors(v)
+    elif isinstance(state, (list, tuple)):
+        for v in state:
+            yield from _state_tensors(v)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    return storage_bytes([*model.parameters(), *model.buffers()])
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    return storage_bytes(p.grad for p in model.parameters() if p.grad is not None)
+
+
+def optimizer_bytes(optimizer: Any) -> int:
+    """Bytes of the optimizer's state tensors (moments, factored statistics, step counters)."""
+    return storage_bytes(_state_tensors(list(optimizer.state.values())))
+
+
+def layer_activation_bytes(
+    batch: int,
+    seq: int,
+    n_embd: int,
+    n_head: int,
+    bytes_per_value: int,
+    *,
+    flash_attention: bool = True,
+) -> int:
+    """One transformer block's activations kept for backward, Korthikanti et al. (2022), Eq. 2.
+
+    At 16-bit: s*b*h*(34 + 5*a*s/h) bytes; the 5*a*s/h term is the attention score matrix,
+    which fused (flash/memory-efficient) attention never materialises. The paper's constants
+    assume 2-byte values: fp32 doubles them.
+    """
+    sbh = seq * batch * n_embd
+    scale = bytes_per_value / 2
+    return int(sbh * (34 + (0 if flash_attention else 5 * n_head * seq / n_embd)) * scale)
+
+
+def activation_bytes_estimate(
+    batch: int,
+    seq: int,
+    n_embd: int,
+    n_head: int,
+    n_layer: int,
+    vocab: int,
+    bytes_per_value: int,
+    *,
+    flash_attention: bool = True,
+    grad_checkpoint: bool = False,
+) -> int:
+    """Activations live at the peak of a training step, in bytes.
+
+    Without checkpointing: every block's activations (`layer_activation_bytes`). With it, what
+    is really live at the peak (the backward of a block): each block's input (2*s*b*h bytes at
+    16-bit), the one block being recomputed with all its activations, and that block's backward
+    temporaries, the gradients flowing through it (about 3*s*b*h values; measured on the CPU by
+    bench/memory_cpu.py, where the inputs-plus-one-block figure alone was 10% short).
+    The loss is computed in fp32, so at its peak the backward pass holds three fp32 b*s*vocab
+    tensors: the saved log-softmax, its gradient and the logits' gradient (12 bytes per logit,
+    measured on CPU and on an H200 alike).
+    """
+    sbh = seq * batch * n_embd
+    scale = bytes_per_value / 2  # the paper's constants assume 2-byte values
+    per_layer = layer_activation_bytes(
+        batch, seq, n_embd, n_head, bytes_per_value, flash_attention=flash_attention
+    )
+    if grad_checkpoint:
+        inputs = 2 * sbh * scale * n_layer
+        backward_temporaries = 6 * sbh * scale  # 3*s*b*h values
+        layers = inputs + per_layer + backward_temporaries
+    else:
+        layers = per_layer * n_layer
+    logits = batch * seq * vocab * 12
+    return int(layers + logits)
+
+
+def step_start_allocated(device: torch.device) -> int:
+    """At the start of a measured step: reset the CUDA peak counter and return the bytes
+    allocated now (0 off CUDA), for `memory_breakdown` to find the step's activations."""
+    if device.type != "cuda":
+        return 0
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def memory_breakdown(
+    model: torch.nn.Module,
+    optimizer: Any,
+    cfg: RunConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    step: int,
+    step_start: int,
+) -> MemoryBreakdown:
+    """Where the run's memory goes, taken inside a step after the optimizer step and before
+    zero_grad, so gradients and optimizer state exist and the step's peak has just been reached.
+
+    On CUDA activations are measured (the step's peak above `step_start`, from
+    `step_start_allocated`, less the gradients it created); elsewhere they are estimated.
+    """
+    weights = weight_bytes(model)
+    grads = gradient_bytes(model)
+    opt = optimizer_bytes(optimizer)
+    m = cfg.model
+    if device.type == "cuda":
+        allocated = torch.cuda.memory_allocated(device)
+        reserved = torch.cuda.memory_reserved(device)
+        activations = max(0, torch.cuda.max_memory_allocated(device) - step_start - grads)
+        measured = True
+        cache = reserved - allocated
+        driver_view = _driver_process_memory(device)
+        other = driver_view - reserved if driver_view else 0
+    else:
+        activations = activation_bytes_estimate(
+            cfg.train.batch_size,
+            m.block_size,
+            m.n_embd,
+            m.n_head,
+            m.n_layer,
+            model.vocab_size,
+            torch.finfo(dtype).bits // 8,
+            grad_checkpoint=m.grad_checkpoint,
+        )
+        measured = False
+        cache = 0
+        other = psutil.Process().memory_info().rss - weights - grads - opt
+    return MemoryBreakdown(
+        step=step,
+        device=str(device),
+        capacity=device_capacity(device),
+        weights=weights,
+        gradients=grads,
+        optimizer=opt,
+        activations=activations,
+        activations_measured=measured,
+        cache=cache,
+        other=max(0, other),
+    )
+
+
+def _driver_process_memory(device: torch.device) -> int | None:
+    """This process's memory on a CUDA device as the driver sees it; None when NVML can't tell."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no pynvml, or no driver: no "other" figure
+        return None
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        return process_gpu_memory(pynvml, handle, os.getpid())
+    except Exception:  # the query failed: report no "other" rather than a wrong one
+        return None
+    finally:
+        with contextlib.suppress(Exception):  # balances the init above; nothing to act on
+            pynvml.nvmlShutdown()

@@ -1,0 +1,208 @@
+"""The pre-flight memory plan: the peak memory of one device of a run, before anything is allocated.
+
+Weights, gradients and optimizer state are computed exactly from the parameter shapes (the
+model is built on the meta device, so nothing is allocated). Activations use the estimate in
+`engine.plan.memory`. What to change when it does not fit is engine/plan/fixes.py's; the plan as
+text, engine/plan/report.py's; sizes in bytes read and written, engine/config/byte_sizes.py's.
+
+Under torchrun the plan is per device: FSDP divides weights, gradients and optimizer state by
+the world size and adds the all-gathered working set; DDP divides nothing and adds its gradient
+buckets (that arithmetic: engine/plan/parallel.py). Each rank's micro-batch, and so its
+activations, is the single process's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import torch
+
+from engine.config.byte_sizes import GIB
+from engine.config.run_config import RunConfig
+from engine.model.gpt import GPT
+from engine.plan.memory import activation_bytes_estimate, layer_activation_bytes
+from engine.plan.parallel import check_plan_mode, ddp_bucket_bytes, shard_shapes, unsharded_bytes
+
+CUDA_OVERHEAD = int(0.6 * GIB)  # CUDA context, cuBLAS workspaces and kernels: not torch tensors
+CPU_OVERHEAD = int(0.35 * GIB)  # the Python process with torch loaded
+ALLOCATOR_SLACK = 0.05  # fragmentation in the caching allocator, as a share of the tensors
+
+
+def param_shapes(cfg: RunConfig, vocab_size: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Distinct parameters of the model (tied weights once), without allocating them."""
+    with torch.device("meta"):
+        model = GPT(cfg.model, vocab_size)
+    return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+
+
+def optimizer_state_bytes(shapes: list[tuple[str, tuple[int, ...]]], optimizer: str) -> int:
+    """Bytes of optimizer state for fp32 parameters, matching torch's implementations."""
+    total = 0
+    for name, shape in shapes:
+        n = prod(shape)
+        if optimizer == "adamw":
+            total += 8 * n + 4  # exp_avg, exp_avg_sq, and a scalar step tensor
+        elif optimizer == "lion":
+            total += 4 * n
+        elif optimizer == "adafactor":
+            if len(shape) >= 2:  # factored second moment: one row and one column statistic
+                total += 4 * (prod(shape[:-1]) + prod(shape[:-2]) * shape[-1]) + 4
+            else:
+                total += 4 * n + 4
+        elif optimizer == "muon":
+            if len(shape) == 2 and name.startswith("blocks."):
+                total += 4 * n  # momentum buffer
+            else:
+                total += 8 * n + 4  # AdamW for embeddings, head and gains
+        else:
+            raise ValueError(f"unknown optimizer {optimizer!r}")
+    return total
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    device: str
+    capacity: int | None
+    n_params: int
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    overhead: int
+    world_size: int = 1
+    parallel: str = "single"  # "single", "ddp" or "fsdp"
+    buckets: int = 0  # DDP: the gradient buckets (two copies of the gradients at their peak)
+    unsharded: int = 0  # FSDP: the all-gathered parameters and gradients being computed
+
+    @property
+    def total(self) -> int:
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.overhead
+            + self.buckets
+            + self.unsharded
+        )
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity is None else self.total <= self.capacity
+
+    def as_dict(self) -> dict[str, int]:
+        names = ("weights", "gradients", "optimizer", "activations", "overhead")
+        if self.parallel == "ddp":
+            names += ("buckets",)
+        elif self.parallel == "fsdp":
+            names += ("unsharded",)
+        values = {name: getattr(self, name) for name in names}
+        if self.parallel != "single":  # a single process's record is as it always was
+            values["world_size"] = self.world_size
+        return {**values, "total": self.total, "capacity": self.capacity or 0}
+
+    def rows(self) -> list[tuple[str, int]]:
+        rows = [
+            ("weights", self.weights),
+            ("gradients", self.gradients),
+            ("optimizer state", self.optimizer),
+            ("activations", self.activations),
+        ]
+        if self.parallel == "ddp":
+            rows.append(("DDP grad buckets", self.buckets))
+        elif self.parallel == "fsdp":
+            rows.append(("all-gathered", self.unsharded))
+        return [*rows, ("overhead", self.overhead)]
+
+
+def compute_dtype(cfg: RunConfig, device_type: str) -> torch.dtype:
+    if cfg.train.dtype == "auto":
+        return torch.bfloat16 if device_type == "cuda" else torch.float32
+    return getattr(torch, cfg.train.dtype)
+
+
+def plan_memory(
+    cfg: RunConfig,
+    vocab_size: int,
+    device_type: str,
+    capacity: int | None,
+    world_size: int = 1,
+    parallel: str = "single",
+) -> MemoryPlan:
+    """Peak memory of one device of the run: `parallel` is engine.distributed.parallel's mode ("single"
+    for one process, else "ddp" or "fsdp" over `world_size` ranks)."""
+    check_plan_mode(world_size, parallel)
+    shapes = param_shapes(cfg, vocab_size)
+    n_params = sum(prod(s) for _, s in shapes)
+    dtype = compute_dtype(cfg, device_type)
+    value_bytes = torch.finfo(dtype).bits // 8
+    m = cfg.model
+    activations = activation_bytes_estimate(
+        cfg.train.batch_size,
+        m.block_size,
+        m.n_embd,
+        m.n_head,
+        m.n_layer,
+        vocab_size,
+        value_bytes,
+        grad_checkpoint=m.grad_checkpoint,
+    )
+    if value_bytes == 2 and parallel != "fsdp":
+        # autocast's 16-bit copies of the weights, kept for backward (FSDP's mixed precision
+        # all-gathers the weights in 16 bit instead: counted in `unsharded`)
+        activations += 2 * n_params
+    # each rank's own parameters: under FSDP its shard of every one
+    held = shard_shapes(shapes, world_size) if parallel == "fsdp" else shapes
+    n_held = sum(prod(s) for _, s in held)
+    weights = 4 * n_held  # master weights stay fp32 under autocast
+    gradients = 4 * n_held
+    optimizer = optimizer_state_bytes(held, cfg.optim.name)
+    buckets = ddp_bucket_bytes(gradients) if parallel == "ddp" else 0  # copies for the all-reduce
+    unsharded = unsharded_bytes(shapes, value_bytes) if parallel == "fsdp" else 0
+    tensors = weights + gradients + optimizer + activations + buckets + unsharded
+    fixed = CUDA_OVERHEAD if device_type == "cuda" else CPU_OVERHEAD
+    overhead = fixed + int(ALLOCATOR_SLACK * tensors)
+    if m.grad_checkpoint and device_type == "cpu":
+        # glibc keeps freed activation buffers in its heap, so the process peaks about one block
+        # of activations above its live tensors (bench/memory_cpu.py, "process" column). Without
+        # checkpointing the fixed overhead's margin covers that; with it, the activations are
+        # small, the recomputed blocks' buffers many, and the plan was 19-28% short.
+        overhead += layer_activation_bytes(
+            cfg.train.batch_size, m.block_size, m.n_embd, m.n_head, value_bytes
+        )
+    return MemoryPlan(
+        device_type,
+        capacity,
+        n_params,
+        weights,
+        gradients,
+        optimizer,
+        activations,
+        overhead,
+        world_size,
+        parallel,
+        buckets,
+        unsharded,
+    )
+
+
+def vocab_size_for(cfg: RunConfig, data_path: str | None = None) -> tuple[int, str]:
+    """The vocabulary the run will have, and how it was found (no training data is read for BPE)."""
+    from engine.data.preparation import DataError, prepare
+
+    if cfg.data.tokenizer != "char":
+        try:
+            import tiktoken
+
+            return tiktoken.get_encoding(cfg.data.tokenizer).n_vocab, cfg.data.tokenizer
+        except Exception:
+            return (
+                50257,
+                f"{cfg.data.tokenizer} (assumed GPT-2 size: encoding not available offline)",
+            )
+    try:
+        data = prepare(cfg.data, data_path=data_path)
+        return data.tokenizer.vocab_size, "characters of the corpus"
+    except DataError:
+        return 256, "assumed 256 characters (corpus not available)"

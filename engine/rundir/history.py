@@ -1,0 +1,100 @@
+"""A run's loss curves read back from its files, fast enough for a million steps.
+
+`read_curves(run_dir)` gives every step's loss with its tokens and training time, and every
+eval, as numpy arrays (`RunCurves`): what an overlay of that run on another's loss curve draws
+(cockpit/figures/overlay.py). It reads a run as engine/rundir/metrics_log.py's read_history does, from one pass
+over metrics.jsonl's bytes (engine/rundir/metrics_scan.py; a million steps in about 1.5 s on two cores:
+bench/open_run.py). A finished run's replay, read with the same scanner, is
+engine/rundir/replay.py's. Torch-free and textual-free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.rundir.metrics_scan import (
+    Scan,
+    kept_others,
+    kept_steps,
+    newest_run_started,
+    scan_metrics,
+)
+
+
+@dataclass(frozen=True)
+class RunCurves:
+    """One run's loss curves, every step recorded (for a step recorded twice, after a crash and
+    a resume, the later record; a resume from an older checkpoint drops the abandoned branch)."""
+
+    run_dir: Path
+    name: str  # how the run is called on screen: its directory's name
+    step: np.ndarray  # int64, increasing
+    tokens: np.ndarray  # float64: tokens trained on at that step
+    train_s: np.ndarray  # float64: training time at that step (evaluation excluded)
+    loss: np.ndarray  # float64: the train loss of that step (NaN for a NaN loss)
+    val_step: np.ndarray  # int64: the steps with an eval
+    val_tokens: np.ndarray  # float64
+    val_train_s: np.ndarray  # float64
+    val_loss: np.ndarray  # float64 (NaN for a NaN val loss)
+    tokens_per_step: int
+    max_steps: int
+    preset: str
+
+
+def _float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def _train_clock(scan: Scan) -> np.ndarray:
+    """Training time at every row: anchored at each run_started (its train_time_s, at its start)
+    and each eval (its train_time_s), plus the step_time_s of every step record since."""
+    step_time = np.nan_to_num(scan.columns["step_time_s"], nan=0.0)
+    step_time[~scan.is_step] = 0.0
+    total = np.cumsum(step_time)
+    anchors = [(row, r.get("train_time_s") if r["kind"] == "eval" else r.get("train_time_s") or 0.0)
+               for row, r in scan.others if r.get("kind") in ("run_started", "eval")]
+    anchors = [(row, float(s)) for row, s in anchors if isinstance(s, (int, float)) and math.isfinite(s)]
+    if not anchors:
+        return total
+    anchor_rows = np.array([row for row, _ in anchors], np.int64)
+    anchor_at = np.array([s for _, s in anchors], np.float64) - total[anchor_rows]
+    which = np.searchsorted(anchor_rows, np.arange(len(total)), side="right") - 1
+    return total + np.where(which >= 0, anchor_at[np.maximum(which, 0)], 0.0)
+
+
+def read_curves(run_dir: Path) -> RunCurves:
+    """Every step's loss (with its tokens and training time) and every eval of the run in
+    `run_dir`, read as read_history reads a run (the later record of a step wins, a resume drops
+    the branch it abandoned, a line cut by a crash is skipped). RunHistoryError
+    (engine/rundir/metrics_scan.py): one line."""
+    scan = scan_metrics(run_dir, replay=False)
+    _, started = newest_run_started(scan, run_dir)
+    tokens_per_step = int(started.get("tokens_per_step") or 0)
+    clock = _train_clock(scan)
+    rows = kept_steps(scan)
+    evals = kept_others(scan, ("eval",), key=lambda r: r["step"])
+    val_rows = np.array([row for row, _ in evals], np.int64)
+    val_step = np.array([r["step"] for _, r in evals], np.int64)
+    val_train_s = np.array([_float(r.get("train_time_s")) for _, r in evals], np.float64)
+    missing = ~np.isfinite(val_train_s)
+    val_train_s[missing] = clock[val_rows[missing]]
+    return RunCurves(
+        run_dir=run_dir,
+        name=run_dir.resolve().name or str(run_dir),
+        step=scan.step[rows],
+        tokens=scan.columns["tokens"][rows].astype(np.float64),
+        train_s=clock[rows],
+        loss=scan.columns["loss"][rows],
+        val_step=val_step,
+        val_tokens=(val_step * tokens_per_step).astype(np.float64),
+        val_train_s=val_train_s,
+        val_loss=np.array([_float(r.get("val_loss")) for _, r in evals], np.float64),
+        tokens_per_step=tokens_per_step,
+        max_steps=int(started.get("max_steps") or 0),
+        preset=str(started.get("preset") or ""),
+    )

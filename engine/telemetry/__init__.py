@@ -1,0 +1,1 @@
+"""Machine telemetry: NVML and psutil backends behind one interface, the poller, throttle reasons."""

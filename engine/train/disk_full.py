@@ -1,0 +1,214 @@
+"""A full disk pauses a run, never ends it: what could not be written waits, and is retried.
+
+A checkpoint or a metrics.jsonl write that fails (no space, a quota, any OSError) is one alert
+and a pause. The weights stay in memory and so do the metrics records (engine/rundir/metrics_log.py
+keeps them), and every RETRY_S the run tries again: once what waited is written it says so and
+goes on by itself. `c` or `space` retries at once. Rank 0 decides when (a timer, the metrics
+writer's failure); each retry is a command, so under torchrun every rank makes it at the same
+step (engine/distributed/command_exchange.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+import threading
+from typing import TYPE_CHECKING
+
+from engine.distributed.world import from_main
+from engine.events import RunState
+from engine.rundir.summary import size_on_disk
+
+if TYPE_CHECKING:
+    from engine.train.trainer import Trainer
+
+RETRY_S = 2.0  # a retry while paused for the disk: a statfs, and the write once there is room
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+FREE_SPACE = "free disk space: the run goes on by itself once there is room (c retries now)"
+
+
+def os_error_behind(error: BaseException) -> OSError | None:
+    """The OSError that `error` is or comes from (its __cause__ / __context__ chain): torch.save
+    raises a RuntimeError during the handling of the OSError of a full disk. A sharded save's
+    CheckpointException (DCP's) holds each rank's failure: those are looked into too."""
+    seen: set[int] = set()
+    waiting: list[BaseException] = [error]
+    while waiting:
+        current = waiting.pop(0)  # breadth first: the nearest OSError
+        if id(current) in seen:
+            continue
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        waiting.extend(rank_failures(current))
+        following = current.__cause__ or current.__context__
+        if following is not None:
+            waiting.append(following)
+    return None
+
+
+def checkpoint_exception_type() -> type[BaseException] | None:
+    """DCP's CheckpointException (a BaseException, not an Exception: `except Exception` misses
+    it); None where torch has no torch.distributed."""
+    try:
+        from torch.distributed.checkpoint.api import CheckpointException
+    except ImportError:
+        return None
+    return CheckpointException
+
+
+def rank_failures(error: BaseException) -> list[BaseException]:
+    """The exception of each rank that failed, when `error` is DCP's CheckpointException (its
+    `failures`: rank -> (exception, traceback)); otherwise none."""
+    dcp_error = checkpoint_exception_type()
+    if dcp_error is None or not isinstance(error, dcp_error):
+        return []
+    failures = getattr(error, "failures", None) or {}
+    return [
+        pair[0]
+        for _, pair in sorted(failures.items())
+        if isinstance(pair, tuple) and pair and isinstance(pair[0], BaseException)
+    ]
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """No space left, or over a quota, anywhere in `error`'s chain."""
+    found = os_error_behind(error)
+    return found is not None and found.errno in DISK_FULL_ERRNOS
+
+
+def write_failure(error: BaseException) -> str | None:
+    """A failed write in the OS's words ("No space left on device"); None when no OSError is
+    behind `error` (a bug, not the disk: the caller raises it)."""
+    found = os_error_behind(error)
+    if found is None:
+        return None
+    return found.strerror or str(found)
+
+
+class DiskWait:
+    """What of one run (`run`) waits for room on its disk, and the retries until it is written."""
+
+    def __init__(self, run: Trainer) -> None:
+        self.run = run
+        self.checkpoint: str | None = None  # the reason of the checkpoint not written
+        self.metrics = False  # metrics.jsonl's newest records are held in memory
+        self.resume = False  # it was running: go on once written (not after a pause by hand)
+        self.failure = ""  # the newest failure, in the OS's words
+        self._timer: threading.Timer | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.checkpoint is not None or self.metrics
+
+    def checkpoint_failed(self, failure: str, reason: str, was_running: bool) -> None:
+        """A checkpoint could not be written (on every rank): the alert, the pause, a retry."""
+        run = self.run
+        self.failure = failure
+        run._alert(
+            "error",
+            f"checkpoint at step {run.step} failed ({failure}); the previous one is intact: "
+            f"{FREE_SPACE}",
+            "disk",
+        )
+        self.checkpoint = reason
+        self._pause(was_running)
+
+    def metrics_failed(self) -> None:
+        """The `disk_full` command (every rank): rank 0's metrics.jsonl stopped being written."""
+        run = self.run
+        failure = from_main(run.metrics.failure, run.world, run.sync.group)
+        if failure is None or self.metrics:
+            return  # written again since (a retry), or said already
+        self.metrics = True
+        if self.checkpoint is not None:
+            return  # paused for the same full disk, said once
+        self.failure = failure
+        run._alert(
+            "error",
+            f"metrics.jsonl cannot be written ({failure}): paused, its newest records kept in "
+            f"memory; {FREE_SPACE}",
+            "disk",
+        )
+        self._pause(run.state == RunState.RUNNING)
+
+    def _pause(self, was_running: bool) -> None:
+        run = self.run
+        self.resume = self.resume or was_running
+        if run.state != RunState.PAUSED:
+            run._set_state(RunState.PAUSED, "disk full")
+        self.schedule_retry()
+
+    def schedule_retry(self) -> None:
+        """In RETRY_S, queue a `disk_retry` (rank 0: the exchange takes it to every rank)."""
+        run = self.run
+        if not run.world.is_main:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = threading.Timer(RETRY_S, run._commands.put, ("disk_retry",))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def retry(self, by_user: bool = False) -> bool:
+        """Write what waits (every rank at once); True once it is all on disk. Failing again
+        waits for the next retry: quietly, unless a person asked (`c`, `space`)."""
+        run = self.run
+        if not self.waiting:
+            return True
+        written = True
+        if self.metrics:
+            ok = run.metrics.retry() if run.world.is_main else None
+            written = bool(from_main(ok, run.world, run.sync.group))
+            self.metrics = not written
+        if written and self.checkpoint is not None and from_main(
+            self._room_for_a_checkpoint(), run.world, run.sync.group
+        ):
+            path, failure = run.checkpointer.write()
+            if failure is None:
+                run.checkpointer.saved(path, self.checkpoint)
+                self.checkpoint = None
+            else:
+                self.failure = failure
+        if self.waiting:
+            if by_user:
+                run._alert("warning", f"still no room ({self.failure}): {FREE_SPACE}", "disk")
+            self.schedule_retry()
+            return False
+        self.cancel()
+        resume, self.resume = self.resume, False
+        going_on = "; training goes on" if resume and run.step < run.cfg.train.max_steps else ""
+        lost, run.metrics.lost = run.metrics.lost, 0  # said here, not again on closing
+        written = (
+            f"what waited is written but {lost} records (beyond the "
+            f"{run.metrics.MAX_UNWRITTEN_BYTES >> 20} MiB kept in memory)"
+            if lost
+            else "what waited is written"
+        )
+        run._alert("info", f"disk space is back: {written}{going_on}", "disk")
+        if resume and run.state == RunState.PAUSED:
+            run._set_state(RunState.RUNNING, "disk space freed")
+        return True
+
+    def _room_for_a_checkpoint(self) -> bool:
+        """Room for one more checkpoint as large as the last (a file, or a sharded run's
+        directory), so that a retry does not write most of one only to fail again (without a
+        last one, try)."""
+        run = self.run
+        if not run.world.is_main:
+            return True
+        last = run.last_checkpoint
+        try:
+            if last is None:
+                needed = 0
+            elif last.is_file():
+                needed = last.stat().st_size
+            else:
+                needed = size_on_disk(last)  # its shards, meta.pt: 0 when it is not there
+            return shutil.disk_usage(run.run_dir).free > needed
+        except OSError:
+            return True

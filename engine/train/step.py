@@ -1,0 +1,106 @@
+"""One optimizer step with gradient accumulation, apart from the trainer's loop.
+
+The step only computes; the trainer decides what follows (emitting the memory breakdown,
+handling a refused step as an anomaly). The optimizer is passed per call, never kept: a
+rollback or resume replaces the trainer's optimizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from engine.config.run_config import RunConfig
+from engine.data.batches import BatchSampler
+from engine.events import MemoryBreakdown
+from engine.model.optimizers import applied_lr, set_lr_factor
+from engine.plan import memory
+from engine.train.health import ratio_after_step, watch_before_step
+from engine.train.readback import PendingStep
+
+
+class StepParts(Protocol):
+    """What a step trains with (the Trainer is one), read on every call: tests may wrap
+    `forward`, and the optimizer is passed apart because a restore replaces it."""
+
+    cfg: RunConfig
+    model: torch.nn.Module
+    forward: Any  # the model, or its torch.compile'd forward
+    scaler: torch.amp.GradScaler
+    autocast: contextlib.AbstractContextManager[Any]
+    train_batches: BatchSampler
+    device: torch.device
+    dtype: torch.dtype
+
+
+@dataclass
+class StepOutcome:
+    """A step applied (`pending`) or refused for a non-finite gradient (`refused`: the alert
+    text); `memory` is the breakdown when one was asked for and the step got that far."""
+
+    pending: PendingStep | None = None
+    refused: str | None = None
+    memory: MemoryBreakdown | None = None
+
+
+def train_step(
+    parts: StepParts, optimizer: Any, step: int, lr_schedule_factor: float, report_memory: bool
+) -> StepOutcome:
+    """Accumulate `grad_accum` micro-batches and apply one update at LR factor
+    `lr_schedule_factor`; `step` is the number of steps done before this one."""
+    cfg = parts.cfg
+    start_allocated = memory.step_start_allocated(parts.device) if report_memory else 0
+    set_lr_factor(optimizer, lr_schedule_factor)
+    lr = applied_lr(optimizer)
+    # across ranks each takes its share of the accumulation (engine/distributed/parallel.py), and the
+    # gradients are averaged over ranks on the last micro-step only
+    accum = getattr(parts, "micro_steps", cfg.train.grad_accum)
+    grad_sync = getattr(parts, "grad_sync", None)
+    loss_sum = None
+    data_time = 0.0
+    for micro in range(accum):
+        t_data = time.perf_counter()
+        x, y = parts.train_batches.next()
+        data_time += time.perf_counter() - t_data
+        sync = grad_sync(micro == accum - 1) if grad_sync else contextlib.nullcontext()
+        with sync:
+            with parts.autocast:
+                # index, don't unpack: holding the logits through backward costs b*s*vocab
+                loss = parts.forward(x, y)[1] / accum
+            parts.scaler.scale(loss).backward()
+        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+    grad_norm = None
+    if cfg.optim.grad_clip > 0 or cfg.train.check_finite:
+        parts.scaler.unscale_(optimizer)
+        clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(parts.model.parameters(), clip)
+        if hasattr(grad_norm, "full_tensor"):  # sharded parameters: the world's norm, whole
+            grad_norm = grad_norm.full_tensor()
+    # fp16's GradScaler skips non-finite steps itself (and lowers its scale); otherwise
+    # a non-finite gradient must never reach the weights: one host sync buys that.
+    if (
+        cfg.train.check_finite
+        and not parts.scaler.is_enabled()
+        and not torch.isfinite(grad_norm).item()
+    ):
+        optimizer.zero_grad(set_to_none=True)
+        return StepOutcome(
+            refused=f"non-finite gradient at step {step + 1} (loss {loss_sum.item():.4g}); the update was not applied"
+        )
+    watch = watch_before_step(parts.model, step)  # run health, sampled (engine/train/health.py)
+    parts.scaler.step(optimizer)
+    parts.scaler.update()
+    ratio = ratio_after_step(watch)
+    breakdown = None
+    if report_memory:
+        breakdown = memory.memory_breakdown(
+            parts.model, optimizer, cfg, parts.device, parts.dtype, step, start_allocated
+        )
+    optimizer.zero_grad(set_to_none=True)
+    return StepOutcome(
+        pending=PendingStep(step + 1, loss_sum, grad_norm, lr, data_time, ratio), memory=breakdown
+    )
