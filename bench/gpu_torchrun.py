@@ -92,7 +92,7 @@ def bare_pauses(run_dir: Path, presses: int) -> list[float]:
         engine.pause()
         wait(lambda: engine.state == "paused", 60, "pause", poll_s=0.001)
         latencies.append(time.perf_counter() - t0)
-        engine.checkpoint.resume()
+        engine.resume()
         wait(lambda: engine.state == "running", 60, "resume")
         time.sleep(0.2)
     engine.close()

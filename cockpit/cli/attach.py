@@ -102,7 +102,7 @@ def attached_app(engine: Any, notify: Any = None, runs_root: str = DEFAULT_ROOT)
     lists `runs_root`. A viewer starts no run: resume, new run and fork say so."""
     from cockpit.app.cockpit_app import CockpitApp
 
-    preset = engine.summary.get("preset") or os.path.basename(os.path.normpath(engine.rundir.layout))
+    preset = engine.summary.get("preset") or os.path.basename(os.path.normpath(engine.run_dir))
     return CockpitApp(lambda _preset: engine, preset, notify=notify, runs_root=runs_root)
 
 
