@@ -31,18 +31,20 @@ from engine.distributed.command_exchange import RankSync
 from engine.distributed.rank_report import RankReporter
 from engine.distributed.ranks import rank_lost_message, rank_states
 from engine.distributed.world import World, is_collective_failure, mean_over_ranks
-from engine.events import Alert, Eval, Event, EventQueue, RunState, StateChanged
+from engine.events import Eval, Event, EventQueue, RunState
 from engine.model.schedule import lr_multiplied
 from engine.rundir.layout import write_error_log
 from engine.rundir.metrics_log import MetricsWriter
 from engine.train.cadence import do_work, work_due
 from engine.train.command_queue import CommandQueue
 from engine.train.commands import CommandHandler
+from engine.train.counters import Counters
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
 from engine.train.finish import finish, finish_already_finished, release, wind_down
 from engine.train.garbage import settle_garbage_collector
 from engine.train.readback import PendingStep, read_losses, step_events
+from engine.train.reporter import Reporter
 from engine.train.setup import accept_resume, announce, build, instrument, open_run_dir
 from engine.train.step import train_step
 from engine.train.throughput import ThroughputWindow
@@ -57,6 +59,7 @@ class Trainer:
     outlives_viewer = False  # inside the app: leaving the app stops the run (EngineHandle)
     read_only = False  # the app may command it
     replayed_until = 0.0  # a resume's history is older than its RunStarted (EngineHandle)
+    recorded = False  # a live run (EngineHandle)
 
     def __init__(
         self,
@@ -100,13 +103,13 @@ class Trainer:
         if self.world.distributed:
             self.sinks.append(self.rank_report)
         self.telemetry_enabled = telemetry
-        self.state = RunState.STARTING
-        self.step = 0
-        self.lr_scale = 1.0
-        self.current_lr = 0.0
-        self.train_time_s = 0.0
-        self.tokens = 0
-        self.best_val = math.inf  # val loss of the best checkpoint (best.pt), not of any eval
+        self.counters = Counters()
+        self.reporter = Reporter(
+            events=self.events,
+            sinks=self.sinks,
+            counters=self.counters,
+            before_final_state=self._before_final_state,
+        )
         self._last_eval: Eval | None = None  # a checkpoint at its step may become best.pt
         self._checkpoint_is_best = False  # recorded in the checkpoint being written
         self.last_checkpoint: Path | None = None
@@ -122,7 +125,6 @@ class Trainer:
         self.interactive = (
             interactive  # a person is watching: anomalies pause rather than roll back
         )
-        self.rollbacks = 0
         self.faults = FaultHandler(self)  # anomalies, rollbacks, OOM (engine/train/fault_handler.py)
         self.disk = DiskWait(self)  # paused for a full disk, retrying (engine/train/disk_full.py)
         # stopped and closed before the final state is recorded (run_end.wind_down)
@@ -177,25 +179,86 @@ class Trainer:
 
     def emit(self, event: Event) -> None:
         """Queue an event for the UI and hand it to the sinks (thread-safe)."""
-        self.events.put(event)
-        for sink in self.sinks:
-            sink(event)
+        self.reporter.emit(event)
+
+    @property
+    def state(self) -> str:
+        return self.reporter.state
 
     def _set_state(self, state: str, reason: str = "") -> None:
-        self.state = state
-        control = getattr(self, "control", None)  # rank 0's socket, once the run has a directory
-        if state in RunState.ENDED:
-            wind_down(self)  # no telemetry reading or closing alert after the final state
-            if control is not None:
-                control.end_journal(state)  # nor a viewer's record
-        self.emit(
-            StateChanged(state=state, step=self.step, reason=reason, train_time_s=self.train_time_s)
-        )
+        self.reporter.set_state(state, reason)
 
     def _alert(self, level: str, message: str, code: str = "") -> None:
-        self.emit(Alert(level=level, message=message, step=self.step, code=code))
+        self.reporter.alert(level, message, code)
+
+    def _before_final_state(self, state: str) -> None:
+        wind_down(self)  # no telemetry reading or closing alert after the final state
+        control = getattr(self, "control", None)  # rank 0's socket, once the run has a directory
+        if control is not None:
+            control.end_journal(state)  # nor a viewer's record
+
+    # ------------------------------------------------------------------ counters
+    # The run's counters, read by the app, the control socket and the tests.
+    @property
+    def step(self) -> int:
+        return self.counters.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.counters.step = value
+
+    @property
+    def tokens(self) -> int:
+        return self.counters.tokens
+
+    @tokens.setter
+    def tokens(self, value: int) -> None:
+        self.counters.tokens = value
+
+    @property
+    def lr_scale(self) -> float:
+        return self.counters.lr_scale
+
+    @lr_scale.setter
+    def lr_scale(self, value: float) -> None:
+        self.counters.lr_scale = value
+
+    @property
+    def current_lr(self) -> float:
+        return self.counters.current_lr
+
+    @current_lr.setter
+    def current_lr(self, value: float) -> None:
+        self.counters.current_lr = value
+
+    @property
+    def train_time_s(self) -> float:
+        return self.counters.train_time_s
+
+    @train_time_s.setter
+    def train_time_s(self, value: float) -> None:
+        self.counters.train_time_s = value
+
+    @property
+    def best_val(self) -> float:
+        return self.counters.best_val
+
+    @best_val.setter
+    def best_val(self, value: float) -> None:
+        self.counters.best_val = value
+
+    @property
+    def rollbacks(self) -> int:
+        return self.counters.rollbacks
+
+    @rollbacks.setter
+    def rollbacks(self, value: int) -> None:
+        self.counters.rollbacks = value
 
     # ------------------------------------------------------------------ the run
+    def close(self) -> None:
+        """EngineHandle: a Trainer that never ran holds nothing to let go."""
+
     def run(self, should_stop: Callable[[], bool] | None = None) -> str:
         """Train until finished, stopped or failed; returns the final state. Never raises for
         a problem with the run: that becomes an Alert and the FAILED state."""
@@ -265,11 +328,7 @@ class Trainer:
             "version": ckpt.FORMAT_VERSION,
             **heavy,
             "scaler": self.scaler.state_dict(),
-            "step": self.step,
-            "lr_scale": self.lr_scale,
-            "train_time_s": self.train_time_s,
-            "tokens": self.tokens,
-            "best_val": self.best_val,
+            **self.counters.state_dict(),  # step, lr_scale, train_time_s, tokens, best_val
             "is_best": self._checkpoint_is_best,
             "rng": ckpt.global_rng_state(self.device.type),
             "batch_rng": self.train_batches.generator.get_state(),
