@@ -61,9 +61,9 @@ def open_engine(run_dir: Path) -> EngineHandle:
 
 def checkpoints_of(run_dir: Path) -> list[str]:
     """The run's checkpoint names, newest step first (ckpt-STEP.pt and sharded ckpt-STEP.dcp)."""
-    from engine.control.viewer_facts import checkpoints
+    from engine.checkpoint.names import list_checkpoints
 
-    return [name for _, name in checkpoints(run_dir)]
+    return [path.name for _, path in reversed(list_checkpoints(run_dir))]
 
 
 class RunOpening(_AppBase):

@@ -39,16 +39,18 @@ def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequ
     `overrides`, checked as its resume checks them (engine/checkpoint/resume.py's plan_resume) against the
     run's config.json, cheaply (no checkpoint read, no torch): one line for the dialog, or None
     (the branch still makes its own full check when it starts)."""
+    from engine.checkpoint.names import list_checkpoints, step_of
     from engine.checkpoint.resume import plan_resume
     from engine.config.run_config import ConfigError
-    from engine.control.viewer_facts import CKPT_NAME_RE, checkpoints
 
     try:
         config = json.loads((run_dir / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    found = CKPT_NAME_RE.match(checkpoint or "")
-    step = int(found.group(1)) if found else (checkpoints(run_dir) or [(0, "")])[0][0]
+    step = step_of(checkpoint or "")
+    if step is None:  # the newest
+        saved = list_checkpoints(run_dir)
+        step = saved[-1][0] if saved else 0
     try:
         plan_resume({"config": config, "step": step}, list(overrides), str(run_dir), where=BRANCH)
     except ConfigError as e:
@@ -142,10 +144,10 @@ class RunStarts(_AppBase):
     def _ask_train_on(self, run_dir: Path) -> None:
         """A finished run resumes only to train further: ask for its new max_steps."""
         self._not_busy()
-        from engine.control.viewer_facts import checkpoints
+        from engine.checkpoint.names import list_checkpoints
 
-        saved = checkpoints(run_dir)  # the resume starts from the newest: its step is the run's
-        step = saved[0][0] if saved else 0
+        saved = list_checkpoints(run_dir)  # the resume starts from the newest: its step is the run's
+        step = saved[-1][0] if saved else 0
         initial = f"train.max_steps={2 * step}" if step else "train.max_steps="
         self.push_screen(
             SettingsScreen(

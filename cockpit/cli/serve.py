@@ -192,8 +192,10 @@ def find_run(run_dir: Path | None, root: Path) -> Any:
 
 def how_to_start(run_dir: Path) -> str:
     """The command that makes `run_dir` live: a resume where it holds checkpoints."""
+    from engine.checkpoint.names import latest_checkpoint
+
     quoted = shlex.quote(str(run_dir))
-    if any(run_dir.glob("ckpt-*.pt")):  # engine/checkpoint/store.py's names (imports torch)
+    if latest_checkpoint(run_dir) is not None:
         return f"resume it with `cockpit start --resume {quoted}`"
     return f"start a run there with `cockpit start --run-dir {quoted}`"
 

@@ -39,7 +39,7 @@ from cockpit.cli.runs import (
     shorten_run_name,
 )
 from cockpit.screens.settings import parse_settings
-from engine.control.viewer_facts import CKPT_NAME_RE, last_checkpoint
+from engine.checkpoint.names import latest_checkpoint, step_of
 
 REFRESH_S = 2.0  # live runs' steps move, new runs appear
 CONFIG_NAME = "config.toml"  # the run's replayable config (engine/train/setup.py writes it)
@@ -99,7 +99,7 @@ def read_runs(root: Path) -> tuple[list[RunEntry], str]:
             entries.append(RunEntry(listed, None, False))
             continue
         has_config = (run_dir / CONFIG_NAME).is_file()
-        entries.append(RunEntry(listed, last_checkpoint(run_dir), has_config))
+        entries.append(RunEntry(listed, latest_checkpoint(run_dir), has_config))
     entries.sort(key=lambda e: e.listed.sort_time, reverse=True)
     return entries, ""
 
@@ -119,8 +119,8 @@ def row_hint(entry: RunEntry, selected: int) -> str:
     if saved is not None and not entry.live and entry.listed.state == "finished":
         parts.append("r train on")  # it reached its max_steps: r asks how far
     elif saved is not None and not entry.live:
-        step = CKPT_NAME_RE.match(saved.name)
-        parts.append(f"r resume at {int(step.group(1)):,}" if step else "r resume")
+        step = step_of(saved.name)
+        parts.append(f"r resume at {step:,}" if step is not None else "r resume")
     if entry.has_config:
         parts.append("n new run")
     parts.append("f fork" if saved is not None else "no checkpoint")

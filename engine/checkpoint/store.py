@@ -31,13 +31,15 @@ from typing import Any
 import numpy as np
 import torch
 
+# The names are engine.checkpoint.names' (torch-free); the store is where the engine reads them.
+from engine.checkpoint.names import BEST_NAME as BEST_NAME
+from engine.checkpoint.names import BEST_SHARDED as BEST_SHARDED
+from engine.checkpoint.names import SHARDED as SHARDED
+from engine.checkpoint.names import checkpoint_path as checkpoint_path
+from engine.checkpoint.names import latest_checkpoint as latest_checkpoint
+from engine.checkpoint.names import list_checkpoints as list_checkpoints
 from engine.files import atomic_write, create_new, fsync_dir
 
-# ckpt-STEP.pt: one file; ckpt-STEP.dcp/: a sharded run's directory (engine/distributed/sharded.py)
-CKPT_RE = re.compile(r"^ckpt-(\d{8})\.(pt|dcp)$")
-BEST_NAME = "best.pt"
-BEST_SHARDED = "best.dcp"
-SHARDED = ".dcp"
 # 2: everything loads with torch.load(weights_only=True); 1: numpy's RNG state was an ndarray
 FORMAT_VERSION = 2
 
@@ -64,10 +66,6 @@ class CheckpointError(RuntimeError):
     """A checkpoint that cannot be read or does not fit the run; the message is for the user."""
 
 
-def checkpoint_path(run_dir: Path, step: int, sharded: bool = False) -> Path:
-    return run_dir / f"ckpt-{step:08d}{SHARDED if sharded else '.pt'}"
-
-
 def is_sharded(path: Path) -> bool:
     """A sharded checkpoint: a directory ckpt-STEP.dcp (or best.dcp)."""
     return path.suffix == SHARDED and path.is_dir()
@@ -84,19 +82,6 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
     """All but the newest `keep_last` go (best.pt / best.dcp are their own links: they stay)."""
     for _, old in list_checkpoints(run_dir)[:-keep_last]:
         remove_checkpoint(old)
-
-
-def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint, oldest first."""
-    if not run_dir.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := CKPT_RE.match(p.name))]
-    return sorted(found)
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = list_checkpoints(run_dir)
-    return found[-1][1] if found else None
 
 
 def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep_last: int) -> Path:
@@ -154,11 +139,12 @@ def set_aside_newer(run_dir: Path, step: int) -> tuple[Path | None, list[str]]:
     (and best.pt when it is one of them) into `RUN_DIR/abandoned-TIME/`, kept and named, so
     pruning and the next `--resume RUN_DIR` follow the new branch. Returns the folder and the
     names moved (None, [] when there were none)."""
-    newer = [p for s, p in list_checkpoints(run_dir) if s > step]
-    if not newer:
+    after = [(s, p) for s, p in list_checkpoints(run_dir) if s > step]
+    if not after:
         return None, []
+    newer = [p for _, p in after]
     best = run_dir / BEST_NAME
-    if best.exists() and _best_step(best, newer) > step:
+    if best.exists() and _best_step(best, after) > step:
         newer.append(best)
     aside = run_dir / time.strftime("abandoned-%Y%m%d-%H%M%S")
     suffix = 1
@@ -173,12 +159,13 @@ def set_aside_newer(run_dir: Path, step: int) -> tuple[Path | None, list[str]]:
     return aside, [p.name for p in newer]
 
 
-def _best_step(best: Path, candidates: list[Path]) -> int:
-    """The step best.pt is at: a hard link is one of `candidates`; a copy is read (mmap)."""
-    for path in candidates:
+def _best_step(best: Path, candidates: list[tuple[int, Path]]) -> int:
+    """The step best.pt is at: a hard link is one of `candidates` (step, path); a copy is read
+    (mmap)."""
+    for saved, path in candidates:
         try:
             if best.samefile(path):
-                return int(CKPT_RE.match(path.name).group(1))
+                return saved
         except OSError:
             continue
     try:

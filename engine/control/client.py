@@ -5,13 +5,12 @@ are acknowledged later by the run's events; a reader thread turns every record t
 sends (the replay of the run so far, then the live stream) into events in a bounded queue
 that `drain_events()` empties; `run()` blocks until the connection ends.
 
-Connecting and reading lines: engine.control.connection; what a viewer says about the run (its
-last checkpoint, how to resume it): engine.control.viewer_facts. Torch-free and textual-free (like
-engine.control.wire and engine.events): a viewer imports only these.
+Torch-free and textual-free, like the wire protocol and the events: a viewer needs neither.
 """
 
 from __future__ import annotations
 
+import getpass
 import itertools
 import os
 import socket
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.control import wire
+from engine.control.carry_on import engine_gone_message
 from engine.control.connection import (
     EngineUnreachable,
     LineReader,
@@ -27,7 +27,6 @@ from engine.control.connection import (
     read_hello,
     socket_path_of,
 )
-from engine.control.viewer_facts import engine_gone_message, viewer_name
 from engine.events import Alert, Event, EventQueue, RunState, StateChanged
 
 DETACHED = "detached"  # what run() returns when the viewer left and the run goes on
@@ -35,6 +34,18 @@ ENGINE_GONE = "engine_gone"  # the code of the Alert when the connection dropped
 SOCKET_ALERT = "socket"  # the code of the Alerts about commands (refused, not delivered)
 _POLL_S = 0.05  # how often run() looks at should_stop
 
+
+def viewer_name() -> str:
+    """Who this viewer is, as others see it: "user@host (tty)"."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    try:
+        tty = os.ttyname(0).removeprefix("/dev/")
+    except OSError:
+        tty = "no tty"
+    return f"{user}@{socket.gethostname()} ({tty})"
 
 class RemoteEngine:
     """One run in another process (or thread), through its control socket.
@@ -117,6 +128,9 @@ class RemoteEngine:
         self._thread.start()
 
     outlives_viewer = True  # EngineHandle: the run goes on when this viewer leaves
+    recorded = False  # a live run
+    resume_from = None  # the run's own process resumed it, if anything did
+    telemetry_enabled = True  # the run's readings, as its process polls them
 
     # EngineHandle: state and events ---------------------------------------------------------
     @property

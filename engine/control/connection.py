@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.control import wire
+from engine.control.carry_on import carry_on
 from engine.control.unix_socket import UntrustedServer, check_server, connect_unix
-from engine.control.viewer_facts import carry_on
 
 
 class EngineUnreachable(ConnectionError):
