@@ -10,7 +10,9 @@ Torch-free and textual-free, like `engine.events`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from engine.events import Event
@@ -41,6 +43,28 @@ class EngineHandle(Protocol):
         ...
 
     @property
+    def recorded(self) -> bool:
+        """Whether the run is over and only replayed from its files: nothing runs to steer
+        (a finished run's view), as opposed to a live run, in the app or attached to."""
+        ...
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The run's directory; None until an in-process run has made it."""
+        ...
+
+    @property
+    def resume_from(self) -> str | os.PathLike[str] | None:
+        """What this run resumed from (a run directory or a checkpoint in one); None for a
+        run that started at step 0 or was not started by this handle."""
+        ...
+
+    @property
+    def telemetry_enabled(self) -> bool:
+        """Whether device readings are to come (an in-process run may be told not to poll)."""
+        ...
+
+    @property
     def replayed_until(self) -> float:
         """The newest time (the run's clock) of the run's past as replayed to this viewer: an
         event at or before it happened before the viewer saw the run (a finished run's files,
@@ -63,6 +87,12 @@ class EngineHandle(Protocol):
         return the final state. `should_stop()` is polled between steps: True means the viewer
         is leaving: a run inside the app stops there as `stop()` does, with a checkpoint; a run
         that outlives its viewer is left running and `run` returns "detached"."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what the handle holds without running it (a connection to the run, for one
+        attached to); the run itself is not stopped. Called when the app drops a handle it
+        built but never ran."""
         ...
 
     def pause(self) -> None:

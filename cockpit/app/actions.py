@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from cockpit.app.key_table import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS
 from cockpit.figures.numbers import fmt_int
@@ -81,16 +82,17 @@ class CommandActions(_AppBase):
         live: the last drained event can be a step behind a quick second press)."""
         if self.view.requested:
             return self.view.requested
-        live = getattr(self.trainer, "state", None) if self.engine_running else None
+        live = self.trainer.state if self.trainer is not None and self.engine_running else None
         return live if isinstance(live, str) else self.state
 
-    def _command(self, name: str, *args: Any, **kwargs: Any) -> bool:
+    def _command(self, name: str, send: Callable[[EngineHandle], None]) -> bool:
+        """`send(handle)` gives the run command `name` (the title of a failure's toast)."""
         trainer = self.trainer
         if trainer is None or not self.engine_running:
             self.notify("no run in progress", severity="warning", timeout=3)
             return False
         try:
-            getattr(trainer, name)(*args, **kwargs)
+            send(trainer)
         except Exception as e:  # noqa: BLE001 - a refused command must not take the UI down
             self.notify(f"{type(e).__name__}: {e}", title=f"{name} failed", severity="error")
             return False
@@ -100,19 +102,19 @@ class CommandActions(_AppBase):
     # not at the key press: rebuilding the footer costs the UI thread tens of milliseconds,
     # which would slow the very step the engine must finish before it can pause.
     def action_pause(self) -> None:
-        if self._command("pause"):
+        if self._command("pause", lambda run: run.pause()):
             self.view.requested = RunState.PAUSED
 
     def action_resume(self) -> None:
-        if self._command("resume"):
+        if self._command("resume", lambda run: run.resume()):
             self.view.requested = RunState.RUNNING
 
     def action_toggle_pause(self) -> None:
         current = self._pause_target_state()
         if current == RunState.PAUSED:
-            if self._command("resume"):
+            if self._command("resume", lambda run: run.resume()):
                 self.view.requested = RunState.RUNNING
-        elif self._command("pause"):
+        elif self._command("pause", lambda run: run.pause()):
             self.view.requested = RunState.PAUSED
 
     def action_checkpoint(self) -> None:
@@ -123,7 +125,7 @@ class CommandActions(_AppBase):
                 self.view.checkpoint_nagged = True
                 self._checkpoint_toast("already saving at the next step boundary", "Checkpoint", 3)
             return
-        if self._command("checkpoint"):
+        if self._command("checkpoint", lambda run: run.checkpoint()):
             self.view.checkpoint_pending, self.view.checkpoint_nagged = True, False
             self.view.checkpoint_said = self._checkpoint_toast(
                 "saving at the next step boundary...", "Checkpoint", 3
@@ -141,10 +143,10 @@ class CommandActions(_AppBase):
         return True
 
     def action_lr_up(self) -> None:
-        self._command("scale_lr", LR_STEP)
+        self._command("scale_lr", lambda run: run.scale_lr(LR_STEP))
 
     def action_lr_down(self) -> None:
-        self._command("scale_lr", 1.0 / LR_STEP)
+        self._command("scale_lr", lambda run: run.scale_lr(1.0 / LR_STEP))
 
     def action_rollback(self) -> None:
         """Back to the last checkpoint with half the LR: at once when paused at a NaN or a
@@ -159,7 +161,7 @@ class CommandActions(_AppBase):
             )
             return
         if self.view.anomaly is not None and self.state == RunState.PAUSED:
-            self._command("rollback", 0.5)
+            self._command("rollback", lambda run: run.rollback(0.5))
             return
         step, path, _ = ckpt
         lost = max(0, self.view.step - step)
@@ -177,14 +179,14 @@ class CommandActions(_AppBase):
 
     def _rollback_answer(self, yes: bool | None) -> None:
         if yes:
-            self._command("rollback", 0.5)
+            self._command("rollback", lambda run: run.rollback(0.5))
 
     def action_sample(self) -> None:
-        if self._command("sample"):
+        if self._command("sample", lambda run: run.sample()):
             self.notify("sampling at the next step boundary...", timeout=3)
 
     def action_evaluate(self) -> None:
-        if self._command("evaluate"):
+        if self._command("evaluate", lambda run: run.evaluate()):
             self.notify("evaluating at the next step boundary...", timeout=3)
 
     def action_lr_dialog(self) -> None:
@@ -198,9 +200,9 @@ class CommandActions(_AppBase):
             return
         op, value = result
         if op == "set":
-            self._command("set_lr", value)
+            self._command("set_lr", lambda run: run.set_lr(value))
         else:
-            self._command("scale_lr", value)
+            self._command("scale_lr", lambda run: run.scale_lr(value))
 
     def action_toggle_x(self) -> None:
         """`t`: the loss x axis cycles steps -> tokens -> training time."""

@@ -234,16 +234,17 @@ class CockpitApp(
             return
         self.trainer = trainer
         self.refresh_offers()  # a read-only viewer or a finished run's view: see offered
-        resume = getattr(trainer, "resume_from", None)
+        resume = trainer.resume_from
         if resume:
             # The preset named on the command line is not the run's: say whose run this is
             # from the start (loading the checkpoint and the data can take seconds).
             name = resumed_preset(resume)
             self.preset = name or os.path.basename(os.path.normpath(run_dir_of(resume)))
             self._status_note = f"resuming {name + ' from ' if name else ''}{resume}..."
-        telemetry = getattr(trainer, "telemetry_enabled", True)  # an in-process run may be told not to
         self.device_panel.set_waiting_note(
-            "waiting for telemetry..." if telemetry else "no telemetry: turned off (--no-telemetry)"
+            "waiting for telemetry..."
+            if trainer.telemetry_enabled
+            else "no telemetry: turned off (--no-telemetry)"
         )
         self.engine_worker = self._run_engine(trainer)
         self.refresh_status()
@@ -327,7 +328,7 @@ class CockpitApp(
     def _summary(self) -> RunSummary | None:
         """The run on screen as the exit report describes it, or None if it never started."""
         info = self.view.info
-        run_dir = getattr(info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
+        run_dir = self.current_run_dir
         if run_dir is None or (info is None and not os.path.isdir(run_dir)):
             return None  # refused before anything was written: nothing to report
         ckpt = self.view.last_checkpoint
@@ -338,7 +339,7 @@ class CockpitApp(
             attached=self.attached,
             detached=self._detaching and self.state not in RunState.ENDED,
             step=self.view.step,
-            start_step=getattr(info, "start_step", 0),
+            start_step=info.start_step if info is not None else 0,
             checkpoint=(ckpt[0], ckpt[1]) if ckpt is not None else None,
         )
 
@@ -371,8 +372,7 @@ class CockpitApp(
         """`j`: the run's interventions, read from its metrics.jsonl (cockpit/screens/journal.py)."""
         from cockpit.screens.journal import JournalScreen
 
-        run_dir = getattr(self.view.info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
-        self.push_screen(JournalScreen(run_dir))
+        self.push_screen(JournalScreen(self.current_run_dir))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for title, description, action in palette_entries():

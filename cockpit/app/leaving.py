@@ -34,12 +34,12 @@ class Leaving(_AppBase):
     @property
     def attached(self) -> bool:
         """The run outlives this app (it was attached to over its socket): leaving detaches."""
-        return self.trainer is not None and bool(getattr(self.trainer, "outlives_viewer", False))
+        return self.trainer is not None and self.trainer.outlives_viewer
 
     @property
     def read_only(self) -> bool:
         """This viewer only watches: the run refuses its commands."""
-        return self.trainer is not None and bool(getattr(self.trainer, "read_only", False))
+        return self.trainer is not None and self.trainer.read_only
 
     @property
     def detached(self) -> bool:
@@ -48,7 +48,7 @@ class Leaving(_AppBase):
 
     def _ask_leave(self) -> None:
         """An attached viewer leaves: detach (the run goes on), stop the run, or cancel."""
-        run_dir = str(getattr(self.trainer, "run_dir", "") or "")
+        run_dir = str(self.trainer.run_dir or "") if self.trainer is not None else ""
         choices = [Choice("d", "Detach", "detach", "primary")]
         if not self.read_only:
             choices.append(Choice("s", "Stop the run", "stop", "error"))
@@ -60,7 +60,7 @@ class Leaving(_AppBase):
         if choice == "detach":
             self.detach()
         elif choice == "stop":
-            self._quit_answer(True)  # as in the app's own run: checkpoint, stop, then exit
+            self.quit_saving()  # as in the app's own run: checkpoint, stop, then exit
 
     def detach(self) -> None:
         """Leave the run as it is and exit: the viewer's connection closes, the run goes on."""

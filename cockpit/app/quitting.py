@@ -82,13 +82,18 @@ class Quitting(_AppBase):
         )
 
     def _quit_answer(self, yes: bool) -> None:
-        """Quit confirmed: stop with a checkpoint and exit once the engine has ended.
+        if yes:
+            self.quit_saving()
+
+    def quit_saving(self) -> None:
+        """Quit as a confirmed `q` does: stop with a checkpoint and exit once the engine has
+        ended (a second quit while it waits exits at once).
 
         There is no time limit: the checkpoint comes at the next step boundary, which can be
         minutes away (a GPU preset on a CPU). The alert line counts down to it and says how to
         force (`_force_exit`); the app exits when the engine's worker ends (`_engine_finished`).
         """
-        if not yes or self._quitting:
+        if self._quitting:
             return
         if not self.engine_running or self.trainer is None:
             self.exit()
@@ -98,7 +103,7 @@ class Quitting(_AppBase):
         # An ended run has nothing left to save; its worker is on its way out anyway. Nor has
         # one still preparing its corpus: the preparation stops at its next piece.
         keep = self.state not in RunState.ENDED and not self.preparing_corpus
-        self._command("stop", checkpoint=keep, reason="quit")
+        self._command("stop", lambda run: run.stop(checkpoint=keep, reason="quit"))
         self._update_quit_note()
         self._quit_timer = self.set_interval(stop_wait_module.NOTE_REFRESH_S, self._update_quit_note)
 

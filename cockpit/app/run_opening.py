@@ -82,11 +82,14 @@ class RunOpening(_AppBase):
     @property
     def viewing_record(self) -> bool:
         """The run on screen is over and drawn from its files: nothing runs to steer."""
-        return bool(getattr(self.trainer, "recorded", False))
+        return self.trainer is not None and self.trainer.recorded
 
     @property
     def current_run_dir(self) -> str | None:
-        run_dir = getattr(self.view.info, "run_dir", None) or getattr(self.trainer, "run_dir", None)
+        info, trainer = self.view.info, self.trainer
+        run_dir = (info.run_dir if info is not None else None) or (
+            trainer.run_dir if trainer is not None else None
+        )
         return str(run_dir) if run_dir else None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -166,7 +169,7 @@ class RunOpening(_AppBase):
             self.call_from_thread(self._cannot, f"Cannot open {run_dir.name}", str(e))
             return
         if get_current_worker().is_cancelled:
-            _close(engine)
+            engine.close()
             return
         self.call_from_thread(self._leave_for, run_dir.name, engine, "opening another run")
 
@@ -176,7 +179,7 @@ class RunOpening(_AppBase):
         question = self._leave_question(label)
 
         def switch() -> None:
-            self._drop_overlay(getattr(engine, "run_dir", None))  # now it is the run itself
+            self._drop_overlay(engine.run_dir)  # now it is the run itself
             self.switch_to(label, lambda: engine, reason=reason)
 
         if question is None:
@@ -187,7 +190,7 @@ class RunOpening(_AppBase):
             if yes:
                 switch()
             else:
-                _close(engine)
+                engine.close()
 
         self.push_screen(
             ConfirmScreen("Open run", question, yes="Open", no="Cancel", purpose="switch"),
@@ -228,8 +231,3 @@ class RunOpening(_AppBase):
     def _cannot(self, title: str, message: str) -> None:
         self._not_busy()
         self.notify(message, title=title, severity="error", timeout=10)
-
-def _close(engine: Any) -> None:
-    close = getattr(engine, "close", None)
-    if callable(close):
-        close()

@@ -130,7 +130,8 @@ class Switching(_AppBase):
             if self.engine_worker is not None:
                 self.engine_worker.cancel()
             return
-        self._command("stop", checkpoint=self.state not in RunState.ENDED, reason=reason)
+        keep = self.state not in RunState.ENDED
+        self._command("stop", lambda run: run.stop(checkpoint=keep, reason=reason))
         # Like quitting, no time limit: the next step boundary can be minutes away.
         self._update_switch_note()
         self._switch_timer = self.set_interval(stop_wait_module.NOTE_REFRESH_S, self._update_switch_note)

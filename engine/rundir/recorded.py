@@ -20,7 +20,9 @@ class RecordedRun:
     """An EngineHandle for a run that is over (see the module doc). Raises RunHistoryError (one
     line) when the directory holds no run, or when an engine still holds it (attach instead)."""
 
-    recorded = True  # what the app asks to tell a finished run's view from a live run's
+    recorded = True  # EngineHandle: a finished run's view, not a live run
+    resume_from = None  # nothing is resumed: the run is only drawn
+    telemetry_enabled = True  # its readings are replayed from its files
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
@@ -58,6 +60,9 @@ class RecordedRun:
 
     def run(self, should_stop: Callable[[], bool] | None = None) -> str:
         return self._state  # over already
+
+    def close(self) -> None:
+        pass  # the files were read at construction: nothing is held
 
     def _refuse(self) -> None:
         message = (

@@ -148,14 +148,14 @@ def step_event(step: int, loss: float, lr: float, grad_norm: float, t: float) ->
     )
 
 
-ENGINE_HINT = "press r to roll back to the last checkpoint with half the LR, or l to lower the LR"
+ENGINE_HINT = "roll back to the last checkpoint with half the LR, or lower the LR"  # in words
 
 
 def anomaly_events(
     anomaly: str, on_anomaly: str, step: int, t: float, preset: str, max_steps: int, scale: float
 ) -> list[Any]:
     """What the engine emits after a NaN, a non-finite gradient or a spike at `step`, in its
-    words (engine/train/trainer.py `_train_step`, `_flush`; engine/train/fault_handler.py `anomaly`, `rollback`)."""
+    words (the trainer's step and read-back, the fault handler's anomaly and rollback)."""
     if anomaly == "gradient":
         fault, code, at = (
             f"non-finite gradient at step {step} (loss 906); the update was not applied",
@@ -346,6 +346,9 @@ class ScriptedTrainer:
     outlives_viewer = False
     read_only = False
     replayed_until = 0.0  # as the in-process engine: a resume's history predates RunStarted
+    recorded = False
+    run_dir = None  # a scripted run writes nothing: its RunStarted names a directory
+    telemetry_enabled = True
 
     def __init__(
         self,
@@ -393,6 +396,9 @@ class ScriptedTrainer:
 
     def drain_events(self) -> list[Event]:
         return self.events.drain()
+
+    def close(self) -> None:
+        pass  # holds nothing to let go
 
     @property
     def dropped_events(self) -> int:
@@ -475,7 +481,7 @@ class ScriptedTrainer:
                     level="warning",
                     code="rollback",
                     step=self.step,
-                    message="no checkpoint to roll back to yet: lower the LR (l) and resume",
+                    message="no checkpoint to roll back to yet: lower the LR and resume",
                     time=self._next_time(),
                 )
             )

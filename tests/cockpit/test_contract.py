@@ -51,11 +51,44 @@ def engines(tmp_path: Any) -> list[Any]:
 def test_the_protocol_has_the_members_the_app_uses() -> None:
     assert set(METHODS) == {
         "pause", "resume", "checkpoint", "set_lr", "scale_lr", "sample", "evaluate", "stop",
-        "rollback", "drain_events", "run",
+        "rollback", "drain_events", "run", "close",
     }  # fmt: skip
     assert set(PROPERTIES) == {
-        "state", "dropped_events", "outlives_viewer", "read_only", "replayed_until"
+        "state", "dropped_events", "outlives_viewer", "read_only", "replayed_until", "recorded",
+        "run_dir", "resume_from", "telemetry_enabled",
     }  # fmt: skip
+
+
+def test_every_handle_has_every_member(tmp_path: Any) -> None:
+    from run_dirs import write_run
+
+    handles = [*engines(tmp_path), RecordedRun(write_run(tmp_path, "over"))]
+    for handle in handles:
+        missing = [name for name in (*PROPERTIES, *METHODS) if not hasattr(handle, name)]
+        assert missing == [], type(handle).__name__
+    for name in (*PROPERTIES, *METHODS):  # an attached run's handle, without connecting
+        assert hasattr(RemoteEngine, name) or name in REMOTE_INSTANCE_ATTRIBUTES, name
+
+
+REMOTE_INSTANCE_ATTRIBUTES = {"run_dir", "read_only", "replayed_until"}  # set on connecting
+
+
+def test_only_a_finished_runs_view_is_recorded(tmp_path: Any) -> None:
+    from run_dirs import write_run
+
+    assert [e.recorded for e in engines(tmp_path)] == [False] * len(engines(tmp_path))
+    assert RemoteEngine.recorded is False
+    recorded = RecordedRun(write_run(tmp_path, "over"))
+    assert recorded.recorded is True and recorded.resume_from is None
+    assert recorded.run_dir == tmp_path / "over"
+
+
+def test_a_trainer_says_where_it_resumed_from(tmp_path: Any) -> None:
+    fresh = real_trainer(tmp_path)
+    assert fresh.resume_from is None and fresh.run_dir == tmp_path / "run"
+    (tmp_path / "run").mkdir()
+    resumed = Trainer(load_preset("tiny"), resume=tmp_path / "run", telemetry=False)
+    assert resumed.resume_from == tmp_path / "run" and resumed.run_dir == tmp_path / "run"
 
 
 def test_fake_engines_cover_the_pilot_tests_variants() -> None:
