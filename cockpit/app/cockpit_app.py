@@ -44,7 +44,7 @@ from cockpit.app.quitting import Quitting
 from cockpit.app.run_events import RunEvents
 from cockpit.app.run_opening import RunOpening
 from cockpit.app.run_starts import ResumeFactory, RunStarts
-from cockpit.app.session_runs import RunSummary, resumed_preset, run_dir_of
+from cockpit.app.session_runs import SessionRun, resumed_preset, run_dir_of
 from cockpit.app.stop_wait import BoundaryWork
 from cockpit.app.switching import Switching
 from cockpit.figures.run_view import RunView
@@ -132,7 +132,7 @@ class CockpitApp(
         # This session's newest step: (event time, step time), for the quit countdown.
         self.last_step_seen: tuple[float, float] | None = None
         self.boundary_work = BoundaryWork()  # and the work due at its boundaries (the same)
-        self._past_runs: list[RunSummary] = []  # runs switched away from, for the exit report
+        self._past_runs: list[SessionRun] = []  # runs switched away from, for the exit report
         self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
         self._pending_preset: str | None = None  # the name of the run to start once this one ended
         self._pending_make: Callable[[], EngineHandle] | None = None  # ... and how (None: a preset)
@@ -325,14 +325,14 @@ class CockpitApp(
         if self.screen_stack:  # not after the app has shut down
             self.screen.refresh()
 
-    def _summary(self) -> RunSummary | None:
+    def _summary(self) -> SessionRun | None:
         """The run on screen as the exit report describes it, or None if it never started."""
         info = self.view.info
         run_dir = self.current_run_dir
         if run_dir is None or (info is None and not os.path.isdir(run_dir)):
             return None  # refused before anything was written: nothing to report
         ckpt = self.view.last_checkpoint
-        return RunSummary(
+        return SessionRun(
             preset=self.preset,
             run_dir=str(run_dir),
             state=self.state,
@@ -351,7 +351,7 @@ class CockpitApp(
         if summary is not None:
             self._past_runs.append(summary)
 
-    def exit_summary(self) -> list[RunSummary]:
+    def exit_summary(self) -> list[SessionRun]:
         """Every run of this session, the current one last (call once the app has closed)."""
         trainer = self.trainer
         if trainer is not None:

@@ -17,8 +17,9 @@ from engine.events import RunState
 
 
 @dataclass(frozen=True)
-class RunSummary:
-    """What leaving the app prints about one run of the session (`format_exit_report`)."""
+class SessionRun:
+    """One run of this app's session, as leaving the app reports it (`format_exit_report`); a
+    run directory's own record is its summary.json, the engine's RunSummary."""
 
     preset: str
     run_dir: str
@@ -36,7 +37,7 @@ class RunSummary:
         return max(0, self.step - saved)
 
 
-def format_exit_report(runs: Sequence[RunSummary], forced: bool = False) -> str:
+def format_exit_report(runs: Sequence[SessionRun], forced: bool = False) -> str:
     """The lines printed once the app has closed: per run its directory, newest checkpoint and
     the command that resumes it; after a forced quit, the steps that were not saved."""
     blocks = []
@@ -72,7 +73,7 @@ def format_exit_report(runs: Sequence[RunSummary], forced: bool = False) -> str:
     return "\n\n".join(blocks) if blocks else "no run was started"
 
 
-def _left_running(run: RunSummary, forced: bool) -> list[str]:
+def _left_running(run: SessionRun, forced: bool) -> list[str]:
     """What a viewer that left a live run says: it goes on, and how to come back."""
     attach = f"cockpit attach {shlex.quote(run.run_dir)}"
     if forced:  # left while the stop it asked for was on its way: the run still saves

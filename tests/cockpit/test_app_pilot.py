@@ -31,7 +31,7 @@ from textual.widgets import Input
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.app.key_table import COMMANDS, PANEL_IDS, help_rows
-from cockpit.app.session_runs import RunSummary, format_exit_report
+from cockpit.app.session_runs import SessionRun, format_exit_report
 from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
 from cockpit.widgets.status import AlertLine
 from engine.events import Alert, CheckpointSaved, StateChanged, Step
@@ -1094,23 +1094,23 @@ def test_ctrl_c_while_quitting_waits_forces_and_reports_what_was_lost() -> None:
 
 
 def test_exit_report_names_the_run_dir_checkpoint_and_resume_command() -> None:
-    saved = RunSummary("tiny", "runs/my run", "stopped", 120, 0, (120, "runs/my run/ckpt-000120.pt"))
+    saved = SessionRun("tiny", "runs/my run", "stopped", 120, 0, (120, "runs/my run/ckpt-000120.pt"))
     assert format_exit_report([saved]).splitlines() == [
         "run dir: runs/my run",
         "last checkpoint: runs/my run/ckpt-000120.pt (step 120)",
         "resume: cockpit --resume 'runs/my run'",
     ]
-    unsaved = RunSummary("default", "runs/d", "stopped", 40, 0, None)
+    unsaved = SessionRun("default", "runs/d", "stopped", 40, 0, None)
     assert format_exit_report([unsaved]).splitlines() == [
         "run dir: runs/d",
         "no checkpoint was saved",
         "start again: cockpit --preset default",
     ]
-    finished = RunSummary("tiny", "runs/f", "finished", 300, 0, (300, "runs/f/ckpt-000300.pt"))
+    finished = SessionRun("tiny", "runs/f", "finished", 300, 0, (300, "runs/f/ckpt-000300.pt"))
     assert format_exit_report([finished]).splitlines()[-1] == (
         "finished; to train on: cockpit --resume runs/f --set train.max_steps=600"
     )
-    behind = RunSummary("tiny", "runs/t", "running", 130, 0, (120, "runs/t/ckpt-000120.pt"))
+    behind = SessionRun("tiny", "runs/t", "running", 130, 0, (120, "runs/t/ckpt-000120.pt"))
     assert "steps 121-130 (10) are lost" in format_exit_report([behind], forced=True)
     # a session that switched presets reports both runs, the current one last
     both = format_exit_report([saved, behind])
@@ -1121,7 +1121,7 @@ def test_a_run_with_no_checkpoint_starts_again_from_its_own_config(tmp_path: Pat
     """`cockpit --preset tiny --data X --set ...` quit before its first checkpoint: starting
     again means that run (its corpus and overrides), which is RUN_DIR/config.toml, not `tiny`."""
     (tmp_path / "config.toml").write_text('name = "tiny"\n')
-    unsaved = RunSummary("tiny", str(tmp_path), "stopped", 0, 0, None)
+    unsaved = SessionRun("tiny", str(tmp_path), "stopped", 0, 0, None)
     assert format_exit_report([unsaved]).splitlines()[-1] == (
         f"start again: cockpit --preset {tmp_path / 'config.toml'}"
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cockpit.app.session_runs import RunSummary, format_exit_report
+from cockpit.app.session_runs import SessionRun, format_exit_report
 from cockpit.app.stop_wait import BoundaryWork, leave_question, quit_note, quit_question, stop_wait
 
 
@@ -43,14 +43,14 @@ def test_an_attached_viewer_is_asked_to_detach_or_stop_naming_the_way_back() -> 
 
 def test_leaving_a_run_that_goes_on_says_how_to_come_back() -> None:
     common = dict(preset="tiny", run_dir="runs/x", step=120, start_step=0, checkpoint=(100, "c"))
-    detached = RunSummary(state="running", attached=True, detached=True, **common)
+    detached = SessionRun(state="running", attached=True, detached=True, **common)
     assert format_exit_report([detached]) == (
         "run dir: runs/x\ndetached at step 120: the run goes on (running); "
         "come back: cockpit attach runs/x"
     )
-    stopping = RunSummary(state="saving", attached=True, **common)
+    stopping = SessionRun(state="saving", attached=True, **common)
     assert "saves a checkpoint and stops on its own" in format_exit_report([stopping], forced=True)
-    stopped = RunSummary(state="stopped", attached=True, **common)
+    stopped = SessionRun(state="stopped", attached=True, **common)
     assert "resume: cockpit --resume runs/x" in format_exit_report([stopped])
     note = quit_note("saving at the next step boundary", attached=True)
     assert "leave now (it still saves and stops)" in note and "without saving" not in note
