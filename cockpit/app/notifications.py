@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cockpit.figures.anomaly import with_keys
 from engine.events import Alert, Event, RunState, StateChanged, Step
 
 STALL_FACTOR = 10.0  # no step for this many times the usual step time: a stall
@@ -44,7 +45,7 @@ def notice_for(event: Event, preset: str) -> Notice | None:
             why = f": {event.reason}" if event.reason else ""
             return Notice(f"cockpit: {preset} failed", f"{preset} failed at step {event.step}{why}")
     if isinstance(event, Alert) and event.level == "error" and event.code in FAULT_CODES:
-        return Notice(f"cockpit: {preset} needs you", f"step {event.step}: {event.message}")
+        return Notice(f"cockpit: {preset} needs you", f"step {event.step}: {with_keys(event.message)}")
     return None
 
 

@@ -9,10 +9,11 @@ plain functions elsewhere (`anomaly_banner`, `status_segments`).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from cockpit.app.notifications import Notifier, StallWatch, notice_for
-from cockpit.figures.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner
+from cockpit.figures.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner, with_keys
 from cockpit.figures.numbers import fmt_int, fmt_loss
 from cockpit.figures.run_view import RunView
 from cockpit.widgets.status import status_segments
@@ -153,6 +154,7 @@ class RunEvents(_AppBase):
         attach's replay): drawn (the banner, the markers) but not toasted; a past warning or
         error leaves the alert line as the steps after it are drawn."""
         code = getattr(ev, "code", "")
+        ev = dataclasses.replace(ev, message=with_keys(ev.message))  # the engine's advice, keyed
         step = f" at step {fmt_int(ev.step)}" if ev.step else ""
         notify = self.notify if announce else _drawn_only
         if code in ANOMALY_CODES and ev.level in ("error", "warning"):

@@ -22,6 +22,28 @@ _ENGINE_ADVICE = re.compile(
     r":\s*paused\b|;\s*rolling back\b|;\s*no checkpoint\b|;\s*\d+ rollbacks?\b|;\s*stopping\b"
 )
 _LOSS_IN_MESSAGE = re.compile(r"\(loss ([^)\s]+)\)|spike at step [\d,]+: ([^\s,;]+)")
+# The engine says what to do in words; the app names its keys for it. Matched as the engine
+# words them, for a run of any version over the socket: one not matched reads as words.
+_KEYED_ADVICE = (
+    (
+        "roll back to the last checkpoint with half the LR, or lower the LR",
+        "press r to roll back to the last checkpoint with half the LR, or l to lower the LR",
+    ),
+    ("paused; lower the LR, then resume", "paused; l lowers the LR, then space resumes"),
+    (
+        "no checkpoint to roll back to yet: lower the LR and resume",
+        "no checkpoint to roll back to yet: lower the LR (l) and resume",
+    ),
+    ("(a checkpoint or resume command retries now)", "(c retries now)"),
+)
+
+
+def with_keys(message: str) -> str:
+    """An engine message with the app's keys for the advice it gives."""
+    for words, keyed in _KEYED_ADVICE:
+        message = message.replace(words, keyed)
+    return message
+
 
 
 @dataclass(frozen=True)

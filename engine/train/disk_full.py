@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 
 RETRY_S = 2.0  # a retry while paused for the disk: a statfs, and the write once there is room
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-FREE_SPACE = "free disk space: the run goes on by itself once there is room (c retries now)"
+FREE_SPACE = (
+    "free disk space: the run goes on by itself once there is room (a checkpoint or resume "
+    "command retries now)"
+)
 
 
 def os_error_behind(error: BaseException) -> OSError | None:

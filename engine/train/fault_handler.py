@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from engine.train.trainer import Trainer
 
 
-NO_CHECKPOINT = "no checkpoint to roll back to yet: lower the LR (l) and resume"
+NO_CHECKPOINT = "no checkpoint to roll back to yet: lower the LR and resume"
 
 
 @dataclass(frozen=True)

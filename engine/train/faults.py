@@ -1,17 +1,29 @@
 """Fault handling as pure rules: when a loss is a spike, what to do about an anomaly, how to
 retry after running out of memory.
 
-The Trainer owns the run and carries the decisions out (pausing, rolling back, stopping); these
-parts only decide, so they are tested with hand-computed cases, without a model.
+These only decide, returning a decision the loop carries out (pausing, rolling back, stopping,
+retrying), so they are tested with hand-computed cases, without a model. Their messages say
+what to do in words: a viewer may add the key it binds to each.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
 ROLLBACK_LR_FACTOR = 0.5  # an automatic rollback halves the LR
-ROLLBACK_HINT = "press r to roll back to the last checkpoint with half the LR, or l to lower the LR"
+ROLLBACK_HINT = "roll back to the last checkpoint with half the LR, or lower the LR"
+LOWER_THEN_RESUME = "lower the LR, then resume"
+
+
+class FaultAction(StrEnum):
+    """What the loop does about a fault."""
+
+    PAUSE = "pause"  # a person decides
+    ROLL_BACK = "rollback"  # to the last checkpoint, with the LR halved
+    STOP = "stop"  # the run fails (keeping its weights when `save_on_stop`)
+    RETRY = "retry"  # the step again, with a smaller micro-batch
 
 
 class SpikeDetector:
@@ -56,7 +68,7 @@ class SpikeDetector:
 class AnomalyDecision:
     """What to do about a NaN or a spike, and what to tell the user."""
 
-    action: Literal["pause", "rollback", "stop"]
+    action: FaultAction  # PAUSE, ROLL_BACK or STOP
     level: Literal["error", "warning"]  # of the alert carrying `message`
     message: str
     failure: str | None = None  # stop: the failed run's final reason
@@ -86,31 +98,35 @@ def decide_anomaly(
     if policy == "rollback" and rollbacks >= max_rollbacks:
         gave_up = f"{message}; {rollbacks} rollbacks did not help"
         return AnomalyDecision(
-            "stop", "error", f"{gave_up}: stopping, resume with a lower LR", failure=gave_up
+            FaultAction.STOP, "error", f"{gave_up}: stopping, resume with a lower LR", failure=gave_up
         )
     if policy == "rollback" and checkpoint_name is not None and checkpoint_problem is None:
         return AnomalyDecision(
-            "rollback", "warning", f"{message}; rolling back to {checkpoint_name} with the LR halved"
+            FaultAction.ROLL_BACK, "warning", f"{message}; rolling back to {checkpoint_name} with the LR halved"
         )
     if checkpoint_problem is not None:
         unreadable = f"{message}; cannot roll back: {checkpoint_problem}"
-        if not interactive:  # nobody to press a key: keep the weights in memory and fail
+        if not interactive:  # nobody to decide: keep the weights in memory and fail
             return AnomalyDecision(
-                "stop", "error", f"{unreadable}: stopping", failure=unreadable, save_on_stop=True
+                FaultAction.STOP,
+                "error",
+                f"{unreadable}: stopping",
+                failure=unreadable,
+                save_on_stop=True,
             )
         return AnomalyDecision(
-            "pause", "error", f"{unreadable}: paused; l lowers the LR, then space resumes"
+            FaultAction.PAUSE, "error", f"{unreadable}: paused; {LOWER_THEN_RESUME}"
         )
-    if not interactive:  # nobody to press a key: keep what there is and fail
+    if not interactive:  # nobody to decide: keep what there is and fail
         no_checkpoint = f"{message}; no checkpoint to roll back to"
         return AnomalyDecision(
-            "stop",
+            FaultAction.STOP,
             "error",
             f"{no_checkpoint}: stopping",
             failure=no_checkpoint,
             save_on_stop=True,
         )
-    return AnomalyDecision("pause", "error", f"{message}: paused; {ROLLBACK_HINT}")
+    return AnomalyDecision(FaultAction.PAUSE, "error", f"{message}: paused; {ROLLBACK_HINT}")
 
 
 def halved_micro_batch(batch_size: int, grad_accum: int) -> tuple[int, int] | None:
@@ -128,6 +144,10 @@ class OutOfMemoryDecision:
     retry: tuple[int, int] | None
     level: Literal["error", "warning"]
     message: str
+
+    @property
+    def action(self) -> FaultAction:
+        return FaultAction.PAUSE if self.retry is None else FaultAction.RETRY
 
 
 def decide_out_of_memory(batch_size: int, grad_accum: int) -> OutOfMemoryDecision:

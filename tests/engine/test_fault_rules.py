@@ -87,11 +87,13 @@ def decide(
     )
 
 
-def test_a_person_watching_gets_a_pause_with_the_keys_that_help() -> None:
+def test_a_person_watching_gets_a_pause_with_what_helps_in_words() -> None:
     d = decide(policy="auto", interactive=True)
     assert (d.action, d.level, d.failure) == ("pause", "error", None)
-    assert d.message.startswith("loss is not finite at step 15: paused; press r")
-    assert "l to lower the LR" in d.message
+    assert d.message == (
+        "loss is not finite at step 15: paused; roll back to the last checkpoint with half the "
+        "LR, or lower the LR"
+    )
 
 
 def test_unattended_rolls_back_to_the_named_checkpoint() -> None:

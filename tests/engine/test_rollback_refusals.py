@@ -164,4 +164,5 @@ def test_an_unreadable_checkpoint_is_decided_as_none_and_the_line_says_why() -> 
         checkpoint_problem=problem,
         **args,
     )
-    assert watched.action == "pause" and "press r" not in watched.message  # r cannot help
+    assert watched.action == "pause" and "roll back to" not in watched.message  # it cannot help
+    assert watched.message.endswith(": paused; lower the LR, then resume")
