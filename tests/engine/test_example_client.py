@@ -1,7 +1,7 @@
-"""examples/lower_lr_at.py, the README's example client of the control socket, against a real
-headless run in its own process: it lowers the LR and says so, the run's metrics.jsonl records
-the change, a refusal and a run that ends first are one line each, and the README shows the
-file as it is."""
+"""examples/lower_lr_at.py, the example client of the control socket, against a real headless
+run in its own process: it lowers the LR and says so, the run's metrics.jsonl records the change,
+a refusal and a run that ends first are one line each, and the wire protocol's page
+(docs/reference/wire.md) shows the file as it is."""
 
 from __future__ import annotations
 
@@ -98,12 +98,12 @@ def test_bad_input_and_no_run_are_one_line_and_exit_2(
     assert one_line(done.stderr).startswith(f"lower_lr_at: {says}"), done.stderr
 
 
-def test_the_readme_shows_the_example_as_it_is() -> None:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### The control socket (wire protocol)") :]
+def test_the_wire_protocol_page_shows_the_example_as_it_is() -> None:
+    page = (REPO / "docs" / "reference" / "wire.md").read_text()
+    section = page[page.index("\n## An example client\n") :]
     start = section.index("```python\n") + len("```python\n")
-    block = section[start : section.index("\n```\n", start) + 1]
-    assert block == EXAMPLE.read_text()
+    block = section[start : section.index("\n```", start) + 1]
+    assert block == EXAMPLE.read_text(), "copy examples/lower_lr_at.py into docs/reference/wire.md"
 
 
 def test_the_example_needs_only_the_standard_library() -> None:
