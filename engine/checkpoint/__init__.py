@@ -1,1 +1,12 @@
 """Checkpoints: names, atomic save, restore, DCP shards, the rules of a resume."""
+
+from engine import lazy_exports
+
+# module -> the names it gives the rest of the code; each is imported when first asked for
+_EXPORTS = {
+    "engine.checkpoint.names": ("latest_checkpoint", "list_checkpoints", "step_of"),
+    "engine.checkpoint.store": ("CheckpointError", "is_sharded", "load_checkpoint"),
+    "engine.checkpoint.resume": ("ResumeFinished", "plan_resume"),
+    "engine.checkpoint.trained": ("TrainedModel", "load_trained"),
+}
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

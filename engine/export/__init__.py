@@ -2,8 +2,8 @@
 
 One module per format, each with `export(target: Path, out: Path) -> ExportResult` and a
 `DEFAULT_NAME` (where the output goes inside the run directory's `export/` folder when no
---out is given). Weight formats read a checkpoint (a RUN_DIR means its best, else its latest:
-engine/checkpoint/trained.py); metric formats read the run directory's metrics.jsonl.
+--out is given). Weight formats read a checkpoint (a RUN_DIR means its best, else its latest);
+metric formats read the run directory's metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -12,6 +12,16 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+
+__all__ = [
+    "FORMATS",
+    "ExportError",
+    "ExportResult",
+    "default_out",
+    "format_module",
+    "refuse_run_files",
+    "run_dir_of",
+]
 
 # format -> (module, what it reads, one line for --help)
 FORMATS: dict[str, tuple[str, str, str]] = {

@@ -1,1 +1,16 @@
 """A run's directory: lock, metrics log and its readers, summary, history, journal, sinks."""
+
+from engine import lazy_exports
+
+# module -> the names it gives the rest of the code; each is imported when first asked for
+_EXPORTS = {
+    "engine.rundir.layout": ("create_run_dir", "default_run_dir"),
+    "engine.rundir.lock": ("check_not_in_use",),
+    "engine.rundir.metrics_log": ("MetricsWriter", "read_records"),
+    "engine.rundir.summary": ("METRICS_NAME", "RunSummary", "facts_problem", "read_summary", "size_on_disk"),
+    "engine.rundir.history": ("RunCurves", "read_curves"),
+    "engine.rundir.journal": ("Entry", "JournalTail"),
+    "engine.rundir.recorded": ("RecordedRun",),
+    "engine.rundir.sinks": ("summary_writer_class",),
+}
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
