@@ -145,7 +145,7 @@ class RunStarted(Event):
     peak_flops: float = 0.0  # FLOP/s the MFU is measured against
     peak_source: str = ""  # "table: H100 bf16" or "measured: ..."
     notes: tuple[str, ...] = ()  # a resume: what it changed or kept, one line each
-    data_source: dict[str, Any] | None = None  # the corpus: engine.data.record.source_record()
+    data_source: dict[str, Any] | None = None  # the corpus, as source_record() records it
     train_time_s: float = 0.0  # training time already done before this session (a resume)
 
 
@@ -282,7 +282,7 @@ class Telemetry(Event):
 
 @dataclass(frozen=True)
 class RankReading:
-    """One rank of a torchrun world over the last report interval (engine/distributed/rank_report.py)."""
+    """One rank of a torchrun world over the last report interval."""
 
     rank: int
     host: str

@@ -3,7 +3,7 @@
 A file is written under a temporary name beside its destination, fsynced, then renamed over
 it: a crash at any moment leaves either the old file or the new one, never a partial one. The
 temporary name is `.NAME.XXXX.tmp` (a run's leftovers, `.ckpt-*.tmp`, are cleared by
-`engine.checkpoint.store.remove_partial_saves` when the run directory is next used).
+`remove_partial_saves` when the run directory is next used).
 
 Nothing is written through a link someone planted: the temporary file is created new
 (O_EXCL, O_NOFOLLOW), and the rename replaces a link at the name rather than following it; a

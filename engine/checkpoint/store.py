@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-# The names are engine.checkpoint.names' (torch-free); the store is where the engine reads them.
+# The checkpoint names are torch-free (a viewer lists them); the engine reads them here too.
 from engine.checkpoint.names import BEST_NAME as BEST_NAME
 from engine.checkpoint.names import BEST_SHARDED as BEST_SHARDED
 from engine.checkpoint.names import SHARDED as SHARDED
@@ -215,7 +215,7 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
 
 def _load_sharded_meta(path: Path) -> dict[str, Any]:
     """A sharded checkpoint's meta.pt: all but the weights and optimizer state, which stay in
-    its shards (engine/distributed/sharded.py loads them; `state["_sharded"]` says so)."""
+    its shards (which the sharded loader reads; `state["_sharded"]` says so)."""
     from engine.distributed.sharded import META_NAME
 
     try:

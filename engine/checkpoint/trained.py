@@ -39,7 +39,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 @dataclass
 class TrainedModel:
-    model: Any  # engine.model.gpt.GPT, in eval mode
+    model: Any  # the GPT (imported only when one is loaded), in eval mode
     cfg: RunConfig
     tokenizer: Tokenizer
     state: dict[str, Any]  # the checkpoint (weights included)

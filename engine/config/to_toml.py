@@ -3,7 +3,7 @@
 
 Only the value types a config holds are written (strings, integers, finite floats, booleans,
 lists of strings), so the writer is a few lines; every file it writes reads back with
-`tomllib` into the same config (tests/engine/test_config_toml.py).
+`tomllib` into the same config (a test holds it to that).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a live run's viewer is sent when it attaches or falls behind: the run's replay.
 
-`LiveReplay` keeps, as the run emits them (engine/control/server.py hands it every event):
-run_started; the history records (engine/rundir/metrics_log.py's HISTORY_KINDS), steps thinned in
+`LiveReplay` keeps, as the run emits them (the server hands it every event): run_started; the
+history records (HISTORY_KINDS, those a metrics log reads back), steps thinned in
 memory so a long run stays small; the newest viewer and command records (who attached and did
 what); and the run's present: the newest state, memory breakdown and rank rows, recent device
 readings and the faults since it last went running. History records are encoded to wire lines

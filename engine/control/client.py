@@ -113,8 +113,8 @@ class RemoteEngine:
             [v for v in viewers if isinstance(v, dict)] if isinstance(viewers, list) else []
         )
         self._sock.settimeout(send_timeout_s)  # the reader's recv wakes up as often: harmless
-        # engine/control/server.py's client hello (not a command): who this viewer is, and
-        # whether it only watches
+        # the client's hello to the server (not a command): who this viewer is, and whether it
+        # only watches
         intro: dict[str, Any] = {"who": viewer_name() if who is None else who}
         if read_only:
             intro["read_only"] = True

@@ -2,11 +2,11 @@
 
 A run is live when its `control.sock` greets a connection with the wire protocol's hello; a
 socket left by a killed run refuses the connection and is skipped, and so is one served by
-another uid than ours (engine/control/unix_socket.py's check_server: not our run's, whatever it says).
+another uid than ours (check_server: not our run's, whatever it says).
 The probe reads the hello line only (the run at a glance: state, step, loss, tokens/s, who else
 is attached) and hangs up.
 
-Torch-free and textual-free: `cockpit ps` imports only this and engine.control.wire.
+Torch-free and textual-free: `cockpit ps` imports only this and the wire protocol.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""A run's control socket: every run serves RUN_DIR/control.sock (engine/control/wire.py's protocol).
+"""A run's control socket: every run serves RUN_DIR/control.sock (the wire protocol).
 
-The run's lock is engine/rundir/lock.py's, its socket addresses engine/control/unix_socket.py's, a
-viewer's connection and bounded queue engine/control/viewer.py's, the replay a viewer is sent
-engine/control/catch_up.py's. `ControlServer` listens and accepts, and is a sink of the run's
+`ControlServer` listens and accepts, and is a sink of the run's
 events: on the training thread it only appends each event to every viewer's bounded queue (no
 I/O, no JSON there); per viewer a writer thread encodes and sends, and a reader thread takes
 commands and hands them to the run's thread-safe command methods. A viewer that falls behind is
@@ -10,7 +8,7 @@ resynchronised (its queue cleared, then `{"kind": "resync", ...}` and the replay
 waited for.
 
 Torch-free: it needs only the run's command methods, its `state`, an alert callback and the
-run's `emit` (a viewer's attach, detach and commands are recorded: engine/rundir/journal.py reads them).
+run's `emit` (a viewer's attach, detach and commands are recorded: the run's journal reads them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One viewer of a run's control socket (engine/control/server.py): its connection and its queue.
+"""One viewer of a run's control socket: its connection and its queue.
 
 The run's thread appends each event to every viewer's queue and never waits for one: a queue
 that reaches its bound is cleared and the viewer marked for a resync (its writer then sends

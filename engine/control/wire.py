@@ -17,16 +17,16 @@ for: its queue is cleared and it is sent `{"kind": "resync", ...}` (the hello's 
 replay again and `{"kind": "live"}`; a client keeps what it already has and skips repeats.
 A viewer's attach and detach (kind "viewer") and each command it sends (kind "command", just
 before the command is queued) are records of the run too: in metrics.jsonl, in the live stream,
-and the newest 500 in every replay (the intervention journal: who did what, engine/rundir/journal.py).
+and the newest 500 in every replay (the intervention journal: who did what).
 When the run ends the server sends the final records and closes the connection; from its
 final state on, a command is refused ("the run has stopped; it takes no more commands") and
 nothing of the viewers' is recorded: the final state is the run's last record. A peer of
 another user is sent one refusal, `{"kind": "reply", "id": null, "ok": false, "error": ...}`,
 before any hello, and the connection is closed; a client in turn talks only to a server of
-its own uid (engine/control/unix_socket.py's check_server, before it sends anything).
+its own uid (check_server, before it sends anything).
 
 Client to server: `{"cmd": NAME, "id": ID, ...arguments}`; the commands are the
-EngineHandle's (engine/contract.py) with their keyword arguments: pause, resume, checkpoint,
+EngineHandle's (the engine's contract) with their keyword arguments: pause, resume, checkpoint,
 sample, evaluate, set_lr (lr), scale_lr (factor), stop (checkpoint, reason), rollback
 (lr_factor). `id` is any JSON value the client chooses, echoed in the reply. A message is at
 most 32 arrays or objects deep (MAX_DEPTH), its integers at most 4,300 digits (Python's limit);

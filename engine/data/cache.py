@@ -2,7 +2,7 @@
 prefix, remove one safely. Pure functions over the file system, for `cockpit data ls|rm`.
 
 A prepared corpus is a directory directly inside the cache folder, named
-`{source}-{tokenizer}-{12 hex digits}` by engine/data/cache_dirs.py, holding meta.json and its token files.
+`{source}-{tokenizer}-{12 hex digits}`, holding meta.json and its token files.
 meta.json is written last, so a directory without a readable one is an interrupted preparation.
 meta.json is read tolerantly: keys that an older or newer format lacks are None, never an error.
 """
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# engine/data/cache_dirs.py's prepared_dir: slug, tokenizer slug, then 12 hex digits of the cache key.
+# as prepared_dir names them: slug, tokenizer slug, then 12 hex digits of the cache key.
 PREPARED_NAME = re.compile(r"^[a-z0-9_.-]+-[0-9a-f]{12}$")
 INCOMPLETE = "incomplete (interrupted preparation)"
 BUSY = "being prepared now"
 OLD_FORMAT = "old format (no longer used: remove it)"
-LOCK_FILE = ".lock"  # engine/data/prepared.py: held by the process preparing the directory
+LOCK_FILE = ".lock"  # held by the process preparing the directory
 
 
 class CacheError(ValueError):
@@ -140,7 +140,7 @@ def _files_match(path: Path, meta: dict[str, Any]) -> bool:
     }
     for name, count in expected.items():
         file = path / name
-        # Only the layouts engine/data/preparation.py writes are checked; a file that is absent is trusted.
+        # Only the layouts a preparation writes are checked; a file that is absent is trusted.
         if itemsize and count is not None and file.exists():
             if file.stat().st_size != count * itemsize:
                 return False

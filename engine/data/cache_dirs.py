@@ -1,8 +1,7 @@
 """Where prepared corpora live: the cache folder, the directory each corpus prepares into, and
 the one-line error when that folder cannot be written.
 
-A corpus's directory is `{source slug}-{tokenizer slug}-{12 hex digits of its cache key}`;
-engine/data/cache.py lists and removes them, engine/data/prepared.py writes what is inside.
+A corpus's directory is `{source slug}-{tokenizer slug}-{12 hex digits of its cache key}`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The errors of corpus preparation, shared by engine.data.preparation and the modules it is made of."""
+"""The errors of corpus preparation, shared by all its steps."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Where a run's corpus is: resolve_source() turns data.source (or --data) into a Source: the
-offline Python docs, Tiny Shakespeare (engine/data/tinyshakespeare.py), or the user's file or folder
-of corpus files (text, JSON lines, Parquet), listed in a stable order."""
+offline Python docs, Tiny Shakespeare, or the user's file or folder of corpus files (text,
+JSON lines, Parquet), listed in a stable order."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """Preparing a run's corpus: prepare() finds the source, reuses its token file or builds it
 once (under the directory's lock), and loads the run's train/val split of it, memory-mapped.
 
-The source (the offline Python docs, Tiny Shakespeare, or the user's own text, JSON lines or
-Parquet files) is found by engine/data/locator.py; its prepared directory, in a cache folder
-keyed by the source and the tokenizer, is named by engine/data/cache_dirs.py; the token file is built
-by engine/data/build.py and written through engine/data/prepared.py. Every problem a user
-can cause is a DataError whose one-line message names the problem and the fix.
+The source is the offline Python docs, Tiny Shakespeare, or the user's own text, JSON lines or
+Parquet files; its prepared directory is in a cache folder, keyed by the source and the
+tokenizer; the token file is built once and written atomically. Every problem a user can
+cause is a DataError whose one-line message names the problem and the fix.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from engine.events import DataProgress
 
 __all__ = [
     "STAND_IN_NOTE",
-    "DataError",  # defined in engine/data/errors.py; imported from here in many places
+    "DataError",  # imported from here in many places
     "PreparedData",
     "check_length",
     "data_available",

@@ -1,5 +1,5 @@
 """The corpus a run trained on, as its checkpoints and run_started record keep it (recorded at
-the start; engine/data/resumed_corpus.py checks it when the run resumes): where it came from, its
+the start, checked when the run resumes): where it came from, its
 sha256 and its tokenizer, with a fingerprint of the vocabulary."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The corpus a resumed run trains on: the one its checkpoint recorded (engine.data.record's
-source_record), found again, checked by sha256 and vocabulary, or refused with one line. It
+"""The corpus a resumed run trains on: the one its checkpoint recorded (its source
+record), found again, checked by sha256 and vocabulary, or refused with one line. It
 uses the preparation's own helpers: the same cache, the same hashing."""
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def fetch_tinyshakespeare(cache_dir: Path, download: bool) -> Path:
 
 
 def _atomic_write(path: Path, content: bytes) -> None:
-    """Bytes to `path` through engine/files.py, making its folder first."""
+    """Bytes to `path`, atomically, making its folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: f.write(content))
 

@@ -8,8 +8,8 @@ empty cell. Nested values are flattened: `gpus.0.util_percent`, `cpu_per_core.3`
 strings is one cell joined by "; ". run_started is left out: config.json and config.toml hold
 the run's configuration.
 
-Only the branch the run ended on is written (engine/export/metrics_records.py: points a resume
-from an older checkpoint or a rollback abandoned are left out). The file is read line by line
+Only the branch the run ended on is written (points a resume from an older checkpoint or a
+rollback abandoned are left out). The file is read line by line
 (one pass for the branches, one for the headers, one to write): memory stays small.
 """
 

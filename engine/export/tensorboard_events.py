@@ -1,8 +1,8 @@
 """`cockpit export --format tensorboard`: a run's metrics.jsonl as TensorBoard event files.
 
-The same scalars and texts as the live sink (`[log] tensorboard`), through the same mapping
-(engine/rundir/tensorboard_scalars.py), at the records' own steps and wall times. Only the branch the
-run ended on is written (engine/export/metrics_records.py): points of a branch abandoned by a
+The same scalars and texts as the live sink (`[log] tensorboard`), through the same mapping, at
+the records' own steps and wall times. Only the branch the run ended on is written: points of a
+branch abandoned by a
 resume from an older checkpoint or by a rollback are left out, which is what TensorBoard shows
 of the live log too. A live run is exported as far as its metrics file went when the export
 started. The file is read line by line; memory stays small however long the run.

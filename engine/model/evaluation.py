@@ -26,9 +26,9 @@ from engine.model.sampling import start_token, unknown_characters
 
 # Evaluation windows are drawn from their own seed, apart from training's and sampling's.
 EVAL_SEED_OFFSET = 3
-# The most val tokens a whole-split evaluation reads (a constant, not a config key: the config
-# schema is engine/config/run_config.py's). A corpus of billions of tokens can have a val split of hundreds
-# of millions: reading it all at every eval is an epoch, not an evaluation.
+# The most val tokens a whole-split evaluation reads (a constant, not a config key). A corpus of
+# billions of tokens can have a val split of hundreds of millions: reading it all at every eval
+# is an epoch, not an evaluation.
 FULL_VAL_MAX_TOKENS = 10_000_000
 
 
@@ -63,8 +63,8 @@ class Evaluator:
     def split_loss(
         self, tokens: np.ndarray, *, full: bool, max_windows: int | None = None
     ) -> float:
-        """Mean loss over the evaluation windows of one split (engine/data/batches.py); a full
-        evaluation reads at most `max_windows` windows."""
+        """Mean loss over the evaluation windows of one split; a full evaluation reads at most
+        `max_windows` windows."""
         cfg = self.cfg
         world = self.world
         split = self.split_over_ranks and world.distributed  # round-robin shares

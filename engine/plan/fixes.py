@@ -1,7 +1,7 @@
 """What to change when a configuration will not fit: the memory plan's fixes, and the refusal.
 
 `suggest_fixes` tries each change one at a time on top of the configuration, cheapest in speed
-first, and plans it again (engine/plan/planner.py) in the same world and mode. `check_fits` is the
+first, and plans it again in the same world and mode. `check_fits` is the
 pre-flight check a run makes: the plan, or one ConfigError naming the best fix that fits.
 """
 
@@ -100,7 +100,7 @@ def suggest_fixes(
         ("muon", "one state tensor for matrices"),
     ):
         if parallel == "fsdp" and name not in FSDP_OPTIMIZERS:
-            continue  # needs whole matrices (engine.distributed.parallel refuses it under FSDP)
+            continue  # needs whole matrices (an FSDP run refuses it)
         if name != cfg.optim.name and optimizer_state_bytes(
             param_shapes(cfg, vocab_size), name
         ) < optimizer_state_bytes(param_shapes(cfg, vocab_size), cfg.optim.name):

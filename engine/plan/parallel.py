@@ -1,15 +1,15 @@
-"""The memory plan's per-device arithmetic for a torchrun world (engine/plan/planner.py uses it).
+"""The memory plan's per-device arithmetic for a torchrun world.
 
 FSDP2 gives each rank a shard of every parameter, its gradient and its optimizer state, and adds
 the all-gathered working set; DDP keeps a whole replica on each rank and adds its gradient
-buckets. `parallel` is engine.distributed.parallel's ParallelPlan.mode.
+buckets. `parallel` is a ParallelPlan's mode.
 """
 
 from __future__ import annotations
 
 from math import prod
 
-PLAN_MODES = ("single", "ddp", "fsdp")  # engine.distributed.parallel's ParallelPlan.mode
+PLAN_MODES = ("single", "ddp", "fsdp")  # a ParallelPlan's modes
 
 
 def check_plan_mode(world_size: int, parallel: str) -> None:

@@ -1,13 +1,11 @@
 """The pre-flight memory plan: the peak memory of one device of a run, before anything is allocated.
 
 Weights, gradients and optimizer state are computed exactly from the parameter shapes (the
-model is built on the meta device, so nothing is allocated). Activations use the estimate in
-`engine.plan.memory`. What to change when it does not fit is engine/plan/fixes.py's; the plan as
-text, engine/plan/report.py's; sizes in bytes read and written, engine/config/byte_sizes.py's.
+model is built on the meta device, so nothing is allocated). Activations are estimated.
 
 Under torchrun the plan is per device: FSDP divides weights, gradients and optimizer state by
 the world size and adds the all-gathered working set; DDP divides nothing and adds its gradient
-buckets (that arithmetic: engine/plan/parallel.py). Each rank's micro-batch, and so its
+buckets. Each rank's micro-batch, and so its
 activations, is the single process's.
 """
 
@@ -130,8 +128,8 @@ def plan_memory(
     world_size: int = 1,
     parallel: str = "single",
 ) -> MemoryPlan:
-    """Peak memory of one device of the run: `parallel` is engine.distributed.parallel's mode ("single"
-    for one process, else "ddp" or "fsdp" over `world_size` ranks)."""
+    """Peak memory of one device of the run: `parallel` is a ParallelPlan's mode ("single" for
+    one process, else "ddp" or "fsdp" over `world_size` ranks)."""
     check_plan_mode(world_size, parallel)
     shapes = param_shapes(cfg, vocab_size)
     n_params = sum(prod(s) for _, s in shapes)

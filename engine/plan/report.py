@@ -1,6 +1,6 @@
 """The memory plan as text (`cockpit plan`): the configuration, how a torchrun world divides the
 work, each part's bytes and share of the device, the verdict, what the distributed rows estimate
-rather than count, and the fixes (engine/plan/fixes.py) with their new peaks.
+rather than count, and the fixes with their new peaks.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """A run's loss curves read back from its files, fast enough for a million steps.
 
 `read_curves(run_dir)` gives every step's loss with its tokens and training time, and every
-eval, as numpy arrays (`RunCurves`): what an overlay of that run on another's loss curve draws
-(cockpit/figures/overlay.py). It reads a run as engine/rundir/metrics_log.py's read_history does, from one pass
-over metrics.jsonl's bytes (engine/rundir/metrics_scan.py; a million steps in about 1.5 s on two cores:
-bench/open_run.py). A finished run's replay, read with the same scanner, is
-engine/rundir/replay.py's. Torch-free and textual-free.
+eval, as numpy arrays (`RunCurves`): what an overlay of that run on another's loss curve draws.
+It reads a run as read_history does, from one pass over metrics.jsonl's bytes (a million steps
+in about 1.5 s on two cores: bench/open_run.py); a finished run's replay is read with the same
+scanner. Torch-free and textual-free.
 """
 
 from __future__ import annotations
@@ -70,8 +69,7 @@ def _train_clock(scan: Scan) -> np.ndarray:
 def read_curves(run_dir: Path) -> RunCurves:
     """Every step's loss (with its tokens and training time) and every eval of the run in
     `run_dir`, read as read_history reads a run (the later record of a step wins, a resume drops
-    the branch it abandoned, a line cut by a crash is skipped). RunHistoryError
-    (engine/rundir/metrics_scan.py): one line."""
+    the branch it abandoned, a line cut by a crash is skipped). RunHistoryError: one line."""
     scan = scan_metrics(run_dir, replay=False)
     _, started = newest_run_started(scan, run_dir)
     tokens_per_step = int(started.get("tokens_per_step") or 0)

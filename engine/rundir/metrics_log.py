@@ -29,8 +29,8 @@ class MetricsWriter:
 
     A write that fails (a full disk) loses nothing: the bytes not written stay in memory, up to
     MAX_UNWRITTEN_BYTES (beyond that new lines are counted in `lost`), `failure` says why, and
-    `on_failure()` is called once, from whichever thread emitted (the run queues its pause,
-    engine/train/disk_full.py); `retry()` writes them once there is room again.
+    `on_failure()` is called once, from whichever thread emitted (the run queues its pause);
+    `retry()` writes them once there is room again.
     """
 
     FLUSH_ON = {"eval", "checkpoint", "state", "alert", "run_started", "lr_changed", "sample"}
@@ -57,7 +57,7 @@ class MetricsWriter:
         """Start writing to `path` (appending), held lines first."""
         with self._lock:
             self.path = path
-            # never through a planted link (a ConfigError naming it): see engine/files.py
+            # never through a planted link (a ConfigError naming it)
             self._file = open_for_append(path)
             failed = not self._write()
         if failed and self.on_failure is not None:

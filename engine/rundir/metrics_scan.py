@@ -1,9 +1,9 @@
-"""metrics.jsonl taken apart in one pass over its bytes: the scanner that engine/rundir/history.py
-(a run's loss curves) and engine/rundir/replay.py (a finished run's replay) both read a run with.
+"""metrics.jsonl taken apart in one pass over its bytes: the scanner that a run's loss curves and a
+finished run's replay are both read with.
 
 `scan_metrics(run_dir, replay)` gives one row per line, in file order (the resume semantics need
 it): the step records' numbers as numpy columns, every other record parsed. `kept_steps` and
-`kept_others` pick the records that count as engine/rundir/metrics_log.py's read_history counts them
+`kept_others` pick the records that count as read_history counts them
 (the later record of a step wins, a resume drops the branch it abandoned). Torch-free and
 textual-free.
 """

@@ -1,7 +1,7 @@
 """A run that is over, drawn from its files: `RecordedRun`, an EngineHandle that only replays.
 
 The app opens a finished (stopped, failed, crashed) run with it exactly as it holds a live one:
-the first drain hands over the run's replay (engine/rundir/replay.py's read_replay), every later
+the first drain hands over the run's replay (read_replay), every later
 one only the refusals of commands, since there is nothing to steer. Torch-free and
 textual-free.
 """

@@ -1,9 +1,9 @@
 """A finished run's replay read back from its files: `read_replay(run_dir)` gives the events
-that draw every panel of a run that is over (what engine/rundir/recorded.py's RecordedRun hands the
-app), read with engine/rundir/metrics_scan.py's one pass over metrics.jsonl's bytes as
-engine/rundir/metrics_log.py's read_history reads a run (or, for a run whose steps are in order with
-none retrained, by its fast way: only the kept step lines parsed; the same events). Steps are thinned evenly to REPLAY_STEPS, as
-the control socket's replay of a live run is. Torch-free and textual-free.
+that draw every panel of a run that is over (what RecordedRun hands the app), read in one pass
+over metrics.jsonl's bytes as read_history reads a run (or, for a run whose steps are in order
+with none retrained, by its fast way: only the kept step lines parsed; the same events). Steps
+are thinned evenly to REPLAY_STEPS, as the control socket's replay of a live run is. Torch-free
+and textual-free.
 """
 
 from __future__ import annotations

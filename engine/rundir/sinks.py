@@ -2,7 +2,7 @@
 
 A sink is called on the training thread for every event, so the TensorBoard sink only puts
 the event on a bounded queue (never blocking: when the queue is full the event is dropped and
-counted) and a daemon thread turns it into scalars (engine/rundir/tensorboard_scalars.py) and writes.
+counted) and a daemon thread turns it into scalars and writes them.
 """
 
 from __future__ import annotations

@@ -349,7 +349,7 @@ def write_summary(run_dir: Path, summary: RunSummary) -> None:
 
 
 def clear_stale_temps(run_dir: Path) -> None:
-    """Remove the `.summary.json.XXXX.tmp` files (engine/files.py's temporaries) that writers
+    """Remove the `.summary.json.XXXX.tmp` files (atomic_write's temporaries) that writers
     killed mid-write left, once they are STALE_TEMP_S old: a writer at work now keeps its own."""
     now = time.time()
     for temp in run_dir.glob(f".{SUMMARY_NAME}.*.tmp"):

@@ -1,6 +1,6 @@
 """The one mapping from cockpit's records to TensorBoard scalars and texts.
 
-The live sink (engine/rundir/sinks.py) and `cockpit export --format tensorboard` both write
+The live sink and `cockpit export --format tensorboard` both write
 through `write_record`, so a run logged live and the same run exported from metrics.jsonl
 show the same tags, values, steps and wall times. The input is a metrics.jsonl record
 (`Event.to_record()`); x is always the record's step.

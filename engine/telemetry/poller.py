@@ -4,9 +4,9 @@ The poller runs beside the training loop, never inside it: NVML calls take a few
 each and can block when a device misbehaves, so nothing in the hot loop may wait on them. Each
 poll becomes one `Telemetry` event handed to a callback (usually `EventQueue.put`).
 
-Backends (the interface: engine.telemetry.backend):
-- `NvmlBackend` (engine.telemetry.nvml): every visible GPU plus the host stats, source "nvml".
-- `PsutilBackend` (engine.telemetry.host): host stats only, source "psutil". The fallback on
+Backends (one interface):
+- `NvmlBackend`: every visible GPU plus the host stats, source "nvml".
+- `PsutilBackend`: host stats only, source "psutil". The fallback on
   machines without an NVIDIA driver.
 """
 
