@@ -30,6 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "docs" / "reference"
 WIDTH = 100  # prose and table source lines are wrapped here (the docs' limit is 120)
+USAGE_WIDTH = 80  # a usage line as wide as the site's code blocks, so it needs no scrolling
 HEADER = (
     "<!-- Generated from the code by docs/gen_reference.py: change the code or that script's\n"
     "     templates, then run python docs/gen_reference.py -->\n"
@@ -67,12 +68,16 @@ def code(text: str) -> str:
 
 def html_table(headers: Iterable[str], rows: Iterable[tuple[str, list[str]]]) -> str:
     """A table whose source lines stay under WIDTH however long a help text is (a Markdown
-    table row is one line). `rows` are (the row's id or "", its cells as HTML)."""
+    table row is one line). `rows` are (the row's id or "", its cells as HTML); the first cell
+    is the row's name."""
     lines = ["<table>", "<thead><tr>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr></thead>"]
     lines.append("<tbody>")
     for row_id, cells in rows:
         line = f'<tr id="{row_id}">' if row_id else "<tr>"
-        for piece in [*(f"<td>{c}</td>" for c in cells), "</tr>"]:
+        # the first column names the row: kept on one line (Material breaks code anywhere)
+        first, *rest = cells
+        pieces = [f'<td style="white-space:nowrap">{first}</td>', *(f"<td>{c}</td>" for c in rest)]
+        for piece in [*pieces, "</tr>"]:
             if len(line) + len(piece) <= WIDTH:
                 line += piece
                 continue
@@ -151,7 +156,13 @@ def cli_page() -> str:
     parts.append(_command_text(parser, parser.description or "", top=True))
     for name, help_text, subparser in _subcommands(parser):
         parts.extend(_command_section(name, help_text, subparser, level=2))
-    return "\n".join(parts).rstrip("\n") + "\n"
+    page = "\n".join(parts).rstrip("\n") + "\n"
+    headings = [h.replace(" ", "-") for h in re.findall(r"^#+ `(cockpit[^`]*)`$", page, re.M)]
+    ids = [*headings, *re.findall(r'<tr id="([^"]+)">', page)]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise SystemExit(f"docs/gen_reference.py: cli.md would have these ids twice: {twice}")
+    return page
 
 
 def _cockpit_parser() -> argparse.ArgumentParser:
@@ -214,7 +225,7 @@ def _sentence(text: str) -> str:
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:
-    formatter = argparse.HelpFormatter(parser.prog, width=WIDTH)
+    formatter = argparse.HelpFormatter(parser.prog, width=USAGE_WIDTH)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, "")
     return formatter.format_help().strip("\n")
 
@@ -231,8 +242,11 @@ def _invocation(action: argparse.Action) -> str:
 
 
 def _anchor(action: argparse.Action) -> str:
-    name = action.option_strings[-1] if action.option_strings else action.dest
-    return name.lstrip("-").replace("_", "-")
+    """The option's part of its row's id; a positional's is marked (fork's RUN_DIR|CKPT is
+    not its --run-dir)."""
+    if action.option_strings:
+        return action.option_strings[-1].lstrip("-").replace("_", "-")
+    return "arg-" + re.sub(r"[^a-z0-9]+", "-", (action.metavar or action.dest).lower()).strip("-")
 
 
 def _option_cells(action: argparse.Action) -> list[str]:
