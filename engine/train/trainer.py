@@ -41,7 +41,7 @@ from engine.train.commands import CommandHandler
 from engine.train.counters import Counters
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
-from engine.train.finish import finish, finish_already_finished, release, wind_down
+from engine.train.closing import finish, finish_already_finished, release, wind_down
 from engine.train.garbage import settle_garbage_collector
 from engine.train.readback import PendingStep, read_losses, step_events
 from engine.train.reporter import Reporter
