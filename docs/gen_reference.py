@@ -225,9 +225,45 @@ def _sentence(text: str) -> str:
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:
-    formatter = argparse.HelpFormatter(parser.prog, width=USAGE_WIDTH)
-    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, "")
-    return formatter.format_help().strip("\n")
+    """The usage line as `--help` shows it, written here rather than by argparse's formatter,
+    whose wrapping and spelling change between Python versions (the page must not)."""
+    actions = [a for a in parser._actions if a.help != argparse.SUPPRESS]
+    parts = []
+    for action in sorted(actions, key=lambda a: not a.option_strings):  # options first
+        if action.option_strings:
+            text = " ".join(p for p in (action.option_strings[0], _arguments(action)) if p)
+            parts.append(text if action.required else f"[{text}]")
+        else:
+            parts.append(_arguments(action))
+    lines, line = [], parser.prog
+    for part in parts:
+        if len(line) + 1 + len(part) > USAGE_WIDTH and line.strip():
+            lines.append(line)
+            line = " " * len(parser.prog)
+        line += " " + part
+    return "\n".join([*lines, line])
+
+
+def _metavar(action: argparse.Action) -> str:
+    if isinstance(action.metavar, str):
+        return action.metavar
+    if action.choices:
+        return "{" + ",".join(str(c) for c in action.choices) + "}"
+    return action.dest.upper() if action.option_strings else action.dest
+
+
+def _arguments(action: argparse.Action) -> str:
+    """What follows the option's name (or stands for a positional), by its nargs."""
+    if action.nargs == 0:
+        return ""
+    name = _metavar(action)
+    return {
+        None: name,
+        argparse.OPTIONAL: f"[{name}]",
+        argparse.ZERO_OR_MORE: f"[{name} ...]",
+        argparse.ONE_OR_MORE: f"{name} [{name} ...]",
+        argparse.PARSER: f"{name} ...",
+    }.get(action.nargs, " ".join([name] * action.nargs) if isinstance(action.nargs, int) else name)
 
 
 def _shown(action: argparse.Action) -> bool:
@@ -237,8 +273,11 @@ def _shown(action: argparse.Action) -> bool:
 
 
 def _invocation(action: argparse.Action) -> str:
-    formatter = argparse.HelpFormatter("cockpit", width=WIDTH)
-    return formatter._format_action_invocation(action)
+    """The option as its row names it: `--data PATH`, `-n, --names`, or a positional's name."""
+    if not action.option_strings:
+        return _metavar(action)
+    arguments = _arguments(action)
+    return ", ".join(action.option_strings) + (f" {arguments}" if arguments else "")
 
 
 def _anchor(action: argparse.Action) -> str:
@@ -250,11 +289,19 @@ def _anchor(action: argparse.Action) -> str:
 
 
 def _option_cells(action: argparse.Action) -> list[str]:
-    formatter = argparse.HelpFormatter("cockpit", width=WIDTH)
-    help_text = formatter._expand_help(action) if action.help else ""
+    help_text = _expand_help(action)
     if action.required and action.option_strings:
         help_text = f"required: {help_text}"
     return [code(_invocation(action)), cell(help_text)]
+
+
+def _expand_help(action: argparse.Action) -> str:
+    """The help text with argparse's %(default)s-style fields filled in, as --help does."""
+    text = str(action.help or "")
+    if "%" not in text:
+        return text
+    fields = {k: v for k, v in vars(action).items() if v is not argparse.SUPPRESS}
+    return text % {**fields, "prog": "cockpit"}
 
 
 # ---------------------------------------------------------------------------------------------
