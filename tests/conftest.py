@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
-# other copies where the environment names them (README, Development), else ../shared's
+# other copies where the environment names them (docs/development.md), else ../shared's
 SHAKESPEARE = Path(
     os.environ.get("COCKPIT_TINYSHAKESPEARE") or SHARED_DATA / "tinyshakespeare" / "input.txt"
 )

@@ -1,6 +1,6 @@
 """How many threads torch's CPU arithmetic uses: `train.threads`, or the measured default.
 
-Measured with bench/threads.py on a 2-core machine (README, "CPU threads"): two threads train
+Measured with bench/threads.py on a 2-core machine (docs/guide/plan.md, "CPU threads"): two threads train
 the default preset's model about 1.7x faster than one on a quiet machine, but with two other
 busy processes one thread is 2-4x faster than two, and sampling 3-4x faster: a thread per core
 collapses as soon as anything else wants a core (the app's own drawing, telemetry, another

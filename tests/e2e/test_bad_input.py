@@ -213,7 +213,7 @@ def test_run_directory_that_is_a_file(tmp_path, capsys):
 
 def test_a_corpus_refused_once_read_is_exit_2_and_one_line(tmp_path):
     """Read by the run itself (its bytes are not UTF-8): still a refusal before training, as
-    the README's exit status 2 says; a real CLI process."""
+    the docs' exit status 2 says (guide/runs.md, Headless); a real CLI process."""
     corpus = tmp_path / "latin1.txt"
     corpus.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 200)
     done = subprocess.run(

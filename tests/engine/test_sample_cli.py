@@ -98,7 +98,7 @@ def test_header_on_stderr_text_alone_on_stdout(run_dir, sample):
 
 
 def test_threads_are_the_ones_asked_for_and_said(run_dir, sample):
-    """--threads sets torch's CPU threads (a thread per core crawls on a busy machine: README,
+    """--threads sets torch's CPU threads (a thread per core crawls on a busy machine: docs/guide/plan.md,
     "CPU threads"); the header says how many sampled."""
     for threads, said in (("1", "on cpu (1 thread);"), ("2", "on cpu (2 threads);")):
         result = sample(str(run_dir), "--seed", "1", "--tokens", "3", "--threads", threads)
