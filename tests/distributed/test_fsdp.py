@@ -62,8 +62,8 @@ def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(tmp
 
 def test_a_sharded_run_resumed_by_one_process_goes_back_to_fsdp_on_2_ranks(tmp_path: Path) -> None:
     # FSDP (2 ranks) -> one process (saves a whole .pt) -> FSDP on 2 ranks again, as the docs
-    # (guide/distributed.md) say a run may change its world at a resume. Before: "model does not match" (mixed
-    # Tensor and DTensor: the whole weights were copied into the shards as they were).
+    # (guide/distributed.md) say a run may change its world at a resume. Before: "model does not
+    # match" (mixed Tensor and DTensor: the whole weights were copied into the shards as they were).
     run_dir = tmp_path / "run"
     checked(run(*FSDP, "--set", "train.max_steps=4", "--set", "checkpoint.interval=4",
                 "--run-dir", str(run_dir)))  # fmt: skip
