@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import html
+import json
 import re
 import sys
 import textwrap
@@ -392,11 +393,10 @@ TYPE_NAMES = {int: "integer", float: "number", bool: "boolean", str: "string"}
 
 
 def config_page() -> str:
-    from engine.config.run_config import SECTIONS
-    from engine.config.to_toml import toml_value
+    from engine.config import RunConfig
 
     parts = [HEADER, CONFIG_INTRO]
-    for section, cls in SECTIONS.items():
+    for section, cls in config_sections(RunConfig).items():
         if section not in SECTION_INTROS:
             raise SystemExit(f"docs/gen_reference.py: add a line for [{section}] to SECTION_INTROS")
         parts += [f"## `[{section}]`\n", wrap(SECTION_INTROS[section]) + "\n"]
@@ -413,6 +413,23 @@ def config_page() -> str:
         headers = ("key", "type", "default", "allowed", "what it sets")
         parts += [html_table(headers, rows), ""]
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def config_sections(config: type) -> dict[str, type]:
+    """The config's sections (its tables) in order: the fields that are dataclasses."""
+    hints = typing.get_type_hints(config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config)
+            if dataclasses.is_dataclass(hints[f.name])}  # fmt: skip
+
+
+def toml_value(value: Any) -> str:
+    """A default as a preset would write it (the values a config holds: bool, int, float,
+    str, list of str)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _type_name(tp: Any) -> str:
