@@ -54,10 +54,9 @@ from cockpit.widgets.lr import LrPanel
 from cockpit.widgets.memory import MemoryPanel
 from cockpit.widgets.samples import SamplesPanel
 from cockpit.widgets.status import AlertLine, StatusLine
-from engine.config.presets import DEFAULT_PRESET
-from engine.config.run_config import ConfigError
+from engine.config import DEFAULT_PRESET, ConfigError
 from engine.contract import EngineHandle
-from engine.control.client import DETACHED
+from engine.control import DETACHED
 from engine.events import (
     CheckpointSaved,
     RunStarted,

@@ -49,7 +49,7 @@ class Comparing(_AppBase):
     @work(thread=True, exit_on_error=False, group="overlays", exclusive=True)
     def _read_overlays(self, run_dirs: list[Path]) -> None:
         from cockpit.figures.overlay import Overlay
-        from engine.rundir.history import read_curves
+        from engine.rundir import read_curves
 
         overlays, problems = [], []
         for run_dir in run_dirs:
@@ -88,7 +88,7 @@ class Comparing(_AppBase):
     def _read_live_overlays(self, keys: list[str]) -> None:
         from cockpit.cli.runs import engine_holds
         from cockpit.figures.overlay import Overlay
-        from engine.rundir.history import read_curves
+        from engine.rundir import read_curves
 
         fresh, started = {}, time.monotonic()
         for key in keys:

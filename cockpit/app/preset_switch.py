@@ -27,7 +27,7 @@ def preset_menu_rows(
     preset_dirs: Sequence[str], data_available: DataAvailable, current: str
 ) -> tuple[list[PresetRow], str]:
     """The menu's rows, and why the presets could not all be listed ("" when they could)."""
-    from engine.config.presets import discover
+    from engine.config import discover
 
     try:
         found = discover(list(preset_dirs))

@@ -51,17 +51,17 @@ def open_engine(run_dir: Path) -> EngineHandle:
     from cockpit.cli.runs import engine_holds
 
     if engine_holds(run_dir):
-        from engine.control.client import RemoteEngine
+        from engine.control import RemoteEngine
 
         return RemoteEngine(run_dir)
-    from engine.rundir.recorded import RecordedRun
+    from engine.rundir import RecordedRun
 
     return RecordedRun(run_dir)
 
 
 def checkpoints_of(run_dir: Path) -> list[str]:
     """The run's checkpoint names, newest step first (ckpt-STEP.pt and sharded ckpt-STEP.dcp)."""
-    from engine.checkpoint.names import list_checkpoints
+    from engine.checkpoint import list_checkpoints
 
     return [path.name for _, path in reversed(list_checkpoints(run_dir))]
 

@@ -74,7 +74,7 @@ def attach(
     runs_root: str = DEFAULT_ROOT,
 ) -> int:
     """Open the app on the live run in `run_dir` until the user leaves; print where the run is."""
-    from engine.control.client import EngineUnreachable, RemoteEngine
+    from engine.control import EngineUnreachable, RemoteEngine
 
     if not run_dir.is_dir():
         raise AttachError(f"{run_dir}: no such run directory; `cockpit ps` lists the live runs")
@@ -132,7 +132,7 @@ def _exit_later(grace_s: float) -> None:
 
 def choose_live_run(root: Path) -> Path:
     """The newest live run under `root`; with several, the user picks one (on a terminal)."""
-    from engine.control.live_runs import find_live_runs
+    from engine.control import find_live_runs
 
     if not root.is_dir():
         raise AttachError(

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.cli.options import add_presets_dir_option, add_set_option
-from engine.config.presets import DEFAULT_PRESET
+from engine.config import DEFAULT_PRESET
 
 NAME = "data"
 HELP = "prepare corpora ahead of time, list the prepared ones, remove one"
@@ -95,8 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.data.cache import CacheError
-    from engine.data.cache_dirs import default_cache_dir
+    from engine.data import CacheError, default_cache_dir
 
     raw = getattr(args, "cache_dir", None)
     cache_dir = Path(raw).expanduser() if raw else default_cache_dir()
@@ -123,7 +122,7 @@ def data_config(args: argparse.Namespace) -> Any:
     """The preset's DataConfig with --set, then --tokenizer and --text-field, applied."""
     from dataclasses import replace
 
-    from engine.config.presets import load_preset
+    from engine.config import load_preset
 
     cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir).data
     # Applied as strings, not through --set's TOML parsing: a text field named "123" stays one.
@@ -156,8 +155,8 @@ class ThrottledPrinter:
 
 
 def run_prepare(args: argparse.Namespace, cache_dir: Path) -> int:
+    from engine.data import PreparationStopped
     from engine.data import preparation as engine_data
-    from engine.data.errors import PreparationStopped
     cfg = data_config(args)  # a bad preset or --set: ConfigError, one line from cli.main
     stop = threading.Event()
     printer = ThrottledPrinter()
@@ -203,7 +202,7 @@ def prepared_dir(prepared: Any, cache_dir: Path) -> Path | None:
         filename = getattr(split, "filename", None)
         if filename:
             return Path(filename).parent
-    from engine.data.cache import list_prepared
+    from engine.data import list_prepared
 
     meta = prepared.meta
     for corpus in list_prepared(cache_dir):
@@ -290,7 +289,7 @@ def format_table(rows: list[list[str]]) -> str:
 
 
 def run_ls(args: argparse.Namespace, cache_dir: Path) -> int:
-    from engine.data.cache import list_prepared
+    from engine.data import list_prepared
 
     corpora = list_prepared(cache_dir)
     if getattr(args, "json", False):
@@ -323,7 +322,7 @@ def confirm(question: str) -> bool:
 
 
 def run_rm(args: argparse.Namespace, cache_dir: Path) -> int:
-    from engine.data.cache import find_prepared, remove_prepared
+    from engine.data import find_prepared, remove_prepared
 
     corpus = find_prepared(cache_dir, args.name)
     what = f"{corpus.name} ({_size(corpus.disk_bytes)}, {corpus.source or corpus.status})"

@@ -19,8 +19,7 @@ from cockpit.cli.headless import ProgressPrinter, RankErrorPrinter
 from cockpit.cli.options import add_run_options, notify_settings
 from cockpit.cli.preset_fit import preset_fit_warning
 from cockpit.cli.stop_signals import StopSignals, exit_when_ended, signal_reason
-from engine.config.presets import DEFAULT_PRESET
-from engine.config.run_config import ConfigError, parse_override
+from engine.config import DEFAULT_PRESET, ConfigError, parse_override
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,8 +77,8 @@ def make_trainer(
     --set, --run-dir and --resume apply to the run named on the command line only, not to
     presets picked later from the app's menu; --data goes with its preset (`data_for`).
     """
-    from engine.config.presets import load_preset
-    from engine.train.trainer import Trainer
+    from engine.config import load_preset
+    from engine.train import Trainer
 
     name = preset or args.preset or DEFAULT_PRESET
     resume = args.resume if first else None
@@ -131,8 +130,8 @@ def data_for(args: argparse.Namespace, preset: str, first: bool = False) -> str 
 def menu_data_check(args: argparse.Namespace, preset: str) -> tuple[bool, str, bool]:
     """(ok, note, stand-in) of a preset picked from the app's menu, with the data a pick of it
     trains on (`data_for`)."""
-    from engine.config.presets import load_preset
-    from engine.data.preparation import data_available, is_stand_in_corpus
+    from engine.config import load_preset
+    from engine.data import data_available, is_stand_in_corpus
 
     try:
         cfg = load_preset(preset, [], args.presets_dir)
@@ -146,7 +145,7 @@ def resume_trainer(args: argparse.Namespace, target: str, overrides: Sequence[st
     """A run resumed from `target` (a run directory or a checkpoint) inside the app, checked as
     `cockpit --resume TARGET --set ...` is: a ConfigError (one line) when refused, ResumeFinished
     when it is already at its max_steps. The app's --data and --run-dir are not applied."""
-    from engine.checkpoint.resume import ResumeFinished
+    from engine.checkpoint import ResumeFinished
 
     resumed = argparse.Namespace(
         **{**vars(args), "resume": target, "overrides": list(overrides), "run_dir": None,
@@ -242,8 +241,8 @@ def check_resume(args: argparse.Namespace) -> str | None:
     checkpoint reads, --run-dir is not given, and every --set is one a resume may apply
     (engine/checkpoint/resume.py, the rules the run itself follows). Returns the message to print when
     the run is already finished."""
+    from engine.checkpoint import plan_resume
     from engine.checkpoint import store as ckpt
-    from engine.checkpoint.resume import plan_resume
     if args.run_dir:
         raise ConfigError(
             f"--run-dir {args.run_dir} with --resume {args.resume}: a resumed run continues in its "
@@ -261,7 +260,7 @@ def check_resume(args: argparse.Namespace) -> str | None:
 def check_run_dir_free(run_dir: Path) -> None:
     """A run directory a live engine holds: one line and exit 2, before anything is touched
     (a resume from an older checkpoint would otherwise move that run's newer checkpoints)."""
-    from engine.rundir.lock import check_not_in_use
+    from engine.rundir import check_not_in_use
 
     check_not_in_use(run_dir)
 
@@ -272,8 +271,7 @@ def check_corpus_exists(cfg: Any, data_path: str | None) -> None:
     the run's failure, with the same one line); Tiny Shakespeare may still be downloaded."""
     if cfg.data.source == "tinyshakespeare" and data_path is None:
         return
-    from engine.data.locator import resolve_source
-    from engine.data.preparation import DataError
+    from engine.data import DataError, resolve_source
 
     try:
         resolve_source(cfg.data, data_path, download=False)
@@ -284,7 +282,7 @@ def check_corpus_exists(cfg: Any, data_path: str | None) -> None:
 def check_log_packages(cfg: Any) -> None:
     """`[log]` sinks whose package is missing: one line and exit 2, before anything starts."""
     if cfg.log.tensorboard:
-        from engine.rundir.sinks import summary_writer_class
+        from engine.rundir import summary_writer_class
 
         summary_writer_class()
 
@@ -292,9 +290,8 @@ def check_log_packages(cfg: Any) -> None:
 def check_resume_corpus(args: argparse.Namespace) -> None:
     """Refuse a resume whose corpus is gone or changed before anything starts (exit 2)."""
     from engine.checkpoint import store as ckpt
-    from engine.config.run_config import config_from_dict
-    from engine.data.preparation import DataError
-    from engine.data.resumed_corpus import resume_data_path
+    from engine.config import config_from_dict
+    from engine.data import DataError, resume_data_path
 
     try:  # memory-mapped: the weights are not read
         state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
@@ -313,7 +310,7 @@ def resume_after_restart(args: argparse.Namespace) -> None:
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     if restarts <= 0 or args.resume is not None or not args.run_dir:
         return
-    from engine.checkpoint.store import latest_checkpoint
+    from engine.checkpoint import latest_checkpoint
 
     if latest_checkpoint(Path(args.run_dir)) is None:
         return  # it died before its first checkpoint: start again from step 0
@@ -340,7 +337,7 @@ def preflight(args: argparse.Namespace) -> str | None:
     message to print instead of training when a resumed run is already finished."""
     # Validate the preset before anything else so a typo is one line, not a UI.
     if args.resume is None:
-        from engine.config.presets import load_preset
+        from engine.config import load_preset
 
         if args.allow_data_change:
             raise ConfigError(

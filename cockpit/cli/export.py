@@ -60,7 +60,7 @@ def _missing_package_line(fmt: str, e: ImportError) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.checkpoint.store import CheckpointError
+    from engine.checkpoint import CheckpointError
     from engine.export import ExportError, default_out, refuse_run_files
 
     target = Path(args.target).expanduser()

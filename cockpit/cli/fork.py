@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.config.run_config import ConfigError
+    from engine.config import ConfigError
 
     def damaged(message: str) -> None:
         print(f"cockpit fork: warning: {message}", file=sys.stderr)
@@ -90,8 +90,8 @@ def make_fork(
 ) -> tuple[Path, Path]:
     """Make the branch directory; returns (branch, the parent's checkpoint it starts from).
     `on_damaged` gets the one line about the parent's records that are not text (read past)."""
+    from engine.checkpoint import plan_resume
     from engine.checkpoint import store as ckpt
-    from engine.checkpoint.resume import plan_resume
     source = _checkpoint_of(target)
     try:
         state = ckpt.load_checkpoint(source, mmap=True)  # the weights are not read
@@ -180,7 +180,7 @@ def _copy_history(
 ) -> None:
     """The parent's records up to `step` (and its run_started), so the branch's curves begin
     where the parent's were; streamed, record by record (a line cut or damaged is read past)."""
-    from engine.rundir.metrics_log import read_records
+    from engine.rundir import read_records
 
     if not parent_metrics.exists():
         return

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from engine.config.presets import DEFAULT_PRESET
+from engine.config import DEFAULT_PRESET
 
 
 def add_set_option(parser: argparse.ArgumentParser, example: str = "optim.lr=3e-4") -> None:

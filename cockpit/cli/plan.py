@@ -7,10 +7,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from cockpit.cli.options import add_presets_dir_option, add_set_option
-from engine.config.presets import DEFAULT_PRESET
+from engine.config import DEFAULT_PRESET
 
 if TYPE_CHECKING:
-    from engine.config.run_config import RunConfig
+    from engine.config import RunConfig
 
 NAME = "plan"
 HELP = "estimate peak memory before training: will it fit, and what to change"
@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_nproc(text: str) -> int:
-    from engine.config.run_config import ConfigError
+    from engine.config import ConfigError
 
     try:
         nproc = int(text)
@@ -66,7 +66,7 @@ def parse_nproc(text: str) -> int:
 
 def choose_parallel(args: argparse.Namespace, cfg: RunConfig, nproc: int) -> str:
     """The mode asked for ("ddp", "fsdp" or "auto"); one-line ConfigErrors for what cannot be."""
-    from engine.config.run_config import ConfigError
+    from engine.config import ConfigError
 
     mode = args.parallel
     if mode is None:
@@ -84,9 +84,8 @@ def choose_parallel(args: argparse.Namespace, cfg: RunConfig, nproc: int) -> str
 def resolve_world(cfg: RunConfig, nproc: int, mode: str, fits_one_device: bool) -> str:
     """The mode the engine would train in ("single", "ddp" or "fsdp"), refused as
     engine.distributed.parallel refuses it (the FSDP optimizer message in this command's words)."""
-    from engine.config.run_config import ConfigError
-    from engine.distributed.parallel import FSDP_OPTIMIZERS, parallel_plan
-    from engine.distributed.world import World
+    from engine.config import ConfigError
+    from engine.distributed import FSDP_OPTIMIZERS, World, parallel_plan
 
     chosen = ("ddp" if fits_one_device else "fsdp") if mode == "auto" else mode
     why = " (auto: the model does not fit one device)" if mode == "auto" else ""
@@ -101,11 +100,8 @@ def resolve_world(cfg: RunConfig, nproc: int, mode: str, fits_one_device: bool) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.config.byte_sizes import parse_size
-    from engine.config.presets import load_preset
-    from engine.plan.fixes import suggest_fixes
-    from engine.plan.planner import plan_memory, vocab_size_for
-    from engine.plan.report import format_plan
+    from engine.config import load_preset, parse_size
+    from engine.plan import format_plan, plan_memory, suggest_fixes, vocab_size_for
 
     cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
     nproc = parse_nproc(args.nproc)
@@ -114,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         capacity = parse_size(args.device_memory)
         device_type = "cpu" if cfg.train.device == "cpu" else "cuda"
     else:
-        from engine.train.device import device_capacity, select_device
+        from engine.train import device_capacity, select_device
 
         device = select_device(cfg.train.device)
         device_type = device.type
@@ -122,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     vocab, how = vocab_size_for(cfg, args.data)
     fits_alone = bool(plan_memory(cfg, vocab, device_type, capacity).fits)
     parallel = resolve_world(cfg, nproc, mode, fits_alone)
-    from engine.distributed.parallel import per_rank_batch
+    from engine.distributed import per_rank_batch
 
     cfg = per_rank_batch(cfg, nproc)
     plan = plan_memory(cfg, vocab, device_type, capacity, nproc, parallel)

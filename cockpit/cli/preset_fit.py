@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from cockpit.figures.durations import fmt_rough_duration
-from engine.config.run_config import ConfigError
+from engine.config import ConfigError
 
 FAR_STEP_S = 60.0  # a preset whose step takes at least this long here is far beyond this machine
 BPE_VOCAB = {"r50k_base": 50257, "p50k_base": 50281, "cl100k_base": 100277, "o200k_base": 200019}
@@ -25,11 +25,9 @@ def preset_fit_warning(
     """
     import torch
 
-    from engine.config.byte_sizes import format_bytes
-    from engine.config.presets import load_preset
-    from engine.plan.flops import flops_per_token, measure_peak, table_peak
-    from engine.plan.planner import compute_dtype, plan_memory
-    from engine.train.device import device_capacity, select_device
+    from engine.config import format_bytes, load_preset
+    from engine.plan import compute_dtype, flops_per_token, measure_peak, plan_memory, table_peak
+    from engine.train import device_capacity, select_device
 
     try:
         cfg = load_preset(preset, [], presets_dir)

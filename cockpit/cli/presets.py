@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         extra_dirs = [*args.presets_dir, *args.show_presets_dir]
         print(show_preset(args.preset, args.overrides, extra_dirs), end="")
         return 0
-    from engine.config.presets import discover, search_dirs
+    from engine.config import discover, search_dirs
 
     presets = discover(args.presets_dir)
     if args.names:
@@ -57,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 def show_preset(name_or_path: str, overrides: list[str], extra_dirs: list[str]) -> str:
     """The preset resolved, as TOML with a header saying where it came from."""
-    from engine.config.presets import extends_chain, load_preset
-    from engine.config.to_toml import config_to_toml
+    from engine.config import config_to_toml, extends_chain, load_preset
 
     cfg = load_preset(name_or_path, overrides, extra_dirs)  # a bad name or key: ConfigError
     chain = extends_chain(name_or_path, extra_dirs)

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.control.live_runs import find_live_runs
+    from engine.control import find_live_runs
 
     problem = runs_root_problem("ps", args.root)
     if problem is not None:

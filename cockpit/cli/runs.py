@@ -82,7 +82,7 @@ def find_run_dirs(root: Path, depth: int = MAX_DEPTH) -> Iterator[Path]:
     """Directories holding a metrics.jsonl, `root` itself included; never below a run's own
     directory (its sharded checkpoints are directories too). A folder below `root` that may not
     be read is given too: it may be a run (list_run says it cannot be read)."""
-    from engine.rundir.summary import METRICS_NAME
+    from engine.rundir import METRICS_NAME
 
     try:
         os.stat(root / METRICS_NAME)
@@ -164,7 +164,7 @@ def list_run(run_dir: Path, root: Path) -> ListedRun:
     listed as UNREADABLE with the reason (`problem`), never an error that hides the other runs
     (nothing is printed: the app lists runs too)."""
     from engine.events import RunState
-    from engine.rundir.summary import (
+    from engine.rundir import (
         METRICS_NAME,
         RunSummary,
         facts_problem,
@@ -199,7 +199,7 @@ def list_run(run_dir: Path, root: Path) -> ListedRun:
 def with_greeting(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """A live run's step and state as its control socket says them now: its metrics file may
     hold a second of steps back, its summary a few seconds."""
-    from engine.control.live_runs import probe
+    from engine.control import probe
 
     greeting = probe(run_dir)
     if greeting is None:
@@ -209,8 +209,8 @@ def with_greeting(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
 
 def engine_holds(run_dir: Path) -> bool:
     """A live engine holds the run's lock (the kernel drops it when the process goes)."""
-    from engine.config.run_config import ConfigError
-    from engine.rundir.lock import check_not_in_use
+    from engine.config import ConfigError
+    from engine.rundir import check_not_in_use
 
     try:
         check_not_in_use(run_dir)

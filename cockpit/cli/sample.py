@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_numbers(args: argparse.Namespace) -> None:
     """Refuse out-of-range numbers before anything slow is loaded."""
-    from engine.config.run_config import ConfigError
+    from engine.config import ConfigError
 
     if args.tokens is not None and args.tokens < 1:
         raise ConfigError(f"--tokens {args.tokens}: generate at least 1 token; e.g. --tokens 200")
@@ -85,8 +85,8 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 def pick_device(requested: str) -> Any:
     """The torch device for --device; a one-line ConfigError for an unknown or missing one."""
-    from engine.config.run_config import ConfigError
-    from engine.train.device import select_device
+    from engine.config import ConfigError
+    from engine.train import select_device
 
     try:
         return select_device(requested)
@@ -165,8 +165,8 @@ def write_stream(pieces: Iterator[str], out: TextIO) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_numbers(args)  # before torch is imported: a typo answers at once
-    from engine.checkpoint.store import CheckpointError
-    from engine.config.run_config import ConfigError
+    from engine.checkpoint import CheckpointError
+    from engine.config import ConfigError
 
     try:
         return _sample(args)
@@ -194,10 +194,9 @@ def run(args: argparse.Namespace) -> int:
 def _sample(args: argparse.Namespace) -> int:
     import torch
 
-    from engine.checkpoint.trained import load_trained
-    from engine.model.sampling import SamplingOptions, encode_prompt, stream_text
-    from engine.train.device import autocast_context, select_dtype
-    from engine.train.threads import apply_threads
+    from engine.checkpoint import load_trained
+    from engine.model import SamplingOptions, encode_prompt, stream_text
+    from engine.train import apply_threads, autocast_context, select_dtype
 
     device = pick_device(args.device)
     trained = load_trained(args.target, device=str(device))
@@ -253,7 +252,7 @@ def _sample(args: argparse.Namespace) -> int:
 def _interactive(generate: Any, first_prompt: str | None) -> int:
     """Prompts from stdin until EOF, an empty line or :q (a --prompt goes first). ctrl+c stops
     the generation under way and asks again; ctrl+c at the prompt leaves quietly."""
-    from engine.model.sampling import PromptError
+    from engine.model import PromptError
 
     tty = sys.stdin.isatty()
     pending = [first_prompt] if first_prompt else []

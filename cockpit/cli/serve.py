@@ -168,7 +168,7 @@ def _running(process: Any) -> bool:
 
 def find_run(run_dir: Path | None, root: Path) -> Any:
     """The live run to serve: `run_dir`'s, or the newest under `root` (an engine LiveRun)."""
-    from engine.control.live_runs import find_live_runs, probe
+    from engine.control import find_live_runs, probe
 
     if run_dir is not None:
         if not run_dir.is_dir():
@@ -192,7 +192,7 @@ def find_run(run_dir: Path | None, root: Path) -> Any:
 
 def how_to_start(run_dir: Path) -> str:
     """The command that makes `run_dir` live: a resume where it holds checkpoints."""
-    from engine.checkpoint.names import latest_checkpoint
+    from engine.checkpoint import latest_checkpoint
 
     quoted = shlex.quote(str(run_dir))
     if latest_checkpoint(run_dir) is not None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from cockpit.figures.numbers import fmt_loss
 from cockpit.figures.series import downsample_minmax
-from engine.rundir.history import RunCurves
+from engine.rundir import RunCurves
 
 RGB = tuple[int, int, int]
 AXES = ("steps", "tokens", "time")  # what the loss panel's x axis can be

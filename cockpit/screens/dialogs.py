@@ -21,9 +21,9 @@ from textual.widgets.option_list import Option
 
 from cockpit.app.key_table import help_rows
 from cockpit.figures.numbers import fmt_lr
-from engine.config.run_config import MAX_LR, config_from_dict
+from engine.config import MAX_LR, config_from_dict
 from engine.events import RunStarted
-from engine.model.schedule import LrChange, LrPlan, lr_change, lr_plan
+from engine.model import LrChange, LrPlan, lr_change, lr_plan
 
 MAX_FACTOR = 100.0
 LR_HINT = "an LR (3e-4, 0.0003) or a factor (x2, *2, /2)"

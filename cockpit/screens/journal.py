@@ -17,7 +17,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from engine.rundir.journal import Entry, JournalTail
+from engine.rundir import Entry, JournalTail
 
 POLL_S = 1.0  # how often the open journal reads what the run wrote since
 MAX_ROWS = 5000  # the newest entries shown (a run that warned all night stays quick to open)

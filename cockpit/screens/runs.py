@@ -39,7 +39,7 @@ from cockpit.cli.runs import (
     shorten_run_name,
 )
 from cockpit.screens.settings import parse_settings
-from engine.checkpoint.names import latest_checkpoint, step_of
+from engine.checkpoint import latest_checkpoint, step_of
 
 REFRESH_S = 2.0  # live runs' steps move, new runs appear
 CONFIG_NAME = "config.toml"  # the run's replayable config (engine/train/setup.py writes it)

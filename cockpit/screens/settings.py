@@ -18,7 +18,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, Label, Select, Static
 
 from cockpit.screens.dialogs import InputDialog
-from engine.config.run_config import ConfigError, parse_override
+from engine.config import ConfigError, parse_override
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from textual.widgets import Label, Static
 from cockpit.figures.numbers import fmt_bytes, fmt_gib_pair, fmt_pct
 from cockpit.widgets.sparkline import BARS, StripSparkline
 from cockpit.widgets.status import Segment, StatusText
-from engine.telemetry.throttle_reasons import THROTTLE_BY_NAME
+from engine.telemetry import THROTTLE_BY_NAME
 
 HISTORY = 240  # readings kept per series (about 4 minutes at 1 Hz)
 
