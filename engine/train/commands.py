@@ -14,7 +14,6 @@ from engine.distributed.ranks import apply_commands_on_every_rank
 from engine.events import LrChanged, RunState
 from engine.model.optimizers import applied_lr, set_lr_factor
 from engine.model.schedule import lr_change, lr_multiplied, lr_plan
-from engine.train.cadence import evaluate, sample
 
 if TYPE_CHECKING:
     from engine.train.trainer import Trainer
@@ -53,9 +52,9 @@ class CommandHandler:
         elif name in ("set_lr", "scale_lr"):
             self.change_lr(name, arg)
         elif name == "sample":
-            sample(run)
+            run._sample()
         elif name == "evaluate":
-            evaluate(run)
+            run._evaluate()
         elif name == "stop" and run._stop_requested is None:  # the first stop asked for wins
             run._stop_requested, run._stop_reason = arg
         elif name == "rollback":

@@ -1,51 +1,55 @@
 """Setting a run up, in the order that keeps a refused run from leaving anything behind.
 
-The Trainer's `_setup` calls these in turn: accept the resume (checkpoint, config, corpus),
-build (device, seeds, data, model, optimizer, samplers, restored state), and only then create
-the run directory, instrument the loop (forward, evaluator, FLOPs, peak) and announce the run.
-Each sets the trainer's attributes the loop reads.
+Accept the resume (checkpoint, config), build what trains (`RunParts`: data, model, optimizer,
+samplers), and only once the run directory exists instrument the loop (`Instruments`: forward,
+evaluator, FLOPs, peak) and announce the run. Each function takes what it uses and returns
+what it built; the Trainer keeps the results.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from engine.checkpoint import store as ckpt
 from engine.checkpoint.resume import plan_resume
+from engine.config.run_config import RunConfig
 from engine.config.to_toml import config_to_toml
-from engine.control.server import serve_run
 from engine.data.batches import BatchSampler
-from engine.data.preparation import check_length, prepare
-from engine.data.resumed_corpus import check_vocabulary, resume_data_path
-from engine.distributed.parallel import parallel_plan, per_rank_batch, wrap_for_training
+from engine.data.preparation import PreparedData, check_length, prepare
+from engine.data.resumed_corpus import check_vocabulary
+from engine.distributed.parallel import (
+    ParallelPlan,
+    parallel_plan,
+    per_rank_batch,
+    wrap_for_training,
+)
 from engine.distributed.sharded import shard_model
-from engine.distributed.world import from_main, init_world, rank_device, rank_seed, roster
+from engine.distributed.world import World, rank_seed
+from engine.events import Event
 from engine.files import atomic_write_text
 from engine.model.evaluation import Evaluator
 from engine.model.gpt import GPT
 from engine.model.optimizers import build_optimizer
 from engine.plan.fixes import check_fits
-from engine.plan.flops import flops_per_token, peak_meter
-from engine.plan.planner import plan_memory
-from engine.rundir.layout import create_run_dir, default_run_dir
+from engine.plan.flops import Peak, PeakMeter, flops_per_token, peak_meter
+from engine.plan.planner import MemoryPlan, plan_memory
 from engine.rundir.metrics_log import read_history
-from engine.rundir.sinks import log_sinks, summary_writer_class
-from engine.rundir.summary import SummarySink
-from engine.train.device import (
-    allow_tf32,
-    autocast_context,
-    device_capacity,
-    select_device,
-    select_dtype,
-)
+from engine.rundir.sinks import summary_writer_class
+from engine.train.counters import Counters
+from engine.train.device import allow_tf32, autocast_context, device_capacity, select_dtype
 from engine.train.faults import SpikeDetector
+from engine.train.reporter import Reporter
 from engine.train.run_started import run_started
+from engine.train.step import StepParts
 from engine.train.threads import apply_threads
 
 REPLAY_HEADER = (
@@ -54,181 +58,208 @@ REPLAY_HEADER = (
     "`cockpit train --resume RUN_DIR` continues this one."
 )
 
-if TYPE_CHECKING:
-    from engine.train.trainer import Trainer
+
+@dataclass(frozen=True)
+class AcceptedResume:
+    """A checkpoint accepted to resume from, with the configuration the run continues with."""
+
+    state: dict[str, Any]  # the checkpoint, loaded whole ("_path": where from)
+    config: RunConfig  # the run's own configuration, with the overrides that may change
+    run_dir: Path
+    notes: list[str]  # what the resume changed or kept (RunStarted.notes)
+    finished: str | None  # the run has nothing left to train: why (None: it goes on)
 
 
-def accept_resume(run: Trainer) -> dict[str, Any] | None:
-    """The checkpoint to resume from (None for a fresh run), with its config and corpus."""
-    if run.resume_from is None:
-        return None
-    state = ckpt.load_checkpoint(run.resume_from)
+def accept_resume(resume_from: Path, overrides: Sequence[str]) -> AcceptedResume:
+    """Load the checkpoint at `resume_from` and decide the configuration it continues with."""
+    state = ckpt.load_checkpoint(resume_from)
     # A resumed run continues with the configuration it was started with, plus any
-    # --set overrides that may change (engine/checkpoint/resume.py decides, and says what changed).
-    plan = plan_resume(state, run.resume_overrides, state["_path"], label=str(run.resume_from))
-    run.cfg = plan.config
-    run.resume_notes = [*state.get("_notes", ()), *plan.notes]  # a format conversion first
-    run.run_dir = Path(state["_path"]).parent
-    if plan.finished is not None:
-        run._already_finished = plan.finished
-        run.step = int(state["step"])
-        return state
-    # The corpus belongs to the weights: the recorded one, a verified copy, or a refusal
-    # (before anything on disk is touched).
-    run.data_path, data_notes = resume_data_path(
-        state, run.cfg.data, run.data_path, run.allow_data_change
+    # --set overrides that may change (plan_resume decides, and says what changed).
+    plan = plan_resume(state, list(overrides), state["_path"], label=str(resume_from))
+    return AcceptedResume(
+        state=state,
+        config=plan.config,
+        run_dir=Path(state["_path"]).parent,
+        notes=[*state.get("_notes", ()), *plan.notes],  # a format conversion first
+        finished=plan.finished,
     )
-    run.resume_notes.extend(data_notes)
-    return state
 
-def build(run: Trainer, state: dict[str, Any] | None) -> None:
-    """Device, seeds, corpus, model, optimizer, samplers; a resumed run's state restored."""
-    cfg = run.cfg
 
-    run.device = rank_device(select_device(cfg.train.device), run.world)
-    run.sync.group = init_world(run.world, run.device)  # under torchrun: join the others
-    if run.world.distributed:
-        run.ranks = roster(run.world, run.sync.group)
+@dataclass
+class RunParts:
+    """What a run trains with, built by `build`."""
+
+    device: torch.device
+    dtype: torch.dtype
+    data: PreparedData
+    parallel: ParallelPlan
+    memory_plan: MemoryPlan
+    model: GPT
+    optimizer: Any  # replaced by a restore: always read it from here
+    scaler: torch.amp.GradScaler
+    autocast: contextlib.AbstractContextManager[Any]
+    train_batches: BatchSampler
+    sample_generator: torch.Generator
+    spikes: SpikeDetector
+
+
+def build(
+    cfg: RunConfig,
+    *,
+    device: torch.device,
+    world: World,
+    data_path: str | None,
+    emit: Callable[[Event], None],
+    should_stop: Callable[[], bool],
+    resume_state: dict[str, Any] | None,
+) -> RunParts:
+    """Seeds, corpus, model, optimizer, samplers, on `device` (this rank's, its world joined).
+    Nothing of a checkpoint is restored here, but its vocabulary is checked against the corpus."""
     if cfg.log.tensorboard:
         summary_writer_class()  # a missing package refused before anything is on disk
-    run.dtype = select_dtype(cfg.train.dtype, run.device)
-    allow_tf32(run.device)
-    apply_threads(cfg.train.threads, run.device.type)  # on the training thread (engine/train/threads.py)
+    dtype = select_dtype(cfg.train.dtype, device)
+    allow_tf32(device)
+    apply_threads(cfg.train.threads, device.type)  # on the training thread
     random.seed(cfg.train.seed)
     np.random.seed(cfg.train.seed)
     torch.manual_seed(cfg.train.seed)
 
     # The preparation is a phase of the run: its progress goes to the UI and the sinks (the
     # metrics file keeps only the final record) and a stop asked for meanwhile ends it.
-    run.data = prepare(
-        cfg.data,
-        data_path=run.data_path,
-        progress=run.emit,
-        should_stop=run.preparation_should_stop,
-    )
-    if state is not None:
-        check_vocabulary(state, run.data.tokenizer, run.data.source)
-    if run.data.record["source"] == "path":
-        cfg.data.source = run.data.record["path"]  # config.json names what was trained on
-    check_length(run.data, cfg.model.block_size)
-    vocab = run.data.tokenizer.vocab_size
+    data = prepare(cfg.data, data_path=data_path, progress=emit, should_stop=should_stop)
+    if resume_state is not None:
+        check_vocabulary(resume_state, data.tokenizer, data.source)
+    if data.record["source"] == "path":
+        cfg.data.source = data.record["path"]  # config.json names what was trained on
+    check_length(data, cfg.model.block_size)
+    vocab = data.tokenizer.vocab_size
     # Pre-flight: refuse a configuration that cannot fit before allocating anything.
-    capacity = device_capacity(run.device)
-    fits_alone = plan_memory(cfg, vocab, run.device.type, capacity).fits
-    run.parallel = parallel_plan(cfg, run.world, fits_one_device=fits_alone)
-    if run.parallel.note:
-        run.resume_notes.append(run.parallel.note)  # RunStarted's notes: said at the start
+    capacity = device_capacity(device)
+    fits_alone = plan_memory(cfg, vocab, device.type, capacity).fits
+    parallel = parallel_plan(cfg, world, fits_one_device=fits_alone)
     # per device, with this world's sharding (FSDP) or gradient buckets (DDP)
-    planned_as = run.parallel.mode if run.world.world_size > 1 else "single"  # a world of one
-    run.memory_plan = check_fits(
-        per_rank_batch(cfg, run.world.world_size), vocab, run.device.type, capacity,
-        run.world.world_size, planned_as,
+    planned_as = parallel.mode if world.world_size > 1 else "single"  # a world of one
+    memory_plan = check_fits(
+        per_rank_batch(cfg, world.world_size), vocab, device.type, capacity,
+        world.world_size, planned_as,
     )  # fmt: skip
     # every rank builds the same initial weights from the same seed
-    run.model = GPT(cfg.model, vocab).to(run.device)
-    if run.parallel.mode == "fsdp":
-        shard_model(run.model, run.dtype)  # before the optimizer: it holds the shards
-    if run.world.distributed:
-        torch.manual_seed(cfg.train.seed + run.world.rank)  # then each its own dropout
-    run.optimizer = build_optimizer(run.model, cfg.optim, run.device.type)
-    run.scaler = torch.amp.GradScaler(run.device.type, enabled=run.dtype == torch.float16)
-    run.autocast = autocast_context(run.device, run.dtype)
-    run.train_batches = BatchSampler(
-        run.data.train,
-        cfg.model.block_size,
-        run.parallel.micro_batch,  # train.batch_size, or its share when split over the ranks
-        run.device,
-        rank_seed(cfg.train.seed, run.world.rank),  # each rank its own batches
+    model = GPT(cfg.model, vocab).to(device)
+    if parallel.mode == "fsdp":
+        shard_model(model, dtype)  # before the optimizer: it holds the shards
+    if world.distributed:
+        torch.manual_seed(cfg.train.seed + world.rank)  # then each its own dropout
+    optimizer = build_optimizer(model, cfg.optim, device.type)
+    return RunParts(
+        device=device,
+        dtype=dtype,
+        data=data,
+        parallel=parallel,
+        memory_plan=memory_plan,
+        model=model,
+        optimizer=optimizer,
+        scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+        autocast=autocast_context(device, dtype),
+        train_batches=BatchSampler(
+            data.train,
+            cfg.model.block_size,
+            parallel.micro_batch,  # train.batch_size, or its share when split over the ranks
+            device,
+            rank_seed(cfg.train.seed, world.rank),  # each rank its own batches
+        ),
+        sample_generator=torch.Generator(device=device).manual_seed(cfg.train.seed + 2),
+        spikes=SpikeDetector(cfg.train.spike_sigma),
     )
-    run.sample_generator = torch.Generator(device=run.device).manual_seed(cfg.train.seed + 2)
-    run.spikes = SpikeDetector(cfg.train.spike_sigma)
-    if state is not None:
-        run.checkpointer.restore(state)
-        # An older checkpoint starts a new branch: the newer ones must not be pruned into
-        # it, nor picked by the next --resume RUN_DIR.
-        aside, moved = ckpt.set_aside_newer(run.run_dir, run.step)
-        if aside is not None:
-            run.resume_notes.append(
-                f"resumed at step {run.step} from an older checkpoint: {', '.join(moved)} "
-                f"moved to {aside} (kept); this run continues the new branch"
-            )
 
-def open_run_dir(run: Trainer) -> None:
-    """Only now, with the corpus, config and checkpoint all accepted, is anything written:
-    a run refused before this point leaves no directory and no record behind. Under torchrun
-    rank 0 owns the directory; the others learn its name (it holds the checkpoints they load)."""
-    run.run_dir = from_main(run.run_dir or default_run_dir(run.cfg), run.world, run.sync.group)
-    if not run.world.is_main:
-        return
-    create_run_dir(run.run_dir)
-    # One engine per directory (a ConfigError naming the other one, before anything else is
-    # written), and the control socket viewers attach to; a sink, closed with the run.
-    history = read_history(run.run_dir / "metrics.jsonl", run.step) if run.resume_from else []
-    run.control = serve_run(
-        run.run_dir, run, lambda message: run._alert("warning", message, "socket"), history,
-        emit=run.emit,
-    )
-    run.sinks.append(run.control)
-    ckpt.remove_partial_saves(run.run_dir)  # a save killed mid-write left its temp file
-    run.metrics.open(run.run_dir / "metrics.jsonl")
-    run.log_sinks = log_sinks(run.cfg, run.run_dir, start_step=run.step)  # TensorBoard...
-    run.sinks.extend(run.log_sinks)
-    run.sinks.append(SummarySink(run.run_dir, run.world.world_size))  # summary.json: `cockpit runs`
 
-def instrument(run: Trainer) -> None:
-    """The forward pass, evaluator, FLOP counts and peak that the loop reports with."""
-    cfg = run.cfg
-    wrapped = wrap_for_training(run.model, run.parallel, run.device, cfg.train.compile)
-    run.forward, run.grad_sync = wrapped.train_forward, wrapped.grad_sync
-    run.micro_steps = run.parallel.micro_steps
-    run.evaluator = Evaluator(
-        run.model, wrapped.eval_forward, run.autocast, run.device, cfg,
-        world=run.world, split_over_ranks=run.parallel.mode == "ddp",
+@dataclass
+class Instruments:
+    """The forward pass one update trains with, and what the loop measures and reports with."""
+
+    step: StepParts
+    evaluator: Evaluator
+    flops_per_token: float
+    peak_meter: PeakMeter  # a measured peak is corrected when the model beats it
+    peak: Peak  # as it was at the start (RunStarted)
+    log_every: int  # steps between two read-backs of the losses
+
+
+def instrument(cfg: RunConfig, parts: RunParts, *, world: World, report: Reporter) -> Instruments:
+    """The (wrapped, compiled) forward, evaluator, FLOP counts and peak of a built run."""
+    wrapped = wrap_for_training(parts.model, parts.parallel, parts.device, cfg.train.compile)
+    evaluator = Evaluator(
+        parts.model, wrapped.eval_forward, parts.autocast, parts.device, cfg,
+        world=world, split_over_ranks=parts.parallel.mode == "ddp",
     )  # fmt: skip
-    run.flops_per_token = flops_per_token(run.model.num_params(), cfg.model)
-    # a measured peak is corrected when the model beats it (MFU never above 100%)
-    run.peak_meter = peak_meter(
-        run.device, run.dtype, on_change=lambda msg: run._alert("info", msg, "peak")
+    # MFU is never above 100%: a measured peak the model beats is measured again
+    meter = peak_meter(
+        parts.device, parts.dtype, on_change=lambda msg: report.alert("info", msg, "peak")
     )
-    run.peak = run.peak_meter.peak  # as it was at the start (RunStarted)
-    run.log_every = cfg.train.log_every or (1 if run.device.type == "cpu" else 10)
+    return Instruments(
+        step=StepParts(
+            cfg=cfg,
+            model=parts.model,
+            forward=wrapped.train_forward,
+            scaler=parts.scaler,
+            autocast=parts.autocast,
+            batches=parts.train_batches,
+            device=parts.device,
+            dtype=parts.dtype,
+            micro_steps=parts.parallel.micro_steps,
+            grad_sync=wrapped.grad_sync,
+        ),
+        evaluator=evaluator,
+        flops_per_token=flops_per_token(parts.model.num_params(), cfg.model),
+        peak_meter=meter,
+        peak=meter.peak,
+        log_every=cfg.train.log_every or (1 if parts.device.type == "cpu" else 10),
+    )
 
-def announce(run: Trainer, state: dict[str, Any] | None) -> None:
+
+def announce(
+    cfg: RunConfig,
+    *,
+    run_dir: Path,
+    parts: RunParts,
+    instruments: Instruments,
+    counters: Counters,
+    notes: list[str],
+    resume_state: dict[str, Any] | None,
+    report: Reporter,
+) -> None:
     """config.json and RunStarted; on resume, the curves so far for the UI (rank 0's)."""
-    cfg = run.cfg
-    if not run.world.is_main:
-        return
     # replaced whole (a link planted at either name is replaced, never written through)
-    atomic_write_text(run.run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
+    atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     # the same config as TOML: `cockpit train --preset RUN_DIR/config.toml` replays the run
-    atomic_write_text(run.run_dir / "config.toml", config_to_toml(cfg, header=REPLAY_HEADER))
-    run.emit(
+    atomic_write_text(run_dir / "config.toml", config_to_toml(cfg, header=REPLAY_HEADER))
+    report.emit(
         run_started(
             cfg,
-            run_dir=run.run_dir,
-            device=run.device,
-            dtype=run.dtype,
-            model=run.model,
-            data=run.data,
-            start_step=run.step,
-            resumed_from=state["_path"] if state else None,
-            memory_plan=run.memory_plan,
-            flops_per_token=run.flops_per_token,
-            peak=run.peak,
-            notes=run.resume_notes,
-            train_time_s=run.train_time_s,
+            run_dir=run_dir,
+            device=parts.device,
+            dtype=parts.dtype,
+            model=parts.model,
+            data=parts.data,
+            start_step=counters.step,
+            resumed_from=resume_state["_path"] if resume_state else None,
+            memory_plan=parts.memory_plan,
+            flops_per_token=instruments.flops_per_token,
+            peak=instruments.peak,
+            notes=notes,
+            train_time_s=counters.train_time_s,
         )
     )
-    if state is not None and state["config"]["optim"]["name"] != cfg.optim.name:
-        run._alert(
+    if resume_state is None:
+        return
+    if resume_state["config"]["optim"]["name"] != cfg.optim.name:
+        report.alert(
             "warning",
             f"optimizer switched to {cfg.optim.name} on resume: it starts fresh from the "
-            f"checkpoint's weights at step {run.step}",
+            f"checkpoint's weights at step {counters.step}",
             "resume",
         )
-    if state is not None:
-        # The curves so far, for the UI only: the metrics file has them already. A damaged
-        # line is read past, with one warning (the run goes on).
-        damaged = lambda message: run._alert("warning", message, "metrics")  # noqa: E731
-        for event in read_history(run.run_dir / "metrics.jsonl", run.step, on_damaged=damaged):
-            run.events.put(event)
+    # The curves so far, for the UI only: the metrics file has them already. A damaged
+    # line is read past, with one warning (the run goes on).
+    damaged = lambda message: report.alert("warning", message, "metrics")  # noqa: E731
+    for event in read_history(run_dir / "metrics.jsonl", counters.step, on_damaged=damaged):
+        report.events.put(event)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -23,18 +24,22 @@ from engine.train.health import ratio_after_step, watch_before_step
 from engine.train.readback import PendingStep
 
 
-class StepParts(Protocol):
-    """What a step trains with (the Trainer is one), read on every call: tests may wrap
-    `forward`, and the optimizer is passed apart because a restore replaces it."""
+@dataclass
+class StepParts:
+    """What a step trains with, read on every call: `forward` may be wrapped after it is
+    built (tests poison it). The optimizer is passed apart because a restore replaces it."""
 
-    cfg: RunConfig
+    cfg: RunConfig  # its grad clip and finite check, and the memory breakdown's shapes
     model: torch.nn.Module
-    forward: Any  # the model, or its torch.compile'd forward
+    forward: Callable[..., Any]  # the model, or its compiled or data-parallel forward
     scaler: torch.amp.GradScaler
     autocast: contextlib.AbstractContextManager[Any]
-    train_batches: BatchSampler
+    batches: BatchSampler
     device: torch.device
     dtype: torch.dtype
+    micro_steps: int  # micro-batches per update on this rank (its share under torchrun)
+    # the context of micro-step `last`: under DDP gradients are averaged on the last one only
+    grad_sync: Callable[[bool], contextlib.AbstractContextManager[Any]]
 
 
 @dataclass
@@ -50,24 +55,20 @@ class StepOutcome:
 def train_step(
     parts: StepParts, optimizer: Any, step: int, lr_schedule_factor: float, report_memory: bool
 ) -> StepOutcome:
-    """Accumulate `grad_accum` micro-batches and apply one update at LR factor
+    """Accumulate `parts.micro_steps` micro-batches and apply one update at LR factor
     `lr_schedule_factor`; `step` is the number of steps done before this one."""
     cfg = parts.cfg
     start_allocated = memory.step_start_allocated(parts.device) if report_memory else 0
     set_lr_factor(optimizer, lr_schedule_factor)
     lr = applied_lr(optimizer)
-    # across ranks each takes its share of the accumulation (engine/distributed/parallel.py), and the
-    # gradients are averaged over ranks on the last micro-step only
-    accum = getattr(parts, "micro_steps", cfg.train.grad_accum)
-    grad_sync = getattr(parts, "grad_sync", None)
+    accum, grad_sync = parts.micro_steps, parts.grad_sync
     loss_sum = None
     data_time = 0.0
     for micro in range(accum):
         t_data = time.perf_counter()
-        x, y = parts.train_batches.next()
+        x, y = parts.batches.next()
         data_time += time.perf_counter() - t_data
-        sync = grad_sync(micro == accum - 1) if grad_sync else contextlib.nullcontext()
-        with sync:
+        with grad_sync(micro == accum - 1):
             with parts.autocast:
                 # index, don't unpack: holding the logits through backward costs b*s*vocab
                 loss = parts.forward(x, y)[1] / accum
@@ -91,7 +92,7 @@ def train_step(
         return StepOutcome(
             refused=f"non-finite gradient at step {step + 1} (loss {loss_sum.item():.4g}); the update was not applied"
         )
-    watch = watch_before_step(parts.model, step)  # run health, sampled (engine/train/health.py)
+    watch = watch_before_step(parts.model, step)  # run health, sampled
     parts.scaler.step(optimizer)
     parts.scaler.update()
     ratio = ratio_after_step(watch)

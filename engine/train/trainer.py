@@ -6,11 +6,8 @@ any thread; they are queued and applied at the next step boundary, each acknowle
 event. The loop reads losses back from the device only every `log_every` steps, so the GPU is
 not synchronised on every step.
 
-The Trainer holds the run's state and the loop; its parts do the rest, each in its own module:
-engine/train/setup.py (setting the run up), step.py (one update), command_handler.py (commands at a
-step boundary), periodic_work.py (evals, samples and checkpoints at their intervals),
-checkpointer.py, fault_handler.py (NaN, spike, out of memory), ranks.py (under torchrun) and
-run_end.py (the final state, then letting go).
+The Trainer holds the run's state and the loop, which reads top to bottom in `_loop`; each part
+it is built from takes only what it uses.
 """
 
 from __future__ import annotations
@@ -26,27 +23,48 @@ import torch
 from engine.checkpoint import store as ckpt
 from engine.checkpoint.checkpointer import Checkpointer
 from engine.config.run_config import ConfigError, RunConfig
+from engine.control.server import ControlServer, serve_run
+from engine.data.batches import BatchSampler
 from engine.data.errors import DataError, PreparationStopped
+from engine.data.preparation import PreparedData
+from engine.data.resumed_corpus import resume_data_path
 from engine.distributed.command_exchange import RankSync
+from engine.distributed.parallel import ParallelPlan
 from engine.distributed.rank_report import RankReporter
 from engine.distributed.ranks import rank_lost_message, rank_states
-from engine.distributed.world import World, is_collective_failure, mean_over_ranks
+from engine.distributed.world import (
+    World,
+    from_main,
+    init_world,
+    is_collective_failure,
+    leave_world,
+    mean_over_ranks,
+    rank_device,
+    roster,
+)
 from engine.events import Eval, Event, EventQueue, RunState
+from engine.model.evaluation import Evaluator
+from engine.model.gpt import GPT
 from engine.model.schedule import lr_multiplied
-from engine.rundir.layout import write_error_log
-from engine.rundir.metrics_log import MetricsWriter
-from engine.train.cadence import do_work, work_due
+from engine.plan.flops import PeakMeter
+from engine.rundir.layout import create_run_dir, default_run_dir, write_error_log
+from engine.rundir.metrics_log import MetricsWriter, read_history
+from engine.rundir.sinks import log_sinks
+from engine.rundir.summary import SummarySink
+from engine.train.cadence import evaluate, sample, work_due
+from engine.train.closing import close_sinks, weights_finite
 from engine.train.command_queue import CommandQueue
 from engine.train.commands import CommandHandler
 from engine.train.counters import Counters
+from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
-from engine.train.closing import finish, finish_already_finished, release, wind_down
+from engine.train.faults import SpikeDetector
 from engine.train.garbage import settle_garbage_collector
 from engine.train.readback import PendingStep, read_losses, step_events
 from engine.train.reporter import Reporter
-from engine.train.setup import accept_resume, announce, build, instrument, open_run_dir
-from engine.train.step import train_step
+from engine.train.setup import Instruments, RunParts, accept_resume, announce, build, instrument
+from engine.train.step import StepParts, train_step
 from engine.train.throughput import ThroughputWindow
 
 if TYPE_CHECKING:
@@ -77,7 +95,7 @@ class Trainer:
         world: World | None = None,
     ) -> None:
         self.cfg = cfg
-        # under torchrun: this process's rank (engine/distributed/world.py); rank 0 alone writes the
+        # under torchrun: this process's rank; rank 0 alone writes the
         # metrics file, serves the socket and owns the run directory
         self.world = world or World.from_env()
         self.sync = RankSync(self.world)  # the per-step command exchange (no-op for one rank)
@@ -95,10 +113,10 @@ class Trainer:
         self._already_finished: str | None = None  # resuming a run that has nothing left to do
         self.events = EventQueue(event_capacity)
         # opened once the run has a directory (_setup); a write that fails (a full disk) keeps
-        # its records and queues the pause (engine/train/disk_full.py)
+        # its records and queues the pause
         self.metrics = MetricsWriter(on_failure=lambda: self._commands.put("disk_full"))
         self.sinks = [self.metrics, *sinks] if self.world.is_main else list(sinks)
-        # every rank's readings and step times, gathered by rank 0 (engine/distributed/rank_report.py)
+        # every rank's readings and step times, gathered by rank 0
         self.rank_report = RankReporter(self.world)
         if self.world.distributed:
             self.sinks.append(self.rank_report)
@@ -127,9 +145,12 @@ class Trainer:
         )
         self.faults = FaultHandler(self)  # anomalies, rollbacks, OOM (engine/train/fault_handler.py)
         self.disk = DiskWait(self)  # paused for a full disk, retrying (engine/train/disk_full.py)
-        # stopped and closed before the final state is recorded (run_end.wind_down)
+        # stopped and closed before the final state is recorded (_wind_down)
         self.telemetry_poller: TelemetryPoller | None = None
-        self.log_sinks: list[Callable[[Event], None]] = []  # TensorBoard... (engine/rundir/sinks.py)
+        self.control: ControlServer | None = None  # rank 0's socket, once the run has a directory
+        self.parts: RunParts | None = None  # what trains: built by _setup
+        self.instruments: Instruments | None = None  # what the loop measures with: _setup's
+        self.log_sinks: list[Callable[[Event], None]] = []  # TensorBoard...
 
     # ------------------------------------------------------------------ commands (any thread)
     def pause(self) -> None:
@@ -192,10 +213,32 @@ class Trainer:
         self.reporter.alert(level, message, code)
 
     def _before_final_state(self, state: str) -> None:
-        wind_down(self)  # no telemetry reading or closing alert after the final state
-        control = getattr(self, "control", None)  # rank 0's socket, once the run has a directory
-        if control is not None:
-            control.end_journal(state)  # nor a viewer's record
+        self._wind_down()  # no telemetry reading or closing alert after the final state
+        if self.control is not None:
+            self.control.end_journal(state)  # nor a viewer's record
+
+    def _wind_down(self) -> None:
+        """Just before the final state is recorded: stop the telemetry poller and close the log
+        sinks (TensorBoard...), which need no final state, so that what they say on closing is
+        recorded before it and the final state is the last record of metrics.jsonl. Once only."""
+        poller, self.telemetry_poller = self.telemetry_poller, None
+        if poller is not None:
+            poller.stop()
+        log_sinks, self.log_sinks = self.log_sinks, []
+        close_sinks(log_sinks, self.reporter)
+
+    def _release(self) -> None:
+        """Stop the telemetry poller, the batch prefetch and the sinks, and leave the process
+        group: whatever state the run ended in (without a final state, if it never got one)."""
+        self._wind_down()  # done already where the run has its final state
+        self.disk.cancel()  # a retry timer of a run paused for its disk
+        if self.parts is not None:
+            self.parts.train_batches.close()  # the batch prefetch thread ends with the run
+        # the metrics file last: it records what the others report on closing (the final
+        # state's sinks: the control socket, summary.json, the app's, which say nothing then)
+        close_sinks(reversed(self.sinks), self.reporter)
+        if self.world.distributed:
+            leave_world()
 
     # ------------------------------------------------------------------ counters
     # The run's counters, read by the app, the control socket and the tests.
@@ -293,7 +336,7 @@ class Trainer:
             else:
                 self._fail(f"{type(e).__name__}: {e}{where}", "crash")
         finally:
-            release(self)  # engine/train/finish.py
+            self._release()
         return self.state
 
     def preparation_should_stop(self) -> bool:
@@ -306,41 +349,199 @@ class Trainer:
 
     def _setup(self) -> None:
         """Accept the resume, build the run, and only then create its directory and announce it."""
-        state = accept_resume(self)  # engine/train/setup.py
-        if self._already_finished is not None:
-            return  # _loop says so; nothing is touched
-        build(self, state)
-        open_run_dir(self)
-        instrument(self)
-        announce(self, state)
+        state = None
+        if self.resume_from is not None:
+            accepted = accept_resume(self.resume_from, self.resume_overrides)
+            state = accepted.state
+            self.cfg, self.run_dir, self.resume_notes = (
+                accepted.config, accepted.run_dir, accepted.notes,
+            )  # fmt: skip
+            if accepted.finished is not None:
+                self._already_finished = accepted.finished  # _loop says so; nothing is touched
+                self.counters.step = int(state["step"])
+                return
+            # The corpus belongs to the weights: the recorded one, a verified copy, or a
+            # refusal (before anything on disk is touched).
+            self.data_path, data_notes = resume_data_path(
+                state, self.cfg.data, self.data_path, self.allow_data_change
+            )
+            self.resume_notes.extend(data_notes)
+        cfg, world = self.cfg, self.world
+        device = rank_device(select_device(cfg.train.device), world)
+        self.sync.group = init_world(world, device)  # under torchrun: join the others
+        if world.distributed:
+            self.ranks = roster(world, self.sync.group)
+        self.parts = parts = build(
+            cfg,
+            device=device,
+            world=world,
+            data_path=self.data_path,
+            emit=self.reporter.emit,
+            should_stop=self.preparation_should_stop,
+            resume_state=state,
+        )
+        if parts.parallel.note:
+            self.resume_notes.append(parts.parallel.note)  # RunStarted's notes: said at the start
+        if state is not None:
+            self.checkpointer.restore(state)
+            # An older checkpoint starts a new branch: the newer ones must not be pruned into
+            # it, nor picked by the next --resume RUN_DIR.
+            aside, moved = ckpt.set_aside_newer(self.run_dir, self.counters.step)
+            if aside is not None:
+                self.resume_notes.append(
+                    f"resumed at step {self.counters.step} from an older checkpoint: "
+                    f"{', '.join(moved)} moved to {aside} (kept); this run continues the new branch"
+                )
+        self._open_run_dir()
+        self.instruments = instrument(cfg, parts, world=world, report=self.reporter)
+        if world.is_main:
+            announce(
+                cfg,
+                run_dir=self.run_dir,
+                parts=parts,
+                instruments=self.instruments,
+                counters=self.counters,
+                notes=self.resume_notes,
+                resume_state=state,
+                report=self.reporter,
+            )
         settle_garbage_collector()
+
+    def _open_run_dir(self) -> None:
+        """Only now, with the corpus, config and checkpoint all accepted, is anything written:
+        a run refused before this point leaves no directory and no record behind. Under
+        torchrun rank 0 owns the directory; the others learn its name (it holds the
+        checkpoints they load)."""
+        self.run_dir = from_main(
+            self.run_dir or default_run_dir(self.cfg), self.world, self.sync.group
+        )
+        if not self.world.is_main:
+            return
+        create_run_dir(self.run_dir)
+        # One engine per directory (a ConfigError naming the other one, before anything else
+        # is written), and the control socket viewers attach to; a sink, closed with the run.
+        step = self.counters.step
+        history = read_history(self.run_dir / "metrics.jsonl", step) if self.resume_from else []
+        self.control = serve_run(
+            self.run_dir,
+            self,
+            lambda message: self.reporter.alert("warning", message, "socket"),
+            history,
+            emit=self.reporter.emit,
+        )
+        self.sinks.append(self.control)
+        ckpt.remove_partial_saves(self.run_dir)  # a save killed mid-write left its temp file
+        self.metrics.open(self.run_dir / "metrics.jsonl")
+        self.log_sinks = log_sinks(self.cfg, self.run_dir, start_step=step)  # TensorBoard...
+        self.sinks.extend(self.log_sinks)
+        self.sinks.append(SummarySink(self.run_dir, self.world.world_size))  # `cockpit runs`
+
+    # ------------------------------------------------------------------ what setup built
+    # Read by the parts that still take the Trainer, and by tests.
+    @property
+    def model(self) -> GPT:
+        return self._built.model
+
+    @property
+    def optimizer(self) -> Any:
+        return self._built.optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: Any) -> None:
+        self._built.optimizer = optimizer
+
+    @property
+    def device(self) -> torch.device:
+        return self._built.device
+
+    @property
+    def data(self) -> PreparedData:
+        return self._built.data
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler:
+        return self._built.scaler
+
+    @property
+    def train_batches(self) -> BatchSampler:
+        return self._built.train_batches
+
+    @property
+    def sample_generator(self) -> torch.Generator:
+        return self._built.sample_generator
+
+    @property
+    def spikes(self) -> SpikeDetector:
+        return self._built.spikes
+
+    @property
+    def parallel(self) -> ParallelPlan:
+        return self._built.parallel
+
+    @parallel.setter
+    def parallel(self, plan: ParallelPlan) -> None:
+        self._built.parallel = plan
+
+    @property
+    def forward(self) -> Callable[..., Any]:
+        """The forward pass each step trains with (tests wrap it, after `_setup`)."""
+        return self._instrumented.step.forward
+
+    @forward.setter
+    def forward(self, forward: Callable[..., Any]) -> None:
+        self._instrumented.step.forward = forward
+
+    @property
+    def micro_steps(self) -> int:
+        return self._instrumented.step.micro_steps
+
+    @property
+    def evaluator(self) -> Evaluator:
+        return self._instrumented.evaluator
+
+    @property
+    def peak_meter(self) -> PeakMeter:
+        return self._instrumented.peak_meter
+
+    @property
+    def _built(self) -> RunParts:
+        if self.parts is None:
+            raise AttributeError("the run is not built yet (Trainer._setup)")
+        return self.parts
+
+    @property
+    def _instrumented(self) -> Instruments:
+        if self.instruments is None:
+            raise AttributeError("the run is not instrumented yet (Trainer._setup)")
+        return self.instruments
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self, weights: bool = True) -> dict[str, Any]:
         # Tensors and plain data only: the file loads with torch.load(weights_only=True).
         # weights=False: a sharded run's, whose weights and optimizer go into its shards.
+        parts = self._built
         heavy = (
-            {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+            {"model": parts.model.state_dict(), "optimizer": parts.optimizer.state_dict()}
             if weights
             else {}
         )
         return {
             "version": ckpt.FORMAT_VERSION,
             **heavy,
-            "scaler": self.scaler.state_dict(),
+            "scaler": parts.scaler.state_dict(),
             **self.counters.state_dict(),  # step, lr_scale, train_time_s, tokens, best_val
             "is_best": self._checkpoint_is_best,
-            "rng": ckpt.global_rng_state(self.device.type),
-            "batch_rng": self.train_batches.generator.get_state(),
+            "rng": ckpt.global_rng_state(parts.device.type),
+            "batch_rng": parts.train_batches.generator.get_state(),
             # every rank's own batch order and RNG (rank 0's are the two above): an exact
             # resume at the same world size
             "world_size": self.world.world_size,
             **rank_states(self),
-            "sample_rng": self.sample_generator.get_state(),
+            "sample_rng": parts.sample_generator.get_state(),
             "config": ckpt.plain_data(self.cfg.to_dict()),
-            "tokenizer": ckpt.plain_data(self.data.tokenizer.to_meta()),
-            "data_meta": ckpt.plain_data(self.data.meta),
-            "data_source": ckpt.plain_data(self.data.record),
+            "tokenizer": ckpt.plain_data(parts.data.tokenizer.to_meta()),
+            "data_meta": ckpt.plain_data(parts.data.meta),
+            "data_source": ckpt.plain_data(parts.data.record),
         }
 
     # ------------------------------------------------------------------ the loop
@@ -352,59 +553,82 @@ class Trainer:
         # the sync, timed inside the window; across ranks, the mean loss of the whole batch
         losses, norms = read_losses(pending, lambda t: mean_over_ranks(t, self.world))
         tokens_per_s, step_time = self.window.rates(len(pending), self.cfg.tokens_per_step)
+        instruments, spikes = self._instrumented, self._built.spikes
         for event in step_events(
             pending,
             losses,
             norms,
             tokens_per_s=tokens_per_s,
             step_time_s=step_time,
-            tokens_after=self.tokens,
+            tokens_after=self.counters.tokens,
             tokens_per_step=self.cfg.tokens_per_step,
             # each device's share of the world's throughput against one device's peak
-            mfu=self.peak_meter.mfu(tokens_per_s / self.world.world_size, self.flops_per_token),
+            mfu=instruments.peak_meter.mfu(
+                tokens_per_s / self.world.world_size, instruments.flops_per_token
+            ),
         ):
             self.emit(event)
         for p, loss in zip(pending, losses, strict=True):
             if not math.isfinite(loss):
                 self.faults.anomaly(f"loss is not finite at step {p.step}", "nan")
                 break
-            if self.spikes.observe(loss):
+            if spikes.observe(loss):
                 self.faults.anomaly(
-                    f"loss spike at step {p.step}: {loss:.4f} against a moving average of {self.spikes.mean:.4f}",
+                    f"loss spike at step {p.step}: {loss:.4f} against a moving average of {spikes.mean:.4f}",
                     "spike",
                 )
                 break
         self.window.restart()
 
-    def _train_step(self, report_memory: bool = False) -> None:
-        """One update (engine/train/step.py), with the optimizer of now: a restore replaces it."""
+    def _evaluate(self) -> Eval:
+        """Measure the losses now (pending steps read back first, so the curves stay in order)."""
+        self._flush()
+        return evaluate(self._instrumented.evaluator, self._built.data, self.counters, self.reporter)
+
+    def _sample(self) -> None:
+        parts = self._built
+        sample(
+            self._instrumented.evaluator,
+            parts.data.tokenizer,
+            parts.sample_generator,
+            self.counters.step,
+            self.reporter,
+        )
+
+    def _train_step(self, step_parts: StepParts, parts: RunParts, report_memory: bool) -> None:
+        """One update, with the optimizer of now: a restore replaces it."""
         t_start = time.perf_counter()
-        factor = lr_multiplied(self.step, self.cfg, self.lr_scale)  # never past MAX_LR
-        outcome = train_step(self, self.optimizer, self.step, factor, report_memory)
+        counters = self.counters
+        factor = lr_multiplied(counters.step, self.cfg, counters.lr_scale)  # never past MAX_LR
+        outcome = train_step(step_parts, parts.optimizer, counters.step, factor, report_memory)
         if outcome.memory is not None:
-            self.emit(outcome.memory)
+            self.reporter.emit(outcome.memory)
         if outcome.refused is not None:
             self._flush()
             self.faults.anomaly(outcome.refused, "nan")
             return
         pending = outcome.pending
         self.rank_report.add_step(time.perf_counter() - t_start, pending.data_time_s)
-        self.step += 1
-        self.tokens += self.cfg.tokens_per_step
-        self.current_lr = pending.lr
+        counters.step += 1
+        counters.tokens += self.cfg.tokens_per_step
+        counters.current_lr = pending.lr
         self._pending.append(pending)
 
     def _loop(self) -> None:
+        report = self.reporter
         if self._already_finished is not None:
-            finish_already_finished(self)  # engine/train/finish.py
+            # resumed with nothing to train: no second final eval, sample or save, no record
+            report.alert("info", self._already_finished, "finished")
+            report.set_state(RunState.FINISHED, "already finished")
             return
-        cfg = self.cfg
+        cfg, counters = self.cfg, self.counters
+        parts, instruments = self._built, self._instrumented
         self._pending: list[PendingStep] = []
         self.window = ThroughputWindow()
-        self._set_state(RunState.RUNNING, "resumed from checkpoint" if self.resume_from else "")
-        self.model.train()
+        report.set_state(RunState.RUNNING, "resumed from checkpoint" if self.resume_from else "")
+        parts.model.train()
         last_memory_report = -math.inf
-        while self.step < cfg.train.max_steps:
+        while counters.step < cfg.train.max_steps:
             t_commands = time.perf_counter()
             self.command_handler.apply_queued()
             # Time paused or blocked on a command is not training, any more than an evaluation
@@ -414,37 +638,83 @@ class Trainer:
                 self._stop_requested = True  # the app is closing: keep the run
             if self._stop_requested is not None:
                 break
-            if self.state != RunState.RUNNING:
+            if report.state != RunState.RUNNING:
                 continue
             t0 = time.perf_counter()
             report_memory = time.monotonic() - last_memory_report > MEMORY_REPORT_INTERVAL_S
             if report_memory:
                 last_memory_report = time.monotonic()
-            step_before, rollbacks_before = self.step, self.rollbacks
+            step_before, rollbacks_before = counters.step, counters.rollbacks
             try:
-                self._train_step(report_memory)
+                self._train_step(instruments.step, parts, report_memory)
             except torch.OutOfMemoryError:
                 self.faults.shrink_micro_batch()  # retries with a smaller micro-batch, or pauses
                 continue
-            self.train_time_s += time.perf_counter() - t0
-            if self.step == step_before:
+            counters.train_time_s += time.perf_counter() - t0
+            if counters.step == step_before:
                 continue  # the step was refused (non-finite): nothing new to evaluate or save
-            due = work_due(self)  # engine/train/cadence.py
+            due = work_due(counters.step, cfg)
             # Read the losses back before any work due at this step, and at the last step, so
             # an anomaly among them is handled (rolled back, paused) before that work is done.
-            if len(self._pending) >= self.log_every or any(due) or self.step >= cfg.train.max_steps:
+            if (
+                len(self._pending) >= instruments.log_every
+                or any(due)
+                or counters.step >= cfg.train.max_steps
+            ):
                 self._flush()
             if (
-                self.rollbacks != rollbacks_before
+                counters.rollbacks != rollbacks_before
                 or self._stop_requested is not None
-                or self.state != RunState.RUNNING
+                or report.state != RunState.RUNNING
             ):
                 # Rolled back (the restored step had its eval, sample and checkpoint already),
                 # giving up, or paused on an anomaly (these weights are suspect: no checkpoint).
                 self.window.exclude(time.perf_counter(), bool(self._pending))
                 continue
+            # The due work in this order: a checkpoint after an eval at its step may become
+            # best.pt.
             t_extra = time.perf_counter()
-            do_work(self, due)
+            if due.evaluate:
+                self._last_eval = self._evaluate()
+            if due.sample:
+                self._sample()
+            if due.checkpoint:
+                self.checkpointer.save_and_mark("interval")
             self.window.exclude(t_extra, bool(self._pending))
+        self._finish()
 
-        finish(self)  # engine/train/finish.py
+    def _finish(self) -> None:
+        """The loop is over: save and say why it ended (stopped, failed) or that it finished."""
+        report = self.reporter
+        self._flush()
+        if self._stop_requested is not None:
+            # Step 0: nothing trained, nothing to save (the same seed makes the same weights).
+            # Failed: keep the weights only if they are intact, never a NaN as the newest.
+            if (
+                self._stop_requested
+                and self.counters.step > 0
+                and (self._failure is None or weights_finite(self._built.model))
+            ):
+                # saving -> stopped: the state it was in is not gone back to in between
+                self.checkpointer.save("stop", ending=True, wait=False)
+            if self._failure is not None:
+                report.set_state(RunState.FAILED, self._failure)
+            else:
+                report.set_state(RunState.STOPPED, self._stop_reason)
+            return
+        self._last_eval = self._evaluate()
+        if self.cfg.sample.interval:
+            self._sample()
+        saved = self.checkpointer.save_and_mark("final", ending=True)
+        # A full disk: paused until the final checkpoint is written, unless the run is stopped
+        # meanwhile.
+        while saved is None and self.disk.checkpoint is not None and self._stop_requested is None:
+            if self._should_stop():
+                break
+            self.command_handler.apply_queued()
+        if self.disk.checkpoint is not None:
+            report.set_state(
+                RunState.FINISHED, f"the final checkpoint was not written ({self.disk.failure})"
+            )
+            return
+        report.set_state(RunState.FINISHED, "")

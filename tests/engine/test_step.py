@@ -1,8 +1,8 @@
-"""engine/train/step.py alone: one gradient-accumulation step on a tiny model, without a Trainer."""
+"""One gradient-accumulation step on a tiny model, alone: no Trainer."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import contextlib
 
 import numpy as np
 import torch
@@ -12,26 +12,28 @@ from engine.data.batches import BatchSampler
 from engine.model.gpt import GPT
 from engine.model.optimizers import build_optimizer
 from engine.train.device import autocast_context
-from engine.train.step import train_step
+from engine.train.step import StepParts, train_step
 
 VOCAB = 11
 
 
-def parts(forward=None) -> SimpleNamespace:
+def parts(forward=None) -> StepParts:
     cfg = load_preset("tiny", ["model.n_layer=1", "model.n_embd=16", "model.block_size=8"])
     torch.manual_seed(0)
     model = GPT(cfg.model, VOCAB)
     device = torch.device("cpu")
     tokens = np.arange(500, dtype=np.int64) % VOCAB
-    return SimpleNamespace(
+    return StepParts(
         cfg=cfg,
         model=model,
         forward=forward or model,
         scaler=torch.amp.GradScaler("cpu", enabled=False),
         autocast=autocast_context(device, torch.float32),
-        train_batches=BatchSampler(tokens, cfg.model.block_size, 4, device, seed=1),
+        batches=BatchSampler(tokens, cfg.model.block_size, 4, device, seed=1),
         device=device,
         dtype=torch.float32,
+        micro_steps=cfg.train.grad_accum,
+        grad_sync=lambda last: contextlib.nullcontext(),
     )
 
 
