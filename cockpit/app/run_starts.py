@@ -39,8 +39,9 @@ def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequ
     `overrides`, checked as its resume checks them (engine/checkpoint/resume.py's plan_resume) against the
     run's config.json, cheaply (no checkpoint read, no torch): one line for the dialog, or None
     (the branch still makes its own full check when it starts)."""
-    from engine.checkpoint import list_checkpoints, plan_resume, step_of
-    from engine.config import ConfigError
+    from engine.checkpoint.names import list_checkpoints, step_of
+    from engine.checkpoint.resume import plan_resume
+    from engine.config.run_config import ConfigError
 
     try:
         config = json.loads((run_dir / "config.json").read_text())
@@ -116,15 +117,15 @@ class RunStarts(_AppBase):
     def _resume_in_worker(self, target: Path, overrides: list[str], branch_of: Path | None) -> None:
         """Build the resumed engine off the UI thread (its checks read the checkpoint with
         torch); a finished run asks how far to train on."""
-        from cockpit.cli.fork import NothingToTrain
-        from engine.checkpoint import ResumeFinished
+        from cockpit.cli.branch import NothingToTrain
+        from engine.checkpoint.resume import ResumeFinished
 
         assert self.resume_factory is not None
         run_dir = target if target.is_dir() else target.parent
         title = f"Cannot {'fork' if branch_of is not None else 'resume'} {run_dir.name}"
         try:
             if branch_of is not None:
-                from cockpit.cli.fork import make_fork
+                from cockpit.cli.branch import make_fork
 
                 run_dir, _ = make_fork(branch_of, overrides, None)
             engine = self.resume_factory(str(run_dir), overrides)
@@ -143,7 +144,7 @@ class RunStarts(_AppBase):
     def _ask_train_on(self, run_dir: Path) -> None:
         """A finished run resumes only to train further: ask for its new max_steps."""
         self._not_busy()
-        from engine.checkpoint import list_checkpoints
+        from engine.checkpoint.names import list_checkpoints
 
         saved = list_checkpoints(run_dir)  # the resume starts from the newest: its step is the run's
         step = saved[-1][0] if saved else 0

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def problem(runs: list[str]) -> str | None:
     """The one line why these cannot be compared, or None."""
-    from engine.rundir import METRICS_NAME
+    from engine.rundir.summary import METRICS_NAME
 
     for run in runs:
         path = Path(run)
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"cockpit compare: {why}", file=sys.stderr)
         return 2
     from cockpit.app.run_opening import open_engine
-    from cockpit.cli.entry import run_app, train_arguments
+    from cockpit.cli.launch import run_app, train_arguments
 
     first = Path(args.runs[0])
     try:

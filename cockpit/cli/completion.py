@@ -64,9 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.cli.entry import build_parser
-
-    print(completion_script(build_parser(), args.shell), end="")
+    print(completion_script(args.parser, args.shell), end="")
     return 0
 
 

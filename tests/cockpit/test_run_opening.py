@@ -172,7 +172,7 @@ def rolled_back_run(tmp_path: Path) -> Path:
     to 36."""
     import torch
 
-    from cockpit.cli.entry import resume_trainer, train_arguments
+    from cockpit.cli.launch import resume_trainer, train_arguments
     from engine.config.presets import load_preset
     from engine.train.trainer import Trainer
 
@@ -222,7 +222,7 @@ def test_a_finished_run_s_view_draws_its_past_and_announces_none_of_it(
 
 
 def real_recorded_app(run_dir: Path) -> CockpitApp:
-    from cockpit.cli.entry import resume_trainer, train_arguments
+    from cockpit.cli.launch import resume_trainer, train_arguments
 
     return recorded_app(
         run_dir, resume_factory=lambda target, sets: resume_trainer(
@@ -315,7 +315,7 @@ def test_the_fork_dialog_refuses_a_bad_setting_inline_and_stays_open(finished_ti
 
 def runs_screen_app(run_dir: Path) -> CockpitApp:
     """An app whose runs screen lists `run_dir`'s parent, on a scripted run of its own."""
-    from cockpit.cli.entry import resume_trainer, train_arguments
+    from cockpit.cli.launch import resume_trainer, train_arguments
 
     return CockpitApp(
         ScriptedFactory(steps=10, max_steps=2000),

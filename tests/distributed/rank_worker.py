@@ -19,14 +19,10 @@ from pathlib import Path
 
 import torch
 
-from cockpit.cli.entry import (
-    make_trainer,
-    parse_args,
-    preflight,
-    resume_after_restart,
-    torchrun_rank,
-)
+from cockpit.cli.entry import parse_args
 from cockpit.cli.headless import ProgressPrinter, RankErrorPrinter
+from cockpit.cli.launch import make_trainer, resume_after_restart
+from cockpit.cli.preflight import preflight, torchrun_rank
 from cockpit.cli.stop_signals import StopSignals
 from engine.rundir.metrics_log import MetricsWriter
 

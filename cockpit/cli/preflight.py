@@ -1,0 +1,124 @@
+"""Every check of a run's command line that can fail before anything starts: a refusal is a
+ConfigError (one line, exit 2) with nothing touched."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from engine.config import DEFAULT_PRESET, ConfigError, parse_override
+
+
+def preflight(args: argparse.Namespace) -> str | None:
+    """Every check of a run's command line that can fail before anything starts (a ConfigError,
+    one line): the preset and its --set, the corpus, the run directory, a resume. Returns the
+    message to print instead of training when a resumed run is already finished."""
+    # Validate the preset before anything else so a typo is one line, not a UI.
+    if args.resume is None:
+        from engine.config import load_preset
+
+        if args.allow_data_change:
+            raise ConfigError(
+                "--allow-data-change applies to --resume RUN_DIR only: a new run records "
+                "whatever corpus it starts on; drop the flag"
+            )
+        cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
+        check_log_packages(cfg)
+        check_corpus_exists(cfg, args.data)
+        if args.run_dir and torchrun_rank() == 0:  # rank 0 locks it: the others use it too
+            check_run_dir_free(Path(args.run_dir))
+    else:
+        if not Path(args.resume).exists():
+            raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
+        from cockpit.cli.branch import branch_overrides
+
+        # a branch not yet trained resumes with the settings it was forked with, then these
+        args.overrides = [*branch_overrides(Path(args.resume)), *args.overrides]
+        for text in args.overrides:
+            parse_override(text)
+        resumed = Path(args.resume)
+        if torchrun_rank() == 0:
+            check_run_dir_free(resumed if resumed.is_dir() else resumed.parent)
+        finished = check_resume(args)
+        if finished is None:
+            check_resume_corpus(args)
+        return finished
+    return None
+
+
+def check_resume(args: argparse.Namespace) -> str | None:
+    """Check a resume before anything starts, so a refusal is exit 2 with nothing touched: the
+    checkpoint reads, --run-dir is not given, and every --set is one a resume may apply (the
+    rules the run itself follows). Returns the message to print when the run is already
+    finished."""
+    from engine.checkpoint import plan_resume
+    from engine.checkpoint import store as ckpt
+    if args.run_dir:
+        raise ConfigError(
+            f"--run-dir {args.run_dir} with --resume {args.resume}: a resumed run continues in its "
+            "own directory; drop --run-dir (to branch a run, copy its directory and resume the copy)"
+        )
+    try:  # memory-mapped: the weights are not read
+        state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
+    except ckpt.CheckpointError as e:
+        raise ConfigError(str(e)) from None
+    plan = plan_resume(state, args.overrides, state["_path"], label=args.resume)
+    check_log_packages(plan.config)
+    return plan.finished
+
+
+def check_run_dir_free(run_dir: Path) -> None:
+    """A run directory a live engine holds: one line and exit 2, before anything is touched
+    (a resume from an older checkpoint would otherwise move that run's newer checkpoints)."""
+    from engine.rundir import check_not_in_use
+
+    check_not_in_use(run_dir)
+
+
+def check_corpus_exists(cfg: Any, data_path: str | None) -> None:
+    """A corpus path that names nothing usable (missing, no text files in the folder): one line
+    and exit 2 before anything starts. What is inside is read by the run (a bad record there is
+    the run's failure, with the same one line); Tiny Shakespeare may still be downloaded."""
+    if cfg.data.source == "tinyshakespeare" and data_path is None:
+        return
+    from engine.data import DataError, resolve_source
+
+    try:
+        resolve_source(cfg.data, data_path, download=False)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+
+
+def check_log_packages(cfg: Any) -> None:
+    """`[log]` sinks whose package is missing: one line and exit 2, before anything starts."""
+    if cfg.log.tensorboard:
+        from engine.rundir import summary_writer_class
+
+        summary_writer_class()
+
+
+def check_resume_corpus(args: argparse.Namespace) -> None:
+    """Refuse a resume whose corpus is gone or changed before anything starts (exit 2)."""
+    from engine.checkpoint import store as ckpt
+    from engine.config import config_from_dict
+    from engine.data import DataError, resume_data_path
+
+    try:  # memory-mapped: the weights are not read
+        state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
+        cfg = config_from_dict(state["config"], source=state["_path"])
+    except (ckpt.CheckpointError, ConfigError):
+        return  # check_resume (or the run itself) says what is wrong with this checkpoint
+    try:
+        resume_data_path(state, cfg.data, args.data, args.allow_data_change)
+    except DataError as e:  # refused, or --data names nothing usable
+        raise ConfigError(f"--resume {args.resume}: {e}") from None
+
+
+def torchrun_rank() -> int:
+    """This process's rank under torchrun (0 without it)."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
