@@ -1,12 +1,25 @@
-"""The training loop's parts built alone, without a Trainer: counters, reporter."""
+"""The training loop's parts built alone, without a Trainer: counters, reporter, setup, one
+step, the work between updates, closing. Real tiny models on CPU."""
 
 from __future__ import annotations
 
+import copy
+import json
 import math
+from pathlib import Path
 
+import torch
+
+from engine.config.presets import load_preset
+from engine.data.batches import BatchSampler
+from engine.distributed.world import World, rank_seed
 from engine.events import Alert, EventQueue, RunState, StateChanged
+from engine.train.cadence import DueWork, evaluate, sample, work_due
+from engine.train.closing import close_sinks, weights_finite
 from engine.train.counters import Counters
 from engine.train.reporter import Reporter
+from engine.train.setup import announce, build, instrument
+from engine.train.step import train_step
 
 
 def test_counters_save_the_five_checkpoint_keys_and_load_them_back() -> None:
@@ -74,3 +87,219 @@ def test_what_runs_before_the_final_state_reports_ahead_of_it() -> None:
     )
     reporter.set_state(RunState.STOPPED, "stopped by user")
     assert [e.kind for e in events.drain()] == ["alert", "state"]
+
+
+# ---------------------------------------------------------------------- setup, alone
+SMALL = [
+    "model.n_layer=1",
+    "model.n_head=2",
+    "model.n_embd=16",
+    "model.block_size=16",
+    "train.batch_size=3",
+    "train.grad_accum=2",
+    "eval.batches=1",
+    "sample.max_new_tokens=4",
+    "sample.prompts=['ab', 'c']",
+]
+
+
+def small_cfg(*extra: str):
+    return load_preset("default", [*SMALL, *extra])
+
+
+def built(cfg, corpus: Path):
+    report, events, _, seen = make_reporter()
+    parts = build(
+        cfg,
+        device=torch.device("cpu"),
+        world=World(),
+        data_path=str(corpus),
+        emit=report.emit,
+        should_stop=lambda: False,
+        resume_state=None,
+    )
+    return parts, report, events, seen
+
+
+def test_build_returns_what_trains_and_instrument_what_the_loop_measures(some_text: Path) -> None:
+    cfg = small_cfg()
+    parts, report, events, _ = built(cfg, some_text)
+    assert [e.kind for e in events.drain()][-1] == "data_progress"  # the preparation reports
+    assert parts.device == torch.device("cpu") and parts.dtype == torch.float32
+    assert parts.parallel.mode == "single" and parts.parallel.micro_steps == 2
+    assert not parts.scaler.is_enabled()  # fp32: no loss scaling
+    assert parts.model.lm_head.weight.device.type == "cpu"
+    optimized = {id(p) for g in parts.optimizer.param_groups for p in g["params"]}
+    assert optimized == {id(p) for p in parts.model.parameters()}
+    x, y = parts.train_batches.next()
+    assert x.shape == y.shape == (3, 16) and torch.equal(x[:, 1:], y[:, :-1])
+    assert int(x.max()) < parts.data.tokenizer.vocab_size
+    assert parts.memory_plan.fits
+    parts.train_batches.close()
+
+    instruments = instrument(cfg, parts, world=World(), report=report)
+    step = instruments.step
+    assert step.model is parts.model and step.batches is parts.train_batches
+    assert step.forward is parts.model  # no compile, one process: the model itself
+    assert step.micro_steps == 2
+    assert instruments.log_every == 1  # on CPU every step is read back (train.log_every=0)
+    # 6 x non-embedding parameters per token, plus attention's 6 x layers x block x width
+    n = parts.model.num_params()
+    assert instruments.flops_per_token >= 6 * n
+    assert instruments.peak.flops > 0 and instruments.peak_meter.peak == instruments.peak
+
+
+def test_announce_writes_the_config_and_says_the_run_started(some_text: Path, tmp_path: Path) -> None:
+    cfg = small_cfg()
+    parts, report, events, _ = built(cfg, some_text)
+    parts.train_batches.close()
+    instruments = instrument(cfg, parts, world=World(), report=report)
+    events.drain()
+    report.counters.step = 5
+    announce(
+        cfg,
+        run_dir=tmp_path,
+        parts=parts,
+        instruments=instruments,
+        counters=report.counters,
+        notes=["a note"],
+        resume_state=None,
+        report=report,
+    )
+    assert json.loads((tmp_path / "config.json").read_text()) == cfg.to_dict()
+    assert "cockpit train --preset THIS_FILE" in (tmp_path / "config.toml").read_text()
+    (started,) = events.drain()
+    assert started.kind == "run_started" and started.start_step == 5
+    assert started.run_dir == str(tmp_path) and started.notes == ("a note",)
+    assert started.n_params == parts.model.num_params(non_embedding=False)
+
+
+# ---------------------------------------------------------------------- one step, alone
+def test_a_step_accumulates_the_mean_gradient_of_its_micro_batches(some_text: Path) -> None:
+    cfg = small_cfg("optim.grad_clip=1000", "optim.weight_decay=0")
+    parts, report, _, _ = built(cfg, some_text)
+    parts.train_batches.close()
+    instruments = instrument(cfg, parts, world=World(), report=report)
+    reference = copy.deepcopy(parts.model)
+    # the same two micro-batches, drawn by a sampler with the same seed
+    batches = BatchSampler(parts.data.train, 16, 3, torch.device("cpu"), rank_seed(cfg.train.seed, 0))
+    micro = [batches.next(), batches.next()]
+    batches.close()
+    losses = [reference(x, y)[1] for x, y in micro]
+    expected_loss = (losses[0] + losses[1]) / 2
+    expected_loss.backward()
+    expected_grads = [p.grad.clone() for p in reference.parameters()]
+    expected_norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in expected_grads]))
+
+    seen_grads: list[torch.Tensor] = []
+    optimizer = torch.optim.SGD(parts.model.parameters(), lr=0.1)
+    for group in optimizer.param_groups:
+        group["base_lr"] = 0.1
+    real_step = optimizer.step
+
+    def step_recording(*args, **kwargs):
+        seen_grads.extend(p.grad.clone() for p in parts.model.parameters())
+        return real_step(*args, **kwargs)
+
+    optimizer.step = step_recording  # type: ignore[method-assign]
+    before = [p.detach().clone() for p in parts.model.parameters()]
+    outcome = train_step(instruments.step, optimizer, step=0, lr_schedule_factor=0.5, report_memory=False)
+    assert outcome.refused is None and outcome.memory is None
+    pending = outcome.pending
+    assert pending.step == 1 and pending.lr == 0.05
+    assert torch.allclose(pending.loss, expected_loss.detach(), atol=1e-6)
+    assert torch.allclose(pending.grad_norm, expected_norm, rtol=1e-5)
+    assert len(seen_grads) == len(expected_grads)
+    for got, want in zip(seen_grads, expected_grads, strict=True):
+        assert torch.allclose(got, want, atol=1e-6)
+    # SGD at LR 0.1 x 0.5: each weight moved by -0.05 x its accumulated gradient
+    for old, new, grad in zip(before, parts.model.parameters(), expected_grads, strict=True):
+        assert torch.allclose(new.detach(), old - 0.05 * grad, atol=1e-6)
+    assert all(p.grad is None for p in parts.model.parameters())  # zeroed for the next step
+
+
+# ---------------------------------------------------------------------- between updates
+def test_work_is_due_at_its_intervals_and_never_at_the_last_step() -> None:
+    cfg = small_cfg(
+        "eval.interval=10", "sample.interval=15", "checkpoint.interval=0", "train.max_steps=30"
+    )
+    assert work_due(10, cfg) == DueWork(evaluate=True, sample=False, checkpoint=False)
+    assert work_due(15, cfg) == DueWork(evaluate=False, sample=True, checkpoint=False)
+    assert not any(work_due(7, cfg))
+    assert not any(work_due(30, cfg))  # the run's end evaluates and samples in its own way
+    assert work_due(20, small_cfg("eval.interval=10", "checkpoint.interval=20", "train.max_steps=40")) == (
+        DueWork(evaluate=True, sample=False, checkpoint=True)
+    )
+
+
+def test_an_eval_and_samples_are_emitted_at_the_counted_step(some_text: Path) -> None:
+    cfg = small_cfg()
+    parts, report, events, _ = built(cfg, some_text)
+    parts.train_batches.close()
+    instruments = instrument(cfg, parts, world=World(), report=report)
+    events.drain()
+    report.counters.step, report.counters.train_time_s = 12, 4.5
+    result = evaluate(instruments.evaluator, parts.data, report.counters, report)
+    sample(
+        instruments.evaluator, parts.data.tokenizer, parts.sample_generator, 12, report
+    )
+    emitted = events.drain()
+    assert emitted[0] is result
+    assert (result.step, result.train_time_s) == (12, 4.5)
+    assert math.isfinite(result.train_loss) and math.isfinite(result.val_loss)
+    texts = [e for e in emitted if e.kind == "sample"]
+    assert [(e.step, e.prompt) for e in texts] == [(12, "ab"), (12, "c")]
+    assert all(len(e.text) == 4 for e in texts)  # sample.max_new_tokens characters, after it
+    # the run's own sample RNG: the same seed draws the same texts again
+    parts.sample_generator.manual_seed(cfg.train.seed + 2)
+    sample(instruments.evaluator, parts.data.tokenizer, parts.sample_generator, 12, report)
+    assert [e.text for e in events.drain() if e.kind == "sample"] == [e.text for e in texts]
+
+
+def test_a_non_finite_val_loss_is_an_error_alert() -> None:
+    class Diverged:  # an evaluator whose model has diverged
+        val_full = True
+
+        def losses(self, data):
+            return math.nan, math.inf
+
+        def capped_note(self):
+            return None
+
+    report, events, _, _ = make_reporter()
+    result = evaluate(Diverged(), None, report.counters, report)
+    alert = events.drain()[-1]
+    assert result.val_loss == math.inf
+    assert (alert.kind, alert.level, alert.code) == ("alert", "error", "nan")
+    assert alert.message == "val loss is inf at step 7"
+
+
+# ---------------------------------------------------------------------- closing
+def test_closing_sinks_turns_what_they_say_into_warnings() -> None:
+    report, events, _, _ = make_reporter()
+    closed: list[str] = []
+
+    class Quiet:
+        def __call__(self, event):
+            pass
+
+        def close(self):
+            closed.append("quiet")
+
+    class Complaining(Quiet):
+        def close(self):
+            closed.append("complaining")
+            return "tensorboard could not flush"
+
+    close_sinks([Quiet(), print, Complaining()], report)  # print has no close: left alone
+    assert closed == ["quiet", "complaining"]
+    (alert,) = events.drain()
+    assert (alert.level, alert.message, alert.code) == ("warning", "tensorboard could not flush", "log")
+
+
+def test_weights_with_a_nan_are_not_finite() -> None:
+    model = torch.nn.Linear(3, 2)
+    assert weights_finite(model)
+    with torch.no_grad():
+        model.weight[1, 2] = math.nan
+    assert not weights_finite(model)
