@@ -20,6 +20,7 @@ CHECKPOINT_NAME = re.compile(r"^ckpt-(\d+)\.(pt|dcp)$")
 BEST_NAME = "best.pt"
 BEST_SHARDED = "best.dcp"
 SHARDED = ".dcp"
+META_NAME = "meta.pt"  # in a sharded checkpoint: everything but the weights and optimizer state
 
 
 def checkpoint_path(run_dir: Path, step: int, sharded: bool = False) -> Path:

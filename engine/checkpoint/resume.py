@@ -169,7 +169,7 @@ def restore_optimizer(
     momentum) are written back into the parameter groups after loading, since
     `load_state_dict` would restore the old ones. Another optimizer than the checkpoint's
     starts fresh (its state would not fit: Lion's moments are not AdamW's)."""
-    from engine.checkpoint.store import CheckpointError
+    from engine.checkpoint.errors import CheckpointError
     from engine.model.optimizers import build_optimizer
 
     saved_name = state["config"].get("optim", {}).get("name", "adamw")

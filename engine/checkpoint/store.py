@@ -28,10 +28,12 @@ from typing import Any
 import numpy as np
 import torch
 
-# The checkpoint names (torch-free: a viewer lists them) and the state's plain parts, as the
-# engine reads them: through the store.
+# The error, the checkpoint names (torch-free: a viewer lists them) and the state's plain parts,
+# as the engine reads them: through the store.
+from engine.checkpoint.errors import CheckpointError as CheckpointError
 from engine.checkpoint.names import BEST_NAME as BEST_NAME
 from engine.checkpoint.names import BEST_SHARDED as BEST_SHARDED
+from engine.checkpoint.names import META_NAME
 from engine.checkpoint.names import SHARDED as SHARDED
 from engine.checkpoint.names import checkpoint_path as checkpoint_path
 from engine.checkpoint.names import latest_checkpoint as latest_checkpoint
@@ -63,10 +65,6 @@ NUMPY_ARRAY_NAMES = {
     "numpy.dtype",
     "numpy.dtypes.UInt32DType",
 }
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be read or does not fit the run; the message is for the user."""
 
 
 def is_sharded(path: Path) -> bool:
@@ -219,8 +217,6 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
 def _load_sharded_meta(path: Path) -> dict[str, Any]:
     """A sharded checkpoint's meta.pt: all but the weights and optimizer state, which stay in
     its shards (which the sharded loader reads; `state["_sharded"]` says so)."""
-    from engine.distributed.sharded import META_NAME
-
     try:
         state = torch.load(path / META_NAME, map_location="cpu", weights_only=True)
     except FileNotFoundError:

@@ -19,10 +19,9 @@ from typing import Any
 
 import torch
 
+from engine.checkpoint.names import META_NAME
 from engine.distributed.world import World, from_main
 from engine.train.disk_full import checkpoint_exception_type, write_failure
-
-META_NAME = "meta.pt"
 
 
 def shard_model(model: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -135,7 +134,7 @@ def load_whole_into_sharded(
         set_optimizer_state_dict,
     )
 
-    from engine.checkpoint.store import CheckpointError
+    from engine.checkpoint.errors import CheckpointError
 
     options = StateDictOptions(full_state_dict=True)
     try:
