@@ -67,7 +67,7 @@ SIZE = (160, 48)
 QUIET = ["eval.interval=0", "sample.interval=0", "checkpoint.interval=0"]
 GOALS = {1: 0.97, 3: 0.95}  # viewers -> the least tokens/s ratio against no viewer
 DRAIN_S = 0.05  # how often a bare client empties its queue (the app's timer is as fast)
-DRAIN_TICK_S = 0.25  # the app drains its engine's events this often (cockpit/app/main_screen.py)
+DRAIN_TICK_S = 0.25  # the app drains its engine's events this often (MainScreen's TICK_S)
 PY = shlex.quote(sys.executable)
 MIN_STEPS = 3  # a window is stretched until it holds at least this many steps
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -473,7 +473,7 @@ async def attach_until_drawn(run_dir: Path, history: int) -> tuple[dict[str, flo
     at = {"connected": time.perf_counter() - start}
     app = attached_app(engine)
     async with app.run_test(size=SIZE):
-        loss = app.loss_panel
+        loss = app.main_screen.loss_panel
 
         def routed() -> bool:
             return (

@@ -19,7 +19,7 @@ down hits both alike. The overlays come as the runs screen brings them (`app.ove
 read in the app's worker); the window starts once they are on the panel and their toast is
 cleared, and after a settling time of 2 s (at most WINDOW) on both sides: reading the runs,
 recomposing the screen as the toast goes and the overlays' first smoothing are done once, when
-they are opened, not as the run goes. They leave with `app.loss_panel.set_overlays([])`.
+they are opened, not as the run goes. They leave with `app.main_screen.loss_panel.set_overlays([])`.
 Tokens/s of a window: from the engine's Step events inside it (the first and the last step's
 tokens and times). Goal (issue 16): overlaid / alone >= 0.99.
 
@@ -141,7 +141,7 @@ async def wait_until(condition: Any, what: str, timeout_s: float = SETUP_TIMEOUT
 
 async def show_overlays(app: CockpitApp, run_dirs: list[Path], on: bool) -> None:
     """The runs overlaid as the runs screen overlays them, or none."""
-    panel = app.loss_panel
+    panel = app.main_screen.loss_panel
     if on:
         app.overlay_runs(run_dirs)
         await wait_until(lambda: len(panel.overlays) == len(run_dirs), "the overlays on the panel")
@@ -198,7 +198,7 @@ async def measure(
     windows: list[Window] = []
     async with app.run_test(size=SIZE):
         await wait_until(lambda: len(log.steps) >= WARMUP_STEPS, f"{WARMUP_STEPS} steps of the run")
-        clock.wrap(app.loss_panel)
+        clock.wrap(app.main_screen.loss_panel)
         try:
             for r in range(args.rounds):
                 order = (False, True) if r % 2 == 0 else (True, False)

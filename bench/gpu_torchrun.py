@@ -64,12 +64,12 @@ def attach_with_the_app(run_dir: Path) -> dict[str, float]:
 
     async def go() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
-            while not app.loss_panel.has_data():
+            while not app.main_screen.loss_panel.has_data():
                 await pilot.pause(0.02)
             times["attach_to_drawn_s"] = time.perf_counter() - started
             for key, done, name in (
                 ("space", lambda: app.state == "paused", "pause"),
-                ("plus", lambda: abs(app.lr_panel.scale - 1.25) < 1e-9, "lr_x1.25"),
+                ("plus", lambda: abs(app.main_screen.lr_panel.scale - 1.25) < 1e-9, "lr_x1.25"),
                 ("c", lambda: app.view.last_checkpoint is not None and app.view.last_checkpoint[2] == "manual", "checkpoint"),
                 ("space", lambda: app.state == "running", "resume"),
             ):

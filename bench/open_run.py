@@ -120,7 +120,7 @@ async def open_in_app(run_dir: Path, steps: int) -> float:
     t0 = time.perf_counter()
     app = CockpitApp(lambda _p: RecordedRun(run_dir), run_dir.name)
     async with app.run_test(size=SIZE):
-        panel = app.loss_panel
+        panel = app.main_screen.loss_panel
         # polled with plain sleeps: pilot.pause() would add a round trip through every widget
         while not (panel.draw_count > 0 and app.view.step == steps):
             if time.perf_counter() - t0 > APP_TIMEOUT_S:

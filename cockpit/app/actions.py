@@ -1,11 +1,9 @@
 """The commands the keys, footer and palette run: pause, checkpoint, LR, sample, eval, roll back,
 the plot toggles, zoom and help.
 
-`cockpit/app/key_table.py` is the table that names them (keys, labels, help, palette); this is what
-they do, as the `CommandActions` mixin of `CockpitApp` (Textual looks `action_*` up on the app,
-where the bindings are declared). Each command goes to the engine's thread-safe method and shows
-up when the engine acknowledges it with an event. Starting, switching and quitting runs stay in
-cockpit/app/cockpit_app.py.
+The key table names them (keys, labels, help, palette); this is what they do, on the app
+(Textual looks `action_*` up on the app, where the bindings are declared). Each command goes to
+the engine's thread-safe method and shows up when the engine acknowledges it with an event.
 """
 
 from __future__ import annotations
@@ -17,13 +15,14 @@ from typing import TYPE_CHECKING
 
 from cockpit.app.key_table import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS
 from cockpit.figures.numbers import fmt_int
-from cockpit.figures.run_view import RunView
 from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, run_lr_plan
 from engine.contract import EngineHandle
 from engine.events import RunState
 
 if TYPE_CHECKING:
     from textual.app import App
+
+    from cockpit.app.session import Session
 
     _AppBase = App[None]  # for type checkers only: at run time a plain mixin
 else:
@@ -33,14 +32,7 @@ else:
 class CommandActions(_AppBase):
     """`CockpitApp`'s key and palette commands, and which of them apply now (`check_action`)."""
 
-    # set by CockpitApp.__init__
-    view: RunView
-    state: str
-    trainer: EngineHandle | None
-    _checkpoint_toast_until: float
-    read_only: bool  # CockpitApp's properties
-    attached: bool
-    engine_running: bool
+    session: Session  # the app's one record of the run on screen and the session
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in MAIN_ACTIONS and self.screen is not self.main_screen:
@@ -57,7 +49,7 @@ class CommandActions(_AppBase):
                 return False  # the other one of the pair is shown
         if action in RUN_ACTIONS and self.read_only:
             return False  # a read-only viewer: hidden (the footer says read-only instead)
-        if action in RUN_ACTIONS and (not self.engine_running or self.state in RunState.ENDED):
+        if action in RUN_ACTIONS and (not self.engine_running or self.session.state in RunState.ENDED):
             return False  # the run ended or its engine is gone: nothing to steer
         if action == "presets" and self.attached:
             return False  # runs start with `cockpit start`, not in a viewer (action_presets says)
@@ -67,7 +59,7 @@ class CommandActions(_AppBase):
         """What is offered changed (the run's state, its engine, the viewer): the footer and the
         palette follow, and the samples panel names s only while a press would sample."""
         self.refresh_bindings()
-        self.samples_panel.offer_sampling(self.offered("sample") is True)
+        self.main_screen.samples_panel.offer_sampling(self.offered("sample") is True)
 
     def action_read_only_note(self) -> None:
         self.notify(
@@ -80,14 +72,15 @@ class CommandActions(_AppBase):
     def _pause_target_state(self) -> str:
         """The state space toggles from: the one last asked for, else the engine's own (read
         live: the last drained event can be a step behind a quick second press)."""
-        if self.view.requested:
-            return self.view.requested
-        live = self.trainer.state if self.trainer is not None and self.engine_running else None
-        return live if isinstance(live, str) else self.state
+        if self.session.view.requested:
+            return self.session.view.requested
+        trainer = self.session.trainer
+        live = trainer.state if trainer is not None and self.engine_running else None
+        return live if isinstance(live, str) else self.session.state
 
     def _command(self, name: str, send: Callable[[EngineHandle], None]) -> bool:
         """`send(handle)` gives the run command `name` (the title of a failure's toast)."""
-        trainer = self.trainer
+        trainer = self.session.trainer
         if trainer is None or not self.engine_running:
             self.notify("no run in progress", severity="warning", timeout=3)
             return False
@@ -103,31 +96,31 @@ class CommandActions(_AppBase):
     # which would slow the very step the engine must finish before it can pause.
     def action_pause(self) -> None:
         if self._command("pause", lambda run: run.pause()):
-            self.view.requested = RunState.PAUSED
+            self.session.view.requested = RunState.PAUSED
 
     def action_resume(self) -> None:
         if self._command("resume", lambda run: run.resume()):
-            self.view.requested = RunState.RUNNING
+            self.session.view.requested = RunState.RUNNING
 
     def action_toggle_pause(self) -> None:
         current = self._pause_target_state()
         if current == RunState.PAUSED:
             if self._command("resume", lambda run: run.resume()):
-                self.view.requested = RunState.RUNNING
+                self.session.view.requested = RunState.RUNNING
         elif self._command("pause", lambda run: run.pause()):
-            self.view.requested = RunState.PAUSED
+            self.session.view.requested = RunState.PAUSED
 
     def action_checkpoint(self) -> None:
         # One save per press-burst: more presses before the engine answers add nothing to save
         # and, once, a note that it is on its way (never a toast per press).
-        if self.view.checkpoint_pending:
-            if not self.view.checkpoint_nagged:
-                self.view.checkpoint_nagged = True
+        if self.session.view.checkpoint_pending:
+            if not self.session.view.checkpoint_nagged:
+                self.session.view.checkpoint_nagged = True
                 self._checkpoint_toast("already saving at the next step boundary", "Checkpoint", 3)
             return
         if self._command("checkpoint", lambda run: run.checkpoint()):
-            self.view.checkpoint_pending, self.view.checkpoint_nagged = True, False
-            self.view.checkpoint_said = self._checkpoint_toast(
+            self.session.view.checkpoint_pending, self.session.view.checkpoint_nagged = True, False
+            self.session.view.checkpoint_said = self._checkpoint_toast(
                 "saving at the next step boundary...", "Checkpoint", 3
             )
 
@@ -136,9 +129,9 @@ class CommandActions(_AppBase):
         happening once, not once per press. `new` (a file written, or the answer to a request
         that was announced) is always shown. Returns whether it was shown."""
         now = time.monotonic()
-        if not new and now < self._checkpoint_toast_until:
+        if not new and now < self.session.checkpoint_toast_until:
             return False
-        self._checkpoint_toast_until = now + timeout
+        self.session.checkpoint_toast_until = now + timeout
         self.notify(message, title=title, timeout=timeout)
         return True
 
@@ -151,7 +144,7 @@ class CommandActions(_AppBase):
     def action_rollback(self) -> None:
         """Back to the last checkpoint with half the LR: at once when paused at a NaN or a
         spike; on a healthy run only after a question that shows what would be lost."""
-        ckpt = self.view.last_checkpoint
+        ckpt = self.session.view.last_checkpoint
         if ckpt is None:
             self.notify(
                 "no checkpoint to roll back to yet (c saves one; l lowers the LR)",
@@ -160,11 +153,11 @@ class CommandActions(_AppBase):
                 timeout=4,
             )
             return
-        if self.view.anomaly is not None and self.state == RunState.PAUSED:
+        if self.session.view.anomaly is not None and self.session.state == RunState.PAUSED:
             self._command("rollback", lambda run: run.rollback(0.5))
             return
         step, path, _ = ckpt
-        lost = max(0, self.view.step - step)
+        lost = max(0, self.session.view.step - step)
         message = (
             f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
             f"This discards the {fmt_int(lost)} step{'' if lost == 1 else 's'} trained since (more while you decide: "
@@ -192,8 +185,8 @@ class CommandActions(_AppBase):
     def action_lr_dialog(self) -> None:
         if not self.engine_running:
             return
-        plan = run_lr_plan(self.view.info, self.view.step, self.view.scale)
-        self.push_screen(LrScreen(self.view.lr, self.view.scale, plan), self._lr_chosen)
+        plan = run_lr_plan(self.session.view.info, self.session.view.step, self.session.view.scale)
+        self.push_screen(LrScreen(self.session.view.lr, self.session.view.scale, plan), self._lr_chosen)
 
     def _lr_chosen(self, result: tuple[str, float] | None) -> None:
         if result is None:
@@ -206,32 +199,32 @@ class CommandActions(_AppBase):
 
     def action_toggle_x(self) -> None:
         """`t`: the loss x axis cycles steps -> tokens -> training time."""
-        self.loss_panel.cycle_x_axis()
-        self.loss_panel.flush(force=True)
+        self.main_screen.loss_panel.cycle_x_axis()
+        self.main_screen.loss_panel.flush(force=True)
 
     def action_toggle_log(self) -> None:
-        self.loss_panel.toggle_log()
-        self.loss_panel.flush(force=True)
+        self.main_screen.loss_panel.toggle_log()
+        self.main_screen.loss_panel.flush(force=True)
 
     def action_cycle_smoothing(self) -> None:
-        self.loss_panel.cycle_smoothing()
-        self.loss_panel.flush(force=True)
+        self.main_screen.loss_panel.cycle_smoothing()
+        self.main_screen.loss_panel.flush(force=True)
 
     def action_cycle_x_window(self) -> None:
-        window = self.loss_panel.cycle_x_window()
-        if window is None and not self.loss_panel.x_window:
+        window = self.main_screen.loss_panel.cycle_x_window()
+        if window is None and not self.main_screen.loss_panel.x_window:
             self.notify("the whole run is shown", timeout=2)  # too short for a window yet
-        self.loss_panel.flush(force=True)
+        self.main_screen.loss_panel.flush(force=True)
 
     def action_toggle_y_all(self) -> None:
-        self.loss_panel.toggle_y_all()
-        self.loss_panel.flush(force=True)
+        self.main_screen.loss_panel.toggle_y_all()
+        self.main_screen.loss_panel.flush(force=True)
 
     def action_zoom(self) -> None:
-        self._main_screen.zoom()
+        self.main_screen.zoom()
 
     def action_zoom_panel(self, panel_id: str) -> None:
-        self._main_screen.zoom_panel(panel_id)
+        self.main_screen.zoom_panel(panel_id)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.offered))  # the keys that do something now

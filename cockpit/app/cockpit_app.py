@@ -2,14 +2,13 @@
 
 Threads: the engine's `run()` blocks in a Textual thread worker; the UI thread never touches
 torch. The app starts, switches and stops runs and handles quitting; `MainScreen` lays out the
-panels, drains the engine's events on a timer and routes them (what concerns the whole run comes
-back to the app's `RunEvents` handlers, cockpit/app/run_events.py). Nothing drawn
-comes from the wall clock: the training time comes from the run's records (TrainingClock), the
-rate and ETA from event timestamps.
+panels and says, by message, when a drain of the engine's events is due; the app routes them to
+the panels and to its run-wide handlers. What the session knows is one record, `Session`.
+Nothing drawn comes from the wall clock: the training time comes from the run's records
+(TrainingClock), the rate and ETA from event timestamps.
 
-The key and palette commands (pause, checkpoint, LR, sample, eval, roll back...) are the
-`CommandActions` mixin (cockpit/app/actions.py); they go to the trainer's thread-safe methods and
-show up when the engine acknowledges them with an event.
+The key and palette commands (pause, checkpoint, LR, sample, eval, roll back...) go to the
+engine's thread-safe methods and show up when the engine acknowledges them with an event.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual import work
+from textual import on, work
 from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -32,6 +31,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from cockpit.app.actions import CommandActions
 from cockpit.app.comparing import Comparing
+from cockpit.app.event_feed import EventFeed
 from cockpit.app.key_table import (
     key_bindings,
     palette_entries,
@@ -44,16 +44,11 @@ from cockpit.app.quitting import Quitting
 from cockpit.app.run_events import RunEvents
 from cockpit.app.run_opening import RunOpening
 from cockpit.app.run_starts import ResumeFactory, RunStarts
+from cockpit.app.session import Session
 from cockpit.app.session_runs import SessionRun, resumed_preset, run_dir_of
 from cockpit.app.stop_wait import BoundaryWork
 from cockpit.app.switching import Switching
 from cockpit.figures.run_view import RunView
-from cockpit.widgets.device import DevicePanel
-from cockpit.widgets.loss import LossPanel
-from cockpit.widgets.lr import LrPanel
-from cockpit.widgets.memory import MemoryPanel
-from cockpit.widgets.samples import SamplesPanel
-from cockpit.widgets.status import AlertLine, StatusLine
 from engine.config import DEFAULT_PRESET, ConfigError
 from engine.contract import EngineHandle
 from engine.control import DETACHED
@@ -73,6 +68,7 @@ class CockpitApp(
     Quitting,
     Leaving,
     RunEvents,
+    EventFeed,
     CommandActions,
     App[None],
 ):
@@ -83,7 +79,7 @@ class CockpitApp(
     ALLOW_IN_MAXIMIZED_VIEW = "#top, Footer"
 
     BINDINGS = [
-        *key_bindings(),  # cockpit/app/key_table.py: keys, footer, help and palette
+        *key_bindings(),  # keys, footer, help and palette: one table
         # The footer's note on a run that cannot be steered from here, and why (check_action
         # shows the one that applies).
         Binding("w", "read_only_note", "read-only viewer"),
@@ -111,37 +107,16 @@ class CockpitApp(
         loss curves are drawn over the first run's from the start (`cockpit compare`)."""
         super().__init__()
         self.trainer_factory = trainer_factory
-        self.preset = preset
         self.preset_dirs = list(preset_dirs)
         self.data_available = data_available or data_always_available
         self.fit_warning = fit_warning
         self.resume_factory = resume_factory
         self.runs_root = runs_root
         self._initial_overlays = [Path(d) for d in overlays]
-        self.trainer: EngineHandle | None = None
-        self.engine_worker: Worker | None = None
-        self.state = "idle"
-        self._quitting = False
-        self._quit_started: float | None = None  # clock() when a confirmed quit began
-        self._quit_forced = False  # the user quit again while waiting: no checkpoint awaited
-        self._detaching = False  # leaving a run that goes on without this viewer
-        self._quit_timer: Any = None
-        self._check_note = ""  # the status note shown while a picked preset is checked
-        self._switch_started: float | None = None  # clock() when a preset switch began
-        # This session's newest step: (event time, step time), for the quit countdown.
-        self.last_step_seen: tuple[float, float] | None = None
-        self.boundary_work = BoundaryWork()  # and the work due at its boundaries (the same)
-        self._past_runs: list[SessionRun] = []  # runs switched away from, for the exit report
+        self.session = Session(preset=preset)
+        self.main_screen = MainScreen(id="_default")  # the panels the run is drawn on
         self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
-        self._pending_preset: str | None = None  # the name of the run to start once this one ended
-        self._pending_make: Callable[[], EngineHandle] | None = None  # ... and how (None: a preset)
-        self._switch_timer: Any = None
-        self.view = RunView()  # what is shown about the run on screen; a new run, a new one
-        self._checkpoint_toast_until = 0.0  # a checkpoint toast is on screen until then
-        self._status_note = ""  # a transient action note (e.g. "saving checkpoint...")
-        self._engine_thread: threading.Thread | None = None
-        self._watchdog_armed = False
-        # desktop notifications and the bell (cockpit/app/notifications.py), through the driver
+        # desktop notifications and the bell, through the driver
         self.notifier = Notifier(notify or NotifySettings(), self._write_to_terminal, self.bell)
         self.stall_watch = StallWatch()
 
@@ -152,124 +127,115 @@ class CockpitApp(
             driver.flush()
 
     def get_default_screen(self) -> MainScreen:
-        self._main_screen = MainScreen(id="_default")
-        return self._main_screen
+        return self.main_screen
 
+    @on(MainScreen.Ready)
     def start_first_run(self) -> None:
         """The main screen is up: start the run named on the command line (and overlay the
         runs to compare it with)."""
-        self._start_run(self.preset)
+        self.main_screen.status_line.set_state(self.session.state)
+        self._start_run(self.session.preset)
         if self._initial_overlays:
             self.overlay_runs(self._initial_overlays)
 
+    @on(MainScreen.DrainDue)
+    def _drain(self) -> None:
+        self.pump()
+        self.check_stall()
+
+    @on(MainScreen.ZoomChanged)
+    def _zoom_changed(self) -> None:
+        self.refresh_status()  # the banner says how to zoom out
+        self.call_after_refresh(self.pump, True)
+
+    # the session's run, for readers outside the app (the CLI, tests, benches) -------------------
     @property
-    def main_screen(self) -> MainScreen:
-        return self._main_screen
+    def trainer(self) -> EngineHandle | None:
+        return self.session.trainer
 
     @property
-    def status_line(self) -> StatusLine:
-        return self._main_screen.status_line
+    def state(self) -> str:
+        return self.session.state
 
     @property
-    def alert_line(self) -> AlertLine:
-        return self._main_screen.alert_line
+    def view(self) -> RunView:
+        return self.session.view
 
     @property
-    def loss_panel(self) -> LossPanel:
-        return self._main_screen.loss_panel
-
-    @property
-    def lr_panel(self) -> LrPanel:
-        return self._main_screen.lr_panel
-
-    @property
-    def device_panel(self) -> DevicePanel:
-        return self._main_screen.device_panel
-
-    @property
-    def memory_panel(self) -> MemoryPanel:
-        return self._main_screen.memory_panel
-
-    @property
-    def samples_panel(self) -> SamplesPanel:
-        return self._main_screen.samples_panel
+    def preset(self) -> str:
+        return self.session.preset
 
     # running the engine -------------------------------------------------------------------------
     @property
-    def preparing_corpus(self) -> bool:
-        """The run is still preparing its corpus: nothing trained, nothing to save."""
-        return self._main_screen.data_panel.preparing
-
-    @property
     def engine_running(self) -> bool:
-        w = self.engine_worker
+        w = self.session.engine_worker
         return w is not None and not w.is_finished
 
     def _start_run(self, preset: str, make: Callable[[], EngineHandle] | None = None) -> None:
         """Build the engine handle (`make()`, by default the factory's trainer for `preset`)
         and run it in a thread worker."""
         make = make or partial(self.trainer_factory, preset)
-        self.preset = preset
-        self._pending_preset = self._pending_make = None
+        self.session.preset = preset
+        self.session.pending_preset = self.session.pending_make = None
         self._remember_run()
-        self._detaching = False  # a viewer that left its run for this one is now this one's
+        self.session.detaching = False  # a viewer that left its run for this one is now this one's
         self._reset_run_view()
         self._set_state(RunState.STARTING)
-        self._status_note = f"starting {preset}..."
+        self.session.status_note = f"starting {preset}..."
         try:
             trainer = make()
         except Exception as e:  # noqa: BLE001 - ConfigError or anything: show it, never crash
-            self.trainer = None
+            self.session.trainer = None
             self._set_state(RunState.FAILED)
             kind = "config error" if isinstance(e, ConfigError) else type(e).__name__
-            self._status_note = ""
+            self.session.status_note = ""
             self._set_alert("error", f"✗ {kind}: {e}")
-            self.loss_panel.set_empty_message(
+            self.main_screen.loss_panel.set_empty_message(
                 f"{preset} could not start (see above).\np: pick another preset   q: quit"
             )
             self._show_no_run(f"no run: {preset} could not start")
             self.notify(str(e), title=f"Cannot start {preset}", severity="error", timeout=10)
             self.refresh_status()
             return
-        self.trainer = trainer
+        self.session.trainer = trainer
         self.refresh_offers()  # a read-only viewer or a finished run's view: see offered
         resume = trainer.resume_from
         if resume:
             # The preset named on the command line is not the run's: say whose run this is
             # from the start (loading the checkpoint and the data can take seconds).
             name = resumed_preset(resume)
-            self.preset = name or os.path.basename(os.path.normpath(run_dir_of(resume)))
-            self._status_note = f"resuming {name + ' from ' if name else ''}{resume}..."
-        self.device_panel.set_waiting_note(
+            self.session.preset = name or os.path.basename(os.path.normpath(run_dir_of(resume)))
+            self.session.status_note = f"resuming {name + ' from ' if name else ''}{resume}..."
+        self.main_screen.device_panel.set_waiting_note(
             "waiting for telemetry..."
             if trainer.telemetry_enabled
             else "no telemetry: turned off (--no-telemetry)"
         )
-        self.engine_worker = self._run_engine(trainer)
+        self.session.engine_worker = self._run_engine(trainer)
         self.refresh_status()
 
     def _show_no_run(self, why: str) -> None:
         """The run panels say there is no run (and why), not "waiting for..." nor the last run."""
-        self.lr_panel.set_empty_message(why)
-        self.memory_panel.set_empty_message(why)
-        self.device_panel.set_waiting_note("no telemetry: no run")
+        self.main_screen.lr_panel.set_empty_message(why)
+        self.main_screen.memory_panel.set_empty_message(why)
+        self.main_screen.device_panel.set_waiting_note("no telemetry: no run")
 
     @work(thread=True, exit_on_error=False, group="engine", name="engine")
     def _run_engine(self, trainer: EngineHandle) -> str:
         worker = get_current_worker()
-        self._engine_thread = threading.current_thread()
+        self.session.engine_thread = threading.current_thread()
         return trainer.run(should_stop=lambda: worker.is_cancelled)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         worker = event.worker
-        if worker is not self.engine_worker or not worker.is_finished:
+        if worker is not self.session.engine_worker or not worker.is_finished:
             return
         result = worker.result if event.state == WorkerState.SUCCESS else None
-        if self._detaching:  # a cancelled worker has no result: leaving was the reason
+        if self.session.detaching:  # a cancelled worker has no result: leaving was the reason
             result = DETACHED
         if not self.screen_stack:  # the app has shut down: nothing to draw, keep the state
-            if self.state not in RunState.ENDED and result != DETACHED:
-                self.state = result if result in RunState.ENDED else RunState.STOPPED
+            if self.session.state not in RunState.ENDED and result != DETACHED:
+                self.session.state = result if result in RunState.ENDED else RunState.STOPPED
             return
         self.pump()  # whatever the engine said last
         if event.state == WorkerState.ERROR:
@@ -279,26 +245,22 @@ class CockpitApp(
             self.notify(f"{type(err).__name__}: {err}", title="Engine crashed", severity="error")
         elif result == DETACHED:
             pass  # the run goes on without this viewer: its state is the last one seen
-        elif self.state not in RunState.ENDED:
+        elif self.session.state not in RunState.ENDED:
             self._set_state(result if result in RunState.ENDED else RunState.STOPPED)
         self._engine_finished()
 
     def _engine_finished(self) -> None:
         # its telemetry poller is gone, or this viewer left it
-        self.device_panel.readings_stopped("detached" if self._detaching else "run ended")
-        if self._switch_timer is not None:
-            self._switch_timer.stop()
-            self._switch_timer = None
+        self.main_screen.device_panel.readings_stopped("detached" if self.session.detaching else "run ended")
+        if self.session.switch_timer is not None:
+            self.session.switch_timer.stop()
+            self.session.switch_timer = None
         self.refresh_offers()
-        if self._quitting:
+        if self.session.quitting:
             self.exit()
-        elif self._pending_preset is not None:
-            self._start_run(self._pending_preset, self._pending_make)
+        elif self.session.pending_preset is not None:
+            self._start_run(self.session.pending_preset, self.session.pending_make)
         self.refresh_status()
-
-    def pump(self, force: bool = False) -> int:
-        """Drain and route the engine's events now (see `MainScreen.pump`)."""
-        return self._main_screen.pump(force)
 
     # toasts --------------------------------------------------------------------------------------
     def notify(
@@ -326,49 +288,49 @@ class CockpitApp(
 
     def _summary(self) -> SessionRun | None:
         """The run on screen as the exit report describes it, or None if it never started."""
-        info = self.view.info
+        info = self.session.view.info
         run_dir = self.current_run_dir
         if run_dir is None or (info is None and not os.path.isdir(run_dir)):
             return None  # refused before anything was written: nothing to report
-        ckpt = self.view.last_checkpoint
+        ckpt = self.session.view.last_checkpoint
         return SessionRun(
-            preset=self.preset,
+            preset=self.session.preset,
             run_dir=str(run_dir),
-            state=self.state,
+            state=self.session.state,
             attached=self.attached,
-            detached=self._detaching and self.state not in RunState.ENDED,
-            step=self.view.step,
+            detached=self.session.detaching and self.session.state not in RunState.ENDED,
+            step=self.session.view.step,
             start_step=info.start_step if info is not None else 0,
             checkpoint=(ckpt[0], ckpt[1]) if ckpt is not None else None,
         )
 
     def _remember_run(self) -> None:
         """Before another preset starts: keep the outgoing run for the exit report."""
-        self.last_step_seen = None
-        self.boundary_work = BoundaryWork()
+        self.session.last_step_seen = None
+        self.session.boundary_work = BoundaryWork()
         summary = self._summary()
         if summary is not None:
-            self._past_runs.append(summary)
+            self.session.past_runs.append(summary)
 
     def exit_summary(self) -> list[SessionRun]:
         """Every run of this session, the current one last (call once the app has closed)."""
-        trainer = self.trainer
+        trainer = self.session.trainer
         if trainer is not None:
             # What the engine said after the UI stopped draining (a checkpoint written while
             # the app was closing, after a forced quit).
             for ev in trainer.drain_events():
                 match ev:
                     case CheckpointSaved():
-                        self.view.last_checkpoint = (ev.step, ev.path, ev.reason)
+                        self.session.view.last_checkpoint = (ev.step, ev.path, ev.reason)
                     case Step():
-                        self.view.step = ev.step
-                    case RunStarted() if self.view.info is None:
-                        self.view.info = ev
+                        self.session.view.step = ev.step
+                    case RunStarted() if self.session.view.info is None:
+                        self.session.view.info = ev
         current = self._summary()
-        return [*self._past_runs, *([current] if current is not None else [])]
+        return [*self.session.past_runs, *([current] if current is not None else [])]
 
     def action_journal(self) -> None:
-        """`j`: the run's interventions, read from its metrics.jsonl (cockpit/screens/journal.py)."""
+        """`j`: the run's interventions, read from its metrics.jsonl."""
         from cockpit.screens.journal import JournalScreen
 
         self.push_screen(JournalScreen(self.current_run_dir))
@@ -388,8 +350,8 @@ class CockpitApp(
 
     # run-view reset ---------------------------------------------------------------------------------
     def _reset_run_view(self) -> None:
-        self.view = RunView()
-        self._main_screen.reset_panels()
+        self.session.view = RunView()
+        self.main_screen.reset_panels()
 
 
 def run_app(app: CockpitApp, mouse: bool = True) -> None:

@@ -1,9 +1,9 @@
-"""Other runs' loss curves over the run on screen (the `Comparing` mixin of `CockpitApp`).
+"""Other runs' loss curves over the run on screen.
 
-Runs are read in a worker (engine/rundir/history.py), turned into overlays (cockpit/figures/overlay.py) and
-handed to the loss panel, which draws them with a legend of each run's loss at the current step
-and the difference. The runs screen (h) picks them, starting from the ones overlaid now;
-`cockpit compare` passes them at start; ctrl+p "Stop comparing" (or O) removes them.
+Runs are read in a worker, turned into overlays and handed to the loss panel, which draws
+them with a legend of each run's loss at the current step and the difference. The runs screen
+(h) picks them, starting from the ones overlaid now; `cockpit compare` passes them at start;
+ctrl+p "Stop comparing" (or O) removes them.
 
 An overlaid run that is still training grows: it is read again now and then, each time after
 at least a hundred times as long as its last reading took (and 15 s), so following it costs
@@ -24,6 +24,8 @@ from textual.worker import get_current_worker
 if TYPE_CHECKING:
     from textual.app import App
 
+    from cockpit.app.session import Session
+
     _AppBase = App[None]  # for type checkers only: at run time a plain mixin
 else:
     _AppBase = object
@@ -35,7 +37,7 @@ LIVE_REFRESH_COST = 100.0  # ... and no sooner than this many times its last rea
 class Comparing(_AppBase):
     """Overlay runs on the loss curve, and take them off."""
 
-    _status_note: str
+    session: Session  # the app's one record of the run on screen and the session
 
     def overlay_runs(self, run_dirs: Sequence[Path]) -> None:
         """Overlay these runs' loss curves on the run on screen (read in a worker)."""
@@ -65,22 +67,22 @@ class Comparing(_AppBase):
         if problems:
             self.notify("\n".join(problems), title="Cannot compare", severity="error", timeout=10)
         if overlays:
-            self.loss_panel.set_overlays(overlays)
-            self.loss_panel.flush(force=True)
+            self.main_screen.loss_panel.set_overlays(overlays)
+            self.main_screen.loss_panel.flush(force=True)
             names = ", ".join(o.name for o in overlays)
             self.notify(f"the loss curve shows {names} too", title="Comparing", timeout=4)
             self._follow_live_overlays(LIVE_REFRESH_MIN_S)
 
     def _follow_live_overlays(self, after_s: float) -> None:
         """Read the overlaid runs that are still training again in `after_s` seconds."""
-        timer = getattr(self, "_live_overlay_timer", None)
+        timer = self.session.live_overlay_timer
         if timer is not None:
             timer.stop()
-        self._live_overlay_timer = self.set_timer(after_s, self._reread_live_overlays)
+        self.session.live_overlay_timer = self.set_timer(after_s, self._reread_live_overlays)
 
     def _reread_live_overlays(self) -> None:
-        self._live_overlay_timer = None
-        keys = [o.key for o in self.loss_panel.overlays]
+        self.session.live_overlay_timer = None
+        keys = [o.key for o in self.main_screen.loss_panel.overlays]
         if keys and self.screen_stack:
             self._read_live_overlays(keys)
 
@@ -102,25 +104,25 @@ class Comparing(_AppBase):
             self.call_from_thread(self._replace_live_overlays, fresh, took)
 
     def _replace_live_overlays(self, fresh: dict[str, Any], took_s: float) -> None:
-        current = self.loss_panel.overlays
+        current = self.main_screen.loss_panel.overlays
         if any(o.key in fresh for o in current):  # those taken off meanwhile stay off
-            self.loss_panel.set_overlays([fresh.get(o.key, o) for o in current])
-        if fresh and self.loss_panel.overlays:
+            self.main_screen.loss_panel.set_overlays([fresh.get(o.key, o) for o in current])
+        if fresh and self.main_screen.loss_panel.overlays:
             self._follow_live_overlays(max(LIVE_REFRESH_MIN_S, LIVE_REFRESH_COST * took_s))
 
     def _drop_overlay(self, run_dir: Any) -> None:
         if run_dir is None:
             return
         kept = [
-            o for o in self.loss_panel.overlays
+            o for o in self.main_screen.loss_panel.overlays
             if os.path.realpath(o.key) != os.path.realpath(run_dir)
         ]
-        if len(kept) < len(self.loss_panel.overlays):
-            self.loss_panel.set_overlays(kept)
+        if len(kept) < len(self.main_screen.loss_panel.overlays):
+            self.main_screen.loss_panel.set_overlays(kept)
 
     def action_clear_overlays(self) -> None:
-        if not self.loss_panel.overlays:
+        if not self.main_screen.loss_panel.overlays:
             self.notify("no other run is overlaid; h picks runs to compare", timeout=4)
             return
-        self.loss_panel.set_overlays([])
-        self.loss_panel.flush(force=True)
+        self.main_screen.loss_panel.set_overlays([])
+        self.main_screen.loss_panel.flush(force=True)

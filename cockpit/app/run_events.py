@@ -1,9 +1,9 @@
 """What the run as a whole said, and the alert and status lines that show it.
 
-`MainScreen.route` hands the panels their readings and sends what concerns the whole run here:
-it started, changed state, saved a checkpoint, raised an alert. These handlers live on the app
-(as the `RunEvents` mixin of `CockpitApp`) because they read and steer what the app owns: the
-run's state, the quit and switch notes, the preset. The texts with rules of their own are
+The drain hands the panels their readings and sends what concerns the whole run here: it
+started, changed state, saved a checkpoint, raised an alert. These handlers are the app's
+because they read and steer the session: the run's state, the quit and switch notes, the
+preset. The texts with rules of their own are
 plain functions elsewhere (`anomaly_banner`, `status_segments`).
 """
 
@@ -12,16 +12,16 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from cockpit.app.notifications import Notifier, StallWatch, notice_for
+from cockpit.app.notifications import notice_for
 from cockpit.figures.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner, with_keys
 from cockpit.figures.numbers import fmt_int, fmt_loss
-from cockpit.figures.run_view import RunView
 from cockpit.widgets.status import status_segments
-from engine.contract import EngineHandle
 from engine.events import Alert, CheckpointSaved, Event, RunStarted, RunState, StateChanged
 
 if TYPE_CHECKING:
     from textual.app import App
+
+    from cockpit.app.session import Session
 
     _AppBase = App[None]  # for type checkers only: at run time a plain mixin
 else:
@@ -38,34 +38,27 @@ def _drawn_only(*_args: object, **_kwargs: object) -> None:
 class RunEvents(_AppBase):
     """`CockpitApp`'s handlers for the run-wide events, its alert and its status line."""
 
-    # set by CockpitApp.__init__
-    view: RunView
-    state: str
-    preset: str
-    trainer: EngineHandle | None
-    _status_note: str
-    _quitting: bool
-    _pending_preset: str | None
-    notifier: Notifier
-    stall_watch: StallWatch
+    session: Session  # the app's one record of the run on screen and the session
 
     def run_started(self, ev: RunStarted, announce: bool = True) -> None:
         """`announce=False` for a RunStarted from the run's past (a finished run's files, an
         attach's replay): its resume is old news, drawn, not toasted."""
-        self.view.info = ev
-        self.preset = ev.preset or self.preset
-        self.view.max_steps = ev.max_steps
-        self.view.step = ev.start_step
-        self.view.tracker.start(ev.time)  # this session's rate; the training time is the clock's
-        self.loss_panel.tokens_per_step = ev.tokens_per_step
-        self.loss_panel.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time
-        self.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
+        view = self.session.view
+        view.info = ev
+        self.session.preset = ev.preset or self.session.preset
+        view.max_steps = ev.max_steps
+        view.step = ev.start_step
+        view.tracker.start(ev.time)  # this session's rate; the training time is the clock's
+        loss = self.main_screen.loss_panel
+        loss.tokens_per_step = ev.tokens_per_step
+        loss.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time
+        self.main_screen.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
         self.sub_title = ev.preset
-        if self._status_note.startswith(("starting", "resuming")):
-            self._status_note = ""
+        if self.session.status_note.startswith(("starting", "resuming")):
+            self.session.status_note = ""
         if ev.resumed_from:
             # the checkpoint it resumed from is one to roll back to (replayed saves follow)
-            self.view.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
+            view.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
             # what the resume changed, set aside or kept (also in metrics.jsonl and headless)
             notes = tuple(getattr(ev, "notes", ()) or ())
             if not announce:
@@ -79,80 +72,83 @@ class RunEvents(_AppBase):
     def state_changed(self, ev: StateChanged, announce: bool = True) -> None:
         """`announce=False` for a state from the run's past (a finished run's files): drawn,
         not toasted."""
-        previous = self.state
-        self.view.requested = None  # space now toggles from the engine's live state
+        view = self.session.view
+        previous = self.session.state
+        view.requested = None  # space now toggles from the engine's live state
         self._set_state(ev.state)
         if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
-            self.view.tracker.forget_rate()
+            view.tracker.forget_rate()
         train_s = getattr(ev, "train_time_s", None)  # exact where it paused, saved or ended
         if train_s is not None and ev.state != RunState.STARTING:
-            self.loss_panel.set_time_anchor(ev.step, train_s)
-        if self.view.anomaly is not None and ev.state != RunState.SAVING:
+            self.main_screen.loss_panel.set_time_anchor(ev.step, train_s)
+        if view.anomaly is not None and ev.state != RunState.SAVING:
             if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
                 # resumed (or rolled back): the fault is behind the run, and so is its banner
-                self.view.anomaly = None
-                if self.view.alert and self.view.alert[0] == "nan":
-                    self.view.alert = None
+                view.anomaly = None
+                if view.alert and view.alert[0] == "nan":
+                    view.alert = None
             else:
                 self._set_alert("nan", self._anomaly_banner())
         if ev.state in RunState.ENDED:
-            self.view.checkpoint_pending = False
+            view.checkpoint_pending = False
         if ev.state == RunState.FAILED:
             reason = ev.reason or "the run failed"
-            if not self.view.alert or self.view.alert[0] != "error":
+            if not view.alert or view.alert[0] != "error":
                 self._set_alert("error", f"✗ FAILED at step {fmt_int(ev.step)}: {reason}")
-            if not self.loss_panel.has_data():
-                self.loss_panel.set_empty_message(
+            if not self.main_screen.loss_panel.has_data():
+                self.main_screen.loss_panel.set_empty_message(
                     "the run failed before its first step (see above).\n"
                     "p: pick another preset   q: quit"
                 )
                 self._show_no_run("the run failed before its first step")
         if ev.state in RunState.ENDED:
-            self._status_note = ""
+            self.session.status_note = ""
             if ev.state == RunState.FINISHED:
                 if announce:
                     self.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
-                if not self.view.alert:
-                    self._status_note = self._finished_note(ev.step)
-            if self._quitting and not self.engine_running:
+                if not view.alert:
+                    self.session.status_note = self._finished_note(ev.step)
+            if self.session.quitting and not self.engine_running:
                 self.exit()
-        if self._quitting:
-            self._status_note = self._quit_note()
-        elif self._pending_preset is not None:
-            self._status_note = self._switch_note()
+        if self.session.quitting:
+            self.session.status_note = self._quit_note()
+        elif self.session.pending_preset is not None:
+            self.session.status_note = self._switch_note()
 
     def _finished_note(self, step: int) -> str:
         parts = [f"✓ finished at step {fmt_int(step)}"]
-        best = self.loss_panel.best_val
+        best = self.main_screen.loss_panel.best_val
         if best is not None:
             parts.append(f"best val {fmt_loss(best)}")
-        if self.view.last_checkpoint is not None:
-            parts.append(f"checkpoint {self.view.last_checkpoint[1]}")
-        if getattr(self, "viewing_record", False):
+        if self.session.view.last_checkpoint is not None:
+            parts.append(f"checkpoint {self.session.view.last_checkpoint[1]}")
+        if self.viewing_record:
             parts.append("r: train on · f: fork · h: runs · q: quit")
         else:
-            parts.append("q: quit" if getattr(self, "attached", False) else "p: another preset · q: quit")
+            parts.append("q: quit" if self.attached else "p: another preset · q: quit")
         return " · ".join(parts)
 
     def checkpoint_saved(self, ev: CheckpointSaved, announce: bool = True) -> None:
-        again = self.view.last_checkpoint is not None and self.view.last_checkpoint[:2] == (ev.step, ev.path)
-        self.view.last_checkpoint = (ev.step, ev.path, ev.reason)
-        said, self.view.checkpoint_said = self.view.checkpoint_said, False
+        view = self.session.view
+        again = view.last_checkpoint is not None and view.last_checkpoint[:2] == (ev.step, ev.path)
+        view.last_checkpoint = (ev.step, ev.path, ev.reason)
+        said, view.checkpoint_said = view.checkpoint_said, False
         if ev.reason == "manual":
-            self.view.checkpoint_pending = False
+            view.checkpoint_pending = False
         if announce and ev.reason in ("manual", "stop"):
             # the engine's answer to a repeated c (the same file, not rewritten) is shown only
             # when its "saving..." was: otherwise a toast about that file is still on screen
             title = f"Checkpoint {'already ' if again else ''}saved at step {fmt_int(ev.step)}"
             if not again or ev.reason != "manual" or said:
                 self._checkpoint_toast(ev.path, title, 6, new=True)
-        if self.view.anomaly is not None:  # the banner names the checkpoint r goes back to
+        if view.anomaly is not None:  # the banner names the checkpoint r goes back to
             self._set_alert("nan", self._anomaly_banner())
 
     def alert_raised(self, ev: Alert, announce: bool = True) -> None:
         """`announce=False` for an alert from the run's past (a finished run's files, an
         attach's replay): drawn (the banner, the markers) but not toasted; a past warning or
         error leaves the alert line as the steps after it are drawn."""
+        view = self.session.view
         code = getattr(ev, "code", "")
         ev = dataclasses.replace(ev, message=with_keys(ev.message))  # the engine's advice, keyed
         step = f" at step {fmt_int(ev.step)}" if ev.step else ""
@@ -160,39 +156,39 @@ class RunEvents(_AppBase):
         if code in ANOMALY_CODES and ev.level in ("error", "warning"):
             # The banner names the real fault and offers what works in the state the run is in
             # (paused, rolling back, given up): it is rebuilt as that state arrives, and goes
-            # once the run trains past it (MainScreen._on_step).
-            self.view.anomaly = Anomaly.from_message(code, ev.message, max(self.view.step, ev.step))
+            # once the run trains past it (a later step).
+            view.anomaly = Anomaly.from_message(code, ev.message, max(view.step, ev.step))
             if ev.level == "warning":  # unattended: the engine rolls back on its own
-                self._set_alert("warning", f"⚠ {self.view.anomaly.fault}: rolling back...")
+                self._set_alert("warning", f"⚠ {view.anomaly.fault}: rolling back...")
             else:
                 self._set_alert("nan", self._anomaly_banner())
             title = "Loss spike" if code == "spike" else "Not a number"
             notify(ev.message, title=f"{title}{step}", severity="error", timeout=10)
         elif code == "rollback" and ev.level == "info":
-            fault = self.view.anomaly.fault if self.view.anomaly is not None else ""
-            self.view.anomaly = None
+            fault = view.anomaly.fault if view.anomaly is not None else ""
+            view.anomaly = None
             text = f"↺ {fault} → {ev.message}" if fault else f"↺ {ev.message}"
             self._set_alert("warning", text, ttl=WARNING_TTL_STEPS, at_step=ev.step)
             # the alert line's 200 steps can pass in a second on a small model: a toast stays
             notify(ev.message, title="Rolled back", timeout=6)
         elif code == "rollback":  # e.g. nothing to roll back to: a short notice, not a banner
             notify(ev.message, title="Roll back", severity="warning", timeout=5)
-            if self.view.anomaly is not None:  # not "rolling back..." any more
+            if view.anomaly is not None:  # not "rolling back..." any more
                 self._set_alert("nan", self._anomaly_banner())
         elif code == "disk" and ev.level == "info":  # what waited for room is written
-            if self.view.alert and self.view.alert[0] == "error":
-                self.view.alert = None  # the failure it named is over
+            if view.alert and view.alert[0] == "error":
+                view.alert = None  # the failure it named is over
             notify(ev.message, title="Disk", timeout=6)
         elif ev.level == "error":
             if code == "disk":
-                self.view.checkpoint_pending = False  # that save failed: c may try again
+                view.checkpoint_pending = False  # that save failed: c may try again
             if announce:
                 self._set_alert("error", f"✗ {ev.message}")
             else:  # from the past: until the run went on past it
                 self._set_alert("error", f"✗ {ev.message}", WARNING_TTL_STEPS, ev.step or None)
             notify(ev.message, title="Error", severity="error", timeout=10)
         elif ev.level == "warning":
-            if not self.view.alert or self.view.alert[0] not in ("error", "nan"):
+            if not view.alert or view.alert[0] not in ("error", "nan"):
                 at = None if announce else ev.step or None  # one from the past: from its step
                 self._set_alert("warning", f"⚠ {ev.message}{step}", WARNING_TTL_STEPS, at)
             notify(ev.message, title="Warning", severity="warning", timeout=6)
@@ -206,23 +202,23 @@ class RunEvents(_AppBase):
             self.stall_watch.reset(self.clock())  # paused, resumed, ended: the wait restarts
         if self.clock() - ev.time > NOTICE_MAX_AGE_S:
             return
-        notice = notice_for(ev, self.preset)
+        notice = notice_for(ev, self.session.preset)
         if notice is not None:
             self.notifier.notify(notice)
 
     def check_stall(self) -> None:
-        notice = self.stall_watch.check(self.clock(), self.state, self.preset)
+        notice = self.stall_watch.check(self.clock(), self.session.state, self.session.preset)
         if notice is not None:
             self.notifier.notify(notice)
 
     # state, alerts, status -------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
-        changed = state != self.state
-        self.state = state
+        changed = state != self.session.state
+        self.session.state = state
         if changed:
             self.refresh_offers()
         try:
-            self.status_line.set_state(state)
+            self.main_screen.status_line.set_state(state)
         except Exception:  # noqa: BLE001 - before compose
             pass
 
@@ -230,40 +226,46 @@ class RunEvents(_AppBase):
         self, level: str, message: str, ttl: int | None = None, at_step: int | None = None
     ) -> None:
         """Show `message` until replaced, or for `ttl` steps from `at_step` (default: now)."""
-        start = self.view.step if at_step is None else at_step
+        start = self.session.view.step if at_step is None else at_step
         expires = start + ttl if ttl is not None else None
-        self.view.alert = (level, message, expires)
+        self.session.view.alert = (level, message, expires)
 
     def _anomaly_banner(self) -> str:
-        if self.view.anomaly is None:
+        view = self.session.view
+        if view.anomaly is None:
             return ""
-        ckpt = self.view.last_checkpoint
-        vocab = getattr(self.view.info, "vocab_size", 0) or 0
+        ckpt = view.last_checkpoint
+        vocab = getattr(view.info, "vocab_size", 0) or 0
+        losses = self.main_screen.loss_panel.raw.ys
         return anomaly_banner(
-            self.view.anomaly, self.state, ckpt[1] if ckpt else None, vocab, self.loss_panel.raw.ys
+            view.anomaly, self.session.state, ckpt[1] if ckpt else None, vocab, losses
         )
 
     def expire_alert(self) -> None:
-        if self.view.alert and self.view.alert[2] is not None and self.view.step >= self.view.alert[2]:
-            self.view.alert = None
+        view = self.session.view
+        if view.alert and view.alert[2] is not None and view.step >= view.alert[2]:
+            view.alert = None
 
     def refresh_status(self) -> None:
+        session, screen = self.session, self.main_screen
+        view, note = session.view, session.status_note
         try:
-            status, alert = self.status_line, self.alert_line
+            status, alert = screen.status_line, screen.alert_line
         except Exception:  # noqa: BLE001 - not composed yet
             return
-        dropped = self.trainer.dropped_events if self.trainer is not None else 0
+        dropped = session.trainer.dropped_events if session.trainer is not None else 0
+        loss = screen.loss_panel
         status.set_segments(
-            status_segments(self.view, self.preset, self.state, self.loss_panel.last_loss, dropped,
-                            self.loss_panel.clock.trained_s())  # fmt: skip
+            status_segments(view, session.preset, session.state, loss.last_loss, dropped,
+                            loss.clock.trained_s())  # fmt: skip
         )
-        if self._quitting and self._status_note:  # the wait and how to cut it short come first
-            alert.show("warning", self._status_note)
-        elif self.view.alert:
-            level, message, _ = self.view.alert
+        if session.quitting and note:  # the wait and how to cut it short come first
+            alert.show("warning", note)
+        elif view.alert:
+            level, message, _ = view.alert
             alert.show("error" if level in ("error", "nan") else level, message)
-        elif self._status_note:
-            alert.show("info", self._status_note)
+        elif note:
+            alert.show("info", note)
         elif self.main_screen.maximized is not None:
             alert.show("info", "zoomed in: esc to go back")
         else:

@@ -1,9 +1,9 @@
-"""Other runs, from inside the app: the `RunOpening` mixin of `CockpitApp`.
+"""Other runs, from inside the app.
 
-`h` opens the runs screen (cockpit/screens/runs.py); from there the app opens a run: a live one by
-attaching to it, one that is over in a read-only view drawn from its files (engine/rundir/recorded.py),
-whose steering keys say why they do nothing. What else the runs screen leads to: resuming,
-a new run from a config, a branch (cockpit/app/run_starts.py) and overlays (cockpit/app/comparing.py).
+`h` opens the runs screen; from there the app opens a run: a live one by attaching to it, one
+that is over in a read-only view drawn from its files, whose steering keys say why they do
+nothing. The runs screen also leads to resuming, a new run from a config, a branch and
+overlays.
 Reading files and connecting happen in thread workers; the UI thread only switches.
 
 The app holds one run at a time: the run on screen is left losing nothing first (the app's own
@@ -27,6 +27,8 @@ from engine.events import RunState
 
 if TYPE_CHECKING:
     from textual.app import App
+
+    from cockpit.app.session import Session
 
     _AppBase = App[None]  # for type checkers only: at run time a plain mixin
 else:
@@ -69,24 +71,18 @@ def checkpoints_of(run_dir: Path) -> list[str]:
 class RunOpening(_AppBase):
     """The runs screen and what it leads to; a finished run's view and its keys."""
 
-    # set by CockpitApp.__init__
-    trainer: EngineHandle | None
-    state: str
-    view: Any
-    runs_root: str
-    engine_running: bool
-    attached: bool
-    read_only: bool
+    session: Session  # the app's one record of the run on screen and the session
 
     # what the run on screen is ----------------------------------------------------------------
     @property
     def viewing_record(self) -> bool:
         """The run on screen is over and drawn from its files: nothing runs to steer."""
-        return self.trainer is not None and self.trainer.recorded
+        trainer = self.session.trainer
+        return trainer is not None and trainer.recorded
 
     @property
     def current_run_dir(self) -> str | None:
-        info, trainer = self.view.info, self.trainer
+        info, trainer = self.session.view.info, self.session.trainer
         run_dir = (info.run_dir if info is not None else None) or (
             trainer.run_dir if trainer is not None else None
         )
@@ -114,9 +110,9 @@ class RunOpening(_AppBase):
             self.action_run_over_note()
 
     def action_run_over_note(self) -> None:
-        name = os.path.basename(self.current_run_dir or "") or self.preset
+        name = os.path.basename(self.current_run_dir or "") or self.session.preset
         self.notify(
-            f"{name} is {self.state}: this view is drawn from its files and nothing runs to "
+            f"{name} is {self.session.state}: this view is drawn from its files and nothing runs to "
             "steer. r resumes it, n starts a new run from its config, f branches it from a "
             "checkpoint, h lists the runs",
             title="Run is over",
@@ -128,7 +124,7 @@ class RunOpening(_AppBase):
         """`h`: every run under the runs directory; what is picked there comes back here."""
         from cockpit.screens.runs import RunsScreen
 
-        overlaid = [o.key for o in self.loss_panel.overlays]
+        overlaid = [o.key for o in self.main_screen.loss_panel.overlays]
         self.push_screen(
             RunsScreen(Path(self.runs_root), current=self.current_run_dir, selected=overlaid),
             self._runs_chosen,
@@ -199,12 +195,12 @@ class RunOpening(_AppBase):
 
     def _leave_question(self, label: str) -> str | None:
         """What leaving the run on screen does, as a question; None when nothing is lost."""
-        if not self.engine_running or self.trainer is None:
+        if not self.engine_running or self.session.trainer is None:
             return None
-        here = f"{self.preset} (step {fmt_int(self.view.step)})"
+        here = f"{self.session.preset} (step {fmt_int(self.session.view.step)})"
         if self.attached:
             return f"Open {label}? This cockpit detaches from {here}: that run goes on."
-        if self.state in RunState.ENDED:
+        if self.session.state in RunState.ENDED:
             return None
         return (
             f"Open {label}? {here} is saved (a checkpoint) and stopped first; resume it later "
@@ -213,15 +209,15 @@ class RunOpening(_AppBase):
 
     def _busy(self, note: str) -> None:
         """Say what a worker is reading or building until `_not_busy` (unless replaced)."""
-        self._busy_note = note
-        self._status_note = note
+        self.session.busy_note = note
+        self.session.status_note = note
         self.refresh_status()
 
     def _not_busy(self) -> None:
         """The worker is done: its note goes, but not a note said since (finished, quitting)."""
-        if self._status_note == getattr(self, "_busy_note", None):
-            self._status_note = ""
-        self._busy_note = None
+        if self.session.status_note == self.session.busy_note:
+            self.session.status_note = ""
+        self.session.busy_note = None
         self.refresh_status()
 
     def _is_current(self, run_dir: Path) -> bool:

@@ -26,6 +26,8 @@ from engine.contract import EngineHandle
 if TYPE_CHECKING:
     from textual.app import App
 
+    from cockpit.app.session import Session
+
     _AppBase = App[None]  # for type checkers only: at run time a plain mixin
 else:
     _AppBase = object

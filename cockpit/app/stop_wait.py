@@ -26,7 +26,7 @@ WORK_NAMES = {"evaluate": "evaluation", "sample": "sample", "checkpoint": "check
 
 
 class BoundaryWork:
-    """The periodic work (engine/train/cadence.py: an evaluation, samples, a checkpoint at
+    """The periodic work (an evaluation, samples, a checkpoint at
     their intervals) at the step boundaries around the run's newest step, and how long each
     kind took the last time: a stop waits for it as for the step (the engine does the work due
     at a step before it looks at its commands). Fed the run's events; no Textual."""

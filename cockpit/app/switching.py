@@ -1,4 +1,4 @@
-"""Switching runs: the preset menu (`p`) and `switch_to`, the `Switching` mixin of `CockpitApp`.
+"""Switching runs: the preset menu (`p`) and `switch_to`.
 
 Whatever replaces the run on screen (a preset from the menu, a run opened, resumed or forked from
 the runs screen) goes through `switch_to`: the run on screen is left losing nothing (the app's own
@@ -9,8 +9,8 @@ against this machine off the UI thread (the memory plan builds the model on torc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from textual import work
 from textual.worker import get_current_worker
@@ -24,6 +24,8 @@ from engine.events import RunState
 if TYPE_CHECKING:
     from textual.app import App
 
+    from cockpit.app.session import Session
+
     _AppBase = App[None]  # for type checkers only: at run time a plain mixin
 else:
     _AppBase = object
@@ -31,27 +33,10 @@ else:
 class Switching(_AppBase):
     """The preset menu and switching the run on screen for another."""
 
-    # set by CockpitApp.__init__
-    preset: str
-    preset_dirs: Sequence[str]
-    data_available: Callable[[str], tuple[Any, ...]]
-    fit_warning: Callable[[str, tuple[str, float] | None], str] | None
-    trainer: EngineHandle | None
-    engine_worker: Any
-    state: str
-    view: Any
-    clock: Callable[[], float]
-    _check_note: str
-    _status_note: str
-    _quitting: bool
-    _detaching: bool
-    _pending_preset: str | None
-    _pending_make: Callable[[], EngineHandle] | None
-    _switch_started: float | None
-    _switch_timer: Any
+    session: Session  # the app's one record of the run on screen and the session
 
     def preset_rows(self) -> list[PresetRow]:
-        rows, error = preset_menu_rows(self.preset_dirs, self.data_available, self.preset)
+        rows, error = preset_menu_rows(self.preset_dirs, self.data_available, self.session.preset)
         if error:
             self.notify(error, title="Cannot list presets", severity="error")
         return rows
@@ -77,10 +62,10 @@ class Switching(_AppBase):
         if self.fit_warning is None:
             self._confirm_switch(name, "")
             return
-        info = self.view.info
+        info = self.session.view.info
         known_peak = (info.device, info.peak_flops) if info is not None and info.peak_flops else None
-        self._check_note = f"checking {name} against this machine..."
-        self._status_note = self._check_note
+        self.session.check_note = f"checking {name} against this machine..."
+        self.session.status_note = self.session.check_note
         self.refresh_status()
         self._check_preset(name, known_peak)
 
@@ -94,13 +79,13 @@ class Switching(_AppBase):
             self.call_from_thread(self._confirm_switch, name, warning)
 
     def _confirm_switch(self, name: str, fit_warning: str) -> None:
-        if self._check_note and self._status_note == self._check_note:
-            self._status_note = ""
+        if self.session.check_note and self.session.status_note == self.session.check_note:
+            self.session.status_note = ""
             self.refresh_status()
-        if self._quitting:
+        if self.session.quitting:
             return  # the user quit while it was checked
         row = {r.name: r for r in self.preset_rows()}.get(name)
-        msg = switch_question(self.preset, name, self.engine_running, row, fit_warning)
+        msg = switch_question(self.session.preset, name, self.engine_running, row, fit_warning)
         self.push_screen(
             ConfirmScreen("Switch preset", msg, yes="Switch", no="Cancel", purpose="switch"),
             lambda yes: self.switch_preset(name) if yes else None,
@@ -123,23 +108,25 @@ class Switching(_AppBase):
         if not self.engine_running:
             self._start_run(label, make)
             return
-        self._pending_preset, self._pending_make = label, make
-        self._switch_started = self.clock()
+        self.session.pending_preset, self.session.pending_make = label, make
+        self.session.switch_started = self.clock()
         if self.attached:
-            self._detaching = True  # its worker returns "detached"; _engine_finished goes on
-            if self.engine_worker is not None:
-                self.engine_worker.cancel()
+            self.session.detaching = True  # its worker returns "detached"; _engine_finished goes on
+            if self.session.engine_worker is not None:
+                self.session.engine_worker.cancel()
             return
-        keep = self.state not in RunState.ENDED
+        keep = self.session.state not in RunState.ENDED
         self._command("stop", lambda run: run.stop(checkpoint=keep, reason=reason))
         # Like quitting, no time limit: the next step boundary can be minutes away.
         self._update_switch_note()
-        self._switch_timer = self.set_interval(stop_wait_module.NOTE_REFRESH_S, self._update_switch_note)
+        self.session.switch_timer = self.set_interval(
+            stop_wait_module.NOTE_REFRESH_S, self._update_switch_note
+        )
 
     def _switch_note(self) -> str:
-        return f"switching to {self._pending_preset}: {self._stop_wait(self._switch_started)}"
+        return f"switching to {self.session.pending_preset}: {self._stop_wait(self.session.switch_started)}"
 
     def _update_switch_note(self) -> None:
-        if self._pending_preset is not None and not self._quitting:
-            self._status_note = self._switch_note()
+        if self.session.pending_preset is not None and not self.session.quitting:
+            self.session.status_note = self._switch_note()
             self.refresh_status()

@@ -1,6 +1,6 @@
 """The journal screen (`j`): every intervention of the run, newest first, one line each.
 
-It reads the run's metrics.jsonl through engine/rundir/journal.py (`JournalTail`) and follows it while
+It reads the run's metrics.jsonl through `JournalTail` and follows it while
 open, so it is the same for the app that runs the engine, for an attached viewer (the run is on
 this machine: its socket is a local one) and for the run's past sessions: the file has all of it.
 """

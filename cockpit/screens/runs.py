@@ -42,7 +42,7 @@ from cockpit.screens.settings import parse_settings
 from engine.checkpoint import latest_checkpoint, step_of
 
 REFRESH_S = 2.0  # live runs' steps move, new runs appear
-CONFIG_NAME = "config.toml"  # the run's replayable config (engine/train/setup.py writes it)
+CONFIG_NAME = "config.toml"  # the run's replayable config, written when it starts
 CURRENT_MARK, SELECTED_MARK = "●", "✓"
 MARK_WIDTH = 2  # the first column: the run shown, then whether it is selected for comparison
 CELL_PADDING = 1  # DataTable's padding on each side of a cell

@@ -6,7 +6,7 @@
   that there is no GPU telemetry;
 - unavailable: the reason;
 - under torchrun, from `RankReport` events (every ~2 s): one row per rank and its GPU (or CPU
-  process), and the mean and slowest step times (cockpit/widgets/ranks.py). Rank 0's own
+  process), and the mean and slowest step times (`RanksView`). Rank 0's own
   Telemetry then no longer draws.
 """
 
@@ -22,9 +22,10 @@ from textual.content import Content
 from textual.widgets import Label, Static
 
 from cockpit.figures.numbers import fmt_bytes, fmt_gib_pair, fmt_pct
+from cockpit.widgets.ranks import RanksView
 from cockpit.widgets.sparkline import BARS, StripSparkline
 from cockpit.widgets.status import Segment, StatusText
-from engine.telemetry import THROTTLE_BY_NAME
+from cockpit.widgets.throttling import throttle_labels
 
 HISTORY = 240  # readings kept per series (about 4 minutes at 1 Hz)
 
@@ -49,22 +50,6 @@ def gpu_header(r: Any) -> list[Segment]:
     if notes:
         segs.append(Segment(Content.styled(", ".join(notes), "$foreground-muted"), 5))
     return segs
-
-
-def throttle_labels(names: Any) -> tuple[list[str], list[str]]:
-    """(warnings, notes): the labels of the engine's throttle names, from the engine's table.
-
-    A name the table lacks (a newer engine) is shown as it is, as a warning: it may be a slowdown.
-    """
-    warnings: list[str] = []
-    notes: list[str] = []
-    for name in names:
-        reason = THROTTLE_BY_NAME.get(name)
-        label = reason.label if reason is not None else name.replace("_", " ")
-        target = warnings if reason is None or reason.warning else notes
-        if label not in target:
-            target.append(label)
-    return warnings, notes
 
 
 def show_if_changed(widget: Static, content: str | Content, layout: bool = False) -> bool:
@@ -281,8 +266,6 @@ class DevicePanel(VerticalScroll):
 
     def update_ranks(self, report: Any) -> None:
         """Record one RankReport: from now on the panel shows every rank, not this machine."""
-        from cockpit.widgets.ranks import RanksView  # it draws with this module's helpers
-
         if len(report.ranks) < 2:
             return  # torchrun with one rank: its own Telemetry says more (the strip charts)
         self._last_reading_time = getattr(report, "time", None)

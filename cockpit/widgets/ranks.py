@@ -19,7 +19,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from cockpit.figures.numbers import fmt_bytes
-from cockpit.widgets.device import throttle_labels
+from cockpit.widgets.throttling import throttle_labels
 
 STRAGGLER_RATIO = 1.10  # the slowest rank more than 10% above the mean is flagged
 GiB = 2**30

@@ -167,4 +167,4 @@ def alert_text(app: CockpitApp) -> str:
 
 
 def status_text(app: CockpitApp) -> str:
-    return str(app.status_line.text.render())
+    return str(app.main_screen.status_line.text.render())

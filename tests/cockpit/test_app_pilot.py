@@ -46,11 +46,11 @@ async def test_space_pauses_then_resumes(
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
 ) -> None:
     assert app.state == "running"
-    assert app.samples_panel.sampling_offered  # an empty panel would say: press s
+    assert app.main_screen.samples_panel.sampling_offered  # an empty panel would say: press s
     await pilot.press("space")
     await settle(pilot)
     assert app.state == "paused"
-    assert app.status_line.state == "paused"
+    assert app.main_screen.status_line.state == "paused"
     await pilot.press("space")
     await settle(pilot)
     assert app.state == "running"
@@ -75,7 +75,7 @@ async def test_space_acts_on_the_engine_state_even_before_its_event_is_drained(
     await pilot.press("space")  # resume: the engine runs, its event not drained yet
     app.pump = lambda force=False: 0  # type: ignore[method-assign] # the timer waits
     app.view.requested = None  # as after draining the stale "paused" echo
-    app.state = "paused"
+    app.session.state = "paused"
     await pilot.press("space")
     assert commands(factory.trainer) == ["pause", "resume", "pause"]
 
@@ -158,12 +158,12 @@ async def test_plus_and_minus_scale_lr(
 async def test_sample_and_evaluate_keys(
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
 ) -> None:
-    n_samples = len(app.samples_panel.samples)
+    n_samples = len(app.main_screen.samples_panel.samples)
     await pilot.press("s", "e")
     await settle(pilot)
     assert commands(factory.trainer) == ["sample", "evaluate"]
-    assert len(app.samples_panel.samples) == n_samples + 1
-    assert app.loss_panel.last_val == pytest.approx(1.7)
+    assert len(app.main_screen.samples_panel.samples) == n_samples + 1
+    assert app.main_screen.loss_panel.last_val == pytest.approx(1.7)
 
 
 @pilot_test()
@@ -195,7 +195,7 @@ async def test_preset_switch_checkpoints_then_starts_the_new_preset(
     assert app.state == "running"
     assert app.engine_running
     # panels were reset and refilled by the new run (same script: 300 steps)
-    assert app.loss_panel.raw.total == 300
+    assert app.main_screen.loss_panel.raw.total == 300
 
 
 @pilot_test()
@@ -311,7 +311,7 @@ async def test_after_its_own_run_ended_the_app_offers_no_steering_keys(
         assert not cmd.help or cmd.help not in help_text, (cmd.help, offered)
     assert {"Preset", "Help", "Quit"} <= set(offered["footer"])  # what still works
     assert "Switch preset" in offered["palette"] and "this help" in help_text
-    assert not app.samples_panel.sampling_offered  # nor does the samples panel name s
+    assert not app.main_screen.samples_panel.sampling_offered  # nor does the samples panel name s
 
 
 @pilot_test(fail={"default": config_error("default")})
@@ -319,11 +319,11 @@ async def test_factory_error_shows_failed_and_quit_still_works(
     pilot: Pilot, app: CockpitApp
 ) -> None:
     assert app.state == "failed"
-    assert app.status_line.state == "failed"
+    assert app.main_screen.status_line.state == "failed"
     assert "optim.lr" in alert_text(app)
     assert "config error" in alert_text(app)
     # no run: the empty samples panel does not offer s (a press would do nothing)
-    assert not app.samples_panel.sampling_offered
+    assert not app.main_screen.samples_panel.sampling_offered
     await pilot.press("space", "c", "plus")  # nothing to command: no crash
     await pilot.press("q")
     await pilot.pause()
@@ -439,8 +439,8 @@ def test_resumed_history_is_drawn_but_not_announced() -> None:
     async def scenario(pilot: Pilot) -> None:
         await wait_for(pilot, lambda: app.trainer is not None and app.trainer.loaded.is_set())
         await settle(pilot)
-        assert app.loss_panel.raw.total == 300  # 250 replayed + 50 new
-        assert app.lr_panel.changes  # the past LR change is drawn
+        assert app.main_screen.loss_panel.raw.total == 300  # 250 replayed + 50 new
+        assert app.main_screen.lr_panel.changes  # the past LR change is drawn
         titles = [t.title for t in toasts]
         assert not any(t and t.startswith("LR changed") for t in titles), titles
         assert any(t and t.startswith("Resumed") for t in titles), titles
@@ -488,7 +488,7 @@ def test_a_resumed_run_continues_elapsed_and_shows_no_replayed_speed_as_live() -
         assert "– tok/s" in text and "3.8k" not in text
         assert "MFU" not in text
         # 500 s trained before (the RunStarted's train_time_s); no step of this session yet
-        assert app.loss_panel.clock.trained_s() == pytest.approx(500.0)
+        assert app.main_screen.loss_panel.clock.trained_s() == pytest.approx(500.0)
         assert "trained 8:20" in text and "elapsed" not in text, text
         # the first live step: its own speed, and elapsed goes on from 500 s
         trainer._emit(
@@ -508,7 +508,7 @@ def test_a_resumed_run_continues_elapsed_and_shows_no_replayed_speed_as_live() -
         assert app.view.tokens_per_s == 2000.0 and app.view.mfu == 0.2
         assert "2.00k tok/s" in status_text(app)
         # training time goes on by the step's time (0.4 s), not by the wall clock
-        assert app.loss_panel.clock.trained_s() == pytest.approx(500.4)
+        assert app.main_screen.loss_panel.clock.trained_s() == pytest.approx(500.4)
 
     run_pilot(app, scenario, size=(160, 40))
 
@@ -536,7 +536,7 @@ def test_a_resume_shows_the_runs_preset_from_the_start(tmp_path) -> None:
 
     async def scenario(pilot: Pilot) -> None:
         await pilot.pause()
-        assert app.status_line.state == "starting"
+        assert app.main_screen.status_line.state == "starting"
         assert status_text(app).startswith("tiny"), status_text(app)
         assert "default" not in status_text(app) + alert_text(app)
         assert alert_text(app) == f"resuming tiny from {resume}..."
@@ -589,7 +589,7 @@ def test_a_flat_loss_curve_draws() -> None:
         await settle(pilot)
         await pilot.press("g")  # log y too
         await settle(pilot)
-        assert app.loss_panel.draw_count >= 2
+        assert app.main_screen.loss_panel.draw_count >= 2
 
     run_pilot(app, scenario)
 
@@ -604,8 +604,8 @@ async def test_nan_alert_is_prominent_and_paused(pilot: Pilot, app: CockpitApp) 
     assert "l: lower the LR, then space: resume" in banner and "p: start afresh" in banner
     assert "r:" not in banner
     assert app.query_one(AlertLine).has_class("-error")
-    assert math.isnan(app.loss_panel.last_loss)
-    assert app.loss_panel.nan_steps == [(180, 180 * 768)]
+    assert math.isnan(app.main_screen.loss_panel.last_loss)
+    assert app.main_screen.loss_panel.nan_steps == [(180, 180 * 768)]
     # resuming clears the banner
     await pilot.press("space")
     await settle(pilot)
@@ -651,9 +651,9 @@ async def test_an_unattended_rollback_is_not_called_a_pause(app: CockpitApp) -> 
 async def test_a_rollback_drops_the_abandoned_steps_from_the_live_curves(app: CockpitApp) -> None:
     # trained to 280 (NaN there), rolled back to 250, trained 251-260 again: the curves hold
     # steps 1-260 once each, as the same run reopened from its files draws them
-    for series in (app.loss_panel.raw, app.loss_panel.smooth, app.lr_panel.applied):
+    for series in (app.main_screen.loss_panel.raw, app.main_screen.loss_panel.smooth, app.main_screen.lr_panel.applied):
         assert series.xs.tolist() == list(range(1, 261))
-    assert app.loss_panel.nan_steps == []  # the NaN was on the abandoned branch
+    assert app.main_screen.loss_panel.nan_steps == []  # the NaN was on the abandoned branch
 
 
 @pilot_test(nan_at=280, anomaly="spike")
@@ -753,7 +753,7 @@ async def test_ten_c_presses_ask_for_one_save_and_show_three_toasts_at_most(
     assert commands(factory.trainer) == ["checkpoint", "checkpoint"]
     assert len(toasts) == 2
     # once it is gone, the engine's re-acknowledgement of the same file says what it is
-    app._checkpoint_toast_until = 0.0
+    app.session.checkpoint_toast_until = 0.0
     await pilot.press("c")
     await settle(pilot)
     assert toasts[-1].title == "Checkpoint already saved at step 300"
@@ -805,11 +805,11 @@ async def test_command_palette_lists_the_actions(pilot: Pilot, app: CockpitApp) 
 @pilot_test()
 async def test_toggles_and_zoom(pilot: Pilot, app: CockpitApp) -> None:
     await pilot.press("t", "g")
-    assert app.loss_panel.x_tokens and app.loss_panel.log_y
-    assert "tokens" in str(app.loss_panel.border_title)
+    assert app.main_screen.loss_panel.x_tokens and app.main_screen.loss_panel.log_y
+    assert "tokens" in str(app.main_screen.loss_panel.border_title)
     await pilot.press("4")
     await pilot.pause()
-    assert app.screen.maximized is app.memory_panel
+    assert app.screen.maximized is app.main_screen.memory_panel
     await pilot.press("4")
     await pilot.pause()
     assert app.screen.maximized is None
@@ -820,7 +820,7 @@ async def test_toggles_and_zoom(pilot: Pilot, app: CockpitApp) -> None:
 
 @pilot_test()
 async def test_plots_redraw_at_most_about_once_a_second(app: CockpitApp) -> None:
-    panel = app.loss_panel
+    panel = app.main_screen.loss_panel
     base = panel.governor._last_draw
     assert base is not None
     interval = panel.governor.interval
@@ -837,11 +837,11 @@ async def test_plots_redraw_at_most_about_once_a_second(app: CockpitApp) -> None
 @pilot_test(size=(160, 48))
 async def test_resize_toggles_compact_layout(pilot: Pilot, app: CockpitApp) -> None:
     assert not app.screen.has_class("compact")
-    assert app.samples_panel.display
+    assert app.main_screen.samples_panel.display
     await pilot.resize_terminal(80, 24)
     await pilot.pause()
     assert app.screen.has_class("compact")
-    assert app.samples_panel.region.area == 0
+    assert app.main_screen.samples_panel.region.area == 0
 
 
 # zoom, palette, help (issue 10, item 18) -----------------------------------------------------

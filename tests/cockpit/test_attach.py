@@ -38,7 +38,7 @@ def test_attach_steer_detach_and_attach_again(live: LiveRun) -> None:
     app = attached_app(RemoteEngine(live.run_dir))
 
     async def scenario(pilot) -> dict[str, object]:
-        await wait_for_engine(pilot, lambda: app.view.step > 0 and app.loss_panel.has_data())
+        await wait_for_engine(pilot, lambda: app.view.step > 0 and app.main_screen.loss_panel.has_data())
         assert app.attached and not app.read_only
         await pilot.press("space")
         await wait_for_engine(pilot, lambda: app.state == "paused")
@@ -72,10 +72,10 @@ def test_attach_steer_detach_and_attach_again(live: LiveRun) -> None:
 
     async def second(pilot) -> tuple[int, float]:
         await wait_for_engine(pilot, lambda: again.view.step > seen["step"])
-        await wait_for_engine(pilot, lambda: again.loss_panel.has_data())
-        xs = again.loss_panel.raw.xs
+        await wait_for_engine(pilot, lambda: again.main_screen.loss_panel.has_data())
+        xs = again.main_screen.loss_panel.raw.xs
         again.detach()
-        return xs[0], again.lr_panel.scale
+        return xs[0], again.main_screen.lr_panel.scale
 
     first_x, scale = run_pilot(again, second, size=SIZE)
     assert first_x <= 2  # the curve starts at the run's first steps
@@ -94,7 +94,7 @@ def test_attaching_draws_the_runs_past_and_announces_none_of_it(live: LiveRun) -
 
     async def scenario(pilot) -> list[str]:
         await wait_for_engine(pilot, lambda: app.view.step > 0 and app.view.last_checkpoint is not None)
-        await wait_for_engine(pilot, lambda: app.lr_panel.scale == pytest.approx(0.5))  # drawn
+        await wait_for_engine(pilot, lambda: app.main_screen.lr_panel.scale == pytest.approx(0.5))  # drawn
         past = [t.title for t in toasts]
         await pilot.press("c")  # news: announced
         await wait_for_engine(pilot, lambda: any(t.title.startswith("Checkpoint") for t in toasts))
@@ -112,7 +112,7 @@ def test_two_viewers_see_each_others_commands(live: LiveRun) -> None:
     async def scenario(pilot) -> list[object]:
         await wait_for_engine(pilot, lambda: app.view.step > 0)
         other.scale_lr(0.5)  # the other viewer lowers the LR: this app's LR panel shows it
-        await wait_for_engine(pilot, lambda: app.lr_panel.scale == pytest.approx(0.5))
+        await wait_for_engine(pilot, lambda: app.main_screen.lr_panel.scale == pytest.approx(0.5))
         await pilot.press("space")  # this app pauses: the other viewer hears of it
         await wait_for_engine(pilot, lambda: other.state == "paused")
         app.detach()
@@ -164,7 +164,7 @@ def test_an_engine_killed_under_the_viewer_is_named_with_its_last_checkpoint(liv
         await wait_for_engine(pilot, lambda: app.view.step > 0)
         live.kill()
         await wait_for_engine(pilot, lambda: app.state == "failed", timeout=10)
-        text = status_text(app) + " " + str(app.alert_line.render())
+        text = status_text(app) + " " + str(app.main_screen.alert_line.render())
         await pilot.press("q")  # nothing hangs: the run is gone, q just asks to quit
         await pilot.press("y")
         await wait_for_engine(pilot, lambda: not app.is_running, timeout=10)
@@ -254,7 +254,7 @@ def test_the_apps_own_run_can_be_watched_and_steered_from_a_second_terminal(tmp_
         assert not app.attached  # its own run: quitting stops it
         other = RemoteEngine(made[0].run_dir)
         other.scale_lr(0.5)  # the second terminal lowers the LR: the app's panel shows it
-        await wait_for_engine(pilot, lambda: app.lr_panel.scale == pytest.approx(0.5))
+        await wait_for_engine(pilot, lambda: app.main_screen.lr_panel.scale == pytest.approx(0.5))
         await pilot.press("space")
         await wait_for_engine(pilot, lambda: other.state == "paused")
         made[0].stop(checkpoint=False)

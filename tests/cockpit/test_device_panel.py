@@ -12,7 +12,8 @@ from scripted import ScriptedFactory, config_error, telemetry_event
 from textual.pilot import Pilot
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.widgets.device import gpu_header, throttle_labels
+from cockpit.widgets.device import gpu_header
+from cockpit.widgets.throttling import throttle_labels
 from engine.telemetry.throttle_reasons import THROTTLE_BY_NAME, throttle_names
 
 
@@ -57,31 +58,31 @@ async def test_after_the_run_ends_the_device_panel_says_its_readings_stopped(
     await pilot.pause()
     last = [ev for ev in factory.trainer.script if ev.kind == "telemetry"][-1]
     when = time.strftime("%H:%M:%S", time.localtime(last.time))
-    subtitle = str(app.device_panel.border_subtitle)
+    subtitle = str(app.main_screen.device_panel.border_subtitle)
     assert f"readings stopped {when} (run ended)" in subtitle
     # a new run's first reading makes the panel live again
-    app.device_panel.update_telemetry(telemetry_event("psutil", last.time + 60, 1))
-    assert not app.device_panel.border_subtitle
+    app.main_screen.device_panel.update_telemetry(telemetry_event("psutil", last.time + 60, 1))
+    assert not app.main_screen.device_panel.border_subtitle
 
 
 @pilot_test(size=(160, 48), fail={"broken": config_error("broken")})
 async def test_a_failed_preset_switch_leaves_no_panel_showing_the_old_run_or_waiting(
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
 ) -> None:
-    assert "waiting" not in panel_text(app.memory_panel)  # the run's breakdown is shown
+    assert "waiting" not in panel_text(app.main_screen.memory_panel)  # the run's breakdown is shown
     app.switch_preset("broken")
     await wait_for(pilot, lambda: factory.names == ["default", "broken"])
     await wait_for(pilot, lambda: app.state == "failed")
     app.pump(force=True)
     await pilot.pause()
-    lr, memory = panel_text(app.lr_panel), panel_text(app.memory_panel)
+    lr, memory = panel_text(app.main_screen.lr_panel), panel_text(app.main_screen.memory_panel)
     for text in (lr, memory):
         assert "no run: broken could not start" in text
         assert "waiting" not in text
     assert "weights" not in memory  # not the old run's breakdown
-    assert "readings stopped" in str(app.device_panel.border_subtitle)
+    assert "readings stopped" in str(app.main_screen.device_panel.border_subtitle)
     # the next run that starts waits for its own schedule and breakdown again
     app.switch_preset("default")
     await wait_for(pilot, lambda: len(factory.trainers) == 2)
-    assert app.lr_panel.empty_message == app.lr_panel.EMPTY_MESSAGE
-    assert app.memory_panel.empty_message == app.memory_panel.EMPTY_MESSAGE
+    assert app.main_screen.lr_panel.empty_message == app.main_screen.lr_panel.EMPTY_MESSAGE
+    assert app.main_screen.memory_panel.empty_message == app.main_screen.memory_panel.EMPTY_MESSAGE

@@ -128,11 +128,11 @@ def test_a_paused_interval_has_no_step_line_figures() -> None:
 
 async def _telemetry_after_a_report(pilot: Any, app: CockpitApp, factory: ScriptedFactory) -> None:
     await settle(pilot, factory)
-    panel = app.device_panel
+    panel = app.main_screen.device_panel
     assert panel.mode == "ranks" and "2 ranks · GPU" in str(panel.border_title)
     panel.update_telemetry(telemetry_event("psutil", T0 + 999, 0))  # rank 0's own machine
     assert panel.mode == "ranks"
-    assert "max over 2 ranks" in "\n".join(s.text for s in app.memory_panel._strips())
+    assert "max over 2 ranks" in "\n".join(s.text for s in app.main_screen.memory_panel._strips())
 
 
 def test_rank_0s_own_telemetry_does_not_replace_the_rank_rows() -> None:
@@ -157,6 +157,6 @@ def test_one_rank_under_torchrun_keeps_the_single_process_view() -> None:
     async def run() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
             await settle(pilot, factory)
-            assert app.device_panel.mode == "nvml" and app.memory_panel.rank_max is None
+            assert app.main_screen.device_panel.mode == "nvml" and app.main_screen.memory_panel.rank_max is None
 
     asyncio.run(run())

@@ -32,7 +32,7 @@ def test_space_pauses_the_engine_and_resumes_it(tmp_path: Path) -> None:
         await pilot.press("space")
         await wait_for_engine(pilot, lambda: trainer.step > step + 2)
         # told not to poll telemetry: the device panel says so, not "waiting for telemetry..."
-        assert "turned off" in str(app.device_panel._waiting.render())
+        assert "turned off" in str(app.main_screen.device_panel._waiting.render())
         trainer.stop(checkpoint=False)
 
     run_pilot(app, scenario, size=REAL_SIZE)
@@ -220,7 +220,7 @@ def test_r_on_a_healthy_run_asks_and_rolls_back_only_when_confirmed(tmp_path: Pa
         # the curve: each step is on it once, the retrained one
         await wait_for_engine(pilot, lambda: app.view.step > saved_at + 2)
         app.pump(force=True)
-        drawn = app.loss_panel.raw.xs.tolist()
+        drawn = app.main_screen.loss_panel.raw.xs.tolist()
         assert drawn == sorted(set(drawn)) and drawn[-1] == app.view.step
         trainer.stop(checkpoint=False)
 
@@ -274,7 +274,7 @@ def test_a_resume_shows_its_preset_and_continues_its_training_time(tmp_path: Pat
         await pilot.pause()
         assert app.preset == "tiny"  # from the start, not "default"
         await wait_for_engine(pilot, lambda: app.view.step > 31)
-        trained = app.loss_panel.clock.trained_s()  # from the checkpoint's, on by step times
+        trained = app.main_screen.loss_panel.clock.trained_s()  # from the checkpoint's, on by step times
         assert trained is not None and trained > trained_s
         assert "trained " in status_text(app) and "elapsed" not in status_text(app)
         assert app.view.tokens_per_s is not None

@@ -62,8 +62,8 @@ def test_a_finished_run_opens_read_only_with_no_engine(tmp_path: Path) -> None:
         await wait_for(pilot, lambda: app.state == "finished" and app.view.step == 300)
         app.pump(force=True)
         assert app.viewing_record and not app.engine_running
-        assert len(app.loss_panel.raw) == 300  # every step of the file, drawn
-        assert app.loss_panel.best_val is not None
+        assert len(app.main_screen.loss_panel.raw) == 300  # every step of the file, drawn
+        assert app.main_screen.loss_panel.best_val is not None
         assert app.view.last_checkpoint is not None
         footer = {b.binding.action for b in app.screen.active_bindings.values() if b.enabled}
         assert {"resume_run", "runs", "run_over_note"} <= footer
@@ -124,19 +124,19 @@ def test_two_overlaid_runs_show_their_values_from_the_files(tmp_path: Path) -> N
     app = recorded_app(base, overlays=[str(lower), str(crashed)])
 
     async def scenario(pilot: Pilot) -> None:
-        await wait_for(pilot, lambda: len(app.loss_panel.overlays) == 2, timeout=10)
+        await wait_for(pilot, lambda: len(app.main_screen.loss_panel.overlays) == 2, timeout=10)
         await wait_for(pilot, lambda: app.view.step == 300)
         app.pump(force=True)
-        entries = {e.name: e.value for e in app.loss_panel.legend_entries()}
+        entries = {e.name: e.value for e in app.main_screen.loss_panel.legend_entries()}
         # the EMA of each run at the current run's step, as the file's losses give it
         assert entries["lower-lr"] == pytest.approx(ema_at(lower, 300), abs=1e-9)
         assert entries["crashed"] is None  # it never got to step 300
-        assert app.loss_panel.current_value() == pytest.approx(ema_at(base, 300), abs=1e-9)
-        legend = str(app.loss_panel.border_subtitle)
+        assert app.main_screen.loss_panel.current_value() == pytest.approx(ema_at(base, 300), abs=1e-9)
+        legend = str(app.main_screen.loss_panel.border_subtitle)
         assert "lower-lr" in legend and "-0.150" in legend  # 0.15 better than lower-lr
         await pilot.press("t")  # tokens: the same runs, the same values at the same point
         app.pump(force=True)
-        entries = {e.name: e.value for e in app.loss_panel.legend_entries()}
+        entries = {e.name: e.value for e in app.main_screen.loss_panel.legend_entries()}
         assert entries["lower-lr"] == pytest.approx(ema_at(lower, 300), abs=1e-9)
 
     run_pilot(app, scenario, size=SIZE)
@@ -218,7 +218,7 @@ def test_a_finished_run_s_view_draws_its_past_and_announces_none_of_it(
     assert "not finite" not in banner and "roll" not in banner, banner  # the fault is behind it
     assert "finished at step 36" in banner
     assert app.view.anomaly is None
-    assert app.loss_panel.markers  # drawn: the rollback and its LR change are on the curve
+    assert app.main_screen.loss_panel.markers  # drawn: the rollback and its LR change are on the curve
 
 
 def real_recorded_app(run_dir: Path) -> CockpitApp:
@@ -248,7 +248,7 @@ def test_resume_a_finished_run_asks_how_far_and_trains_on(finished_tiny_run: Pat
         await wait_for_engine(pilot, lambda: app.view.step > TINY_STEPS + 2)
         assert app.view.info.start_step == TINY_STEPS  # from its last checkpoint
         assert app.view.max_steps == 2 * TINY_STEPS
-        assert len(app.loss_panel.raw) > TINY_STEPS  # the curve goes on from the file's
+        assert len(app.main_screen.loss_panel.raw) > TINY_STEPS  # the curve goes on from the file's
         await wait_for_engine(pilot, lambda: app.state == "finished", timeout=120)
 
     run_pilot(app, scenario, size=SIZE, toasts=toasts)
@@ -420,12 +420,12 @@ def test_an_overlaid_live_run_grows(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         app = recorded_app(finished, overlays=[str(live.run_dir)])
 
         async def scenario(pilot: Pilot) -> None:
-            await wait_for_engine(pilot, lambda: len(app.loss_panel.overlays) == 1)
-            first = len(app.loss_panel.overlays[0])
-            await wait_for_engine(pilot, lambda: len(app.loss_panel.overlays[0]) > first + 5)
-            colour = app.loss_panel.overlay_colours[0]
-            await wait_for_engine(pilot, lambda: len(app.loss_panel.overlays[0]) > first + 20)
-            assert app.loss_panel.overlay_colours[0] == colour  # the same run, the same colour
+            await wait_for_engine(pilot, lambda: len(app.main_screen.loss_panel.overlays) == 1)
+            first = len(app.main_screen.loss_panel.overlays[0])
+            await wait_for_engine(pilot, lambda: len(app.main_screen.loss_panel.overlays[0]) > first + 5)
+            colour = app.main_screen.loss_panel.overlay_colours[0]
+            await wait_for_engine(pilot, lambda: len(app.main_screen.loss_panel.overlays[0]) > first + 20)
+            assert app.main_screen.loss_panel.overlay_colours[0] == colour  # the same run, the same colour
 
         run_pilot(app, scenario, size=SIZE)
     finally:

@@ -47,7 +47,7 @@ def view_of(run_dir: Path, overlays: list[Path] = ()) -> CockpitApp:
 
 async def settled(pilot: Any, app: CockpitApp, overlays: int = 0) -> None:
     await wait_for(pilot, lambda: app.view.step > 0 and app.state in ("finished", "failed"))
-    await wait_for(pilot, lambda: len(app.loss_panel.overlays) == overlays, timeout=10)
+    await wait_for(pilot, lambda: len(app.main_screen.loss_panel.overlays) == overlays, timeout=10)
     await pilot.pause()
     app.pump(force=True)
     app.clear_notifications()
@@ -103,7 +103,7 @@ def test_live_run_compared_with_two_others(snap_compare: Any, runs: list[Path]) 
         from pilot import settle
 
         await settle(pilot, factory)
-        await wait_for(pilot, lambda: len(app.loss_panel.overlays) == 2, timeout=10)
+        await wait_for(pilot, lambda: len(app.main_screen.loss_panel.overlays) == 2, timeout=10)
         await settle(pilot)
         app.clear_notifications()
         await pilot.pause()

@@ -138,7 +138,7 @@ def test_the_live_status_line_does_not_count_a_pause_as_training() -> None:
     async def scenario(pilot: Any) -> None:
         await wait_for(pilot, lambda: trainer.loaded.is_set() and app.view.step == 50, timeout=10)
         await pilot.pause()
-        before = app.loss_panel.clock.trained_s()
+        before = app.main_screen.loss_panel.clock.trained_s()
         assert before is not None and before > 0
         last = script[-1].time
         trainer._emit(StateChanged(state="paused", step=50, reason="paused by user", train_time_s=before,
@@ -152,6 +152,6 @@ def test_the_live_status_line_does_not_count_a_pause_as_training() -> None:
         trainer._emit(Step(step=51, loss=2.0, lr=1e-3, grad_norm=1.0, tokens_per_s=1e4, step_time_s=0.5,
                            tokens=51 * 768, time=last + 3601))  # fmt: skip
         await pilot.pause(0.3)
-        assert app.loss_panel.clock.trained_s() == pytest.approx(before + 0.5)
+        assert app.main_screen.loss_panel.clock.trained_s() == pytest.approx(before + 0.5)
 
     run_pilot(app, scenario, size=(160, 40))

@@ -1,0 +1,176 @@
+"""Draining the engine's events and sending each where it shows.
+
+The panels take the readings (steps, evaluations, samples, telemetry, memory) at once; what
+concerns the run as a whole (it started, changed state, saved, hit an alert) goes to the run-wide
+handlers. The run's past is drawn, never announced again (no toast, no notice) nor counted in
+the current session's speed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING
+
+from cockpit.figures.numbers import fmt_int, fmt_lr
+from engine.events import (
+    Alert,
+    CheckpointSaved,
+    DataProgress,
+    Eval,
+    Event,
+    LrChanged,
+    MemoryBreakdown,
+    RankReport,
+    RunStarted,
+    RunState,
+    Sample,
+    StateChanged,
+    Step,
+    Telemetry,
+)
+
+if TYPE_CHECKING:
+    from textual.app import App
+
+    from cockpit.app.main_screen import MainScreen
+
+    _AppBase = App[None]  # for type checkers only: at run time a plain mixin
+else:
+    _AppBase = object
+
+URGENT_EVENTS = (RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved)  # drawn at once
+
+
+class EventFeed(_AppBase):
+    """The app's drain of the run's events into the main screen's panels and its own handlers."""
+
+    main_screen: MainScreen
+
+    def pump(self, force: bool = False) -> int:
+        """Drain the engine's events, route them, update text at once and plots when due.
+
+        `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
+        The drain timer comes here too: the one seam tests hold the events back at.
+        """
+        if not self.screen_stack:
+            return 0  # the app has shut down: nothing left to draw on
+        # One screen update for everything this drain changes, not one per widget touched.
+        with self.batch_update():
+            return self._pump(force)
+
+    def _pump(self, force: bool) -> int:
+        trainer = self.session.trainer
+        events = trainer.drain_events() if trainer is not None else []
+        for ev in events:
+            try:
+                self.route(ev)
+            except Exception as e:  # noqa: BLE001 - a malformed event must not kill the UI
+                self.log.error(f"cannot route {ev!r}: {e}")
+        screen = self.main_screen
+        if events:
+            screen.samples_panel.finish_batch()
+        now = time.monotonic()
+        # What the user did or must see (state, alerts, LR changes, checkpoints) shows on the
+        # next tick; the counters about once a second.
+        urgent = force or any(isinstance(ev, URGENT_EVENTS) for ev in events)
+        if screen.status_due(now, urgent):
+            self.refresh_status()
+        screen.flush(now, force)
+        return len(events)
+
+    def route(self, ev: Event) -> None:
+        screen = self.main_screen
+        session = self.session
+        view = session.view
+        # The run's past: a resumed run's history, replayed right after its RunStarted with the
+        # original timestamps, and whatever the engine handle says it replayed (a finished
+        # run's files, RunStarted too; an attach's replay).
+        info = view.info
+        trainer = session.trainer
+        replayed_until = trainer.replayed_until if trainer is not None else 0.0
+        history = (info is not None and ev.time < info.time) or ev.time <= replayed_until
+        if isinstance(ev, Step):
+            self._on_step(ev, history)
+            return
+        if not isinstance(ev, RunStarted) and not history:
+            view.tracker.observe(ev.time)
+        match ev:
+            case DataProgress():
+                screen.data_panel.add_progress(ev)
+            case Telemetry():
+                screen.device_panel.update_telemetry(ev)
+            case MemoryBreakdown():
+                screen.memory_panel.update_breakdown(ev)
+            case RankReport():  # under torchrun: every rank, gathered by rank 0
+                screen.device_panel.update_ranks(ev)
+                screen.memory_panel.update_ranks(ev)
+            case Eval():
+                screen.loss_panel.add_eval(ev.step, ev.val_loss, train_time_s=ev.train_time_s)
+                session.boundary_work.done("evaluate", ev.step, ev.time)
+            case Sample():
+                screen.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
+                session.boundary_work.done("sample", ev.step, ev.time)
+            case RunStarted():
+                screen.data_panel.finish()  # prepared: the run's panels take over
+                session.boundary_work.configure(ev.config or {}, ev.max_steps)
+                self.run_started(ev, announce=not history)
+            case StateChanged():
+                if ev.state in RunState.ENDED:
+                    screen.data_panel.finish()  # stopped or failed while preparing
+                self.state_changed(ev, announce=not history)
+            case CheckpointSaved():
+                self.checkpoint_saved(ev, announce=not history)
+                if ev.reason == "interval":
+                    session.boundary_work.done("checkpoint", ev.step, ev.time)
+            case LrChanged():
+                view.scale = ev.scale
+                view.lr = ev.new_lr
+                screen.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
+                screen.loss_panel.add_marker(ev.step, "lr")  # and what followed, on the loss
+                if not history:
+                    ramp = (
+                        f"\nwarmup: {fmt_lr(ev.after_warmup_lr)} from step {fmt_int(ev.warmup_ends)}"
+                        if ev.warmup_ends is not None
+                        else ""
+                    )
+                    self.notify(
+                        f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})"
+                        f"{ramp}",
+                        title=f"LR changed at step {fmt_int(ev.step)}",
+                        timeout=4,
+                    )
+            case Alert():
+                if ev.code == "rollback" and ev.level == "info":
+                    screen.loss_panel.add_marker(ev.step, "rollback")
+                self.alert_raised(ev, announce=not history)
+        if isinstance(ev, (StateChanged, Alert)) and not history:
+            self.notice(ev)  # finished, failed, paused on a fault: a desktop notification
+
+    def _on_step(self, ev: Step, history: bool) -> None:
+        session = self.session
+        view = session.view
+        if not history:
+            self.stall_watch.step(ev, self.clock())
+        if view.anomaly is not None and ev.step > view.anomaly.step:
+            # the run trained on past the fault (resumed; in a replay, the steps after it): the
+            # fault is behind it, and so is what the alert line says of it
+            if view.alert and (view.alert[0] == "nan" or view.anomaly.fault in view.alert[1]):
+                view.alert = None
+            view.anomaly = None
+        view.step = ev.step
+        view.grad_norm = ev.grad_norm
+        if not history:  # a replayed step's speed is the last session's, not this one's
+            view.tokens_per_s = ev.tokens_per_s
+            view.mfu = ev.mfu
+            view.data_share = ev.data_time_s / ev.step_time_s if ev.step_time_s else 0.0
+        if math.isfinite(ev.update_ratio):
+            view.update_ratio = ev.update_ratio
+        view.lr = ev.lr
+        self.main_screen.loss_panel.add_step(ev.step, ev.loss, ev.tokens, step_time_s=ev.step_time_s)
+        self.main_screen.lr_panel.add_step(ev.step, ev.lr)
+        if not history:
+            view.tracker.add_step(ev.time, ev.step)
+            session.last_step_seen = (ev.time, ev.step_time_s or 0.0)
+            session.boundary_work.step(ev.time, ev.step)
+        self.expire_alert()
