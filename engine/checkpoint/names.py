@@ -2,7 +2,7 @@
 
 A checkpoint is `ckpt-STEP.pt` (one file) or `ckpt-STEP.dcp/` (a sharded run's directory), STEP
 written with at least 8 digits; `best.pt` (or `best.dcp`) is a link to the one with the lowest
-val loss, not a checkpoint of its own. Any other name (a temporary `.ckpt-*.tmp`, an
+val loss (a copy where links fail), not a checkpoint of its own. Any other name (a temporary `.ckpt-*.tmp`, an
 `abandoned-*` folder, a stray file) is not a checkpoint.
 
 Torch-free: a viewer, `cockpit ps`, `cockpit runs` and `cockpit serve` list checkpoints without
