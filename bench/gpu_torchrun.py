@@ -4,7 +4,7 @@ the cockpit attached, bf16 + torch.compile.
     python bench/gpu_torchrun.py [--steps 600] [--out DIR]
 
 1. Launches `torchrun --standalone --nproc-per-node 1 -m cockpit train --headless` on the
-   `default` preset moved to CUDA (bf16, compiled, batch 64), as the README shows;
+   `default` preset moved to CUDA (bf16, compiled, batch 64), as docs/guide/distributed.md shows;
 2. attaches the cockpit app (Textual's headless driver) to rank 0's socket: time to a drawn
    loss panel; pause, LR x1.25, checkpoint and resume through the keys, each timed from the key
    to its acknowledging event; then a bare client times 10 pauses against the step time;
