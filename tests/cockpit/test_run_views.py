@@ -90,7 +90,7 @@ def test_runs_screen(snap_compare: Any, size: tuple[int, int], runs: list[Path])
 
 
 def test_live_run_compared_with_two_others(snap_compare: Any, runs: list[Path]) -> None:
-    """The docs' comparison picture (docs/compare.svg): today's run, training, over yesterday's and a lower-LR run."""
+    """docs/compare.svg: today's run, training, over yesterday's and a lower-LR run."""
     from run_dirs import write_run
     from scripted import ScriptedFactory
 
