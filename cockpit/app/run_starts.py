@@ -1,9 +1,9 @@
-"""New runs from a run: resume it, start afresh from its config, or branch it from a checkpoint
-(the `RunStarts` mixin of `CockpitApp`).
+"""New runs from a run: resume it, start afresh from its config, or branch it from a
+checkpoint.
 
 From a finished run's view (r, n, f) or the runs screen. The resumed or branched run trains in
 this app, built off the UI thread (its checks read the checkpoint with torch), then replaces the
-run on screen through `switch_to` (cockpit/app/switching.py). A finished run resumes only to train
+run on screen through `switch_to`. A finished run resumes only to train
 further, so the app asks how far; a branch from a run's last checkpoint likewise. A viewer app
 (`cockpit attach`) has no `resume_factory`: it starts no run and says so.
 """
@@ -38,7 +38,7 @@ BRANCH = "the branch"  # how a refusal of the fork dialog's settings starts (the
 
 def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequence[str]) -> str | None:
     """Why a branch of `run_dir` from `checkpoint` (a file name; None: the newest) would refuse
-    `overrides`, checked as its resume checks them (engine/checkpoint/resume.py's plan_resume) against the
+    `overrides`, checked as its resume checks them (`plan_resume`) against the
     run's config.json, cheaply (no checkpoint read, no torch): one line for the dialog, or None
     (the branch still makes its own full check when it starts)."""
     from engine.checkpoint.names import list_checkpoints, step_of
@@ -68,10 +68,8 @@ def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequ
 class RunStarts(_AppBase):
     """Resume, new run from a config, fork."""
 
-    # set by CockpitApp.__init__
-    resume_factory: ResumeFactory | None
-    current_run_dir: str | None
-    _status_note: str
+    session: Session
+    resume_factory: ResumeFactory | None  # given to the app
 
     def action_resume_run(self) -> None:
         """`r` on a finished run's view: train it on from its last checkpoint."""
