@@ -107,7 +107,7 @@ def main() -> None:
     args = parser.parse_args()
     run_dir = Path(tempfile.mkdtemp(prefix="soak-")) / "run"
     metrics = run_dir / "metrics.jsonl"
-    base = f"{shlex.quote(sys.executable)} -m cockpit.cli.entry"
+    base = f"{shlex.quote(sys.executable)} -m cockpit"
     term = terminal(
         f"{base} --preset {args.preset} --run-dir {run_dir} --set train.max_steps=100000000 --set checkpoint.interval=5000"
     )

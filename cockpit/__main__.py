@@ -2,6 +2,6 @@
 
 import sys
 
-from cockpit.cli.entry import main
+from cockpit.cli import main
 
 sys.exit(main())

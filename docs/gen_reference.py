@@ -167,12 +167,9 @@ def cli_page() -> str:
 
 
 def _cockpit_parser() -> argparse.ArgumentParser:
-    import cockpit.cli as cli
+    from cockpit.cli import build_parser
 
-    build = getattr(cli, "build_parser", None)
-    if build is None:
-        from cockpit.cli.entry import build_parser as build
-    return build()
+    return build_parser()
 
 
 def _subcommands(

@@ -1,4 +1,7 @@
-"""The `cockpit` command: the app by default, `train --headless` for batch jobs, `presets`.
+"""The `cockpit` command line: the app by default, `train --headless` for batch jobs, and the
+subcommands (one module each, with `NAME`, `HELP`, `add_arguments(parser)` and `run(args) ->
+int`; importing one is cheap, no torch: the parser is built from all of them for every command
+line, and for shell completion).
 
 Every user error ends as one line on stderr and exit status 2; no traceback reaches a user.
 """
@@ -8,16 +11,36 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from types import ModuleType
 
-from cockpit.cli.launch import train
 from cockpit.cli.options import add_run_options
 from cockpit.cli.stop_signals import StopSignals
 from engine.config import ConfigError
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from cockpit.cli.subcommands import MODULES
+def subcommands() -> dict[str, ModuleType]:
+    """The subcommands besides `train`, by name, in the order `cockpit --help` lists them."""
+    from cockpit.cli import (
+        attach,
+        compare,
+        completion,
+        data,
+        export,
+        fork,
+        plan,
+        presets,
+        ps,
+        runs,
+        sample,
+        serve,
+        start,
+    )
 
+    modules = (start, attach, ps, runs, compare, serve, fork, plan, presets, sample, export, data, completion)
+    return {module.NAME: module for module in modules}
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cockpit",
         description="Train small GPT models and steer the run from the terminal.",
@@ -25,10 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"cockpit {cockpit_version()}")
     sub = parser.add_subparsers(
-        dest="command", metavar="COMMAND", help="what to do (default: train)"
+        dest="subcommand", metavar="COMMAND", help="what to do (default: train)"
     )
     add_run_options(sub.add_parser("train", help="train a preset (the app, or --headless)"))
-    for module in MODULES:
+    for module in subcommands().values():
         module.add_arguments(sub.add_parser(module.NAME, help=module.HELP, description=module.HELP))
     parser.set_defaults(parser=parser)  # `cockpit completion` writes its scripts from it
     return parser
@@ -44,16 +67,14 @@ def cockpit_version() -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from cockpit.cli.subcommands import BY_NAME
-
-    # `cockpit --preset x` is `cockpit train --preset x`: training is the default command.
-    commands = ("train", *BY_NAME, "-h", "--help", "--version")
-    if not argv or argv[0] not in commands:
+    # `cockpit --preset x` is `cockpit train --preset x`: training is the default subcommand.
+    first_words = ("train", *subcommands(), "-h", "--help", "--version")
+    if not argv or argv[0] not in first_words:
         argv = ["train", *argv]
     if argv[0] == "train" and "--detach" in argv:  # `cockpit --detach ...` is `cockpit start ...`
         argv = ["start", *(a for a in argv[1:] if a != "--detach")]
     args = build_parser().parse_args(argv)
-    if args.command in ("train", "start") and args.tensorboard:
+    if args.subcommand in ("train", "start") and args.tensorboard:
         args.overrides.append("log.tensorboard=true")
     return args
 
@@ -63,13 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     # Before anything slow (torch, the corpus): a SIGTERM during startup must stop the run
     # cleanly with its reason recorded, not kill the process with nothing on disk.
     signals = StopSignals()
-    if args.command == "train":
+    if args.subcommand == "train":
         signals.install()
     try:
-        if args.command != "train":
-            from cockpit.cli.subcommands import BY_NAME
+        if args.subcommand != "train":
+            return subcommands()[args.subcommand].run(args)
+        from cockpit.cli.launch import train
 
-            return BY_NAME[args.command].run(args)
         return train(args, signals)
     except ConfigError as e:
         print(f"cockpit: {e}", file=sys.stderr)
@@ -84,7 +105,3 @@ def main(argv: list[str] | None = None) -> int:
         return 141  # what a shell reports for a command ended by SIGPIPE
     finally:
         signals.restore()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -54,7 +54,7 @@ def train_arguments(**changes: Any) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cockpit train")
     add_run_options(parser)
     args = parser.parse_args([])
-    args.command = "train"
+    args.subcommand = "train"
     for name, value in changes.items():
         setattr(args, name, value)
     return args

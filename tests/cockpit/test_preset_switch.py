@@ -10,7 +10,7 @@ from pilot import run_pilot, scripted_app, settle, wait_for
 from textual.pilot import Pilot
 
 from cockpit.app.preset_switch import preset_menu_rows, switch_question
-from cockpit.cli.entry import parse_args
+from cockpit.cli.command_line import parse_args
 from cockpit.cli.launch import make_trainer, menu_data_check
 from cockpit.screens.dialogs import PresetRow, PresetScreen
 

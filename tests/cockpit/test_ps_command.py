@@ -156,7 +156,7 @@ def test_a_directory_that_is_not_there_is_one_line_exit_2(tmp_path: Path, make: 
 
 def test_ps_imports_neither_torch_nor_the_app(tmp_path: Path) -> None:
     code = (
-        "import sys; from cockpit.cli.entry import main; code = main(['ps', sys.argv[1]]);"
+        "import sys; from cockpit.cli import main; code = main(['ps', sys.argv[1]]);"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'textual')];"
         "print(bad); sys.exit(code or (1 if bad else 0))"
     )

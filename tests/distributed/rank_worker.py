@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from cockpit.cli.entry import parse_args
+from cockpit.cli.command_line import parse_args
 from cockpit.cli.headless import ProgressPrinter, RankErrorPrinter
 from cockpit.cli.launch import make_trainer, resume_after_restart
 from cockpit.cli.preflight import preflight, torchrun_rank

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from cockpit.cli.entry import main
+from cockpit.cli import main
 
 TINY = [
     "--set",

@@ -144,7 +144,7 @@ def test_auto_without_a_gpu_is_one_process_and_says_so(capsys: pytest.CaptureFix
 
 def test_the_engine_command_is_torchs_launcher_for_more_than_one_process() -> None:
     from cockpit.cli import start
-    from cockpit.cli.entry import parse_args
+    from cockpit.cli.command_line import parse_args
 
     args = parse_args(["start", "--nproc", "3", "--preset", "tiny", "--set", "train.grad_accum=3"])
     argv = start.engine_argv(args, Path("r"), 3)

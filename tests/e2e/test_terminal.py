@@ -25,7 +25,7 @@ def test_cockpit_in_a_real_terminal(tmp_path):
     run_dir = tmp_path / "run"
     marker = tmp_path / "exited"
     command = (
-        f"{shlex.quote(sys.executable)} -m cockpit.cli.entry --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}; "
+        f"{shlex.quote(sys.executable)} -m cockpit --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}; "
         f"echo $? > {shlex.quote(str(marker))}; sleep 60"  # the pane stays to be read
     )
     term = Tmux(command)
@@ -70,7 +70,7 @@ def test_dropped_terminal_checkpoints_and_resume_continues(tmp_path):
     """SIGHUP, as when an SSH connection drops: the run is saved, then resumes where it stopped."""
     run_dir = tmp_path / "run"
     metrics = run_dir / "metrics.jsonl"
-    command = f"{shlex.quote(sys.executable)} -m cockpit.cli.entry --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}"
+    command = f"{shlex.quote(sys.executable)} -m cockpit --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}"
     term = Tmux(command)
     try:
         term.wait_for("RUNNING")
@@ -109,7 +109,7 @@ def test_dropped_terminal_checkpoints_and_resume_continues(tmp_path):
         [
             sys.executable,
             "-m",
-            "cockpit.cli.entry",
+            "cockpit",
             "train",
             "--headless",
             "--resume",

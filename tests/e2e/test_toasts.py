@@ -17,7 +17,7 @@ def test_no_toast_outlives_its_timeout_at_80x24(tmp_path):
     Textual scrolls them; once they are gone, none may stay painted over the panels (a paused
     run repaints nothing by itself, so a ghost would stay for good)."""
     run_dir = tmp_path / "run"
-    command = f"{shlex.quote(sys.executable)} -m cockpit.cli.entry --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}"
+    command = f"{shlex.quote(sys.executable)} -m cockpit --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}"
     term = Tmux(command, width=80, height=24)
     try:
         term.wait_for("RUNNING")

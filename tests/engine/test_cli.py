@@ -32,14 +32,14 @@ TINY = [
 def headless_argv(run_dir: Path, *extra: str) -> list[str]:
     """The command line of a real headless run of the tiny preset in `run_dir`."""
     return [
-        sys.executable, "-m", "cockpit.cli.entry", "train", "--headless", "--preset", "tiny",
+        sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
         "--run-dir", str(run_dir), *extra,
     ]  # fmt: skip
 
 
 def cockpit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli.entry", *args],
+        [sys.executable, "-m", "cockpit", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from cockpit.cli.entry import build_parser
+from cockpit.cli import build_parser
 from engine.config.presets import discover, load_preset
 
 
@@ -154,7 +154,7 @@ def path_with_cockpit(tmp_path: Path) -> str:
 
 
 def test_completion_does_not_import_shtab_for_other_commands():
-    code = "import sys, cockpit.cli.entry as c; c.build_parser(); print('shtab' in sys.modules)"
+    code = "import sys, cockpit.cli as c; c.build_parser(); print('shtab' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 

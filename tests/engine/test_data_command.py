@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from cockpit.cli import build_parser
 from cockpit.cli.data import ThrottledPrinter
-from cockpit.cli.entry import build_parser
 from engine.events import DataProgress
 
 REPO = Path(__file__).resolve().parents[2]
@@ -259,8 +259,8 @@ def test_recipes_say_where_from_licence_format_and_how_to_train(recipe: Path):
         if argv[0] != "cockpit":
             continue
         args = parser.parse_args(argv[1:])  # argparse exits (SystemExit) on a bad option
-        assert args.command in ("train", "data")
-        if args.command == "train" and "--data" in argv:
+        assert args.subcommand in ("train", "data")
+        if args.subcommand == "train" and "--data" in argv:
             assert args.data and args.preset
 
 

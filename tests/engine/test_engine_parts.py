@@ -94,7 +94,7 @@ def test_process_gpu_memory_counts_only_this_pid_and_says_when_it_cannot_tell() 
 
 def test_cockpit_plan_does_not_load_the_trainer() -> None:
     code = (
-        "import sys; from cockpit.cli.entry import main; code = main(['plan', '--preset', 'tiny']);"
+        "import sys; from cockpit.cli import main; code = main(['plan', '--preset', 'tiny']);"
         "print('engine.train.trainer' in sys.modules); sys.exit(code)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -17,7 +17,7 @@ import pytest
 from test_cli import headless_argv
 from tmux_driver import TMUX_INSTALLED, Tmux
 
-from cockpit.cli.entry import main
+from cockpit.cli import main
 from engine.config.presets import load_preset
 from engine.model.gpt import GPT
 from engine.train.trainer import Trainer
@@ -168,7 +168,7 @@ def test_app_records_the_signal_as_the_reason(tmp_path, sig):
     run_dir = tmp_path / "run"
     metrics = run_dir / "metrics.jsonl"
     command = (
-        f"{shlex.quote(sys.executable)} -m cockpit.cli.entry --preset tiny --run-dir "
+        f"{shlex.quote(sys.executable)} -m cockpit --preset tiny --run-dir "
         f"{shlex.quote(str(run_dir))} {' '.join(TINY_ARGS)} --set train.max_steps=1000000"
     )
     term = Tmux(command, prefix="cockpit-reason", term=None)

@@ -35,7 +35,7 @@ def number(cell: str) -> float | None:
 def run20(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("csv") / "run"
     done = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli.entry", "train", "--headless", "--preset", "tiny",
+        [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
          "--set", "train.max_steps=20", "--set", "eval.interval=10", "--run-dir", str(run_dir)],
         capture_output=True, text=True, timeout=180, env={**os.environ, "TERM": "dumb"},
     )  # fmt: skip
@@ -46,7 +46,7 @@ def run20(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_step_and_eval_tables_are_the_metrics_files(run20, tmp_path):
     out = run20 / "export" / "csv"  # where `cockpit export` writes by default
     done = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli.entry", "export", str(run20), "--format", "csv"],
+        [sys.executable, "-m", "cockpit", "export", str(run20), "--format", "csv"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

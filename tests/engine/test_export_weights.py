@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from cockpit.cli.entry import main as cockpit_main
+from cockpit.cli import main as cockpit_main
 from engine.checkpoint.trained import load_trained
 from engine.config.run_config import ModelConfig
 from engine.model.gpt import GPT

@@ -251,7 +251,7 @@ def test_parse_size():
 @pytest.mark.parametrize("size", ["0", "-1", "", "-24GB"])
 def test_cockpit_plan_refuses_a_device_memory_of_nothing(size):
     result = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli.entry", "plan", f"--device-memory={size}"],
+        [sys.executable, "-m", "cockpit", "plan", f"--device-memory={size}"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -291,7 +291,7 @@ def test_cockpit_plan_cli_answers_with_figures():
         [
             sys.executable,
             "-m",
-            "cockpit.cli.entry",
+            "cockpit",
             "plan",
             "--device-memory",
             "24GB",

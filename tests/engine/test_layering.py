@@ -27,7 +27,7 @@ def test_the_command_line_starts_without_the_app_or_torch():
     # Signals are caught from the top of main(): what main's module and the parser import
     # decides how long a SIGTERM at startup kills the process instead (Textual alone is 0.3 s).
     code = (
-        "import sys, cockpit.cli.entry; cockpit.cli.entry.build_parser();"
+        "import sys, cockpit.cli; cockpit.cli.build_parser();"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'textual', 'plotext', 'shtab')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -12,7 +12,7 @@ from math import ceil
 
 import pytest
 
-from cockpit.cli.entry import main
+from cockpit.cli import main
 from engine.config.byte_sizes import GIB, format_bytes
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cockpit.cli.entry import main
+from cockpit.cli import main
 from engine.checkpoint import store as ckpt
 
 TINY = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.cli.entry import main
+from cockpit.cli import main
 from engine.checkpoint.store import latest_checkpoint, list_checkpoints
 from engine.config.presets import load_preset
 from engine.events import Event

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.cli.entry import main as cockpit_main
+from cockpit.cli import main as cockpit_main
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError
 from engine.events import Event

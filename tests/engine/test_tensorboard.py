@@ -36,7 +36,7 @@ RUN = ["--preset", "tiny", "--set", "eval.interval=10", "--set", "checkpoint.int
 
 def cockpit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cockpit.cli.entry", *args],
+        [sys.executable, "-m", "cockpit", *args],
         capture_output=True,
         text=True,
         timeout=180,
@@ -248,7 +248,7 @@ def test_a_run_without_tensorboard_fails_in_one_line(tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('tensorboard is not here')\n")
     done = subprocess.run(
-        [sys.executable, "-m", "cockpit.cli.entry", "train", "--headless", "--preset", "tiny",
+        [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
          "--tensorboard", "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "TERM": "dumb", "PYTHONPATH": str(tmp_path / "site")},
