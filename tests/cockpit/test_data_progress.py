@@ -119,7 +119,7 @@ def test_the_app_shows_the_progress_bar_while_preparing_and_hides_it_after() -> 
         figures = str(panel.figures.render())
         assert "(50%)" in figures and "40 docs" in figures and "1.00M tokens" in figures
         assert "Preparing corpus.txt (r50k_base)" in str(panel.title.render())
-        assert app.preparing_corpus
+        assert app.main_screen.preparing_corpus
 
         trainer = factory.trainer
         trainer._emit(progress(8, 8, done=True, t=T0 - 1))
@@ -128,8 +128,8 @@ def test_the_app_shows_the_progress_bar_while_preparing_and_hides_it_after() -> 
         await pilot.pause()
         app.pump(force=True)
         await pilot.pause()
-        assert not panel.display and not app.preparing_corpus
-        assert app.loss_panel.has_data()  # the run's panels as always
+        assert not panel.display and not app.main_screen.preparing_corpus
+        assert app.main_screen.loss_panel.has_data()  # the run's panels as always
 
     run_pilot(app, scenario)
 
@@ -144,7 +144,7 @@ def test_q_during_preparation_stops_it_and_quits_promptly(
     timing: dict[str, float] = {}
 
     async def scenario(pilot: Pilot) -> None:
-        await wait_for_engine(pilot, lambda: app.preparing_corpus)
+        await wait_for_engine(pilot, lambda: app.main_screen.preparing_corpus)
         assert data_panel(app).display
         await pilot.press("q")
         await wait_for(pilot, lambda: bool(app.screen.query("#confirm-dialog")))
