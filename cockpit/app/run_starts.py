@@ -41,9 +41,8 @@ def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequ
     `overrides`, checked as its resume checks them (`plan_resume`) against the
     run's config.json, cheaply (no checkpoint read, no torch): one line for the dialog, or None
     (the branch still makes its own full check when it starts)."""
-    from engine.checkpoint.names import list_checkpoints, step_of
-    from engine.checkpoint.resume import plan_resume
-    from engine.config.run_config import ConfigError
+    from engine.checkpoint import list_checkpoints, plan_resume, step_of
+    from engine.config import ConfigError
 
     try:
         config = json.loads((run_dir / "config.json").read_text())
@@ -118,7 +117,7 @@ class RunStarts(_AppBase):
         """Build the resumed engine off the UI thread (its checks read the checkpoint with
         torch); a finished run asks how far to train on."""
         from cockpit.cli.branch import NothingToTrain
-        from engine.checkpoint.resume import ResumeFinished
+        from engine.checkpoint import ResumeFinished
 
         assert self.resume_factory is not None
         run_dir = target if target.is_dir() else target.parent
@@ -144,7 +143,7 @@ class RunStarts(_AppBase):
     def _ask_train_on(self, run_dir: Path) -> None:
         """A finished run resumes only to train further: ask for its new max_steps."""
         self._not_busy()
-        from engine.checkpoint.names import list_checkpoints
+        from engine.checkpoint import list_checkpoints
 
         saved = list_checkpoints(run_dir)  # the resume starts from the newest: its step is the run's
         step = saved[-1][0] if saved else 0

@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def problem(runs: list[str]) -> str | None:
     """The one line why these cannot be compared, or None."""
-    from engine.rundir.summary import METRICS_NAME
+    from engine.rundir import METRICS_NAME
 
     for run in runs:
         path = Path(run)

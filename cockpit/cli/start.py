@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.config.run_config import ConfigError
+from engine.config import ConfigError
 
 NAME = "start"
 HELP = "start a run in the background (it survives the terminal closing) and attach to it"
@@ -139,11 +139,11 @@ def run_config(args: argparse.Namespace) -> Any:
     """The config the run will train with: the preset and --set, or the resumed checkpoint's
     with --set applied (None if the checkpoint cannot be read: the run itself says why)."""
     if not args.resume:
-        from engine.config.presets import DEFAULT_PRESET, load_preset
+        from engine.config import DEFAULT_PRESET, load_preset
 
         return load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
+    from engine.checkpoint import plan_resume
     from engine.checkpoint import store as ckpt
-    from engine.checkpoint.resume import plan_resume
     try:  # memory-mapped: the weights are not read
         state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
     except ckpt.CheckpointError:
@@ -154,8 +154,7 @@ def run_config(args: argparse.Namespace) -> Any:
 def check_world(args: argparse.Namespace, nproc: int) -> None:
     """Refuse (ConfigError) what the ranks would refuse at once: a grad_accum they cannot share,
     a parallel mode the optimizer cannot train in, more ranks than GPUs for a CUDA run."""
-    from engine.distributed.parallel import parallel_plan
-    from engine.distributed.world import World
+    from engine.distributed import World, parallel_plan
 
     cfg = run_config(args)
     if cfg is None:
@@ -180,8 +179,8 @@ def planned_run_dir(args: argparse.Namespace) -> Path:
         return resume if resume.is_dir() else resume.parent
     if args.run_dir:
         return Path(args.run_dir)
-    from engine.config.presets import DEFAULT_PRESET, load_preset
-    from engine.rundir.layout import default_run_dir
+    from engine.config import DEFAULT_PRESET, load_preset
+    from engine.rundir import default_run_dir
 
     cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
     path = default_run_dir(cfg)
@@ -223,7 +222,7 @@ def spawn_engine(
     """The engine in a new session (no terminal, no SIGHUP), its output in RUN_DIR/engine.log
     (torchrun's and every rank's, for more than one process)."""
     from engine.files import open_for_append
-    from engine.rundir.layout import create_run_dir
+    from engine.rundir import create_run_dir
 
     try:
         create_run_dir(run_dir)
@@ -255,7 +254,7 @@ def wait_until_served(process: subprocess.Popen[bytes], run_dir: Path, nproc: in
     """Until the run's control socket answers; StartError with the log's last line (under
     torchrun: a rank's error, not the launcher's report) if the engine ended first. On a
     terminal, the log's newest line shows what it is doing."""
-    from engine.control.live_runs import probe
+    from engine.control import probe
 
     log = run_dir / LOG_NAME
     shown = ""
