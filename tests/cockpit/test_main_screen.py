@@ -78,3 +78,19 @@ async def _test_the_status_counters_redraw_at_once_when_urgent_else_about_once_a
         later = 100.3 + STATUS_REFRESH_S * screen.load.factor + 0.01
         assert screen.status_due(later, urgent=False) is True
         assert screen.preparing_corpus is False  # no corpus being prepared: nothing shown
+
+
+def test_the_screen_imports_nothing_of_the_app() -> None:
+    """It talks to its app by message only: no import of the app's modules, not even for types."""
+    import ast
+    import inspect
+
+    import cockpit.app.main_screen as module
+
+    imported = set()
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    assert not {name for name in imported if name.startswith("cockpit.app")}, imported
