@@ -309,7 +309,7 @@ def exchange_part(args: argparse.Namespace) -> None:
     )
     print(
         f"   exchanges in the run (RankSync.exchanges): {counts}: {per_step:.2f} per step "
-        "(engine/distributed/ranks.py apply_commands_on_every_rank, once per loop turn)"
+        "(RankCommands.take, once per loop turn)"
     )
     for rank in ranks:
         # the boundaries after the warm-up steps, as for the step time

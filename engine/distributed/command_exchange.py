@@ -6,7 +6,7 @@ Rank 0 takes the commands (keys, the control socket); at each step boundary ever
 on the gloo group carries them (so it never waits behind NCCL traffic), and every rank gets the
 same list to apply before the next step. While paused the ranks exchange every PAUSED_POLL_S,
 so a pause of any length never trips the collective timeout. The last slot says that rank 0
-wants every rank's report (engine/distributed/rank_report.py) after this exchange: `report_due`.
+wants every rank's report after this exchange: `report_due`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ Command = tuple[str, Any]
 CODES = {
     "pause": 1, "resume": 2, "checkpoint": 3, "set_lr": 4, "scale_lr": 5,
     "sample": 6, "evaluate": 7, "stop": 8, "rollback": 9,
-    "disk_full": 10, "disk_retry": 11,  # the run's own, for a full disk (engine/train/disk_full.py)
+    "disk_full": 10, "disk_retry": 11,  # the run's own, for a full disk
 }  # fmt: skip
 NAMES = {code: name for name, code in CODES.items()}
 MAX_COMMANDS = 8  # per boundary; more are carried to the next one

@@ -4,7 +4,7 @@ Each rank runs its own telemetry poller, but only rank 0 has sinks that reach th
 the control socket and the app. So each rank keeps a `RankReporter`: a sink that remembers its
 newest `Telemetry` and `MemoryBreakdown`, and accumulators of its own step times. Rank 0 decides
 when a report is due (every RANK_REPORT_INTERVAL_S) and says so in the per-step command
-exchange (engine/distributed/command_exchange.py); every rank then hands its `RankReading` to one all_gather_object
+exchange; every rank then hands its `RankReading` to one all_gather_object
 on the gloo group, and rank 0 emits the `RankReport`. A single process never reports.
 """
 

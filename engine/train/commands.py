@@ -1,90 +1,164 @@
 """Carrying out a run's commands at a step boundary, and waiting there while paused.
 
-The Trainer's public methods (pause, set_lr, stop, ...) only queue a command, from any thread
-(engine/train/command_queue.py); the loop calls `apply_queued` between steps, where each command is
-carried out and acknowledged by an event. Under torchrun every rank carries out the same
-commands at the same step (engine/distributed/ranks.py).
+The run's public methods (pause, set_lr, stop, ...) only queue a command, from any thread; the
+loop calls `apply_queued` between steps, where each command is carried out and acknowledged by
+an event. Under torchrun every rank carries out the same commands at the same step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.distributed.ranks import apply_commands_on_every_rank
 from engine.events import LrChanged, RunState
 from engine.model.optimizers import applied_lr, set_lr_factor
 from engine.model.schedule import lr_change, lr_multiplied, lr_plan
 
 if TYPE_CHECKING:
-    from engine.train.trainer import Trainer
+    from engine.checkpoint.checkpointer import Checkpointer, OptimizerHolder
+    from engine.config.run_config import RunConfig
+    from engine.distributed.ranks import RankCommands
+    from engine.train.command_queue import CommandQueue
+    from engine.train.counters import Counters
+    from engine.train.disk_full import DiskWait
+    from engine.train.fault_handler import FaultHandler
+    from engine.train.reporter import Reporter
+
+
+@dataclass
+class StopRequest:
+    """Whether the loop stops at this boundary, and how: the first stop asked for wins."""
+
+    save: bool | None = None  # None: not asked; else whether to save a checkpoint first
+    reason: str = "stopped by user"  # the final state's reason: who or what stopped it
+    failure: str | None = None  # the run gave up (a NaN it could not recover from): FAILED
+
+    @property
+    def requested(self) -> bool:
+        return self.save is not None
+
+    def ask(self, save: bool, reason: str | None = None) -> None:
+        """A stop (a command, the app closing); `reason` None keeps the default one."""
+        if self.save is None:
+            self.save = save
+            if reason is not None:
+                self.reason = reason
+
+    def give_up(self, failure: str, save: bool) -> None:
+        """The run fails with `failure`, saving its weights first when they are worth it."""
+        self.failure, self.save = failure, save
 
 
 class CommandHandler:
-    """The commands of one run (`run`: its trainer), carried out on the loop's thread."""
+    """The commands of one run, carried out on the loop's thread."""
 
-    def __init__(self, run: Trainer) -> None:
-        self.run = run
+    def __init__(
+        self,
+        *,
+        queue: CommandQueue,
+        reporter: Reporter,
+        counters: Counters,
+        stopping: StopRequest,
+        should_stop: Callable[[], bool],
+        cfg: RunConfig,
+        optimizer: OptimizerHolder,
+        checkpointer: Checkpointer,
+        disk: DiskWait,
+        faults: FaultHandler,
+        flush: Callable[[], None],
+        sample: Callable[[], object],
+        evaluate: Callable[[], object],
+        rank_commands: RankCommands | None = None,
+    ) -> None:
+        self.queue = queue
+        self.reporter = reporter
+        self.counters = counters
+        self.stopping = stopping
+        self.should_stop = should_stop  # the app is closing: a paused run stops waiting
+        self.cfg = cfg
+        self.holder = optimizer
+        self.checkpointer = checkpointer
+        self.disk = disk
+        self.faults = faults
+        self.flush = flush  # read back the steps still on the device
+        self.sample = sample
+        self.evaluate = evaluate
+        self.rank_commands = rank_commands  # under torchrun: the exchange between the ranks
 
     def apply_queued(self) -> None:
         """Run queued commands; while paused, block here until resumed or stopped."""
-        run = self.run
-        if run.world.distributed:
-            apply_commands_on_every_rank(run)
+        if self.rank_commands is not None:
+            self._apply_on_every_rank(self.rank_commands)
             return
-        while command := run._commands.take(run.state == RunState.PAUSED, run._should_stop):
+        paused = lambda: self.reporter.state == RunState.PAUSED  # noqa: E731
+        while command := self.queue.take(paused(), self.should_stop):
             self.carry_out(*command)
-            if run._stop_requested is not None:
+            if self.stopping.requested:
+                return
+
+    def _apply_on_every_rank(self, ranks: RankCommands) -> None:
+        """The same commands at the same step on every rank; while paused, the ranks exchange
+        every PAUSED_POLL_S until resumed or stopped."""
+        while True:
+            for command in ranks.take(self.reporter.state == RunState.PAUSED):
+                self.carry_out(*command)
+                if self.stopping.requested:
+                    return
+            if self.reporter.state != RunState.PAUSED:
                 return
 
     def carry_out(self, name: str, arg: Any) -> None:
         """One command; one that does not fit the state (resume while running) does nothing."""
-        run = self.run
-        if name in ("resume", "checkpoint") and run.disk.waiting and not run.disk.retry(True):
-            return  # paused for a full disk, still no room: said in one line (disk_full.py)
-        if name == "pause" and run.state == RunState.RUNNING:
-            run._flush()
-            run._set_state(RunState.PAUSED, "paused by user")
-        elif name == "resume" and run.state == RunState.PAUSED:
-            run._set_state(RunState.RUNNING, "resumed by user")
+        report, disk = self.reporter, self.disk
+        if name in ("resume", "checkpoint") and disk.waiting:
+            if not disk.retry(self.checkpointer, by_user=True):
+                return  # paused for a full disk, still no room: said in one line
+        if name == "pause" and report.state == RunState.RUNNING:
+            self.flush()
+            report.set_state(RunState.PAUSED, "paused by user")
+        elif name == "resume" and report.state == RunState.PAUSED:
+            report.set_state(RunState.RUNNING, "resumed by user")
         elif name == "checkpoint":
-            run._flush()
-            run.checkpointer.save_manual()
+            self.flush()
+            self.checkpointer.save_manual()
         elif name in ("set_lr", "scale_lr"):
             self.change_lr(name, arg)
         elif name == "sample":
-            run._sample()
+            self.sample()
         elif name == "evaluate":
-            run._evaluate()
-        elif name == "stop" and run._stop_requested is None:  # the first stop asked for wins
-            run._stop_requested, run._stop_reason = arg
+            self.evaluate()
+        elif name == "stop":
+            self.stopping.ask(*arg)  # the first stop asked for wins
         elif name == "rollback":
-            run.faults.rollback(arg)
-        elif name == "disk_full":  # queued by the metrics writer (engine/train/disk_full.py)
-            run.disk.metrics_failed()
+            self.faults.rollback(arg)
+        elif name == "disk_full":  # queued by the metrics writer
+            disk.metrics_failed()
         elif name == "disk_retry":  # queued by the disk's retry timer
-            run.disk.retry()
+            disk.retry(self.checkpointer)
 
     def change_lr(self, name: str, value: float) -> None:
         """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on; a
-        typed LR is the LR once warmup is over (engine/model/schedule.py decides, as the dialog does)."""
-        run = self.run
-        change = lr_change(name, value, lr_plan(run.step, run.cfg, run.lr_scale))
+        typed LR is the LR once warmup is over (the schedule decides, as the dialog does)."""
+        counters, report, cfg = self.counters, self.reporter, self.cfg
+        change = lr_change(name, value, lr_plan(counters.step, cfg, counters.lr_scale))
         if isinstance(change, str):
-            run._alert("warning", change, "lr")
+            report.alert("warning", change, "lr")
             return
         if change.unchanged:  # nothing to acknowledge, nothing for the journal
             after = ""
-            if change.settled_step > run.step:
+            if change.settled_step > counters.step:
                 after = f" from step {change.settled_step} (after warmup)"
-            run._alert("info", f"LR unchanged: it is {change.settled_lr:.3g}{after} already", "lr")
+            report.alert("info", f"LR unchanged: it is {change.settled_lr:.3g}{after} already", "lr")
             return
-        run.lr_scale = change.scale
-        set_lr_factor(run.optimizer, lr_multiplied(run.step, run.cfg, run.lr_scale))
-        run.current_lr = applied_lr(run.optimizer)
-        in_warmup = change.settled_step > run.step
-        run.emit(
+        counters.lr_scale = change.scale
+        optimizer = self.holder.optimizer
+        set_lr_factor(optimizer, lr_multiplied(counters.step, cfg, counters.lr_scale))
+        counters.current_lr = applied_lr(optimizer)
+        in_warmup = change.settled_step > counters.step
+        report.emit(
             LrChanged(
-                step=run.step,
+                step=counters.step,
                 old_lr=change.old_lr,
                 new_lr=change.new_lr,
                 scale=change.scale,

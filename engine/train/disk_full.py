@@ -1,11 +1,11 @@
 """A full disk pauses a run, never ends it: what could not be written waits, and is retried.
 
 A checkpoint or a metrics.jsonl write that fails (no space, a quota, any OSError) is one alert
-and a pause. The weights stay in memory and so do the metrics records (engine/rundir/metrics_log.py
-keeps them), and every RETRY_S the run tries again: once what waited is written it says so and
-goes on by itself. `c` or `space` retries at once. Rank 0 decides when (a timer, the metrics
-writer's failure); each retry is a command, so under torchrun every rank makes it at the same
-step (engine/distributed/command_exchange.py).
+and a pause. The weights stay in memory and so do the metrics records (the metrics writer keeps
+them), and every RETRY_S the run tries again: once what waited is written it says so and goes
+on by itself. A checkpoint or resume command retries at once. Rank 0 decides when (a timer, the
+metrics writer's failure); each retry is a command, so under torchrun every rank makes it at
+the same step.
 """
 
 from __future__ import annotations
@@ -13,14 +13,18 @@ from __future__ import annotations
 import errno
 import shutil
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from engine.distributed.world import from_main
+from engine.distributed.world import World, from_main
 from engine.events import RunState
 from engine.rundir.summary import size_on_disk
 
 if TYPE_CHECKING:
-    from engine.train.trainer import Trainer
+    from engine.checkpoint.checkpointer import Checkpointer
+    from engine.rundir.metrics_log import MetricsWriter
+    from engine.train.command_queue import CommandQueue
+    from engine.train.counters import Counters
+    from engine.train.reporter import Reporter
 
 RETRY_S = 2.0  # a retry while paused for the disk: a statfs, and the write once there is room
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -90,10 +94,30 @@ def write_failure(error: BaseException) -> str | None:
 
 
 class DiskWait:
-    """What of one run (`run`) waits for room on its disk, and the retries until it is written."""
+    """What of one run waits for room on its disk, and the retries until it is written.
 
-    def __init__(self, run: Trainer) -> None:
-        self.run = run
+    `metrics`: the run's metrics writer (rank 0's writes; every rank learns its failure);
+    `queue`: where the retry timer puts its `disk_retry` command; `max_steps`: a run paused
+    at its last step has no training to go on with."""
+
+    def __init__(
+        self,
+        *,
+        metrics: MetricsWriter,
+        world: World,
+        group: Any,
+        reporter: Reporter,
+        counters: Counters,
+        queue: CommandQueue,
+        max_steps: int,
+    ) -> None:
+        self.metrics_writer = metrics
+        self.world = world
+        self.group = group
+        self.reporter = reporter
+        self.counters = counters
+        self.queue = queue
+        self.max_steps = max_steps
         self.checkpoint: str | None = None  # the reason of the checkpoint not written
         self.metrics = False  # metrics.jsonl's newest records are held in memory
         self.resume = False  # it was running: go on once written (not after a pause by hand)
@@ -106,12 +130,11 @@ class DiskWait:
 
     def checkpoint_failed(self, failure: str, reason: str, was_running: bool) -> None:
         """A checkpoint could not be written (on every rank): the alert, the pause, a retry."""
-        run = self.run
         self.failure = failure
-        run._alert(
+        self.reporter.alert(
             "error",
-            f"checkpoint at step {run.step} failed ({failure}); the previous one is intact: "
-            f"{FREE_SPACE}",
+            f"checkpoint at step {self.counters.step} failed ({failure}); the previous one is "
+            f"intact: {FREE_SPACE}",
             "disk",
         )
         self.checkpoint = reason
@@ -119,37 +142,34 @@ class DiskWait:
 
     def metrics_failed(self) -> None:
         """The `disk_full` command (every rank): rank 0's metrics.jsonl stopped being written."""
-        run = self.run
-        failure = from_main(run.metrics.failure, run.world, run.sync.group)
+        failure = from_main(self.metrics_writer.failure, self.world, self.group)
         if failure is None or self.metrics:
             return  # written again since (a retry), or said already
         self.metrics = True
         if self.checkpoint is not None:
             return  # paused for the same full disk, said once
         self.failure = failure
-        run._alert(
+        self.reporter.alert(
             "error",
             f"metrics.jsonl cannot be written ({failure}): paused, its newest records kept in "
             f"memory; {FREE_SPACE}",
             "disk",
         )
-        self._pause(run.state == RunState.RUNNING)
+        self._pause(self.reporter.state == RunState.RUNNING)
 
     def _pause(self, was_running: bool) -> None:
-        run = self.run
         self.resume = self.resume or was_running
-        if run.state != RunState.PAUSED:
-            run._set_state(RunState.PAUSED, "disk full")
+        if self.reporter.state != RunState.PAUSED:
+            self.reporter.set_state(RunState.PAUSED, "disk full")
         self.schedule_retry()
 
     def schedule_retry(self) -> None:
         """In RETRY_S, queue a `disk_retry` (rank 0: the exchange takes it to every rank)."""
-        run = self.run
-        if not run.world.is_main:
+        if not self.world.is_main:
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = threading.Timer(RETRY_S, run._commands.put, ("disk_retry",))
+        self._timer = threading.Timer(RETRY_S, self.queue.put, ("disk_retry",))
         self._timer.daemon = True
         self._timer.start()
 
@@ -157,54 +177,54 @@ class DiskWait:
         if self._timer is not None:
             self._timer.cancel()
 
-    def retry(self, by_user: bool = False) -> bool:
-        """Write what waits (every rank at once); True once it is all on disk. Failing again
-        waits for the next retry: quietly, unless a person asked (`c`, `space`)."""
-        run = self.run
+    def retry(self, checkpointer: Checkpointer, by_user: bool = False) -> bool:
+        """Write what waits (every rank at once) with `checkpointer`; True once it is all on
+        disk. Failing again waits for the next retry: quietly, unless a person asked."""
         if not self.waiting:
             return True
+        world, group, writer = self.world, self.group, self.metrics_writer
         written = True
         if self.metrics:
-            ok = run.metrics.retry() if run.world.is_main else None
-            written = bool(from_main(ok, run.world, run.sync.group))
+            ok = writer.retry() if world.is_main else None
+            written = bool(from_main(ok, world, group))
             self.metrics = not written
         if written and self.checkpoint is not None and from_main(
-            self._room_for_a_checkpoint(), run.world, run.sync.group
+            self._room_for_a_checkpoint(checkpointer), world, group
         ):
-            path, failure = run.checkpointer.write()
+            path, failure = checkpointer.write()
             if failure is None:
-                run.checkpointer.saved(path, self.checkpoint)
+                checkpointer.saved(path, self.checkpoint)
                 self.checkpoint = None
             else:
                 self.failure = failure
+        report = self.reporter
         if self.waiting:
             if by_user:
-                run._alert("warning", f"still no room ({self.failure}): {FREE_SPACE}", "disk")
+                report.alert("warning", f"still no room ({self.failure}): {FREE_SPACE}", "disk")
             self.schedule_retry()
             return False
         self.cancel()
         resume, self.resume = self.resume, False
-        going_on = "; training goes on" if resume and run.step < run.cfg.train.max_steps else ""
-        lost, run.metrics.lost = run.metrics.lost, 0  # said here, not again on closing
-        written = (
+        going_on = "; training goes on" if resume and self.counters.step < self.max_steps else ""
+        lost, writer.lost = writer.lost, 0  # said here, not again on closing
+        written_text = (
             f"what waited is written but {lost} records (beyond the "
-            f"{run.metrics.MAX_UNWRITTEN_BYTES >> 20} MiB kept in memory)"
+            f"{writer.MAX_UNWRITTEN_BYTES >> 20} MiB kept in memory)"
             if lost
             else "what waited is written"
         )
-        run._alert("info", f"disk space is back: {written}{going_on}", "disk")
-        if resume and run.state == RunState.PAUSED:
-            run._set_state(RunState.RUNNING, "disk space freed")
+        report.alert("info", f"disk space is back: {written_text}{going_on}", "disk")
+        if resume and report.state == RunState.PAUSED:
+            report.set_state(RunState.RUNNING, "disk space freed")
         return True
 
-    def _room_for_a_checkpoint(self) -> bool:
+    def _room_for_a_checkpoint(self, checkpointer: Checkpointer) -> bool:
         """Room for one more checkpoint as large as the last (a file, or a sharded run's
         directory), so that a retry does not write most of one only to fail again (without a
         last one, try)."""
-        run = self.run
-        if not run.world.is_main:
+        if not self.world.is_main or checkpointer.run_dir is None:
             return True
-        last = run.last_checkpoint
+        last = checkpointer.last_checkpoint
         try:
             if last is None:
                 needed = 0
@@ -212,6 +232,6 @@ class DiskWait:
                 needed = last.stat().st_size
             else:
                 needed = size_on_disk(last)  # its shards, meta.pt: 0 when it is not there
-            return shutil.disk_usage(run.run_dir).free > needed
+            return shutil.disk_usage(checkpointer.run_dir).free > needed
         except OSError:
             return True

@@ -16,12 +16,12 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from engine.checkpoint import store as ckpt
-from engine.checkpoint.checkpointer import Checkpointer
+from engine.checkpoint.checkpointer import Checkpointer, Nested, RunDescription
 from engine.config.run_config import ConfigError, RunConfig
 from engine.control.server import ControlServer, serve_run
 from engine.data.batches import BatchSampler
@@ -31,7 +31,7 @@ from engine.data.resumed_corpus import resume_data_path
 from engine.distributed.command_exchange import RankSync
 from engine.distributed.parallel import ParallelPlan
 from engine.distributed.rank_report import RankReporter
-from engine.distributed.ranks import rank_lost_message, rank_states
+from engine.distributed.ranks import RankCommands, RngStates, rank_lost_message
 from engine.distributed.world import (
     World,
     from_main,
@@ -54,7 +54,7 @@ from engine.rundir.summary import SummarySink
 from engine.train.cadence import evaluate, sample, work_due
 from engine.train.closing import close_sinks, weights_finite
 from engine.train.command_queue import CommandQueue
-from engine.train.commands import CommandHandler
+from engine.train.commands import CommandHandler, StopRequest
 from engine.train.counters import Counters
 from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
@@ -71,6 +71,13 @@ if TYPE_CHECKING:
     from engine.telemetry.poller import TelemetryPoller  # imported when a run polls (run())
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
+
+
+class _LoopParts(NamedTuple):
+    checkpointer: Checkpointer
+    disk: DiskWait
+    faults: FaultHandler
+    commands: CommandHandler
 
 
 class Trainer:
@@ -129,22 +136,19 @@ class Trainer:
             before_final_state=self._before_final_state,
         )
         self._last_eval: Eval | None = None  # a checkpoint at its step may become best.pt
-        self._checkpoint_is_best = False  # recorded in the checkpoint being written
-        self.last_checkpoint: Path | None = None
-        self.checkpointer = Checkpointer(self)  # saves and restores (engine/checkpoint/checkpointer.py)
         self._commands = CommandQueue()  # put by the methods below, from any thread
-        self.command_handler = CommandHandler(self)  # carried out between steps
-        self._stop_requested: bool | None = None  # None: not requested; else: checkpoint first?
-        self._stop_reason = "stopped by user"  # the final state's reason: who or what stopped it
+        self.stopping = StopRequest()  # taken at a step boundary: whether, how and why to stop
+        # built by _setup with what they use: None before
+        self.disk: DiskWait | None = None  # paused for a full disk, retrying
+        self.checkpointer: Checkpointer | None = None
+        self.faults: FaultHandler | None = None  # anomalies, rollbacks, out of memory
+        self.command_handler: CommandHandler | None = None  # commands between steps
         # The first stop asked for, seen at once (any thread): the corpus preparation polls it,
         # as there is no step boundary to take the command at before the first step.
         self._stop_asked: str | None = None
-        self._failure: str | None = None  # the run gave up (a NaN it could not recover from)
         self.interactive = (
             interactive  # a person is watching: anomalies pause rather than roll back
         )
-        self.faults = FaultHandler(self)  # anomalies, rollbacks, OOM (engine/train/fault_handler.py)
-        self.disk = DiskWait(self)  # paused for a full disk, retrying (engine/train/disk_full.py)
         # stopped and closed before the final state is recorded (_wind_down)
         self.telemetry_poller: TelemetryPoller | None = None
         self.control: ControlServer | None = None  # rank 0's socket, once the run has a directory
@@ -231,7 +235,8 @@ class Trainer:
         """Stop the telemetry poller, the batch prefetch and the sinks, and leave the process
         group: whatever state the run ended in (without a final state, if it never got one)."""
         self._wind_down()  # done already where the run has its final state
-        self.disk.cancel()  # a retry timer of a run paused for its disk
+        if self.disk is not None:
+            self.disk.cancel()  # a retry timer of a run paused for its disk
         if self.parts is not None:
             self.parts.train_batches.close()  # the batch prefetch thread ends with the run
         # the metrics file last: it records what the others report on closing (the final
@@ -332,7 +337,15 @@ class Trainer:
             log = write_error_log(self.run_dir)
             where = f" (details in {log})" if log else ""
             if self.world.distributed and self.ranks and is_collective_failure(e):
-                self._fail(rank_lost_message(self), "rank")
+                lost = rank_lost_message(
+                    ranks=self.ranks,
+                    world=self.world,
+                    step=self.counters.step,
+                    last_checkpoint=self.last_checkpoint,
+                    run_dir=self.run_dir,
+                    stop_asked=self._stop_asked,
+                )
+                self._fail(lost, "rank")
             else:
                 self._fail(f"{type(e).__name__}: {e}{where}", "crash")
         finally:
@@ -382,8 +395,9 @@ class Trainer:
         )
         if parts.parallel.note:
             self.resume_notes.append(parts.parallel.note)  # RunStarted's notes: said at the start
+        self._build_loop_parts(parts)
         if state is not None:
-            self.checkpointer.restore(state)
+            self.resume_notes.extend(self._loop_parts.checkpointer.restore(state))
             # An older checkpoint starts a new branch: the newer ones must not be pruned into
             # it, nor picked by the next --resume RUN_DIR.
             aside, moved = ckpt.set_aside_newer(self.run_dir, self.counters.step)
@@ -393,6 +407,7 @@ class Trainer:
                     f"{', '.join(moved)} moved to {aside} (kept); this run continues the new branch"
                 )
         self._open_run_dir()
+        self._loop_parts.checkpointer.run_dir = self.run_dir  # a fresh run's, created just now
         self.instruments = instrument(cfg, parts, world=world, report=self.reporter)
         if world.is_main:
             announce(
@@ -515,34 +530,65 @@ class Trainer:
             raise AttributeError("the run is not instrumented yet (Trainer._setup)")
         return self.instruments
 
-    # ------------------------------------------------------------------ checkpoints
-    def _checkpoint_state(self, weights: bool = True) -> dict[str, Any]:
-        # Tensors and plain data only: the file loads with torch.load(weights_only=True).
-        # weights=False: a sharded run's, whose weights and optimizer go into its shards.
-        parts = self._built
-        heavy = (
-            {"model": parts.model.state_dict(), "optimizer": parts.optimizer.state_dict()}
-            if weights
-            else {}
-        )
-        return {
-            "version": ckpt.FORMAT_VERSION,
-            **heavy,
-            "scaler": parts.scaler.state_dict(),
-            **self.counters.state_dict(),  # step, lr_scale, train_time_s, tokens, best_val
-            "is_best": self._checkpoint_is_best,
-            "rng": ckpt.global_rng_state(parts.device.type),
-            "batch_rng": parts.train_batches.generator.get_state(),
-            # every rank's own batch order and RNG (rank 0's are the two above): an exact
-            # resume at the same world size
-            "world_size": self.world.world_size,
-            **rank_states(self),
-            "sample_rng": parts.sample_generator.get_state(),
-            "config": ckpt.plain_data(self.cfg.to_dict()),
-            "tokenizer": ckpt.plain_data(parts.data.tokenizer.to_meta()),
-            "data_meta": ckpt.plain_data(parts.data.meta),
-            "data_source": ckpt.plain_data(parts.data.record),
+    # ------------------------------------------------------------------ the loop's parts
+    def _build_loop_parts(self, parts: RunParts) -> None:
+        """The disk wait, checkpointer, fault and command handlers, each given what it uses."""
+        cfg, world, group = self.cfg, self.world, self.sync.group
+        counters, report, device = self.counters, self.reporter, parts.device
+        self.disk = disk = DiskWait(
+            metrics=self.metrics, world=world, group=group, reporter=report,
+            counters=counters, queue=self._commands, max_steps=cfg.train.max_steps,
+        )  # fmt: skip
+        states = {
+            "scaler": Nested("scaler", parts.scaler),
+            "counters": counters,  # step, lr_scale, train_time_s, tokens, best_val
+            "rngs": RngStates(
+                world=world, group=group, device_type=device.type, batches=parts.train_batches,
+                sample_generator=parts.sample_generator, seed=cfg.train.seed,
+            ),  # fmt: skip
+            "run": RunDescription(cfg, parts.data),  # config, tokenizer, corpus
         }
+        self.checkpointer = checkpointer = Checkpointer(
+            run_dir=self.run_dir, world=world, group=group, settings=cfg.checkpoint,
+            sharded=parts.parallel.mode == "fsdp", model=parts.model, optimizer=parts,
+            optim=cfg.optim, device_type=device.type, states=states, counters=counters,
+            reporter=report, disk=disk,
+        )  # fmt: skip
+        self.faults = faults = FaultHandler(
+            cfg=cfg, interactive=self.interactive, world=world, checkpointer=checkpointer,
+            counters=counters, reporter=report, stopping=self.stopping, spikes=parts.spikes,
+            model=parts.model, optimizer=parts, batches=parts.train_batches,
+            device_type=device.type, forget_pending=self._forget_pending,
+        )  # fmt: skip
+        rank_commands = None
+        if world.distributed:
+            rank_commands = RankCommands(
+                queue=self._commands, sync=self.sync, world=world, rank_report=self.rank_report,
+                device=device, step=lambda: counters.step, emit=report.emit,
+                should_stop=lambda: self._should_stop(),
+            )  # fmt: skip
+        self.command_handler = CommandHandler(
+            queue=self._commands, reporter=report, counters=counters, stopping=self.stopping,
+            should_stop=lambda: self._should_stop(), cfg=cfg, optimizer=parts,
+            checkpointer=checkpointer, disk=disk, faults=faults, flush=self._flush,
+            sample=self._sample, evaluate=self._evaluate, rank_commands=rank_commands,
+        )  # fmt: skip
+
+    @property
+    def _loop_parts(self) -> _LoopParts:
+        """The loop's parts, once _setup has built them."""
+        if self.checkpointer is None or self.disk is None:
+            raise AttributeError("the run is not built yet (Trainer._setup)")
+        assert self.faults is not None and self.command_handler is not None
+        return _LoopParts(self.checkpointer, self.disk, self.faults, self.command_handler)
+
+    @property
+    def last_checkpoint(self) -> Path | None:
+        """The newest checkpoint written or resumed from (None before setup)."""
+        return self.checkpointer.last_checkpoint if self.checkpointer is not None else None
+
+    def _forget_pending(self) -> None:
+        self._pending = []  # a rollback undoes the steps not read back yet
 
     # ------------------------------------------------------------------ the loop
     def _flush(self) -> None:
@@ -570,10 +616,10 @@ class Trainer:
             self.emit(event)
         for p, loss in zip(pending, losses, strict=True):
             if not math.isfinite(loss):
-                self.faults.anomaly(f"loss is not finite at step {p.step}", "nan")
+                self._loop_parts.faults.anomaly(f"loss is not finite at step {p.step}", "nan")
                 break
             if spikes.observe(loss):
-                self.faults.anomaly(
+                self._loop_parts.faults.anomaly(
                     f"loss spike at step {p.step}: {loss:.4f} against a moving average of {spikes.mean:.4f}",
                     "spike",
                 )
@@ -605,7 +651,7 @@ class Trainer:
             self.reporter.emit(outcome.memory)
         if outcome.refused is not None:
             self._flush()
-            self.faults.anomaly(outcome.refused, "nan")
+            self._loop_parts.faults.anomaly(outcome.refused, "nan")
             return
         pending = outcome.pending
         self.rank_report.add_step(time.perf_counter() - t_start, pending.data_time_s)
@@ -628,15 +674,16 @@ class Trainer:
         report.set_state(RunState.RUNNING, "resumed from checkpoint" if self.resume_from else "")
         parts.model.train()
         last_memory_report = -math.inf
+        loop_parts = self._loop_parts
         while counters.step < cfg.train.max_steps:
             t_commands = time.perf_counter()
-            self.command_handler.apply_queued()
+            loop_parts.commands.apply_queued()
             # Time paused or blocked on a command is not training, any more than an evaluation
             # is: keep it out of the next Step's throughput and step time.
             self.window.exclude(t_commands, bool(self._pending))
-            if self._should_stop() and self._stop_requested is None and not self.world.distributed:
-                self._stop_requested = True  # the app is closing: keep the run
-            if self._stop_requested is not None:
+            if self._should_stop() and not self.world.distributed:
+                self.stopping.ask(True)  # the app is closing: keep the run
+            if self.stopping.requested:
                 break
             if report.state != RunState.RUNNING:
                 continue
@@ -648,7 +695,7 @@ class Trainer:
             try:
                 self._train_step(instruments.step, parts, report_memory)
             except torch.OutOfMemoryError:
-                self.faults.shrink_micro_batch()  # retries with a smaller micro-batch, or pauses
+                loop_parts.faults.shrink_micro_batch()  # retries with a smaller micro-batch, or pauses
                 continue
             counters.train_time_s += time.perf_counter() - t0
             if counters.step == step_before:
@@ -664,7 +711,7 @@ class Trainer:
                 self._flush()
             if (
                 counters.rollbacks != rollbacks_before
-                or self._stop_requested is not None
+                or self.stopping.requested
                 or report.state != RunState.RUNNING
             ):
                 # Rolled back (the restored step had its eval, sample and checkpoint already),
@@ -679,42 +726,43 @@ class Trainer:
             if due.sample:
                 self._sample()
             if due.checkpoint:
-                self.checkpointer.save_and_mark("interval")
+                loop_parts.checkpointer.save_and_mark("interval", self._last_eval)
             self.window.exclude(t_extra, bool(self._pending))
         self._finish()
 
     def _finish(self) -> None:
         """The loop is over: save and say why it ended (stopped, failed) or that it finished."""
-        report = self.reporter
+        report, stopping = self.reporter, self.stopping
+        checkpointer, disk = self._loop_parts.checkpointer, self._loop_parts.disk
         self._flush()
-        if self._stop_requested is not None:
+        if stopping.requested:
             # Step 0: nothing trained, nothing to save (the same seed makes the same weights).
             # Failed: keep the weights only if they are intact, never a NaN as the newest.
             if (
-                self._stop_requested
+                stopping.save
                 and self.counters.step > 0
-                and (self._failure is None or weights_finite(self._built.model))
+                and (stopping.failure is None or weights_finite(self._built.model))
             ):
                 # saving -> stopped: the state it was in is not gone back to in between
-                self.checkpointer.save("stop", ending=True, wait=False)
-            if self._failure is not None:
-                report.set_state(RunState.FAILED, self._failure)
+                checkpointer.save("stop", ending=True, wait=False)
+            if stopping.failure is not None:
+                report.set_state(RunState.FAILED, stopping.failure)
             else:
-                report.set_state(RunState.STOPPED, self._stop_reason)
+                report.set_state(RunState.STOPPED, stopping.reason)
             return
         self._last_eval = self._evaluate()
         if self.cfg.sample.interval:
             self._sample()
-        saved = self.checkpointer.save_and_mark("final", ending=True)
+        saved = checkpointer.save_and_mark("final", self._last_eval, ending=True)
         # A full disk: paused until the final checkpoint is written, unless the run is stopped
         # meanwhile.
-        while saved is None and self.disk.checkpoint is not None and self._stop_requested is None:
+        while saved is None and disk.checkpoint is not None and not stopping.requested:
             if self._should_stop():
                 break
-            self.command_handler.apply_queued()
-        if self.disk.checkpoint is not None:
+            self._loop_parts.commands.apply_queued()
+        if disk.checkpoint is not None:
             report.set_state(
-                RunState.FINISHED, f"the final checkpoint was not written ({self.disk.failure})"
+                RunState.FINISHED, f"the final checkpoint was not written ({disk.failure})"
             )
             return
         report.set_state(RunState.FINISHED, "")

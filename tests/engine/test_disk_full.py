@@ -220,7 +220,7 @@ def test_a_sharded_save_on_a_full_disk_is_the_disks_failure_not_a_crash(small_di
         telemetry=False,
     )
     assert trainer.run() == "finished"
-    meta = trainer._checkpoint_state(weights=False)
+    meta = trainer.checkpointer.state(weights=False)
     filler = fill(small_disk, leave_bytes=64 * 1024)  # room for a few shards, not for all
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=SHARDED_WARNING)
@@ -243,7 +243,6 @@ def test_a_sharded_save_on_a_full_disk_is_the_disks_failure_not_a_crash(small_di
 def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_there_is_room(
     small_disk, monkeypatch
 ):
-    import dataclasses
     import warnings
 
     from engine.checkpoint import checkpointer
@@ -266,7 +265,7 @@ def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_t
 
     def set_up_as_sharded() -> None:
         set_up()
-        run.trainer.parallel = dataclasses.replace(run.trainer.parallel, mode="fsdp")
+        run.trainer.checkpointer.sharded = True  # it writes as an FSDP run's ranks do
 
     run.trainer._setup = set_up_as_sharded  # type: ignore[method-assign]
     with warnings.catch_warnings():
