@@ -1,6 +1,6 @@
 """`cockpit attach [RUN_DIR]`: open the cockpit on a live run in another process.
 
-The app is the same as for a run of its own; its engine is a `RemoteEngine` (engine/control/client.py)
+The app is the same as for a run of its own; its engine is a `RemoteEngine`
 on the run's control socket, so every panel and key works as in-process. Leaving asks: detach
 (the run goes on), stop the run, or cancel. A dropped terminal (SIGHUP) detaches: it never
 stops the run.

@@ -1,6 +1,6 @@
 """`cockpit completion bash|zsh|fish`: the shell completion script, generated from the parser.
 
-bash and zsh come from shtab (imported here only, so other commands never pay for it); fish
+bash and zsh come from shtab (imported here only, so other subcommands never pay for it); fish
 from the small generator below, which walks the same parser. Every script completes the
 subcommands, each one's options, choices, preset names (by running `cockpit presets --names`
 when the user presses tab) and paths.

@@ -40,7 +40,7 @@ def _add_cache_dir_option(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     actions = parser.add_subparsers(
-        dest="data_command", metavar="ACTION", help="what to do (default: ls)"
+        dest="data_action", metavar="ACTION", help="what to do (default: ls)"
     )
     prepare = actions.add_parser(
         "prepare",
@@ -99,11 +99,11 @@ def run(args: argparse.Namespace) -> int:
 
     raw = getattr(args, "cache_dir", None)
     cache_dir = Path(raw).expanduser() if raw else default_cache_dir()
-    command = getattr(args, "data_command", None) or "ls"
+    action = getattr(args, "data_action", None) or "ls"
     try:
-        if command == "prepare":
+        if action == "prepare":
             return run_prepare(args, cache_dir)
-        if command == "rm":
+        if action == "rm":
             return run_rm(args, cache_dir)
         return run_ls(args, cache_dir)
     except CacheError as e:
@@ -157,7 +157,7 @@ class ThrottledPrinter:
 def run_prepare(args: argparse.Namespace, cache_dir: Path) -> int:
     from engine.data import PreparationStopped
     from engine.data import preparation as engine_data
-    cfg = data_config(args)  # a bad preset or --set: ConfigError, one line from cli.main
+    cfg = data_config(args)  # a bad preset or --set: ConfigError, one line from main
     stop = threading.Event()
     printer = ThrottledPrinter()
     stopped_by: list[int] = []

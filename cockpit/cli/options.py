@@ -107,11 +107,11 @@ def add_runs_root_option(parser: argparse.ArgumentParser, default: str = "runs")
     )  # fmt: skip
 
 
-def runs_root_problem(command: str, root: str) -> str | None:
+def runs_root_problem(subcommand: str, root: str) -> str | None:
     """The one line refusing a DIR that is not a directory (None when it is one)."""
     path = Path(root)
     if not path.exists():
-        return f"cockpit {command}: {root}: no such directory; name the folder your runs are in: cockpit {command} DIR"
+        return f"cockpit {subcommand}: {root}: no such directory; name the folder your runs are in: cockpit {subcommand} DIR"
     if not path.is_dir():
-        return f"cockpit {command}: {root} is a file, not a directory; name the folder your runs are in: cockpit {command} DIR"
+        return f"cockpit {subcommand}: {root} is a file, not a directory; name the folder your runs are in: cockpit {subcommand} DIR"
     return None

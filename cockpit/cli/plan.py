@@ -83,7 +83,7 @@ def choose_parallel(args: argparse.Namespace, cfg: RunConfig, nproc: int) -> str
 
 def resolve_world(cfg: RunConfig, nproc: int, mode: str, fits_one_device: bool) -> str:
     """The mode the engine would train in ("single", "ddp" or "fsdp"), refused as
-    engine.distributed.parallel refuses it (the FSDP optimizer message in this command's words)."""
+    `parallel_plan` refuses it (the FSDP optimizer message in this subcommand's words)."""
     from engine.config import ConfigError
     from engine.distributed import FSDP_OPTIMIZERS, World, parallel_plan
 

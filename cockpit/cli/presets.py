@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # For shell completion and scripts: hidden from --help, the list is what people read.
     parser.add_argument("--names", action="store_true", help=argparse.SUPPRESS)
     actions = parser.add_subparsers(
-        dest="presets_command", metavar="ACTION", help="what to do (default: list the presets)"
+        dest="presets_action", metavar="ACTION", help="what to do (default: list the presets)"
     )
     show = actions.add_parser(
         "show",
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "presets_command", None) == "show":
+    if getattr(args, "presets_action", None) == "show":
         extra_dirs = [*args.presets_dir, *args.show_presets_dir]
         print(show_preset(args.preset, args.overrides, extra_dirs), end="")
         return 0

@@ -1,6 +1,6 @@
 """`cockpit ps [DIR]`: the live runs under a directory, newest first, as a table or as JSON.
 
-A run is live when its control socket greets (engine/control/live_runs.py); each row is what that
+A run is live when its control socket greets; each row is what that
 greeting says: preset, state, step, loss, tokens/s, how long this session has run, and who
 else is attached. Torch-free and textual-free: listing runs costs an interpreter start, no more.
 """

@@ -1,6 +1,6 @@
 """`cockpit runs [DIR]`: every run under a directory, live or not, newest first, as a table or JSON.
 
-Each row comes from the run's summary.json (engine/rundir/summary.py), brought up to the end of its
+Each row comes from the run's summary.json, brought up to the end of its
 metrics.jsonl: a run listed before costs a small file's read, whatever its length. The state is
 the run's final state record; without one, live while an engine holds the run's lock (its step
 and state then come from its control socket), else crashed. Torch-free, numpy-free and textual-free: listing runs costs an interpreter start.

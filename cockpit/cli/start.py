@@ -231,7 +231,7 @@ def spawn_engine(
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if nproc > 1:
         env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
-    try:  # never through a link planted at its name (engine/files.py)
+    try:  # never through a link planted at its name
         log = open_for_append(run_dir / LOG_NAME)  # the child holds it; closed below
     except ConfigError as e:
         raise StartError(str(e)) from None
