@@ -40,12 +40,11 @@ def make_fork(
 ) -> tuple[Path, Path]:
     """Make the branch directory; returns (branch, the parent's checkpoint it starts from).
     `on_damaged` gets the one line about the parent's records that are not text (read past)."""
-    from engine.checkpoint import plan_resume
-    from engine.checkpoint import store as ckpt
+    from engine.checkpoint import CheckpointError, load_checkpoint, plan_resume
     source = _checkpoint_of(target)
     try:
-        state = ckpt.load_checkpoint(source, mmap=True)  # the weights are not read
-    except ckpt.CheckpointError as e:
+        state = load_checkpoint(source, mmap=True)  # the weights are not read
+    except CheckpointError as e:
         raise ForkError(str(e)) from None
     step = int(state["step"])
     plan = plan_resume(state, overrides, str(source), label=str(source))  # refused: one line
@@ -86,25 +85,25 @@ def branch_overrides(resume: Path) -> list[str]:
     from: so `cockpit --resume BRANCH` (printed by --no-start, or `r` in the app) trains the
     branch with its own settings, not its parent's. Once the branch has saved a checkpoint of
     its own, that checkpoint's config holds them: nothing to add. [] for any other run."""
-    from engine.checkpoint import store as ckpt
-    run_dir = resume if resume.is_dir() and not ckpt.is_sharded(resume) else resume.parent
+    from engine.checkpoint import is_sharded, latest_checkpoint
+    run_dir = resume if resume.is_dir() and not is_sharded(resume) else resume.parent
     try:
         fork = json.loads((run_dir / FORK_FILE).read_text(encoding="utf-8"))
         inherited, overrides = fork["checkpoint"], fork.get("overrides", [])
     except (OSError, ValueError, KeyError, TypeError):
         return []  # not a branch (or its fork.json is unreadable: the checkpoint's config rules)
-    from_checkpoint = ckpt.latest_checkpoint(run_dir) if run_dir == resume else resume
+    from_checkpoint = latest_checkpoint(run_dir) if run_dir == resume else resume
     if from_checkpoint is None or from_checkpoint.name != inherited:
         return []
     return [o for o in overrides if isinstance(o, str)] if isinstance(overrides, list) else []
 
 
 def _checkpoint_of(target: Path) -> Path:
-    from engine.checkpoint import store as ckpt
+    from engine.checkpoint import is_sharded, latest_checkpoint
     if not target.exists():
         raise ForkError(f"{target}: no such run directory or checkpoint")
-    if target.is_dir() and not ckpt.is_sharded(target):
-        newest = ckpt.latest_checkpoint(target)
+    if target.is_dir() and not is_sharded(target):
+        newest = latest_checkpoint(target)
         if newest is None:
             raise ForkError(f"{target}: no checkpoint to branch from (ckpt-*.pt)")
         return newest

@@ -155,8 +155,7 @@ class ThrottledPrinter:
 
 
 def run_prepare(args: argparse.Namespace, cache_dir: Path) -> int:
-    from engine.data import PreparationStopped
-    from engine.data import preparation as engine_data
+    from engine.data import DataError, PreparationStopped, prepare
     cfg = data_config(args)  # a bad preset or --set: ConfigError, one line from main
     stop = threading.Event()
     printer = ThrottledPrinter()
@@ -170,14 +169,14 @@ def run_prepare(args: argparse.Namespace, cache_dir: Path) -> int:
     what = args.data if args.data is not None else cfg.source
     print(f"data      | preparing {what} ({cfg.tokenizer}) in {cache_dir}; ctrl+c stops", flush=True)
     try:
-        prepared = engine_data.prepare(
+        prepared = prepare(
             cfg,
             data_path=args.data,
             cache_dir=cache_dir,
             progress=printer,
             should_stop=stop.is_set,
         )
-    except engine_data.DataError as e:
+    except DataError as e:
         print(f"cockpit: {e}", file=sys.stderr)
         return 2
     except (PreparationStopped, KeyboardInterrupt):

@@ -53,16 +53,15 @@ def check_resume(args: argparse.Namespace) -> str | None:
     checkpoint reads, --run-dir is not given, and every --set is one a resume may apply (the
     rules the run itself follows). Returns the message to print when the run is already
     finished."""
-    from engine.checkpoint import plan_resume
-    from engine.checkpoint import store as ckpt
+    from engine.checkpoint import CheckpointError, load_checkpoint, plan_resume
     if args.run_dir:
         raise ConfigError(
             f"--run-dir {args.run_dir} with --resume {args.resume}: a resumed run continues in its "
             "own directory; drop --run-dir (to branch a run, copy its directory and resume the copy)"
         )
     try:  # memory-mapped: the weights are not read
-        state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
-    except ckpt.CheckpointError as e:
+        state = load_checkpoint(Path(args.resume), mmap=True)
+    except CheckpointError as e:
         raise ConfigError(str(e)) from None
     plan = plan_resume(state, args.overrides, state["_path"], label=args.resume)
     check_log_packages(plan.config)
@@ -101,14 +100,14 @@ def check_log_packages(cfg: Any) -> None:
 
 def check_resume_corpus(args: argparse.Namespace) -> None:
     """Refuse a resume whose corpus is gone or changed before anything starts (exit 2)."""
-    from engine.checkpoint import store as ckpt
+    from engine.checkpoint import CheckpointError, load_checkpoint
     from engine.config import config_from_dict
     from engine.data import DataError, resume_data_path
 
     try:  # memory-mapped: the weights are not read
-        state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
+        state = load_checkpoint(Path(args.resume), mmap=True)
         cfg = config_from_dict(state["config"], source=state["_path"])
-    except (ckpt.CheckpointError, ConfigError):
+    except (CheckpointError, ConfigError):
         return  # check_resume (or the run itself) says what is wrong with this checkpoint
     try:
         resume_data_path(state, cfg.data, args.data, args.allow_data_change)

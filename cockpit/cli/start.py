@@ -142,11 +142,10 @@ def run_config(args: argparse.Namespace) -> Any:
         from engine.config import DEFAULT_PRESET, load_preset
 
         return load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
-    from engine.checkpoint import plan_resume
-    from engine.checkpoint import store as ckpt
+    from engine.checkpoint import CheckpointError, load_checkpoint, plan_resume
     try:  # memory-mapped: the weights are not read
-        state = ckpt.load_checkpoint(Path(args.resume), mmap=True)
-    except ckpt.CheckpointError:
+        state = load_checkpoint(Path(args.resume), mmap=True)
+    except CheckpointError:
         return None
     return plan_resume(state, args.overrides, state["_path"], label=args.resume).config
 

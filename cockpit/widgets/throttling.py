@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.telemetry.throttle_reasons import THROTTLE_BY_NAME
+from engine.telemetry import THROTTLE_BY_NAME
 
 
 def throttle_labels(names: Any) -> tuple[list[str], list[str]]:
