@@ -26,10 +26,8 @@ from engine.config.run_config import ConfigError, RunConfig
 from engine.control.server import ControlServer, serve_run
 from engine.data.batches import BatchSampler
 from engine.data.errors import DataError, PreparationStopped
-from engine.data.preparation import PreparedData
 from engine.data.resumed_corpus import resume_data_path
 from engine.distributed.command_exchange import RankSync
-from engine.distributed.parallel import ParallelPlan
 from engine.distributed.rank_report import RankReporter
 from engine.distributed.ranks import RankCommands, RngStates, rank_lost_message
 from engine.distributed.world import (
@@ -43,7 +41,6 @@ from engine.distributed.world import (
     roster,
 )
 from engine.events import Eval, Event, EventQueue, RunState
-from engine.model.evaluation import Evaluator
 from engine.model.gpt import GPT
 from engine.model.schedule import lr_multiplied
 from engine.plan.flops import PeakMeter
@@ -59,7 +56,6 @@ from engine.train.counters import Counters
 from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
-from engine.train.faults import SpikeDetector
 from engine.train.garbage import settle_garbage_collector
 from engine.train.readback import PendingStep, read_losses, step_events
 from engine.train.reporter import Reporter
@@ -210,12 +206,6 @@ class Trainer:
     def state(self) -> str:
         return self.reporter.state
 
-    def _set_state(self, state: str, reason: str = "") -> None:
-        self.reporter.set_state(state, reason)
-
-    def _alert(self, level: str, message: str, code: str = "") -> None:
-        self.reporter.alert(level, message, code)
-
     def _before_final_state(self, state: str) -> None:
         self._wind_down()  # no telemetry reading or closing alert after the final state
         if self.control is not None:
@@ -246,62 +236,18 @@ class Trainer:
             leave_world()
 
     # ------------------------------------------------------------------ counters
-    # The run's counters, read by the app, the control socket and the tests.
+    # Read by the app, headless runs and tests; the loop's parts share `counters` itself.
     @property
     def step(self) -> int:
         return self.counters.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.counters.step = value
-
-    @property
-    def tokens(self) -> int:
-        return self.counters.tokens
-
-    @tokens.setter
-    def tokens(self, value: int) -> None:
-        self.counters.tokens = value
 
     @property
     def lr_scale(self) -> float:
         return self.counters.lr_scale
 
-    @lr_scale.setter
-    def lr_scale(self, value: float) -> None:
-        self.counters.lr_scale = value
-
-    @property
-    def current_lr(self) -> float:
-        return self.counters.current_lr
-
-    @current_lr.setter
-    def current_lr(self, value: float) -> None:
-        self.counters.current_lr = value
-
-    @property
-    def train_time_s(self) -> float:
-        return self.counters.train_time_s
-
-    @train_time_s.setter
-    def train_time_s(self, value: float) -> None:
-        self.counters.train_time_s = value
-
-    @property
-    def best_val(self) -> float:
-        return self.counters.best_val
-
-    @best_val.setter
-    def best_val(self, value: float) -> None:
-        self.counters.best_val = value
-
     @property
     def rollbacks(self) -> int:
         return self.counters.rollbacks
-
-    @rollbacks.setter
-    def rollbacks(self, value: int) -> None:
-        self.counters.rollbacks = value
 
     # ------------------------------------------------------------------ the run
     def close(self) -> None:
@@ -311,7 +257,8 @@ class Trainer:
         """Train until finished, stopped or failed; returns the final state. Never raises for
         a problem with the run: that becomes an Alert and the FAILED state."""
         self._should_stop = should_stop or (lambda: False)
-        self._set_state(RunState.STARTING)
+        report = self.reporter
+        report.set_state(RunState.STARTING)
         try:
             self._setup()
             if self.telemetry_enabled:
@@ -320,13 +267,13 @@ class Trainer:
                 )
 
                 self.telemetry_poller = start_telemetry(
-                    self.emit, lambda message: self._alert("warning", message, "telemetry")
+                    report.emit, lambda message: report.alert("warning", message, "telemetry")
                 )
             self._loop()
         except PreparationStopped:
             # Before the run directory exists: nothing was written, there is nothing to save.
             reason = f"{self._stop_asked or 'quit'} while preparing the corpus"
-            self._set_state(RunState.STOPPED, reason)
+            report.set_state(RunState.STOPPED, reason)
         except ConfigError as e:
             self._fail(str(e), "config")
         except DataError as e:
@@ -357,8 +304,8 @@ class Trainer:
         return self._stop_asked is not None or self._should_stop()
 
     def _fail(self, message: str, code: str) -> None:
-        self._alert("error", message, code)
-        self._set_state(RunState.FAILED, message)
+        self.reporter.alert("error", message, code)
+        self.reporter.set_state(RunState.FAILED, message)
 
     def _setup(self) -> None:
         """Accept the resume, build the run, and only then create its directory and announce it."""
@@ -452,7 +399,7 @@ class Trainer:
         self.sinks.append(SummarySink(self.run_dir, self.world.world_size))  # `cockpit runs`
 
     # ------------------------------------------------------------------ what setup built
-    # Read by the parts that still take the Trainer, and by tests.
+    # For tests and benches that look into a run (its weights, its optimizer of the moment).
     @property
     def model(self) -> GPT:
         return self._built.model
@@ -461,45 +408,13 @@ class Trainer:
     def optimizer(self) -> Any:
         return self._built.optimizer
 
-    @optimizer.setter
-    def optimizer(self, optimizer: Any) -> None:
-        self._built.optimizer = optimizer
-
-    @property
-    def device(self) -> torch.device:
-        return self._built.device
-
-    @property
-    def data(self) -> PreparedData:
-        return self._built.data
-
-    @property
-    def scaler(self) -> torch.amp.GradScaler:
-        return self._built.scaler
-
     @property
     def train_batches(self) -> BatchSampler:
         return self._built.train_batches
 
     @property
-    def sample_generator(self) -> torch.Generator:
-        return self._built.sample_generator
-
-    @property
-    def spikes(self) -> SpikeDetector:
-        return self._built.spikes
-
-    @property
-    def parallel(self) -> ParallelPlan:
-        return self._built.parallel
-
-    @parallel.setter
-    def parallel(self, plan: ParallelPlan) -> None:
-        self._built.parallel = plan
-
-    @property
     def forward(self) -> Callable[..., Any]:
-        """The forward pass each step trains with (tests wrap it, after `_setup`)."""
+        """The forward pass each step trains with; tests wrap it after `_setup`."""
         return self._instrumented.step.forward
 
     @forward.setter
@@ -509,10 +424,6 @@ class Trainer:
     @property
     def micro_steps(self) -> int:
         return self._instrumented.step.micro_steps
-
-    @property
-    def evaluator(self) -> Evaluator:
-        return self._instrumented.evaluator
 
     @property
     def peak_meter(self) -> PeakMeter:
@@ -599,7 +510,7 @@ class Trainer:
         # the sync, timed inside the window; across ranks, the mean loss of the whole batch
         losses, norms = read_losses(pending, lambda t: mean_over_ranks(t, self.world))
         tokens_per_s, step_time = self.window.rates(len(pending), self.cfg.tokens_per_step)
-        instruments, spikes = self._instrumented, self._built.spikes
+        instruments, spikes, report = self._instrumented, self._built.spikes, self.reporter
         for event in step_events(
             pending,
             losses,
@@ -613,7 +524,7 @@ class Trainer:
                 tokens_per_s / self.world.world_size, instruments.flops_per_token
             ),
         ):
-            self.emit(event)
+            report.emit(event)
         for p, loss in zip(pending, losses, strict=True):
             if not math.isfinite(loss):
                 self._loop_parts.faults.anomaly(f"loss is not finite at step {p.step}", "nan")
