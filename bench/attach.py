@@ -56,8 +56,7 @@ if str(REPO) not in sys.path:  # `python bench/attach.py` puts bench/ first, not
 from textual import events  # noqa: E402
 
 from cockpit.cli.attach import attached_app  # noqa: E402
-from engine.control.client import RemoteEngine  # noqa: E402
-from engine.control.live_runs import probe  # noqa: E402
+from engine.control import RemoteEngine, probe  # noqa: E402
 from engine.events import StateChanged  # noqa: E402
 from tests.live_process import LiveRun  # noqa: E402
 from tests.tmux_driver import TMUX_INSTALLED, Tmux  # noqa: E402

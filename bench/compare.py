@@ -49,13 +49,12 @@ for where in (REPO, REPO / "bench"):  # the packages, and bench/open_run.py besi
 
 from open_run import write_run  # noqa: E402
 
-from engine.config.presets import load_preset  # noqa: E402
-from engine.config.run_config import ConfigError  # noqa: E402
+from engine.config import ConfigError, load_preset  # noqa: E402
 from engine.events import Event  # noqa: E402
 
 if TYPE_CHECKING:
     from cockpit.app.cockpit_app import CockpitApp
-    from engine.train.trainer import Trainer
+    from engine.train import Trainer
 
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 SIZE = (160, 48)
@@ -176,7 +175,7 @@ async def measure(
     """The rounds' windows, the draw clock, and the run's median step time (s)."""
     # imported here, not above: a bad option is refused without waiting for torch and Textual
     from cockpit.app.cockpit_app import CockpitApp
-    from engine.train.trainer import Trainer
+    from engine.train import Trainer
 
     if args.torch_threads:
         import torch

@@ -67,10 +67,10 @@ def worker(args: argparse.Namespace) -> int:
     """One rank under torchrun: time idle exchanges, then train and count the run's exchanges."""
     import torch
 
-    from engine.config.presets import load_preset
+    from engine.config import load_preset
+    from engine.distributed import World, init_world
     from engine.distributed.command_exchange import RankSync
-    from engine.distributed.world import World, init_world
-    from engine.train.trainer import Trainer
+    from engine.train import Trainer
 
     world = World.from_env()
     group = init_world(world, torch.device("cpu"))
@@ -427,8 +427,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--grad-accum must be a multiple of {WORLD} (each rank takes an equal share)")
     if args.data and not Path(args.data).exists():
         parser.error(f"--data {args.data}: no such file or folder; pass a corpus that exists")
-    from engine.config.presets import load_preset
-    from engine.config.run_config import ConfigError
+    from engine.config import ConfigError, load_preset
 
     try:
         load_preset(args.preset, run_overrides(args, args.steps))

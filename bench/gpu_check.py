@@ -20,13 +20,11 @@ from pathlib import Path
 
 import torch
 
-from engine.config.presets import load_preset
-from engine.config.run_config import ModelConfig, OptimConfig
-from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.config import ModelConfig, OptimConfig, load_preset
+from engine.model import GPT, build_optimizer
 from engine.plan import memory
-from engine.telemetry.poller import select_backend
-from engine.train.trainer import Trainer
+from engine.telemetry import select_backend
+from engine.train import Trainer
 
 
 def telemetry() -> None:

@@ -28,8 +28,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine.control.client import RemoteEngine  # noqa: E402
-from engine.control.live_runs import probe  # noqa: E402
+from engine.control import RemoteEngine, probe  # noqa: E402
 
 
 def records(path: Path, kind: str) -> list[dict[str, Any]]:

@@ -43,9 +43,7 @@ from engine.events import (  # noqa: E402
     StateChanged,
     Step,
 )
-from engine.rundir.history import read_curves  # noqa: E402
-from engine.rundir.metrics_log import MetricsWriter  # noqa: E402
-from engine.rundir.recorded import RecordedRun  # noqa: E402
+from engine.rundir import MetricsWriter, RecordedRun, read_curves  # noqa: E402
 
 GOAL_S = 2.0
 SIZE = (160, 48)  # the terminal the app draws in

@@ -40,7 +40,7 @@ from pathlib import Path
 from textual import events
 
 from cockpit.app.cockpit_app import CockpitApp
-from engine.config.presets import load_preset
+from engine.config import load_preset
 from engine.events import (
     DeviceReading,
     Eval,
@@ -52,9 +52,9 @@ from engine.events import (
     Step,
     Telemetry,
 )
-from engine.model.schedule import planned_curve
+from engine.model import planned_curve
+from engine.train import Trainer
 from engine.train.garbage import settle_garbage_collector
-from engine.train.trainer import Trainer
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-from engine.config.presets import load_preset
-from engine.train.trainer import Trainer
+from engine.config import load_preset
+from engine.train import Trainer
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"

@@ -45,10 +45,8 @@ def child(threads: int, seconds: float, tokens: int) -> dict[str, float]:
 
     if threads:
         torch.set_num_threads(threads)
-    from engine.config.presets import load_preset
-    from engine.model.gpt import GPT
-    from engine.model.optimizers import build_optimizer
-    from engine.model.sampling import SamplingOptions, generate_tokens
+    from engine.config import load_preset
+    from engine.model import GPT, SamplingOptions, build_optimizer, generate_tokens
 
     cfg = load_preset("default", [])
     vocab = 65  # Tiny Shakespeare's characters: the default preset's char tokenizer

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import torch
 
-from engine.config.presets import load_preset
+from engine.config import load_preset
+from engine.data import prepare
 from engine.data.batches import BatchSampler
-from engine.data.preparation import prepare
-from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
-from engine.train.trainer import Trainer
+from engine.model import GPT, build_optimizer
+from engine.train import Trainer
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
