@@ -142,7 +142,7 @@ def test_the_optimizer_never_applies_more_than_the_maximum_whatever_the_multipli
         run_dir=tmp_path, sinks=[rec, applied], telemetry=False,
     )  # fmt: skip
     applied.trainer = trainer
-    trainer.lr_scale = 1e5  # as a checkpoint's multiplier from the old plan's floor would be
+    trainer.counters.lr_scale = 1e5  # as a checkpoint's multiplier from the old plan's floor would be
     assert trainer.run() == "finished"
     assert applied.highest == pytest.approx(MAX_LR)  # reached, and never passed
     assert max(applied.by_step.values()) == pytest.approx(MAX_LR)

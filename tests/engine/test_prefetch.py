@@ -22,7 +22,7 @@ from engine.data.tokenizers import CharTokenizer
 from engine.model.evaluation import Evaluator
 from engine.model.gpt import GPT
 from engine.model.optimizers import build_optimizer
-from engine.train.step import train_step
+from engine.train.step import StepParts, train_step
 from engine.train.trainer import Trainer
 
 CPU = torch.device("cpu")
@@ -222,16 +222,17 @@ def test_a_slow_step_hides_the_batch_making(tokens, monkeypatch) -> None:
 
     def data_waits(prefetch: int) -> list[float]:
         sampler = BatchSampler(tokens, BLOCK, 4, CPU, seed=1, prefetch=prefetch)
-        parts = type("Parts", (), {})()
-        parts.__dict__.update(
+        parts = StepParts(
             cfg=cfg,
             model=model,
             forward=slow_forward,
             scaler=torch.amp.GradScaler("cpu", enabled=False),
             autocast=contextlib.nullcontext(),
-            train_batches=sampler,
+            batches=sampler,
             device=CPU,
             dtype=torch.float32,
+            micro_steps=cfg.train.grad_accum,
+            grad_sync=lambda last: contextlib.nullcontext(),
         )
         optimizer = build_optimizer(model, cfg.optim, "cpu")
         try:
