@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from engine.train.command_queue import CommandQueue
     from engine.train.counters import Counters
     from engine.train.disk_full import DiskWait
-    from engine.train.fault_handler import FaultHandler
     from engine.train.reporter import Reporter
 
 
@@ -65,7 +64,7 @@ class CommandHandler:
         optimizer: OptimizerHolder,
         checkpointer: Checkpointer,
         disk: DiskWait,
-        faults: FaultHandler,
+        rollback: Callable[[float], None],
         flush: Callable[[], None],
         sample: Callable[[], object],
         evaluate: Callable[[], object],
@@ -80,7 +79,7 @@ class CommandHandler:
         self.holder = optimizer
         self.checkpointer = checkpointer
         self.disk = disk
-        self.faults = faults
+        self.rollback = rollback  # to the last checkpoint, with the LR times the factor
         self.flush = flush  # read back the steps still on the device
         self.sample = sample
         self.evaluate = evaluate
@@ -131,7 +130,7 @@ class CommandHandler:
         elif name == "stop":
             self.stopping.ask(*arg)  # the first stop asked for wins
         elif name == "rollback":
-            self.faults.rollback(arg)
+            self.rollback(arg)
         elif name == "disk_full":  # queued by the metrics writer
             disk.metrics_failed()
         elif name == "disk_retry":  # queued by the disk's retry timer

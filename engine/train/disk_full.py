@@ -13,14 +13,14 @@ from __future__ import annotations
 import errno
 import shutil
 import threading
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.distributed.world import World, from_main
 from engine.events import RunState
 from engine.rundir.summary import size_on_disk
 
 if TYPE_CHECKING:
-    from engine.checkpoint.checkpointer import Checkpointer
     from engine.rundir.metrics_log import MetricsWriter
     from engine.train.command_queue import CommandQueue
     from engine.train.counters import Counters
@@ -91,6 +91,17 @@ def write_failure(error: BaseException) -> str | None:
     if found is None:
         return None
     return found.strerror or str(found)
+
+
+class CheckpointWriter(Protocol):
+    """What a retry writes the waiting checkpoint with (the run's Checkpointer)."""
+
+    run_dir: Path | None
+    last_checkpoint: Path | None
+
+    def write(self, *, is_best: bool = False) -> tuple[Path, str | None]: ...
+
+    def saved(self, path: Path, reason: str) -> None: ...
 
 
 class DiskWait:
@@ -177,7 +188,7 @@ class DiskWait:
         if self._timer is not None:
             self._timer.cancel()
 
-    def retry(self, checkpointer: Checkpointer, by_user: bool = False) -> bool:
+    def retry(self, checkpointer: CheckpointWriter, by_user: bool = False) -> bool:
         """Write what waits (every rank at once) with `checkpointer`; True once it is all on
         disk. Failing again waits for the next retry: quietly, unless a person asked."""
         if not self.waiting:
@@ -218,7 +229,7 @@ class DiskWait:
             report.set_state(RunState.RUNNING, "disk space freed")
         return True
 
-    def _room_for_a_checkpoint(self, checkpointer: Checkpointer) -> bool:
+    def _room_for_a_checkpoint(self, checkpointer: CheckpointWriter) -> bool:
         """Room for one more checkpoint as large as the last (a file, or a sharded run's
         directory), so that a retry does not write most of one only to fail again (without a
         last one, try)."""

@@ -481,7 +481,7 @@ class Trainer:
         self.command_handler = CommandHandler(
             queue=self._commands, reporter=report, counters=counters, stopping=self.stopping,
             should_stop=lambda: self._should_stop(), cfg=cfg, optimizer=parts,
-            checkpointer=checkpointer, disk=disk, faults=faults, flush=self._flush,
+            checkpointer=checkpointer, disk=disk, rollback=faults.rollback, flush=self._flush,
             sample=self._sample, evaluate=self._evaluate, rank_commands=rank_commands,
         )  # fmt: skip
 

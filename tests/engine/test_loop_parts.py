@@ -284,7 +284,7 @@ def handler_for(parts: Parts) -> CommandHandler:
         queue=parts.queue, reporter=parts.reporter, counters=parts.counters,
         stopping=parts.stopping, should_stop=lambda: False, cfg=parts.cfg,
         optimizer=parts.holder, checkpointer=parts.checkpointer, disk=parts.disk,
-        faults=parts.faults, flush=lambda: None, sample=lambda: None, evaluate=lambda: None,
+        rollback=parts.faults.rollback, flush=lambda: None, sample=lambda: None, evaluate=lambda: None,
     )  # fmt: skip
 
 
