@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 
 def lazy_exports(
     package: str, exports: Mapping[str, tuple[str, ...]]
-) -> tuple[list[str], Callable[[str], object]]:
-    """A package's `__all__` and its module `__getattr__` (PEP 562) from {module: its public names}:
-    each name is imported from its module when first asked for. Nothing is cached in the package,
-    so a test patching the defining module is seen by every later `from package import name`."""
+) -> tuple[list[str], Callable[[str], object], Callable[[], list[str]]]:
+    """A package's `__all__`, `__getattr__` and `__dir__` (PEP 562) from {module: its public
+    names}: each name is imported from its module when first asked for. Nothing is cached in the
+    package, so a test patching the defining module is seen by every later `from package import`."""
     defined_in = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str) -> object:
@@ -25,4 +25,7 @@ def lazy_exports(
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(defined_in[name]), name)
 
-    return list(defined_in), __getattr__
+    def __dir__() -> list[str]:
+        return sorted({*vars(importlib.import_module(package)), *defined_in})
+
+    return list(defined_in), __getattr__, __dir__

@@ -9,4 +9,4 @@ _EXPORTS = {
     "engine.checkpoint.resume": ("ResumeFinished", "plan_resume"),
     "engine.checkpoint.trained": ("TrainedModel", "load_trained"),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,4 +9,4 @@ _EXPORTS = {
     "engine.config.byte_sizes": ("format_bytes", "parse_size"),
     "engine.config.to_toml": ("config_to_toml",),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -12,4 +12,4 @@ _EXPORTS = {
     "engine.control.live_runs": ("LiveRun", "find_live_runs", "probe"),
     "engine.control.carry_on": ("carry_on", "resume_command"),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -11,4 +11,4 @@ _EXPORTS = {
     "engine.data.cache": ("CacheError", "find_prepared", "list_prepared", "remove_prepared"),
     "engine.data.cache_dirs": ("default_cache_dir",),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -7,4 +7,4 @@ _EXPORTS = {
     "engine.distributed.world": ("World", "init_world"),
     "engine.distributed.parallel": ("FSDP_OPTIMIZERS", "parallel_plan", "per_rank_batch"),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

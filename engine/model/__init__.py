@@ -9,4 +9,4 @@ _EXPORTS = {
     "engine.model.schedule": ("LrChange", "LrPlan", "lr_change", "lr_plan", "planned_curve"),
     "engine.model.sampling": ("PromptError", "SamplingOptions", "encode_prompt", "generate_tokens", "stream_text"),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,4 +9,4 @@ _EXPORTS = {
     "engine.plan.report": ("format_plan",),
     "engine.plan.flops": ("flops_per_token", "measure_peak", "table_peak"),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,4 +13,4 @@ _EXPORTS = {
     "engine.rundir.recorded": ("RecordedRun",),
     "engine.rundir.sinks": ("summary_writer_class",),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

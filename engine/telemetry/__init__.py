@@ -7,4 +7,4 @@ _EXPORTS = {
     "engine.telemetry.throttle_reasons": ("THROTTLE_BY_NAME",),
     "engine.telemetry.poller": ("select_backend",),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

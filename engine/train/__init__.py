@@ -8,4 +8,4 @@ _EXPORTS = {
     "engine.train.device": ("autocast_context", "device_capacity", "select_device", "select_dtype"),
     "engine.train.threads": ("apply_threads",),
 }
-__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
