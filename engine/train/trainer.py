@@ -606,7 +606,9 @@ class Trainer:
             try:
                 self._train_step(instruments.step, parts, report_memory)
             except torch.OutOfMemoryError:
-                loop_parts.faults.shrink_micro_batch()  # retries with a smaller micro-batch, or pauses
+                # retries with a smaller micro-batch, or pauses; the update keeps its size
+                if loop_parts.faults.shrink_micro_batch():
+                    instruments.step.micro_steps = cfg.train.grad_accum
                 continue
             counters.train_time_s += time.perf_counter() - t0
             if counters.step == step_before:

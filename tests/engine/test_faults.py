@@ -137,9 +137,18 @@ def test_out_of_memory_halves_the_micro_batch_and_goes_on(tmp_path):
         run_dir=tmp_path,
         telemetry=False,
     )
-    events = run_with(trainer, lambda t: setattr(t, "forward", PoisonAt(t, {5}, kind="oom")))
+    poison: list[PoisonAt] = []
+
+    def install(t: Trainer) -> None:
+        poison.append(PoisonAt(t, {5}, kind="oom"))
+        t.forward = poison[0]
+
+    events = run_with(trainer, install)
     assert trainer.state == "finished" and trainer.step == 12
     assert (trainer.cfg.train.batch_size, trainer.cfg.train.grad_accum) == (4, 2)
+    # steps 1-4 one micro-batch of 8, the refused call, then steps 5-12 two of 4 each: every
+    # update still trains on 8 sequences, as the token count says
+    assert poison[0].calls == 4 + 1 + 8 * 2
     oom = next(e for e in events if e.kind == "alert" and e.code == "oom")
     assert "micro-batch 4 x 2" in oom.message
     steps = [e.step for e in events if e.kind == "step"]
