@@ -88,9 +88,8 @@ class Comparing(_AppBase):
 
     @work(thread=True, exit_on_error=False, group="overlay-refresh", exclusive=True)
     def _read_live_overlays(self, keys: list[str]) -> None:
-        from cockpit.cli.runs import engine_holds
         from cockpit.figures.overlay import Overlay
-        from engine.rundir import read_curves
+        from engine.rundir import engine_holds, read_curves
 
         fresh, started = {}, time.monotonic()
         for key in keys:

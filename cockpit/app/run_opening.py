@@ -50,7 +50,7 @@ STEERING_KEYS = frozenset(
 def open_engine(run_dir: Path) -> EngineHandle:
     """The engine handle of the run in `run_dir`: attached to over its control socket while an
     engine holds it, else read back from its files. Raises with a one-line message."""
-    from cockpit.cli.runs import engine_holds
+    from engine.rundir import engine_holds
 
     if engine_holds(run_dir):
         from engine.control import RemoteEngine

@@ -116,15 +116,15 @@ class RunStarts(_AppBase):
     def _resume_in_worker(self, target: Path, overrides: list[str], branch_of: Path | None) -> None:
         """Build the resumed engine off the UI thread (its checks read the checkpoint with
         torch); a finished run asks how far to train on."""
-        from cockpit.cli.branch import NothingToTrain
         from engine.checkpoint import ResumeFinished
+        from engine.rundir import NothingToTrain
 
         assert self.resume_factory is not None
         run_dir = target if target.is_dir() else target.parent
         title = f"Cannot {'fork' if branch_of is not None else 'resume'} {run_dir.name}"
         try:
             if branch_of is not None:
-                from cockpit.cli.branch import make_fork
+                from engine.rundir import make_fork
 
                 run_dir, _ = make_fork(branch_of, overrides, None)
             engine = self.resume_factory(str(run_dir), overrides)

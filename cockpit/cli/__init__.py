@@ -5,8 +5,7 @@ from __future__ import annotations
 import importlib
 
 # module -> the names it gives the rest of the code. Imported when first asked for, so that a
-# module reading one subcommand's helpers (the app asks cockpit.cli.runs whether an engine holds
-# a run) does not load the parser and every subcommand with it.
+# subcommand's module does not load the parser and every subcommand with it.
 _EXPORTS = {"cockpit.cli.command_line": ("build_parser", "main")}
 __all__ = ["build_parser", "main"]
 

@@ -263,7 +263,7 @@ def _tokens_cell(corpus: Any) -> str:
 def ls_rows(corpora: list[Any]) -> list[list[str]]:
     """The table's cells, header first; a corpus that is not ready says why in place of its
     source (an interrupted preparation has no figures to show)."""
-    from cockpit.cli.ps import printable  # meta.json's text is anyone's: no escapes
+    from cockpit.figures.run_table import printable  # meta.json's text is anyone's: no escapes
 
     rows = [["NAME", "TOKENIZER", "TOKENS (TRAIN/VAL)", "DOCS", "SIZE", "PREPARED", "SOURCE"]]
     for c in corpora:

@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.cli.branch import ForkError, make_fork
     from engine.config import ConfigError
+    from engine.rundir import ForkError, make_fork
 
     def damaged(message: str) -> None:
         print(f"cockpit fork: warning: {message}", file=sys.stderr)

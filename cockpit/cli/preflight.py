@@ -32,7 +32,7 @@ def preflight(args: argparse.Namespace) -> str | None:
     else:
         if not Path(args.resume).exists():
             raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
-        from cockpit.cli.branch import branch_overrides
+        from engine.rundir import branch_overrides
 
         # a branch not yet trained resumes with the settings it was forked with, then these
         args.overrides = [*branch_overrides(Path(args.resume)), *args.overrides]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.cli.options import add_runs_root_option, runs_root_problem
+from cockpit.figures.run_table import fmt_steps, fmt_uptime, printable
 
 NAME = "ps"
 HELP = (
@@ -84,10 +85,6 @@ def viewer_label(viewer: dict[str, Any]) -> str:
     return printable(f"{name}, read-only" if viewer.get("read_only") else name)
 
 
-def printable(text: str) -> str:
-    """`text` safe for one table line: a client's name is its own to choose (no newlines or
-    terminal escapes reach the screen)."""
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def as_json(live: Any, now: float) -> dict[str, Any]:
@@ -119,22 +116,8 @@ def as_json(live: Any, now: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the table
 
 
-def fmt_uptime(seconds: float | None) -> str:
-    """'42s', '12m 05s', '1h 02m', '2d 03h' (a process listing's age: two units at most)."""
-    from cockpit.figures.durations import fmt_duration
-
-    if seconds is None or seconds < 60 or seconds >= 86_400:
-        return fmt_duration(seconds)  # '-', '42s', '2d 03h'
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
 
 
-def fmt_steps(step: int, max_steps: int | None) -> str:
-    """'1,234/100k': the step exact, the planned total short."""
-    from cockpit.figures.numbers import fmt_int, fmt_tick
-
-    return f"{fmt_int(step)}/{fmt_tick(max_steps)}" if max_steps else fmt_int(step)
 
 
 def row(live: Any, now: float, run_name: str) -> list[str]:

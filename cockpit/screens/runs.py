@@ -27,19 +27,10 @@ from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 from textual.worker import Worker, WorkerState
 
-from cockpit.cli.runs import (
-    LIVE,
-    RIGHT_ALIGNED,
-    UNREADABLE,
-    ListedRun,
-    find_run_dirs,
-    fit_columns,
-    list_run,
-    row,
-    shorten_run_name,
-)
+from cockpit.figures.run_table import RIGHT_ALIGNED, fit_columns, row, shorten_run_name
 from cockpit.screens.settings import parse_settings
 from engine.checkpoint import latest_checkpoint, step_of
+from engine.rundir import LIVE, UNREADABLE, ListedRun, find_run_dirs, list_run
 
 REFRESH_S = 2.0  # live runs' steps move, new runs appear
 CONFIG_NAME = "config.toml"  # the run's replayable config, written when it starts

@@ -12,5 +12,10 @@ _EXPORTS = {
     "engine.rundir.journal": ("Entry", "JournalTail"),
     "engine.rundir.recorded": ("RecordedRun",),
     "engine.rundir.sinks": ("summary_writer_class",),
+    "engine.rundir.listing": (
+        "CRASHED", "FORKED", "LIVE", "UNREADABLE", "ListedRun", "engine_holds", "find_run_dirs",
+        "list_run", "list_runs",
+    ),
+    "engine.rundir.branch": ("FORK_FILE", "ForkError", "NothingToTrain", "branch_overrides", "make_fork"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -27,6 +27,7 @@ from typing import Any
 
 from engine.events import Event, RunState
 from engine.files import atomic_write
+from engine.rundir.branch import FORK_FILE
 
 SUMMARY_NAME = "summary.json"
 METRICS_NAME = "metrics.jsonl"
@@ -317,7 +318,7 @@ def fork_parent(run_dir: Path) -> dict[str, Any] | None:
     (its fork.json), or None; also for a fork.json not of `cockpit fork`'s shape (damaged or
     edited: it names no parent, and the run lists as itself)."""
     try:
-        fork = json.loads((run_dir / "fork.json").read_text())
+        fork = json.loads((run_dir / FORK_FILE).read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(fork, dict):

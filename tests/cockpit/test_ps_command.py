@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from live_process import REPO, LiveRun
 
-from cockpit.cli.ps import fmt_uptime, table
+from cockpit.cli.ps import table
+from cockpit.figures.run_table import fmt_uptime
 from engine.control import wire
 from engine.control.client import RemoteEngine
 from engine.control.live_runs import LiveRun as Found

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from live_process import REPO, LiveRun
 
-from cockpit.cli.runs import ListedRun, fmt_ago, table
+from cockpit.figures.run_table import fmt_ago, table
+from engine.rundir import ListedRun
 from engine.rundir.summary import RunSummary
 
 TIMEOUT = 30.0

@@ -129,7 +129,7 @@ def _copy_history(
 ) -> None:
     """The parent's records up to `step` (and its run_started), so the branch's curves begin
     where the parent's were; streamed, record by record (a line cut or damaged is read past)."""
-    from engine.rundir import read_records
+    from engine.rundir.metrics_log import read_records
 
     if not parent_metrics.exists():
         return
