@@ -433,6 +433,47 @@ def test_every_allowed_private_member_is_still_used(modules: dict[str, Module]) 
     assert not unused, "allowed in PRIVATE_ALLOWED but no longer used:\n" + "\n".join(unused)
 
 
+# the cockpit's packages, lowest first: a module imports nothing from a package above its own
+# (the CLI launches the app, the app opens screens, screens hold widgets, widgets draw figures)
+COCKPIT_LAYERS = ("cockpit.figures", "cockpit.widgets", "cockpit.screens", "cockpit.app", "cockpit.cli")
+
+
+def layer_violations(modules: dict[str, Module]) -> list[str]:
+    def layer(name: str) -> int | None:
+        for i, package in enumerate(COCKPIT_LAYERS):
+            if name == package or name.startswith(package + "."):
+                return i
+        return None
+
+    problems = []
+    for module in modules.values():
+        own = layer(module.name)
+        if own is None:
+            continue
+        for target, line in imports(module, modules):
+            other = layer(target)
+            if other is not None and other > own:
+                problems.append(f"{module.path}:{line}: {COCKPIT_LAYERS[own]} imports {target}")
+    return problems
+
+
+def test_the_cockpit_layers_import_only_downwards(modules: dict[str, Module]) -> None:
+    problems = layer_violations(modules)
+    assert not problems, "\n".join(problems)
+
+
+def test_an_upward_import_of_the_cockpit_is_found() -> None:
+    sources = {
+        "cockpit/app/__init__.py": '"""app"""',
+        "cockpit/app/x.py": "from cockpit.cli.runs import table\n",
+        "cockpit/cli/__init__.py": '"""cli"""',
+        "cockpit/cli/runs.py": "table = 1\n",
+    }
+    assert layer_violations(parse(sources)) == [
+        "cockpit/app/x.py:1: cockpit.app imports cockpit.cli.runs"
+    ]
+
+
 @pytest.mark.parametrize("root", ROOTS)
 def test_the_top_level_stays_small(root: str) -> None:
     entries = sorted(p.name for p in (REPO / root).iterdir() if p.name != "__pycache__")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cockpit.app.key_table import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS
+from cockpit.app.key_table import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, help_rows
 from cockpit.figures.numbers import fmt_int
 from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, run_lr_plan
 from engine.contract import EngineHandle
@@ -227,4 +227,4 @@ class CommandActions(_AppBase):
         self.main_screen.zoom_panel(panel_id)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.offered))  # the keys that do something now
+        self.push_screen(HelpScreen(help_rows(self.offered)))  # the keys that do something now

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from cockpit.app.key_table import help_rows
 from cockpit.figures.numbers import fmt_lr
 from engine.config import MAX_LR, config_from_dict
 from engine.events import RunStarted
@@ -378,16 +377,16 @@ class HelpScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,q,question_mark,enter", "close", "Close", show=False)]
 
-    def __init__(self, offered: Callable[[str], bool | None] | None = None) -> None:
+    def __init__(self, rows: Sequence[tuple[str, str]]) -> None:
         super().__init__(classes="dialog-screen")
-        self.offered = offered  # the app's CommandActions.offered: only the keys that work now
+        self.rows = rows  # (key, what it does): the app's key table, the keys that work now
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog", id="help-dialog") as box:
             box.border_title = "Keys"
             box.border_subtitle = "esc close"
             with Grid(id="help-keys"):
-                for key, description in help_rows(self.offered):
+                for key, description in self.rows:
                     yield Static(key, classes="help-key")
                     yield Static(description, classes="help-description")
             yield Static(Content.styled(HELP_NOTE, "$foreground-muted"), id="help-note")
