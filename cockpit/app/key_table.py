@@ -2,7 +2,7 @@
 
 The app's key bindings, the help screen's rows, the command palette and the sets of actions that
 need a running engine or the main screen are all generated from `COMMANDS`, so a command cannot
-have a key without a help line or a palette entry (tests/cockpit/test_commands.py checks it).
+have a key without a help line or a palette entry (a test checks it).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Step rate and ETA of a run, from event timestamps only (never the wall clock). The run's
-training time is cockpit/figures/training_clock.py's: the status line shows that, not wall time."""
+training time is the training clock's: the status line shows that, not wall time."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The Loss panel: raw train loss (faint), its debiased EMA, and val loss markers at each eval;
-other runs' curves laid under them (overlays, cockpit/figures/overlay.py) with a legend of their values
+other runs' curves laid under them (overlays) with a legend of their values
 at the current run's x and the differences."""
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ WARMUP_SHARE = 0.05  # the y range leaves out the first 5% of the x span (the ln
 class LossPanel(ThrottledPlot):
     """Loss vs steps, tokens or training time (`t` cycles), linear or log y (`g`).
 
-    Training time of the live run (cockpit/figures/training_clock.py): `set_time_anchor(step,
+    Training time of the live run: `set_time_anchor(step,
     train_time_s)` where it is known exactly (RunStarted: start_step, train_time_s; every Eval,
     through `add_eval(..., train_time_s=)`), and from there each step's `step_time_s`
     (`add_step(..., step_time_s=)`). Steps given without a step time are not on the time
-    axis. Other runs' curves lie under its own (cockpit/widgets/loss_overlays.py)."""
+    axis. Other runs' curves lie under its own."""
 
     BORDER_TITLE = "Loss"
     ALLOW_MAXIMIZE = True

@@ -1,4 +1,4 @@
-"""The other runs laid under the loss panel's own curves (cockpit/figures/overlay.py's `Overlay`s): each
+"""The other runs laid under the loss panel's own curves (`Overlay`s): each
 with a colour of its own while it stays overlaid, its legend entry at the current run's x, and
 its line and val points drawn into the panel's plot. No Textual: the panel hands in its plot.
 """
@@ -15,7 +15,7 @@ OVERLAY_MARKER = "◆"  # an overlay's val points (the current run's are ●)
 
 
 class Plot(Protocol):
-    """What the overlays draw with (cockpit/widgets/plot.py's ThrottledPlot)."""
+    """What the overlays draw with (a ThrottledPlot)."""
 
     def line(self, plt: Any, xs: Any, ys: Any, color: Any) -> None: ...
 

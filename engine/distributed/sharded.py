@@ -7,7 +7,7 @@
 directory appears under its final name only when complete. DCP reshards on load, so a run saved
 on N ranks resumes on M (or on one process, unsharded); `dcp_model_state` reads the whole
 model back into one process for `cockpit sample` and `cockpit export`. Every load goes through
-engine/checkpoint/dcp_reader.py, which reads a checkpoint someone else wrote without running its code.
+the checkpoint package's DCP reader, which reads a checkpoint someone else wrote without running its code.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def save_sharded(
     try:
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
     except (Exception, dcp_error) as e:  # noqa: BLE001 - whatever a rank's write raised
-        # a full disk in the OS's words, found in the rank's failure (engine/train/disk_full.py)
+        # a full disk in the OS's words, found in the rank's failure
         failure = write_failure(e) or last_line(e)
     failure = from_main(failure, world, group)  # every rank's shards are written, or none
     if failure is None and world.is_main:
@@ -153,7 +153,7 @@ def _optimizer_state_by_name(
     saved: dict[str, Any], optimizer: torch.optim.Optimizer, model: torch.nn.Module
 ) -> dict[str, Any]:
     # torch.optim numbers parameters in param_groups order; this run's optimizer is built the
-    # same way (engine/model/optimizers.py), so its k-th parameter is the saved k-th one.
+    # same way, so its k-th parameter is the saved k-th one.
     names = {id(param): name for name, param in model.named_parameters()}
     ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
     return {
