@@ -88,7 +88,8 @@ def test_ps_lists_the_live_run_and_who_watches_it(watched: LiveRun) -> None:
     assert len(rows) == 1, result.stdout  # the dead and the silent sockets are not runs
     run_name, preset, state, steps, loss, tokens_per_s, *up, viewers = rows[0].split()
     assert run_name.endswith("tiny-live")
-    assert (preset, state, viewers) == ("tiny", "running", "2")
+    # the run checkpoints on its interval, so ps may catch it saving: both are a live run
+    assert (preset, viewers) == ("tiny", "2") and state in ("running", "saving"), rows[0]
     step, max_steps = steps.split("/")
     assert int(step.replace(",", "")) > 0 and max_steps == "1M"
     assert float(loss) > 0 and tokens_per_s != "-"
