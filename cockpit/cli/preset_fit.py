@@ -45,7 +45,9 @@ def preset_fit_warning(
     if known_peak is not None and known_peak[0].split(":")[0] == device.type:
         peak = known_peak[1]
     elif device.type == "cuda":
-        found = table_peak(torch.cuda.get_device_name(device), compute_dtype(cfg, "cuda"))
+        # the run turns TF32 on for its float32 matmuls on CUDA
+        name = torch.cuda.get_device_name(device)
+        found = table_peak(name, compute_dtype(cfg, "cuda"), tf32=True)
         peak = found.flops if found is not None else None
     if peak is None:
         peak = measure_peak(device, torch.float32, size=512, seconds=0.2).flops

@@ -11,6 +11,7 @@ FLOPs per token = 6N + 12*L*H*Q*T (Chowdhery et al. 2022, PaLM, appendix B), whe
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,22 +23,89 @@ from engine.config.run_config import ModelConfig
 
 TERA = 1e12
 
-# Dense peak TFLOP/s from the vendors' datasheets (no sparsity): (bf16/fp16 tensor cores with
-# fp32 accumulate, plain fp32). Matched in order against the device name, so "L40S" precedes "L4".
-PEAK_TFLOPS: tuple[tuple[str, float, float], ...] = (
-    ("H200", 989.0, 67.0),
-    ("H100 PCIe", 756.0, 51.0),
-    ("H100", 989.0, 67.0),
-    ("A100", 312.0, 19.5),
-    ("L40S", 362.0, 91.6),
-    ("L40", 181.0, 90.5),
-    ("L4", 121.0, 30.3),
-    ("A10G", 70.0, 31.2),
-    ("A10", 125.0, 31.2),
-    ("RTX 4090", 165.2, 82.6),
-    ("RTX 3090", 71.0, 35.6),
-    ("V100", 125.0, 15.7),
-    ("T4", 65.0, 8.1),
+
+@dataclass(frozen=True)
+class DatasheetPeak:
+    """One GPU's dense peaks (TFLOP/s, no sparsity) and how its device name is recognised."""
+
+    part: str  # printed in the source: "table: H100 SXM bf16"
+    pattern: str  # searched for in the lower-cased torch.cuda.get_device_name
+    tensor16: float  # bf16/fp16 on tensor cores, fp32 accumulate (what autocast matmuls use)
+    tf32: float | None  # fp32 matmuls on TF32 tensor cores (None: the part has none)
+    fp32: float  # plain fp32 on the CUDA cores
+    bf16: bool = True  # False: no bf16 tensor cores (Volta, Turing), so bf16 is fp32's figure
+
+
+# NVIDIA's datasheets mostly print tensor figures "with sparsity" (2:4 structured sparsity, which
+# dense training never uses): those are halved here, and the comment says so. GeForce cards
+# accumulate in fp32 at half their fp16-accumulate rate (the headline figure); a matmul in
+# PyTorch accumulates in fp32, so their fp32-accumulate figure is the one here. Searched in
+# order, most specific first (H100 NVL and PCIe before the H100 SXM, GB200 before B200); the
+# patterns match whole words, so an L4 is never an L40, an A10 never an A100.
+PEAK_TFLOPS: tuple[DatasheetPeak, ...] = (
+    # NVIDIA H200 Tensor Core GPU datasheet, H200 NVL: BF16 1,671*, TF32 835* (*: with sparsity,
+    # halved), FP32 60
+    DatasheetPeak("H200 NVL", r"\bh200\b.*\bnvl\b", 835.5, 417.5, 60.0),
+    # H200 datasheet, H200 SXM: BF16 1,979*, TF32 989* (halved), FP32 67
+    DatasheetPeak("H200 SXM", r"\bh200\b", 989.5, 494.5, 67.0),
+    # NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (per GPU): BF16 1,671*, TF32 835* (halved),
+    # FP32 60
+    DatasheetPeak("H100 NVL", r"\bh100\b.*\bnvl\b", 835.5, 417.5, 60.0),
+    # H100 datasheet, H100 PCIe: BF16 1,513*, TF32 756* (halved), FP32 51
+    DatasheetPeak("H100 PCIe", r"\bh100\b.*\bpcie\b", 756.5, 378.0, 51.0),
+    # H100 datasheet, H100 SXM: BF16 1,979*, TF32 989* (halved), FP32 67 ("H100 80GB HBM3" names
+    # the SXM part)
+    DatasheetPeak("H100 SXM", r"\bh100\b", 989.5, 494.5, 67.0),
+    # NVIDIA GB200 NVL72 datasheet, per Blackwell GPU: FP16/BF16 5 PF*, TF32 2.5 PF* (halved),
+    # FP32 80
+    DatasheetPeak("GB200", r"\bgb200\b", 2500.0, 1250.0, 80.0),
+    # NVIDIA HGX B200 datasheet, per GPU: FP16/BF16 4.5 PF*, TF32 2.2 PF* (halved), FP32 75
+    DatasheetPeak("B200", r"\bb200\b", 2250.0, 1100.0, 75.0),
+    # NVIDIA A100 Tensor Core GPU datasheet (40 and 80 GB, SXM and PCIe alike): BF16 312, TF32 156
+    # dense (624* / 312* with sparsity), FP32 19.5
+    DatasheetPeak("A100 SXM", r"\ba100\b.*\bsxm", 312.0, 156.0, 19.5),
+    DatasheetPeak("A100 PCIe", r"\ba100\b.*\bpcie\b", 312.0, 156.0, 19.5),
+    DatasheetPeak("A100", r"\ba100\b", 312.0, 156.0, 19.5),
+    # NVIDIA L40S datasheet: BF16 362.05 | 733*, TF32 183 | 366*, FP32 91.6
+    DatasheetPeak("L40S", r"\bl40s\b", 362.05, 183.0, 91.6),
+    # NVIDIA L40 datasheet: BF16 181.05 | 362.1*, TF32 90.5 | 181*, FP32 90.5
+    DatasheetPeak("L40", r"\bl40\b", 181.05, 90.5, 90.5),
+    # NVIDIA L4 datasheet (sparse figures only): BF16 242*, TF32 120* (halved), FP32 30.3
+    DatasheetPeak("L4", r"\bl4\b", 121.0, 60.0, 30.3),
+    # A10G: AWS's part (G5), no NVIDIA datasheet published; 80 SMs at 1.71 GHz give FP32 35, and
+    # its tensor cores accumulate fp32 at the GeForce rate: BF16 70, TF32 35 (as AWS users quote)
+    DatasheetPeak("A10G", r"\ba10g\b", 70.0, 35.0, 35.0),
+    # NVIDIA A10 datasheet: BF16 125 | 250*, TF32 62.5 | 125*, FP32 31.2
+    DatasheetPeak("A10", r"\ba10\b", 125.0, 62.5, 31.2),
+    # NVIDIA RTX Blackwell GPU architecture whitepaper, GeForce RTX 5090: FP16/BF16 with FP32
+    # accumulate 209.5 dense (419 with FP16 accumulate), TF32 104.8 dense, FP32 104.8 (not the
+    # 5090 D)
+    DatasheetPeak("RTX 5090", r"\brtx 5090\b(?! d\b)", 209.5, 104.8, 104.8),
+    # NVIDIA RTX PRO 6000 Blackwell Max-Q datasheet: 3,511 AI TOPS (FP4, sparse) = BF16 438.9 dense
+    # (/8: sparsity, FP8, FP16), TF32 half that, FP32 110
+    DatasheetPeak(
+        "RTX PRO 6000 Blackwell Max-Q", r"\brtx pro 6000\b.*\bmax.q\b", 438.9, 219.4, 110.0
+    ),
+    # RTX PRO 6000 Blackwell Workstation Edition datasheet: 4,000 AI TOPS (FP4, sparse) = BF16 500
+    # dense (a professional card: full-rate fp32 accumulate), TF32 250, FP32 125; the Server
+    # Edition, clocked a little lower, is read against these figures
+    DatasheetPeak("RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 500.0, 250.0, 125.0),
+    # NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: FP16/BF16 with FP32 accumulate
+    # 165.2 | 330.4*, TF32 82.6 | 165.2*, FP32 82.6 (not the 4090 D)
+    DatasheetPeak("RTX 4090", r"\brtx 4090\b(?! d\b)", 165.2, 82.6, 82.6),
+    # NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090: FP16/BF16 with FP32
+    # accumulate 71 | 142*, TF32 35.6 | 71*, FP32 35.6 (not the 3090 Ti)
+    DatasheetPeak("RTX 3090", r"\brtx 3090\b(?! ti\b)", 71.0, 35.6, 35.6),
+    # GA102 whitepaper / NVIDIA RTX A6000 datasheet: BF16 154.8 | 309.7*, TF32 77.4 | 154.8*,
+    # FP32 38.7
+    DatasheetPeak("RTX A6000", r"\brtx a6000\b", 154.8, 77.4, 38.7),
+    # NVIDIA V100 Tensor Core GPU datasheet: tensor (fp16) 130 / 125 / 112, FP32 16.4 / 15.7 / 14
+    # for V100S PCIe, SXM2, PCIe; no TF32, no bf16 tensor cores
+    DatasheetPeak("V100S PCIe", r"\bv100s\b", 130.0, None, 16.4, bf16=False),
+    DatasheetPeak("V100 SXM2", r"\bv100\b.*\bsxm", 125.0, None, 15.7, bf16=False),
+    DatasheetPeak("V100 PCIe", r"\bv100\b.*\bpcie\b", 112.0, None, 14.0, bf16=False),
+    # NVIDIA T4 datasheet: mixed precision (FP16/FP32) 65, FP32 8.1; no TF32, no bf16 tensor cores
+    DatasheetPeak("T4", r"\bt4\b", 65.0, None, 8.1, bf16=False),
 )
 
 
@@ -57,14 +125,39 @@ class Peak:
         return f"{self.flops / TERA:.3g} TFLOP/s ({self.source})"
 
 
-def table_peak(device_name: str, dtype: torch.dtype) -> Peak | None:
-    """The datasheet peak for a known GPU, or None."""
-    for key, half, single in PEAK_TFLOPS:
-        if key.lower() in device_name.lower():
-            low_precision = dtype in (torch.bfloat16, torch.float16)
-            value = half if low_precision else single
-            return Peak(value * TERA, f"table: {key} {'bf16' if low_precision else 'fp32'}")
-    return None
+def table_peak(device_name: str, dtype: torch.dtype, *, tf32: bool) -> Peak | None:
+    """The datasheet peak of a known GPU for matmuls in `dtype`, or None for an unknown one.
+
+    `tf32`: float32 matmuls run on TF32 tensor cores (the run enables them on CUDA), so a
+    float32 run is measured against the TF32 figure; without it, against plain fp32.
+    """
+    name = device_name.lower()
+    if re.search(r"\bmig\b", name):  # a MIG slice has a fraction of the part's SMs: measure it
+        return None
+    entry = next((e for e in PEAK_TFLOPS if re.search(e.pattern, name)), None)
+    if entry is None:
+        return None
+    if dtype in (torch.bfloat16, torch.float16):
+        precision = "bf16" if dtype == torch.bfloat16 else "fp16"
+        if dtype == torch.float16 or entry.bf16:
+            return Peak(entry.tensor16 * TERA, f"table: {entry.part} {precision}")
+        return Peak(entry.fp32 * TERA, f"table: {entry.part} fp32 (no bf16 tensor cores)")
+    if tf32 and entry.tf32 is not None:
+        return Peak(entry.tf32 * TERA, f"table: {entry.part} tf32")
+    return Peak(entry.fp32 * TERA, f"table: {entry.part} fp32")
+
+
+def fp32_matmul_uses_tf32() -> bool:
+    """Whether float32 matmuls on CUDA run on TF32 tensor cores, whichever of torch's settings
+    turned them on (allow_tf32, set_float32_matmul_precision, or the newer fp32_precision)."""
+    matmul = torch.backends.cuda.matmul
+    precision = getattr(matmul, "fp32_precision", "none")  # torch >= 2.9; "none": inherited
+    if precision in ("tf32", "ieee"):
+        return precision == "tf32"
+    try:
+        return bool(matmul.allow_tf32)
+    except RuntimeError:  # the legacy and the new settings mixed: torch refuses to say
+        return False
 
 
 def measure_peak(
@@ -114,9 +207,11 @@ def _window_rate(
                 return flops * count / elapsed
 
 
-def device_peak(device: torch.device, dtype: torch.dtype) -> Peak:
+def device_peak(device: torch.device, dtype: torch.dtype, *, tf32: bool | None = None) -> Peak:
+    """The datasheet peak of this GPU, else a measured one; `tf32` None reads torch's setting."""
     if device.type == "cuda":
-        found = table_peak(torch.cuda.get_device_name(device), dtype)
+        uses_tf32 = fp32_matmul_uses_tf32() if tf32 is None else tf32
+        found = table_peak(torch.cuda.get_device_name(device), dtype, tf32=uses_tf32)
         if found is not None:
             return found
     return measure_peak(device, dtype)
