@@ -64,7 +64,7 @@ def parallel_plan(cfg: RunConfig, world: World, fits_one_device: bool = True) ->
     the effective batch (`tokens_per_step`) is the same at every world size."""
     accum, n, batch = cfg.train.grad_accum, world.world_size, cfg.train.batch_size
     if not world.distributed:
-        return ParallelPlan("single", accum, batch)
+        return ParallelPlan("single", accum, batch, note=_world_of_one_note(cfg, world))
     shared = share_step(batch, accum, n)
     if shared is None:
         multiple = accum + (-accum) % n  # the next multiple of the world size
@@ -89,8 +89,6 @@ def parallel_plan(cfg: RunConfig, world: World, fits_one_device: bool = True) ->
     mode = cfg.train.parallel
     if mode == "auto":
         mode = "ddp" if fits_one_device else "fsdp"
-    if n == 1:
-        mode = "ddp"  # sharding over one rank saves nothing: a world of one is data parallel
     if mode == "fsdp" and cfg.optim.name not in FSDP_OPTIMIZERS:
         raise ConfigError(
             f"train.parallel=fsdp shards every matrix across ranks, and optim.name="
@@ -98,6 +96,18 @@ def parallel_plan(cfg: RunConfig, world: World, fits_one_device: bool = True) ->
             "or train.parallel=ddp"
         )
     return ParallelPlan(mode, micro_steps, micro_batch, note)
+
+
+def _world_of_one_note(cfg: RunConfig, world: World) -> str:
+    """The line a torchrun run of one rank gets when it asked for a parallel mode by name."""
+    mode = cfg.train.parallel
+    if not world.launched or mode == "auto":
+        return ""
+    what = "shard its weights over" if mode == "fsdp" else "average its gradients with"
+    return (
+        f"train.parallel={mode} at world size 1: one rank has no other to {what}, so it trains "
+        "as a plain single process (no process group, no wrapper, the same steps)"
+    )
 
 
 @dataclass

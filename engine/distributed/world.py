@@ -1,9 +1,10 @@
 """The run's place among ranks under `torchrun`: who this process is, and the collectives the
 loop needs (a mean of losses, a sum for evaluations, gathering small objects to rank 0).
 
-A process started without torchrun (no WORLD_SIZE, or 1) is `World()`: rank 0 of 1, and every
-helper here is a no-op, so a single-process run does exactly what it did before. Under torchrun
-the default process group is NCCL on CUDA and gloo on CPU; a second, gloo group carries the
+A world of one, whether started without torchrun or by `torchrun --nproc-per-node 1`, is a
+single process: no process group, and every helper here is a no-op, so it trains exactly as a
+plain run (the same losses, run directory, metrics and checkpoints). With more ranks the default
+process group is NCCL on CUDA and gloo on CPU; a second, gloo group carries the
 cockpit's own small messages (commands, telemetry), so they never queue behind NCCL traffic.
 """
 
@@ -37,9 +38,9 @@ class World:
 
     @property
     def distributed(self) -> bool:
-        """In a process group: several ranks, or one launched by torchrun (world size 1 under
-        torchrun runs the same path: NCCL or gloo, DDP, the command exchange)."""
-        return self.world_size > 1 or self.launched
+        """In a process group: several ranks. One rank, even under torchrun, has nobody to
+        exchange with: a process group would only add a wrapper and a collective per step."""
+        return self.world_size > 1
 
     @property
     def is_main(self) -> bool:

@@ -138,10 +138,9 @@ def build(
     fits_alone = plan_memory(cfg, vocab, device.type, capacity).fits
     parallel = parallel_plan(cfg, world, fits_one_device=fits_alone)
     # per device, with this world's sharding (FSDP) or gradient buckets (DDP)
-    planned_as = parallel.mode if world.world_size > 1 else "single"  # a world of one
     memory_plan = check_fits(
         per_rank_batch(cfg, world.world_size), vocab, device.type, capacity,
-        world.world_size, planned_as,
+        world.world_size, parallel.mode,
     )  # fmt: skip
     # every rank builds the same initial weights from the same seed
     model = GPT(cfg.model, vocab).to(device)

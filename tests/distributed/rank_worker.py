@@ -5,7 +5,9 @@ what a test needs to see every rank (rank 0 alone writes metrics.jsonl):
 - RUN_DIR/pid-R: this rank's pid (to signal or kill one rank);
 - RUN_DIR/weights-R.pt: this rank's weights when its run ends;
 - with GRAD_CHECK=1, RUN_DIR/grads-R.pt: the gradients the optimizer applies at step 1 and
-  the batches this rank trained them on (the test checks them against one process).
+  the batches this rank trained them on (the test checks them against one process);
+- with WORLD_CHECK=1, RUN_DIR/world-R.json: whether a process group was up once the run was
+  set up, the class of the forward it trains with, and how many command exchanges it made.
 
 Launched by the tests as `torchrun --standalone --nproc-per-node 2 tests/distributed/rank_worker.py
 ARGS...` where ARGS are `cockpit train`'s.
@@ -13,6 +15,7 @@ ARGS...` where ARGS are `cockpit train`'s.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -89,7 +92,22 @@ def main() -> int:
             record_first_step(trainer, run_dir, rank)
 
         trainer._setup = setup_and_record
+    seen: dict[str, object] = {}
+    if os.environ.get("WORLD_CHECK"):
+        setup_first = trainer._setup
+
+        def setup_and_look() -> None:
+            setup_first()
+            import torch.distributed as dist
+
+            seen["process_group"] = dist.is_available() and dist.is_initialized()
+            seen["forward"] = type(trainer.instruments.step.forward).__name__
+
+        trainer._setup = setup_and_look
     state = trainer.run()
+    if seen:
+        seen["exchanges"] = trainer.sync.exchanges
+        (run_dir / f"world-{rank}.json").write_text(json.dumps(seen))
     if hasattr(trainer, "model") and state != "failed":
         # the process group is gone by now: a sharded run's weights are this rank's shards
         weights = {k: local(v) for k, v in trainer.model.state_dict().items()}
