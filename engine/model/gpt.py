@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from engine.config.run_config import ModelConfig
+from engine.model.head_loss import head_loss
 
 
 class RMSNorm(nn.Module):
@@ -152,8 +153,13 @@ class GPT(nn.Module):
         return n
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, full_logits: bool = False
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(logits, loss) of idx (b, t). Without targets: the last position's logits (what
+        generation needs), no loss. With targets: no logits and the mean loss, computed in
+        chunks of tokens so that the (b, t, vocab) logits never exist (`head_loss`).
+        `full_logits`: the logits of every position, and the loss from them when targets are
+        given (the unchunked path: training this way holds 12 bytes per logit)."""
         b, t = idx.size()
         if t > self.cfg.block_size:
             raise ValueError(f"sequence of length {t} exceeds block_size {self.cfg.block_size}")
@@ -168,14 +174,17 @@ class GPT(nn.Module):
             else:
                 x = block(x, rotary)
         x = self.ln_f(x)
+        if full_logits:
+            logits = self._logits(x)
+            if targets is None:
+                return logits, None
+            loss = F.cross_entropy(
+                logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1
+            )
+            return logits, loss
         if targets is None:
-            # Generation needs only the last position's logits.
             return self._logits(x[:, [-1], :]), None
-        logits = self._logits(x)
-        loss = F.cross_entropy(
-            logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1
-        )
-        return logits, loss
+        return None, head_loss(x, self.lm_head.weight, targets, self.cfg.logit_softcap)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(x)

@@ -70,7 +70,7 @@ def train_step(
         data_time += time.perf_counter() - t_data
         with grad_sync(micro == accum - 1):
             with parts.autocast:
-                # index, don't unpack: holding the logits through backward costs b*s*vocab
+                # with targets the model returns no logits: the loss is computed in chunks
                 loss = parts.forward(x, y)[1] / accum
             parts.scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()

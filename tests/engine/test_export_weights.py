@@ -102,7 +102,7 @@ def _some_ids(vocab_size: int, length: int = 24) -> torch.Tensor:
 
 def _cockpit_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        logits, _ = model(idx, torch.zeros_like(idx))  # targets: logits at every position
+        logits, _ = model(idx, full_logits=True)
     return logits
 
 

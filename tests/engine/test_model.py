@@ -45,7 +45,7 @@ def test_switches_change_parameter_counts_as_described(switch, delta):
     base = GPT(tiny(), VOCAB).num_params(non_embedding=False)
     model = GPT(tiny(**switch), VOCAB)
     assert model.num_params(non_embedding=False) == base + delta
-    logits, loss = model(torch.randint(VOCAB, (2, 16)), torch.randint(VOCAB, (2, 16)))
+    logits, loss = model(torch.randint(VOCAB, (2, 16)), torch.randint(VOCAB, (2, 16)), full_logits=True)
     assert logits.shape == (2, 16, VOCAB) and torch.isfinite(loss)
 
 
@@ -54,9 +54,9 @@ def test_rotary_model_is_position_aware_without_a_table():
     model = GPT(tiny(pos_emb="rotary"), VOCAB).eval()
     assert model.wpe is None
     x = torch.randint(VOCAB, (1, 8))
-    logits_a, _ = model(x, x)
+    logits_a, _ = model(x, full_logits=True)
     # Same tokens, one shifted position: causal attention with rotary sees a different context.
-    logits_b, _ = model(torch.cat([x[:, :1], x], dim=1)[:, :8], x)
+    logits_b, _ = model(torch.cat([x[:, :1], x], dim=1)[:, :8], full_logits=True)
     assert not torch.allclose(logits_a[0, 1:], logits_b[0, 1:])
 
 
@@ -67,7 +67,7 @@ def test_zero_init_projections_and_softcap():
         assert torch.count_nonzero(block.mlp.c_proj.weight) == 0
     with torch.no_grad():
         model.lm_head.weight.mul_(1000)  # huge logits before the cap
-    logits, _ = model(torch.randint(VOCAB, (1, 16)), torch.randint(VOCAB, (1, 16)))
+    logits, _ = model(torch.randint(VOCAB, (1, 16)), full_logits=True)
     assert logits.abs().max() <= 5.0
 
 
