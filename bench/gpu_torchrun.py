@@ -1,5 +1,5 @@
-"""One prepared GPU check of the distributed path: torchrun (world size 1, NCCL) end to end with
-the cockpit attached, bf16 + torch.compile.
+"""One prepared GPU check of a torchrun launch (world size 1: a single process, no NCCL, no DDP)
+end to end with the cockpit attached, bf16 + torch.compile.
 
     python bench/gpu_torchrun.py [--steps 600] [--out DIR]
 
@@ -8,7 +8,7 @@ the cockpit attached, bf16 + torch.compile.
 2. attaches the cockpit app (Textual's headless driver) to rank 0's socket: time to a drawn
    loss panel; pause, LR x1.25, checkpoint and resume through the keys, each timed from the key
    to its acknowledging event; then a bare client times 10 pauses against the step time;
-3. once the run ends: tokens/s, MFU, the NCCL backend as the run reported it, the memory
+3. once the run ends: tokens/s, MFU, the NCCL mentions in the log (none: no process group), the memory
    breakdown the engine measured (weights, gradients, optimizer, activations from
    torch.cuda.max_memory_allocated, cache) and the NVML readings, and the checkpoint loaded back.
 """
