@@ -140,7 +140,8 @@ class Budget:
     """Steps and seconds of each part: what makes the whole fit about 8 minutes on an H200."""
 
     warmup: int  # optimizer steps skipped by both tools (compilation, the first read-back)
-    steps: int  # optimizer steps measured per run in (a) and (b)
+    steps: int  # optimizer steps measured in nanoGPT's run (a)
+    fit_steps: int  # optimizer steps measured per local-300m run (b)
     window_s: float  # each window of (c)
     settle_s: float  # after a viewer came or went, before a window
     rounds: int  # windows with the app in (c), each between two without
@@ -148,8 +149,8 @@ class Budget:
     part_timeout_s: float  # a fixed-length run to its last measured step
 
 
-GPU_BUDGET = Budget(warmup=10, steps=40, window_s=12.0, settle_s=3.0, rounds=2, start_timeout_s=300, part_timeout_s=240)
-CPU_BUDGET = Budget(warmup=2, steps=5, window_s=1.0, settle_s=0.3, rounds=1, start_timeout_s=120, part_timeout_s=120)
+GPU_BUDGET = Budget(warmup=10, steps=40, fit_steps=20, window_s=10.0, settle_s=3.0, rounds=2, start_timeout_s=300, part_timeout_s=240)
+CPU_BUDGET = Budget(warmup=2, steps=5, fit_steps=5, window_s=1.0, settle_s=0.3, rounds=1, start_timeout_s=120, part_timeout_s=120)
 
 
 def gpt2_small(cuda: bool, grad_accum: int) -> Shape:
@@ -221,15 +222,20 @@ def ratio(a: Figures | None, b: Figures | None) -> float | None:
 
 
 # ------------------------------------------------------------------ nanoGPT
-def write_tokens(folder: Path, data_path: str) -> tuple[Path, str]:
-    """The corpus cockpit trains on, as nanoGPT reads it: folder/train.bin and val.bin (uint16),
-    the same GPT-2 BPE tokens of the same splits (engine.data.prepare, cockpit's cache)."""
-    import numpy as np
-
+def prepared_corpus(data_path: str) -> Any:
+    """The corpus as every run here trains on it: GPT-2's BPE (the gpt2-small and local-300m
+    presets' tokenizer), prepared once into cockpit's cache, which the runs then reuse."""
     from engine.config import load_preset
     from engine.data import prepare
 
-    data = prepare(load_preset("gpt2-small").data, data_path=data_path)
+    return prepare(load_preset("gpt2-small").data, data_path=data_path)
+
+
+def write_tokens(folder: Path, data: Any) -> tuple[Path, str]:
+    """The corpus cockpit trains on, as nanoGPT reads it: folder/train.bin and val.bin (uint16),
+    the same GPT-2 BPE tokens of the same splits."""
+    import numpy as np
+
     folder.mkdir(parents=True, exist_ok=True)
     for split, tokens in (("train", data.train), ("val", data.val)):
         np.asarray(tokens).astype(np.uint16).tofile(folder / f"{split}.bin")
@@ -241,12 +247,12 @@ def parse_nanogpt(output: str) -> list[tuple[int, float, float]]:
     return [(int(m[1]), float(m[3]) / 1e3, float(m[4]) / 100) for m in NANOGPT_ITER.finditer(output)]
 
 
-def run_nanogpt(checkout: Path, work: Path, shape: Shape, data_path: str, budget: Budget) -> tuple[Figures, float | None]:
+def run_nanogpt(checkout: Path, work: Path, shape: Shape, data: Any, budget: Budget) -> tuple[Figures, float | None]:
     """nanoGPT's train.py run where it lives: the tokens and its out_dir in `work`, a link to
     its configurator.py there too (train.py reads it from the working directory). Returns the
     measured iterations' figures (MFU unset: cockpit's yardstick is applied later) and
     nanoGPT's own last printed MFU."""
-    dataset, described = write_tokens(work / "data" / "cockpit", data_path)
+    dataset, described = write_tokens(work / "data" / "cockpit", data)
     print(f"   nanoGPT's data: {described}, in {dataset}", flush=True)
     link = work / "configurator.py"
     if not link.exists():
@@ -301,14 +307,19 @@ def stop_without_checkpoint(run: LiveRun) -> None:
 
 
 def step_records_after(run: LiveRun, step: int, timeout_s: float) -> list[dict[str, Any]]:
-    """The run's step records once one past `step` is on disk."""
-    wait_until(
-        lambda: run.step() >= step or (run.process is not None and run.process.poll() is not None),
-        timeout_s,
-        f"step {step} of {run.run_dir.name}",
-    )
+    """The run's step records once one past `step` is on disk; an error as soon as the run
+    ended or paused (on an out-of-memory it cannot retry smaller, say) before it."""
+
+    def held_up() -> str:
+        if run.process is not None and run.process.poll() is not None:
+            return "ended"
+        states = run.records("state")
+        return "paused" if states and states[-1]["state"] in ("paused", "failed") else ""
+
+    wait_until(lambda: run.step() >= step or bool(held_up()), timeout_s, f"step {step} of {run.run_dir.name}")
     if run.step() < step:
-        raise RuntimeError(f"the run ended at step {run.step()}: {run.output()}")
+        alerts = "; ".join(a["message"] for a in run.records("alert")[-2:])
+        raise RuntimeError(f"the run {held_up()} at step {run.step()} ({alerts}): {run.output()[-800:]}")
     return run.records("step")
 
 
@@ -329,7 +340,7 @@ def capped_run(run_dir: Path, label: str, sets: list[str], data_path: str, cap_b
     run = cockpit_process(run_dir, "local-300m", sets, data_path, cap_bytes)  # capped (0: not)
     try:
         run.start()
-        last = budget.warmup + budget.steps
+        last = budget.warmup + budget.fit_steps
         steps = step_records_after(run, last, budget.part_timeout_s)
     except (AssertionError, RuntimeError) as e:
         result.error = str(e).strip()[-600:] or type(e).__name__
@@ -542,11 +553,19 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name() if cuda else "CPU (tiny configuration: the code is tested, the goals are not judged)"
     print(f"torch {torch.__version__} on {device}; corpus {args.data}")
     print(
-        f"budget: skip {budget.warmup} steps, measure {budget.steps} per fixed run; windows of {budget.window_s:g} s;"
+        f"budget: skip {budget.warmup} steps, then measure {budget.steps} of nanoGPT, {budget.fit_steps} of each local-300m run,"
+        f" windows of {budget.window_s:g} s;"
         f" {small.tokens_per_step:,} tokens per optimizer step ({small.batch_size} x {small.block_size} x {small.grad_accum})",
         flush=True,
     )
     t_start = time.perf_counter()
+    from engine.data import DataError
+
+    try:
+        corpus = prepared_corpus(args.data)
+    except DataError as e:
+        print(f"gpu_side_by_side: the corpus could not be prepared: {e}", file=sys.stderr)
+        return 2
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cockpit-gpu-side-by-side-"))
     out.mkdir(parents=True, exist_ok=True)
     nano: Figures | None = None
@@ -559,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.nanogpt:
                 print(f"(a) nanoGPT's train.py ({Path(args.nanogpt).expanduser()}): {small.n_layer}x{small.n_embd}, {small.dtype}, compile {small.compile}", flush=True)
                 try:
-                    nano, nano_own_mfu = run_nanogpt(Path(args.nanogpt).expanduser().resolve(), out / "nanogpt", small, args.data, budget)
+                    nano, nano_own_mfu = run_nanogpt(Path(args.nanogpt).expanduser().resolve(), out / "nanogpt", small, corpus, budget)
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     print(f"   nanoGPT failed: {str(e)[-800:]}")
                 print(f"   ({time.perf_counter() - t_start:.0f} s so far)", flush=True)
