@@ -37,6 +37,7 @@ def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.slow  # four processes of torch: about 30 s on 2 quiet cores
 def test_cpu_mode_runs_every_part_and_prints_figures_beside_goals(some_text: Path, tiktoken_cache: Path) -> None:
     done = bench("--data", str(some_text))
     out = done.stdout
@@ -58,6 +59,7 @@ def test_cpu_mode_runs_every_part_and_prints_figures_beside_goals(some_text: Pat
     assert "failed" not in out, out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not NANOGPT, reason="set COCKPIT_NANOGPT_DIR to a nanoGPT checkout to run its side")
 def test_nanogpt_side_runs_the_checkout_at_the_same_config(some_text: Path, tiktoken_cache: Path, tmp_path: Path) -> None:
     assert NANOGPT is not None
