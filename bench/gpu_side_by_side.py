@@ -60,7 +60,12 @@ from bench.attach import AppViewer, detach_viewers, end_of_window, viewer_count,
 from engine.control import RemoteEngine  # noqa: E402
 from tests.live_process import LiveRun  # noqa: E402
 
-SHARED_DATA = REPO.parent / "shared" / "data"
+# the shared data: a shared/ folder in the checkout first (what travels to a device machine),
+# else the one beside it
+SHARED_DATA = next(
+    (d for d in (REPO / "shared" / "data", REPO.parent / "shared" / "data") if d.is_dir()),
+    REPO.parent / "shared" / "data",
+)
 SHAKESPEARE = SHARED_DATA / "tinyshakespeare" / "input.txt"
 TIKTOKEN_CACHE = SHARED_DATA / "tiktoken-cache"
 SIZE = (160, 48)
@@ -566,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:
         print(f"gpu_side_by_side: the corpus could not be prepared: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="cockpit-gpu-side-by-side-"))
+    out = Path(args.out).resolve() if args.out else Path(tempfile.mkdtemp(prefix="cockpit-gpu-side-by-side-"))
     out.mkdir(parents=True, exist_ok=True)
     nano: Figures | None = None
     nano_own_mfu: float | None = None

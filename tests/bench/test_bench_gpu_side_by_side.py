@@ -109,3 +109,18 @@ def test_a_checkout_without_train_py_is_refused_in_one_line(tmp_path: Path, some
     assert done.returncode == 2
     assert "no train.py there" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_gpu_configurations_are_ones_the_engine_takes() -> None:
+    # the GPU side cannot run here: its overrides are checked as the engine parses them
+    from engine.config import load_preset
+
+    gpu = load_preset("gpt2-small", load_bench().gpt2_small(True, 8).cockpit())
+    assert (gpu.train.device, gpu.train.dtype, gpu.train.compile) == ("cuda", "bfloat16", True)
+    assert (gpu.model.n_layer, gpu.model.n_embd, gpu.model.block_size, gpu.train.batch_size) == (12, 768, 1024, 16)
+    assert gpu.tokens_per_step == 16 * 1024 * 8
+    bench = load_bench()
+    full = bench.full_recompute_value()
+    big = load_preset("local-300m", [*bench.local_300m(True, 4).cockpit(model=False), f"model.grad_checkpoint={full}"])
+    assert (big.model.n_layer, big.model.n_embd, big.train.batch_size, big.train.grad_accum) == (20, 1024, 16, 4)
+    assert str(big.model.grad_checkpoint).lower() in ("full", "true")
