@@ -124,7 +124,12 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_memory(cfg, vocab, device_type, capacity, nproc, parallel)
     fixes = suggest_fixes(cfg, vocab, device_type, capacity, nproc, parallel)
     print(format_plan(cfg, plan, fixes))
+    from engine.model import padded_vocab_size
+
+    multiple = cfg.model.vocab_multiple
+    padded = padded_vocab_size(vocab, multiple)
+    head = f", padded to {padded:,} (model.vocab_multiple = {multiple})" if padded != vocab else ""
     print(
-        f"\nvocabulary {vocab:,} ({how}); activations per Korthikanti et al. 2022 with fused attention, logits at 12 B each"
+        f"\nvocabulary {vocab:,} ({how}){head}; activations per Korthikanti et al. 2022 with fused attention, logits at 12 B each"
     )
     return 0 if plan.fits else 1

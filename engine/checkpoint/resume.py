@@ -28,6 +28,7 @@ from engine.config.run_config import (
     apply_overrides,
     config_from_dict,
     parse_override,
+    recorded_config,
 )
 from engine.model.schedule import lr_at
 
@@ -64,6 +65,8 @@ def _refusal(key: str, old: Any, new: Any, source: str) -> ConfigError:
         why = "a resumed run keeps the corpus and tokenizer its weights were trained on"
     elif key == "train.seed":
         why = "a resumed run continues its own random streams"
+    elif key == "model.vocab_multiple":
+        why = "the padded vocabulary is the row count of the embedding and head weights"
     else:
         why = "the checkpoint's weights belong to the model they were trained as"
     advice = (
@@ -85,13 +88,14 @@ def plan_resume(
     `overrides` does. Raises ConfigError (one line) for a bad or refused override, starting
     with `where` (default: "--resume LABEL"; the app's fork dialog names the branch instead).
     `label` is how the user named the run (for the "extend it with" hint)."""
-    old = config_from_dict(saved["config"], source=source)
+    recorded = recorded_config(saved["config"])  # a config.json from before a setting existed
+    old = config_from_dict(recorded, source=source)
     user_keys = set()
     for text in overrides:
         section, name, _ = parse_override(text)
         user_keys.add(f"{section}.{name}")
     where = where or f"--resume {label or source}"
-    raw = apply_overrides(saved["config"], overrides)
+    raw = apply_overrides(recorded, overrides)
     new = config_from_dict(raw, source=where)
     step = int(saved.get("step", 0))
     notes: list[str] = []

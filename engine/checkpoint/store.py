@@ -43,6 +43,7 @@ from engine.checkpoint.state import numpy_rng_state
 from engine.checkpoint.state import plain_data as plain_data
 from engine.checkpoint.state import restore_global_rng as restore_global_rng
 from engine.checkpoint.state import state_fingerprint as state_fingerprint
+from engine.config.run_config import recorded_config
 from engine.files import atomic_write, create_new, fsync_dir
 
 # 2: everything loads with torch.load(weights_only=True); 1: numpy's RNG state was an ndarray
@@ -210,6 +211,8 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         )
     if version < FORMAT_VERSION:
         state = _upgrade_from_v1(state)
+    # a setting newer than the checkpoint reads as the run had it (no padding, ...), not today's
+    state["config"] = recorded_config(state["config"])
     state["_path"] = str(path)
     return state
 
@@ -229,6 +232,7 @@ def _load_sharded_meta(path: Path) -> dict[str, Any]:
     from engine.checkpoint.dcp_reader import read_index
 
     read_index(path)  # its index and shards, checked now: a resume refuses before it starts
+    state["config"] = recorded_config(state["config"])
     state["_path"] = str(path)
     state["_sharded"] = True
     return state

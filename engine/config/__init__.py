@@ -4,7 +4,7 @@ from engine import lazy_exports
 
 # module -> the names it gives the rest of the code; each is imported when first asked for
 _EXPORTS = {
-    "engine.config.run_config": ("RunConfig", "DataConfig", "ModelConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "EvalConfig", "SampleConfig", "CheckpointConfig", "LogConfig", "ConfigError", "MAX_LR", "config_from_dict", "parse_override"),
+    "engine.config.run_config": ("RunConfig", "DataConfig", "ModelConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "EvalConfig", "SampleConfig", "CheckpointConfig", "LogConfig", "ConfigError", "MAX_LR", "config_from_dict", "parse_override", "recorded_config"),
     "engine.config.presets": ("DEFAULT_PRESET", "discover", "extends_chain", "load_preset", "search_dirs"),
     "engine.config.byte_sizes": ("format_bytes", "parse_size"),
     "engine.config.to_toml": ("config_to_toml",),

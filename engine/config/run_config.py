@@ -83,6 +83,14 @@ class ModelConfig:
     zero_init_proj: bool = _opt(False, help="zero-initialise attention and MLP output projections")
     logit_softcap: float = _opt(0.0, help="tanh soft-cap on logits; 0 turns it off", min=0.0)
     grad_checkpoint: bool = _opt(False, help="recompute each block's activations in backward")
+    vocab_multiple: int = _opt(
+        64,
+        help="pad the embedding and head rows up to a multiple of this (GPT-2's 50,257 -> 50,304), "
+        "for faster head matmuls; the padded rows are never sampled and exports cut them "
+        "(1 = no padding)",
+        min=1,
+        max=4096,
+    )
 
 
 # The highest LR a config, the LR dialog or a running run accepts: a larger LR is a typo, not a
@@ -309,6 +317,24 @@ def _build_section(cls: type, table: Any, where: str) -> Any:
         _check_range(value, by_name[key].metadata, f"{where}.{key}")
         values[key] = value
     return cls(**values)
+
+
+# Settings added after runs were first recorded, with the value a run had before they existed:
+# a stored config without one was trained that way, whatever today's default is.
+RECORDED_DEFAULTS: dict[tuple[str, str], Any] = {
+    ("model", "vocab_multiple"): 1,  # before padding, the head had the tokenizer's rows exactly
+}
+
+
+def recorded_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config a run stored (in a checkpoint or its config.json) with the settings it predates
+    filled in as they were then, so its weights rebuild in the shape they were saved in."""
+    filled = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for (section, name), value in RECORDED_DEFAULTS.items():
+        table = filled.setdefault(section, {})
+        if isinstance(table, dict):
+            table.setdefault(name, value)
+    return filled
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "config") -> RunConfig:

@@ -23,6 +23,7 @@ from engine.export.weights_source import (
     gpt2_name,
     load_gpt2_shaped,
     source_note,
+    true_vocab_state,
 )
 from engine.files import atomic_write_by_name, atomic_write_text
 
@@ -120,7 +121,7 @@ def export(target: Path, out: Path) -> ExportResult:
 
     check_directory_out(out)
     trained = load_gpt2_shaped(target, "Hugging Face's GPT-2")
-    tensors = hf_tensors(trained.model.state_dict(), trained.cfg.model.n_layer)
+    tensors = hf_tensors(true_vocab_state(trained), trained.cfg.model.n_layer)
     out.mkdir(parents=True, exist_ok=True)
     for stale in (*TOKENIZER_FILES, CHARS_FILE):  # from an earlier export into this directory
         (out / stale).unlink(missing_ok=True)

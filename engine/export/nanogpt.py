@@ -23,6 +23,7 @@ from engine.export.weights_source import (
     gpt2_name,
     load_gpt2_shaped,
     source_note,
+    true_vocab_state,
 )
 from engine.files import atomic_write
 
@@ -75,7 +76,7 @@ def nanogpt_checkpoint(trained: TrainedModel) -> dict[str, Any]:
         config["dataset"] = dataset_name(trained)
     best = trained.state.get("best_val")
     return {
-        "model": nanogpt_state(trained.model.state_dict()),
+        "model": nanogpt_state(true_vocab_state(trained)),
         "model_args": model_args,
         "iter_num": trained.step,
         "best_val_loss": float(best) if isinstance(best, (int, float)) else float("inf"),

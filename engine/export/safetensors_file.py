@@ -3,7 +3,9 @@ names, with what it takes to rebuild the model in its metadata (strings only, as
 
 Any model shape exports: `GPT(ModelConfig(**json.loads(meta["model_config"])),
 int(meta["vocab_size"]))` rebuilds it, once the tied names in meta["tied_weights"] point at the
-tensor they share (safetensors refuses to store one tensor under two names).
+tensor they share (safetensors refuses to store one tensor under two names). The embedding and
+head hold the tokenizer's rows only (a run's padded rows are cut), so model_config says
+vocab_multiple = 1.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from engine.export.weights_source import (
     distinct_tensors,
     load_for_export,
     source_note,
+    true_vocab_state,
     val_loss_of,
 )
 from engine.files import atomic_write_by_name
@@ -33,7 +36,8 @@ def metadata_of(trained: TrainedModel) -> dict[str, str]:
         "format": "pt",
         "producer": "cockpit",
         "cockpit_version": cockpit_version(),
-        "model_config": json.dumps(dataclasses.asdict(trained.cfg.model)),
+        # the tensors are cut to the tokenizer's rows: rebuilt with no padding, they fit
+        "model_config": json.dumps({**dataclasses.asdict(trained.cfg.model), "vocab_multiple": 1}),
         "vocab_size": str(trained.tokenizer.vocab_size),
         "tokenizer": trained.tokenizer.name,
         "tokenizer_meta": json.dumps(trained.tokenizer.to_meta()),
@@ -51,7 +55,7 @@ def export(target: Path, out: Path) -> ExportResult:
             f"give a file path such as {out / DEFAULT_NAME}"
         )
     trained = load_for_export(target)
-    tensors, tied = distinct_tensors(trained.model.state_dict())
+    tensors, tied = distinct_tensors(true_vocab_state(trained))
     metadata = metadata_of(trained)
     metadata["tied_weights"] = json.dumps(tied)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -136,6 +136,28 @@ def distinct_tensors(
     return kept, tied
 
 
+VOCAB_ROWS = ("wte.weight", "lm_head.weight")  # the tensors with a row per vocabulary entry
+
+
+def true_vocab_state(trained: TrainedModel) -> dict[str, torch.Tensor]:
+    """The model's state dict with the embedding and head cut to the tokenizer's rows.
+
+    The padded rows (`model.vocab_multiple`) are there for the matmuls' alignment and are
+    never produced, so an exported model has its tokenizer's vocabulary, as the formats that
+    read it expect. Tied tensors stay one tensor (cut once)."""
+    model = trained.model
+    state = model.state_dict()
+    cut: dict[int, torch.Tensor] = {}  # the full tensor's storage -> its cut copy
+    for name in VOCAB_ROWS:
+        if name in state:
+            full = state[name]
+            where = full.untyped_storage().data_ptr()  # state_dict detaches: new objects
+            if where not in cut:
+                cut[where] = full[: model.vocab_size].clone()
+            state[name] = cut[where]
+    return state
+
+
 def check_directory_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise ExportError(

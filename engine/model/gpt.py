@@ -110,17 +110,26 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def padded_vocab_size(vocab_size: int, multiple: int) -> int:
+    """The vocabulary rounded up to a multiple of `multiple` (1: unchanged): the rows the
+    embedding and head get, since an unaligned head dimension slows their matmuls."""
+    if vocab_size < 1 or multiple < 1:
+        raise ValueError(f"vocab_size ({vocab_size}) and multiple ({multiple}) must be >= 1")
+    return -(-vocab_size // multiple) * multiple
+
+
 class GPT(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
         super().__init__()
         self.cfg = cfg
-        self.vocab_size = vocab_size
-        self.wte = nn.Embedding(vocab_size, cfg.n_embd)
+        self.vocab_size = vocab_size  # the tokenizer's: ids at or above it are never produced
+        self.padded_vocab = padded_vocab_size(vocab_size, cfg.vocab_multiple)
+        self.wte = nn.Embedding(self.padded_vocab, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg, cfg.n_embd)
-        self.lm_head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, self.padded_vocab, bias=False)
         if cfg.tie_embeddings:
             # nanoGPT ties the head to the embedding: fewer parameters, better small-model loss.
             self.wte.weight = self.lm_head.weight
@@ -146,7 +155,8 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding: bool = True) -> int:
-        """Distinct parameters; nanoGPT's convention subtracts the position embedding."""
+        """Distinct parameters, the padded vocabulary's rows included (they are computed with
+        and held in memory); nanoGPT's convention subtracts the position embedding."""
         n = sum(p.numel() for p in self.parameters())
         if non_embedding and self.wpe is not None:
             n -= self.wpe.weight.numel()
@@ -218,10 +228,11 @@ class GPT(nn.Module):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """The next token (b, 1) after idx (b, t), seeing at most the last block_size tokens:
-        one step of `generate`, for callers that stream tokens as they come."""
+        one step of `generate`, for callers that stream tokens as they come. The padded
+        vocabulary's rows are never chosen: no tokenizer can decode them."""
         context = idx if idx.size(1) <= self.cfg.block_size else idx[:, -self.cfg.block_size :]
         logits, _ = self(context)
-        logits = logits[:, -1, :].float()
+        logits = mask_padded_logits(logits[:, -1, :].float(), self.vocab_size)
         if temperature == 0:
             return logits.argmax(dim=-1, keepdim=True)
         logits = logits / temperature
@@ -230,3 +241,10 @@ class GPT(nn.Module):
             logits[logits < v[:, [-1]]] = -float("inf")
         probs = F.softmax(logits, dim=-1)
         return torch.multinomial(probs, num_samples=1, generator=generator)
+
+def mask_padded_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """`logits` (..., padded_vocab) with the rows past the tokenizer's `vocab_size` at -inf,
+    so that no top-k, softmax or argmax can pick one (in place; returned for chaining)."""
+    if logits.size(-1) > vocab_size:
+        logits[..., vocab_size:] = -float("inf")
+    return logits

@@ -163,7 +163,7 @@ def memory_breakdown(
             m.n_embd,
             m.n_head,
             m.n_layer,
-            model.vocab_size,
+            model.padded_vocab,
             torch.finfo(dtype).bits // 8,
             grad_checkpoint=m.grad_checkpoint,
         )

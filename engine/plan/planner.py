@@ -18,7 +18,7 @@ import torch
 
 from engine.config.byte_sizes import GIB
 from engine.config.run_config import RunConfig
-from engine.model.gpt import GPT
+from engine.model.gpt import GPT, padded_vocab_size
 from engine.plan.memory import activation_bytes_estimate, layer_activation_bytes
 from engine.plan.parallel import check_plan_mode, ddp_bucket_bytes, shard_shapes, unsharded_bytes
 
@@ -28,7 +28,8 @@ ALLOCATOR_SLACK = 0.05  # fragmentation in the caching allocator, as a share of 
 
 
 def param_shapes(cfg: RunConfig, vocab_size: int) -> list[tuple[str, tuple[int, ...]]]:
-    """Distinct parameters of the model (tied weights once), without allocating them."""
+    """Distinct parameters of the model (tied weights once), without allocating them; the
+    embedding and head have the padded vocabulary's rows for the tokenizer's `vocab_size`."""
     with torch.device("meta"):
         model = GPT(cfg.model, vocab_size)
     return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
@@ -142,7 +143,7 @@ def plan_memory(
         m.n_embd,
         m.n_head,
         m.n_layer,
-        vocab_size,
+        padded_vocab_size(vocab_size, m.vocab_multiple),  # the head computes every padded row
         value_bytes,
         grad_checkpoint=m.grad_checkpoint,
     )

@@ -101,9 +101,10 @@ def _some_ids(vocab_size: int, length: int = 24) -> torch.Tensor:
 
 
 def _cockpit_logits(model: GPT, idx: torch.Tensor) -> torch.Tensor:
+    """The logits of the tokenizer's ids: an export cuts the padded vocabulary's rows."""
     with torch.no_grad():
         logits, _ = model(idx, full_logits=True)
-    return logits
+    return logits[..., : model.vocab_size]
 
 
 # ---------------------------------------------------------------------- safetensors

@@ -10,12 +10,13 @@ VOCAB = 65
 
 
 def tiny(**kw) -> ModelConfig:
-    base = dict(n_layer=2, n_head=2, n_embd=32, block_size=16)
+    base = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_multiple=1)  # VOCAB rows
     return ModelConfig(**{**base, **kw})
 
 
 def test_nanogpt_cpu_parameter_count_by_hand():
-    model = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=128, block_size=64), VOCAB)
+    # nanoGPT's char model has the vocabulary's 65 rows, unpadded
+    model = GPT(ModelConfig(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_multiple=1), VOCAB)
     per_block = 128 * 384 + 128 * 128 + 2 * 128 * 512 + 2 * 128  # qkv, proj, mlp, 2 LayerNorm gains
     total = 4 * per_block + VOCAB * 128 + 64 * 128 + 128  # + wte (tied head) + wpe + ln_f
     assert model.num_params(non_embedding=False) == total == 804_096

@@ -20,14 +20,14 @@ from engine.plan.fixes import check_fits, suggest_fixes
 from engine.plan.planner import ALLOCATOR_SLACK, CUDA_OVERHEAD, plan_memory
 
 # local-300m: 20 blocks of width 1024, block 1024, no biases, LayerNorm weights only, the head
-# tied to the token embedding; r50k_base's 50257 tokens
-LAYERS, C, T, VOCAB = 20, 1024, 1024, 50257
+# tied to the token embedding; r50k_base's 50257 tokens, the embedding's rows padded to 50304
+LAYERS, C, T, VOCAB, ROWS = 20, 1024, 1024, 50257, 50304
 
 
 def local_300m_shapes() -> dict[str, list[tuple[int, ...]]]:
     """The parameters by group, written out from the preset's numbers (not from the model)."""
     block = [(C,), (3 * C, C), (C, C), (C,), (4 * C, C), (C, 4 * C)]  # ln_1, attn, ln_2, mlp
-    return {"root": [(VOCAB, C), (T, C), (C,)], "blocks": block * LAYERS}  # wte=head, wpe, ln_f
+    return {"root": [(ROWS, C), (T, C), (C,)], "blocks": block * LAYERS}  # wte=head, wpe, ln_f
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -47,8 +47,8 @@ def test_local_300m_fsdp_over_8_by_hand():
     shapes = local_300m_shapes()
     every = shapes["root"] + shapes["blocks"]
     n_params = sum(numel(s) for s in every)
-    # 50257 x 1024 embedding + 1024 x 1024 positions + 20 x (12 x 1024^2 + 2 x 1024) + 1024
-    assert n_params == 51_463_168 + 1_048_576 + 20 * 12_584_960 + 1024 == 304_211_968
+    # 50304 x 1024 embedding + 1024 x 1024 positions + 20 x (12 x 1024^2 + 2 x 1024) + 1024
+    assert n_params == 51_511_296 + 1_048_576 + 20 * 12_584_960 + 1024 == 304_260_096
 
     plan = plan_memory(cfg, VOCAB, "cuda", 24 * GIB, 8, "fsdp")
     held = sum(rank_share(s, 8) for s in every)
@@ -56,10 +56,11 @@ def test_local_300m_fsdp_over_8_by_hand():
     assert plan.weights == 4 * held  # fp32 master weights, 1/8 each
     assert plan.gradients == 4 * held
     assert plan.optimizer == 8 * held + 4 * len(every)  # AdamW's two moments, a step per tensor
-    # the shard is params*4/8 but for the embedding's rows: 50257 = 8 x 6282 + 1, so each rank
-    # allocates 6283 rows (7 rows of padding over the world)
-    assert plan.weights - 4 * n_params / 8 == 4 * C * (6283 - 50257 / 8)
-    assert abs(plan.weights - 4 * n_params / 8) < 4 * C
+    # the padded embedding's 50304 rows are 8 x 6288: every tensor shards evenly
+    assert plan.weights == 4 * n_params / 8
+    # unpadded, 50257 = 8 x 6282 + 1: each rank allocates 6283 rows (7 of padding over the world)
+    unpadded = plan_memory(load_preset("local-300m", ["model.vocab_multiple=1"]), VOCAB, "cuda", 24 * GIB, 8, "fsdp")
+    assert unpadded.weights - 4 * (n_params - 47 * C) / 8 == 4 * C * (6283 - 50257 / 8)
     # the all-gathered working set in bf16: root and its gradient, two blocks and one gradient
     root = sum(numel(s) for s in shapes["root"])
     block = sum(numel(s) for s in shapes["blocks"][:6])
@@ -87,7 +88,7 @@ def test_cockpit_plan_nproc_8_fsdp_prints_the_hand_computed_shards():
     every = local_300m_shapes()["root"] + local_300m_shapes()["blocks"]
     held = sum(rank_share(s, 8) for s in every)
     rows = {line[:18].strip(): line[18:].split() for line in out.splitlines() if line[:2] == "  "}
-    assert " ".join(rows["weights"][:2]) == format_bytes(4 * held) == "145.06 MiB"
+    assert " ".join(rows["weights"][:2]) == format_bytes(4 * held) == "145.08 MiB"
     assert " ".join(rows["gradients"][:2]) == format_bytes(4 * held)
     assert " ".join(rows["optimizer state"][:2]) == format_bytes(8 * held + 4 * len(every))
     assert "all-gathered" in rows
