@@ -124,3 +124,18 @@ def test_the_gpu_configurations_are_ones_the_engine_takes() -> None:
     big = load_preset("local-300m", [*bench.local_300m(True, 4).cockpit(model=False), f"model.grad_checkpoint={full}"])
     assert (big.model.n_layer, big.model.n_embd, big.train.batch_size, big.train.grad_accum) == (20, 1024, 16, 4)
     assert str(big.model.grad_checkpoint).lower() in ("full", "true")
+
+
+def breakdown(step: int, activations: int, measured: bool = True) -> dict[str, object]:
+    return {"step": step, "weights": 100, "gradients": 100, "optimizer": 200, "activations": activations,
+            "cache": 50, "activations_measured": measured}  # fmt: skip
+
+
+def test_the_measured_peak_leaves_out_step_1_when_a_later_breakdown_exists() -> None:
+    peak_of = load_bench().memory_peak
+    # step 1 counts the optimizer state it created on top of the backward peak: too high
+    assert peak_of([breakdown(1, 900), breakdown(57, 600), breakdown(130, 650)]) == (1050, 450, [])
+    peak, reserved, notes = peak_of([breakdown(1, 900)])
+    assert (peak, reserved) == (1300, 450) and "only step 1" in notes[0]
+    assert peak_of([breakdown(1, 900, measured=False)])[2] == ["peak estimated, not measured (not CUDA)"]
+    assert peak_of([]) == (None, None, ["no memory breakdown"])
