@@ -18,18 +18,26 @@ SHAKESPEARE = Path(
 TIKTOKEN_CACHE = Path(os.environ.get("TIKTOKEN_CACHE_DIR") or SHARED_DATA / "tiktoken-cache")
 
 
-@pytest.fixture(autouse=True)
-def _isolated_dirs(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Keep prepared data, user presets and runs out of the checkout and the home directory."""
-    cache = tmp_path_factory.getbasetemp() / "cockpit-cache"  # shared by the session: prepare once
-    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(cache))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "xdg-config"))
+@pytest.fixture(scope="session")
+def isolated_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment every test runs in (set by `_isolated_dirs`): for module-scoped fixtures,
+    which start before it, to pass to what they run."""
+    env = {
+        "COCKPIT_CACHE_DIR": str(tmp_path_factory.getbasetemp() / "cockpit-cache"),  # prepare once
+        "XDG_CONFIG_HOME": str(tmp_path_factory.getbasetemp() / "xdg-config"),
+    }
     if SHAKESPEARE.exists():
-        monkeypatch.setenv("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
+        env["COCKPIT_TINYSHAKESPEARE"] = str(SHAKESPEARE)
     if TIKTOKEN_CACHE.exists():
-        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_CACHE))
+        env["TIKTOKEN_CACHE_DIR"] = str(TIKTOKEN_CACHE)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(isolated_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep prepared data, user presets and runs out of the checkout and the home directory."""
+    for name, value in isolated_env.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.delenv("COCKPIT_PRESETS_DIR", raising=False)
 
 

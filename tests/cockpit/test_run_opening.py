@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from pilot import TINY, Toasts, alert_text, run_pilot, wait_for, wait_for_engine
+from run_copies import copy_run
 from run_dirs import three_runs, write_run
 from scripted import ScriptedFactory
 from textual.pilot import Pilot
@@ -147,10 +148,11 @@ def test_two_overlaid_runs_show_their_values_from_the_files(tmp_path: Path) -> N
 TINY_STEPS = 30
 
 
-@pytest.fixture
-def finished_tiny_run(tmp_path: Path) -> Path:
-    """A real `tiny` run of 30 steps that finished with checkpoints at 20 and 30."""
-    run_dir = tmp_path / "tiny-run"
+@pytest.fixture(scope="module")
+def trained_tiny_run(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    """A real `tiny` run of 30 steps that finished with checkpoints at 20 and 30: trained once
+    for the module, read only through the copies `finished_tiny_run` makes."""
+    run_dir = tmp_path_factory.mktemp("trained") / "tiny-run"
     subprocess.run(
         [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
          "--run-dir", str(run_dir), "--no-telemetry", "--set", f"train.max_steps={TINY_STEPS}",
@@ -159,10 +161,17 @@ def finished_tiny_run(tmp_path: Path) -> Path:
         check=True,
         capture_output=True,
         timeout=300,
-        env={**os.environ, "CI": "true"},
+        env={**os.environ, **isolated_env, "CI": "true"},
     )
     assert (run_dir / "ckpt-00000020.pt").exists()
     return run_dir
+
+
+@pytest.fixture
+def finished_tiny_run(trained_tiny_run: Path, tmp_path: Path) -> Path:
+    """This test's own copy of the trained run (resumed in place, forked beside), alone in its
+    directory as if trained there."""
+    return copy_run(trained_tiny_run, tmp_path / "tiny-run")
 
 
 @pytest.fixture
