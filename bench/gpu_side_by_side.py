@@ -9,8 +9,8 @@ compilation included):
 (a) gpt2-small (12x768, block 1024, micro-batch 16, bf16, torch.compile, AdamW, GPT-2's BPE on
     Tiny Shakespeare): nanoGPT's own train.py from the checkout given with --nanogpt (run where
     it is, never copied: its tokens, the same cockpit trains on, are written to a temporary
-    folder as data/<name>/train.bin and val.bin), then `cockpit train --headless` at the same
-    config. Both skip their first --warmup optimizer steps (compilation, the first read-back).
+    folder as data/cockpit/train.bin and val.bin), then `cockpit train --headless` at the same
+    config. Both skip their first 10 optimizer steps (2 on CPU: compilation, the first read-back).
     tokens/s is each tool's own: nanoGPT's `iter N: ... time Yms` lines (tokens per iteration
     over the summed times), cockpit's step records in metrics.jsonl (their tokens over their
     summed step times: the engine's own clock, from one loss read-back to the next). MFU of
