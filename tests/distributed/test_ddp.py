@@ -10,6 +10,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from launch import (
     TINY,
@@ -48,21 +49,35 @@ def test_a_step_of_one_micro_batch_is_split_over_the_ranks_with_a_note(tmp_path:
     assert any("each rank takes 1 micro-batch of 2 sequences instead of 1 of 4" in n for n in notes), notes
 
 
-def test_every_rank_ends_with_the_same_weights_and_the_loss_of_one_process(tmp_path: Path) -> None:
-    steps = ["--set", "train.max_steps=40"]
-    checked(run(*TINY, *steps, "--run-dir", str(tmp_path / "two")))
-    first, second = weights(tmp_path / "two", 0), weights(tmp_path / "two", 1)
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def world_2_run(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    """A run of 40 steps at world 2, saved at 20 and 40: launched once for the tests that read
+    it (the exact resume takes up a copy of it)."""
+    run_dir = tmp_path_factory.mktemp("ddp") / "two"
+    checked(run(*TINY, "--set", f"train.max_steps={STEPS}", "--set", f"checkpoint.interval={STEPS // 2}",
+                "--run-dir", str(run_dir), **isolated_env))  # fmt: skip
+    return run_dir
+
+
+def test_every_rank_ends_with_the_same_weights_and_the_loss_of_one_process(
+    world_2_run: Path, tmp_path: Path
+) -> None:
+    steps = ["--set", f"train.max_steps={STEPS}"]
+    first, second = weights(world_2_run, 0), weights(world_2_run, 1)
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)  # bit-identical replicas
     checked(single(*TINY, *steps, "--run-dir", str(tmp_path / "one")))
     # the same global batch (2 micro-batches of 4), different draws: the same loss, within noise
     losses = {
-        name: [r["loss"] for r in records(tmp_path / name / "metrics.jsonl", "step")][-10:]
-        for name in ("one", "two")
+        name: [r["loss"] for r in records(run_dir / "metrics.jsonl", "step")][-10:]
+        for name, run_dir in (("one", tmp_path / "one"), ("two", world_2_run))
     }
     mean = {name: sum(v) / len(v) for name, v in losses.items()}
     assert abs(mean["two"] - mean["one"]) < 0.05 * mean["one"], mean
-    tokens = records(tmp_path / "two" / "metrics.jsonl", "step")[-1]["tokens"]
+    tokens = records(world_2_run / "metrics.jsonl", "step")[-1]["tokens"]
     assert tokens == 40 * 2 * 4 * 32  # tokens_per_step unchanged by the world size
 
 
@@ -167,14 +182,12 @@ def test_a_sigterm_after_a_rank_died_says_no_checkpoint_was_saved(tmp_path: Path
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def test_an_exact_resume_at_world_2_is_bit_identical(tmp_path: Path) -> None:
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    checked(run(*TINY, "--set", "train.max_steps=30", "--set", "checkpoint.interval=15",
-                "--run-dir", str(straight)))  # fmt: skip
-    shutil.copytree(straight, resumed)  # the same run, taken up again from its step-15 save
-    for name in ("weights-0.pt", "weights-1.pt", "best.pt", "ckpt-00000030.pt"):
+def test_an_exact_resume_at_world_2_is_bit_identical(world_2_run: Path, tmp_path: Path) -> None:
+    straight, resumed = world_2_run, tmp_path / "resumed"
+    shutil.copytree(straight, resumed)  # the same run, taken up again from its step-20 save
+    for name in ("weights-0.pt", "weights-1.pt", "best.pt", f"ckpt-{STEPS:08d}.pt"):
         (resumed / name).unlink(missing_ok=True)
-    checked(run("--resume", str(resumed / "ckpt-00000015.pt"), "--no-telemetry"))
+    checked(run("--resume", str(resumed / f"ckpt-{STEPS // 2:08d}.pt"), "--no-telemetry"))
     for rank in (0, 1):
         a, b = weights(straight, rank), weights(resumed, rank)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), rank
