@@ -274,6 +274,11 @@ def run_nanogpt(checkout: Path, work: Path, shape: Shape, data: Any, budget: Bud
     iterations = budget.warmup + budget.steps
     argv = [sys.executable, str(checkout / "train.py"), *shape.nanogpt(dataset, work / "out", iterations)]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}  # leave the checkout as it is
+    if shape.device == "cpu" and "OMP_NUM_THREADS" not in env:
+        from engine.train.threads import chosen_threads
+
+        # the threads cockpit trains with on this CPU (one core left free), not torch's one per core
+        env["OMP_NUM_THREADS"] = str(chosen_threads(0, "cpu"))
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=budget.start_timeout_s + budget.part_timeout_s)
     (work / "nanogpt.log").write_text(done.stdout + done.stderr)
