@@ -2,6 +2,7 @@
 gradient checkpointing.
 
     python bench/memory_cpu.py [INDEX ...]
+    python bench/memory_cpu.py --recompute [INDEX ...]   # model.grad_checkpoint's modes
 
 Each configuration runs in a fresh process, twice:
 - "live": glibc's mmap threshold lowered, so freed tensor memory goes straight back to the OS
@@ -36,18 +37,27 @@ CONFIGS = [
     (4, 8, 512, 512, 4, 50257, True),  # checkpointed with large logits
 ]
 
+# --recompute: each model.grad_checkpoint mode on one shape with a small vocabulary, so the
+# blocks' activations are most of the step: (..., mode, recompute_blocks)
+RECOMPUTE_CONFIGS = [
+    (4, 4, 256, 256, 32, 103, mode, blocks)
+    for mode, blocks in (("none", 0), ("mlp", 0), ("mlp", 2), ("full", 1), ("full", 3), ("full", 0))
+]
+
 CHILD = r"""
 import json, resource, sys
 import psutil, torch
 from engine.config.run_config import ModelConfig, OptimConfig
 from engine.model.gpt import GPT
 from engine.model.optimizers import build_optimizer
-from engine.plan.memory import activation_bytes_estimate, layer_activation_bytes
+from engine.plan.memory import activation_bytes_estimate, layer_activation_bytes, mlp_recompute_saving
 
-n_layer, n_head, n_embd, block, batch, vocab, ckpt = json.loads(sys.argv[1])
+n_layer, n_head, n_embd, block, batch, vocab, ckpt, *rest = json.loads(sys.argv[1])
+blocks = rest[0] if rest else 0  # --recompute: how many blocks the mode applies to
 torch.manual_seed(0)
 cfg = ModelConfig(
-    n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block, grad_checkpoint=ckpt
+    n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block, grad_checkpoint=ckpt,
+    recompute_blocks=blocks,
 )
 model = GPT(cfg, vocab)
 opt = build_optimizer(model, OptimConfig(), "cpu")
@@ -64,10 +74,14 @@ for _ in range(3):
     opt.zero_grad(set_to_none=False)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 estimate = activation_bytes_estimate(
-    batch, block, n_embd, n_head, n_layer, vocab, 4, grad_checkpoint=ckpt
+    batch, block, n_embd, n_head, n_layer, vocab, 4, grad_checkpoint=ckpt, recompute_blocks=blocks
 )
-# what plan_memory adds to the CPU overhead for the glibc heap under checkpointing
-retained = layer_activation_bytes(batch, block, n_embd, n_head, 4) if ckpt else 0
+# what plan_memory adds to the CPU overhead for the glibc heap under recompute
+retained = 0
+if cfg.grad_checkpoint == "full":
+    retained = layer_activation_bytes(batch, block, n_embd, n_head, 4)
+elif cfg.grad_checkpoint == "mlp":
+    retained = mlp_recompute_saving(batch, block, n_embd, 4)
 print(json.dumps({"measured": peak - baseline, "estimate": estimate, "retained": retained}))
 """
 
@@ -84,16 +98,21 @@ def measure(config: tuple, live: bool) -> dict:
 
 
 def main() -> None:
-    only = sys.argv[1:]  # optional: indices of CONFIGS to run
+    recompute = "--recompute" in sys.argv[1:]
+    configs = RECOMPUTE_CONFIGS if recompute else CONFIGS
+    only = [a for a in sys.argv[1:] if a != "--recompute"]  # optional: indices to run
     mi = 2**20
     print(f"{'configuration':<52} {'live: estimate':>15} {'measured':>9} {'ratio':>6}   {'process: estimate':>18} {'measured':>9} {'ratio':>6}")
-    for i, config in enumerate(CONFIGS):
+    for i, config in enumerate(configs):
         if only and str(i) not in only:
             continue
         live, process = measure(config, True), measure(config, False)
-        n_layer, n_head, n_embd, block, batch, vocab, ckpt = config
+        n_layer, n_head, n_embd, block, batch, vocab, ckpt, *rest = config
         label = f"{n_layer}x{n_embd} h{n_head} block {block} batch {batch} vocab {vocab}"
-        label += " grad-ckpt" if ckpt else ""
+        if recompute:
+            label += f" {ckpt} x{rest[0] or n_layer}"
+        else:
+            label += " grad-ckpt" if ckpt else ""
         est = live["estimate"]
         est_process = est + process["retained"]
         print(

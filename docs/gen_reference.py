@@ -336,7 +336,8 @@ prints as a comment above each key.
   section: `--set n_layer=6`.
 - **A resume** (`--resume RUN_DIR`) starts from the checkpoint's config instead of a preset, and
   `--set` applies on top of it: `--resume RUN_DIR --set train.max_steps=5000` extends a run. A
-  resume refuses changes to `model.*` (but `model.grad_checkpoint` and `model.dropout`),
+  resume refuses changes to `model.*` (but `model.grad_checkpoint`, `model.recompute_blocks`
+  and `model.dropout`),
   `data.*` and `train.seed`.
 
 A preset that starts from another:

@@ -3,8 +3,9 @@
 `plan_resume` is the one place that decides, shared by the CLI (which checks before anything
 starts, so a refusal is exit 2 with nothing touched) and the Trainer (which applies it). Rules:
 
-- the model and the corpus belong to the weights: any `model.*` key but `grad_checkpoint` and
-  `dropout`, any `data.*` key and `train.seed` are refused (start a new run instead);
+- the model and the corpus belong to the weights: any `model.*` key but `grad_checkpoint`,
+  `recompute_blocks` and `dropout`, any `data.*` key and `train.seed` are refused (start a new
+  run instead);
 - everything else applies, and each change becomes a note (RunStarted.notes, printed first);
 - optimizer hyperparameters apply to the restored optimizer (`restore_optimizer` writes the
   config's values into its parameter groups after loading its state);
@@ -36,7 +37,8 @@ if TYPE_CHECKING:  # torch is imported by the Trainer, not by the CLI's resume c
     import torch
 
 # Keys whose change would make the checkpoint's weights mean something else.
-ALLOWED_MODEL_KEYS = ("grad_checkpoint", "dropout")  # memory/regularisation only: same weights
+# memory/regularisation only: the same weights
+ALLOWED_MODEL_KEYS = ("grad_checkpoint", "recompute_blocks", "dropout")
 
 
 class ResumeFinished(ConfigError):

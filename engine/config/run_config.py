@@ -82,7 +82,20 @@ class ModelConfig:
     tie_embeddings: bool = _opt(True, help="share the token embedding matrix with the output head")
     zero_init_proj: bool = _opt(False, help="zero-initialise attention and MLP output projections")
     logit_softcap: float = _opt(0.0, help="tanh soft-cap on logits; 0 turns it off", min=0.0)
-    grad_checkpoint: bool = _opt(False, help="recompute each block's activations in backward")
+    grad_checkpoint: str = _opt(
+        "none",
+        help="recompute activations in backward instead of keeping them: 'mlp' (a block's 4h-wide "
+        "MLP activations, half its memory, ~60% of its forward again) or 'full' (the whole "
+        "block); true/false mean full/none",
+        choices=("none", "mlp", "full"),
+        from_bool=("none", "full"),
+    )
+    recompute_blocks: int = _opt(
+        0,
+        help="with grad_checkpoint mlp or full: how many blocks recompute, from the first "
+        "(0 = every block)",
+        min=0,
+    )
     vocab_multiple: int = _opt(
         64,
         help="pad the embedding and head rows up to a multiple of this (GPT-2's 50,257 -> 50,304), "
@@ -91,6 +104,17 @@ class ModelConfig:
         min=1,
         max=4096,
     )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.grad_checkpoint, bool):  # a switch before it had modes
+            self.grad_checkpoint = "full" if self.grad_checkpoint else "none"
+
+    @property
+    def recomputed_blocks(self) -> int:
+        """How many blocks, from the first, backward recomputes (0 with grad_checkpoint none)."""
+        if self.grad_checkpoint == "none":
+            return 0
+        return min(self.recompute_blocks or self.n_layer, self.n_layer)
 
 
 # The highest LR a config, the LR dialog or a running run accepts: a larger LR is a typo, not a
@@ -313,8 +337,11 @@ def _build_section(cls: type, table: Any, where: str) -> Any:
     for key, raw in table.items():
         if key not in by_name:
             raise _unknown_key(key, list(by_name), where)
+        meta = by_name[key].metadata
+        if isinstance(raw, bool) and "from_bool" in meta:  # a switch that became a choice
+            raw = meta["from_bool"][raw]
         value = _coerce(raw, hints[key], f"{where}.{key}")
-        _check_range(value, by_name[key].metadata, f"{where}.{key}")
+        _check_range(value, meta, f"{where}.{key}")
         values[key] = value
     return cls(**values)
 
@@ -360,6 +387,11 @@ def validate(cfg: RunConfig, source: str = "config") -> None:
     if m.n_embd % m.n_head:
         raise ConfigError(
             f"{source}: model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})"
+        )
+    if m.recompute_blocks > m.n_layer:
+        raise ConfigError(
+            f"{source}: model.recompute_blocks ({m.recompute_blocks}) exceeds model.n_layer "
+            f"({m.n_layer}); 0 recomputes every block"
         )
     if m.pos_emb == "rotary" and (m.n_embd // m.n_head) % 2:
         raise ConfigError(f"{source}: rotary embeddings need an even head size (n_embd / n_head)")

@@ -104,10 +104,16 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(
-        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None
+        self,
+        x: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        recompute_mlp: bool = False,
     ) -> torch.Tensor:
+        """With `recompute_mlp`, backward recomputes the MLP from its input rather than keeping
+        its 4h-wide activations: the block's largest ones, for the MLP's share of its forward."""
         x = x + self.attn(self.ln_1(x), rotary)
-        return x + self.mlp(self.ln_2(x))
+        h = self.ln_2(x)
+        return x + (checkpoint(self.mlp, h, use_reentrant=False) if recompute_mlp else self.mlp(h))
 
 
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:
@@ -178,11 +184,14 @@ class GPT(nn.Module):
             x = x + self.wpe(torch.arange(t, device=idx.device))
         x = self.drop(x)
         rotary = (self.rope_cos, self.rope_sin) if self.wpe is None else None
-        for block in self.blocks:
-            if self.cfg.grad_checkpoint and self.training and torch.is_grad_enabled():
+        # model.grad_checkpoint's recompute applies to the first blocks: backward reaches them
+        # last, when the other blocks' activations are already freed.
+        recomputed = self.cfg.recomputed_blocks if self.training and torch.is_grad_enabled() else 0
+        for i, block in enumerate(self.blocks):
+            if i < recomputed and self.cfg.grad_checkpoint == "full":
                 x = checkpoint(block, x, rotary, use_reentrant=False)
             else:
-                x = block(x, rotary)
+                x = block(x, rotary, recompute_mlp=i < recomputed)
         x = self.ln_f(x)
         if full_logits:
             logits = self._logits(x)
@@ -241,6 +250,7 @@ class GPT(nn.Module):
             logits[logits < v[:, [-1]]] = -float("inf")
         probs = F.softmax(logits, dim=-1)
         return torch.multinomial(probs, num_samples=1, generator=generator)
+
 
 def mask_padded_logits(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """`logits` (..., padded_vocab) with the rows past the tokenizer's `vocab_size` at -inf,

@@ -7,6 +7,7 @@ pre-flight check a run makes: the plan, or one ConfigError naming the best fix t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -21,6 +22,7 @@ from engine.plan.planner import (
     param_shapes,
     plan_memory,
 )
+from engine.plan.recompute import RECOMPUTE_MODES, Recompute, cost_text, recomputed_share
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,60 @@ def _with(cfg: RunConfig, **sections: dict) -> RunConfig:
     return replace(
         cfg, **{name: replace(getattr(cfg, name), **values) for name, values in sections.items()}
     )
+
+
+def _with_recompute(cfg: RunConfig, setting: Recompute) -> RunConfig:
+    blocks = 0 if setting.blocks == setting.n_layer else setting.blocks
+    return _with(cfg, model={"grad_checkpoint": setting.mode, "recompute_blocks": blocks})
+
+
+def recompute_fixes(
+    cfg: RunConfig,
+    vocab_size: int,
+    capacity: int | None,
+    plan: Callable[[RunConfig], MemoryPlan],
+) -> list[Fix]:
+    """The recompute that costs the least forward compute and fits; with nothing that fits (or
+    no capacity to fit), the settings that save the most: MLP in every block, and every block
+    but the last (recomputing the last saves nothing: backward would rebuild it at once)."""
+    m = cfg.model
+    current = Recompute.of(m)
+    before = plan(cfg).total
+
+    def fix(setting: Recompute, trial_plan: MemoryPlan) -> Fix:
+        what = f"{setting.describe()} ({cost_text(setting, m, vocab_size)})"
+        return Fix(what, setting.overrides, trial_plan)
+
+    def planned(setting: Recompute) -> MemoryPlan:
+        return plan(_with_recompute(cfg, setting))
+
+    n_layer = m.n_layer
+    most = [Recompute("mlp", n_layer, n_layer), Recompute("full", max(1, n_layer - 1), n_layer)]
+    if capacity is not None:
+        best: tuple[float, Recompute, MemoryPlan] | None = None
+        for mode in RECOMPUTE_MODES:
+            # memory falls as more blocks recompute: the fewest that fit, by bisection
+            low, high, found = 1, most[RECOMPUTE_MODES.index(mode)].blocks, None
+            while low <= high:
+                middle = (low + high) // 2
+                trial_plan = planned(Recompute(mode, middle, n_layer))
+                if trial_plan.fits:
+                    found, high = (middle, trial_plan), middle - 1
+                else:
+                    low = middle + 1
+            if found is None:
+                continue
+            setting = Recompute(mode, found[0], n_layer)
+            share = recomputed_share(setting, m, vocab_size)
+            if setting != current and (best is None or share < best[0]):
+                best = (share, setting, found[1])
+        if best is not None:
+            return [fix(best[1], best[2])] if best[2].total < before else []
+    return [
+        fix(setting, trial_plan)
+        for setting in most
+        if setting != current and (trial_plan := planned(setting)).total < before
+    ]
 
 
 def suggest_fixes(
@@ -51,7 +107,7 @@ def suggest_fixes(
         return plan_memory(trial, vocab_size, device_type, capacity, world_size, mode)
 
     fixes: list[Fix] = []
-    t, m = cfg.train, cfg.model
+    t = cfg.train
     # 1. smaller micro-batches, more accumulation: the same effective batch, same result
     batch = t.batch_size
     while batch % 2 == 0:
@@ -76,15 +132,7 @@ def suggest_fixes(
                 plan(cfg, "fsdp"),
             )
         )
-    if not m.grad_checkpoint:
-        trial = _with(cfg, model={"grad_checkpoint": True})
-        fixes.append(
-            Fix(
-                "gradient checkpointing (about 30% slower steps)",
-                ("model.grad_checkpoint=true",),
-                plan(trial),
-            )
-        )
+    fixes += recompute_fixes(cfg, vocab_size, capacity, plan)
     if device_type == "cuda" and compute_dtype(cfg, device_type) == torch.float32:
         trial = _with(cfg, train={"dtype": "bfloat16"})
         fixes.append(

@@ -82,6 +82,61 @@ def layer_activation_bytes(
     return int(sbh * (34 + (0 if flash_attention else 5 * n_head * seq / n_embd)) * scale)
 
 
+def mlp_recompute_saving(batch: int, seq: int, n_embd: int, bytes_per_value: int) -> int:
+    """What recomputing one block's MLP in backward frees, of `layer_activation_bytes`.
+
+    Of the block's 34*s*b*h bytes (16-bit), the MLP keeps 19: its input (2), the 4h-wide
+    activation's input and output (8 + 8) and the dropout mask (1). Recomputed, only its input
+    (the second norm's output) stays: 17*s*b*h bytes freed, half the block.
+    """
+    return int(17 * seq * batch * n_embd * bytes_per_value / 2)
+
+
+def recomputed_layers_bytes(
+    batch: int,
+    seq: int,
+    n_embd: int,
+    n_head: int,
+    n_layer: int,
+    bytes_per_value: int,
+    *,
+    flash_attention: bool = True,
+    mode: str | bool = "none",
+    recompute_blocks: int = 0,
+) -> int:
+    """The blocks' activations at the peak of a step when backward recomputes `mode` ("none",
+    "mlp" or "full"; True/False: full/none) in the first `recompute_blocks` blocks (0: all).
+
+    Each block keeps P = `layer_activation_bytes`; a recomputed one keeps less: its input
+    (2*s*b*h at 16-bit) under "full", P less `mlp_recompute_saving` under "mlp". The
+    recomputed blocks are the first, so backward reaches them last: the peak is either at the
+    start of backward (every kept activation, as without recompute) or at the last recomputed
+    block, where the others are freed and one block is rebuilt: its recomputed part, and under
+    "full" that block's backward temporaries, the gradients flowing through it (about 3*s*b*h
+    values; measured on the CPU by bench/memory_cpu.py, the figure without them was 10% short).
+    """
+    if isinstance(mode, bool):
+        mode = "full" if mode else "none"
+    sbh = seq * batch * n_embd
+    scale = bytes_per_value / 2  # the paper's constants assume 2-byte values
+    per_layer = layer_activation_bytes(
+        batch, seq, n_embd, n_head, bytes_per_value, flash_attention=flash_attention
+    )
+    n = 0 if mode == "none" else min(recompute_blocks or n_layer, n_layer)
+    kept = n_layer - n
+    if mode == "full":
+        inputs = 2 * sbh * scale
+        backward_temporaries = 6 * sbh * scale  # 3*s*b*h values
+        rebuilt = per_layer + backward_temporaries
+        return int(n * inputs + max(kept * per_layer, rebuilt))
+    if mode == "mlp":
+        saving = mlp_recompute_saving(batch, seq, n_embd, bytes_per_value)
+        return int(n * (per_layer - saving) + max(kept * per_layer, saving))
+    if mode != "none":
+        raise ValueError(f"unknown recompute mode {mode!r}")
+    return int(n_layer * per_layer)
+
+
 def activation_bytes_estimate(
     batch: int,
     seq: int,
@@ -92,30 +147,28 @@ def activation_bytes_estimate(
     bytes_per_value: int,
     *,
     flash_attention: bool = True,
-    grad_checkpoint: bool = False,
+    grad_checkpoint: str | bool = "none",
+    recompute_blocks: int = 0,
 ) -> int:
     """Activations live at the peak of a training step, in bytes.
 
-    Without checkpointing: every block's activations (`layer_activation_bytes`). With it, what
-    is really live at the peak (the backward of a block): each block's input (2*s*b*h bytes at
-    16-bit), the one block being recomputed with all its activations, and that block's backward
-    temporaries, the gradients flowing through it (about 3*s*b*h values; measured on the CPU by
-    bench/memory_cpu.py, where the inputs-plus-one-block figure alone was 10% short).
+    `grad_checkpoint` is model.grad_checkpoint's mode (True/False: full/none), applied to the
+    first `recompute_blocks` blocks (0: all); `recomputed_layers_bytes` has the layers' part.
     The loss is computed in fp32, so at its peak the backward pass holds three fp32 b*s*vocab
     tensors: the saved log-softmax, its gradient and the logits' gradient (12 bytes per logit,
     measured on CPU and on an H200 alike).
     """
-    sbh = seq * batch * n_embd
-    scale = bytes_per_value / 2  # the paper's constants assume 2-byte values
-    per_layer = layer_activation_bytes(
-        batch, seq, n_embd, n_head, bytes_per_value, flash_attention=flash_attention
+    layers = recomputed_layers_bytes(
+        batch,
+        seq,
+        n_embd,
+        n_head,
+        n_layer,
+        bytes_per_value,
+        flash_attention=flash_attention,
+        mode=grad_checkpoint,
+        recompute_blocks=recompute_blocks,
     )
-    if grad_checkpoint:
-        inputs = 2 * sbh * scale * n_layer
-        backward_temporaries = 6 * sbh * scale  # 3*s*b*h values
-        layers = inputs + per_layer + backward_temporaries
-    else:
-        layers = per_layer * n_layer
     logits = batch * seq * vocab * 12
     return int(layers + logits)
 
@@ -166,6 +219,7 @@ def memory_breakdown(
             model.padded_vocab,
             torch.finfo(dtype).bits // 8,
             grad_checkpoint=m.grad_checkpoint,
+            recompute_blocks=m.recompute_blocks,
         )
         measured = False
         cache = 0

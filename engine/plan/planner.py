@@ -19,7 +19,11 @@ import torch
 from engine.config.byte_sizes import GIB
 from engine.config.run_config import RunConfig
 from engine.model.gpt import GPT, padded_vocab_size
-from engine.plan.memory import activation_bytes_estimate, layer_activation_bytes
+from engine.plan.memory import (
+    activation_bytes_estimate,
+    layer_activation_bytes,
+    mlp_recompute_saving,
+)
 from engine.plan.parallel import check_plan_mode, ddp_bucket_bytes, shard_shapes, unsharded_bytes
 
 CUDA_OVERHEAD = int(0.6 * GIB)  # CUDA context, cuBLAS workspaces and kernels: not torch tensors
@@ -146,6 +150,7 @@ def plan_memory(
         padded_vocab_size(vocab_size, m.vocab_multiple),  # the head computes every padded row
         value_bytes,
         grad_checkpoint=m.grad_checkpoint,
+        recompute_blocks=m.recompute_blocks,
     )
     if value_bytes == 2 and parallel != "fsdp":
         # autocast's 16-bit copies of the weights, kept for backward (FSDP's mixed precision
@@ -162,13 +167,16 @@ def plan_memory(
     tensors = weights + gradients + optimizer + activations + buckets + unsharded
     fixed = CUDA_OVERHEAD if device_type == "cuda" else CPU_OVERHEAD
     overhead = fixed + int(ALLOCATOR_SLACK * tensors)
-    if m.grad_checkpoint and device_type == "cpu":
-        # glibc keeps freed activation buffers in its heap, so the process peaks about one block
-        # of activations above its live tensors (bench/memory_cpu.py, "process" column). Without
-        # checkpointing the fixed overhead's margin covers that; with it, the activations are
-        # small, the recomputed blocks' buffers many, and the plan was 19-28% short.
-        overhead += layer_activation_bytes(
-            cfg.train.batch_size, m.block_size, m.n_embd, m.n_head, value_bytes
+    if m.recomputed_blocks and device_type == "cpu":
+        # glibc keeps freed activation buffers in its heap, so the process peaks about one
+        # recomputed part above its live tensors (bench/memory_cpu.py, "process" column).
+        # Without recompute the fixed overhead's margin covers that; with full recompute the
+        # activations are small, the rebuilt blocks' buffers many, and the plan was 19-28% short.
+        sizes = (cfg.train.batch_size, m.block_size, m.n_embd)
+        overhead += (
+            layer_activation_bytes(*sizes, m.n_head, value_bytes)
+            if m.grad_checkpoint == "full"
+            else mlp_recompute_saving(*sizes, value_bytes)
         )
     return MemoryPlan(
         device_type,

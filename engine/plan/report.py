@@ -10,6 +10,7 @@ from engine.config.run_config import RunConfig
 from engine.distributed.parallel import FSDP_OPTIMIZERS
 from engine.plan.fixes import Fix
 from engine.plan.planner import MemoryPlan, compute_dtype
+from engine.plan.recompute import Recompute
 
 
 def world_lines(cfg: RunConfig, plan: MemoryPlan) -> list[str]:
@@ -55,6 +56,12 @@ def estimate_notes(cfg: RunConfig, plan: MemoryPlan) -> list[str]:
     return []
 
 
+def recompute_text(cfg: RunConfig) -> str:
+    """', recompute the MLP of every block' (model.grad_checkpoint), or nothing."""
+    setting = Recompute.of(cfg.model)
+    return f", {setting.describe()}" if setting.blocks else ""
+
+
 def format_plan(cfg: RunConfig, plan: MemoryPlan, fixes: list[Fix]) -> str:
     cap = plan.capacity
     where = (
@@ -65,7 +72,7 @@ def format_plan(cfg: RunConfig, plan: MemoryPlan, fixes: list[Fix]) -> str:
     lines = [
         f"{cfg.name}: {plan.n_params / 1e6:.1f}M parameters, micro-batch {cfg.train.batch_size} x {cfg.model.block_size} tokens"
         f" x {cfg.train.grad_accum} accumulation, {cfg.optim.name}, {compute_dtype(cfg, plan.device).__repr__().removeprefix('torch.')}"
-        f"{', gradient checkpointing' if cfg.model.grad_checkpoint else ''} on {where}",
+        f"{recompute_text(cfg)} on {where}",
         *world_lines(cfg, plan),
         "",
     ]

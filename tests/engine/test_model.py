@@ -72,16 +72,41 @@ def test_zero_init_projections_and_softcap():
     assert logits.abs().max() <= 5.0
 
 
-def test_grad_checkpoint_gives_the_same_gradients():
+@pytest.mark.parametrize(
+    ("setting", "mlp_runs", "attn_runs"),
+    # forward runs per block in one training step: a recomputed part runs twice
+    [
+        (dict(grad_checkpoint=True), [2, 2], [2, 2]),  # the old switch: full
+        (dict(grad_checkpoint="full"), [2, 2], [2, 2]),
+        (dict(grad_checkpoint="full", recompute_blocks=1), [2, 1], [2, 1]),
+        (dict(grad_checkpoint="mlp"), [2, 2], [1, 1]),
+        (dict(grad_checkpoint="mlp", recompute_blocks=1), [2, 1], [1, 1]),
+        (dict(grad_checkpoint="mlp", dropout=0.2), [2, 2], [1, 1]),  # the same dropout masks
+        (dict(grad_checkpoint="full", dropout=0.2, pos_emb="rotary"), [2, 2], [2, 2]),
+    ],
+)
+def test_each_recompute_mode_gives_the_same_gradients(setting, mlp_runs, attn_runs):
+    plain_setting = {k: v for k, v in setting.items() if k not in ("grad_checkpoint", "recompute_blocks")}
     torch.manual_seed(0)
-    plain = GPT(tiny(), VOCAB)
-    ckpt = GPT(tiny(grad_checkpoint=True), VOCAB)
+    plain = GPT(tiny(**plain_setting), VOCAB)
+    ckpt = GPT(tiny(**setting), VOCAB)
     ckpt.load_state_dict(plain.state_dict())
+    runs = {"mlp": [0, 0], "attn": [0, 0]}
+    for i, block in enumerate(ckpt.blocks):
+        for part in ("mlp", "attn"):
+            def count(*_, part=part, i=i):
+                runs[part][i] += 1
+            getattr(block, part).register_forward_pre_hook(count)  # a recompute stops early
     x = torch.randint(VOCAB, (2, 16))
     for m in (plain, ckpt):
+        torch.manual_seed(1)  # the same dropout in both
         m(x, x)[1].backward()
+    assert runs == {"mlp": mlp_runs, "attn": attn_runs}
     for a, b in zip(plain.parameters(), ckpt.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad)
+    with torch.no_grad():  # no backward to come: one run each, nothing recomputed
+        ckpt(x, x)
+    assert runs == {"mlp": [n + 1 for n in mlp_runs], "attn": [n + 1 for n in attn_runs]}
 
 
 def test_generate_extends_and_crops_context():
