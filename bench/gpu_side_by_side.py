@@ -42,6 +42,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -576,6 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.app_viewer:
         return app_viewer_main(*args.app_viewer)
+    # the runs are their own sessions: a SIGTERM (`timeout`, a job's time limit) must unwind
+    # through the code that stops them, as ctrl+c does, or they would train on alone
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(128 + signal.SIGTERM))
     if "TIKTOKEN_CACHE_DIR" not in os.environ and TIKTOKEN_CACHE.is_dir():
         os.environ["TIKTOKEN_CACHE_DIR"] = str(TIKTOKEN_CACHE)  # GPT-2's BPE ranks, offline
     import torch
