@@ -26,7 +26,7 @@ from engine.distributed.sharded import (
 )
 from engine.distributed.world import World, from_main
 from engine.events import CheckpointSaved, Eval, RunState
-from engine.model.optimizers import build_optimizer
+from engine.model.optimizers import build_optimizer, legacy_state_notes
 from engine.train.disk_full import write_failure
 
 if TYPE_CHECKING:
@@ -240,7 +240,9 @@ class Checkpointer:
 
     def restore(self, state: dict[str, Any]) -> list[str]:
         """Put a loaded checkpoint's weights, optimizer (replaced in its holder) and states
-        into the run; what a person should know of it (a world of another size)."""
+        into the run; what a person should know of it (a world of another size, an optimizer
+        state of an older format)."""
+        notes: list[str] = []
         if state.get("_sharded") or is_sharded(self.model):
             # DCP reshards to this world (or to one unsharded process) as it loads; a whole
             # checkpoint (one process resumed an FSDP run) goes to each rank as its shards
@@ -256,6 +258,7 @@ class Checkpointer:
             put_settings(self.holder.optimizer, settings)
         else:
             ckpt.load_model_state(self.model, state)
+            notes = legacy_state_notes(state, self.optim)
             self.holder.optimizer = restore_optimizer(
                 self.holder.optimizer, self.model, state, self.optim, self.device_type
             )
@@ -264,8 +267,9 @@ class Checkpointer:
         self.last_checkpoint = Path(state["_path"])
         saved_world = int(state.get("world_size", 1))
         if saved_world == self.world.world_size:
-            return []
+            return notes
         return [
+            *notes,
             f"resumed on {self.world.world_size} rank(s) from a checkpoint of {saved_world}: "
             f"the data order from step {self.counters.step} is new"
         ]

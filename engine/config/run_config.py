@@ -133,9 +133,16 @@ class OptimConfig:
     weight_decay: float = _opt(
         0.1, help="decoupled weight decay on matrices and embeddings (0 = none)", min=0.0
     )
-    beta1: float = _opt(0.9, help="AdamW/Lion first-moment decay", min=0.0, below=1.0)
-    beta2: float = _opt(0.95, help="AdamW/Lion second-moment decay", min=0.0, below=1.0)
-    eps: float = _opt(1e-8, help="AdamW's denominator epsilon", min_excl=0.0)
+    beta1: float = _opt(
+        0.9,
+        help="AdamW/Lion/Adafactor first-moment decay (Adafactor: 0 keeps none)",
+        min=0.0,
+        below=1.0,
+    )
+    beta2: float = _opt(
+        0.95, help="AdamW/Lion/Adafactor second-moment decay", min=0.0, below=1.0
+    )
+    eps: float = _opt(1e-8, help="AdamW's and Adafactor's denominator epsilon", min_excl=0.0)
     grad_clip: float = _opt(1.0, help="max gradient norm; 0 turns clipping off", min=0.0)
     muon_lr: float = _opt(0.02, help="Muon's LR for the 2-D block matrices", min_excl=0.0)
     muon_momentum: float = _opt(0.95, help="Muon's (Nesterov) momentum", min=0.0, below=1.0)

@@ -39,8 +39,11 @@ def param_shapes(cfg: RunConfig, vocab_size: int) -> list[tuple[str, tuple[int, 
     return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
 
 
-def optimizer_state_bytes(shapes: list[tuple[str, tuple[int, ...]]], optimizer: str) -> int:
-    """Bytes of optimizer state for fp32 parameters, matching torch's implementations."""
+def optimizer_state_bytes(
+    shapes: list[tuple[str, tuple[int, ...]]], optimizer: str, first_moment: bool = True
+) -> int:
+    """Bytes of optimizer state for fp32 parameters, matching the implementations' (torch's,
+    and engine.model.optimizers'). `first_moment`: Adafactor keeps one (optim.beta1 > 0)."""
     total = 0
     for name, shape in shapes:
         n = prod(shape)
@@ -53,6 +56,7 @@ def optimizer_state_bytes(shapes: list[tuple[str, tuple[int, ...]]], optimizer: 
                 total += 4 * (prod(shape[:-1]) + prod(shape[:-2]) * shape[-1]) + 4
             else:
                 total += 4 * n + 4
+            total += 4 * n if first_moment else 0
         elif optimizer == "muon":
             if len(shape) == 2 and name.startswith("blocks."):
                 total += 4 * n  # momentum buffer
@@ -161,7 +165,7 @@ def plan_memory(
     n_held = sum(prod(s) for _, s in held)
     weights = 4 * n_held  # master weights stay fp32 under autocast
     gradients = 4 * n_held
-    optimizer = optimizer_state_bytes(held, cfg.optim.name)
+    optimizer = optimizer_state_bytes(held, cfg.optim.name, first_moment=cfg.optim.beta1 > 0)
     buckets = ddp_bucket_bytes(gradients) if parallel == "ddp" else 0  # copies for the all-reduce
     unsharded = unsharded_bytes(shapes, value_bytes) if parallel == "fsdp" else 0
     tensors = weights + gradients + optimizer + activations + buckets + unsharded
