@@ -103,7 +103,8 @@ def generate_tokens(
     generator: torch.Generator | None,
     autocast: contextlib.AbstractContextManager[Any] | None = None,
 ) -> Iterator[int]:
-    """Token ids after `ids`, one at a time as the model produces them."""
+    """Token ids after `ids`, one at a time as the model produces them: the tokenizer's ids
+    only (the model's `next_token` never picks a row of its padded vocabulary)."""
     block_size = model.cfg.block_size
     idx = torch.tensor([ids[-block_size:]], dtype=torch.long, device=device)
     for _ in range(options.max_new_tokens):
