@@ -1,11 +1,15 @@
-"""A trained run copied where a test may change it: one real run trained once per module, each
-test given its own copy, as if it had been trained there (cheaper than training again)."""
+"""Real runs made cheaply for tests that only need one to read: trained in the test process
+(no new interpreter importing torch), and copied where a test may change it, as if it had been
+trained there (cheaper than training again)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 # the run's own files that name its directory (its records and summary hold absolute paths)
 TEXT_FILES = {"metrics.jsonl", "summary.json", "config.toml", "config.json", ".run.lock"}
@@ -34,3 +38,24 @@ def copy_run(trained: Path, target: Path) -> Path:
             shutil.copy2(source, copy)
             linked[inode] = copy
     return target
+
+
+def train_here(
+    run_dir: Path, sets: Iterable[str], env: dict[str, str], preset: str = "tiny", telemetry: bool = False
+) -> Path:
+    """A headless run of `preset` with these `--set`s to its end, in this process: what
+    `cockpit train --headless --no-telemetry` (or, `telemetry`, without --no-telemetry) would
+    leave in `run_dir`. `env` is the tests' environment (conftest's `isolated_env`), which
+    module-scoped fixtures do not have yet."""
+    from engine.config.presets import load_preset
+    from engine.train.trainer import Trainer
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        trainer = Trainer(load_preset(preset, list(sets)), run_dir=run_dir, telemetry=telemetry,
+                          interactive=False)  # fmt: skip
+        state = trainer.run()
+    alerts = [e.message for e in trainer.drain_events() if e.kind == "alert"]
+    assert state == "finished", alerts
+    return run_dir

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from run_copies import train_here
 
 from engine.export import ExportError, csv_metrics
 from engine.export.metrics_records import BranchScan
@@ -32,15 +32,10 @@ def number(cell: str) -> float | None:
 
 
 @pytest.fixture(scope="module")
-def run20(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run20(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
     run_dir = tmp_path_factory.mktemp("csv") / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
-         "--set", "train.max_steps=20", "--set", "eval.interval=10", "--run-dir", str(run_dir)],
-        capture_output=True, text=True, timeout=180, env={**os.environ, "TERM": "dumb"},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    return run_dir
+    sets = ["train.max_steps=20", "eval.interval=10"]
+    return train_here(run_dir, sets, isolated_env, telemetry=True)
 
 
 def test_step_and_eval_tables_are_the_metrics_files(run20, tmp_path):

@@ -3,30 +3,22 @@ once, every command answered with a read_only warning; a live run refused."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 from live_process import LiveRun
+from run_copies import train_here
 
 from engine.contract import EngineHandle
 from engine.events import Alert, RunStarted, StateChanged
 from engine.rundir.metrics_scan import RunHistoryError
 from engine.rundir.recorded import RecordedRun
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run = tmp_path_factory.mktemp("recorded") / "done"
-    argv = [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny", "--run-dir",
-            str(run), "--set", "train.max_steps=120", "--no-telemetry"]  # fmt: skip
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return run
+def finished_run(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    return train_here(tmp_path_factory.mktemp("recorded") / "done", ["train.max_steps=120"], isolated_env)
 
 
 def test_a_finished_run_is_an_engine_handle_that_replays_once(finished_run: Path) -> None:

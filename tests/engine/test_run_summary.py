@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from run_copies import train_here
 
 from engine.events import Eval, Step
 from engine.rundir.summary import (
@@ -24,7 +23,6 @@ from engine.rundir.summary import (
     size_on_disk,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 60
 
 
@@ -61,17 +59,11 @@ def saved(n: int, run_dir: Path, reason: str = "interval") -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def finished_run(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
     """A real tiny headless run to its end: evals every 20 steps, a checkpoint every 30."""
     run_dir = tmp_path_factory.mktemp("summary") / "tiny-run"
-    done = subprocess.run(
-        [sys.executable, "-m", "cockpit", "train", "--headless", "--no-telemetry", "--preset", "tiny",
-         "--run-dir", str(run_dir), "--set", f"train.max_steps={STEPS}", "--set", "eval.interval=20",
-         "--set", "checkpoint.interval=30"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    return run_dir
+    sets = [f"train.max_steps={STEPS}", "eval.interval=20", "checkpoint.interval=30"]
+    return train_here(run_dir, sets, isolated_env)
 
 
 def test_the_sink_of_a_real_run_wrote_its_facts(finished_run: Path) -> None:

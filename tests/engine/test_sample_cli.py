@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_copies import train_here
 
 from engine.checkpoint.trained import load_trained
 from engine.data.tokenizers import CharTokenizer, TiktokenTokenizer
@@ -38,20 +39,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
-def train(run_dir: Path, env: dict[str, str], *extra: str) -> Path:
-    subprocess.run(
-        [
-            sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
-            "--run-dir", str(run_dir), "--set", "sample.interval=0", *extra,
-        ],
-        check=True, capture_output=True, timeout=120, env=env,
-    )  # fmt: skip
-    return run_dir
-
-
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Path:
-    return train(tmp_path_factory.mktemp("sample") / "run", env, "--set", "train.max_steps=30")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    sets = ["sample.interval=0", "train.max_steps=30"]
+    return train_here(tmp_path_factory.mktemp("sample") / "run", sets, isolated_env, telemetry=True)
 
 
 @pytest.fixture(scope="module")
