@@ -195,7 +195,7 @@ class TrainConfig:
     seed: int = _opt(1337, help="random seed: initial weights, batch order, dropout")
     log_every: int = _opt(0, help="steps between loss read-backs (0 = 1 on CPU, 10 on GPU)", min=0)
     check_finite: bool = _opt(
-        True, help="check each step's gradient norm before applying it (one sync)"
+        True, help="refuse a step whose gradient norm is not finite (on the device, no sync)"
     )
     spike_sigma: float = _opt(
         0.0, help="a loss this many std devs above its moving average is a spike (0 = off)", min=0.0

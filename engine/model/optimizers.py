@@ -18,7 +18,12 @@ from engine.config.run_config import OptimConfig
 
 
 class Lion(torch.optim.Optimizer):
-    """Lion (Chen et al., 2023): sign of an interpolated momentum; one state tensor per param."""
+    """Lion (Chen et al., 2023): sign of an interpolated momentum; one state tensor per param.
+
+    A `found_inf` tensor attribute (1.0: the gradients are not finite), as torch's fused AdamW
+    reads it, leaves every weight and moment as it was, without a host read."""
+
+    skips_on_found_inf = True
 
     def __init__(
         self,
@@ -31,6 +36,7 @@ class Lion(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
+        skip = found_inf_mask(self)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for p in group["params"]:
@@ -40,10 +46,15 @@ class Lion(torch.optim.Optimizer):
                 if not state:
                     state["exp_avg"] = torch.zeros_like(p)
                 exp_avg = state["exp_avg"]
-                p.mul_(1 - group["lr"] * group["weight_decay"])
                 update = exp_avg.mul(beta1).add_(p.grad, alpha=1 - beta1).sign_()
-                p.add_(update, alpha=-group["lr"])
-                exp_avg.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+                if skip is None:
+                    p.mul_(1 - group["lr"] * group["weight_decay"])
+                    p.add_(update, alpha=-group["lr"])
+                    exp_avg.mul_(beta2).add_(p.grad, alpha=1 - beta2)
+                    continue
+                moved = p.mul(1 - group["lr"] * group["weight_decay"])
+                _assign(p, moved.add_(update, alpha=-group["lr"]), skip)
+                _assign(exp_avg, exp_avg.mul(beta2).add_(p.grad, alpha=1 - beta2), skip)
         return None
 
 
@@ -238,10 +249,17 @@ class BatchedMuon(torch.optim.Muon):
     The library runs them matrix by matrix in bfloat16, the right choice on a GPU; on a CPU
     without bfloat16 matrix units that is the slowest part of a small model's step. Same state
     ("momentum_buffer"), coefficients, Nesterov momentum, decoupled weight decay and LR
-    adjustment, so checkpoints move freely between the two."""
+    adjustment, so checkpoints move freely between the two.
+
+    Unlike torch.optim.Muon it reads a `found_inf` tensor attribute (1.0: the gradients are not
+    finite), as torch's fused AdamW does, and then leaves every weight and momentum buffer as it
+    was, without a host read."""
+
+    skips_on_found_inf = True
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
+        skip = found_inf_mask(self)
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -254,7 +272,12 @@ class BatchedMuon(torch.optim.Muon):
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p.grad)
                 bufs.append(state["momentum_buffer"])
-            torch._foreach_lerp_(bufs, grads, 1 - momentum)
+            if skip is None:
+                torch._foreach_lerp_(bufs, grads, 1 - momentum)
+            else:  # the new buffers beside the old, kept only where the step is not refused
+                stepped = [b.lerp(g, 1 - momentum) for b, g in zip(bufs, grads, strict=True)]
+                for b, new in zip(bufs, stepped, strict=True):
+                    _assign(b, new, skip)
             updates = (
                 [g.lerp(b, momentum) for g, b in zip(grads, bufs, strict=True)]
                 if group["nesterov"]
@@ -271,8 +294,12 @@ class BatchedMuon(torch.optim.Muon):
                 step_lr = lr * muon_lr_scale(group["adjust_lr_fn"], torch.Size(shape))
                 for j, i in enumerate(members):
                     p = params[i]
-                    p.mul_(1 - lr * group["weight_decay"])
-                    p.add_(ortho[j].to(p.dtype), alpha=-step_lr)
+                    if skip is None:
+                        p.mul_(1 - lr * group["weight_decay"])
+                        p.add_(ortho[j].to(p.dtype), alpha=-step_lr)
+                        continue
+                    moved = p.mul(1 - lr * group["weight_decay"])
+                    _assign(p, moved.add_(ortho[j].to(p.dtype), alpha=-step_lr), skip)
         return None
 
 
@@ -306,15 +333,42 @@ class MultiOptimizer:
             opt.load_state_dict(s)
 
 
+class FusedAdamW(torch.optim.AdamW):
+    """torch's AdamW with its fused kernel, which reads a `found_inf` tensor attribute and then
+    leaves the weights, moments and step counts as they were, without a host read.
+
+    It stays fused after loading a state saved by the foreach AdamW (a checkpoint written on a
+    CPU before: its groups say `fused: None`, which torch's load_state_dict would restore)."""
+
+    def __init__(self, params: Iterable[Any], **kwargs: Any) -> None:
+        super().__init__(params, fused=True, **kwargs)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            group["fused"], group["foreach"] = True, None
+            for p in group["params"]:
+                state = self.state.get(p)
+                if state and "step" in state:  # the fused kernel counts on the device, in fp32
+                    state["step"] = torch.as_tensor(
+                        state["step"], dtype=torch.float32, device=p.device
+                    )
+
+
 def _split_decay(params: list[nn.Parameter]) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """Weight decay applies to matrices and embeddings (>= 2 dims), not to gains and biases."""
     return [p for p in params if p.dim() >= 2], [p for p in params if p.dim() < 2]
 
 
+# where torch has AdamW's fused kernel: the fastest step there, and one that skips on the device
+FUSED_ADAMW_DEVICES = ("cuda", "cpu", "mps")
+
+
 def _adamw(groups: list[dict[str, Any]], cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
-    # fused is fastest on CUDA; foreach elsewhere (the default picks it where supported).
-    extra = {"fused": True} if device_type == "cuda" else {}
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, **extra)
+    kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    if device_type in FUSED_ADAMW_DEVICES:
+        return FusedAdamW(groups, **kwargs)
+    return torch.optim.AdamW(groups, **kwargs)  # foreach, where supported
 
 
 def build_optimizer(
@@ -408,3 +462,30 @@ def applied_lr(optimizer: Any) -> float:
     """The LR of the last group (AdamW's in a Muon run): what the cockpit shows as "the" LR."""
     groups = optimizer.param_groups
     return float(groups[-1]["lr"]) if groups else 0.0
+
+
+def skips_on_device(optimizer: Any) -> bool:
+    """Whether `optimizer.step()` honours a `found_inf` attribute on the device (a refused step
+    leaves weights and state as they were, without a host read): the fused Adam(W), and ours
+    that say so (`skips_on_found_inf`). torch.optim.Muon and the foreach AdamW do not."""
+    if isinstance(optimizer, MultiOptimizer):
+        return all(skips_on_device(opt) for opt in optimizer.optimizers)
+    if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
+        return all(group.get("fused") for group in optimizer.param_groups)
+    return bool(getattr(optimizer, "skips_on_found_inf", False))
+
+
+def step_unless_refused(optimizer: Any, refused: torch.Tensor) -> None:
+    """One optimizer step, refused where `refused` (a 0-d float32 tensor on the device) is 1.0:
+    then every weight, moment and step count stays as it was. The optimizers that skip on the
+    device are told through `found_inf`, as GradScaler tells the fused AdamW; the others (torch's
+    Muon, the foreach AdamW) cost one host read of `refused`, for them only."""
+    for opt in optimizer.optimizers if isinstance(optimizer, MultiOptimizer) else [optimizer]:
+        if skips_on_device(opt):
+            opt.found_inf = refused
+            try:
+                opt.step()
+            finally:
+                del opt.found_inf
+        elif not refused.item():  # a host sync: this optimizer cannot skip on the device
+            opt.step()

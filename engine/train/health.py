@@ -36,4 +36,6 @@ def ratio_after_step(watch: Watch | None) -> torch.Tensor | None:
     if watch is None:
         return None
     watched, before = watch
-    return update_ratio(before, watched)
+    ratio = update_ratio(before, watched)
+    # sharded weights: the world's ratio, whole, read back with the plain tensors of the step
+    return ratio.full_tensor() if hasattr(ratio, "full_tensor") else ratio

@@ -3,6 +3,12 @@
 The step only computes; the trainer decides what follows (emitting the memory breakdown,
 handling a refused step as an anomaly). The optimizer is passed per call, never kept: a
 rollback or resume replaces the trainer's optimizer.
+
+Nothing is read back to the host: a non-finite gradient refuses its update on the device (the
+optimizer is handed a `found_inf` flag, as GradScaler hands it to the fused AdamW), and the
+flag travels with the step's loss to the next read-back, where the trainer learns of it. Until
+then every later update is held back too, so the read-back finds the weights as they were
+before the refused step, and the run goes on from there as if it had been seen at once.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import torch
 from engine.config.run_config import RunConfig
 from engine.data.batches import BatchSampler
 from engine.events import MemoryBreakdown
-from engine.model.optimizers import applied_lr, set_lr_factor
+from engine.model.optimizers import applied_lr, set_lr_factor, step_unless_refused
 from engine.plan import memory
 from engine.train.health import ratio_after_step, watch_before_step
 from engine.train.readback import PendingStep
@@ -44,19 +50,25 @@ class StepParts:
 
 @dataclass
 class StepOutcome:
-    """A step applied (`pending`) or refused for a non-finite gradient (`refused`: the alert
-    text); `memory` is the breakdown when one was asked for and the step got that far."""
+    """The step, its values still on the device (`pending`: its `held_back` flag says whether
+    the update was applied, known at the read-back); `memory` is the breakdown when asked for."""
 
-    pending: PendingStep | None = None
-    refused: str | None = None
+    pending: PendingStep
     memory: MemoryBreakdown | None = None
 
 
 def train_step(
-    parts: StepParts, optimizer: Any, step: int, lr_schedule_factor: float, report_memory: bool
+    parts: StepParts,
+    optimizer: Any,
+    step: int,
+    lr_schedule_factor: float,
+    report_memory: bool,
+    held_back: torch.Tensor | None = None,
 ) -> StepOutcome:
     """Accumulate `parts.micro_steps` micro-batches and apply one update at LR factor
-    `lr_schedule_factor`; `step` is the number of steps done before this one."""
+    `lr_schedule_factor`; `step` is the number of steps done before this one. `held_back` is
+    the last step's flag when it is not read back yet: 1.0 there (an update refused since the
+    last read-back) holds this update back too."""
     cfg = parts.cfg
     start_allocated = memory.step_start_allocated(parts.device) if report_memory else 0
     set_lr_factor(optimizer, lr_schedule_factor)
@@ -81,20 +93,18 @@ def train_step(
         grad_norm = torch.nn.utils.clip_grad_norm_(parts.model.parameters(), clip)
         if hasattr(grad_norm, "full_tensor"):  # sharded parameters: the world's norm, whole
             grad_norm = grad_norm.full_tensor()
-    # fp16's GradScaler skips non-finite steps itself (and lowers its scale); otherwise
-    # a non-finite gradient must never reach the weights: one host sync buys that.
-    if (
-        cfg.train.check_finite
-        and not parts.scaler.is_enabled()
-        and not torch.isfinite(grad_norm).item()
-    ):
-        optimizer.zero_grad(set_to_none=True)
-        return StepOutcome(
-            refused=f"non-finite gradient at step {step + 1} (loss {loss_sum.item():.4g}); the update was not applied"
-        )
     watch = watch_before_step(parts.model, step)  # run health, sampled
-    parts.scaler.step(optimizer)
-    parts.scaler.update()
+    held = None
+    # fp16's GradScaler skips non-finite steps itself (and lowers its scale); otherwise a
+    # non-finite gradient must never reach the weights, refused on the device (no host sync)
+    if cfg.train.check_finite and not parts.scaler.is_enabled():
+        held = (~torch.isfinite(grad_norm)).float()
+        if held_back is not None:
+            held = torch.maximum(held, held_back)
+        step_unless_refused(optimizer, held)
+    else:
+        parts.scaler.step(optimizer)
+        parts.scaler.update()
     ratio = ratio_after_step(watch)
     breakdown = None
     if report_memory:
@@ -103,5 +113,6 @@ def train_step(
         )
     optimizer.zero_grad(set_to_none=True)
     return StepOutcome(
-        pending=PendingStep(step + 1, loss_sum, grad_norm, lr, data_time, ratio), memory=breakdown
+        pending=PendingStep(step + 1, loss_sum, grad_norm, lr, data_time, ratio, held),
+        memory=breakdown,
     )

@@ -57,7 +57,13 @@ from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
 from engine.train.garbage import settle_garbage_collector
-from engine.train.readback import PendingStep, read_losses, step_events
+from engine.train.readback import (
+    PendingStep,
+    ReadBack,
+    read_back,
+    refusal_message,
+    step_events,
+)
 from engine.train.reporter import Reporter
 from engine.train.setup import Instruments, RunParts, accept_resume, announce, build, instrument
 from engine.train.step import StepParts, train_step
@@ -503,18 +509,40 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def _flush(self) -> None:
-        """Read pending losses back from the device (one sync) and emit their Step events."""
+        """Read pending steps back from the device (one sync) and emit their Step events. A step
+        refused on the device for a non-finite gradient is an anomaly now: the updates after it
+        were held back for it, so the run goes back to the step before it, as if seen at once."""
         pending, self._pending = self._pending, []
         if not pending:
             return
         # the sync, timed inside the window; across ranks, the mean loss of the whole batch
-        losses, norms = read_losses(pending, lambda t: mean_over_ranks(t, self.world))
+        read = read_back(pending, lambda t: mean_over_ranks(t, self.world))
+        refused = None
+        if read.applied < len(pending):
+            refused = refusal_message(pending[read.applied].step, read.losses[read.applied])
+            self._undo_held_back(pending, read.applied)
+            pending = pending[: read.applied]
+        if pending:
+            self._emit_steps(pending, read)
+        self.window.restart()
+        if refused is not None:
+            self._loop_parts.faults.anomaly(refused, "nan")
+
+    def _undo_held_back(self, pending: list[PendingStep], applied: int) -> None:
+        """The counters as they were before the refused step `pending[applied]`: no update was
+        applied from it on (the weights and optimizer state are those of the step before)."""
+        counters, undone = self.counters, len(pending) - applied
+        counters.step -= undone
+        counters.tokens -= undone * self.cfg.tokens_per_step
+        counters.current_lr = pending[max(applied - 1, 0)].lr
+
+    def _emit_steps(self, pending: list[PendingStep], read: ReadBack) -> None:
+        """The Step events of the applied steps read back, then their NaN and spike checks."""
         tokens_per_s, step_time = self.window.rates(len(pending), self.cfg.tokens_per_step)
         instruments, spikes, report = self._instrumented, self._built.spikes, self.reporter
         for event in step_events(
             pending,
-            losses,
-            norms,
+            read,
             tokens_per_s=tokens_per_s,
             step_time_s=step_time,
             tokens_after=self.counters.tokens,
@@ -525,7 +553,7 @@ class Trainer:
             ),
         ):
             report.emit(event)
-        for p, loss in zip(pending, losses, strict=True):
+        for p, loss in zip(pending, read.losses, strict=False):  # the applied ones come first
             if not math.isfinite(loss):
                 self._loop_parts.faults.anomaly(f"loss is not finite at step {p.step}", "nan")
                 break
@@ -535,7 +563,6 @@ class Trainer:
                     "spike",
                 )
                 break
-        self.window.restart()
 
     def _evaluate(self) -> Eval:
         """Measure the losses now (pending steps read back first, so the curves stay in order)."""
@@ -557,13 +584,13 @@ class Trainer:
         t_start = time.perf_counter()
         counters = self.counters
         factor = lr_multiplied(counters.step, self.cfg, counters.lr_scale)  # never past MAX_LR
-        outcome = train_step(step_parts, parts.optimizer, counters.step, factor, report_memory)
+        # an update refused since the last read-back holds this one back too
+        held_back = self._pending[-1].held_back if self._pending else None
+        outcome = train_step(
+            step_parts, parts.optimizer, counters.step, factor, report_memory, held_back
+        )
         if outcome.memory is not None:
             self.reporter.emit(outcome.memory)
-        if outcome.refused is not None:
-            self._flush()
-            self._loop_parts.faults.anomaly(outcome.refused, "nan")
-            return
         pending = outcome.pending
         self.rank_report.add_step(time.perf_counter() - t_start, pending.data_time_s)
         counters.step += 1
@@ -602,7 +629,7 @@ class Trainer:
             report_memory = time.monotonic() - last_memory_report > MEMORY_REPORT_INTERVAL_S
             if report_memory:
                 last_memory_report = time.monotonic()
-            step_before, rollbacks_before = counters.step, counters.rollbacks
+            rollbacks_before = counters.rollbacks
             try:
                 self._train_step(instruments.step, parts, report_memory)
             except torch.OutOfMemoryError:
@@ -611,8 +638,6 @@ class Trainer:
                     instruments.step.micro_steps = cfg.train.grad_accum
                 continue
             counters.train_time_s += time.perf_counter() - t0
-            if counters.step == step_before:
-                continue  # the step was refused (non-finite): nothing new to evaluate or save
             due = work_due(counters.step, cfg)
             # Read the losses back before any work due at this step, and at the last step, so
             # an anomaly among them is handled (rolled back, paused) before that work is done.

@@ -106,6 +106,40 @@ def test_headless_nan_rolls_back_with_half_the_lr(tmp_path):
     assert trainer.step == 30
 
 
+def test_a_refusal_read_back_steps_later_leaves_the_run_at_the_step_before_it(tmp_path):
+    """Read back every 4 steps, a NaN at step 6 is known at step 8: steps 7 and 8 were held back
+    with it, so the run pauses at step 5 with the weights and optimizer state of step 5."""
+    trainer = Trainer(cfg("train.max_steps=50", "train.log_every=4"), run_dir=tmp_path, telemetry=False)
+    seen: dict = {}
+
+    def state(t: Trainer) -> list[torch.Tensor]:
+        moments = [v for s in t.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+        return [v.detach().clone() for v in [*t.model.state_dict().values(), *moments]]
+
+    def install(t: Trainer) -> None:
+        t.forward = PoisonAt(t, {6})
+        real_step = t._train_step
+
+        def step(*args) -> None:
+            real_step(*args)
+            if t.step == 5:
+                seen["after_5"] = state(t)
+
+        t._train_step = step
+
+    def on_event(t: Trainer, e) -> None:
+        if e.kind == "state" and e.state == "paused":
+            seen["paused"], seen["step"], seen["tokens"] = state(t), t.step, t.counters.tokens
+            t.stop(checkpoint=False)
+
+    events = run_with(trainer, install, stop_after_events=on_event)
+    alert = next(e for e in events if e.kind == "alert" and e.code == "nan")
+    assert alert.message.startswith("non-finite gradient at step 6 (loss nan); the update was not applied")
+    assert seen["step"] == 5 and seen["tokens"] == 5 * trainer.cfg.tokens_per_step
+    assert all(torch.equal(a, b) for a, b in zip(seen["after_5"], seen["paused"], strict=True))
+    assert [e.step for e in events if e.kind == "step"] == [1, 2, 3, 4, 5]
+
+
 def test_spike_detection_pauses(tmp_path):
     trainer = Trainer(
         cfg("train.max_steps=200", "train.spike_sigma=6"), run_dir=tmp_path, telemetry=False

@@ -11,7 +11,14 @@ import torch
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError, OptimConfig
 from engine.model.gpt import GPT
-from engine.model.optimizers import BatchedMuon, MultiOptimizer, build_optimizer, set_lr_factor
+from engine.model.optimizers import (
+    BatchedMuon,
+    MultiOptimizer,
+    build_optimizer,
+    set_lr_factor,
+    skips_on_device,
+    step_unless_refused,
+)
 
 NAMES = ("adamw", "muon", "lion", "adafactor")
 
@@ -168,3 +175,32 @@ def test_unknown_optimizer_is_rejected_naming_the_key(tmp_path):
         load_preset("speedrun-cpu", ["optim.name=shampoo"])
     with pytest.raises(ConfigError, match="rotary"):
         load_preset("speedrun-cpu", ["model.rotary=true"])
+
+
+def test_a_foreach_adamw_state_resumes_fused_and_still_skips_on_the_device():
+    """A checkpoint written before AdamW was fused on the CPU (groups saying `fused: None`, step
+    counts on the host) resumes into the fused one: the same next steps, and a refused step
+    (`found_inf`) still leaves weights and state untouched."""
+    cfg = OptimConfig(name="adamw", lr=3e-3)
+    model = tiny_model()
+    groups = build_optimizer(model, cfg, "cpu").param_groups
+    old = torch.optim.AdamW([{k: v for k, v in g.items() if k != "fused"} for g in groups])
+    train_steps(model, old, [1, 2])
+    saved_model, saved_opt = copy.deepcopy(model.state_dict()), copy.deepcopy(old.state_dict())
+    assert not saved_opt["param_groups"][0]["fused"]
+    train_steps(model, old, [3])
+
+    resumed = tiny_model(seed=99)
+    resumed.load_state_dict(saved_model)
+    opt = build_optimizer(resumed, cfg, "cpu")
+    opt.load_state_dict(saved_opt)
+    assert skips_on_device(opt) and all(g["fused"] for g in opt.param_groups)
+    train_steps(resumed, opt, [3])
+    for a, b in zip(model.parameters(), resumed.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)  # the fused kernel rounds a little differently
+    before = [t.clone() for t in [*resumed.parameters(), *(s["exp_avg"] for s in opt.state.values())]]
+    loss_of(resumed, 4).backward()
+    step_unless_refused(opt, torch.ones(()))
+    after = [*resumed.parameters(), *(s["exp_avg"] for s in opt.state.values())]
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    assert {float(s["step"]) for s in opt.state.values()} == {3.0}

@@ -16,7 +16,7 @@ from engine.events import Eval
 from engine.rundir.layout import create_run_dir, write_error_log
 from engine.train.command_queue import CommandQueue
 from engine.train.health import HEALTH_EVERY, ratio_after_step, update_ratio, watch_before_step
-from engine.train.readback import PendingStep, read_losses, step_events
+from engine.train.readback import PendingStep, read_back, refusal_message, step_events
 from engine.train.throughput import ThroughputWindow
 
 
@@ -139,12 +139,13 @@ def test_step_events_carry_the_read_back_values_and_token_counts() -> None:
         PendingStep(11, torch.tensor(2.5), torch.tensor(0.5), 1e-3, 0.01, None),
         PendingStep(12, torch.tensor(2.25), torch.tensor(0.25), 1e-3, 0.02, torch.tensor(0.002)),
     ]
-    losses, norms = read_losses(pending)
-    assert losses == [2.5, 2.25] and norms == [0.5, 0.25]
+    read = read_back(pending)
+    assert read.losses == [2.5, 2.25] and read.grad_norms == [0.5, 0.25]
+    assert read.held_back == [False, False] and read.applied == 2  # not checked: applied
     steps = step_events(
-        pending, losses, norms, tokens_per_s=800.0, step_time_s=0.5,
+        pending, read, tokens_per_s=800.0, step_time_s=0.5,
         tokens_after=1200, tokens_per_step=100, mfu=0.1,
-    )
+    )  # fmt: skip
     assert [(s.step, s.loss, s.tokens) for s in steps] == [(11, 2.5, 1100), (12, 2.25, 1200)]
     assert math.isnan(steps[0].update_ratio) and steps[1].update_ratio == pytest.approx(0.002)
     assert all(s.tokens_per_s == 800.0 and s.step_time_s == 0.5 for s in steps)
@@ -152,7 +153,19 @@ def test_step_events_carry_the_read_back_values_and_token_counts() -> None:
 
 def test_unmeasured_gradient_norms_read_back_as_nan() -> None:
     pending = [PendingStep(1, torch.tensor(3.0), None, 1e-3, 0.0, None)]
-    assert math.isnan(read_losses(pending)[1][0])
+    assert math.isnan(read_back(pending).grad_norms[0])
+
+
+def test_the_first_step_held_back_is_the_refused_one_and_its_loss_is_in_the_alert() -> None:
+    flags = [0.0, 1.0, 1.0]  # step 6 refused, step 7 held back for it
+    pending = [
+        PendingStep(5 + i, torch.tensor(loss), torch.tensor(0.5), 1e-3, 0.0, None, torch.tensor(f))
+        for i, (loss, f) in enumerate(zip([2.5, 906.0, 2.4], flags, strict=True))
+    ]
+    read = read_back(pending)
+    assert read.held_back == [False, True, True] and read.applied == 1
+    message = refusal_message(pending[read.applied].step, read.losses[read.applied])
+    assert message == "non-finite gradient at step 6 (loss 906); the update was not applied"
 
 
 # ---------------------------------------------------------------------- command queue
