@@ -36,6 +36,12 @@ def test_the_old_switch_and_the_modes_are_accepted(written, mode):
     assert f'grad_checkpoint = "{mode}"' in config_to_toml(from_toml)
 
 
+def test_an_old_preset_file_with_the_switch_loads(tmp_path: Path):
+    old = tmp_path / "old.toml"
+    old.write_text('extends = "tiny"\n[model]\ngrad_checkpoint = true\n')
+    assert load_preset(str(old)).model.recomputed_blocks == load_preset("tiny").model.n_layer
+
+
 def test_bad_recompute_settings_are_refused_in_one_line():
     with pytest.raises(ConfigError, match="expected one of 'none', 'mlp', 'full', got 'attn'"):
         load_preset("tiny", ["model.grad_checkpoint=attn"])
