@@ -149,9 +149,10 @@ def suggest_fixes(
     ):
         if parallel == "fsdp" and name not in FSDP_OPTIMIZERS:
             continue  # needs whole matrices (an FSDP run refuses it)
+        moment = cfg.optim.beta1 > 0  # Adafactor's first moment, in the trial as now
         if name != cfg.optim.name and optimizer_state_bytes(
-            param_shapes(cfg, vocab_size), name
-        ) < optimizer_state_bytes(param_shapes(cfg, vocab_size), cfg.optim.name):
+            param_shapes(cfg, vocab_size), name, first_moment=moment
+        ) < optimizer_state_bytes(param_shapes(cfg, vocab_size), cfg.optim.name, moment):
             trial = _with(cfg, optim={"name": name})
             fixes.append(
                 Fix(

@@ -259,3 +259,22 @@ def test_resuming_a_run_of_torchs_adafactor_says_the_step_size_changed(tmp_path,
     (note,) = [n for n in started.notes if "torch.optim.Adafactor" in n]
     assert "optim.lr=0.003 is now the step size itself" in note and "x larger steps" in note
     assert [e.step for e in events if e.kind == "step"] == [5, 6]
+
+
+@pytest.mark.parametrize(
+    "now, beta1, offered",
+    [("adamw", 0.9, True), ("lion", 0.9, False), ("lion", 0.0, True)],
+    ids=["adamw", "lion", "lion-beta1-0"],
+)
+def test_the_planner_offers_adafactor_where_it_keeps_less(now, beta1, offered):
+    """With a first moment Adafactor keeps less than AdamW's two moments but more than Lion's
+    one; without one (beta1 = 0) less than either."""
+    from engine.plan.fixes import suggest_fixes
+
+    cfg = load_preset(
+        "default",
+        ["model.n_layer=2", "model.n_head=2", "model.n_embd=64", f"optim.name={now}"]
+        + [f"optim.beta1={beta1}"],
+    )
+    fixes = suggest_fixes(cfg, 50, "cpu", 2**30)
+    assert any("optim.name=adafactor" in f.overrides for f in fixes) == offered
