@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from launch import REPO, TINY, assert_gradients_match_one_process, checked, records, run, single
 
@@ -16,7 +17,6 @@ from engine.checkpoint.dcp_reader import load_whole
 from engine.distributed.sharded import dcp_model_state
 
 FSDP = [*TINY, "--set", "train.parallel=fsdp"]
-
 
 
 def test_sharded_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_path: Path) -> None:
@@ -27,10 +27,20 @@ def test_sharded_gradients_at_step_1_equal_one_process_on_the_whole_batch(tmp_pa
     assert_gradients_match_one_process(run_dir)
 
 
-def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(tmp_path: Path) -> None:
-    sharded, resumed = tmp_path / "sharded", tmp_path / "resumed"
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    """A sharded run of 30 steps at world 2, saved at 15 and 30: launched once for the tests
+    that read it or take up a copy of it."""
+    sharded = tmp_path_factory.mktemp("fsdp") / "sharded"
     checked(run(*FSDP, "--set", "train.max_steps=30", "--set", "checkpoint.interval=15",
-                "--run-dir", str(sharded)))  # fmt: skip
+                "--run-dir", str(sharded), **isolated_env))  # fmt: skip
+    return sharded
+
+
+def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(
+    sharded_run: Path, tmp_path: Path
+) -> None:
+    sharded, resumed = sharded_run, tmp_path / "resumed"
     shutil.copytree(sharded, resumed)
     shutil.rmtree(resumed / "ckpt-00000030.dcp")
     shutil.rmtree(resumed / "best.dcp", ignore_errors=True)
@@ -60,26 +70,27 @@ def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(tmp
         torch.testing.assert_close(value, final[key], rtol=0, atol=0)
 
 
-def test_a_sharded_run_resumed_by_one_process_goes_back_to_fsdp_on_2_ranks(tmp_path: Path) -> None:
+def test_a_sharded_run_resumed_by_one_process_goes_back_to_fsdp_on_2_ranks(
+    sharded_run: Path, tmp_path: Path
+) -> None:
     # FSDP (2 ranks) -> one process (saves a whole .pt) -> FSDP on 2 ranks again, as the docs
     # (guide/distributed.md) say a run may change its world at a resume. Before: "model does not
     # match" (mixed Tensor and DTensor: the whole weights were copied into the shards as they were).
     run_dir = tmp_path / "run"
-    checked(run(*FSDP, "--set", "train.max_steps=4", "--set", "checkpoint.interval=4",
-                "--run-dir", str(run_dir)))  # fmt: skip
-    checked(single("--resume", str(run_dir / "ckpt-00000004.dcp"), "--set", "train.max_steps=6",
-                   "--set", "checkpoint.interval=6", "--no-telemetry"))  # fmt: skip
-    whole = torch.load(run_dir / "ckpt-00000006.pt", weights_only=True)
-    checked(run("--resume", str(run_dir / "ckpt-00000006.pt"), "--set", "train.max_steps=8",
+    shutil.copytree(sharded_run, run_dir)  # its last save, step 30, is a sharded checkpoint
+    checked(single("--resume", str(run_dir / "ckpt-00000030.dcp"), "--set", "train.max_steps=32",
+                   "--set", "checkpoint.interval=32", "--no-telemetry"))  # fmt: skip
+    whole = torch.load(run_dir / "ckpt-00000032.pt", weights_only=True)
+    checked(run("--resume", str(run_dir / "ckpt-00000032.pt"), "--set", "train.max_steps=34",
                 "--set", "train.parallel=fsdp", "--no-telemetry", GRAD_CHECK="1"))  # fmt: skip
     start = torch.load(run_dir / "grads-0.pt", weights_only=True)["initial"]
     assert start.keys() == whole["model"].keys()
     assert all(torch.equal(start[k], whole["model"][k]) for k in start)  # the .pt's weights
-    assert (run_dir / "ckpt-00000008.dcp" / "meta.pt").is_file()  # sharded again
-    optim = load_whole(run_dir / "ckpt-00000008.dcp", "optim")
+    assert (run_dir / "ckpt-00000034.dcp" / "meta.pt").is_file()  # sharded again
+    optim = load_whole(run_dir / "ckpt-00000034.dcp", "optim")
     steps = {float(v["step"]) for v in optim["state"].values()}
-    assert steps == {8.0}, steps  # the optimizer's state went on from the .pt's 6, not afresh
-    assert records(run_dir / "metrics.jsonl", "step")[-1]["step"] == 8
+    assert steps == {34.0}, steps  # the optimizer's state went on from the .pt's 32, not afresh
+    assert records(run_dir / "metrics.jsonl", "step")[-1]["step"] == 34
 
 
 def test_a_sharded_run_refuses_an_optimizer_that_needs_whole_matrices(tmp_path: Path) -> None:
