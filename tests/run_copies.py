@@ -41,18 +41,25 @@ def copy_run(trained: Path, target: Path) -> Path:
 
 
 def train_here(
-    run_dir: Path, sets: Iterable[str], env: dict[str, str], preset: str = "tiny", telemetry: bool = False
+    run_dir: Path,
+    sets: Iterable[str],
+    env: dict[str, str],
+    preset: str = "tiny",
+    telemetry: bool = False,
+    cwd: Path | None = None,
 ) -> Path:
     """A headless run of `preset` with these `--set`s to its end, in this process: what
-    `cockpit train --headless --no-telemetry` (or, `telemetry`, without --no-telemetry) would
-    leave in `run_dir`. `env` is the tests' environment (conftest's `isolated_env`), which
-    module-scoped fixtures do not have yet."""
+    `cockpit train --headless --no-telemetry` (or, `telemetry`, without --no-telemetry) run
+    in `cwd` would leave in `run_dir` (relative to `cwd`, as a user may give it). `env` is the
+    tests' environment (conftest's `isolated_env`), which module-scoped fixtures do not have."""
     from engine.config.presets import load_preset
     from engine.train.trainer import Trainer
 
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
+        if cwd is not None:
+            patch.chdir(cwd)
         trainer = Trainer(load_preset(preset, list(sets)), run_dir=run_dir, telemetry=telemetry,
                           interactive=False)  # fmt: skip
         state = trainer.run()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_copies import train_here
 
 import cockpit.cli.ps  # noqa: F401
 
@@ -38,12 +39,9 @@ def cockpit(*argv: str, cwd: Path, columns: int = 80) -> subprocess.CompletedPro
 
 
 @pytest.fixture(scope="module")
-def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    where = tmp_path_factory.mktemp("bad-rows")
-    done = cockpit("train", "--headless", "--preset", "tiny", "--no-telemetry", "--run-dir",
-                   "runs/good", "--set", "train.max_steps=30", "--set", "checkpoint.interval=10",
-                   cwd=where)  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def good(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    where = tmp_path_factory.mktemp("bad-rows")  # trained here (the listings: real processes)
+    train_here(Path("runs/good"), ["train.max_steps=30", "checkpoint.interval=10"], isolated_env, cwd=where)
     return where / "runs" / "good"
 
 

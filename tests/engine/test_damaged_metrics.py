@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_copies import train_here
 
 REPO = Path(__file__).resolve().parents[2]
 DAMAGED_LINE = 6  # a step record's line
@@ -25,13 +26,9 @@ def cockpit(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def damaged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    where = tmp_path_factory.mktemp("damaged")
-    done = cockpit(
-        "train", "--headless", "--preset", "tiny", "--no-telemetry", "--run-dir", "runs/run",
-        "--set", "train.max_steps=40", "--set", "checkpoint.interval=20", cwd=where,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def damaged(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    where = tmp_path_factory.mktemp("damaged")  # trained here (what reads it: real processes)
+    train_here(Path("runs/run"), ["train.max_steps=40", "checkpoint.interval=20"], isolated_env, cwd=where)
     metrics = where / "runs" / "run" / "metrics.jsonl"
     lines = metrics.read_bytes().split(b"\n")
     assert lines[DAMAGED_LINE - 1].startswith(b'{"kind":"step"')

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from run_copies import train_here
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,13 +28,10 @@ def records(path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    where = tmp_path_factory.mktemp("fork")
-    done = cockpit(
-        "train", "--headless", "--preset", "tiny", "--no-telemetry", "--run-dir", "runs/parent",
-        "--set", "train.max_steps=60", "--set", "checkpoint.interval=20", cwd=where,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+def parent(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    where = tmp_path_factory.mktemp("fork")  # trained here (the forks are real processes)
+    sets = ["train.max_steps=60", "checkpoint.interval=20"]
+    train_here(Path("runs/parent"), sets, isolated_env, cwd=where)
     return where / "runs" / "parent"
 
 
