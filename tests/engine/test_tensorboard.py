@@ -44,12 +44,6 @@ def cockpit(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def train(run_dir: Path, *extra: str) -> None:
-    done = cockpit("train", "--headless", *RUN, "--tensorboard", "--run-dir", str(run_dir), *extra)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
-
-
 def read_tensorboard(log_dir: Path) -> tuple[dict[str, list], dict[str, list]]:
     """Every scalar and text TensorBoard shows: tag -> [(step, value, wall time)].
 
@@ -80,9 +74,18 @@ def history(run_dir: Path, kind: str) -> list:
 
 
 @pytest.fixture(scope="module")
-def run20(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run20(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    """`cockpit train --headless --tensorboard` to step 20, run in this process (the command
+    line's code, without a second interpreter importing torch)."""
+    from cockpit.cli import main
+
     run_dir = tmp_path_factory.mktemp("tb") / "run"
-    train(run_dir, "--set", "train.max_steps=20")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in isolated_env.items():
+            patch.setenv(name, value)
+        code = main(["train", "--headless", *RUN, "--tensorboard", "--run-dir", str(run_dir),
+                     "--set", "train.max_steps=20"])  # fmt: skip
+    assert code == 0
     return run_dir
 
 
