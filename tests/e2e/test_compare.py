@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_copies import train_here
 from tmux_driver import TMUX_INSTALLED, Tmux
 
 PY = shlex.quote(sys.executable)
@@ -26,15 +27,12 @@ def cockpit(cwd: Path, *argv: str, timeout: float = 300) -> subprocess.Completed
 
 
 @pytest.fixture(scope="module")
-def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """runs/base and runs/hot (a higher LR): 60 steps of `tiny` each, finished."""
+def two_runs(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    """runs/base and runs/hot (a higher LR): 60 steps of `tiny` each, finished (trained in this
+    process: what is under test, `cockpit compare`, runs as a real process)."""
     root = tmp_path_factory.mktemp("compare")
     for name, lr in (("base", "3e-3"), ("hot", "6e-3")):
-        done = cockpit(
-            root, "train", "--headless", "--preset", "tiny", "--run-dir", f"runs/{name}",
-            "--no-telemetry", "--set", "train.max_steps=60", "--set", f"optim.lr={lr}",
-        )  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        train_here(Path("runs") / name, ["train.max_steps=60", f"optim.lr={lr}"], isolated_env, cwd=root)
     return root
 
 
