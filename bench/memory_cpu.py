@@ -3,6 +3,7 @@ gradient checkpointing.
 
     python bench/memory_cpu.py [INDEX ...]
     python bench/memory_cpu.py --recompute [INDEX ...]   # model.grad_checkpoint's modes
+    python bench/memory_cpu.py --head-loss [BATCH BLOCK]  # chunked loss against full logits
 
 Each configuration runs in a fresh process, twice:
 - "live": glibc's mmap threshold lowered, so freed tensor memory goes straight back to the OS
@@ -14,6 +15,11 @@ The process first makes the gradients and optimizer state exist with a one-seque
 records its RSS; the high-water mark (ru_maxrss) over three training steps of the real batch,
 minus that baseline, is the memory the steps' activations took. Goal: each estimate within 15%
 of its measurement.
+
+--head-loss: one micro-batch (forward and backward) of gpt2-small's model with a short block
+(default batch 16, block 128: 2,048 tokens), its loss computed in chunks (`head_loss`, as
+training does) and from the full logits (`full_logits=True`, the path before), each in a fresh
+process in both modes, beside the plan's figure for each.
 """
 
 from __future__ import annotations
@@ -86,18 +92,78 @@ print(json.dumps({"measured": peak - baseline, "estimate": estimate, "retained":
 """
 
 
-def measure(config: tuple, live: bool) -> dict:
+HEAD_LOSS_CHILD = r"""
+import dataclasses, json, resource, sys
+import psutil, torch
+from engine.config import load_preset
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
+from engine.plan.memory import activation_bytes_estimate, head_loss_bytes
+
+batch, block, full = json.loads(sys.argv[1])
+torch.manual_seed(0)
+preset = load_preset("gpt2-small")
+cfg = dataclasses.replace(preset.model, block_size=block)
+model = GPT(cfg, 50257)  # r50k_base
+vocab = model.lm_head.weight.size(0)  # the padded rows are computed too
+opt = build_optimizer(model, preset.optim, "cpu")
+x1 = torch.randint(50257, (1, block))
+model(x1, x1, full_logits=full)[1].backward()
+opt.step()
+opt.zero_grad(set_to_none=False)  # gradients and moments exist, as during a real step
+x, y = torch.randint(50257, (2, batch, block))
+baseline = psutil.Process().memory_info().rss
+model(x, y, full_logits=full)[1].backward()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+estimate = activation_bytes_estimate(batch, block, cfg.n_embd, cfg.n_head, cfg.n_layer, vocab, 4)
+if full:  # the plan before: 12 bytes per logit of the whole micro-batch
+    estimate += batch * block * vocab * 12 - head_loss_bytes(batch, block, cfg.n_embd, vocab, 4)
+print(json.dumps({"measured": peak - baseline, "estimate": estimate}))
+"""
+
+
+def head_loss_comparison(batch: int, block: int) -> None:
+    mi = 2**20
+    print(
+        f"gpt2-small, batch {batch} x block {block}: one micro-batch's activations "
+        f"(forward + backward), fp32 on the CPU"
+    )
+    print(f"{'loss':<24} {'plan':>9} {'live: measured':>15} {'ratio':>6}   {'process: measured':>18}")
+    rows = {}
+    for full in (False, True):
+        live = measure([batch, block, full], True, HEAD_LOSS_CHILD)
+        process = measure([batch, block, full], False, HEAD_LOSS_CHILD)
+        rows[full] = (live, process)
+        name = "full logits (before)" if full else "chunked (head_loss)"
+        est = live["estimate"]
+        print(
+            f"{name:<24} {est / mi:>7.0f}Mi {live['measured'] / mi:>13.0f}Mi {est / live['measured']:>6.2f}"
+            f"   {process['measured'] / mi:>16.0f}Mi"
+        )
+    (live_c, proc_c), (live_f, proc_f) = rows[False], rows[True]
+    print(
+        f"drop: plan {(live_f['estimate'] - live_c['estimate']) / mi:.0f}Mi, live "
+        f"{(live_f['measured'] - live_c['measured']) / mi:.0f}Mi, process "
+        f"{(proc_f['measured'] - proc_c['measured']) / mi:.0f}Mi"
+    )
+
+
+def measure(config: tuple | list, live: bool, child: str = CHILD) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("MALLOC_MMAP_THRESHOLD_", None)
     if live:
         env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(config)], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", child, json.dumps(config)], capture_output=True, text=True, env=env, check=True
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--head-loss"]:
+        batch, block = (int(a) for a in sys.argv[2:4]) if len(sys.argv) >= 4 else (16, 128)
+        head_loss_comparison(batch, block)
+        return
     recompute = "--recompute" in sys.argv[1:]
     configs = RECOMPUTE_CONFIGS if recompute else CONFIGS
     only = [a for a in sys.argv[1:] if a != "--recompute"]  # optional: indices to run

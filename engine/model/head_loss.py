@@ -48,11 +48,18 @@ def head_loss(
     hidden: (..., n_embd); weight: (vocab, n_embd); targets: hidden's leading shape, with
     IGNORE_INDEX for positions that count for nothing. A scalar fp32 loss. With gradients
     enabled its graph holds each input's gradient, not the logits; without, only one chunk's
-    logits ever exist.
+    logits ever exist. When all the tokens make one chunk, it is F.cross_entropy of the logits.
     """
     hidden = hidden.reshape(-1, hidden.size(-1))
     targets = targets.reshape(-1)
     chunk = chunk_tokens or chunk_tokens_for(weight.size(0), hidden.size(0))
+    if chunk >= hidden.size(0):
+        # One chunk: the plain ops, whose autograd holds these (at most CHUNK_LOGIT_BYTES-sized)
+        # logits through backward; the Function's extra ops would only cost a small model time.
+        logits = F.linear(hidden, weight)
+        if softcap > 0:
+            logits = softcap * torch.tanh(logits / softcap)
+        return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         return _ChunkedHeadLoss.apply(hidden, weight, targets, float(softcap), chunk)
     loss, _, _ = _chunked_loss(hidden, weight, targets, softcap, chunk, False, False)

@@ -17,6 +17,7 @@ import torch
 
 from engine.config.run_config import RunConfig
 from engine.events import MemoryBreakdown
+from engine.model.head_loss import chunk_tokens_for
 from engine.train.device import device_capacity, process_gpu_memory
 
 
@@ -154,9 +155,7 @@ def activation_bytes_estimate(
 
     `grad_checkpoint` is model.grad_checkpoint's mode (True/False: full/none), applied to the
     first `recompute_blocks` blocks (0: all); `recomputed_layers_bytes` has the layers' part.
-    The loss is computed in fp32, so at its peak the backward pass holds three fp32 b*s*vocab
-    tensors: the saved log-softmax, its gradient and the logits' gradient (12 bytes per logit,
-    measured on CPU and on an H200 alike).
+    The head and its loss add `head_loss_bytes`.
     """
     layers = recomputed_layers_bytes(
         batch,
@@ -169,8 +168,31 @@ def activation_bytes_estimate(
         mode=grad_checkpoint,
         recompute_blocks=recompute_blocks,
     )
-    logits = batch * seq * vocab * 12
-    return int(layers + logits)
+    return int(layers + head_loss_bytes(batch, seq, n_embd, vocab, bytes_per_value))
+
+
+def head_loss_bytes(batch: int, seq: int, n_embd: int, vocab: int, bytes_per_value: int) -> int:
+    """What the head and the cross-entropy add to a step's peak, in bytes, as `head_loss`
+    computes them: in chunks of `chunk_tokens_for` tokens when the logits would not fit one.
+
+    One chunk: the plain loss, whose backward holds three fp32 b*s*vocab tensors at its peak
+    (the saved log-softmax, its gradient and the logits' gradient: 12 bytes per logit,
+    measured on CPU and on an H200 alike). Several: while the blocks' activations are all live,
+    one chunk's fp32 logits and their gradient (8 bytes per logit of the chunk, the soft-cap's
+    tanh included) beside the fp32 gradients of the hidden states and of the head's weight that
+    the forward pass computes (4*(b*s + vocab)*n_embd bytes); at 16-bit also a chunk's 16-bit
+    weight-gradient product (vocab*n_embd values; the weight's 16-bit copy is autocast's, which
+    the planner counts for every weight). Backward's start
+    holds those gradients twice (scaled by the loss's gradient into new tensors), which is
+    the larger figure when the chunk is small beside the weight.
+    """
+    tokens = batch * seq
+    chunk = chunk_tokens_for(vocab, tokens)
+    if chunk >= tokens:
+        return tokens * vocab * 12
+    gradients = 4 * (tokens + vocab) * n_embd
+    in_chunk = 8 * chunk * vocab + (vocab * n_embd * bytes_per_value if bytes_per_value < 4 else 0)
+    return max(gradients + in_chunk, 2 * gradients)
 
 
 def step_start_allocated(device: torch.device) -> int:

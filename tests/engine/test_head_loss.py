@@ -96,6 +96,14 @@ def test_no_tensor_the_size_of_the_full_logits_is_ever_made(grad):
     assert unchunked_seen.largest == n * v
 
 
+def test_one_chunk_is_the_plain_loss():
+    # all the tokens in one chunk: F.cross_entropy's own graph, bit for bit
+    hidden, weight, targets = some_inputs()
+    loss = head_loss(hidden, weight, targets, 3.0, 37)
+    assert loss.grad_fn.name() == unchunked(hidden, weight, targets, 3.0).grad_fn.name()
+    assert loss.item() == unchunked(hidden, weight, targets, 3.0).item()
+
+
 def test_chunk_rule_keeps_small_vocabularies_in_one_chunk():
     # a char-level model: every realistic micro-batch is one chunk, the unchunked path's speed
     assert chunk_tokens_for(65, 64 * 1024) == 64 * 1024
@@ -188,3 +196,50 @@ def test_traced_whole_by_torch_compile():
     got_h, got_w = grads_of(4 * loss, hidden, weight)
     assert abs(loss.item() - ref.item()) <= 1e-6
     assert torch.allclose(got_h, ref_h, atol=1e-6) and torch.allclose(got_w, ref_w, atol=1e-6)
+
+
+# ------------------------------------------------------------------ the planner's term
+
+
+def test_plan_counts_the_plain_loss_when_the_tokens_make_one_chunk():
+    from engine.plan.memory import head_loss_bytes
+
+    # 2 x 4 tokens of a 10-token vocabulary: 80 logits, 12 bytes each
+    assert head_loss_bytes(2, 4, 8, 10, 2) == 960
+
+
+def test_plan_counts_one_chunk_and_the_gradients_when_chunked():
+    from engine.plan.memory import (
+        activation_bytes_estimate,
+        head_loss_bytes,
+        layer_activation_bytes,
+    )
+
+    # gpt2-small, fp32, 16 x 128 tokens: 512-token chunks of the padded 50,304 rows
+    gradients = 4 * (2048 + 50304) * 768  # hidden states' and head weight's: 160,825,344
+    one_chunk = 8 * 512 * 50304  # fp32 logits and their gradient: 206,045,184
+    assert head_loss_bytes(16, 128, 768, 50304, 4) == gradients + one_chunk == 366_870_528
+    # local-300m, bf16, 16 x 1024 tokens: 9.2 GiB of logits before (16384 * 50304 * 12 bytes),
+    # 0.54 GiB now (a chunk's bf16 weight-gradient product added)
+    gradients = 4 * (16384 + 50304) * 1024
+    in_chunk = 8 * 512 * 50304 + 50304 * 1024 * 2
+    assert head_loss_bytes(16, 1024, 1024, 50304, 2) == gradients + in_chunk == 582_221_824
+    # a wide model's small micro-batch: the gradients held twice at backward's start dominate
+    assert head_loss_bytes(1, 1024, 4096, 50304, 4) == 2 * 4 * (1024 + 50304) * 4096
+    # the activation estimate is the blocks' part plus this term
+    layers = 12 * layer_activation_bytes(16, 128, 768, 12, 4)
+    assert activation_bytes_estimate(16, 128, 768, 12, 12, 50304, 4) == layers + 366_870_528
+
+
+def test_grad_scaler_scale_reaches_the_gradients_and_unscales_exactly(eight_token_chunks):
+    torch.manual_seed(0)
+    model = GPT(tiny(), VOCAB)
+    x, y = torch.randint(VOCAB, (2, 2, 16))
+    _, _, ref = model_grads(model, x, y, full_logits=True)  # 256 x the gradients
+    model.zero_grad(set_to_none=True)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scaler.scale(model(x, y)[1] / 2).backward()  # as train_step: the loss / accumulation steps
+    scaler.unscale_(optimizer)
+    for name, p in model.named_parameters():
+        assert (2 * p.grad - ref[name] / 256).abs().max().item() <= 1e-6, name
