@@ -197,13 +197,15 @@ class GPT(nn.Module):
             logits = self._logits(x)
             if targets is None:
                 return logits, None
-            loss = F.cross_entropy(
-                logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1
-            )
+            # the padded rows take no part in the softmax, as in head_loss
+            true_logits = logits[..., : self.vocab_size].reshape(-1, self.vocab_size).float()
+            loss = F.cross_entropy(true_logits, targets.reshape(-1), ignore_index=-1)
             return logits, loss
         if targets is None:
             return self._logits(x[:, [-1], :]), None
-        return None, head_loss(x, self.lm_head.weight, targets, self.cfg.logit_softcap)
+        return None, head_loss(
+            x, self.lm_head.weight, targets, self.cfg.logit_softcap, vocab=self.vocab_size
+        )
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(x)

@@ -41,9 +41,13 @@ def head_loss(
     targets: torch.Tensor,
     softcap: float = 0.0,
     chunk_tokens: int | None = None,
+    vocab: int | None = None,
 ) -> torch.Tensor:
     """Mean cross-entropy of `F.linear(hidden, weight)` (soft-capped when `softcap` > 0)
     against `targets`, computed `chunk_tokens` tokens at a time (`chunk_tokens_for` when None).
+    `vocab`: the tokenizer's size when the weight has padded rows past it; those rows' logits
+    take no part in the softmax (the matmul keeps the padded, aligned width), so a padded model
+    learns exactly what an unpadded one would and starts at the loss of a uniform guess, ln(vocab).
 
     hidden: (..., n_embd); weight: (vocab, n_embd); targets: hidden's leading shape, with
     IGNORE_INDEX for positions that count for nothing. A scalar fp32 loss. With gradients
@@ -53,16 +57,17 @@ def head_loss(
     hidden = hidden.reshape(-1, hidden.size(-1))
     targets = targets.reshape(-1)
     chunk = chunk_tokens or chunk_tokens_for(weight.size(0), hidden.size(0))
+    vocab = weight.size(0) if vocab is None else vocab
     if chunk >= hidden.size(0):
         # One chunk: the plain ops, whose autograd holds these (at most CHUNK_LOGIT_BYTES-sized)
         # logits through backward; the Function's extra ops would only cost a small model time.
         logits = F.linear(hidden, weight)
         if softcap > 0:
             logits = softcap * torch.tanh(logits / softcap)
-        return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
+        return F.cross_entropy(logits[:, :vocab].float(), targets, ignore_index=IGNORE_INDEX)
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _ChunkedHeadLoss.apply(hidden, weight, targets, float(softcap), chunk)
-    loss, _, _ = _chunked_loss(hidden, weight, targets, softcap, chunk, False, False)
+        return _ChunkedHeadLoss.apply(hidden, weight, targets, float(softcap), chunk, vocab)
+    loss, _, _ = _chunked_loss(hidden, weight, targets, softcap, chunk, vocab, False, False)
     return loss
 
 
@@ -75,10 +80,11 @@ class _ChunkedHeadLoss(torch.autograd.Function):
         targets: torch.Tensor,
         softcap: float,
         chunk: int,
+        vocab: int,
     ) -> torch.Tensor:
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         loss, grad_hidden, grad_weight = _chunked_loss(
-            hidden, weight, targets, softcap, chunk, want_hidden, want_weight
+            hidden, weight, targets, softcap, chunk, vocab, want_hidden, want_weight
         )
         ctx.save_for_backward(grad_hidden, grad_weight)
         return loss
@@ -94,7 +100,7 @@ class _ChunkedHeadLoss(torch.autograd.Function):
             grad_hidden = grad_hidden * grad_loss.to(grad_hidden.dtype)
         if grad_weight is not None:
             grad_weight = grad_weight * grad_loss.to(grad_weight.dtype)
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 def _chunked_loss(
@@ -103,6 +109,7 @@ def _chunked_loss(
     targets: torch.Tensor,
     softcap: float,
     chunk: int,
+    vocab: int,
     want_hidden: bool,
     want_weight: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -131,6 +138,8 @@ def _chunked_loss(
         if softcap > 0:
             capped = logits.div_(softcap).tanh_()
             logits = capped * softcap
+        if vocab < logits.size(1):  # padded rows: exp(-inf) = 0, in the softmax and its gradient
+            logits[:, vocab:] = -float("inf")
         lse = torch.logsumexp(logits, dim=1)
         picked = logits.gather(1, chunk_targets).squeeze(1)
         loss_sum = loss_sum + torch.where(chunk_valid, lse - picked, 0.0).sum()

@@ -62,7 +62,8 @@ def record_first_step(trainer, run_dir: Path, rank: int) -> None:  # noqa: ANN00
         if not done:
             done.append(True)
             grads = {n: full(p.grad) for n, p in trainer.model.named_parameters() if p.grad is not None}
-            torch.save({"grads": grads, "batches": batches, "initial": initial}, run_dir / f"grads-{rank}.pt")
+            torch.save({"grads": grads, "batches": batches, "initial": initial,
+                        "vocab_size": trainer.model.vocab_size}, run_dir / f"grads-{rank}.pt")  # fmt: skip
         return step(*args, **kwargs)
 
     optimizer.step = step_and_record

@@ -67,7 +67,12 @@ def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(
     final = dcp_model_state(sharded / "ckpt-00000030.dcp")
     written = load_file(str(out))
     for key, value in written.items():
-        torch.testing.assert_close(value, final[key], rtol=0, atol=0)
+        whole = final[key]
+        if value.shape != whole.shape:  # the export cuts the padded vocabulary's rows
+            assert key in ("wte.weight", "lm_head.weight") and whole.shape[0] % 64 == 0
+            assert value.shape[0] < whole.shape[0] and value.shape[1:] == whole.shape[1:]
+            whole = whole[: value.shape[0]]
+        torch.testing.assert_close(value, whole, rtol=0, atol=0)
 
 
 def test_a_sharded_run_resumed_by_one_process_goes_back_to_fsdp_on_2_ranks(

@@ -243,3 +243,39 @@ def test_grad_scaler_scale_reaches_the_gradients_and_unscales_exactly(eight_toke
     scaler.unscale_(optimizer)
     for name, p in model.named_parameters():
         assert (2 * p.grad - ref[name] / 256).abs().max().item() <= 1e-6, name
+
+
+@pytest.mark.parametrize("softcap", [0.0, 3.0])
+@pytest.mark.parametrize("chunk", [5, 1000])  # chunked, and the one-chunk plain path
+def test_padded_rows_take_no_part_in_the_loss(softcap, chunk):
+    """A weight padded past the tokenizer's 50 rows: loss and gradients of the true rows are
+    those of the unpadded weight, and the padded rows get no gradient at all."""
+    hidden, weight, targets = some_inputs()
+    true_rows = weight.detach().clone().requires_grad_()
+    padding = torch.randn(14, weight.size(1)) * 5.0  # large logits, were they counted
+    padded = torch.cat([weight.detach(), padding]).requires_grad_()
+    ref = unchunked(hidden, true_rows, targets, softcap)
+    ref_h, ref_w = grads_of(ref, hidden, true_rows)
+    loss = head_loss(hidden, padded, targets, softcap, chunk, vocab=50)
+    got_h, got_w = grads_of(loss, hidden, padded)
+    assert abs(loss.item() - ref.item()) <= 1e-6
+    assert (got_h - ref_h).abs().max().item() <= 1e-6
+    assert (got_w[:50] - ref_w).abs().max().item() <= 1e-6
+    assert torch.count_nonzero(got_w[50:]) == 0
+
+
+def test_a_padded_model_starts_at_the_loss_of_a_uniform_guess():
+    """103 characters padded to 128 rows: the first loss is about ln 103, not ln 128, in the
+    chunked path, the full-logits path and under no_grad alike."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(n_layer=1, n_head=2, n_embd=32, block_size=16), 103)
+    assert model.padded_vocab == 128
+    idx = torch.randint(103, (4, 16))
+    targets = torch.randint(103, (4, 16))
+    _, chunked = model(idx, targets)
+    _, full = model(idx, targets, full_logits=True)
+    with torch.no_grad():
+        _, evaluated = model(idx, targets)
+    for loss in (chunked, full, evaluated):
+        assert abs(loss.item() - torch.log(torch.tensor(103.0)).item()) < 0.05
+    assert abs(chunked.item() - full.item()) <= 1e-6
