@@ -124,12 +124,20 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_memory(cfg, vocab, device_type, capacity, nproc, parallel)
     fixes = suggest_fixes(cfg, vocab, device_type, capacity, nproc, parallel)
     print(format_plan(cfg, plan, fixes))
-    from engine.model import padded_vocab_size
+    from engine.model import chunk_tokens_for, padded_vocab_size
 
     multiple = cfg.model.vocab_multiple
     padded = padded_vocab_size(vocab, multiple)
     head = f", padded to {padded:,} (model.vocab_multiple = {multiple})" if padded != vocab else ""
+    tokens = cfg.train.batch_size * cfg.model.block_size
+    chunk = chunk_tokens_for(padded, tokens)
+    loss = (
+        "the loss on the whole micro-batch's logits (12 B each)"
+        if chunk >= tokens
+        else f"the loss in chunks of {chunk:,} tokens (the full logits never held)"
+    )
     print(
-        f"\nvocabulary {vocab:,} ({how}){head}; activations per Korthikanti et al. 2022 with fused attention, logits at 12 B each"
+        f"\nvocabulary {vocab:,} ({how}){head}; activations per Korthikanti et al. 2022"
+        f" with fused attention; {loss}"
     )
     return 0 if plan.fits else 1

@@ -5,6 +5,7 @@ from engine import lazy_exports
 # module -> the names it gives the rest of the code; each is imported when first asked for
 _EXPORTS = {
     "engine.model.gpt": ("GPT", "padded_vocab_size"),
+    "engine.model.head_loss": ("chunk_tokens_for",),
     "engine.model.optimizers": ("build_optimizer",),
     "engine.model.schedule": ("LrChange", "LrPlan", "lr_change", "lr_plan", "planned_curve"),
     "engine.model.sampling": ("PromptError", "SamplingOptions", "encode_prompt", "generate_tokens", "stream_text"),

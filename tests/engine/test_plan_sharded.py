@@ -232,3 +232,13 @@ def test_a_grad_accum_the_ranks_cannot_share_is_planned_as_a_split_micro_batch(c
     assert main(["plan", "--preset", "nanogpt-cpu", "--nproc", "2", "--device-memory", "8GB"]) == 0
     out = capsys.readouterr().out
     assert "each 1 of the 2 micro-batches of 6 x 64 tokens: 768 tokens per optimizer step" in out
+
+
+def test_the_plan_says_how_the_loss_is_computed(capsys):
+    """A 50k vocabulary's loss runs in chunks (the full logits never held); a char model's
+    micro-batch is one chunk, the plain loss at 12 bytes a logit."""
+    assert main(["plan", "--preset", "local-300m", "--device-memory", "24GB"]) == 0
+    out = capsys.readouterr().out
+    assert "padded to 50,304" in out and "the loss in chunks of 512 tokens" in out
+    assert main(["plan", "--preset", "tiny", "--device-memory", "24GB"]) == 0
+    assert "the loss on the whole micro-batch's logits (12 B each)" in capsys.readouterr().out
