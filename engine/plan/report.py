@@ -90,9 +90,11 @@ def format_plan(cfg: RunConfig, plan: MemoryPlan, fixes: list[Fix]) -> str:
         lines += ["", *notes]
     if fixes and (cap is None or not plan.fits):
         lines += ["", "to lower peak memory (each on its own; pass as --set):"]
+        width = max(58, *(len(fix.description) for fix in fixes))  # the columns stay aligned
         for fix in fixes:
             mark = "fits" if fix.plan.fits else ("" if fix.plan.fits is None else "still too big")
+            sets = " ".join("--set " + o for o in fix.overrides)
             lines.append(
-                f"  {fix.description:<58} {format_bytes(fix.plan.total):>11}  {mark:<13} {' '.join('--set ' + o for o in fix.overrides)}"
+                f"  {fix.description:<{width}} {format_bytes(fix.plan.total):>11}  {mark:<13} {sets}"
             )
     return "\n".join(lines)
