@@ -109,7 +109,9 @@ def test_live_scalars_are_the_metrics_files(run20):
     ]
     assert [st for st, _, _ in scalars["eval/train_loss"]] == [10, 20]
     sample = history(run20, "sample")[-1]
-    assert (sample.prompt + sample.text) in texts["samples/text_summary"][-1][1]
+    # shown as a Markdown code block: every line of the sample indented by four spaces
+    block = "\n".join("    " + line for line in (sample.prompt + sample.text).split("\n"))
+    assert block in texts["samples/text_summary"][-1][1]
 
 
 def test_export_writes_what_the_sink_wrote(run20, tmp_path):
