@@ -206,6 +206,9 @@ class Checkpointer:
         elif self.world.is_main:  # rank 0 alone writes (a run directory on a shared disk)
             try:
                 path = ckpt.save_checkpoint(self.run_dir, step, state, keep_last)
+                # on disk whole (written aside, then renamed): the last checkpoint even if the
+                # ranks' agreement below fails because one of them is gone
+                self.last_checkpoint = path
             except Exception as e:  # torch.save raises RuntimeError from a full disk's OSError
                 failure = write_failure(e)
                 if failure is None:
