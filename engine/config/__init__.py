@@ -8,5 +8,6 @@ _EXPORTS = {
     "engine.config.presets": ("DEFAULT_PRESET", "discover", "extends_chain", "load_preset", "search_dirs"),
     "engine.config.byte_sizes": ("format_bytes", "parse_size"),
     "engine.config.to_toml": ("config_to_toml",),
+    "engine.config.live": ("LIVE_SETTINGS", "COOLDOWN", "LR_SCALE", "SettingsChange", "SettingsTimeline", "TimedChange", "canonical_key", "describe", "live_change", "refusal", "setting_value", "wsd_decay_start"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

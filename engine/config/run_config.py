@@ -167,6 +167,12 @@ class ScheduleConfig:
     decay_fraction: float = _opt(
         0.2, help="wsd: final fraction of the run spent decaying", min=0.0, max=1.0
     )
+    decay_start: int = _opt(
+        0,
+        help="wsd: the step the decay starts, to max_steps (0 = from decay_fraction); a live "
+        "'cool down now' sets it",
+        min=0,
+    )
 
 
 @dataclass
@@ -405,6 +411,11 @@ def validate(cfg: RunConfig, source: str = "config") -> None:
     if cfg.schedule.min_lr > cfg.optim.lr:
         raise ConfigError(
             f"{source}: schedule.min_lr ({cfg.schedule.min_lr:g}) must not exceed optim.lr ({cfg.optim.lr:g})"
+        )
+    if cfg.schedule.decay_start >= cfg.train.max_steps:
+        raise ConfigError(
+            f"{source}: schedule.decay_start ({cfg.schedule.decay_start}) must be below "
+            f"train.max_steps ({cfg.train.max_steps}); 0 starts the decay from decay_fraction"
         )
     if not cfg.sample.prompts:
         raise ConfigError(f'{source}: sample.prompts must hold at least one prompt ("\\n" is fine)')

@@ -29,12 +29,19 @@ def cosine_lr(step: int, peak: float, floor: float, warmup: int, decay_steps: in
 
 
 def wsd_lr(
-    step: int, peak: float, floor: float, warmup: int, total: int, decay_fraction: float
+    step: int,
+    peak: float,
+    floor: float,
+    warmup: int,
+    total: int,
+    decay_fraction: float,
+    decay_start: int = 0,
 ) -> float:
-    """Warmup-stable-decay: linear warmup, constant peak, linear decay to `floor` at the end."""
+    """Warmup-stable-decay: linear warmup, constant peak, linear decay to `floor` at the end,
+    from `decay_start` (0: the last `decay_fraction` of the run)."""
     if step < warmup:
         return peak * (step + 1) / (warmup + 1)
-    decay_start = total - round(total * decay_fraction)
+    decay_start = decay_start or total - round(total * decay_fraction)
     if step < decay_start:
         return peak
     span = max(1, total - decay_start)
@@ -53,7 +60,10 @@ def lr_at(step: int, cfg: RunConfig) -> float:
     if s.kind == "cosine":
         return cosine_lr(step, peak, s.min_lr, s.warmup_steps, cfg.decay_steps)
     if s.kind == "wsd":
-        return wsd_lr(step, peak, s.min_lr, s.warmup_steps, cfg.train.max_steps, s.decay_fraction)
+        return wsd_lr(
+            step, peak, s.min_lr, s.warmup_steps, cfg.train.max_steps, s.decay_fraction,
+            s.decay_start,
+        )
     return constant_lr(step, peak, s.warmup_steps)
 
 

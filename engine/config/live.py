@@ -1,0 +1,355 @@
+"""Settings a run may change while it trains, and the timeline of the changes made.
+
+`live_change(cfg, settings, step)` decides a `set` command at a step boundary: each key as
+`--set` spells it, each value typed or as `--set` writes it, checked as `--set` checks it; the
+answer is the config from the next step on, or the one line that says why not. What it refuses
+belongs to the weights or to the run's identity (the model's shape, the corpus, the seed) or is
+built into the running process (device, dtype, compile, micro-batch size): those change on
+resume, where the same key is allowed.
+
+`SettingsTimeline` is what a run changed and when: each entry the step it applies from (the
+step counter at the boundary: it shapes step `step + 1` on), who asked and the new values.
+A checkpoint keeps the entries up to its step, config.toml keeps all of them beside the
+starting values, and a run started from that config.toml makes the same changes at the same
+steps. The hand-set LR multiplier (set_lr, scale_lr, rollback) is one more key of it,
+`LR_SCALE`, which is not a config setting.
+
+Pure and torch-free: the app's settings screen checks its fields with it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from engine.config.run_config import (
+    SECTIONS,
+    ConfigError,
+    RunConfig,
+    config_from_dict,
+    parse_override,
+)
+
+# The live settings, each with when its new value takes effect (the settings screen's help).
+LIVE_SETTINGS: dict[str, str] = {
+    "optim.lr": "peak LR of the schedule, from the next step",
+    "optim.weight_decay": "from the next step",
+    "optim.beta1": "from the next step (the moments so far are kept)",
+    "optim.beta2": "from the next step (the moments so far are kept)",
+    "optim.eps": "from the next step",
+    "optim.grad_clip": "from the next step",
+    "optim.muon_lr": "Muon's peak LR, from the next step",
+    "optim.muon_momentum": "from the next step",
+    "schedule.warmup_steps": "only while the run is still warming up",
+    "schedule.min_lr": "the schedule's floor, re-planned from the next step",
+    "schedule.decay_steps": "cosine: the decay's end, re-planned from the next step",
+    "schedule.decay_fraction": "wsd: the decay's share of the run, re-planned",
+    "schedule.decay_start": "wsd: the step the decay starts (0 = from decay_fraction)",
+    "train.max_steps": "the run's length; the schedule is re-planned as a resume re-plans it",
+    "train.grad_accum": "micro-batches per step: tokens per step, throughput and ETA follow",
+    "train.spike_sigma": "the spike guard, from the next step",
+    "train.on_anomaly": "what a NaN or spike does, from the next one",
+    "train.check_finite": "the non-finite guard, from the next step",
+    "train.log_every": "steps between loss read-backs",
+    "eval.interval": "steps between evaluations",
+    "sample.interval": "steps between samples",
+    "sample.prompts": "from the next sample",
+    "sample.max_new_tokens": "from the next sample",
+    "sample.temperature": "from the next sample",
+    "sample.top_k": "from the next sample",
+    "checkpoint.interval": "steps between checkpoints",
+    "checkpoint.keep_last": "periodic checkpoints kept, from the next one saved",
+}
+
+# "Cool down now": not a config setting but a request the run turns into settings at its
+# step (schedule.decay_start and train.max_steps). Its value is the decay's length in steps,
+# 0 for the configured fraction of the run.
+COOLDOWN = "schedule.cooldown"
+# The hand-set LR multiplier, as the timeline records set_lr, scale_lr and rollback.
+LR_SCALE = "lr_scale"
+
+_REFUSED_SECTIONS = {
+    "model": "the weights belong to the model they are trained as",
+    "data": "the run's corpus and tokenizer are fixed for its weights",
+}
+_REFUSED_KEYS = {
+    "train.seed": "the run continues its own random streams",
+    "train.batch_size": "the micro-batch is built into the running step; change train.grad_accum",
+    "train.device": "the model and optimizer live on their device",
+    "train.dtype": "the running step is built for its precision",
+    "train.compile": "the model is compiled (or not) when the run starts",
+    "train.threads": "the process's threads are set when it starts",
+    "train.parallel": "the ranks are wrapped when the run starts",
+    "train.max_rollbacks": "the limit is the process's",
+    "optim.name": "another optimizer starts with fresh state",
+    "optim.muon_ns": "the Muon step is built when the run starts",
+    "schedule.kind": "another schedule shape would make the LR jump",
+    "eval.batches": "every evaluation uses the same fixed batches, so evals compare",
+    "eval.full_val": "every evaluation measures the same split, so evals compare",
+    "eval.batch_size": "every evaluation uses the same fixed batches, so evals compare",
+    "log.tensorboard": "the event file is opened when the run starts",
+}
+
+
+@dataclass(frozen=True)
+class SettingsChange:
+    """An accepted `set`: the changed keys with (old, new) values in the order asked, and the
+    config the run trains with from the next step on."""
+
+    step: int
+    changes: dict[str, tuple[Any, Any]]
+    config: RunConfig
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The new values, as the timeline records them."""
+        return {key: new for key, (_, new) in self.changes.items()}
+
+
+def canonical_key(key: str) -> str:
+    """`section.name` for a key as `--set` accepts it ("weight_decay" when it is unique);
+    ConfigError (one line) for an unknown one."""
+    if key == COOLDOWN:
+        return key
+    section, name, _ = parse_override(f"{key}=0")
+    return f"{section}.{name}"
+
+
+def _unknown(settings: Mapping[str, Any]) -> str:
+    """The first key that is no setting, with the closest live one or the list of them."""
+    for key in map(str, settings):
+        try:
+            canonical_key(key)
+        except ConfigError:
+            close = difflib.get_close_matches(key, [*LIVE_SETTINGS, COOLDOWN], n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'?" if close else "live: " + ", ".join(LIVE_SETTINGS)
+            return f"unknown setting '{key}' ({hint})"
+    return "unknown setting"
+
+
+def refusal(key: str) -> str | None:
+    """Why `key` (canonical) cannot change mid-run, or None when it can."""
+    if key in LIVE_SETTINGS or key == COOLDOWN:
+        return None
+    section = key.split(".", 1)[0]
+    why = _REFUSED_KEYS.get(key) or _REFUSED_SECTIONS.get(section, "it is fixed for the run")
+    return (
+        f"{key} cannot change while the run trains: {why}; stop the run and resume it with "
+        f"--set {key}=..."
+    )
+
+
+def setting_value(cfg: RunConfig, key: str) -> Any:
+    section, name = key.split(".", 1)
+    return getattr(getattr(cfg, section), name)
+
+
+def _typed(key: str, value: Any) -> Any:
+    """A value as the config holds it; a string is read as `--set` reads one (TOML, else a
+    bare word), except for settings that are strings."""
+    if not isinstance(value, str):
+        return value
+    section, name = key.split(".", 1)
+    kind = {f.name: f.type for f in fields(SECTIONS[section])}[name]
+    if kind in (str, "str"):
+        return value
+    return parse_override(f"{key}={value}")[2]
+
+
+def live_change(
+    cfg: RunConfig,
+    settings: Mapping[str, Any],
+    step: int,
+    *,
+    check: Callable[[RunConfig], str | None] | None = None,
+) -> SettingsChange | str:
+    """Decide a `set` of `settings` at step `step` (the steps trained so far) on `cfg`.
+
+    Returns the change (possibly with no keys: every value was already in force), or the
+    one-line refusal; nothing changes unless every key is accepted. `check` is the caller's
+    own check of the new config (e.g. that each rank can take its share of a step)."""
+    if not settings:
+        return "set refused: no settings given; name at least one, e.g. optim.weight_decay=0.0"
+    try:
+        asked = {canonical_key(str(key)): value for key, value in settings.items()}
+    except ConfigError:
+        return f"set refused: {_unknown(settings)}"
+    for key in asked:
+        if (why := refusal(key)) is not None:
+            return f"set refused: {why}"
+    raw = cfg.to_dict()
+    try:
+        for key, value in asked.items():
+            if key == COOLDOWN:
+                continue
+            section, name = key.split(".", 1)
+            raw[section][name] = _typed(key, value)
+        if COOLDOWN in asked:
+            cooldown = _cooldown(cfg, raw, asked[COOLDOWN], step)
+            if isinstance(cooldown, str):
+                return f"set refused: {cooldown}"
+        new = config_from_dict(raw, source="set")
+    except ConfigError as e:
+        return f"{e}"  # already "set: section.key: expected ..."
+    if (why := _mid_run_rules(cfg, new, asked, step)) is not None:
+        return f"set refused: {why}"
+    new = _pin_cosine_horizon(cfg, new, asked)
+    if check is not None and (why := check(new)) is not None:
+        return f"set refused: {why}"
+    changes = {}
+    for key in (*(k for k in asked if k != COOLDOWN), *_cooldown_keys(asked)):
+        old_value, new_value = setting_value(cfg, key), setting_value(new, key)
+        if old_value != new_value:
+            changes[key] = (old_value, new_value)
+    if "schedule.decay_steps" not in changes and new.schedule.decay_steps != cfg.schedule.decay_steps:
+        changes["schedule.decay_steps"] = (cfg.schedule.decay_steps, new.schedule.decay_steps)
+    return SettingsChange(step=step, changes=changes, config=new)
+
+
+def _cooldown_keys(asked: Mapping[str, Any]) -> tuple[str, ...]:
+    return ("schedule.decay_start", "train.max_steps") if COOLDOWN in asked else ()
+
+
+def _cooldown(cfg: RunConfig, raw: dict[str, Any], value: Any, step: int) -> str | None:
+    """"Cool down now" as settings: the WSD decay starts at `step` and lasts `value` steps (0:
+    the configured fraction of the run); the run's length follows."""
+    if cfg.schedule.kind != "wsd":
+        return (
+            f"cool down now needs a WSD schedule (schedule.kind = 'wsd'); this run's is "
+            f"{cfg.schedule.kind!r}: shorten it with train.max_steps instead"
+        )
+    value = _typed("train.max_steps", value) if isinstance(value, str) else value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return f"{COOLDOWN}: expected the decay's length in steps (0 = the configured fraction), got {value!r}"
+    start = wsd_decay_start(cfg)
+    if step >= start:
+        return f"the run has been cooling down since step {start}"
+    span = value or max(1, round(cfg.train.max_steps * cfg.schedule.decay_fraction))
+    raw["schedule"]["decay_start"] = step
+    raw["train"]["max_steps"] = step + span
+    return None
+
+
+def wsd_decay_start(cfg: RunConfig) -> int:
+    """The step a WSD schedule's decay starts at: set, or the configured fraction of the run."""
+    s, total = cfg.schedule, cfg.train.max_steps
+    return s.decay_start or total - round(total * s.decay_fraction)
+
+
+def _mid_run_rules(old: RunConfig, new: RunConfig, asked: Mapping[str, Any], step: int) -> str | None:
+    """What a config may say at a resume but not in the middle of a run."""
+    if new.train.max_steps <= step:
+        return (
+            f"the run is at step {step}: train.max_steps={new.train.max_steps} must be more than "
+            f"{step} (to end the run now, stop it)"
+        )
+    if "schedule.warmup_steps" in asked and new.schedule.warmup_steps != old.schedule.warmup_steps:
+        if step >= old.schedule.warmup_steps:
+            return (
+                f"schedule.warmup_steps: the warmup ended at step {old.schedule.warmup_steps}; "
+                "a run past it has nothing to warm up"
+            )
+    start = new.schedule.decay_start
+    if "schedule.decay_start" in asked and start and start < step:
+        return f"schedule.decay_start={start} is behind the run (step {step}); cool down now instead"
+    return None
+
+
+def _pin_cosine_horizon(old: RunConfig, new: RunConfig, asked: Mapping[str, Any]) -> RunConfig:
+    """A cosine decay whose horizon was implicit (max_steps) keeps it when max_steps changes
+    without schedule.decay_steps, as a resume keeps it: the LR goes on without a jump."""
+    if (
+        new.schedule.kind == "cosine"
+        and "schedule.decay_steps" not in asked
+        and new.decay_steps != old.decay_steps
+    ):
+        return dataclasses.replace(
+            new, schedule=dataclasses.replace(new.schedule, decay_steps=old.decay_steps)
+        )
+    return new
+
+
+# ---------------------------------------------------------------------------------------------
+# The timeline of a run's changes
+
+
+@dataclass(frozen=True)
+class TimedChange:
+    """One change: from step `step` on (shaping step `step + 1` first), by `by`, these values."""
+
+    step: int
+    settings: dict[str, Any]
+    by: str = "app"
+
+    def record(self) -> dict[str, Any]:
+        return {"step": self.step, "by": self.by, "settings": dict(self.settings)}
+
+
+@dataclass
+class SettingsTimeline:
+    """Every change a run made, oldest first (a resume or rollback keeps those up to its
+    checkpoint's step)."""
+
+    changes: list[TimedChange] = field(default_factory=list)
+
+    def add(self, step: int, settings: Mapping[str, Any], by: str = "app") -> TimedChange:
+        change = TimedChange(step=step, settings=dict(settings), by=by)
+        self.changes.append(change)
+        return change
+
+    def up_to(self, step: int) -> SettingsTimeline:
+        """The changes a checkpoint at `step` was trained under."""
+        return SettingsTimeline([c for c in self.changes if c.step <= step])
+
+    def due(self, step: int) -> list[TimedChange]:
+        """The changes that apply at `step` (a replay makes them there)."""
+        return [c for c in self.changes if c.step == step]
+
+    def __bool__(self) -> bool:
+        return bool(self.changes)
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return [c.record() for c in self.changes]
+
+    def load_state_dict(self, records: Iterable[Mapping[str, Any]] | None) -> None:
+        """Take a checkpoint's (or config.toml's) records; None or [] (a file from before
+        live settings) is an empty timeline."""
+        self.changes = [timed_change(r) for r in records or ()]
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping[str, Any]] | None, source: str = "changes") -> SettingsTimeline:
+        timeline = cls()
+        try:
+            timeline.load_state_dict(records)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(
+                f"{source}: a [[changes]] entry needs step (an integer >= 0) and settings (a "
+                f"table of key = value), got {e}"
+            ) from None
+        return timeline
+
+
+def timed_change(record: Mapping[str, Any]) -> TimedChange:
+    step = record["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step {step!r}")
+    settings = record["settings"]
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"settings {settings!r}")
+    by = record.get("by", "app")
+    return TimedChange(step=step, settings=dict(settings), by=str(by))
+
+
+def describe(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    """"optim.weight_decay 0.1 -> 0, train.max_steps 2000 -> 5000": a change as one line."""
+    return ", ".join(f"{key} {_show(old)} -> {_show(new)}" for key, (old, new) in changes.items())
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:g}"
+    return repr(value) if isinstance(value, (str, list)) else str(value)
