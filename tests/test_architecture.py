@@ -45,14 +45,15 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
         for name in ("_mergeable_ranks", "_pat_str", "_special_tokens")
     },
     ("engine/export/hf.py", "_special_tokens"): "tiktoken: no public view of the special tokens",
-    ("engine/model/optimizers.py", "_foreach_lerp_"): "torch's fused lerp over a list of tensors",
+    ("engine/model/muon.py", "_foreach_lerp_"): "torch's fused lerp over a list of tensors",
     **{
-        ("engine/model/optimizers.py", name): "torch's list ops: one call for a group's tensors"
+        ("engine/model/adafactor.py", name): "torch's list ops: one call for a group's tensors"
         for name in (
             "_foreach_add_",
             "_foreach_addcmul_",
             "_foreach_div",
             "_foreach_div_",
+            "_foreach_lerp_",
             "_foreach_mul_",
             "_foreach_norm",
             "_foreach_sqrt_",

@@ -13,8 +13,9 @@ import torch
 from engine.checkpoint.resume import restore_optimizer
 from engine.config.presets import load_preset
 from engine.config.run_config import ModelConfig, OptimConfig
+from engine.model.adafactor import Adafactor
 from engine.model.gpt import GPT
-from engine.model.optimizers import Adafactor, build_optimizer
+from engine.model.optimizers import build_optimizer
 from engine.plan import memory
 from engine.plan.planner import optimizer_state_bytes, param_shapes, plan_memory
 from engine.train.trainer import Trainer
