@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from engine.events import Event
 
@@ -113,6 +113,11 @@ class EngineHandle(Protocol):
 
     def scale_lr(self, factor: float) -> None:
         """Multiply the LR by `factor` from the next step on (LrChanged)."""
+        ...
+
+    def set_settings(self, settings: dict[str, Any]) -> None:
+        """Change live settings at the next step boundary, on every rank: acknowledged by
+        SettingsChanged, or refused by an Alert with code "set" that says why (nothing changed)."""
         ...
 
     def sample(self) -> None:

@@ -217,6 +217,21 @@ class LrChanged(Event):
 
 
 @dataclass(frozen=True)
+class SettingsChanged(Event):
+    """Acknowledges a `set` (or a change replayed from a config.toml's timeline): the settings in
+    force from the next step on."""
+
+    kind: ClassVar[str] = "settings_changed"
+    step: int
+    changes: dict[str, list[Any]]  # key -> [old, new] (JSON keeps a pair as a list)
+    by: str = "app"
+    replayed: bool = False  # made at its step by a replayed config.toml, not asked now
+    max_steps: int = 0  # the run's length from now on
+    tokens_per_step: int = 0
+    planned_lr: tuple[tuple[int, float], ...] = ()  # the re-planned schedule; () = unchanged
+
+
+@dataclass(frozen=True)
 class Alert(Event):
     kind: ClassVar[str] = "alert"
     level: str  # info, warning, error
@@ -389,6 +404,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CheckpointSaved,
         StateChanged,
         LrChanged,
+        SettingsChanged,
         Alert,
         Telemetry,
         MemoryBreakdown,

@@ -184,6 +184,12 @@ class RemoteEngine:
     def scale_lr(self, factor: float) -> None:
         self._send("scale_lr", factor=factor)
 
+    def set_settings(self, settings: dict[str, Any]) -> None:
+        # JSON has lists, not tuples (sample.prompts as the config holds it); the run names
+        # this viewer as who asked
+        values = {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()}
+        self._send("set", settings=values)
+
     def sample(self) -> None:
         self._send("sample")
 

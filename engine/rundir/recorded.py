@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from engine.events import Alert, Event
 from engine.rundir.replay import read_replay
@@ -85,6 +86,9 @@ class RecordedRun:
         self._refuse()
 
     def scale_lr(self, factor: float) -> None:
+        self._refuse()
+
+    def set_settings(self, settings: dict[str, Any]) -> None:
         self._refuse()
 
     def sample(self) -> None:

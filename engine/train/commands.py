@@ -123,6 +123,8 @@ class CommandHandler:
             self.checkpointer.save_manual()
         elif name in ("set_lr", "scale_lr"):
             self.change_lr(name, arg)
+        elif name == "set":
+            self.change_settings(*arg)
         elif name == "sample":
             self.sample()
         elif name == "evaluate":
@@ -135,6 +137,10 @@ class CommandHandler:
             disk.metrics_failed()
         elif name == "disk_retry":  # queued by the disk's retry timer
             disk.retry(self.checkpointer)
+
+    def change_settings(self, settings: dict[str, Any], by: str) -> None:
+        """A `set`: decided at this boundary, the same on every rank."""
+        self.reporter.alert("warning", "set refused: live settings are not applied yet", "set")
 
     def change_lr(self, name: str, value: float) -> None:
         """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on; a

@@ -175,6 +175,11 @@ class Trainer:
     def scale_lr(self, factor: float) -> None:
         self._commands.put("scale_lr", float(factor))
 
+    def set_settings(self, settings: dict[str, Any], by: str = "app") -> None:
+        """Change live settings at the next step boundary (engine.contract.EngineHandle);
+        `by` names who asked, as the journal names viewers."""
+        self._commands.put("set", (dict(settings), str(by)))
+
     def sample(self) -> None:
         self._commands.put("sample")
 

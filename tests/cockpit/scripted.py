@@ -28,6 +28,7 @@ from engine.events import (
     RunStarted,
     RunState,
     Sample,
+    SettingsChanged,
     StateChanged,
     Step,
     Telemetry,
@@ -416,6 +417,8 @@ class ScriptedTrainer:
                 self._max_steps = ev.max_steps
             elif kind == "lr_changed":
                 self._lr, self._scale = ev.new_lr, ev.scale
+            elif kind == "settings_changed":
+                self._max_steps = ev.max_steps
         self.events.put(ev)
 
     def _next_time(self) -> float:
@@ -509,6 +512,28 @@ class ScriptedTrainer:
             )
         )
         self._ack_state("running", "rolled back")
+
+    def set_settings(self, settings: dict[str, Any], by: str = "app") -> None:
+        """Accepts every setting at once (the real run checks them with live_change); a new
+        train.max_steps re-plans the scripted schedule."""
+        self.calls.append(("set_settings", dict(settings), by))
+        with self._lock:
+            old_max = self._max_steps
+        max_steps = int(settings.get("train.max_steps", old_max))
+        plan = ()
+        if max_steps != old_max:
+            plan = tuple((s, planned_lr(s, max_steps)) for s in range(0, max_steps + 1, 10))
+        self._emit(
+            SettingsChanged(
+                step=self.step,
+                changes={key: [None, value] for key, value in settings.items()},
+                by=by,
+                max_steps=max_steps,
+                tokens_per_step=TOKENS_PER_STEP,
+                planned_lr=plan,
+                time=self._next_time(),
+            )
+        )
 
     def sample(self) -> None:
         self.calls.append(("sample",))

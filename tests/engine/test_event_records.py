@@ -24,6 +24,7 @@ from engine.events import (
     RankReport,
     RunStarted,
     Sample,
+    SettingsChanged,
     StateChanged,
     Step,
     Telemetry,
@@ -88,6 +89,15 @@ REALISTIC: list[Event] = [
     CheckpointSaved(step=300, path="runs/tiny/ckpt-000300.pt", reason="interval", time=T + 4),
     StateChanged(state="paused", step=300, reason="user", time=T + 5),
     LrChanged(step=300, old_lr=0.00098, new_lr=0.001225, scale=1.25, time=T + 6),
+    SettingsChanged(
+        step=300,
+        changes={"optim.weight_decay": [0.1, 0.0], "train.max_steps": [2000, 5000]},
+        by="viewer 2 alice@gpu1 (pts/3)",
+        max_steps=5000,
+        tokens_per_step=2048,
+        planned_lr=((0, 0.0), (100, 0.001), (5000, 0.0001)),
+        time=T + 6.5,
+    ),
     Alert(level="warning", message="loss spike: 4.1 (mean 2.3)", step=301, code="spike", time=T + 7),
     Telemetry(
         source="nvml",
@@ -192,7 +202,7 @@ def test_tuples_and_nested_readings_come_back_as_declared() -> None:
     assert isinstance(started, RunStarted)
     assert type(started.planned_lr) is tuple and type(started.planned_lr[1]) is tuple
     assert type(started.notes) is tuple and type(started.config["optim"]["betas"]) is list
-    reading = through_json(REALISTIC[8])
+    reading = through_json(next(e for e in REALISTIC if isinstance(e, Telemetry)))
     assert isinstance(reading, Telemetry)
     assert type(reading.gpus[0]) is DeviceReading and type(reading.gpus[0].throttle) is tuple
     assert type(reading.cpu_per_core) is tuple
