@@ -172,6 +172,10 @@ class Eval(Event):
     val_loss: float
     train_time_s: float  # training wall time so far, evaluation excluded
     full_split: bool = False
+    # the losses in bits per byte of text: loss / ln 2 * the split's tokens / its UTF-8 bytes,
+    # comparable across tokenizers (None: not known, as in records written before them)
+    train_bpb: float | None = None
+    val_bpb: float | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from engine.data.prepared import FORMAT_VERSION, TokenWriter, split_meta, token_
 from engine.data.progress import Reporter, StopPoll
 from engine.data.reader import ReadCounts, corpus_format
 from engine.data.sources import Source, single_text, source_pieces
+from engine.data.text_bytes import BYTE_INDEX_FILE, ByteCounter, write_index
 from engine.data.tokenizers import (
     MAX_CODEPOINT,
     CharTokenizer,
@@ -152,6 +153,7 @@ def build_token_file(
 ) -> dict[str, Any]:
     """Read, tokenize and write the corpus; meta.json last. Called under the directory's lock."""
     (out / "meta.json").unlink(missing_ok=True)  # a rebuild cut short must never look ready
+    (out / BYTE_INDEX_FILE).unlink(missing_ok=True)  # the old token file's
     if cfg.tokenizer == "char":
         tokenizer, digest, counts = char_vocabulary(source, cfg, report, stop)
         hasher, chunk_chars = None, CHAR_PIECE_CHARS
@@ -160,7 +162,8 @@ def build_token_file(
         hasher, chunk_chars = hashlib.sha256(), PIECE_CHARS
     dtype = token_dtype(tokenizer.vocab_size)
     batch_chars = max(BATCH_CHARS, 4 * chunk_chars * encode_threads())
-    writer = TokenWriter(out, dtype)
+    counter = ByteCounter(tokenizer.byte_lengths())
+    writer = TokenWriter(out, dtype, counter)
     joined = _JoiningWriter(writer, tokenizer)
     pass_counts, chars = ReadCounts(), 0
     committed = False
@@ -206,6 +209,7 @@ def build_token_file(
     finally:
         if not committed:
             writer.discard()
+    write_index(out, counter.index())  # before meta.json: a preparation is whole with it
     meta = {
         "format_version": FORMAT_VERSION,
         "source": source.description,
@@ -217,6 +221,7 @@ def build_token_file(
         "vocab_size": tokenizer.vocab_size,
         "dtype": dtype.name,
         "total_tokens": writer.count,
+        "text_bytes": counter.total,  # UTF-8 bytes of the text the tokens stand for
         "documents": counts.documents,
         "skipped": counts.skipped,
         "source_bytes": report.total or counts.bytes_read,

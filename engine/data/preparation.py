@@ -34,6 +34,7 @@ from engine.data.progress import Reporter, StopPoll
 from engine.data.reader import ReadCounts
 from engine.data.record import source_record
 from engine.data.sources import Source, source_bytes, source_sha256, source_signature
+from engine.data.text_bytes import split_bytes
 from engine.data.tinyshakespeare import TINYSHAKESPEARE_HINT, find_tinyshakespeare
 from engine.data.tokenizers import Tokenizer, check_tokenizer_name, tokenizer_from_meta
 from engine.events import DataProgress
@@ -59,6 +60,22 @@ class PreparedData:
     meta: dict[str, Any]  # the contents of meta.json
     source: str  # human-readable description of the corpus
     record: dict[str, Any] = field(default_factory=dict)  # source_record(): what a resume checks
+    directory: Path | None = None  # the prepared directory (None: arrays made by hand)
+    _split_bytes: tuple[int, int] | None = field(default=None, init=False, repr=False)
+    _bytes_counted: bool = field(default=False, init=False, repr=False)
+
+    def split_bytes(self) -> tuple[int, int] | None:
+        """(train, val) UTF-8 bytes of the text each split's tokens stand for, counted on the
+        first call (from the directory's byte index, or the tokens); None where they cannot
+        be counted: a run never fails for want of them (its bits per byte are then unknown)."""
+        if not self._bytes_counted:
+            self._bytes_counted = True
+            try:
+                lengths = self.tokenizer.byte_lengths()
+                self._split_bytes = split_bytes(self.train, self.val, lengths, self.directory)
+            except (OSError, ValueError, IndexError, NotImplementedError, DataError):
+                self._split_bytes = None
+        return self._split_bytes
 
 
 def prepare(
@@ -127,6 +144,7 @@ def _load(out: Path, meta: dict[str, Any], source: Source, cfg: DataConfig) -> P
         meta=meta,
         source=source.description,
         record=source_record(source, meta),
+        directory=out,
     )
 
 

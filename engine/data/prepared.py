@@ -161,10 +161,12 @@ def exclusive(
 
 
 class TokenWriter:
-    """Appends token arrays to tokens.bin.tmp; commit() renames it to tokens.bin."""
+    """Appends token arrays to tokens.bin.tmp; commit() renames it to tokens.bin. `counter`
+    (a ByteCounter) is given each array too: the text bytes they stand for."""
 
-    def __init__(self, out: Path, dtype: np.dtype):
+    def __init__(self, out: Path, dtype: np.dtype, counter: Any = None):
         self.out, self.dtype, self.count = out, dtype, 0
+        self.counter = counter
         self._path = out / PARTIAL_TOKENS_FILE
         self._path.unlink(missing_ok=True)  # a killed preparation's (or a link left there)
         self._file = create_new(self._path)  # FILE_MODE, as atomic_write makes them
@@ -172,6 +174,8 @@ class TokenWriter:
     def append(self, ids: np.ndarray) -> None:
         self._file.write(ids.astype(self.dtype, copy=False).tobytes())
         self.count += len(ids)
+        if self.counter is not None:
+            self.counter.add(ids)
 
     def commit(self) -> None:
         self._file.flush()

@@ -40,6 +40,11 @@ class Tokenizer:
     def to_meta(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def byte_lengths(self) -> np.ndarray:
+        """Bytes of text each token id stands for (int64, one per id): what a split's bits
+        per byte divide by. A marker that is no text (BPE's end-of-text) stands for none."""
+        raise NotImplementedError
+
     def encode_corpus(self, text: str) -> np.ndarray:
         """Encode a whole corpus to an integer array; subclasses do it faster than a list."""
         return np.asarray(self.encode(text), dtype=np.int64)
@@ -73,6 +78,12 @@ class CharTokenizer(Tokenizer):
 
     def to_meta(self) -> dict[str, Any]:
         return {"name": "char", "chars": self.chars, "vocab_size": self.vocab_size}
+
+    def byte_lengths(self) -> np.ndarray:
+        # a lone surrogate (kept, as str holds it) is written as UTF-8 writes one: 3 bytes
+        return np.array(
+            [len(c.encode("utf-8", "surrogatepass")) for c in self.chars], dtype=np.int64
+        )
 
     def encode_corpus(self, text: str) -> np.ndarray:
         # A code point -> id lookup table turns megabytes of text into ids without a Python loop.
@@ -110,6 +121,19 @@ class TiktokenTokenizer(Tokenizer):
 
     def to_meta(self) -> dict[str, Any]:
         return {"name": self.name, "vocab_size": self.vocab_size}
+
+    def byte_lengths(self) -> np.ndarray:
+        enc = self._enc
+        special = {enc.encode_single_token(t) for t in enc.special_tokens_set}
+        lengths = np.zeros(self.vocab_size, dtype=np.int64)
+        for i in range(self.vocab_size):
+            if i in special:
+                continue  # end-of-text and the like mark documents: no text
+            try:
+                lengths[i] = len(enc.decode_single_token_bytes(i))
+            except KeyError:  # an id the encoding leaves unused
+                continue
+        return lengths
 
     def encode_corpus(self, text: str, chunk_chars: int = ENCODE_CHUNK_CHARS) -> np.ndarray:
         chunks = list(split_at_safe_points(text, chunk_chars))

@@ -9,6 +9,7 @@ A whole-split evaluation (eval.full_val) reads at most FULL_VAL_MAX_TOKENS of th
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,15 @@ EVAL_SEED_OFFSET = 3
 # billions of tokens can have a val split of hundreds of millions: reading it all at every eval
 # is an epoch, not an evaluation.
 FULL_VAL_MAX_TOKENS = 10_000_000
+
+
+def bits_per_byte(loss: float, tokens: int, text_bytes: int) -> float | None:
+    """A mean loss per token (nats) in bits per byte of text, as nanochat reports it: over
+    ln 2, times the split's tokens per byte. None where it has no value: a loss that is not
+    finite, or a split without text."""
+    if not math.isfinite(loss) or tokens <= 0 or text_bytes <= 0:
+        return None
+    return loss / math.log(2) * tokens / text_bytes
 
 
 def full_val_windows(n_tokens: int, block_size: int, max_tokens: int) -> tuple[int, bool]:
@@ -111,6 +121,20 @@ class Evaluator:
                 f"the bound is FULL_VAL_MAX_TOKENS in engine/model/evaluation.py)"
             )
         return train, val
+
+    def bits_per_byte(
+        self, data: PreparedData, train_loss: float, val_loss: float
+    ) -> tuple[float | None, float | None]:
+        """(train, val) losses in bits per byte of their split's text; None where the split's
+        bytes are not known (counted once, on the first call)."""
+        counts = data.split_bytes()
+        if counts is None:
+            return None, None
+        train_bytes, val_bytes = counts
+        return (
+            bits_per_byte(train_loss, len(data.train), train_bytes),
+            bits_per_byte(val_loss, len(data.val), val_bytes),
+        )
 
     def capped_note(self) -> str | None:
         """Once per run, after the first whole-split evaluation that read only part of the

@@ -47,12 +47,15 @@ def evaluate(
     """Measure the train and val losses now and emit them (the caller reads back the steps
     still on the device first, so that the curves stay in order)."""
     train_loss, val_loss = evaluator.losses(data)
+    train_bpb, val_bpb = evaluator.bits_per_byte(data, train_loss, val_loss)
     event = Eval(
         step=counters.step,
         train_loss=train_loss,
         val_loss=val_loss,
         train_time_s=counters.train_time_s,
         full_split=evaluator.val_full,  # False when a bound cut the split short
+        train_bpb=train_bpb,
+        val_bpb=val_bpb,
     )
     report.emit(event)
     if (note := evaluator.capped_note()) is not None:
