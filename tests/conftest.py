@@ -1,10 +1,13 @@
-"""Shared fixtures: the read-only corpora in ../shared and tiny configurations."""
+"""Shared fixtures: the read-only corpora in ../shared and tiny configurations; under
+pytest-xdist, a test marked `serial` runs with no other test beside it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,33 @@ SHAKESPEARE = Path(
     os.environ.get("COCKPIT_TINYSHAKESPEARE") or SHARED_DATA / "tinyshakespeare" / "input.txt"
 )
 TIKTOKEN_CACHE = Path(os.environ.get("TIKTOKEN_CACHE_DIR") or SHARED_DATA / "tiktoken-cache")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """Under `pytest -n N`, a `serial` test (a wall-clock bound another test's load would break)
+    waits for the other workers' tests to end and keeps them from starting until it is done."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # a plain run: every test is alone already
+        return (yield)
+    # the workers' base temporary directories lie in the run's own one
+    shared = Path(item.config.option.basetemp).parent / "turns"
+    with _turn(shared, alone=item.get_closest_marker("serial") is not None):
+        return (yield)
+
+
+@contextmanager
+def _turn(lock_path: Path, alone: bool) -> Iterator[None]:
+    """A shared turn (any number of tests at once) or one alone, across the workers' processes:
+    a lock file taken shared or exclusive, behind a gate that a waiting `alone` turn holds, so
+    that the workers' next tests cannot keep overtaking it."""
+    with open(f"{lock_path}.gate", "a") as gate, open(f"{lock_path}.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # closing the files lets go of both
 
 
 @pytest.fixture(scope="session")

@@ -134,6 +134,7 @@ def test_the_app_shows_the_progress_bar_while_preparing_and_hides_it_after() -> 
     run_pilot(app, scenario)
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_q_during_preparation_stops_it_and_quits_promptly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

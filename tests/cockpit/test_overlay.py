@@ -77,6 +77,7 @@ def test_the_vectorised_ema_equals_the_live_panels_debiased_ema(beta: float) -> 
     assert debiased_ema(np.array([3.0, 3.0]), beta).tolist() == pytest.approx([3.0, 3.0])
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_a_million_steps_are_smoothed_well_under_a_second() -> None:
     curves = run_curves("big", noisy_losses(1_000_000))
     t0 = time.perf_counter()

@@ -151,6 +151,7 @@ def test_preset_menu_switches_to_a_new_run(tmp_path: Path) -> None:
     run_pilot(app, scenario, size=REAL_SIZE)
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_q_confirmed_checkpoints_and_exits_within_a_second(tmp_path: Path) -> None:
     app, made = real_app(tmp_path)
 

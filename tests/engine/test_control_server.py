@@ -308,6 +308,7 @@ def test_a_peer_of_another_uid_is_refused(live) -> None:
     assert steps_grow(trainer) and trainer.state == "running"
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_a_viewer_that_falls_behind_is_resynchronised_not_waited_for(tmp_path: Path) -> None:
     """The server alone (a stand-in handle): a viewer that stops reading while its queue
     overflows gets {"kind": "resync"} and the replay again, then the live stream."""

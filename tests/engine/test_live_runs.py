@@ -84,6 +84,7 @@ def test_socket_dirs_goes_max_depth_deep_and_skips_hidden_dirs(tmp_path: Path) -
 # ---------------------------------------------------------------------------- probe
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_a_stale_socket_probes_as_none_at_once(tmp_path: Path) -> None:
     stale = [
         bound_and_closed(tmp_path / "closed"),
@@ -97,6 +98,7 @@ def test_a_stale_socket_probes_as_none_at_once(tmp_path: Path) -> None:
     assert find_live_runs(tmp_path) == []
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_a_socket_that_never_greets_costs_one_timeout(tmp_path: Path) -> None:
     """A listener that never answers (a stopped process: ctrl+z) holds a probe for its
     timeout only, and several of them are probed side by side."""

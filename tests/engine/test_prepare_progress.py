@@ -91,6 +91,7 @@ def wait_for_progress(sink: Recorder, timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_stop_during_preparation_ends_the_run_stopped_at_once_with_nothing_on_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -158,6 +158,7 @@ def test_a_nan_val_loss_and_the_best_checkpoint_change_nothing_they_should_not(t
     assert summary.facts["last_checkpoint"]["path"].endswith("ckpt-00000010.pt")
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_the_sink_writes_when_due_not_every_step(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text("")
     sink = SummarySink(tmp_path)

@@ -331,6 +331,7 @@ def test_poller_survives_emit_errors() -> None:
         assert len(calls) >= 3 and poller.running
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_stop_is_prompt_and_idempotent() -> None:
     backend = ScriptedBackend([None])
     sink = Collector()

@@ -204,6 +204,7 @@ class StuckWriter:
     def close(self) -> None: ...
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_the_sink_never_blocks_training():
     writer = StuckWriter()
     sink = TensorBoardSink(writer, capacity=8, purge=None)

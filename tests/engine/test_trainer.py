@@ -294,6 +294,7 @@ def test_metrics_file_is_strict_json_and_history_reads_it_back(tmp_path):
     assert math.isnan(replayed[1].update_ratio) and math.isfinite(replayed[0].update_ratio)
 
 
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_a_pause_is_not_counted_in_step_time_or_throughput(tmp_path):
     rec = Recorder()
     trainer = Trainer(
