@@ -7,10 +7,11 @@ an event. Under torchrun every rank carries out the same commands at the same st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.config.live import live_change
 from engine.events import LrChanged, RunState
 from engine.model.optimizers import applied_lr, set_lr_factor
 from engine.model.schedule import lr_change, lr_multiplied, lr_plan
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from engine.train.command_queue import CommandQueue
     from engine.train.counters import Counters
     from engine.train.disk_full import DiskWait
+    from engine.train.live import LiveSettings
     from engine.train.reporter import Reporter
 
 
@@ -69,6 +71,7 @@ class CommandHandler:
         sample: Callable[[], object],
         evaluate: Callable[[], object],
         rank_commands: RankCommands | None = None,
+        live: LiveSettings | None = None,
     ) -> None:
         self.queue = queue
         self.reporter = reporter
@@ -84,6 +87,7 @@ class CommandHandler:
         self.sample = sample
         self.evaluate = evaluate
         self.rank_commands = rank_commands  # under torchrun: the exchange between the ranks
+        self.live = live  # puts a `set` in force
 
     def apply_queued(self) -> None:
         """Run queued commands; while paused, block here until resumed or stopped."""
@@ -138,9 +142,30 @@ class CommandHandler:
         elif name == "disk_retry":  # queued by the disk's retry timer
             disk.retry(self.checkpointer)
 
-    def change_settings(self, settings: dict[str, Any], by: str) -> None:
-        """A `set`: decided at this boundary, the same on every rank."""
-        self.reporter.alert("warning", "set refused: live settings are not applied yet", "set")
+    def change_settings(self, settings: Mapping[str, Any], by: str) -> None:
+        """A `set`: decided at this boundary from the config, the step and the world's shape
+        only, so every rank, handed the same settings, decides and applies alike."""
+        report, live = self.reporter, self.live
+        if live is None:  # a part built without the run's live settings (tests of the loop)
+            report.alert("warning", "set refused: this run takes no live settings", "set")
+            return
+        if not isinstance(settings, Mapping):
+            report.alert("warning", f"set refused: expected settings by name, got {settings!r}", "set")
+            return
+        # the steps still on the device are counted at the tokens per step they trained with
+        self.flush()
+        try:
+            change = live_change(self.cfg, settings, self.counters.step, check=live.check)
+        except (TypeError, ValueError) as e:  # a value no setting can hold (a table, ...)
+            change = f"set refused: {e}"
+        if isinstance(change, str):
+            report.alert("warning", change, "set")
+            return
+        if not change.changes:  # nothing to acknowledge, nothing for the journal
+            asked = ", ".join(f"{key}={value!r}" for key, value in settings.items())
+            report.alert("info", f"settings unchanged: {asked} in force already", "set")
+            return
+        report.emit(live.apply(change, by))
 
     def change_lr(self, name: str, value: float) -> None:
         """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on; a

@@ -183,6 +183,12 @@ class Instruments:
     log_every: int  # steps between two read-backs of the losses
 
 
+def read_back_every(cfg: RunConfig, device: torch.device) -> int:
+    """Steps between two read-backs of the losses: train.log_every, else 1 on CPU (a read-back
+    costs nothing there) and 10 on an accelerator (each one waits for the device)."""
+    return cfg.train.log_every or (1 if device.type == "cpu" else 10)
+
+
 def instrument(cfg: RunConfig, parts: RunParts, *, world: World, report: Reporter) -> Instruments:
     """The (wrapped, compiled) forward, evaluator, FLOP counts and peak of a built run."""
     wrapped = wrap_for_training(parts.model, parts.parallel, parts.device, cfg.train.compile)
@@ -211,7 +217,7 @@ def instrument(cfg: RunConfig, parts: RunParts, *, world: World, report: Reporte
         flops_per_token=flops_per_token(parts.model.num_params(), cfg.model),
         peak_meter=meter,
         peak=meter.peak,
-        log_every=cfg.train.log_every or (1 if parts.device.type == "cpu" else 10),
+        log_every=read_back_every(cfg, parts.device),
     )
 
 

@@ -57,6 +57,7 @@ from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
 from engine.train.garbage import settle_garbage_collector
+from engine.train.live import LiveSettings
 from engine.train.readback import (
     PendingStep,
     ReadBack,
@@ -65,7 +66,15 @@ from engine.train.readback import (
     step_events,
 )
 from engine.train.reporter import Reporter
-from engine.train.setup import Instruments, RunParts, accept_resume, announce, build, instrument
+from engine.train.setup import (
+    Instruments,
+    RunParts,
+    accept_resume,
+    announce,
+    build,
+    instrument,
+    read_back_every,
+)
 from engine.train.step import StepParts, train_step
 from engine.train.throughput import ThroughputWindow
 
@@ -145,6 +154,7 @@ class Trainer:
         self.checkpointer: Checkpointer | None = None
         self.faults: FaultHandler | None = None  # anomalies, rollbacks, out of memory
         self.command_handler: CommandHandler | None = None  # commands between steps
+        self.live: LiveSettings | None = None  # the settings in force, changed by `set`
         # The first stop asked for, seen at once (any thread): the corpus preparation polls it,
         # as there is no step boundary to take the command at before the first step.
         self._stop_asked: str | None = None
@@ -489,12 +499,28 @@ class Trainer:
                 device=device, step=lambda: counters.step, emit=report.emit,
                 should_stop=lambda: self._should_stop(),
             )  # fmt: skip
+        self.live = live = LiveSettings(
+            cfg=cfg, counters=counters, optimizer=parts, model=parts.model,
+            device_type=device.type, ranks=world.world_size,
+            micro_batch=lambda: parts.train_batches.batch_size, follow=self._follow_settings,
+        )  # fmt: skip
         self.command_handler = CommandHandler(
             queue=self._commands, reporter=report, counters=counters, stopping=self.stopping,
             should_stop=lambda: self._should_stop(), cfg=cfg, optimizer=parts,
             checkpointer=checkpointer, disk=disk, rollback=faults.rollback, flush=self._flush,
-            sample=self._sample, evaluate=self._evaluate, rank_commands=rank_commands,
+            sample=self._sample, evaluate=self._evaluate, rank_commands=rank_commands, live=live,
         )  # fmt: skip
+
+    def _follow_settings(self, cfg: RunConfig) -> None:
+        """What the run built from a live setting, read again from the config in force (the
+        parts that hold the config read it themselves)."""
+        parts = self._built
+        parts.spikes.sigma = cfg.train.spike_sigma
+        if self.disk is not None:
+            self.disk.max_steps = cfg.train.max_steps
+        if self.instruments is not None and self.live is not None:
+            self.instruments.step.micro_steps = self.live.micro_steps()
+            self.instruments.log_every = read_back_every(cfg, parts.device)
 
     @property
     def _loop_parts(self) -> _LoopParts:

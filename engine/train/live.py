@@ -1,0 +1,149 @@
+"""Putting a mid-run change of settings in force: `LiveSettings`, one per run.
+
+`live_change` decides a `set`; `LiveSettings.apply` makes every part of the run train with the
+new config from the next step on. The run's config is one `RunConfig` object shared by its
+parts (the step, the evaluator, the checkpointer, the fault handler, the loop's bound and
+intervals), so the new values are written into its sections in place and each part reads them
+where it always did. What a part built from the config once is rebuilt here or by `follow`:
+the optimizer's parameter groups (written as a resume writes them), and the Trainer's own
+derived values (micro-batches a step, read-back cadence, spike guard, the disk wait's bound).
+
+Every rank decides and applies alike: the change depends only on the config, the step and the
+world's shape, which every rank holds the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from engine.checkpoint.resume import optimizer_settings, put_settings
+from engine.config.live import SettingsChange, SettingsTimeline, setting_value
+from engine.config.run_config import RunConfig
+from engine.events import SettingsChanged
+from engine.model.optimizers import applied_lr, build_optimizer, set_lr_factor
+from engine.model.schedule import lr_multiplied, planned_curve
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.checkpoint.checkpointer import OptimizerHolder
+    from engine.train.counters import Counters
+
+# Settings that reach the optimizer's parameter groups (grad clip is the step's own).
+OPTIMIZER_KEYS = frozenset(
+    {"optim.lr", "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.muon_lr",
+     "optim.muon_momentum"}
+)  # fmt: skip
+
+
+def micro_steps_per_rank(cfg: RunConfig, ranks: int, micro_batch: int) -> int | None:
+    """Micro-batches of `micro_batch` sequences each of `ranks` ranks takes so that together
+    they take a step's train.batch_size x grad_accum sequences; None when they cannot.
+
+    At launch the ranks may split the micro-batch to share a step (share_step); mid-run the
+    running step's micro-batch is fixed, so a new grad_accum must share out in whole ones."""
+    sequences = cfg.train.batch_size * cfg.train.grad_accum
+    if sequences % (ranks * micro_batch):
+        return None
+    return sequences // (ranks * micro_batch)
+
+
+def rank_share_refusal(cfg: RunConfig, ranks: int, micro_batch: int) -> str | None:
+    """Why the ranks cannot share a step of `cfg` (its grad_accum), or None when they can."""
+    if micro_steps_per_rank(cfg, ranks, micro_batch) is not None:
+        return None
+    t = cfg.train
+    unit = ranks * micro_batch  # sequences one micro-step of every rank takes
+    # the grad_accum values nearest the one asked that share out
+    fits = [a for a in range(1, 4 * t.grad_accum + unit + 1) if (t.batch_size * a) % unit == 0]
+    below = [a for a in fits if a < t.grad_accum]
+    above = [a for a in fits if a > t.grad_accum]
+    nearest = " or ".join(str(a) for a in (below[-1:] + above[:1]))
+    what = f"{ranks} ranks of micro-batches of {micro_batch} sequences" if ranks > 1 else (
+        f"micro-batches of {micro_batch} sequences"
+    )
+    return (
+        f"train.grad_accum={t.grad_accum}: a step's {t.batch_size * t.grad_accum} sequences "
+        f"(train.batch_size x grad_accum) cannot be shared by {what}; use "
+        f"train.grad_accum={nearest}"
+    )
+
+
+class LiveSettings:
+    """The settings a run trains with, changed mid-run, and the timeline of the changes.
+
+    `cfg`: the run's config, shared by its parts (changed in place); `optimizer`: the holder
+    of the optimizer of the moment (a restore replaces it); `model` and `device_type`: what a
+    fresh optimizer's parameter groups are built from; `ranks` and `micro_batch` (the running
+    micro-batch, read when asked: an out-of-memory retry halves it): how a step is shared;
+    `follow(cfg)`: the owner re-reads what it built from the config."""
+
+    def __init__(
+        self,
+        *,
+        cfg: RunConfig,
+        counters: Counters,
+        optimizer: OptimizerHolder,
+        model: torch.nn.Module,
+        device_type: str,
+        ranks: int = 1,
+        micro_batch: Callable[[], int],
+        follow: Callable[[RunConfig], None] = lambda cfg: None,
+    ) -> None:
+        self.cfg = cfg
+        self.counters = counters
+        self.holder = optimizer
+        self.model = model
+        self.device_type = device_type
+        self.ranks = ranks
+        self.micro_batch = micro_batch
+        self.follow = follow
+        self.timeline = SettingsTimeline()
+
+    def check(self, new: RunConfig) -> str | None:
+        """live_change's check of a new config: each rank can take its share of a step."""
+        return rank_share_refusal(new, self.ranks, self.micro_batch())
+
+    def micro_steps(self) -> int:
+        """Micro-batches a step takes on each rank under the config in force."""
+        steps = micro_steps_per_rank(self.cfg, self.ranks, self.micro_batch())
+        if steps is None:  # only a config live_change refused could say so
+            raise ValueError(rank_share_refusal(self.cfg, self.ranks, self.micro_batch()))
+        return steps
+
+    def apply(self, change: SettingsChange, by: str, replayed: bool = False) -> SettingsChanged:
+        """Put `change.config` in force from the next step on and record it in the timeline;
+        returns the event that acknowledges it (the caller emits it)."""
+        cfg, counters = self.cfg, self.counters
+        planned_before = planned_curve(cfg)
+        for key in change.changes:
+            section, name = key.split(".", 1)
+            setattr(getattr(cfg, section), name, setting_value(change.config, key))
+        if OPTIMIZER_KEYS & change.changes.keys():
+            # the groups a fresh optimizer of this config would have (a group that does not
+            # decay keeps 0), written as a resume writes them: the moments so far are kept
+            fresh = build_optimizer(self.model, cfg.optim, self.device_type)
+            put_settings(self.holder.optimizer, optimizer_settings(fresh))
+        optimizer = self.holder.optimizer
+        set_lr_factor(optimizer, lr_multiplied(counters.step, cfg, counters.lr_scale))
+        counters.current_lr = applied_lr(optimizer)
+        self.follow(cfg)
+        self.timeline.add(change.step, change.settings, by)
+        planned = planned_curve(cfg)
+        return SettingsChanged(
+            step=change.step,
+            changes={key: [old, new] for key, (old, new) in change.changes.items()},
+            by=by,
+            replayed=replayed,
+            max_steps=cfg.train.max_steps,
+            tokens_per_step=cfg.tokens_per_step,
+            planned_lr=planned if planned != planned_before else (),
+        )
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        """The timeline's records (a checkpoint keeps them under "settings_changes")."""
+        return self.timeline.state_dict()
+
+    def load_state_dict(self, records: Any) -> None:
+        self.timeline.load_state_dict(records)
