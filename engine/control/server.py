@@ -31,6 +31,7 @@ from engine.control.catch_up import LiveReplay
 from engine.control.unix_socket import bind_unix, peer_uid
 from engine.control.viewer import VIEWER_QUEUE, Viewer
 from engine.events import CommandReceived, Event, ViewerChanged
+from engine.rundir.journal import viewer_name
 from engine.rundir.lock import RunLock
 
 CLOSE_GRACE_S = 1.0  # time the viewers get to take the last records when the run ends
@@ -343,7 +344,11 @@ class ControlServer:
             error = f"{name}: the run has {self._ended}; it takes no more commands"
             self._refuse(viewer, ident, error, "ended")
             return
-        getattr(self.handle, name)(**arguments)
+        if name == "set":  # who asked goes with it: the SettingsChanged and the timeline say
+            by = viewer_name(viewer.number, viewer.who)
+            self.handle.set_settings(arguments["settings"], by=by)
+        else:
+            getattr(self.handle, name)(**arguments)
         self._reply(viewer, {"kind": "reply", "id": ident, "ok": True})
 
     def _refuse(self, viewer: Viewer, ident: Any, error: str, mistake: str) -> None:

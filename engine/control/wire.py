@@ -28,11 +28,13 @@ its own uid (check_server, before it sends anything).
 Client to server: `{"cmd": NAME, "id": ID, ...arguments}`; the commands are the
 EngineHandle's (the engine's contract) with their keyword arguments: pause, resume, checkpoint,
 sample, evaluate, set_lr (lr), scale_lr (factor), stop (checkpoint, reason), rollback
-(lr_factor). `id` is any JSON value the client chooses, echoed in the reply. A message is at
-most 32 arrays or objects deep (MAX_DEPTH), its integers at most 4,300 digits (Python's limit);
-any other is refused as malformed. A client that only watches
-sends `{"hello": {"read_only": true}}` first: its commands are then refused. A client hello
-may also say who it is, `{"hello": {"who": "alice@gpu1 (pts/3)"}}`, which others see in
+(lr_factor), and set (settings: an object of keys as `--set` spells them to JSON scalars or
+lists of strings), which calls set_settings: acknowledged by a `settings_changed` event, or
+refused by an `alert` with code "set" naming why. `id` is any JSON value the client chooses,
+echoed in the reply. A message is at most 32 arrays or objects deep (MAX_DEPTH), its integers
+at most 4,300 digits (Python's limit); any other is refused as malformed. A client that only
+watches sends `{"hello": {"read_only": true}}` first: its commands are then refused. A client
+hello may also say who it is, `{"hello": {"who": "alice@gpu1 (pts/3)"}}`, which others see in
 `viewers` (and `cockpit ps` shows).
 
 Torch-free and textual-free, like engine.events: a client needs only this and the events.
@@ -64,8 +66,10 @@ COMMANDS: dict[str, dict[str, type]] = {
     "scale_lr": {"factor": float},
     "stop": {"checkpoint": bool, "reason": str},
     "rollback": {"lr_factor": float},
+    "set": {"settings": dict},
 }
-REQUIRED = {"set_lr": ("lr",), "scale_lr": ("factor",)}
+REQUIRED = {"set_lr": ("lr",), "scale_lr": ("factor",), "set": ("settings",)}
+MAX_KEY_CHARS = 100  # a setting's name ("optim.weight_decay"); a longer one is no setting
 
 
 class WireError(ValueError):
@@ -145,12 +149,37 @@ def parse_command(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             if not math.isfinite(number):
                 raise WireError(f"{name}: {key} must be finite, got {value!r}")
             arguments[key] = number
+        elif kind is dict:
+            if not isinstance(value, dict):
+                raise WireError(f"{name}: {key} must be an object, got {_short(value)}")
+            arguments[key] = settings_of(value)
         elif not isinstance(value, kind):
             raise WireError(f"{name}: {key} must be {kind.__name__}, got {_short(value)}")
     missing = [key for key in REQUIRED.get(name, ()) if key not in arguments]
     if missing:
         raise WireError(f"{name}: missing {', '.join(missing)}")
     return name, arguments
+
+
+def settings_of(settings: dict[str, Any]) -> dict[str, Any]:
+    """A `set`'s settings as the engine takes them: at least one, each a key as `--set` spells
+    it and a JSON scalar (a finite number, a string, true, false, null) or a list of strings
+    (sample.prompts); the engine decides whether each may change."""
+    if not settings:
+        example = '{"optim.weight_decay": 0.0}'
+        raise WireError(f"set: settings is empty; name at least one, e.g. {example}")
+    wrong = "must be a scalar or a list of strings, got"
+    for key, value in settings.items():
+        if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+            raise WireError(f"set: {_short(key)} is not a setting's name")
+        if isinstance(value, float) and not math.isfinite(value):  # 1e400 parses as inf
+            raise WireError(f"set: {key} must be finite, got {value!r}")
+        if isinstance(value, list):
+            if not all(isinstance(item, str) for item in value):
+                raise WireError(f"set: {key} {wrong} {_short(value)}")
+        elif value is not None and not isinstance(value, (bool, int, float, str)):
+            raise WireError(f"set: {key} {wrong} {_short(value)}")
+    return dict(settings)
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -7,10 +7,15 @@ on the gloo group carries them (so it never waits behind NCCL traffic), and ever
 same list to apply before the next step. While paused the ranks exchange every PAUSED_POLL_S,
 so a pause of any length never trips the collective timeout. The last slot says that rank 0
 wants every rank's report after this exchange: `report_due`.
+
+A command whose argument is not a number (a `set`'s settings) holds its payload's length in
+its slot; at a boundary that has one, rank 0 then broadcasts the payloads' bytes (JSON). A
+boundary without one makes the one all-reduce as before.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 from typing import Any
 
@@ -24,7 +29,9 @@ CODES = {
     "pause": 1, "resume": 2, "checkpoint": 3, "set_lr": 4, "scale_lr": 5,
     "sample": 6, "evaluate": 7, "stop": 8, "rollback": 9,
     "disk_full": 10, "disk_retry": 11,  # the run's own, for a full disk
+    "set": 12,  # its argument rides in the payload: its slot holds the payload's length
 }  # fmt: skip
+PAYLOADS = frozenset({"set"})  # commands whose argument is a dict, not a number
 NAMES = {code: name for name, code in CODES.items()}
 MAX_COMMANDS = 8  # per boundary; more are carried to the next one
 USER_STOP = 100  # a stop slot's value for a stop that is not a signal (checkpoint first)
@@ -59,6 +66,7 @@ class RankSync:
         self.group = group
         self._carried: list[Command] = []  # rank 0's commands beyond MAX_COMMANDS
         self.exchanges = 0
+        self.payload_broadcasts = 0  # boundaries that carried a `set`'s payload too
         self.report_due = False  # the last exchange asked every rank for its report
 
     @property
@@ -74,6 +82,7 @@ class RankSync:
 
         buffer = torch.zeros(self.size, dtype=torch.float64)
         mine: list[Command] = []
+        payloads: list[bytes] = []  # rank 0's, for the commands in PAYLOADS, in order
         stop: Command | None = None
         if self.world.is_main:
             pending = [*self._carried, *local]
@@ -82,7 +91,11 @@ class RankSync:
             buffer[-1] = 1.0 if report_due else 0.0
             for i, (name, arg) in enumerate(mine):
                 buffer[1 + 2 * i] = CODES[name]
-                buffer[2 + 2 * i] = _number(name, arg)
+                if name in PAYLOADS:
+                    payloads.append(payload_of(arg))
+                    buffer[2 + 2 * i] = len(payloads[-1])
+                else:
+                    buffer[2 + 2 * i] = _number(name, arg)
         else:
             stop = next((c for c in local if c[0] == "stop"), None)
             if stop is not None:
@@ -91,18 +104,57 @@ class RankSync:
         dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group)
         self.exchanges += 1
         values = buffer.tolist()
+        taken = [(int(values[1 + 2 * i]), values[2 + 2 * i]) for i in range(int(values[0]))]
+        sizes = [int(value) for code, value in taken if NAMES[code] in PAYLOADS]
+        # only at a boundary with a `set`: a broadcast of its bytes (the exchange itself keeps
+        # its fixed size, so a step without one costs what it always did)
+        received = self._broadcast(payloads, sizes) if sizes else []
         if self.world.is_main:
-            commands = mine  # rank 0 keeps its own arguments (a stop's reason) as they were
+            # rank 0 keeps its own arguments (a stop's reason) as they were; a payload's as the
+            # other ranks read it, so every rank decides on the same values
+            commands = [
+                (name, arg_of(received.pop(0)) if name in PAYLOADS else arg) for name, arg in mine
+            ]
         else:
             commands = [
-                _command(int(values[1 + 2 * i]), values[2 + 2 * i]) for i in range(int(values[0]))
-            ]
+                (NAMES[code], arg_of(received.pop(0))) if NAMES[code] in PAYLOADS
+                else _command(code, value)
+                for code, value in taken
+            ]  # fmt: skip
         self.report_due = values[-1] > 0
         slots = values[1 + 2 * MAX_COMMANDS : -1]
         for rank, code in enumerate(slots):
             if code:
                 commands.append(stop_from_code(int(code), rank))
         return commands
+
+    def _broadcast(self, payloads: list[bytes], sizes: list[int]) -> list[bytes]:
+        """Rank 0's payloads (of these sizes, which every rank knows from the exchange) on
+        every rank, in one broadcast."""
+        import torch.distributed as dist
+
+        data = torch.zeros(sum(sizes), dtype=torch.uint8)
+        if self.world.is_main:
+            data.copy_(torch.frombuffer(bytearray(b"".join(payloads)), dtype=torch.uint8))
+        dist.broadcast(data, src=0, group=self.group)
+        self.payload_broadcasts += 1
+        joined, out, start = data.numpy().tobytes(), [], 0
+        for size in sizes:
+            out.append(joined[start : start + size])
+            start += size
+        return out
+
+
+def payload_of(arg: Any) -> bytes:
+    """A command's argument as the bytes rank 0 broadcasts: JSON (a value JSON cannot hold
+    goes as its text, which the engine then refuses as it refuses any wrong value)."""
+    return json.dumps(arg, default=str).encode("utf-8")
+
+
+def arg_of(payload: bytes) -> Any:
+    """The argument back from its bytes; a `set`'s (settings, by) pair, as the queue holds it."""
+    settings, by = json.loads(payload.decode("utf-8"))
+    return (settings, by)
 
 
 def _number(name: str, arg: Any) -> float:

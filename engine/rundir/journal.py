@@ -1,15 +1,18 @@
-"""The intervention journal: every pause, resume, LR change, manual checkpoint, rollback, preset
-switch, resume, alert, attach and detach of a run, one entry each, rebuilt from its records.
+"""The intervention journal: every pause, resume, LR change, change of live settings, manual
+checkpoint, rollback, preset switch, resume, alert, attach and detach of a run, one entry each,
+rebuilt from its records.
 
 `Journal.add(record)` takes the run's records one at a time, as `metrics.jsonl` holds them (or
 as the control socket sends them) and keeps the entries; a viewer's command (a `command`
 record) and the engine's acknowledgement of it (`lr_changed`, `state`, `checkpoint`...) make
-one entry: "viewer 2 alice@gpu1 (pts/3): LR x0.5 (3.0e-3 -> 1.5e-3)". `read_journal(path)`
+one entry: "viewer 2 alice@gpu1 (pts/3): LR x0.5 (3.0e-3 -> 1.5e-3)", "viewer 2 alice@gpu1
+(pts/3): set optim.weight_decay 0.1 -> 0" (a `set` and its `settings_changed`). `read_journal(path)`
 streams a metrics file; `JournalTail` follows one that is still written.
 
 Who did it: `viewer N WHO` for a command that came over the control socket, `app` for a
 command with no viewer's record before it (the cockpit that runs the engine, or a signal),
-`engine` for what the run did by itself (alerts, automatic checkpoints, finishing).
+`engine` for what the run did by itself (alerts, automatic checkpoints, finishing, the changes
+a replayed config.toml makes at their steps).
 
 Pure and torch-free: records in, entries out.
 """
@@ -24,11 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.config.live import describe
+
 APP = "app"  # a user's command given in the run's own process (its cockpit, a signal)
 ENGINE = "engine"  # what the run did by itself
 # The kinds that can make or complete an entry; a metrics file's other lines are skipped unparsed.
 JOURNAL_KINDS = frozenset(
-    {"run_started", "state", "lr_changed", "checkpoint", "alert", "viewer", "command"}
+    {
+        "run_started", "state", "lr_changed", "settings_changed", "checkpoint", "alert",
+        "viewer", "command",
+    }  # fmt: skip
 )
 # A command and the record kinds that acknowledge it (the oldest waiting command of these names
 # takes an acknowledgement).
@@ -40,9 +48,10 @@ ACKNOWLEDGED_BY = {
     "set_lr": "lr_changed",
     "scale_lr": "lr_changed",
     "rollback": "lr_changed",
+    "set": "settings_changed",
 }
 # An alert's code and the commands it refuses (a warning instead of the acknowledgement).
-REFUSED_BY = {"lr": ("set_lr", "scale_lr"), "rollback": ("rollback",)}
+REFUSED_BY = {"lr": ("set_lr", "scale_lr"), "rollback": ("rollback",), "set": ("set",)}
 ANOMALY_CODES = frozenset({"nan", "spike"})
 MAX_WAITING = 64  # commands waiting for their acknowledgement (a run that ignores them: bounded)
 
@@ -94,6 +103,10 @@ def command_what(name: str, args: Mapping[str, Any]) -> str:
         return "checkpoint"
     if name == "stop":
         return "stop" if args.get("checkpoint", True) else "stop without a checkpoint"
+    if name == "set":  # as asked, until the acknowledgement says what changed
+        settings = args.get("settings")
+        asked = settings.items() if isinstance(settings, Mapping) else ()
+        return " ".join(["set", ", ".join(f"{key}={value}" for key, value in asked)]).strip()
     return name  # pause, resume, sample, evaluate
 
 
@@ -172,13 +185,44 @@ class Journal:
             return entry
         return self._new(record, APP, "LR", change)
 
+    def _on_settings_changed(self, record: Mapping[str, Any]) -> Entry | None:
+        changes = record.get("changes")
+        pairs = {
+            str(key): tuple(pair) if isinstance(pair, list) and len(pair) == 2 else ("?", pair)
+            for key, pair in (changes.items() if isinstance(changes, Mapping) else ())
+        }
+        by = record.get("by")
+        by = by if isinstance(by, str) and by else APP
+        if record.get("replayed"):  # made at its step by the config.toml the run replays
+            return self._new(record, ENGINE, f"replayed set {describe(pairs)}".strip())
+        entry = self._acknowledge_set(by)
+        if not pairs:  # every value was already in force: nothing to journal
+            if entry is not None:
+                self._remove(entry)
+            return None
+        what = f"set {describe(pairs)}"
+        if entry is not None:
+            entry.what = what
+            return entry
+        return self._new(record, by, what)
+
+    def _acknowledge_set(self, by: str) -> Entry | None:
+        """The waiting `set` this acknowledgement answers: the oldest of the viewer that the
+        record names (an app's own set answers no viewer's)."""
+        for entry in self._waiting:
+            if entry.command == "set" and entry.who == by:
+                self._waiting.remove(entry)
+                entry.command = ""
+                return entry
+        return None
+
     def _on_alert(self, record: Mapping[str, Any]) -> Entry | None:
         level, code = record.get("level"), str(record.get("code") or "")
         message = str(record.get("message", ""))
         if code == "rollback" and level == "info":
             return self._rolled_back(record, message)
-        if code == "lr" and level == "info":  # an LR change that changed nothing: no entry
-            self._drop_waiting(REFUSED_BY["lr"])
+        if code in ("lr", "set") and level == "info":  # a change that changed nothing: no entry
+            self._drop_waiting(REFUSED_BY[code])
             return None
         if level not in ("warning", "error"):
             return None
@@ -189,7 +233,7 @@ class Journal:
             if waiting.command in refused:
                 self._waiting.remove(waiting)  # refused: the command's entry says why
                 waiting.command = ""
-                waiting.detail = f"refused: {message}"
+                waiting.detail = f"refused: {message.removeprefix('set refused: ')}"
                 return waiting
         return self._new(record, ENGINE, f"{level} {code}".strip(), message)
 
@@ -199,10 +243,13 @@ class Journal:
         for entry in self._waiting:
             if entry.command in wanted:
                 self._waiting.remove(entry)
-                for i in range(len(self.entries) - 1, -1, -1):  # by identity: entries compare by value
-                    if self.entries[i] is entry:
-                        del self.entries[i]
-                        break
+                self._remove(entry)
+                return
+
+    def _remove(self, entry: Entry) -> None:
+        for i in range(len(self.entries) - 1, -1, -1):  # by identity: entries compare by value
+            if self.entries[i] is entry:
+                del self.entries[i]
                 return
 
     def _rolled_back(self, record: Mapping[str, Any], message: str) -> Entry:
