@@ -54,28 +54,37 @@ class OptimizerHolder(Protocol):
 
 
 class Nested:
-    """A state kept under one key of the checkpoint (the grad scaler's, under "scaler")."""
+    """A state kept under one key of the checkpoint (the grad scaler's, under "scaler"; the
+    settings timeline's records, under "settings_changes"). `missing`: what a checkpoint
+    written before the key existed stands for (None: the key is required)."""
 
-    def __init__(self, key: str, part: Stateful) -> None:
-        self.key, self.part = key, part
+    def __init__(self, key: str, part: Any, missing: Any = None) -> None:
+        self.key, self.part, self.missing = key, part, missing
 
     def state_dict(self) -> dict[str, Any]:
         return {self.key: self.part.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.key not in state and self.missing is not None:
+            self.part.load_state_dict(self.missing)
+            return
         self.part.load_state_dict(state[self.key])
 
 
 class RunDescription:
-    """What the weights were trained with: the config, the tokenizer, the corpus. A resume
-    reads them before anything is built, so restoring them does nothing."""
+    """What the weights were trained with: the config in force (changes made while training
+    included: `cfg` is the run's own, changed in place), the config the run started with
+    (config.toml's starting values), the tokenizer, the corpus. A resume reads them before
+    anything is built, so restoring them does nothing."""
 
-    def __init__(self, cfg: RunConfig, data: PreparedData) -> None:
-        self.cfg, self.data = cfg, data
+    def __init__(self, cfg: RunConfig, data: PreparedData, start: RunConfig | None = None) -> None:
+        self.cfg, self.data, self.start = cfg, data, start
 
     def state_dict(self) -> dict[str, Any]:
+        start = {} if self.start is None else {"start_config": ckpt.plain_data(self.start.to_dict())}
         return {
             "config": ckpt.plain_data(self.cfg.to_dict()),
+            **start,
             "tokenizer": ckpt.plain_data(self.data.tokenizer.to_meta()),
             "data_meta": ckpt.plain_data(self.data.meta),
             "data_source": ckpt.plain_data(self.data.record),

@@ -43,6 +43,7 @@ from engine.checkpoint.state import numpy_rng_state
 from engine.checkpoint.state import plain_data as plain_data
 from engine.checkpoint.state import restore_global_rng as restore_global_rng
 from engine.checkpoint.state import state_fingerprint as state_fingerprint
+from engine.config.live import timed_change
 from engine.config.run_config import recorded_config
 from engine.files import atomic_write, create_new, fsync_dir
 
@@ -252,6 +253,18 @@ def _config_of_tables(value: Any) -> bool:
     )
 
 
+def _timeline_records(value: Any) -> bool:
+    """The records of a settings timeline: a list of {step, by, settings}."""
+    if not isinstance(value, list):
+        return False
+    try:
+        for record in value:
+            timed_change(record)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return True
+
+
 CONFIG_SECTIONS = ("data", "model", "optim", "schedule", "train", "eval", "sample", "checkpoint", "log")
 # The plain fields that readers (resume, sample, export, fork, the app) index directly, with
 # the types cockpit writes; a field a checkpoint lacks is its readers' to miss.
@@ -268,6 +281,9 @@ _FIELD_CHECKS: dict[str, Any] = {
     "scaler": lambda v: isinstance(v, dict),
     "rng": lambda v: isinstance(v, dict),
     "tokenizer": lambda v: isinstance(v, dict),
+    "start_config": _config_of_tables,
+    "settings_changes": _timeline_records,  # the changes made up to the checkpoint's step
+    "settings_planned": _timeline_records,  # a replayed run's changes still to make
 }
 
 

@@ -6,6 +6,8 @@ Where presets come from, in increasing priority (a later source wins a name clas
    (default `~/.config/cockpit/presets`);
 3. directories given with `--presets-dir` (later ones win).
 A preset may say `extends = "other"` and override a few keys; `--set` overrides apply last.
+A run directory's config.toml is a preset too: its `[[changes]]` (the changes the run made
+while it trained) are the run's to make again at their steps (`load_replay`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.config.live import SettingsTimeline
+from engine.config.replay import check_replay
 from engine.config.run_config import (
     ConfigError,
     RunConfig,
@@ -114,14 +118,43 @@ def _resolve_raw(
     return raw, name, str(path)
 
 
+@dataclass(frozen=True)
+class Replay:
+    """A preset's starting values and the changes it makes at their steps (none for a preset
+    that is not a run's config.toml)."""
+
+    config: RunConfig
+    changes: SettingsTimeline
+
+
 def load_preset(
     name_or_path: str = DEFAULT_PRESET,
     overrides: list[str] = (),
     extra_dirs: list[str | Path] = (),
 ) -> RunConfig:
-    """Load a preset by name or path, apply `extends` and `--set` overrides, and validate."""
+    """Load a preset by name or path, apply `extends` and `--set` overrides, and validate: the
+    starting values (a run's config.toml's changes are load_replay's)."""
+    return load_replay(name_or_path, overrides, extra_dirs, check=False).config
+
+
+def load_replay(
+    name_or_path: str = DEFAULT_PRESET,
+    overrides: list[str] = (),
+    extra_dirs: list[str | Path] = (),
+    *,
+    check: bool = True,
+) -> Replay:
+    """A preset's starting values (as load_preset) and its `[[changes]]`, checked from them
+    step by step (`check`): a change that no longer holds is refused in one line."""
     raw, name, path = _resolve_raw(name_or_path, list(extra_dirs), ())
     raw.pop("extends", None)
+    records = raw.pop("changes", None)
     raw = apply_overrides(raw, list(overrides))
     raw.setdefault("name", name)
-    return config_from_dict(raw, source=path)
+    cfg = config_from_dict(raw, source=path)
+    if records is not None and not isinstance(records, list):
+        raise ConfigError(f"{path}: changes: expected [[changes]] tables, got {records!r}")
+    changes = SettingsTimeline.from_records(records, source=path)
+    if check:
+        check_replay(cfg, changes, path)
+    return Replay(cfg, changes)

@@ -3,7 +3,8 @@
 
 Only the value types a config holds are written (strings, integers, finite floats, booleans,
 lists of strings), so the writer is a few lines; every file it writes reads back with
-`tomllib` into the same config (a test holds it to that).
+`tomllib` into the same config (a test holds it to that). A run's file also keeps the changes
+made while it trained, as `[[changes]]` tables after the starting values.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import json
 from dataclasses import fields
 from typing import Any
 
+from engine.config.live import SettingsTimeline
 from engine.config.run_config import SECTIONS, RunConfig
+
+CHANGES_HEADER = (
+    "The changes made while the run trained, oldest first: from `step` on (they shape step\n"
+    "step + 1 first), asked by `by`, these settings (lr_scale: the LR multiplier set by hand).\n"
+    "The tables above are the starting values; a run started from this file makes the same\n"
+    "changes at the same steps (a [[changes]] table deleted is a change not made)."
+)
 
 
 def toml_value(value: Any) -> str:
@@ -39,9 +48,15 @@ def key_comment(meta: dict[str, Any]) -> str:
     return text
 
 
-def config_to_toml(cfg: RunConfig, *, comments: bool = True, header: str = "") -> str:
+def config_to_toml(
+    cfg: RunConfig,
+    *,
+    comments: bool = True,
+    header: str = "",
+    changes: SettingsTimeline | None = None,
+) -> str:
     """The whole config as TOML, every key written (nothing left to a default that may change);
-    with `comments`, each key's help text above it."""
+    with `comments`, each key's help text above it; `changes` (a run's timeline) after it."""
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     lines += [f"name = {toml_value(cfg.name)}", f"description = {toml_value(cfg.description)}"]
     for section in SECTIONS:
@@ -52,4 +67,23 @@ def config_to_toml(cfg: RunConfig, *, comments: bool = True, header: str = "") -
             if note:
                 lines.append(f"# {note}")
             lines.append(f"{f.name} = {toml_value(getattr(values, f.name))}")
+    if changes:
+        lines += ["", *changes_to_toml(changes, comments=comments)]
     return "\n".join(lines) + "\n"
+
+
+def changes_to_toml(changes: SettingsTimeline, *, comments: bool = True) -> list[str]:
+    """A timeline as `[[changes]]` tables (lines), each change's settings one inline table."""
+    lines = [f"# {line}" for line in CHANGES_HEADER.splitlines()] if comments else []
+    for change in changes.changes:
+        settings = ", ".join(
+            f"{json.dumps(key)} = {toml_value(value)}" for key, value in change.settings.items()
+        )
+        lines += [
+            "[[changes]]",
+            f"step = {change.step}",
+            f"by = {toml_value(change.by)}",
+            f"settings = {{ {settings} }}" if settings else "settings = {}",
+            "",
+        ]
+    return lines[:-1] if lines and not lines[-1] else lines
