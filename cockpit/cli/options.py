@@ -58,6 +58,13 @@ def add_run_options(parser: argparse.ArgumentParser, headless: bool = True) -> N
         metavar="RUN_DIR",
         help="continue the run in RUN_DIR (or from one checkpoint file)",
     )
+    parser.add_argument(
+        "--init-from",
+        metavar="SOURCE",
+        help="start from existing weights (step 0, a fresh optimizer; the model's shape is "
+        "theirs): a Hugging Face GPT-2 directory, a nanoGPT ckpt.pt, or a cockpit run "
+        "directory, checkpoint or .safetensors export (same as --set model.init_from=SOURCE)",
+    )
     add_presets_dir_option(parser)
     if headless:
         parser.add_argument(

@@ -4,6 +4,7 @@ ConfigError (one line, exit 2) with nothing touched."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,20 @@ def preflight(args: argparse.Namespace) -> str | None:
     """Every check of a run's command line that can fail before anything starts (a ConfigError,
     one line): the preset and its --set, the corpus, the run directory, a resume. Returns the
     message to print instead of training when a resumed run is already finished."""
+    take_init_from(args)
     # Validate the preset before anything else so a typo is one line, not a UI.
     if args.resume is None:
-        from engine.config import load_preset
+        from engine.config import load_replay
 
         if args.allow_data_change:
             raise ConfigError(
                 "--allow-data-change applies to --resume RUN_DIR only: a new run records "
                 "whatever corpus it starts on; drop the flag"
             )
-        cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
+        # a run's config.toml: its [[changes]] checked from the starting values, step by step
+        cfg = load_replay(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir).config
+        if cfg.model.init_from:
+            args.overrides = [*args.overrides, *check_init_from(cfg, args.overrides)]
         check_log_packages(cfg)
         check_corpus_exists(cfg, args.data)
         if args.run_dir and torchrun_rank() == 0:  # rank 0 locks it: the others use it too
@@ -46,6 +51,46 @@ def preflight(args: argparse.Namespace) -> str | None:
             check_resume_corpus(args)
         return finished
     return None
+
+
+def take_init_from(args: argparse.Namespace) -> None:
+    """--init-from SOURCE as the --set it stands for, so that the run a background start
+    spawns, the app's first run and a resume's rules all see it."""
+    source = getattr(args, "init_from", None)
+    if source:
+        args.overrides = [*args.overrides, f"model.init_from={json.dumps(source, ensure_ascii=False)}"]
+        args.init_from = None
+
+
+def check_init_from(cfg: Any, overrides: list[str]) -> list[str]:
+    """The weights a new run starts from, checked before anything starts (the source reads,
+    its tokenizer is the corpus's, no --set model.* conflicts with its shape, its tensors fit
+    that shape); returns the --set lines that give the run the source's shape and its absolute
+    path, for every part that builds the run from the command line."""
+    from engine.checkpoint import (
+        REQUIRED,
+        check_fits,
+        check_tokenizer_name,
+        open_source,
+        required_refusal,
+        shaped_overrides,
+    )
+
+    if cfg.model.init_from == REQUIRED:
+        raise required_refusal(cfg.name)
+    source = open_source(cfg.model.init_from)
+    check_tokenizer_name(source, cfg.data.tokenizer)
+    user = {}
+    for text in overrides:
+        section, name, value = parse_override(text)
+        if section == "model":
+            user[name] = value
+    shaped = shaped_overrides(source, user)
+    for key, value in shaped.items():
+        setattr(cfg.model, key, value)
+    check_fits(source, cfg.model)
+    shaped["init_from"] = str(source.path)
+    return [f"model.{key}={json.dumps(value)}" for key, value in shaped.items()]
 
 
 def check_resume(args: argparse.Namespace) -> str | None:

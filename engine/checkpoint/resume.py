@@ -5,7 +5,8 @@ starts, so a refusal is exit 2 with nothing touched) and the Trainer (which appl
 
 - the model and the corpus belong to the weights: any `model.*` key but `grad_checkpoint`,
   `recompute_blocks` and `dropout`, any `data.*` key and `train.seed` are refused (start a new
-  run instead);
+  run instead); `model.init_from` too: a resumed run's weights are its checkpoint's, and the
+  source it started from is not read again (naming the same source again is no change);
 - everything else applies, and each change becomes a note (RunStarted.notes, printed first);
 - optimizer hyperparameters apply to the restored optimizer (`restore_optimizer` writes the
   config's values into its parameter groups after loading its state);
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from engine.checkpoint.init_source import same_source
 from engine.config.run_config import (
     SECTIONS,
     ConfigError,
@@ -69,6 +71,11 @@ def _refusal(key: str, old: Any, new: Any, source: str) -> ConfigError:
         why = "a resumed run continues its own random streams"
     elif key == "model.vocab_multiple":
         why = "the padded vocabulary is the row count of the embedding and head weights"
+    elif key == "model.init_from":
+        why = (
+            "a resumed run's weights come from its checkpoint; the weights a run starts from "
+            "are chosen when it starts"
+        )
     else:
         why = "the checkpoint's weights belong to the model they were trained as"
     advice = (
@@ -99,6 +106,11 @@ def plan_resume(
     where = where or f"--resume {label or source}"
     raw = apply_overrides(recorded, overrides)
     new = config_from_dict(raw, source=where)
+    if new.model.init_from != old.model.init_from and same_source(
+        old.model.init_from, new.model.init_from
+    ):  # the source the run started from, named again (a relative path, a cache name)
+        raw["model"]["init_from"] = old.model.init_from
+        new = config_from_dict(raw, source=where)
     step = int(saved.get("step", 0))
     notes: list[str] = []
 

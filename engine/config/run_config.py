@@ -78,7 +78,12 @@ class ModelConfig:
     )
     norm: str = _opt("layernorm", help="normalisation layers", choices=("layernorm", "rmsnorm"))
     qk_norm: bool = _opt(False, help="RMS-normalise queries and keys before attention")
-    mlp: str = _opt("gelu", help="MLP activation (relu2 = ReLU squared)", choices=("gelu", "relu2"))
+    mlp: str = _opt(
+        "gelu",
+        help="MLP activation: gelu (exact), gelu_tanh (GPT-2's tanh approximation, Hugging Face's "
+        "gelu_new) or relu2 (ReLU squared)",
+        choices=("gelu", "gelu_tanh", "relu2"),
+    )
     tie_embeddings: bool = _opt(True, help="share the token embedding matrix with the output head")
     zero_init_proj: bool = _opt(False, help="zero-initialise attention and MLP output projections")
     logit_softcap: float = _opt(0.0, help="tanh soft-cap on logits; 0 turns it off", min=0.0)
@@ -103,6 +108,14 @@ class ModelConfig:
         "(1 = no padding)",
         min=1,
         max=4096,
+    )
+    init_from: str = _opt(
+        "",
+        help="start from existing weights (step 0, a fresh optimizer): a Hugging Face GPT-2 "
+        "directory, a nanoGPT ckpt.pt, or a cockpit run directory, checkpoint or .safetensors "
+        "export; the model's shape and tokenizer are theirs. A run records it as an absolute "
+        "path; 'required' (a preset's) refuses to start until --init-from names them "
+        "('' = from scratch)",
     )
 
     def __post_init__(self) -> None:

@@ -3,8 +3,8 @@
 
 GPT-2 in transformers stores its projections as Conv1D, (in, out): the transpose of nn.Linear's
 (out, in). It always has biases, so a run without them gets zeros (the same function). Its
-activation is named: "gelu" is the exact GELU cockpit trains with ("gelu_new", GPT-2's default,
-is the tanh approximation and gives other logits).
+activation is named: "gelu" is the exact GELU cockpit trains with by default, "gelu_new" (GPT-2's
+default) the tanh approximation, which cockpit's model.mlp = "gelu_tanh" computes.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from engine.checkpoint.trained import TrainedModel
 from engine.export import ExportResult
 from engine.export.weights_source import (
     check_directory_out,
+    cockpit_name,
     cockpit_version,
     gpt2_name,
     load_gpt2_shaped,
@@ -53,6 +54,21 @@ def hf_tensors(state: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.
     return out
 
 
+def cockpit_tensors(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """GPT-2's tensors (a transformers checkpoint) under cockpit's names and nn.Linear's layout:
+    the inverse of `hf_tensors`. The attention's causal-mask buffers some files carry
+    (attn.bias, attn.masked_bias) are left out; the tied lm_head, when absent, is wte's."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in hf_state.items():
+        if not name.startswith(("transformer.", "lm_head.")):
+            name = "transformer." + name  # saved from GPT2Model: no transformer. prefix
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue
+        is_conv1d = name.endswith(".weight") and any(f".{layer}." in name for layer in _CONV1D)
+        out[cockpit_name(name)] = tensor.t() if is_conv1d else tensor
+    return out
+
+
 def hf_config(trained: TrainedModel, eot_id: int | None) -> dict[str, Any]:
     model = trained.cfg.model
     dtype = trained.model.wte.weight.dtype  # what the checkpoint holds
@@ -65,7 +81,7 @@ def hf_config(trained: TrainedModel, eot_id: int | None) -> dict[str, Any]:
         "n_layer": model.n_layer,
         "n_head": model.n_head,
         "n_inner": None,  # 4 * n_embd, as cockpit's MLP
-        "activation_function": "gelu",
+        "activation_function": "gelu_new" if model.mlp == "gelu_tanh" else "gelu",
         "layer_norm_epsilon": 1e-5,
         "resid_pdrop": model.dropout,
         "embd_pdrop": model.dropout,

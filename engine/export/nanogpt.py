@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from engine.checkpoint.trained import TrainedModel
-from engine.export import ExportResult
+from engine.export import ExportError, ExportResult
 from engine.export.weights_source import (
     check_directory_out,
+    cockpit_name,
     cockpit_version,
     gpt2_name,
     load_gpt2_shaped,
@@ -37,6 +38,22 @@ SAME_AS_GPT2 = ("r50k_base", "gpt2")
 def nanogpt_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Cockpit's state dict under nanoGPT's names; tied tensors stay one tensor."""
     return {gpt2_name(name): tensor.detach() for name, tensor in state.items()}
+
+
+COMPILED_PREFIX = "_orig_mod."  # what torch.compile puts before a compiled nanoGPT's names
+
+
+def cockpit_state(nanogpt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A nanoGPT state dict (a compiled model's too) under cockpit's names: the inverse of
+    `nanogpt_state`. The causal-mask buffers of a nanoGPT without flash attention
+    (attn.bias, 4-D) are left out."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in nanogpt.items():
+        name = name.removeprefix(COMPILED_PREFIX)
+        if name.endswith(".attn.bias") and tensor.dim() == 4:
+            continue
+        out[cockpit_name(name)] = tensor
+    return out
 
 
 def dataset_name(trained: TrainedModel) -> str:
@@ -96,6 +113,11 @@ def char_meta(chars: str) -> dict[str, Any]:
 def export(target: Path, out: Path) -> ExportResult:
     check_directory_out(out)
     trained = load_gpt2_shaped(target, "nanoGPT's GPT")
+    if trained.cfg.model.mlp == "gelu_tanh":
+        raise ExportError(
+            "model.mlp = 'gelu_tanh': nanoGPT's GPT has the exact GELU, so this model's logits "
+            "would change; export --format hf (its gelu_new) or safetensors instead"
+        )
     checkpoint = nanogpt_checkpoint(trained)
     out.mkdir(parents=True, exist_ok=True)
     (out / META_NAME).unlink(missing_ok=True)  # from an earlier export into this directory

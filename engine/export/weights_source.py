@@ -73,6 +73,13 @@ def gpt2_name(cockpit_name: str) -> str:
     return "transformer." + cockpit_name  # wte, wpe, ln_f
 
 
+def cockpit_name(gpt2: str) -> str:
+    """The cockpit state-dict key for a GPT-2 name: the inverse of `gpt2_name`."""
+    if gpt2.startswith("transformer.h."):
+        return "blocks." + gpt2[len("transformer.h.") :]
+    return gpt2.removeprefix("transformer.")  # wte, wpe, ln_f; lm_head has no prefix
+
+
 def val_loss_of(trained: TrainedModel) -> float | None:
     """The val loss measured at the checkpoint's step, when the run recorded one."""
     state = trained.state

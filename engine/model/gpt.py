@@ -2,8 +2,8 @@
 
 With the defaults of `ModelConfig` it is nanoGPT's GPT: learned positions, LayerNorm, GELU MLP,
 tied embeddings, causal scaled-dot-product attention, dropout and nanoGPT's initialisation.
-Switches turn on rotary positions, RMSNorm, QK-norm, ReLU^2, an untied head, zero-initialised
-output projections and tanh logit soft-capping.
+Switches turn on rotary positions, RMSNorm, QK-norm, ReLU^2 (or GPT-2's tanh GELU), an untied
+head, zero-initialised output projections and tanh logit soft-capping.
 """
 
 from __future__ import annotations
@@ -87,11 +87,13 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.c_proj.is_residual_proj = True
         self.relu2 = cfg.mlp == "relu2"
+        # GPT-2's own weights were trained with the tanh approximation (transformers' gelu_new)
+        self.gelu_approximate = "tanh" if cfg.mlp == "gelu_tanh" else "none"
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c_fc(x)
-        h = F.relu(h).square() if self.relu2 else F.gelu(h)
+        h = F.relu(h).square() if self.relu2 else F.gelu(h, approximate=self.gelu_approximate)
         return self.dropout(self.c_proj(h))
 
 

@@ -20,6 +20,9 @@ import numpy as np
 import torch
 
 from engine.checkpoint import store as ckpt
+from engine.checkpoint.init_from import apply_shape, check_tokenizer_name, load_into, open_source
+from engine.checkpoint.init_from import check_vocabulary as check_source_vocabulary
+from engine.checkpoint.init_source import REQUIRED, required_refusal
 from engine.checkpoint.resume import plan_resume
 from engine.config.run_config import RunConfig
 from engine.config.to_toml import config_to_toml
@@ -101,6 +104,7 @@ class RunParts:
     train_batches: BatchSampler
     sample_generator: torch.Generator
     spikes: SpikeDetector
+    weights_notes: tuple[str, ...] = ()  # init_from: where the weights came from (RunStarted)
 
 
 def build(
@@ -114,7 +118,8 @@ def build(
     resume_state: dict[str, Any] | None,
 ) -> RunParts:
     """Seeds, corpus, model, optimizer, samplers, on `device` (this rank's, its world joined).
-    Nothing of a checkpoint is restored here, but its vocabulary is checked against the corpus."""
+    Nothing of a checkpoint is restored here, but its vocabulary is checked against the corpus.
+    A new run with `model.init_from` takes its shape from those weights and starts from them."""
     if cfg.log.tensorboard:
         summary_writer_class()  # a missing package refused before anything is on disk
     dtype = select_dtype(cfg.train.dtype, device)
@@ -123,12 +128,21 @@ def build(
     random.seed(cfg.train.seed)
     np.random.seed(cfg.train.seed)
     torch.manual_seed(cfg.train.seed)
+    weights, weights_notes = None, []
+    if resume_state is None and cfg.model.init_from:  # a resume's weights are its checkpoint's
+        if cfg.model.init_from == REQUIRED:
+            raise required_refusal(cfg.name)
+        weights = open_source(cfg.model.init_from)  # refused before the corpus is prepared
+        check_tokenizer_name(weights, cfg.data.tokenizer)
+        weights_notes = [weights.note(), *apply_shape(cfg.model, weights)]
 
     # The preparation is a phase of the run: its progress goes to the UI and the sinks (the
     # metrics file keeps only the final record) and a stop asked for meanwhile ends it.
     data = prepare(cfg.data, data_path=data_path, progress=emit, should_stop=should_stop)
     if resume_state is not None:
         check_vocabulary(resume_state, data.tokenizer, data.source)
+    if weights is not None:
+        check_source_vocabulary(weights, data.tokenizer, data.source)
     if data.record["source"] == "path":
         cfg.data.source = data.record["path"]  # config.json names what was trained on
     check_length(data, cfg.model.block_size)
@@ -143,7 +157,10 @@ def build(
         world.world_size, parallel.mode,
     )  # fmt: skip
     # every rank builds the same initial weights from the same seed
-    model = GPT(cfg.model, vocab).to(device)
+    model = GPT(cfg.model, vocab)
+    if weights is not None:
+        load_into(model, weights)  # the padded rows keep the seed's values, as a fresh model's
+    model = model.to(device)
     if parallel.mode == "fsdp":
         shard_model(model, dtype)  # before the optimizer: it holds the shards
     if world.distributed:
@@ -168,6 +185,7 @@ def build(
         ),
         sample_generator=torch.Generator(device=device).manual_seed(cfg.train.seed + 2),
         spikes=SpikeDetector(cfg.train.spike_sigma),
+        weights_notes=tuple(weights_notes),
     )
 
 
@@ -250,7 +268,7 @@ def announce(
             memory_plan=parts.memory_plan,
             flops_per_token=instruments.flops_per_token,
             peak=instruments.peak,
-            notes=notes,
+            notes=[*parts.weights_notes, *notes],
             train_time_s=counters.train_time_s,
         )
     )
