@@ -7,7 +7,10 @@ what a test needs to see every rank (rank 0 alone writes metrics.jsonl):
 - with GRAD_CHECK=1, RUN_DIR/grads-R.pt: the gradients the optimizer applies at step 1 and
   the batches this rank trained them on (the test checks them against one process);
 - with WORLD_CHECK=1, RUN_DIR/world-R.json: whether a process group was up once the run was
-  set up, the class of the forward it trains with, and how many command exchanges it made.
+  set up, the class of the forward it trains with, and how many command exchanges it made;
+- with GROUPS_CHECK=1, RUN_DIR/groups-R.json: the weight decay of each optimizer group at each
+  optimizer step where it differs from the step before, as [step counter, [decays]] (the
+  counter then: the steps trained before this one).
 
 Launched by the tests as `torchrun --standalone --nproc-per-node 2 tests/distributed/rank_worker.py
 ARGS...` where ARGS are `cockpit train`'s.
@@ -69,6 +72,20 @@ def record_first_step(trainer, run_dir: Path, rank: int) -> None:  # noqa: ANN00
     optimizer.step = step_and_record
 
 
+def record_weight_decay(trainer, changes: list) -> None:  # noqa: ANN001
+    """Note each optimizer step's group decays where they change (a live `set`)."""
+    optimizer = trainer.optimizer
+    step = optimizer.step
+
+    def step_and_note(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        decays = [group["weight_decay"] for group in optimizer.param_groups]
+        if not changes or changes[-1][1] != decays:
+            changes.append([trainer.step, decays])
+        return step(*args, **kwargs)
+
+    optimizer.step = step_and_note
+
+
 def main() -> int:
     args = parse_args(["train", "--headless", *sys.argv[1:]])
     signals = StopSignals()
@@ -105,7 +122,18 @@ def main() -> int:
             seen["forward"] = type(trainer.instruments.step.forward).__name__
 
         trainer._setup = setup_and_look
+    decays: list = []
+    if os.environ.get("GROUPS_CHECK"):
+        setup_then = trainer._setup
+
+        def setup_and_watch() -> None:
+            setup_then()
+            record_weight_decay(trainer, decays)
+
+        trainer._setup = setup_and_watch
     state = trainer.run()
+    if decays:
+        (run_dir / f"groups-{rank}.json").write_text(json.dumps(decays))
     if seen:
         seen["exchanges"] = trainer.sync.exchanges
         (run_dir / f"world-{rank}.json").write_text(json.dumps(seen))

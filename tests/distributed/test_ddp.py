@@ -4,6 +4,7 @@ step on every rank, signals and a lost rank handled, and an exact resume."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -83,15 +84,17 @@ def test_every_rank_ends_with_the_same_weights_and_the_loss_of_one_process(
 
 def test_commands_through_the_socket_apply_at_the_same_step_on_every_rank(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    process = start(*TINY, "--set", "train.max_steps=1000000", "--run-dir", str(run_dir))
+    process = start(*TINY, "--set", "train.max_steps=1000000", "--run-dir", str(run_dir), GROUPS_CHECK="1")
     try:
         wait_for(lambda: (run_dir / "control.sock").exists() and rank_records(run_dir, 1, "step"))
         viewer = RemoteEngine(run_dir)
+        viewer.set_settings({"optim.weight_decay": 0.0, "eval.interval": 1000})  # a payload
         viewer.scale_lr(0.5)
         viewer.checkpoint()
         viewer.pause()
         wait_for(lambda: any(r["state"] == "paused" for r in rank_records(run_dir, 1, "state")))
         for kind, match in (
+            ("settings_changed", lambda r: r["changes"]["optim.weight_decay"] == [0.1, 0.0]),
             ("lr_changed", lambda r: r["scale"] == 0.5),
             ("checkpoint", lambda r: r["reason"] == "manual"),
             ("state", lambda r: r["state"] == "paused"),
@@ -109,6 +112,11 @@ def test_commands_through_the_socket_apply_at_the_same_step_on_every_rank(tmp_pa
         assert process.wait(60) == 0
         ends = [[r["step"] for r in rank_records(run_dir, k, "state") if r["state"] == "stopped"] for k in (0, 1)]
         assert ends[0] == ends[1] and len(ends[0]) == 1
+        # each rank's optimizer took the set's weight decay at the step after its boundary
+        (changed,) = rank_records(run_dir, 1, "settings_changed")
+        assert changed["by"].startswith("viewer ") and changed["changes"]["eval.interval"] == [0, 1000]
+        decays = [json.loads((run_dir / f"groups-{rank}.json").read_text()) for rank in (0, 1)]
+        assert decays[0] == decays[1] == [[0, [0.1, 0.0]], [changed["step"], [0.0, 0.0]]], decays
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
