@@ -73,16 +73,18 @@ def make_trainer(
     --set, --run-dir and --resume apply to the run named on the command line only, not to
     presets picked later from the app's menu; --data goes with its preset (`data_for`).
     """
-    from engine.config import load_preset
+    from engine.config import load_replay
     from engine.train import Trainer
 
     name = preset or args.preset or DEFAULT_PRESET
     resume = args.resume if first else None
     overrides = args.overrides if first else []
-    # When resuming, the checkpoint's config is the base and --set applies on top of it.
-    cfg = load_preset(name, [] if resume else overrides, args.presets_dir)
+    # When resuming, the checkpoint's config is the base and --set applies on top of it; a
+    # run's config.toml also holds the changes it made, made again at their steps.
+    replay = load_replay(name, [] if resume else overrides, args.presets_dir)
     return Trainer(
-        cfg,
+        replay.config,
+        planned_changes=replay.changes,
         run_dir=args.run_dir if first else None,
         data_path=data_for(args, name, first),
         resume=resume,

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.config.live import live_change
+from engine.config.live import LR_SCALE, TimedChange, live_change
+from engine.config.replay import replayed_change
 from engine.events import LrChanged, RunState
 from engine.model.optimizers import applied_lr, set_lr_factor
 from engine.model.schedule import lr_change, lr_multiplied, lr_plan
@@ -185,6 +186,8 @@ class CommandHandler:
         optimizer = self.holder.optimizer
         set_lr_factor(optimizer, lr_multiplied(counters.step, cfg, counters.lr_scale))
         counters.current_lr = applied_lr(optimizer)
+        if self.live is not None:  # a change of the timeline (config.toml, the checkpoints)
+            self.live.timeline.add(counters.step, {LR_SCALE: change.scale}, "app")
         in_warmup = change.settled_step > counters.step
         report.emit(
             LrChanged(
@@ -196,3 +199,34 @@ class CommandHandler:
                 warmup_ends=change.settled_step if in_warmup else None,
             )
         )
+
+    def replay(self, entry: TimedChange) -> None:
+        """A change of the config.toml this run replays, made at its step as it was made then
+        (checked before the run started; refused now only by what this world cannot share)."""
+        report, counters, live = self.reporter, self.counters, self.live
+        made = replayed_change(self.cfg, entry)
+        if isinstance(made, str) or live is None:
+            why = made if isinstance(made, str) else "this run takes no live settings"
+            report.alert("warning", f"replayed change at step {entry.step} not made: {why}", "set")
+            return
+        if made.change is not None and made.change.changes:
+            if (why := live.check(made.change.config)) is not None:
+                report.alert("warning", f"replayed change at step {entry.step} not made: {why}", "set")
+                return
+            self.flush()  # the steps on the device counted with the tokens per step they had
+            report.emit(live.apply(made.change, entry.by, replayed=True))
+        if made.lr_scale is not None:
+            optimizer = self.holder.optimizer
+            old_lr = applied_lr(optimizer)
+            counters.lr_scale = made.lr_scale
+            set_lr_factor(optimizer, lr_multiplied(counters.step, self.cfg, counters.lr_scale))
+            counters.current_lr = applied_lr(optimizer)
+            live.timeline.add(counters.step, {LR_SCALE: made.lr_scale}, entry.by)
+            report.emit(
+                LrChanged(
+                    step=counters.step,
+                    old_lr=old_lr,
+                    new_lr=counters.current_lr,
+                    scale=made.lr_scale,
+                )
+            )

@@ -55,7 +55,9 @@ class FaultHandler:
     `cfg`: the run's config (the anomaly policy, the LR schedule, the micro-batch an
     out-of-memory retry halves); `interactive`: a person is watching (an anomaly pauses
     rather than rolls back); `forget_pending`: drop the steps not read back yet (a rollback
-    undoes them)."""
+    undoes them); `settings_back(state, lr_scale)`: after a rollback to `state`, its settings
+    and timeline of changes in force again, the rollback's LR multiplier recorded; it returns
+    the settings it put back, as one line ('' for none)."""
 
     def __init__(
         self,
@@ -73,6 +75,7 @@ class FaultHandler:
         batches: BatchSampler,
         device_type: str,
         forget_pending: Callable[[], None],
+        settings_back: Callable[[dict[str, Any], float], str] = lambda state, lr_scale: "",
     ) -> None:
         self.cfg = cfg
         self.interactive = interactive
@@ -87,6 +90,7 @@ class FaultHandler:
         self.batches = batches
         self.device_type = device_type
         self.forget_pending = forget_pending
+        self.settings_back = settings_back
 
     def anomaly(self, message: str, code: str) -> None:
         """A NaN or a spike: the step was not applied; carry out what the rules decide."""
@@ -170,14 +174,18 @@ class FaultHandler:
         self.spikes.reset()
         change = rollback.change
         counters.lr_scale = change.scale
+        # the changes made after the checkpoint are undone with its steps
+        back = self.settings_back(rollback.state, change.scale)
         report.emit(
             LrChanged(
                 step=counters.step, old_lr=change.old_lr, new_lr=change.new_lr, scale=change.scale
             )
         )
+        settings = f"; settings back to those at step {counters.step}: {back}" if back else ""
         report.alert(
             "info",
-            f"rolled back to step {counters.step} ({rollback.path.name}), LR x{rollback.factor:g}",
+            f"rolled back to step {counters.step} ({rollback.path.name}), LR x{rollback.factor:g}"
+            f"{settings}",
             "rollback",
         )
         report.set_state(RunState.RUNNING, "rolled back")

@@ -25,7 +25,6 @@ from engine.checkpoint.init_from import check_vocabulary as check_source_vocabul
 from engine.checkpoint.init_source import REQUIRED, required_refusal
 from engine.checkpoint.resume import plan_resume
 from engine.config.run_config import RunConfig
-from engine.config.to_toml import config_to_toml
 from engine.data.batches import BatchSampler
 from engine.data.preparation import PreparedData, check_length, prepare
 from engine.data.resumed_corpus import check_vocabulary
@@ -54,12 +53,6 @@ from engine.train.reporter import Reporter
 from engine.train.run_started import run_started
 from engine.train.step import StepParts
 from engine.train.threads import apply_threads
-
-REPLAY_HEADER = (
-    "The configuration this run trained with, every key resolved.\n"
-    "`cockpit train --preset THIS_FILE` starts the same run afresh;\n"
-    "`cockpit train --resume RUN_DIR` continues this one."
-)
 
 
 @dataclass(frozen=True)
@@ -250,11 +243,10 @@ def announce(
     resume_state: dict[str, Any] | None,
     report: Reporter,
 ) -> None:
-    """config.json and RunStarted; on resume, the curves so far for the UI (rank 0's)."""
-    # replaced whole (a link planted at either name is replaced, never written through)
+    """config.json and RunStarted; on resume, the curves so far for the UI (rank 0's).
+    config.toml, the starting values and the changes, is the run's ConfigFile's."""
+    # replaced whole (a link planted there is replaced, never written through)
     atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
-    # the same config as TOML: `cockpit train --preset RUN_DIR/config.toml` replays the run
-    atomic_write_text(run_dir / "config.toml", config_to_toml(cfg, header=REPLAY_HEADER))
     report.emit(
         run_started(
             cfg,

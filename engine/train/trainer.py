@@ -12,6 +12,7 @@ it is built from takes only what it uses.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -22,6 +23,7 @@ import torch
 
 from engine.checkpoint import store as ckpt
 from engine.checkpoint.checkpointer import Checkpointer, Nested, RunDescription
+from engine.config.live import LR_SCALE, SettingsTimeline, describe
 from engine.config.run_config import ConfigError, RunConfig
 from engine.control.server import ControlServer, serve_run
 from engine.data.batches import BatchSampler
@@ -64,6 +66,13 @@ from engine.train.readback import (
     read_back,
     refusal_message,
     step_events,
+)
+from engine.train.replay import (
+    ConfigFile,
+    ReplayPlan,
+    resumed_settings,
+    settings_back,
+    start_config,
 )
 from engine.train.reporter import Reporter
 from engine.train.setup import (
@@ -111,6 +120,7 @@ class Trainer:
         interactive: bool = True,
         allow_data_change: bool = False,
         world: World | None = None,
+        planned_changes: SettingsTimeline | None = None,
     ) -> None:
         self.cfg = cfg
         # under torchrun: this process's rank; rank 0 alone writes the
@@ -128,6 +138,11 @@ class Trainer:
         self.resume_from = Path(resume) if resume else None
         self.resume_overrides = list(resume_overrides)
         self.resume_notes: list[str] = []  # what the resume changed or kept (RunStarted.notes)
+        # the [[changes]] of the config.toml this run replays, each made at its step (a resume
+        # takes its checkpoint's); the config it started with, config.toml's starting values
+        self.replay = ReplayPlan(planned_changes.changes if planned_changes else ())
+        self.start_config: RunConfig | None = None
+        self.config_file: ConfigFile | None = None  # rank 0's config.toml, rewritten on a change
         self._already_finished: str | None = None  # resuming a run that has nothing left to do
         self.events = EventQueue(event_capacity)
         # opened once the run has a directory (_setup); a write that fails (a full disk) keeps
@@ -363,9 +378,11 @@ class Trainer:
         )
         if parts.parallel.note:
             self.resume_notes.append(parts.parallel.note)  # RunStarted's notes: said at the start
+        self.start_config = start_config(state) if state is not None else copy.deepcopy(cfg)
         self._build_loop_parts(parts)
         if state is not None:
             self.resume_notes.extend(self._loop_parts.checkpointer.restore(state))
+            self._record_resume(state)
             # An older checkpoint starts a new branch: the newer ones must not be pruned into
             # it, nor picked by the next --resume RUN_DIR.
             aside, moved = ckpt.set_aside_newer(self.run_dir, self.counters.step)
@@ -378,6 +395,12 @@ class Trainer:
         self._loop_parts.checkpointer.run_dir = self.run_dir  # a fresh run's, created just now
         self.instruments = instrument(cfg, parts, world=world, report=self.reporter)
         if world.is_main:
+            assert self.live is not None and self.start_config is not None
+            self.config_file = ConfigFile(
+                self.run_dir / "config.toml", self.start_config, self.live.timeline
+            )
+            self.config_file.write()  # the starting values and the changes so far
+            self.sinks.append(self.config_file)
             announce(
                 cfg,
                 run_dir=self.run_dir,
@@ -478,7 +501,8 @@ class Trainer:
                 world=world, group=group, device_type=device.type, batches=parts.train_batches,
                 sample_generator=parts.sample_generator, seed=cfg.train.seed,
             ),  # fmt: skip
-            "run": RunDescription(cfg, parts.data),  # config, tokenizer, corpus
+            "run": RunDescription(cfg, parts.data, self.start_config),  # config, tokenizer, corpus
+            "replay": self.replay,  # a replayed run's changes still to make
         }
         self.checkpointer = checkpointer = Checkpointer(
             run_dir=self.run_dir, world=world, group=group, settings=cfg.checkpoint,
@@ -491,6 +515,7 @@ class Trainer:
             counters=counters, reporter=report, stopping=self.stopping, spikes=parts.spikes,
             model=parts.model, optimizer=parts, batches=parts.train_batches,
             device_type=device.type, forget_pending=self._forget_pending,
+            settings_back=self._settings_back,
         )  # fmt: skip
         rank_commands = None
         if world.distributed:
@@ -504,6 +529,8 @@ class Trainer:
             device_type=device.type, ranks=world.world_size,
             micro_batch=lambda: parts.train_batches.batch_size, follow=self._follow_settings,
         )  # fmt: skip
+        # the changes made so far, in each checkpoint (one from before them has none)
+        states["settings"] = Nested("settings_changes", live, missing=[])
         self.command_handler = CommandHandler(
             queue=self._commands, reporter=report, counters=counters, stopping=self.stopping,
             should_stop=lambda: self._should_stop(), cfg=cfg, optimizer=parts,
@@ -521,6 +548,33 @@ class Trainer:
         if self.instruments is not None and self.live is not None:
             self.instruments.step.micro_steps = self.live.micro_steps()
             self.instruments.log_every = read_back_every(cfg, parts.device)
+
+    def _record_resume(self, state: dict[str, Any]) -> None:
+        """A resume's --set is a change at the resume step, by "resume", in the timeline it
+        continues (so a replay of config.toml makes it too)."""
+        assert self.live is not None
+        settings = resumed_settings(state["config"], self.cfg)
+        if settings:
+            self.live.timeline.add(self.counters.step, settings, "resume")
+        if "settings_changes" not in state and self.counters.lr_scale != 1.0:
+            self.resume_notes.append(
+                f"the LR multiplier x{self.counters.lr_scale:.3g} set by hand is kept; this "
+                "checkpoint predates the timeline of changes, so config.toml cannot say when it was set"
+            )
+
+    def _settings_back(self, state: dict[str, Any], lr_scale: float) -> str:
+        """After a rollback to `state`: its live settings and timeline in force again, with the
+        rollback's LR multiplier `lr_scale` a change of it; the settings put back, as one line
+        ('' when none differed)."""
+        if self.live is None:
+            return ""
+        event = settings_back(self.live, state)
+        if lr_scale != state.get("lr_scale", 1.0):
+            self.live.timeline.add(self.counters.step, {LR_SCALE: lr_scale}, "rollback")
+        if event is None:
+            return ""
+        self.reporter.emit(event)
+        return describe({key: (old, new) for key, (old, new) in event.changes.items()})
 
     @property
     def _loop_parts(self) -> _LoopParts:
@@ -646,6 +700,8 @@ class Trainer:
         loop_parts = self._loop_parts
         while counters.step < cfg.train.max_steps:
             t_commands = time.perf_counter()
+            for change in self.replay.due(counters.step):  # a replay's, at the same boundary
+                loop_parts.commands.replay(change)
             loop_parts.commands.apply_queued()
             # Time paused or blocked on a command is not training, any more than an evaluation
             # is: keep it out of the next Step's throughput and step time.
