@@ -25,6 +25,7 @@ from engine.events import (
     RunStarted,
     RunState,
     Sample,
+    SettingsChanged,
     StateChanged,
     Step,
     Telemetry,
@@ -39,7 +40,9 @@ if TYPE_CHECKING:
 else:
     _AppBase = object
 
-URGENT_EVENTS = (RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved)  # drawn at once
+URGENT_EVENTS = (  # drawn at once
+    RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved, SettingsChanged,
+)  # fmt: skip
 
 
 class EventFeed(_AppBase):
@@ -140,6 +143,8 @@ class EventFeed(_AppBase):
                         title=f"LR changed at step {fmt_int(ev.step)}",
                         timeout=4,
                     )
+            case SettingsChanged():
+                self.settings_changed(ev, announce=not history)
             case Alert():
                 if ev.code == "rollback" and ev.level == "info":
                     screen.loss_panel.add_marker(ev.step, "rollback")

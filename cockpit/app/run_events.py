@@ -16,7 +16,16 @@ from cockpit.app.notifications import notice_for
 from cockpit.figures.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner, with_keys
 from cockpit.figures.numbers import fmt_int, fmt_loss
 from cockpit.widgets.status import status_segments
-from engine.events import Alert, CheckpointSaved, Event, RunStarted, RunState, StateChanged
+from engine.config import describe
+from engine.events import (
+    Alert,
+    CheckpointSaved,
+    Event,
+    RunStarted,
+    RunState,
+    SettingsChanged,
+    StateChanged,
+)
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -67,6 +76,28 @@ class RunEvents(_AppBase):
                 "\n".join((f"from {ev.resumed_from}", *(f"• {n}" for n in notes))),
                 title=f"Resumed at step {fmt_int(ev.start_step)}",
                 timeout=6 + 4 * len(notes),
+            )
+
+    def settings_changed(self, ev: SettingsChanged, announce: bool = True) -> None:
+        """A `set` acknowledged (or replayed): the run's length, its tokens a step and its
+        schedule ahead are the new ones; `announce=False` for one from the run's past."""
+        view, screen = self.session.view, self.main_screen
+        if ev.max_steps:
+            view.max_steps = ev.max_steps  # the status line's step count, bar and ETA
+        if ev.tokens_per_step and ev.tokens_per_step != screen.loss_panel.tokens_per_step:
+            screen.loss_panel.tokens_per_step = ev.tokens_per_step
+            view.tracker.forget_rate()  # steps of another size: the ETA measures them afresh
+        if ev.planned_lr:
+            screen.lr_panel.replan(ev.planned_lr, ev.max_steps or view.max_steps, ev.step)
+        if view.info is not None:  # the intervals a stop waits for
+            self.session.boundary_work.configure(view.info.config or {}, view.max_steps)
+        if announce:
+            who = f" by {ev.by}" if ev.by and ev.by != "app" else ""
+            how = "replayed" if ev.replayed else "changed"
+            self.notify(
+                describe({key: tuple(pair) for key, pair in ev.changes.items()}),
+                title=f"Settings {how} at step {fmt_int(ev.step)}{who}",
+                timeout=6,
             )
 
     def state_changed(self, ev: StateChanged, announce: bool = True) -> None:

@@ -46,12 +46,24 @@ class LrPanel(ThrottledPlot):
     # data ---------------------------------------------------------------------------------------
     def set_plan(self, planned: Any, max_steps: int, start_step: int = 0) -> None:
         self.planned = [(int(s), float(v)) for s, v in planned]
-        # as arrays once, for drawing: the plan does not change during a run
+        # as arrays once, for drawing: the plan changes only when a change re-plans it
         self._planned_xs = np.array([p[0] for p in self.planned], dtype=np.float64)
         self._planned_ys = np.array([p[1] for p in self.planned], dtype=np.float64)
         self.max_steps = max(int(max_steps), 1)
         self.start_step = start_step
         self.step = start_step
+        self.touch()
+        self.update_labels()
+
+    def replan(self, planned: Any, max_steps: int, from_step: int) -> None:
+        """A settings change re-planned the schedule from `from_step` on: the plan ahead is
+        the new one, its past stays as it was planned (the applied LR draws what happened)."""
+        ahead = [(int(s), float(v)) for s, v in planned if int(s) >= from_step]
+        self.planned = [p for p in self.planned if p[0] < from_step] + ahead
+        self._planned_xs = np.array([p[0] for p in self.planned], dtype=np.float64)
+        self._planned_ys = np.array([p[1] for p in self.planned], dtype=np.float64)
+        self.max_steps = max(int(max_steps), 1)
+        self._col = -1  # the axis may have changed: the next step redraws
         self.touch()
         self.update_labels()
 

@@ -1,0 +1,52 @@
+"""The app draws an acknowledged `set` (SettingsChanged, from the scripted engine): the LR panel's
+plan ahead re-planned, the status line's step count and ETA on the new length, and a toast that
+names the change and who made it."""
+
+from __future__ import annotations
+
+from pilot import Toasts, pilot_test, status_text
+from scripted import ScriptedFactory
+from textual.pilot import Pilot
+
+from cockpit.app.cockpit_app import CockpitApp
+
+
+@pilot_test()
+async def test_a_longer_run_is_re_planned_on_the_lr_panel_and_counted_on_the_status_line(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
+) -> None:
+    panel = app.main_screen.lr_panel
+    step = app.session.view.step
+    before = list(panel.planned)
+    assert panel.max_steps == 2000 and "/2,000" in status_text(app)
+    sent = []  # what the engine emits, as the app will drain it
+    put = factory.trainer.events.put
+    factory.trainer.events.put = lambda ev: (sent.append(ev), put(ev))  # type: ignore[method-assign]
+    factory.trainer.set_settings({"train.max_steps": 4000}, by="viewer 2 alice@gpu1 (pts/3)")
+    app.pump(force=True)
+    await pilot.pause()
+    (ack,) = sent
+    assert panel.max_steps == 4000 and panel.planned[-1][0] == ack.planned_lr[-1][0] > 3900
+    # the past stays as it was planned; ahead of the change, the new plan
+    assert [p for p in panel.planned if p[0] < step] == [p for p in before if p[0] < step]
+    assert [p for p in panel.planned if p[0] >= step] == [p for p in ack.planned_lr if p[0] >= step]
+    assert app.session.view.max_steps == 4000 and "/4,000" in status_text(app)
+    assert app.session.boundary_work.max_steps == 4000  # what a stop waits for
+    (toast,) = [t for t in toasts if t.title.startswith("Settings changed")]
+    assert toast.title == f"Settings changed at step {step:,} by viewer 2 alice@gpu1 (pts/3)"
+    assert "train.max_steps" in toast.message and "4000" in toast.message
+
+
+@pilot_test()
+async def test_a_change_without_a_new_schedule_keeps_the_plan(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
+) -> None:
+    panel = app.main_screen.lr_panel
+    before = list(panel.planned)
+    factory.trainer.set_settings({"eval.interval": 50})
+    app.pump(force=True)
+    await pilot.pause()
+    assert panel.planned == before and panel.max_steps == 2000
+    (toast,) = [t for t in toasts if t.title.startswith("Settings changed")]
+    assert toast.title.endswith(f"step {app.session.view.step:,}")  # by the app: not named
+    assert factory.trainer.calls[-1] == ("set_settings", {"eval.interval": 50}, "app")
