@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from cockpit.figures.data_progress_text import progress_line
 from cockpit.figures.durations import fmt_duration
+from engine.config import describe
 from engine.events import Event, RunState
 
 # An error of these kinds before the run has started is a refusal (a corpus, config, run
@@ -109,6 +110,11 @@ class ProgressPrinter:
             self._say(
                 f"lr     {event.step:>6} | {event.old_lr:.2e} -> {event.new_lr:.2e} (x{event.scale:.3g} on the schedule)"
             )
+        elif kind == "settings_changed":
+            self._max_steps = event.max_steps or self._max_steps  # the step count and ETA
+            who = f" (by {event.by})" if event.by and event.by != "app" else ""
+            changes = {key: tuple(pair) for key, pair in event.changes.items()}
+            self._say(f"set    {event.step:>6} | {describe(changes)}{who}")
         elif kind == "state" and event.state in RunState.ENDED:
             if self._held_error and event.state == RunState.FAILED and not self._started:
                 self.refusal = self._held_error  # before training started: not "failed at step 0"

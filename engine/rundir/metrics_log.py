@@ -33,7 +33,10 @@ class MetricsWriter:
     `retry()` writes them once there is room again.
     """
 
-    FLUSH_ON = {"eval", "checkpoint", "state", "alert", "run_started", "lr_changed", "sample"}
+    FLUSH_ON = {
+        "eval", "checkpoint", "state", "alert", "run_started", "lr_changed", "settings_changed",
+        "sample",
+    }  # fmt: skip
     MAX_UNWRITTEN_BYTES = 64 << 20  # days of a paused run's telemetry; a running one pauses
 
     def __init__(

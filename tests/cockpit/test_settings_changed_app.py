@@ -50,3 +50,24 @@ async def test_a_change_without_a_new_schedule_keeps_the_plan(
     (toast,) = [t for t in toasts if t.title.startswith("Settings changed")]
     assert toast.title.endswith(f"step {app.session.view.step:,}")  # by the app: not named
     assert factory.trainer.calls[-1] == ("set_settings", {"eval.interval": 50}, "app")
+
+
+def test_a_headless_run_prints_the_change_and_counts_to_the_new_length() -> None:
+    from cockpit.cli.headless import ProgressPrinter
+    from engine.events import SettingsChanged, Step
+
+    lines: list[str] = []
+    printer = ProgressPrinter(out=lines.append, interval_s=0.0, clock=lambda: 0.0)
+    printer(
+        SettingsChanged(
+            step=300, changes={"train.max_steps": [2000, 5000], "optim.weight_decay": [0.1, 0.0]},
+            by="viewer 2 alice@gpu1 (pts/3)", max_steps=5000, tokens_per_step=768,
+        )
+    )  # fmt: skip
+    printer(Step(step=301, loss=2.0, lr=1e-3, grad_norm=0.5, tokens_per_s=1e4, step_time_s=0.1,
+                 tokens=301 * 768))  # fmt: skip
+    assert lines[0] == (
+        "set       300 | train.max_steps 2000 -> 5000, optim.weight_decay 0.1 -> 0 "
+        "(by viewer 2 alice@gpu1 (pts/3))"
+    )
+    assert lines[1].startswith("step    301/5000 |")
