@@ -76,6 +76,8 @@ _REFUSED_SECTIONS = {
     "model": "the weights belong to the model they are trained as",
     "data": "the run's corpus and tokenizer are fixed for its weights",
 }
+# model keys a resume takes (the rest of model.* and data.* belong to the weights)
+_RESUME_TAKES = frozenset({"model.grad_checkpoint", "model.recompute_blocks", "model.dropout"})
 _REFUSED_KEYS = {
     "train.seed": "the run continues its own random streams",
     "train.batch_size": "the micro-batch is built into the running step; change train.grad_accum",
@@ -137,6 +139,12 @@ def refusal(key: str) -> str | None:
         return None
     section = key.split(".", 1)[0]
     why = _REFUSED_KEYS.get(key) or _REFUSED_SECTIONS.get(section, "it is fixed for the run")
+    if (section in _REFUSED_SECTIONS and key not in _RESUME_TAKES) or key == "train.seed":
+        # a resume refuses these too: only a new run has them otherwise
+        instead = f"a run with another {key} is a new run"
+        if section == "data" and key != "data.tokenizer":  # the weights take another corpus
+            instead = f"--init-from RUN_DIR starts a new run from these weights with another {key}"
+        return f"{key} cannot change while the run trains: {why}; {instead}"
     return (
         f"{key} cannot change while the run trains: {why}; stop the run and resume it with "
         f"--set {key}=..."

@@ -48,7 +48,7 @@ def test_a_viewers_set_and_its_acknowledgement_are_one_entry() -> None:
 def test_a_refused_set_says_why_on_its_own_entry() -> None:
     refusal = (
         "set refused: model.n_layer cannot change while the run trains: the weights belong to "
-        "the model they are trained as; stop the run and resume it with --set model.n_layer=..."
+        "the model they are trained as; a run with another model.n_layer is a new run"
     )
     records = [
         started(),
