@@ -88,7 +88,8 @@ def test_commands_through_the_socket_apply_at_the_same_step_on_every_rank(tmp_pa
     try:
         wait_for(lambda: (run_dir / "control.sock").exists() and rank_records(run_dir, 1, "step"))
         viewer = RemoteEngine(run_dir)
-        viewer.set_settings({"optim.weight_decay": 0.0, "eval.interval": 1000})  # a payload
+        # a payload; grad_accum 2 -> 4: each rank 2 micro-batches a step instead of 1
+        viewer.set_settings({"optim.weight_decay": 0.0, "eval.interval": 1000, "train.grad_accum": 4})
         viewer.scale_lr(0.5)
         viewer.checkpoint()
         viewer.pause()
@@ -117,6 +118,9 @@ def test_commands_through_the_socket_apply_at_the_same_step_on_every_rank(tmp_pa
         assert changed["by"].startswith("viewer ") and changed["changes"]["eval.interval"] == [0, 1000]
         decays = [json.loads((run_dir / f"groups-{rank}.json").read_text()) for rank in (0, 1)]
         assert decays[0] == decays[1] == [[0, [0.1, 0.0]], [changed["step"], [0.0, 0.0]]], decays
+        tokens = {r["step"]: r["tokens"] for r in rank_records(run_dir, 0, "step")}
+        at = changed["step"]  # the step after it trains on twice the tokens, over both ranks
+        assert tokens[at + 1] - tokens[at] == 2 * (tokens[at] - tokens[at - 1]) == 4 * 4 * 32
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
