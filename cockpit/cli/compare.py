@@ -17,7 +17,9 @@ NAME = "compare"
 HELP = "open the cockpit on a run with other runs' loss curves overlaid (live or finished)"
 EPILOG = (
     "Example: cockpit compare runs/tiny-20260101-120000 runs/tiny-20260102-090000. In the app, "
-    "t cycles the x axis (steps, tokens, training time), m the smoothing, h lists every run."
+    "t cycles the x axis (steps, tokens, training time), m the smoothing, h lists every run. "
+    "Runs of different tokenizers (char and BPE) compare by --bpb: a loss per token is not "
+    "comparable across tokenizers, bits per byte of text are."
 )
 MAX_OVERLAYS = 8  # more lines than this on one small plot are no longer told apart
 
@@ -30,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs", dest="runs_root", default="runs", metavar="DIR", help="where the runs screen (h) looks (default: runs)"
     )
+    parser.add_argument(
+        "--bpb", action="store_true",
+        help="draw the losses in bits per byte of text (loss / ln 2 * tokens / bytes of the split), "
+        "comparable across tokenizers; runs recorded before bits per byte are left out",
+    )  # fmt: skip
     parser.add_argument(
         "--no-mouse", action="store_true", help="turn off mouse tracking (saves bandwidth over slow SSH links)"
     )
@@ -78,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
         bell=args.bell,
         no_notify=args.no_notify,
     )
+    from engine.rundir import run_tokenizer
+
     return run_app(
-        train, first_engine=lambda: engine, overlays=args.runs[1:], runs_root=args.runs_root
+        train,
+        first_engine=lambda: engine,
+        overlays=args.runs[1:],
+        runs_root=args.runs_root,
+        loss_unit="bpb" if args.bpb else "loss",
+        current_tokenizer=run_tokenizer(first),
     )

@@ -162,9 +162,12 @@ def run_app(
     first_engine: Any = None,
     overlays: Sequence[str] = (),
     runs_root: str = "runs",
+    loss_unit: str = "loss",
+    current_tokenizer: str | None = None,
 ) -> int:
     """The app on the run the command line names, or on `first_engine()` (an engine handle:
-    a run opened by `cockpit compare`), with `overlays` drawn over its loss curve."""
+    a run opened by `cockpit compare`), with `overlays` drawn over its loss curve, in
+    `loss_unit` (loss, or bpb: bits per byte); `current_tokenizer` is the first run's."""
     from cockpit.app.cockpit_app import CockpitApp, run_app
     from cockpit.app.session_runs import format_exit_report
     def fit_warning(preset: str, known_peak: tuple[str, float] | None) -> str:
@@ -191,6 +194,9 @@ def run_app(
         runs_root=runs_root,
         overlays=overlays,
     )
+    loss_panel = app.main_screen.loss_panel
+    loss_panel.set_y_unit(loss_unit)
+    loss_panel.current_tokenizer = current_tokenizer
 
     def on_signal(signum: int, _frame: Any) -> None:
         # SIGHUP: the terminal is gone (the SSH link dropped); SIGTERM: a scheduler wants the

@@ -17,7 +17,7 @@ from cockpit.figures.run_table import table
 from engine.rundir import list_runs
 
 NAME = "runs"
-HELP = "list every run (live, finished, stopped, failed or crashed) with its step, best val loss and size"
+HELP = "list every run (live, finished, stopped, failed or crashed) with its step, best val loss, bits per byte and size"
 EPILOG = (
     "A run is a directory with a metrics.jsonl, up to 4 levels below DIR. Its summary.json is "
     "brought up to date (or rebuilt when missing) as it is read. `cockpit ps` lists the live "

@@ -24,6 +24,9 @@ from engine.rundir import RunCurves
 
 RGB = tuple[int, int, int]
 AXES = ("steps", "tokens", "time")  # what the loss panel's x axis can be
+# what its y axis can be: the loss (nats per token), or bits per byte of text, which compares
+# runs of different tokenizers (a char-level run's tokens are not a BPE run's)
+Y_UNITS = ("loss", "bpb")
 SMOOTHINGS = (0.9, 0.99, 0.0)  # the loss panel's EMA betas; 0.0 is the raw loss
 
 # Told apart from each other and from the current run's own lines (the theme's primary blue
@@ -89,7 +92,10 @@ class Overlay:
             "time": _non_decreasing(np.asarray(curves.val_train_s, dtype=np.float64)),
         }
         self._val_loss = np.asarray(curves.val_loss, dtype=np.float64)
-        self._smoothed: dict[float, np.ndarray] = {}
+        self.tokenizer = curves.tokenizer
+        # bits per byte per nat of loss, per split: None for a run recorded before them
+        self._per_loss = {"loss": (1.0, 1.0), "bpb": (curves.train_bpb_per_loss, curves.val_bpb_per_loss)}
+        self._smoothed: dict[tuple[float, str], np.ndarray] = {}
         self._cache: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self.downsamplings = 0  # how often a downsampling was computed, not taken from the cache
 
@@ -100,18 +106,32 @@ class Overlay:
         """Every finite step's x on `axis` (sorted)."""
         return self._x[axis]
 
-    def train(self, smoothing: float) -> np.ndarray:
-        """Every finite step's train loss, smoothed with `smoothing` (0.0: the raw loss);
-        computed once per smoothing."""
-        if smoothing not in self._smoothed:
-            self._smoothed[smoothing] = debiased_ema(self._loss, smoothing)
-        return self._smoothed[smoothing]
+    def has_unit(self, unit: str) -> bool:
+        """Whether it can be drawn in `unit` (bits per byte: only a run that recorded them)."""
+        return None not in self._per_loss[unit]
 
-    def val(self, axis: str) -> tuple[np.ndarray, np.ndarray]:
-        return self._val_x[axis], self._val_loss
+    def train(self, smoothing: float, unit: str = "loss") -> np.ndarray:
+        """Every finite step's train loss in `unit`, smoothed with `smoothing` (0.0: the raw
+        loss); computed once per smoothing and unit (empty where the unit is not known)."""
+        key = (smoothing, unit)
+        if key not in self._smoothed:
+            scale = self._per_loss[unit][0]
+            if scale is None:
+                self._smoothed[key] = np.zeros(0)
+            elif unit == "loss":
+                self._smoothed[key] = debiased_ema(self._loss, smoothing)
+            else:
+                self._smoothed[key] = self.train(smoothing) * scale
+        return self._smoothed[key]
 
-    def value_at(self, x: float, axis: str, smoothing: float) -> float | None:
-        """Its (smoothed) train loss at x on `axis`: that of its last step at or before x.
+    def val(self, axis: str, unit: str = "loss") -> tuple[np.ndarray, np.ndarray]:
+        scale = self._per_loss[unit][1]
+        if scale is None:
+            return np.zeros(0), np.zeros(0)
+        return self._val_x[axis], self._val_loss * scale if unit != "loss" else self._val_loss
+
+    def value_at(self, x: float, axis: str, smoothing: float, unit: str = "loss") -> float | None:
+        """Its (smoothed) train loss in `unit` at x on `axis`: that of its last step at or before x.
 
         None before its first step, and past its last step by more than one of its steps
         (its mean x per step): it never got there, and its last value would look like a
@@ -125,21 +145,25 @@ class Overlay:
         per_step = (xs[-1] - xs[0]) / (len(xs) - 1) if len(xs) > 1 else 0.0
         if at == len(xs) - 1 and x > xs[-1] + per_step:
             return None
-        return float(self.train(smoothing)[at])
+        if not self.has_unit(unit):
+            return None  # never a made-up value: it recorded no bits per byte
+        return float(self.train(smoothing, unit)[at])
 
     def downsampled(
-        self, axis: str, smoothing: float, x0: float, x1: float, columns: int
+        self, axis: str, smoothing: float, x0: float, x1: float, columns: int, unit: str = "loss"
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(line xs, line ys, val xs, val ys) inside [x0, x1], at most two points a column,
-        cached: the same axes give the same arrays without any work."""
-        key = (axis, smoothing, x0, x1, columns)
+        """(line xs, line ys, val xs, val ys) inside [x0, x1] in `unit`, at most two points a
+        column, cached: the same axes give the same arrays without any work. Nothing in a unit
+        the run did not record."""
+        key = (axis, smoothing, x0, x1, columns, unit)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         self.downsamplings += 1
-        lx, ly = _window(self._x[axis], self.train(smoothing), x0, x1)
+        train = self.train(smoothing, unit)
+        lx, ly = _window(self._x[axis], train, x0, x1) if len(train) else (train, train)
         lx, ly = downsample_minmax(lx, ly, columns, (x0, x1))
-        val_x, val_y = self.val(axis)
+        val_x, val_y = self.val(axis, unit)
         vx, vy = _window(val_x, val_y, x0, x1)
         vx, vy = downsample_minmax(vx, vy, max(4, columns // 2), (x0, x1))
         out = (np.asarray(lx), np.asarray(ly), np.asarray(vx), np.asarray(vy))
@@ -246,6 +270,24 @@ def _entry(entry: LegendEntry, current: float | None, name_width: int) -> tuple[
             text += f" {shown}"
             markup += f" [{style}]{shown}[/]"
     return text, markup
+
+
+def tokenizer_note(tokenizers: list[str | None], width: int) -> str | None:
+    """One line, in at most `width` characters, when runs of different tokenizers are compared
+    by their loss (whose tokens are not the same units of text): bits per byte compare them.
+    None when the tokenizers known are all one."""
+    known = sorted({t for t in tokenizers if t})
+    if len(known) < 2:
+        return None
+    for text in (
+        f"tokenizers differ ({', '.join(known)}): per-token losses are not comparable; "
+        f"compare bits per byte (cockpit compare --bpb)",
+        f"tokenizers differ ({', '.join(known)}): losses not comparable; use --bpb",
+        "tokenizers differ: losses not comparable; use --bpb",
+    ):
+        if len(text) <= width:
+            return text
+    return None
 
 
 def _fmt(loss: float | None) -> str:

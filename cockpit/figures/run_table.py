@@ -14,11 +14,15 @@ from engine.rundir import ListedRun
 GAP = "  "
 MIN_NAME_WIDTH = 20  # a run's name is shortened no further (then the table is wider)
 # every column, in order; the optional ones give way, first to last, until the table fits: the
-# first three before the run's name is shortened (None), the others before it goes below the minimum
-HEADERS = ("RUN", "PRESET", "STATE", "STEP", "BEST VAL", "TOKENS", "TRAIN", "WHEN", "SIZE", "CKPT")
-RIGHT_ALIGNED = {"STEP", "BEST VAL", "TOKENS", "TRAIN", "WHEN", "SIZE"}
-DROP_ORDER = (("CKPT", None), ("SIZE", None), ("TOKENS", None), ("TRAIN", MIN_NAME_WIDTH),
-              ("PRESET", MIN_NAME_WIDTH))  # fmt: skip
+# first five before the run's name is shortened (None), the others before it goes below the minimum
+HEADERS = ("RUN", "PRESET", "FROM", "STATE", "STEP", "BEST VAL", "BPB", "TOKENS", "TRAIN", "WHEN",
+           "SIZE", "CKPT")  # fmt: skip
+RIGHT_ALIGNED = {"STEP", "BEST VAL", "BPB", "TOKENS", "TRAIN", "WHEN", "SIZE"}
+DROP_ORDER = (("CKPT", None), ("SIZE", None), ("TOKENS", None), ("FROM", None), ("BPB", None),
+              ("TRAIN", MIN_NAME_WIDTH), ("PRESET", MIN_NAME_WIDTH))  # fmt: skip
+# Shown only when a listed run has a value: runs recorded before bits per byte have none ("-"),
+# runs trained from scratch no weights they started from (FROM).
+SHOWN_IF_ANY = {"BPB", "FROM"}
 
 
 def printable(text: str) -> str:
@@ -58,6 +62,27 @@ def fmt_best(summary: dict[str, Any]) -> str:
     return "-" if best is None else f"{fmt_loss(best['value'])}@{fmt_tick(best['step'])}"
 
 
+def fmt_bpb(summary: dict[str, Any]) -> str:
+    """'1.234': the lowest val loss in bits per byte of text (comparable across tokenizers);
+    '-' for a run that recorded none."""
+    best = summary.get("best_val_bpb")
+    return "-" if best is None else f"{best['value']:.3f}"
+
+
+def fmt_from(source: str | None) -> str:
+    """The weights a run started from, short: a Hugging Face cache's model name (`gpt2`), a
+    checkpoint with its run (`run-a/best.pt`), else the last name of the path; '-' for none."""
+    if not source:
+        return "-"
+    parts = source.rstrip("/").split("/")
+    cached = [p for p in parts if p.startswith("models--")]
+    if cached:  # ~/.cache/huggingface/hub/models--openai-community--gpt2/snapshots/HASH
+        return cached[-1].removeprefix("models--").split("--")[-1]
+    if parts[-1].endswith((".pt", ".dcp")) and len(parts) > 1:
+        return "/".join(parts[-2:])
+    return parts[-1]
+
+
 def fmt_size(n: int) -> str:
     """'812K', '1.2G': a listing's size, short."""
     for unit, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
@@ -83,9 +108,11 @@ def row(listed: ListedRun, now: float) -> dict[str, str]:
     return {
         "RUN": printable(family_name(listed)),
         "PRESET": printable(s["preset"] or "-"),
+        "FROM": printable(fmt_from(listed.weights_from)),
         "STATE": listed.state,
         "STEP": fmt_steps(s["step"], s["max_steps"]),
         "BEST VAL": fmt_best(s),
+        "BPB": fmt_bpb(s),
         "TOKENS": fmt_si(s["tokens"]) if s["tokens"] else "-",
         "TRAIN": fmt_uptime(s["train_time_s"]) if s["train_time_s"] else "-",
         "WHEN": fmt_ago(None if s["started"] is None else now - s["started"]),
@@ -125,7 +152,7 @@ def problem_line(
 def fit_columns(rows: Sequence[dict[str, str]], width: int) -> tuple[list[str], dict[str, int]]:
     """The columns kept and each one's width (the name's, shortened) for `rows` to fit in `width`
     characters, a GAP between columns; the runs screen fits its table with it too."""
-    columns = list(HEADERS)
+    columns = [h for h in HEADERS if h not in SHOWN_IF_ANY or any(r[h] != "-" for r in rows)]
     widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in HEADERS}
     full_name = widths["RUN"]
 
@@ -136,7 +163,8 @@ def fit_columns(rows: Sequence[dict[str, str]], width: int) -> tuple[list[str], 
     for header, name_floor in DROP_ORDER:
         if excess(min(full_name, name_floor or full_name)) <= 0:
             break
-        columns.remove(header)
+        if header in columns:
+            columns.remove(header)
     widths["RUN"] = max(min(full_name, MIN_NAME_WIDTH), full_name - max(0, excess(full_name)))
     return columns, widths
 

@@ -10,7 +10,7 @@ from typing import Any
 from cockpit.figures.axes import nice_ticks, steady_limits
 from cockpit.figures.durations import fmt_duration
 from cockpit.figures.numbers import fmt_loss, fmt_tick
-from cockpit.figures.overlay import AXES, RGB, LegendEntry, Overlay, legend
+from cockpit.figures.overlay import AXES, RGB, Y_UNITS, LegendEntry, Overlay, legend, tokenizer_note
 from cockpit.figures.series import BoundedSeries, DebiasedEMA, downsample_minmax
 from cockpit.figures.training_clock import TrainingClock
 from cockpit.widgets.loss_overlays import LossOverlays
@@ -42,7 +42,11 @@ class LossPanel(ThrottledPlot):
         self.x_window: int | None = None  # None: the whole run; N: the last N steps
         self.y_all = False  # True: the y range takes the first steps' losses too
         self.x_axis = "steps"  # one of AXES
+        self.y_unit = "loss"  # one of Y_UNITS
         self.log_y = False
+        # the run's tokenizer where the opener knows it (`cockpit compare`): a tokenizer
+        # other than its overlays' makes their losses per token incomparable
+        self.current_tokenizer: str | None = None
         self._overlays = LossOverlays()
         self.reset()
 
@@ -101,6 +105,9 @@ class LossPanel(ThrottledPlot):
         self.last_val: float | None = None
         self.last_val_step: int | None = None
         self.best_val: float | None = None
+        # bits per byte per nat of loss on each split, from the evals (None: none recorded)
+        self.train_bpb_per_loss: float | None = None
+        self.val_bpb_per_loss: float | None = None
         self.tokens_per_step = 0
         self.empty_message = self.EMPTY_MESSAGE
         self.touch()
@@ -179,8 +186,14 @@ class LossPanel(ThrottledPlot):
         val_loss: float,
         tokens: int | None = None,
         train_time_s: float | None = None,
+        train_loss: float | None = None,
+        train_bpb: float | None = None,
+        val_bpb: float | None = None,
     ) -> None:
-        """An eval; its `train_time_s` (Eval.train_time_s) also anchors the training time."""
+        """An eval; its `train_time_s` (Eval.train_time_s) also anchors the training time; its
+        bits per byte (Eval.train_bpb, val_bpb) let the panel draw in them."""
+        self.train_bpb_per_loss = _per_loss(train_bpb, train_loss, self.train_bpb_per_loss)
+        self.val_bpb_per_loss = _per_loss(val_bpb, val_loss, self.val_bpb_per_loss)
         if tokens is None:
             tokens = step * self.tokens_per_step
         if train_time_s is not None and math.isfinite(train_time_s):
@@ -207,6 +220,26 @@ class LossPanel(ThrottledPlot):
         """The `t` key: cycles the x axis (it was a steps/tokens toggle)."""
         return self.cycle_x_axis()
 
+    def set_y_unit(self, unit: str) -> None:
+        """Draw the losses (and the overlays, and the legend) in `unit`: one of Y_UNITS."""
+        if unit not in Y_UNITS:
+            raise ValueError(f"unknown y unit {unit!r}: one of {', '.join(Y_UNITS)}")
+        self.y_unit = unit
+        self.touch()
+        self.update_labels()
+
+    def cycle_y_unit(self) -> str:
+        """loss -> bits per byte -> loss; returns the new unit."""
+        self.set_y_unit(Y_UNITS[(Y_UNITS.index(self.y_unit) + 1) % len(Y_UNITS)])
+        return self.y_unit
+
+    def scale(self, split: str) -> float | None:
+        """What the `split` (train or val) losses are multiplied by in the unit shown; None in
+        bits per byte before an eval recorded them (the run's own curves are then not drawn)."""
+        if self.y_unit == "loss":
+            return 1.0
+        return self.train_bpb_per_loss if split == "train" else self.val_bpb_per_loss
+
     # overlays -----------------------------------------------------------------------------------
     @property
     def overlays(self) -> list[Overlay]:
@@ -229,14 +262,15 @@ class LossPanel(ThrottledPlot):
         return None if raw.last is None else raw.last[0]
 
     def current_value(self) -> float | None:
-        """The current run's loss at its newest step, as drawn: the EMA, or the raw loss."""
-        if self.ema_beta:
-            return self.ema.value
-        return self.last_loss
+        """The current run's loss at its newest step, as drawn: the EMA, or the raw loss (in the
+        unit shown)."""
+        value = self.ema.value if self.ema_beta else self.last_loss
+        scale = self.scale("train")
+        return None if value is None or scale is None else value * scale
 
     def legend_entries(self) -> list[LegendEntry]:
         """Each overlay's loss at the current run's x, smoothed as the panel smooths."""
-        return self._overlays.entries(self.current_x(), self.x_axis, self.ema_beta)
+        return self._overlays.entries(self.current_x(), self.x_axis, self.ema_beta, self.y_unit)
 
     def legend_width(self) -> int:
         """Columns the bottom border gives its label: Textual keeps a corner, a line and a
@@ -283,19 +317,31 @@ class LossPanel(ThrottledPlot):
         if self.x_window:
             mode += f" last {fmt_tick(self.x_window)}"
         # the defaults say nothing: only what was changed with a key
-        extras = ["log y" if self.log_y else "", "y:all" if self.y_all else ""]
+        extras = [
+            "bits/byte" if self.y_unit == "bpb" else "",
+            "log y" if self.log_y else "",
+            "y:all" if self.y_all else "",
+        ]
         if self.smoothing:
             extras.append(f"ema:{SMOOTHING[self.smoothing][1]}")
         shown = "".join(f" · {e}" for e in extras if e)
         flags = f"[not bold $foreground-muted]x:{mode}{shown}[/]"
         parts = []
+        train_scale, val_scale = self.scale("train"), self.scale("val")
         if self.last_loss is not None:
             style = "$error" if not math.isfinite(self.last_loss) else "$foreground-muted"
-            parts.append(f"[{style}]┄ train {fmt_loss(self.last_loss)}[/]")
+            parts.append(f"[{style}]┄ train {_scaled(self.last_loss, train_scale)}[/]")
         if self.ema_beta and self.ema.value is not None:
-            parts.append(f"[$primary]━ ema {fmt_loss(self.ema.value)}[/]")
+            parts.append(f"[$primary]━ ema {_scaled(self.ema.value, train_scale)}[/]")
         if self.last_val is not None:
-            parts.append(f"[$warning]● val {fmt_loss(self.last_val)}[/]")
+            parts.append(f"[$warning]● val {_scaled(self.last_val, val_scale)}[/]")
+        note = None
+        if self._overlays and self.y_unit == "loss":
+            tokenizers = [self.current_tokenizer, *self._overlays.tokenizers()]
+            note = tokenizer_note(tokenizers, self.legend_width())
+        if note is not None:  # the legend's differences would compare unlike units
+            self.set_labels(f"Loss {flags}", f"[$warning]{note}[/]")
+            return
         if self._overlays:  # the legend: the runs compared, at the current run's x
             subtitle = legend(self.current_value(), self.legend_entries(), self.legend_width())
             self.set_labels(f"Loss {flags}", subtitle)
@@ -363,8 +409,15 @@ class LossPanel(ThrottledPlot):
             smooth.xs, smooth.ys, cols, (x0, x1)
         )
         vx, vy = downsample_minmax(val.xs, val.ys, max(4, cols // 2), (x0, x1))
+        if self.y_unit != "loss":  # in bits per byte: each split's losses times its factor
+            train_scale, val_scale = self.scale("train"), self.scale("val")
+            rx, ry = _times(rx, ry, train_scale)
+            sx, sy = _times(sx, sy, train_scale)
+            vx, vy = _times(vx, vy, val_scale)
         # first: under the current run's lines
-        ox, oy = self._overlays.draw(self, plt, self.x_axis, self.ema_beta, x0, x1, cols)
+        ox, oy = self._overlays.draw(
+            self, plt, self.x_axis, self.ema_beta, x0, x1, cols, self.y_unit
+        )
         ys_all = self._y_range_points(rx + sx + vx + ox, ry + sy + vy + oy, x0, x1)
         if self.log_y:
             ys_all = [y for y in ys_all if y > 0]
@@ -414,3 +467,22 @@ class LossPanel(ThrottledPlot):
             self.set_x_ticks(plt, x0, x1, width - Y_AXIS_COLS, fmt_tick)
         if not self.log_y:
             self.set_y_ticks(plt, lo, hi, height, lambda v: f"{v:.3g}")
+
+
+def _per_loss(bpb: float | None, loss: float | None, known: float | None) -> float | None:
+    """bpb / loss where both are finite and positive, else what was known before."""
+    if bpb is None or loss is None or not (math.isfinite(bpb) and math.isfinite(loss)):
+        return known
+    return bpb / loss if bpb > 0 and loss > 0 else known
+
+
+def _scaled(loss: float, scale: float | None) -> str:
+    """A loss in the unit shown ('-' where that unit is not known yet)."""
+    return fmt_loss(None if scale is None else loss * scale)
+
+
+def _times(xs: Any, ys: Any, scale: float | None) -> tuple[list[float], list[float]]:
+    """The points with each y times `scale`; none where the scale is not known."""
+    if scale is None:
+        return [], []
+    return list(xs), [y * scale for y in ys]

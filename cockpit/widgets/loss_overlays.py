@@ -42,23 +42,37 @@ class LossOverlays:
         self._runs = list(overlays)
         self.colours = self._colour_book.assign([o.key for o in self._runs])
 
-    def entries(self, x: float | None, axis: str, smoothing: float) -> list[LegendEntry]:
-        """Each overlay's loss at `x` on `axis` (None: the current run has no x yet), smoothed
-        with `smoothing` as the panel smooths."""
+    def entries(
+        self, x: float | None, axis: str, smoothing: float, unit: str = "loss"
+    ) -> list[LegendEntry]:
+        """Each overlay's loss in `unit` at `x` on `axis` (None: the current run has no x
+        yet, or the overlay no value in that unit), smoothed with `smoothing` as the panel smooths."""
         return [
-            LegendEntry(o.name, colour, None if x is None else o.value_at(x, axis, smoothing))
+            LegendEntry(o.name, colour, None if x is None else o.value_at(x, axis, smoothing, unit))
             for o, colour in zip(self._runs, self.colours, strict=True)
         ]
 
+    def tokenizers(self) -> list[str | None]:
+        """The overlaid runs' tokenizers (None: not recorded)."""
+        return [o.tokenizer for o in self._runs]
+
     def draw(
-        self, plot: Plot, plt: Any, axis: str, smoothing: float, x0: float, x1: float, cols: int
+        self,
+        plot: Plot,
+        plt: Any,
+        axis: str,
+        smoothing: float,
+        x0: float,
+        x1: float,
+        cols: int,
+        unit: str = "loss",
     ) -> tuple[list[float], list[float]]:
-        """Lay each overlay's line and val points (cached per axes); returns their points for
-        the y range."""
+        """Lay each overlay's line and val points in `unit` (cached per axes); returns their
+        points for the y range."""
         xs: list[np.ndarray] = []
         ys: list[np.ndarray] = []
         for overlay, colour in zip(self._runs, self.colours, strict=True):
-            lx, ly, vx, vy = overlay.downsampled(axis, smoothing, x0, x1, cols)
+            lx, ly, vx, vy = overlay.downsampled(axis, smoothing, x0, x1, cols, unit)
             if len(lx):
                 plot.line(plt, lx, ly, colour)
             if len(vx):

@@ -8,7 +8,7 @@ _EXPORTS = {
     "engine.rundir.lock": ("check_not_in_use",),
     "engine.rundir.metrics_log": ("MetricsWriter", "read_records"),
     "engine.rundir.summary": ("METRICS_NAME", "RunSummary", "facts_problem", "read_summary", "size_on_disk"),
-    "engine.rundir.history": ("RunCurves", "read_curves"),
+    "engine.rundir.history": ("RunCurves", "read_curves", "run_tokenizer"),
     "engine.rundir.journal": ("Entry", "JournalTail"),
     "engine.rundir.recorded": ("RecordedRun",),
     "engine.rundir.sinks": ("summary_writer_class",),

@@ -9,6 +9,7 @@ scanner. Torch-free and textual-free.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine.rundir.metrics_scan import (
+    METRICS_NAME,
     Scan,
     kept_others,
     kept_steps,
@@ -43,6 +45,35 @@ class RunCurves:
     tokens_per_step: int
     max_steps: int
     preset: str
+    tokenizer: str | None = None  # the run's (its newest run_started's); None: not recorded
+    # bits per byte per nat of loss on each split (its tokens / its bytes / ln 2), from the
+    # newest eval that recorded bits per byte; None for a run recorded before them
+    train_bpb_per_loss: float | None = None
+    val_bpb_per_loss: float | None = None
+
+
+def run_tokenizer(run_dir: Path) -> str | None:
+    """The tokenizer the run's first run_started record names, read up to that line only (a
+    fork's first records are its parent's: the same corpus); None when none is readable."""
+    try:
+        with (run_dir / METRICS_NAME).open("rb") as f:
+            for line in f:
+                if line.startswith(b'{"kind":"run_started"'):
+                    tokenizer = json.loads(line).get("tokenizer")
+                    return tokenizer if isinstance(tokenizer, str) else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def bpb_per_loss(evals: list[tuple[int, dict[str, Any]]], split: str) -> float | None:
+    """`split`'s bits per byte over its loss, from the newest eval record with both finite."""
+    for _, record in reversed(evals):
+        loss, bpb = record.get(f"{split}_loss"), record.get(f"{split}_bpb")
+        if isinstance(loss, (int, float)) and isinstance(bpb, (int, float)):
+            if math.isfinite(loss) and math.isfinite(bpb) and loss > 0 and bpb > 0:
+                return float(bpb) / float(loss)
+    return None
 
 
 def _float(value: Any) -> float:
@@ -95,4 +126,7 @@ def read_curves(run_dir: Path) -> RunCurves:
         tokens_per_step=tokens_per_step,
         max_steps=int(started.get("max_steps") or 0),
         preset=str(started.get("preset") or ""),
+        tokenizer=started["tokenizer"] if isinstance(started.get("tokenizer"), str) else None,
+        train_bpb_per_loss=bpb_per_loss(evals, "train"),
+        val_bpb_per_loss=bpb_per_loss(evals, "val"),
     )

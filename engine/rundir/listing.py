@@ -65,6 +65,7 @@ class ListedRun:
     size_bytes: int
     modified: float  # metrics.jsonl's mtime
     problem: str | None = None  # why the run cannot be read (its row says it; state UNREADABLE)
+    weights_from: str | None = None  # the weights it started from (model.init_from), if any
 
     @property
     def sort_time(self) -> float:
@@ -81,6 +82,7 @@ class ListedRun:
     def as_json(self) -> dict[str, Any]:
         s = self.summary
         best, last, saved = s["best_val"], s["last_val"], s["last_checkpoint"]
+        best_bpb, last_bpb = s.get("best_val_bpb"), s.get("last_val_bpb")
         return {
             "run_dir": os.path.abspath(self.run_dir),
             "name": self.name,
@@ -93,6 +95,10 @@ class ListedRun:
             "best_val_step": best["step"] if best else None,
             "last_val_loss": last["value"] if last else None,
             "last_val_step": last["step"] if last else None,
+            # bits per byte: null for a run recorded before them
+            "best_val_bpb": best_bpb["value"] if best_bpb else None,
+            "best_val_bpb_step": best_bpb["step"] if best_bpb else None,
+            "last_val_bpb": last_bpb["value"] if last_bpb else None,
             "tokens": s["tokens"],
             "train_time_s": round(s["train_time_s"], 3),
             "started": s["started"],
@@ -101,6 +107,7 @@ class ListedRun:
             "last_checkpoint": self.checkpoint_path(),
             "last_checkpoint_step": saved["step"] if saved else None,
             "parent": s["parent"],
+            "init_from": self.weights_from,
             "world_size": s["world_size"],
             "problem": self.problem,
         }
@@ -140,7 +147,21 @@ def list_run(run_dir: Path, root: Path) -> ListedRun:
     parent = facts["parent"]  # a branch's records up to its fork are its parent's, all older
     untrained = bool(parent and parent["time"]) and (facts["updated"] or 0) <= parent["time"]
     state = LIVE if live else FORKED if untrained else final or CRASHED
-    return ListedRun(run_dir, name, facts, state, size_on_disk(run_dir), modified)
+    return ListedRun(run_dir, name, facts, state, size_on_disk(run_dir), modified,
+                     weights_from=weights_from(run_dir))  # fmt: skip
+
+
+def weights_from(run_dir: Path) -> str | None:
+    """The source a run started from (its config.json's model.init_from); None for a run from
+    scratch, or a config.json that does not say."""
+    import json
+
+    try:
+        config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        source = config["model"].get("init_from")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return source if isinstance(source, str) and source else None
 
 
 def with_greeting(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:

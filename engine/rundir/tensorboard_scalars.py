@@ -32,6 +32,8 @@ SCALAR_TAGS: dict[str, dict[str, str]] = {
     "eval": {
         "train_loss": "eval/train_loss",
         "val_loss": "eval/val_loss",
+        "train_bpb": "eval/train_bpb",  # bits per byte (absent from older runs' records)
+        "val_bpb": "eval/val_bpb",
         "train_time_s": "eval/train_time_s",
     },
     "lr_changed": {"new_lr": "control/lr", "scale": "control/lr_scale"},

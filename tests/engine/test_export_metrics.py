@@ -64,6 +64,11 @@ def test_step_and_eval_tables_are_the_metrics_files(run20, tmp_path):
     assert [(int(r["step"]), float(r["val_loss"])) for r in rows] == [
         (r["step"], r["val_loss"]) for r in records(run20, "eval")
     ]
+    # bits per byte: a real run's evals record them, and the table carries them
+    assert [(float(r["train_bpb"]), float(r["val_bpb"])) for r in rows] == [
+        (r["train_bpb"], r["val_bpb"]) for r in records(run20, "eval")
+    ]
+    assert all(0 < float(r["val_bpb"]) < float(r["val_loss"]) * 2 for r in rows)
     _, rows = read_csv(out / "checkpoint.csv")
     assert rows[-1]["path"].endswith("ckpt-00000020.pt") and rows[-1]["reason"] == "final"
     # a sample's text with quotes, commas and newlines survives the round trip

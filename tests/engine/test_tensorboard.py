@@ -108,6 +108,10 @@ def test_live_scalars_are_the_metrics_files(run20):
         (e.step, as_float32(e.val_loss)) for e in evals
     ]
     assert [st for st, _, _ in scalars["eval/train_loss"]] == [10, 20]
+    assert [(st, v) for st, v, _ in scalars["eval/val_bpb"]] == [
+        (e.step, as_float32(e.val_bpb)) for e in evals if e.val_bpb is not None
+    ]
+    assert [st for st, _, _ in scalars["eval/train_bpb"]] == [10, 20]  # bits per byte, each eval
     sample = history(run20, "sample")[-1]
     # shown as a Markdown code block: every line of the sample indented by four spaces
     block = "\n".join("    " + line for line in (sample.prompt + sample.text).split("\n"))
