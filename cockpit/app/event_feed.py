@@ -109,7 +109,9 @@ class EventFeed(_AppBase):
                 screen.device_panel.update_ranks(ev)
                 screen.memory_panel.update_ranks(ev)
             case Eval():
-                screen.loss_panel.add_eval(ev.step, ev.val_loss, train_time_s=ev.train_time_s)
+                screen.loss_panel.add_eval(ev.step, ev.val_loss, train_time_s=ev.train_time_s,
+                                           train_loss=ev.train_loss, train_bpb=ev.train_bpb,
+                                           val_bpb=ev.val_bpb)  # fmt: skip
                 session.boundary_work.done("evaluate", ev.step, ev.time)
             case Sample():
                 screen.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
