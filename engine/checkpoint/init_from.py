@@ -37,11 +37,13 @@ from engine.checkpoint.init_source import (
     source_path,
 )
 from engine.config.run_config import SECTIONS, ConfigError, ModelConfig, recorded_config
+from engine.export.hf import CHARS_FILE  # a char run's characters, beside its HF export
+from engine.export.nanogpt import SAME_AS_GPT2 as GPT2_BPE  # tiktoken's names for GPT-2's BPE
+from engine.export.weights_source import VOCAB_ROWS
 
 if TYPE_CHECKING:
     import torch
 
-GPT2_BPE = ("r50k_base", "gpt2")  # tiktoken's names for GPT-2's byte-level BPE
 GPT2_VOCAB = 50257
 NANOGPT_PADDED_VOCAB = 50304  # nanoGPT's GPT-2 vocabulary padded for speed when trained from scratch
 # The ModelConfig fields the weights decide: their change would make them another model.
@@ -50,12 +52,10 @@ SHAPE_KEYS = (
     "tie_embeddings", "logit_softcap",
 )  # fmt: skip
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
-CHARS_FILE = "cockpit_chars.json"  # the characters of a char run exported as a HF directory
 NANOGPT_CKPT = "ckpt.pt"
 NANOGPT_META = "meta.pkl"
 # transformers' names for the activations cockpit computes exactly
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
-VOCAB_ROWS = ("wte.weight", "lm_head.weight")
 
 
 @dataclass
@@ -94,7 +94,7 @@ class WeightsSource:
 def open_source(given: str) -> WeightsSource:
     """What `given` holds: its kind, shape and tokenizer, its tensors read only when asked for."""
     if given == REQUIRED:
-        raise required_refusal("this")
+        raise required_refusal()
     path = source_path(given)
     if path.is_dir():
         if (path / "metrics.jsonl").is_file() or _holds_checkpoints(path):

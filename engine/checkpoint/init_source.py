@@ -25,9 +25,11 @@ def refusal(given: str, why: str) -> InitFromError:
     return InitFromError(f"--init-from {given}: {why}")
 
 
-def required_refusal(preset: str) -> InitFromError:
+def required_refusal(preset: str | None = None) -> InitFromError:
+    """The refusal of a run whose preset needs weights to start from and was given none."""
+    who = f"preset {preset}" if preset else "this run (model.init_from = 'required')"
     return InitFromError(
-        f"preset {preset} fine-tunes existing weights: give them with --init-from DIR, DIR being "
+        f"{who} fine-tunes existing weights: give them with --init-from DIR, DIR being "
         f"{WHAT_IT_MAY_BE} (cockpit downloads nothing)"
     )
 

@@ -497,3 +497,39 @@ def test_the_command_line_trains_from_the_weights_with_their_shape(capsys, tmp_p
     assert f"note: weights from Hugging Face GPT-2 {folder / 'model.safetensors'}" in out
     model = json.loads((run_dir / "config.json").read_text())["model"]
     assert (model["n_embd"], model["block_size"], model["bias"], model["mlp"]) == (32, 32, True, "gelu_tanh")
+
+
+def test_cockpit_runs_shows_where_a_runs_weights_came_from(finetuned, hf_char, capsys, monkeypatch):
+    from cockpit.figures.run_table import fmt_from, table
+    from engine.rundir import list_runs
+
+    _, folder = hf_char
+    (listed,) = list_runs(finetuned.parent)
+    assert listed.as_json()["init_from"] == str(folder.absolute())
+    header, line = table([listed], now=0.0, width=200)
+    assert header.split()[:3] == ["RUN", "PRESET", "FROM"]
+    assert line.split()[2] == "gpt2-char"
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli("runs", str(finetuned.parent)) == 0
+    assert "gpt2-char" in capsys.readouterr().out
+    hub = "/root/.cache/huggingface/hub/models--openai-community--gpt2/snapshots/0123abc"
+    assert fmt_from(hub) == "gpt2"
+    assert fmt_from("/runs/a/best.pt") == "a/best.pt"
+    assert fmt_from(None) == "-"
+
+
+def test_a_resume_does_not_read_the_source_again(finetuned, tmp_path, isolated_env, monkeypatch):
+    import engine.train.setup as setup
+    from engine.train.trainer import Trainer
+    from tests.run_copies import copy_run
+
+    run_dir = copy_run(finetuned, tmp_path / "run")
+
+    def no_source(given):
+        raise AssertionError(f"the source {given} was read again on resume")
+
+    monkeypatch.setattr(setup, "open_source", no_source)
+    trainer = Trainer(RunConfig(), resume=run_dir, resume_overrides=["train.max_steps=42"],
+                      telemetry=False, interactive=False)  # fmt: skip
+    assert trainer.run() == "finished", [e.message for e in trainer.drain_events() if e.kind == "alert"]
+    assert records(run_dir, "step")[-1]["step"] == 42
