@@ -235,6 +235,8 @@ class Journal:
                 waiting.command = ""
                 waiting.detail = f"refused: {message.removeprefix('set refused: ')}"
                 return waiting
+        if code == "set":  # no viewer's set waits: the app's own (it asks in-process)
+            return self._new(record, APP, "set", f"refused: {message.removeprefix('set refused: ')}")
         return self._new(record, ENGINE, f"{level} {code}".strip(), message)
 
     def _drop_waiting(self, names: Iterable[str]) -> None:

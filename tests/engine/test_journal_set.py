@@ -58,7 +58,7 @@ def test_a_refused_set_says_why_on_its_own_entry() -> None:
     ]
     assert lines(records) == [
         (10, f"{VIEWER}: set model.n_layer=8 (refused: {refusal.removeprefix('set refused: ')})"),
-        (11, "engine: warning set (set refused: again)"),  # no set waits: the engine's warning
+        (11, f"{APP}: set (refused: again)"),  # no viewer's set waits: the app's own was refused
     ]
 
 
