@@ -32,7 +32,7 @@ from engine.rundir.branch import FORK_FILE
 SUMMARY_NAME = "summary.json"
 METRICS_NAME = "metrics.jsonl"
 VERSION = 1
-KEY_KINDS = ("run_started", "eval", "checkpoint", "state")  # written soon after these
+KEY_KINDS = ("run_started", "eval", "checkpoint", "state", "settings_changed")  # written soon after these
 READ_KINDS = (*KEY_KINDS, "ranks")  # the records a summary is made of, besides steps
 CHUNK_BYTES = 8 << 20
 
@@ -91,6 +91,8 @@ class RunSummary:
                 f["train_time_anchor"] = [train_s, step]
         elif kind == "ranks" and isinstance(record.get("ranks"), list):
             f["world_size"] = max(1, len(record["ranks"]))
+        elif kind == "settings_changed" and _count(record.get("max_steps")):
+            f["max_steps"] = _count(record.get("max_steps"))  # a `set` lengthened or shortened it
 
     def _run_started(self, record: dict[str, Any]) -> None:
         f = self.facts

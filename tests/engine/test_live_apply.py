@@ -140,13 +140,21 @@ def test_a_refused_setting_changes_nothing_and_says_why(tmp_path):
     assert [g["weight_decay"] for g in run.groups[4]] == [0.1, 0.0]
 
 
-def test_the_change_is_in_metrics_jsonl(tmp_path):
-    Run(tmp_path, "train.max_steps=4", sets={2: {"sample.interval": 3}}).run()
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+def test_the_change_is_in_metrics_jsonl_and_the_runs_summary(tmp_path):
+    from engine.rundir.summary import SUMMARY_NAME, read_summary
+
+    Run(tmp_path, "train.max_steps=4", sets={2: {"sample.interval": 3, "train.max_steps": 5}}).run()
+    run_dir = tmp_path / "run"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     (change,) = [r for r in records if r["kind"] == "settings_changed"]
-    assert change["step"] == 2 and change["changes"] == {"sample.interval": [0, 3]}
-    assert change["by"] == "test" and change["max_steps"] == 4
-    assert SettingsChanged.from_record(change).changes == {"sample.interval": [0, 3]}
+    assert change["step"] == 2 and change["by"] == "test" and change["max_steps"] == 5
+    assert change["changes"] == {
+        "sample.interval": [0, 3], "train.max_steps": [4, 5], "schedule.decay_steps": [0, 4]
+    }  # the cosine keeps its horizon, as a resume keeps it
+    assert SettingsChanged.from_record(change).changes == change["changes"]
+    assert read_summary(run_dir).facts["max_steps"] == 5  # `cockpit runs` and `ps`: step 5/5
+    (run_dir / SUMMARY_NAME).unlink()
+    assert read_summary(run_dir).facts["max_steps"] == 5  # rebuilt from metrics.jsonl alike
 
 
 # ------------------------------------------------------------------------- LiveSettings alone
