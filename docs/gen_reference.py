@@ -543,6 +543,9 @@ METRICS_FIELDS: dict[tuple[str, str], str] = {
     ("eval", "val_loss"): "the mean loss on the val batches (or the whole split)",
     ("eval", "train_time_s"): "training wall time so far, evaluation excluded",
     ("eval", "full_split"): "whether val covered the whole split (`eval.full_val`)",
+    ("eval", "train_bpb"): "the train loss in bits per byte of text: / ln 2 * the split's tokens "
+    "/ its UTF-8 bytes (`null` where not known: records before it)",
+    ("eval", "val_bpb"): "the val loss in bits per byte of text, comparable across tokenizers",
     ("sample", "step"): "the step sampled at",
     ("sample", "prompt"): "the prompt the model was given",
     ("sample", "text"): "the text it generated",
