@@ -90,7 +90,7 @@ def check_init_from(cfg: Any, overrides: list[str]) -> list[str]:
         setattr(cfg.model, key, value)
     check_fits(source, cfg.model)
     shaped["init_from"] = str(source.path)
-    return [f"model.{key}={json.dumps(value)}" for key, value in shaped.items()]
+    return [f"model.{key}={json.dumps(value, ensure_ascii=False)}" for key, value in shaped.items()]
 
 
 def check_resume(args: argparse.Namespace) -> str | None:

@@ -533,3 +533,40 @@ def test_a_resume_does_not_read_the_source_again(finetuned, tmp_path, isolated_e
                       telemetry=False, interactive=False)  # fmt: skip
     assert trainer.run() == "finished", [e.message for e in trainer.drain_events() if e.kind == "alert"]
     assert records(run_dir, "step")[-1]["step"] == 42
+
+
+def test_the_finetune_preset_trains_a_gpt2_on_tiny_shakespeare(capsys, tmp_path, shakespeare, tiktoken_cache):
+    hf = tiny_gpt2(50257, seed=4)
+    hf.save_pretrained(tmp_path / "gpt2")
+    run_dir = tmp_path / "run"
+    rc = cli("train", "--headless", "--no-telemetry", "--preset", "finetune", "--data", str(shakespeare),
+             "--init-from", str(tmp_path / "gpt2"), "--run-dir", str(run_dir), "--set", "train.max_steps=2",
+             "--set", "train.grad_accum=2", "--set", "eval.interval=0", "--set", "eval.batches=2")  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "r50k_base vocab 50257" in out and "weights from Hugging Face GPT-2" in out
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["optim"]["lr"], config["schedule"]["kind"]) == (3e-5, "constant")
+    assert config["model"]["block_size"] == 64  # the weights' context, not a preset's
+    steps = records(run_dir, "step")
+    assert [s["lr"] for s in steps] == [3e-5, 3e-5]
+
+
+def test_the_hub_gpt2_layout_loads_too(hf_char, tmp_path):
+    """openai-community/gpt2's own model.safetensors: GPT2Model's names (no transformer. prefix,
+    no lm_head) and each layer's causal-mask buffer (attn.bias, 1 x 1 x n x n)."""
+    from safetensors.torch import save_file
+
+    hf, folder = hf_char
+    state = {k.removeprefix("transformer."): v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    for i in range(2):
+        state[f"h.{i}.attn.bias"] = torch.tril(torch.ones(64, 64)).view(1, 1, 64, 64)
+    hub = tmp_path / "hub-layout"
+    hub.mkdir()
+    for name in ("config.json", "cockpit_chars.json"):
+        shutil.copy(folder / name, hub / name)
+    save_file(state, str(hub / "model.safetensors"))
+    x = ids(len(CHARS))
+    with torch.no_grad():
+        expected = hf(x).logits
+    assert torch.allclose(logits_of(cockpit_model(hub), x), expected, atol=1e-5, rtol=0)
