@@ -16,6 +16,14 @@ from typing import TYPE_CHECKING
 from cockpit.app.key_table import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, help_rows
 from cockpit.figures.numbers import fmt_int
 from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, run_lr_plan
+from cockpit.screens.live_settings import (
+    CooldownScreen,
+    LiveSettingsScreen,
+    SchedulePreview,
+    cooldown_refusal,
+    run_config,
+    shown_value,
+)
 from engine.contract import EngineHandle
 from engine.events import RunState
 
@@ -196,6 +204,61 @@ class CommandActions(_AppBase):
             self._command("set_lr", lambda run: run.set_lr(value))
         else:
             self._command("scale_lr", lambda run: run.scale_lr(value))
+
+    def action_live_settings(self) -> None:
+        """The live settings screen: every setting the run may change, on the app's view of its
+        config at its step; a read-only viewer (or a run that no longer trains) sees them only."""
+        cfg = run_config(self.session.view.info)
+        if cfg is None:
+            self.notify("the run's settings are not known yet", title="Live settings", timeout=3)
+            return
+        screen = LiveSettingsScreen(
+            cfg,
+            self.session.view.step,
+            read_only=self._settings_read_only(),
+            avoid=self.main_screen.lr_panel.region,
+        )
+        self.push_screen(screen, self._settings_chosen)
+
+    def _settings_read_only(self) -> str:
+        """Why this app cannot change the run's settings ("" when it can)."""
+        if self.read_only:
+            return "this viewer only watches; attach without --read-only to change them"
+        if not self.engine_running or self.session.state in RunState.ENDED:
+            return "the run is not training; resume it with --set KEY=VALUE to change them"
+        return ""
+
+    def action_cool_down(self) -> None:
+        """"Cool down now": a WSD decay from the next step, its length asked first; on any other
+        schedule (or one cooling down already) the refusal says why."""
+        cfg = run_config(self.session.view.info)
+        if cfg is None:
+            return
+        refused = cooldown_refusal(cfg, self.session.view.step)
+        if refused is not None:
+            why = refused.removeprefix("set refused: ")
+            self.notify(why, title="Cool down now", severity="warning", timeout=6)
+            return
+        self.push_screen(CooldownScreen(cfg, self.session.view.step), self._settings_chosen)
+
+    def _settings_chosen(self, settings: dict[str, object] | None) -> None:
+        self.main_screen.lr_panel.clear_preview()
+        self.main_screen.lr_panel.flush(force=True)
+        if not settings:
+            return
+        if self._command("set_settings", lambda run: run.set_settings(dict(settings))):
+            asked = ", ".join(f"{key}={shown_value(value)}" for key, value in settings.items())
+            self.notify(f"{asked}: at the next step boundary...", title="Settings", timeout=3)
+
+    def on_schedule_preview(self, message: SchedulePreview) -> None:
+        """A settings screen's schedule, drawn on the LR panel before it is applied."""
+        panel = self.main_screen.lr_panel
+        open_here = isinstance(self.screen, (LiveSettingsScreen, CooldownScreen))
+        if message.curve is None or not open_here:  # a late preview of a closed screen: none
+            panel.clear_preview()
+        else:
+            panel.set_preview(message.curve, message.max_steps)
+        panel.flush(force=True)
 
     def action_toggle_x(self) -> None:
         """`t`: the loss x axis cycles steps -> tokens -> training time."""

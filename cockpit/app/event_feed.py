@@ -8,11 +8,13 @@ the current session's speed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import TYPE_CHECKING
 
 from cockpit.figures.numbers import fmt_int, fmt_lr
+from cockpit.screens.live_settings import config_after
 from engine.events import (
     Alert,
     CheckpointSaved,
@@ -146,6 +148,8 @@ class EventFeed(_AppBase):
                         timeout=4,
                     )
             case SettingsChanged():
+                if info is not None:  # the app's view of the run's config (the settings screen's)
+                    view.info = dataclasses.replace(info, config=config_after(info.config, ev.changes))
                 self.settings_changed(ev, announce=not history)
             case Alert():
                 if ev.code == "rollback" and ev.level == "info":

@@ -123,6 +123,26 @@ COMMANDS: tuple[Command, ...] = (
         needs_engine=True,
     ),
     Command(
+        "live_settings",
+        "S",
+        "Settings",
+        show=False,  # the footer at 80 columns has no room left
+        help="live settings: see, change",
+        title="Live settings",
+        summary="Every setting the run can change while it trains: its value, a field to change it",
+    ),
+    Command(
+        "cool_down",
+        "C",
+        "Cool down",
+        show=False,
+        help="cool down now (WSD)",
+        joins_row=True,
+        title="Cool down now",
+        summary="Start the WSD schedule's decay at the next step, the run ending with it",
+        needs_engine=True,
+    ),
+    Command(
         "sample",
         "s",
         "Sample",

@@ -3,6 +3,8 @@ far, markers where it was changed by hand, and where the run is now.
 
 The planned curve is data from `RunStarted.planned_lr`; the panel only asks for a redraw when the
 "now" marker moves by a column or the LR was changed, so it costs next to nothing per step.
+A preview (`set_preview`: the schedule a settings change would give, not yet applied) is drawn
+ahead of the run in its own colour, labelled "preview", until it is cleared.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class LrPanel(ThrottledPlot):
         self.scale = 1.0
         self.step = 0
         self.lr: float | None = None
+        self.preview: tuple[tuple[int, float], ...] = ()  # the re-planned schedule, not applied
+        self.preview_max_steps = 0
         self._col = -1
         self.empty_message = self.EMPTY_MESSAGE  # a new run waits again (after "no run")
         self.touch()
@@ -57,13 +61,15 @@ class LrPanel(ThrottledPlot):
 
     def replan(self, planned: Any, max_steps: int, from_step: int) -> None:
         """A settings change re-planned the schedule from `from_step` on: the plan ahead is
-        the new one, its past stays as it was planned (the applied LR draws what happened)."""
+        the new one, its past stays as it was planned (the applied LR draws what happened).
+        A preview shown goes: what it previewed is the plan now."""
         ahead = [(int(s), float(v)) for s, v in planned if int(s) >= from_step]
         self.planned = [p for p in self.planned if p[0] < from_step] + ahead
         self._planned_xs = np.array([p[0] for p in self.planned], dtype=np.float64)
         self._planned_ys = np.array([p[1] for p in self.planned], dtype=np.float64)
         self.max_steps = max(int(max_steps), 1)
         self._col = -1  # the axis may have changed: the next step redraws
+        self.preview, self.preview_max_steps = (), 0
         self.touch()
         self.update_labels()
 
@@ -117,6 +123,21 @@ class LrPanel(ThrottledPlot):
         self.lr = new_lr
         self.touch()
 
+    def set_preview(self, curve: Any, max_steps: int) -> None:
+        """Draw `curve` ((step, planned LR) pairs over a run of `max_steps`) as the schedule a
+        change would give, beside the planned one; `clear_preview` takes it away."""
+        self.preview = tuple((int(s), float(v)) for s, v in curve)
+        self.preview_max_steps = int(max_steps)
+        self.touch()
+        self.update_labels()
+
+    def clear_preview(self) -> None:
+        if not self.preview:
+            return
+        self.preview, self.preview_max_steps = (), 0
+        self.touch()
+        self.update_labels()
+
     def on_resize(self) -> None:
         self.update_labels()
 
@@ -127,6 +148,8 @@ class LrPanel(ThrottledPlot):
         legend = "[not bold $foreground-muted]planned[/] [not bold $primary]applied[/]"
         if abs(self.scale - 1.0) > 1e-9:
             legend += " [not bold $warning]ahead[/]"
+        if self.preview:
+            legend += " [bold $success]preview[/]"
         name = "LR" if 0 < self.size.width < 56 else "Learning rate"
         title = f"{name} {legend}" if self.planned else name
         if self.lr is None:
@@ -140,7 +163,7 @@ class LrPanel(ThrottledPlot):
     def draw(self, plt: Any, width: int, height: int) -> None:
         pal = palette(self)
         cols = max(8, width - Y_AXIS_COLS)
-        x_hi = max(self.max_steps, self.step, 1)
+        x_hi = max(self.max_steps, self.step, self.preview_max_steps, 1)
         ys_all: list[float] = []
         if self.planned:
             px, py = downsample_minmax(self._planned_xs, self._planned_ys, cols, (0, x_hi))
@@ -152,6 +175,15 @@ class LrPanel(ThrottledPlot):
                 if fx:
                     self.line(plt, fx, fy, pal["warning"])
                     ys_all += fy
+        if self.preview:
+            # ahead of the run only (its past is trained), with the multiplier it goes on with
+            ahead = [(x, y * self.scale) for x, y in self.preview if x >= self.step]
+            if ahead:
+                vx = np.array([p[0] for p in ahead], dtype=np.float64)
+                vy = np.array([p[1] for p in ahead], dtype=np.float64)
+                qx, qy = downsample_minmax(vx, vy, cols, (0, x_hi))
+                self.line(plt, qx, qy, pal["success"])
+                ys_all += qy
         if self.applied:
             # buckets on the fixed axis: a new step changes only the last one
             ax, ay = downsample_minmax(self.applied.xs, self.applied.ys, cols, (0, x_hi))

@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from engine.config.run_config import ConfigError
+from engine.config.live import live_change
+from engine.config.run_config import ConfigError, RunConfig, config_from_dict
 from engine.events import (
     Alert,
     CheckpointSaved,
@@ -33,6 +34,7 @@ from engine.events import (
     Step,
     Telemetry,
 )
+from engine.model.schedule import planned_curve
 
 T0 = 1_700_000_000.0  # the fixed clock every scripted event is stamped from
 STEP_S = 0.2
@@ -224,6 +226,7 @@ def build_script(
     eval_every: int = 100,
     sample_every: int = 100,
     finish: bool = False,
+    config: dict[str, Any] | None = None,
 ) -> list[Any]:
     """The events of a run that got to `steps` (and possibly hit NaN or failed there).
 
@@ -231,6 +234,8 @@ def build_script(
     gradient with loss 906: the update refused, no Step) or "spike"; then, as the engine does,
     it pauses (`on_anomaly="pause"`, a person is watching) or rolls back to the checkpoint of
     step 250 with half the LR and trains 10 more steps (`on_anomaly="rollback"`).
+    `config` is the RunStarted's config (by default only the preset's name: every setting
+    its default); `max_steps` is put in it.
     """
     rng = random.Random(1234)
     device = "cuda:0" if telemetry == "nvml" else "cpu"
@@ -240,7 +245,9 @@ def build_script(
             run_dir=f"runs/{preset}-scripted",
             preset=preset,
             description="scripted run for the cockpit tests",
-            config={"name": preset},
+            config={"name": preset} if config is None else {
+                **config, "train": {**config.get("train", {}), "max_steps": max_steps}
+            },
             device=device,
             dtype="bfloat16" if device != "cpu" else "float32",
             n_params=810_000,
@@ -374,6 +381,7 @@ class ScriptedTrainer:
         self._lr = 0.0
         self._scale = 1.0
         self._max_steps = 1
+        self._config: RunConfig = config_from_dict({}, "the scripted run's config")
 
     # the run ---------------------------------------------------------------------------------------
     def run(self, should_stop: Callable[[], bool] | None = None) -> str:
@@ -415,6 +423,7 @@ class ScriptedTrainer:
                 self.state = ev.state
             elif kind == "run_started":
                 self._max_steps = ev.max_steps
+                self._config = config_from_dict(dict(ev.config), "the scripted run's config")
             elif kind == "lr_changed":
                 self._lr, self._scale = ev.new_lr, ev.scale
             elif kind == "settings_changed":
@@ -514,23 +523,30 @@ class ScriptedTrainer:
         self._ack_state("running", "rolled back")
 
     def set_settings(self, settings: dict[str, Any], by: str = "app") -> None:
-        """Accepts every setting at once (the real run checks them with live_change); a new
-        train.max_steps re-plans the scripted schedule."""
+        """Decided as the engine decides it (live_change on the run's config at its step): the
+        SettingsChanged with each key's old and new value, and the re-planned schedule when it
+        changed; a refusal is an Alert with code "set" that says why (nothing changes)."""
         self.calls.append(("set_settings", dict(settings), by))
         with self._lock:
-            old_max = self._max_steps
-        max_steps = int(settings.get("train.max_steps", old_max))
-        plan = ()
-        if max_steps != old_max:
-            plan = tuple((s, planned_lr(s, max_steps)) for s in range(0, max_steps + 1, 10))
+            cfg, step = self._config, self.step
+        answer = live_change(cfg, settings, step)
+        if isinstance(answer, str):
+            self._emit(
+                Alert(level="warning", code="set", step=step, message=answer, time=self._next_time())
+            )
+            return
+        new = answer.config
+        with self._lock:
+            self._config = new
+        plan = planned_curve(new)
         self._emit(
             SettingsChanged(
-                step=self.step,
-                changes={key: [None, value] for key, value in settings.items()},
+                step=step,
+                changes={key: [old, value] for key, (old, value) in answer.changes.items()},
                 by=by,
-                max_steps=max_steps,
-                tokens_per_step=TOKENS_PER_STEP,
-                planned_lr=plan,
+                max_steps=new.train.max_steps,
+                tokens_per_step=TOKENS_PER_STEP * new.train.grad_accum,
+                planned_lr=plan if plan != planned_curve(cfg) else (),
                 time=self._next_time(),
             )
         )

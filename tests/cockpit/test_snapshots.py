@@ -199,3 +199,10 @@ def test_zoomed_device_compact(snap_compare: Any) -> None:
 def test_zoomed_memory_compact(snap_compare: Any) -> None:
     app, before = scenario(["4"])
     assert snap_compare(app, terminal_size=(80, 24), run_before=before)
+
+
+def test_live_settings(snap_compare: Any, size: tuple[int, int]) -> None:
+    """S: every live setting with its value, its help and a field; the box leaves the LR panel
+    in view (beside it when wide, above it when compact); cool down refused on a cosine run."""
+    app, before = scenario(["S"])
+    assert snap_compare(app, terminal_size=size, run_before=before)
