@@ -93,6 +93,7 @@ class Overlay:
         }
         self._val_loss = np.asarray(curves.val_loss, dtype=np.float64)
         self.tokenizer = curves.tokenizer
+        self.unit = TokenUnit(curves.tokenizer, curves.val_bpb_per_loss)
         # bits per byte per nat of loss, per split: None for a run recorded before them
         self._per_loss = {"loss": (1.0, 1.0), "bpb": (curves.train_bpb_per_loss, curves.val_bpb_per_loss)}
         self._smoothed: dict[tuple[float, str], np.ndarray] = {}
@@ -272,17 +273,40 @@ def _entry(entry: LegendEntry, current: float | None, name_width: int) -> tuple[
     return text, markup
 
 
-def tokenizer_note(tokenizers: list[str | None], width: int) -> str | None:
-    """One line, in at most `width` characters, when runs of different tokenizers are compared
-    by their loss (whose tokens are not the same units of text): bits per byte compare them.
-    None when the tokenizers known are all one."""
-    known = sorted({t for t in tokenizers if t})
-    if len(known) < 2:
+# Runs whose val bits per byte per nat of loss differ by more than this have tokens that stand
+# for different amounts of text (a char-level and a BPE run differ 3-4 times; two BPE encodings
+# about 10%; one tokenizer on one corpus not at all): their losses per token are not comparable.
+TOKEN_SIZE_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class TokenUnit:
+    """What a run's loss is per: its tokenizer and its val split's bits per byte per nat of
+    loss (each None where the run does not say)."""
+
+    tokenizer: str | None
+    bpb_per_loss: float | None
+
+
+def units_differ(a: TokenUnit, b: TokenUnit) -> bool:
+    """Whether two runs' losses are per different units of text: by their measured tokens per
+    byte where both recorded it, else by their tokenizers' names."""
+    if a.bpb_per_loss and b.bpb_per_loss:
+        return abs(a.bpb_per_loss / b.bpb_per_loss - 1) > TOKEN_SIZE_TOLERANCE
+    return bool(a.tokenizer and b.tokenizer and a.tokenizer != b.tokenizer)
+
+
+def tokenizer_note(units: list[TokenUnit], width: int) -> str | None:
+    """One line, in at most `width` characters, when runs whose tokens stand for different
+    amounts of text (different tokenizers) are compared by their loss: bits per byte compare
+    them. None when they are all alike (or nothing says otherwise)."""
+    if not any(units_differ(a, b) for i, a in enumerate(units) for b in units[i + 1 :]):
         return None
+    known = sorted({u.tokenizer for u in units if u.tokenizer})
+    what = f"tokenizers differ ({', '.join(known)})" if len(known) > 1 else "token sizes differ"
     for text in (
-        f"tokenizers differ ({', '.join(known)}): per-token losses are not comparable; "
-        f"compare bits per byte (cockpit compare --bpb)",
-        f"tokenizers differ ({', '.join(known)}): losses not comparable; use --bpb",
+        f"{what}: per-token losses are not comparable; compare bits per byte (cockpit compare --bpb)",
+        f"{what}: losses not comparable; use --bpb",
         "tokenizers differ: losses not comparable; use --bpb",
     ):
         if len(text) <= width:

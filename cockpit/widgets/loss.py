@@ -10,7 +10,16 @@ from typing import Any
 from cockpit.figures.axes import nice_ticks, steady_limits
 from cockpit.figures.durations import fmt_duration
 from cockpit.figures.numbers import fmt_loss, fmt_tick
-from cockpit.figures.overlay import AXES, RGB, Y_UNITS, LegendEntry, Overlay, legend, tokenizer_note
+from cockpit.figures.overlay import (
+    AXES,
+    RGB,
+    Y_UNITS,
+    LegendEntry,
+    Overlay,
+    TokenUnit,
+    legend,
+    tokenizer_note,
+)
 from cockpit.figures.series import BoundedSeries, DebiasedEMA, downsample_minmax
 from cockpit.figures.training_clock import TrainingClock
 from cockpit.widgets.loss_overlays import LossOverlays
@@ -44,8 +53,9 @@ class LossPanel(ThrottledPlot):
         self.x_axis = "steps"  # one of AXES
         self.y_unit = "loss"  # one of Y_UNITS
         self.log_y = False
-        # the run's tokenizer where the opener knows it (`cockpit compare`): a tokenizer
-        # other than its overlays' makes their losses per token incomparable
+        # the run's tokenizer where the opener knows it (`cockpit compare`): a tokenizer other
+        # than its overlays' makes their losses per token incomparable (once the run recorded
+        # bits per byte, its measured tokens per byte say so instead)
         self.current_tokenizer: str | None = None
         self._overlays = LossOverlays()
         self.reset()
@@ -337,8 +347,8 @@ class LossPanel(ThrottledPlot):
             parts.append(f"[$warning]● val {_scaled(self.last_val, val_scale)}[/]")
         note = None
         if self._overlays and self.y_unit == "loss":
-            tokenizers = [self.current_tokenizer, *self._overlays.tokenizers()]
-            note = tokenizer_note(tokenizers, self.legend_width())
+            own = TokenUnit(self.current_tokenizer, self.val_bpb_per_loss)
+            note = tokenizer_note([own, *self._overlays.units()], self.legend_width())
         if note is not None:  # the legend's differences would compare unlike units
             self.set_labels(f"Loss {flags}", f"[$warning]{note}[/]")
             return

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from cockpit.figures.overlay import RGB, ColourBook, LegendEntry, Overlay
+from cockpit.figures.overlay import RGB, ColourBook, LegendEntry, Overlay, TokenUnit
 
 OVERLAY_MARKER = "◆"  # an overlay's val points (the current run's are ●)
 
@@ -52,9 +52,9 @@ class LossOverlays:
             for o, colour in zip(self._runs, self.colours, strict=True)
         ]
 
-    def tokenizers(self) -> list[str | None]:
-        """The overlaid runs' tokenizers (None: not recorded)."""
-        return [o.tokenizer for o in self._runs]
+    def units(self) -> list[TokenUnit]:
+        """What each overlaid run's loss is per (its tokenizer, its tokens per byte)."""
+        return [o.unit for o in self._runs]
 
     def draw(
         self,

@@ -19,7 +19,7 @@ from textual.pilot import Pilot
 
 from cockpit.cli import compare as compare_cli
 from cockpit.cli import runs as runs_cli
-from cockpit.figures.overlay import Overlay, tokenizer_note
+from cockpit.figures.overlay import Overlay, TokenUnit, tokenizer_note
 from cockpit.figures.run_table import table
 from engine.rundir import list_runs, read_curves, run_tokenizer
 
@@ -141,13 +141,24 @@ def test_a_run_recorded_before_bits_per_byte_still_compares_by_loss_only(tmp_pat
 
 
 def test_different_tokenizers_compared_by_loss_say_so_in_one_line() -> None:
-    note = tokenizer_note(["char", "r50k_base", None], 200)
+    char, bpe, unknown = TokenUnit("char", None), TokenUnit("r50k_base", None), TokenUnit(None, None)
+    note = tokenizer_note([char, bpe, unknown], 200)
     assert note is not None and "char, r50k_base" in note and "--bpb" in note
     assert "not comparable" in note
-    short = tokenizer_note(["char", "r50k_base"], 60)
+    short = tokenizer_note([char, bpe], 60)
     assert short is not None and len(short) <= 60 and "--bpb" in short
-    assert tokenizer_note(["char", "char", None], 200) is None
-    assert tokenizer_note([None, None], 200) is None
+    assert tokenizer_note([char, char, unknown], 200) is None
+    assert tokenizer_note([unknown, unknown], 200) is None
+
+
+def test_measured_tokens_per_byte_tell_where_the_names_do_not() -> None:
+    # a run whose tokenizer is not known (a run opened in the app), but whose evals measured
+    # 1.44 bits per byte per nat (a char-level run: a token a byte) against a BPE run's 0.4
+    own, bpe = TokenUnit(None, 1 / math.log(2)), TokenUnit("r50k_base", 0.4)
+    note = tokenizer_note([own, bpe], 200)
+    assert note is not None and note.startswith("token sizes differ") and "--bpb" in note
+    # the same tokenizer on the same corpus: the same factor, whatever the names say
+    assert tokenizer_note([TokenUnit("gpt2", 0.4), TokenUnit("r50k_base", 0.401)], 200) is None
 
 
 def test_the_run_tokenizer_is_read_from_its_first_run_started(tmp_path: Path) -> None:
