@@ -271,3 +271,37 @@ async def test_a_read_only_viewer_sees_the_values_with_the_fields_disabled(
     await pilot.press("enter")
     await pilot.pause()
     assert settings_sent(factory) == []
+
+
+@pilot_test()
+async def test_an_attached_viewer_steers_the_same_way(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    factory.trainer.outlives_viewer = True  # type: ignore[misc]  # as a RemoteEngine: attached
+    assert app.attached
+    screen = await open_screen(pilot, app)
+    assert not field(screen, "optim.grad_clip").disabled
+    field(screen, "optim.grad_clip").value = "0.5"
+    await pilot.pause()
+    await pilot.press("enter")
+    await pilot.pause()
+    assert settings_sent(factory) == [{"optim.grad_clip": 0.5}]
+
+
+@pilot_test()
+async def test_the_engine_s_refusal_is_shown(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
+) -> None:
+    """The run moved on since the screen checked (it decides at its own step): its Alert says
+    why, and nothing changed."""
+    screen = await open_screen(pilot, app)
+    field(screen, "train.max_steps").value = "400"  # fine at the app's step 300
+    await pilot.pause()
+    factory.trainer.step = 450  # the run's step when the command lands
+    await pilot.press("enter")
+    await pilot.pause()
+    assert settings_sent(factory) == [{"train.max_steps": 400}]
+    app.pump(force=True)
+    await pilot.pause()
+    assert any("step 450" in t.message and t.severity == "warning" for t in toasts)
+    assert app.view.info is not None and app.view.info.config.get("train", {}).get("max_steps") != 400
