@@ -29,8 +29,8 @@ from engine.config.live import (
 )
 from engine.config.run_config import ConfigError, RunConfig, config_from_dict
 
-# who made the changes a resume made: the --set of `cockpit --resume` or of `cockpit fork`
-RESUMED_BY = ("resume", "fork")
+# who made the changes a resume made: the --set of `cockpit --resume` (or of `cockpit fork`)
+RESUMED_BY = ("resume",)
 
 
 @dataclass(frozen=True)

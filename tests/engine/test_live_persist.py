@@ -6,11 +6,11 @@ bit, on the CPU). Real tiny runs in the test process."""
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 
 from cockpit.cli import main
