@@ -96,6 +96,8 @@ def open_source(given: str) -> WeightsSource:
     if given == REQUIRED:
         raise required_refusal()
     path = source_path(given)
+    if path.is_dir() and path.suffix == names.SHARDED:  # a sharded run's ckpt-N.dcp or best.dcp
+        return _cockpit_checkpoint(given, path, path)
     if path.is_dir():
         if (path / "metrics.jsonl").is_file() or _holds_checkpoints(path):
             return _cockpit_checkpoint(given, path, _run_checkpoint(given, path))
