@@ -114,7 +114,14 @@ def settings_back(live: LiveSettings, state: Mapping[str, Any]) -> SettingsChang
     again (the changes made since are undone, without the mid-run rules: the run is back where
     they held) and its timeline the run's. The event that says so, or None when none differed."""
     saved = config_from_dict(recorded_config(dict(state["config"])), source="checkpoint")
-    step = int(state["step"])
+    now, step = live.cfg.train, int(state["step"])
+    if saved.train.batch_size != now.batch_size:
+        # an out-of-memory retry has split the micro-batch since: the checkpoint's step, in
+        # micro-batches of the running size (its sequences a step are what the config said)
+        sequences = saved.train.batch_size * saved.train.grad_accum
+        whole = sequences % now.batch_size == 0
+        saved.train.grad_accum = sequences // now.batch_size if whole else now.grad_accum
+        saved.train.batch_size = now.batch_size
     changes = {
         key: (setting_value(live.cfg, key), setting_value(saved, key))
         for key in LIVE_SETTINGS

@@ -18,7 +18,7 @@ from engine.checkpoint.store import checkpoint_path, latest_checkpoint, load_che
 from engine.config import ConfigError, SettingsTimeline, config_to_toml, load_preset, load_replay
 from engine.events import Event
 from engine.rundir.branch import branch_overrides, make_fork
-from engine.train.replay import ReplayPlan, resumed_settings
+from engine.train.replay import ReplayPlan, resumed_settings, settings_back
 from engine.train.trainer import Trainer
 
 SMALL = [
@@ -265,6 +265,47 @@ def test_a_rollback_past_a_change_undoes_it_and_says_so(tmp_path):
     # the undone change is gone from the timeline; the rollback's LR multiplier is one
     changes = tomllib.loads((tmp_path / "r" / "config.toml").read_text())["changes"]
     assert changes == [{"step": 5, "by": "rollback", "settings": {"lr_scale": 0.5}}]
+
+
+class Holder:
+    def __init__(self, optimizer) -> None:
+        self.optimizer = optimizer
+
+
+def live_alone(cfg):
+    from engine.model.gpt import GPT
+    from engine.model.optimizers import build_optimizer
+    from engine.train.counters import Counters
+    from engine.train.live import LiveSettings
+
+    model = GPT(cfg.model, 64)
+    return LiveSettings(cfg=cfg, counters=Counters(step=9), model=model, device_type="cpu",
+                        optimizer=Holder(build_optimizer(model, cfg.optim, "cpu")),
+                        micro_batch=lambda: cfg.train.batch_size)  # fmt: skip
+
+
+def test_settings_back_puts_a_checkpoints_live_settings_and_timeline_in_force():
+    saved = load_preset("tiny", SMALL)
+    cfg = load_preset("tiny", [*SMALL, "optim.weight_decay=0.0", "eval.interval=4"])
+    live = live_alone(cfg)
+    live.timeline.add(7, {"optim.weight_decay": 0.0})
+    records = [{"step": 2, "by": "app", "settings": {"lr_scale": 0.5}}]
+    event = settings_back(live, {"config": saved.to_dict(), "step": 5, "settings_changes": records})
+    assert event is not None and event.by == "rollback" and event.step == 5
+    assert event.changes == {"optim.weight_decay": [0.0, WD], "eval.interval": [4, 0]}
+    assert cfg.optim.weight_decay == WD and cfg.eval.interval == 0
+    assert max(g["weight_decay"] for g in live.holder.optimizer.param_groups) == WD
+    assert live.timeline.state_dict() == records
+    assert settings_back(live, {"config": saved.to_dict(), "step": 5}) is None  # nothing differs
+    assert not live.timeline  # a checkpoint from before: none
+
+
+def test_settings_back_keeps_the_micro_batch_an_out_of_memory_retry_halved():
+    saved = load_preset("tiny", SMALL)  # 4 sequences a step, in one micro-batch
+    cfg = load_preset("tiny", [*SMALL, "train.batch_size=2", "train.grad_accum=2"])
+    live = live_alone(cfg)
+    assert settings_back(live, {"config": saved.to_dict(), "step": 5}) is None
+    assert (cfg.train.batch_size, cfg.train.grad_accum) == (2, 2)
 
 
 # ---------------------------------------------------------------- files from before
