@@ -24,7 +24,7 @@ _MAGIC = 0x62706231  # "bpb1": the layout below
 # int64s: magic, stride, tokens, bytes, the token file's mtime (ns: a token file written since,
 # by anyone, is not this index's); then the bytes before the end of each whole stride
 _HEADER = 5
-_CHUNK = 1 << 24  # tokens looked up at once while counting a whole file (128 MiB of int64)
+_CHUNK = 1 << 20  # tokens looked up at once (8 MiB of int64): the memory does not grow with a batch
 
 
 @dataclass(frozen=True)
@@ -47,14 +47,20 @@ class ByteCounter:
         self._marks: list[int] = []
 
     def add(self, ids: np.ndarray) -> None:
-        if len(ids) == 0:
-            return
-        running = np.cumsum(self.lengths[ids], dtype=np.int64)
+        for at in range(0, len(ids), _CHUNK):
+            self._add(ids[at : at + _CHUNK])
+
+    def _add(self, ids: np.ndarray) -> None:
+        lengths = self.lengths[ids]
         start, end = self.tokens, self.tokens + len(ids)
         first = start // self.stride + 1  # the first mark past `start`
         ends = np.arange(first * self.stride, end + 1, self.stride, dtype=np.int64)
-        self._marks += (self.total + running[ends - start - 1]).tolist()
-        self.total += int(running[-1])
+        if len(ends):
+            running = np.cumsum(lengths, dtype=np.int64)
+            self._marks += (self.total + running[ends - start - 1]).tolist()
+            self.total += int(running[-1])
+        else:
+            self.total += int(lengths.sum(dtype=np.int64))
         self.tokens = end
 
     def index(self) -> ByteIndex:
@@ -113,11 +119,9 @@ def split_bytes(
         train_bytes = before + count_bytes(train[whole * index.stride :], lengths)
         return train_bytes, index.total_bytes - train_bytes
     counter = ByteCounter(lengths)
-    for part in (train, val):
-        for start in range(0, len(part), _CHUNK):
-            counter.add(np.asarray(part[start : start + _CHUNK]))
-        if part is train:
-            train_bytes = counter.total
+    counter.add(train)
+    train_bytes = counter.total
+    counter.add(val)
     if out is not None:
         try:
             write_index(out, counter.index())
