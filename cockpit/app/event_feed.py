@@ -148,9 +148,12 @@ class EventFeed(_AppBase):
                         timeout=4,
                     )
             case SettingsChanged():
-                if info is not None:  # the app's view of the run's config (the settings screen's)
+                # one older than the run's RunStarted (a resumed run's history) is in the
+                # config it started with already
+                if info is not None and ev.time >= info.time:
+                    # the app's view of the run's config, which the settings screen reads
                     view.info = dataclasses.replace(info, config=config_after(info.config, ev.changes))
-                self.settings_changed(ev, announce=not history)
+                    self.settings_changed(ev, announce=not history)
             case Alert():
                 if ev.code == "rollback" and ev.level == "info":
                     screen.loss_panel.add_marker(ev.step, "rollback")

@@ -130,7 +130,7 @@ class MetricsWriter:
             return f"{self.path}: {unwritten} records could not be written ({why})"
 
 
-HISTORY_KINDS = ("step", "eval", "lr_changed", "sample", "checkpoint")
+HISTORY_KINDS = ("step", "eval", "lr_changed", "settings_changed", "sample", "checkpoint")
 # Step records a run's history is thinned to (evenly) wherever it is replayed: a resumed run's
 # curves, a viewer's replay on attach, a finished run's view. Enough for any plot's columns.
 REPLAY_STEPS = 8000

@@ -33,12 +33,13 @@ from engine.rundir.metrics_scan import (
     thinned,
 )
 
-_HISTORY = ("eval", "lr_changed", "sample", "checkpoint", "alert")
+_HISTORY = ("eval", "lr_changed", "settings_changed", "sample", "checkpoint", "alert")
 _HISTORY_KEYS: dict[str, Callable[[dict[str, Any]], Any] | None] = {
     "eval": lambda r: r["step"],
     "lr_changed": lambda r: r["step"],
     "sample": lambda r: (r["step"], r.get("prompt", "")),
     "checkpoint": lambda r: (r["step"], r.get("path", "")),
+    "settings_changed": None,  # each its own: together they are the settings in force
     "alert": None,  # several a step, each its own: none replaces another
 }
 

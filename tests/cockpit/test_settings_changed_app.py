@@ -71,3 +71,25 @@ def test_a_headless_run_prints_the_change_and_counts_to_the_new_length() -> None
         "(by viewer 2 alice@gpu1 (pts/3))"
     )
     assert lines[1].startswith("step    301/5000 |")
+
+
+@pilot_test()
+async def test_a_change_older_than_the_runs_start_is_in_its_config_already(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
+) -> None:
+    # a resumed run's history: its RunStarted (newer) holds the settings in force
+    from engine.events import SettingsChanged
+
+    info = app.session.view.info
+    assert info is not None
+    panel = app.main_screen.lr_panel
+    before = list(panel.planned)
+    factory.trainer.events.put(
+        SettingsChanged(step=10, changes={"train.max_steps": [1000, 9000]}, max_steps=9000,
+                        planned_lr=((0, 1e-3), (8999, 1e-4)), time=info.time - 1)
+    )  # fmt: skip
+    app.pump(force=True)
+    await pilot.pause()
+    assert app.session.view.max_steps == 2000 and panel.planned == before
+    assert app.session.view.info.config == info.config
+    assert not [t for t in toasts if t.title.startswith("Settings")]

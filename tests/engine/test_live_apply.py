@@ -157,6 +157,26 @@ def test_the_change_is_in_metrics_jsonl_and_the_runs_summary(tmp_path):
     assert read_summary(run_dir).facts["max_steps"] == 5  # rebuilt from metrics.jsonl alike
 
 
+
+def test_the_change_is_replayed_wherever_the_run_is_drawn_again(tmp_path):
+    import threading
+
+    from engine.control.catch_up import LiveReplay
+    from engine.rundir.metrics_log import read_history
+    from engine.rundir.replay import read_replay
+
+    run = Run(tmp_path, "train.max_steps=4", sets={2: {"train.max_steps": 5}}).run()
+    (ack,) = run.of(SettingsChanged)
+    run_dir = tmp_path / "run"
+    # a finished run's view, a resumed run's curves, an attaching viewer's replay
+    assert [e for e in read_replay(run_dir).events if isinstance(e, SettingsChanged)] == [ack]
+    assert [e for e in read_history(run_dir / "metrics.jsonl", 5) if e.kind == ack.kind] == [ack]
+    replay = LiveReplay(threading.Lock())
+    for event in run.events:
+        replay.note(event)
+    assert ack in replay.events()
+
+
 # ------------------------------------------------------------------------- LiveSettings alone
 
 
