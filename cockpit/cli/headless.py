@@ -91,8 +91,10 @@ class ProgressPrinter:
             )
         elif kind == "eval":
             scope = "whole val split" if event.full_split else "estimate"
+            # bits per byte: what compares with a run of another tokenizer (absent: not known)
+            bpb = f" | val {event.val_bpb:.4f} bits/byte" if event.val_bpb is not None else ""
             self._say(
-                f"eval   {event.step:>6} | train {event.train_loss:.4f} | val {event.val_loss:.4f} ({scope}) | train time {fmt_duration(event.train_time_s)}"
+                f"eval   {event.step:>6} | train {event.train_loss:.4f} | val {event.val_loss:.4f} ({scope}){bpb} | train time {fmt_duration(event.train_time_s)}"
             )
         elif kind == "sample":
             text = (event.prompt + event.text).replace("\n", "⏎ ")

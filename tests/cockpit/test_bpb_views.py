@@ -205,3 +205,15 @@ def test_the_loss_panel_draws_itself_and_its_overlays_in_bits_per_byte(tmp_path:
         assert panel.cycle_y_unit() == "loss"
 
     run_pilot(app, scenario, size=(120, 24))
+
+
+def test_a_headless_eval_line_shows_the_val_bits_per_byte_when_recorded() -> None:
+    from cockpit.cli.headless import ProgressPrinter
+    from engine.events import Eval
+
+    lines: list[str] = []
+    printer = ProgressPrinter(out=lines.append)
+    printer(Eval(step=500, train_loss=2.26, val_loss=2.27, train_time_s=18.0, val_bpb=1.1234))
+    printer(Eval(step=600, train_loss=2.2, val_loss=2.25, train_time_s=19.0))  # not known
+    assert "| val 1.1234 bits/byte |" in lines[0] and lines[0].endswith("train time 18s")
+    assert "bits/byte" not in lines[1]
