@@ -74,7 +74,7 @@ def _refusal(key: str, old: Any, new: Any, source: str) -> ConfigError:
     elif key == "model.init_from":
         why = (
             "a resumed run's weights come from its checkpoint; the weights a run starts from "
-            "are chosen when it starts"
+            "are chosen when it starts (drop --init-from to resume)"
         )
     else:
         why = "the checkpoint's weights belong to the model they were trained as"
