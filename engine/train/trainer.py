@@ -140,7 +140,7 @@ class Trainer:
         self.resume_notes: list[str] = []  # what the resume changed or kept (RunStarted.notes)
         # the [[changes]] of the config.toml this run replays, each made at its step (a resume
         # takes its checkpoint's); the config it started with, config.toml's starting values
-        self.replay = ReplayPlan(planned_changes.changes if planned_changes else ())
+        self.replay_plan = ReplayPlan(planned_changes.changes if planned_changes else ())
         self.start_config: RunConfig | None = None
         self.config_file: ConfigFile | None = None  # rank 0's config.toml, rewritten on a change
         self._already_finished: str | None = None  # resuming a run that has nothing left to do
@@ -502,7 +502,7 @@ class Trainer:
                 sample_generator=parts.sample_generator, seed=cfg.train.seed,
             ),  # fmt: skip
             "run": RunDescription(cfg, parts.data, self.start_config),  # config, tokenizer, corpus
-            "replay": self.replay,  # a replayed run's changes still to make
+            "replay": self.replay_plan,  # a replayed run's changes still to make
         }
         self.checkpointer = checkpointer = Checkpointer(
             run_dir=self.run_dir, world=world, group=group, settings=cfg.checkpoint,
@@ -700,7 +700,7 @@ class Trainer:
         loop_parts = self._loop_parts
         while counters.step < cfg.train.max_steps:
             t_commands = time.perf_counter()
-            for change in self.replay.due(counters.step):  # a replay's, at the same boundary
+            for change in self.replay_plan.due(counters.step):  # a replay's, at the same boundary
                 loop_parts.commands.replay(change)
             loop_parts.commands.apply_queued()
             # Time paused or blocked on a command is not training, any more than an evaluation
