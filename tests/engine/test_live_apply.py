@@ -97,6 +97,18 @@ def test_grad_accum_doubles_the_tokens_a_step_trains_on(tmp_path):
     assert run.of(SettingsChanged)[0].tokens_per_step == 2 * per_step
 
 
+
+def test_what_the_loop_built_from_a_setting_follows_it(tmp_path):
+    run = Run(
+        tmp_path, "train.max_steps=6",
+        sets={2: {"train.log_every": 2, "train.spike_sigma": 4.5, "train.max_steps": 8}},
+    ).run()  # fmt: skip
+    trainer = run.trainer
+    assert trainer.instruments.log_every == 2  # losses read back every 2 steps from here
+    assert trainer.parts.spikes.sigma == 4.5  # the spike guard's threshold
+    assert trainer.disk.max_steps == 8  # a run paused for its disk at step 8 is at its end
+
+
 def test_eval_sample_and_checkpoint_intervals_follow(tmp_path):
     run = Run(
         tmp_path, "train.max_steps=10",
