@@ -93,6 +93,17 @@ COMMANDS: tuple[Command, ...] = (
         needs_engine=True,
     ),
     Command(
+        "cool_down",
+        "C",
+        "Cool down",
+        show=False,
+        help="cool down now (WSD)",
+        joins_row=True,
+        title="Cool down now",
+        summary="Start the WSD schedule's decay at the next step, the run ending with it",
+        needs_engine=True,
+    ),
+    Command(
         "lr_dialog",
         "l",
         "LR",
@@ -120,26 +131,6 @@ COMMANDS: tuple[Command, ...] = (
         joins_row=True,
         title=f"LR ÷{LR_STEP:g}",
         summary="Scale the learning rate down",
-        needs_engine=True,
-    ),
-    Command(
-        "live_settings",
-        "S",
-        "Settings",
-        show=False,  # the footer at 80 columns has no room left
-        help="live settings: see, change",
-        title="Live settings",
-        summary="Every setting the run can change while it trains: its value, a field to change it",
-    ),
-    Command(
-        "cool_down",
-        "C",
-        "Cool down",
-        show=False,
-        help="cool down now (WSD)",
-        joins_row=True,
-        title="Cool down now",
-        summary="Start the WSD schedule's decay at the next step, the run ending with it",
         needs_engine=True,
     ),
     Command(
@@ -302,6 +293,16 @@ COMMANDS: tuple[Command, ...] = (
         help="journal of interventions",
         title="Journal",
         summary="Every intervention of the run: when, who, what",
+    ),
+    Command(
+        "live_settings",
+        "S",
+        "Settings",
+        show=False,  # the footer at 80 columns has no room left
+        help="live settings",
+        joins_row=True,
+        title="Live settings",
+        summary="Every setting the run can change while it trains: its value, a field to change it",
     ),
     Command(
         "help",
