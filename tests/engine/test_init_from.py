@@ -570,3 +570,22 @@ def test_the_hub_gpt2_layout_loads_too(hf_char, tmp_path):
     with torch.no_grad():
         expected = hf(x).logits
     assert torch.allclose(logits_of(cockpit_model(hub), x), expected, atol=1e-5, rtol=0)
+
+
+def test_a_fine_tuned_gpt2_exports_back_to_transformers(finetuned, tmp_path):
+    """HF -> cockpit -> HF: the tanh GELU goes back out as gelu_new, with cockpit's logits;
+    nanoGPT, whose GELU is exact, is refused."""
+    from engine.checkpoint.trained import load_trained
+    from engine.export import ExportError
+    from engine.export.hf import export as export_hf
+    from engine.export.nanogpt import export as export_nanogpt
+
+    export_hf(finetuned, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["activation_function"] == "gelu_new"
+    back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    x = ids(len(CHARS))
+    with torch.no_grad():
+        got = back(x).logits
+    assert torch.allclose(got, logits_of(load_trained(finetuned).model, x), atol=1e-5, rtol=0)
+    with pytest.raises(ExportError, match=r"model.mlp = 'gelu_tanh': nanoGPT's GPT has the exact GELU"):
+        export_nanogpt(finetuned, tmp_path / "nanogpt")
