@@ -60,9 +60,9 @@ def rank_share_refusal(cfg: RunConfig, ranks: int, micro_batch: int) -> str | No
     below = [a for a in fits if a < t.grad_accum]
     above = [a for a in fits if a > t.grad_accum]
     nearest = " or ".join(str(a) for a in (below[-1:] + above[:1]))
-    what = f"{ranks} ranks of micro-batches of {micro_batch} sequences" if ranks > 1 else (
-        f"micro-batches of {micro_batch} sequences"
-    )
+    what = f"micro-batches of {micro_batch} sequences"
+    if ranks > 1:
+        what = f"{ranks} ranks of {what}"
     return (
         f"train.grad_accum={t.grad_accum}: a step's {t.batch_size * t.grad_accum} sequences "
         f"(train.batch_size x grad_accum) cannot be shared by {what}; use "
