@@ -187,3 +187,35 @@ def test_an_eval_record_written_before_bits_per_byte_still_reads() -> None:
            "train_time_s": 3.0, "full_split": False}  # fmt: skip
     event = Event.from_record(old)
     assert isinstance(event, Eval) and event.val_bpb is None and event.train_bpb is None
+
+
+def test_a_run_resumed_from_before_bits_per_byte_records_them_from_then_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.rundir import list_runs
+    from engine.train.trainer import Trainer
+
+    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(tmp_path / "cache"))  # its own, made old below
+    run_dir = tmp_path / "runs" / "old"
+    sets = [*TINY, "eval.interval=0", "train.max_steps=2"]  # evaluated and saved at its end
+    assert Trainer(load_preset("tiny", sets), run_dir=run_dir, telemetry=False).run() == "finished"
+    # as an engine before bits per byte left it: no bpb in the records, no byte index
+    metrics = run_dir / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for record in records:
+        record.pop("train_bpb", None)
+        record.pop("val_bpb", None)
+    metrics.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+    (run_dir / "summary.json").unlink()
+    for index in (tmp_path / "cache").rglob(text_bytes.BYTE_INDEX_FILE):
+        index.unlink()
+    events: list[Event] = []
+    resumed = Trainer(load_preset("tiny"), resume=run_dir, resume_overrides=["train.max_steps=3"],
+                      sinks=[events.append], telemetry=False)  # fmt: skip
+    assert resumed.run() == "finished"
+    evals = [e for e in events if isinstance(e, Eval)]
+    assert [e.step for e in evals] == [3] and all(e.val_bpb and e.train_bpb for e in evals)
+    assert list((tmp_path / "cache").rglob(text_bytes.BYTE_INDEX_FILE))  # counted, kept
+    (listed,) = list_runs(tmp_path / "runs")
+    assert listed.as_json()["best_val_bpb_step"] == 3  # step 2's eval recorded none
+    assert listed.as_json()["best_val_step"] in (2, 3)
