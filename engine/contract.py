@@ -82,6 +82,12 @@ class EngineHandle(Protocol):
         """Remove and return the events emitted since the last drain, oldest first."""
         ...
 
+    def wait_for_events(self, timeout: float) -> bool:
+        """Block until `drain_events()` has something to return, or `timeout` seconds passed;
+        True if it has. Called on a viewer's own waiting thread, never its UI thread, so that
+        the viewer draws what arrives at once instead of polling the queue on a fast timer."""
+        ...
+
     def run(self, should_stop: Callable[[], bool] | None = None) -> str:
         """Train until finished, stopped or failed (blocking: call it on a worker thread) and
         return the final state. `should_stop()` is polled between steps: True means the viewer

@@ -1,7 +1,7 @@
 """Events the engine emits: typed, immutable, timestamped, and cheap to create.
 
-The engine pushes them to a bounded `EventQueue` that any thread may drain (the cockpit does, on
-a timer) and hands each one to its sinks (the metrics file, the headless progress printer) on
+The engine pushes them to a bounded `EventQueue` that any thread may drain (the cockpit does, as
+they arrive) and hands each one to its sinks (the metrics file, the headless progress printer) on
 the training thread. Every event turns into one JSON line of `metrics.jsonl` via `to_record`.
 """
 

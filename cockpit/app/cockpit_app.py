@@ -32,6 +32,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from cockpit.app.actions import CommandActions
 from cockpit.app.comparing import Comparing
 from cockpit.app.event_feed import EventFeed
+from cockpit.app.event_wake import EventInbox
 from cockpit.app.key_table import (
     key_bindings,
     palette_entries,
@@ -115,6 +116,7 @@ class CockpitApp(
         self._initial_overlays = [Path(d) for d in overlays]
         self.session = Session(preset=preset)
         self.main_screen = MainScreen(id="_default")  # the panels the run is drawn on
+        self.inbox = EventInbox()  # the run's events, moved in as they arrive (EventFeed)
         self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
         # desktop notifications and the bell, through the driver
         self.notifier = Notifier(notify or NotifySettings(), self._write_to_terminal, self.bell)
@@ -134,13 +136,17 @@ class CockpitApp(
         """The main screen is up: start the run named on the command line (and overlay the
         runs to compare it with)."""
         self.main_screen.status_line.set_state(self.session.state)
+        self.wake_on_events()
         self._start_run(self.session.preset)
         if self._initial_overlays:
             self.overlay_runs(self._initial_overlays)
 
     @on(MainScreen.DrainDue)
     def _drain(self) -> None:
-        self.pump()
+        if self.inbox:  # events arrived since the last drain (an idle run drains nothing)
+            self.pump()
+        else:
+            self.redraw_due()
         self.check_stall()
 
     @on(MainScreen.ZoomChanged)
@@ -318,7 +324,7 @@ class CockpitApp(
         if trainer is not None:
             # What the engine said after the UI stopped draining (a checkpoint written while
             # the app was closing, after a forced quit).
-            for ev in trainer.drain_events():
+            for ev in self.inbox.take(trainer):
                 match ev:
                     case CheckpointSaved():
                         self.session.view.last_checkpoint = (ev.step, ev.path, ev.reason)

@@ -1,5 +1,9 @@
 """Draining the engine's events and sending each where it shows.
 
+The events come through the app's `EventInbox`: a thread waits on the engine handle and asks
+for a drain as soon as something a person waits to see arrives (an acknowledgement, an alert);
+the screen's tick drains the routine readings, and drains nothing while nothing arrives.
+
 The panels take the readings (steps, evaluations, samples, telemetry, memory) at once; what
 concerns the run as a whole (it started, changed state, saved, hit an alert) goes to the run-wide
 handlers. The run's past is drawn, never announced again (no toast, no notice) nor counted in
@@ -10,9 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from typing import TYPE_CHECKING
 
+from textual import work
+from textual.message import Message
+from textual.worker import get_current_worker
+
+from cockpit.app.event_wake import THREAD_NAME as WAKE_THREAD_NAME
+from cockpit.app.event_wake import EventInbox, wake_on_events
 from cockpit.figures.numbers import fmt_int, fmt_lr
 from cockpit.screens.live_settings import config_after
 from engine.events import (
@@ -47,16 +58,21 @@ URGENT_EVENTS = (  # drawn at once
 )  # fmt: skip
 
 
+class EventsArrived(Message):
+    """Posted by the waking thread: events a person waits to see arrived, drain them now."""
+
+
 class EventFeed(_AppBase):
     """The app's drain of the run's events into the main screen's panels and its own handlers."""
 
     main_screen: MainScreen
+    inbox: EventInbox  # the run's events on their way here
 
     def pump(self, force: bool = False) -> int:
         """Drain the engine's events, route them, update text at once and plots when due.
 
         `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
-        The drain timer comes here too: the one seam tests hold the events back at.
+        The tick and the waking thread come here too: the one seam tests hold the events back at.
         """
         if not self.screen_stack:
             return 0  # the app has shut down: nothing left to draw on
@@ -64,25 +80,53 @@ class EventFeed(_AppBase):
         with self.batch_update():
             return self._pump(force)
 
+    def redraw_due(self) -> None:
+        """What the tick does when no event arrived: draw what is due of what came before (a
+        plot its pace held back), draining nothing."""
+        if self.screen_stack:
+            with self.batch_update():
+                self._redraw([], force=False)
+
+    def on_events_arrived(self, _message: EventsArrived) -> None:
+        self.pump()
+
+    @work(thread=True, exit_on_error=False, group="event-wake", name="event wake")
+    def wake_on_events(self) -> None:
+        """Wait on the run of the moment and ask for a drain when what it says is news (a
+        thread of its own for the app's whole life; it ends when the app cancels it)."""
+        worker, thread = get_current_worker(), threading.current_thread()
+        pool_name, thread.name = thread.name, WAKE_THREAD_NAME  # a thread of asyncio's pool
+        try:
+            wake_on_events(
+                lambda: self.session.trainer,
+                self.inbox,
+                lambda: self.post_message(EventsArrived()),
+                worker.cancelled_event,
+            )
+        finally:
+            thread.name = pool_name
+
     def _pump(self, force: bool) -> int:
-        trainer = self.session.trainer
-        events = trainer.drain_events() if trainer is not None else []
+        events = self.inbox.take(self.session.trainer)
         for ev in events:
             try:
                 self.route(ev)
             except Exception as e:  # noqa: BLE001 - a malformed event must not kill the UI
                 self.log.error(f"cannot route {ev!r}: {e}")
+        self._redraw(events, force)
+        return len(events)
+
+    def _redraw(self, events: list[Event], force: bool) -> None:
         screen = self.main_screen
         if events:
             screen.samples_panel.finish_batch()
         now = time.monotonic()
-        # What the user did or must see (state, alerts, LR changes, checkpoints) shows on the
-        # next tick; the counters about once a second.
+        # What the user did or must see (state, alerts, LR changes, checkpoints) shows at once;
+        # the counters about once a second.
         urgent = force or any(isinstance(ev, URGENT_EVENTS) for ev in events)
         if screen.status_due(now, urgent):
             self.refresh_status()
         screen.flush(now, force)
-        return len(events)
 
     def route(self, ev: Event) -> None:
         screen = self.main_screen

@@ -33,7 +33,7 @@ from cockpit.widgets.memory import MemoryPanel
 from cockpit.widgets.samples import SamplesPanel
 from cockpit.widgets.status import AlertLine, StatusLine
 
-TICK_S = 0.25  # event drain period
+TICK_S = 0.25  # the tick: routine readings are drained this often (news is drained at once)
 STATUS_REFRESH_S = 1.0  # counters in the status line redraw at most this often
 LOSS_MIN_INTERVAL_S = 1.0  # plots redraw at most this often (more while the UI is busy)
 LR_MIN_INTERVAL_S = 2.0

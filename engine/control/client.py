@@ -3,7 +3,8 @@
 The app holds it exactly as it holds an in-process Trainer: commands go out as wire lines and
 are acknowledged later by the run's events; a reader thread turns every record the server
 sends (the replay of the run so far, then the live stream) into events in a bounded queue
-that `drain_events()` empties; `run()` blocks until the connection ends.
+that `drain_events()` empties and `wait_for_events()` waits on; `run()` blocks until the
+connection ends.
 
 Torch-free and textual-free, like the wire protocol and the events: a viewer needs neither.
 """
@@ -82,6 +83,7 @@ class RemoteEngine:
         self.socket_path = socket_path_of(target)
         self.run_dir = self.socket_path.parent
         self.events = EventQueue(capacity)
+        self._arrived = threading.Condition()  # notified when drain_events has something new
         self._ids = itertools.count(1)
         self._commands_by_id: dict[int, str] = {}
         self._send_lock = threading.Lock()
@@ -148,6 +150,20 @@ class RemoteEngine:
             return []
         return self.events.drain()
 
+    def wait_for_events(self, timeout: float) -> bool:
+        """Block until `drain_events()` has something to return (the replay whole, then each
+        event as it arrives) or `timeout` seconds passed; True if it has."""
+        with self._arrived:
+            return self._arrived.wait_for(self._drainable, timeout)
+
+    def _drainable(self) -> bool:
+        return (self.live or self._closed.is_set()) and len(self.events) > 0
+
+    def _wake(self) -> None:
+        """Wake a viewer waiting in wait_for_events (it checks for itself what is drainable)."""
+        with self._arrived:
+            self._arrived.notify_all()
+
     def run(self, should_stop: Callable[[], bool] | None = None) -> str:
         while not self._closed.wait(_POLL_S):
             if should_stop is not None and should_stop():
@@ -167,6 +183,7 @@ class RemoteEngine:
         self._thread.join(timeout=2.0)
         self._sock.close()
         self._closed.set()
+        self._wake()
 
     # EngineHandle: commands -----------------------------------------------------------------
     def pause(self) -> None:
@@ -258,6 +275,7 @@ class RemoteEngine:
             with self._send_lock:  # not under a sendall of another thread
                 self._sock.close()
             self._closed.set()
+            self._wake()  # what is queued is drainable now, the replay's end or not
 
     def _handle(self, record: dict[str, Any]) -> None:
         kind = record.get("kind")
@@ -265,6 +283,7 @@ class RemoteEngine:
             if not self.replayed_until:  # the first replay's end (a resync's is news missed)
                 self.replayed_until = self._last_time
             self.live = True
+            self._wake()  # the replay, whole
         elif kind == "reply":
             self._handle_reply(record)
         elif kind == "resync":
@@ -287,6 +306,8 @@ class RemoteEngine:
             self._last_time = max(self._last_time, event.time)
             self._track(event)
             self.events.put(event)
+            if self.live:  # a replay's records wait for its end: no wake for each of them
+                self._wake()
 
     def _handle_reply(self, record: dict[str, Any]) -> None:
         command_id = record.get("id")
@@ -307,6 +328,7 @@ class RemoteEngine:
 
     def _alert(self, level: str, message: str, code: str) -> None:
         self.events.put(Alert(level=level, message=message, step=self._last_step, code=code))
+        self._wake()
 
     def _engine_gone(self) -> None:
         self._alert("error", engine_gone_message(self.run_dir), ENGINE_GONE)

@@ -30,7 +30,8 @@ class RecordedRun:
         replay = read_replay(self.run_dir)
         self._state = replay.final_state
         self.reason = replay.reason
-        self._lock = threading.Lock()  # commands may come from any thread
+        # commands may come from any thread; a viewer waiting for events is woken by a refusal
+        self._changed = threading.Condition()
         # as recorded: its training time comes from its records (the RunStarted's, the evals',
         # the final state's), as it did live and as `cockpit runs` reads it
         self._pending: list[Event] = list(replay.events)
@@ -55,9 +56,14 @@ class RecordedRun:
         return 0
 
     def drain_events(self) -> list[Event]:
-        with self._lock:
+        with self._changed:
             events, self._pending = self._pending, []
         return events
+
+    def wait_for_events(self, timeout: float) -> bool:
+        """The replay is waiting at once; after it only the refusals of commands come."""
+        with self._changed:
+            return self._changed.wait_for(lambda: bool(self._pending), timeout)
 
     def run(self, should_stop: Callable[[], bool] | None = None) -> str:
         return self._state  # over already
@@ -70,8 +76,9 @@ class RecordedRun:
             f"{self.run_dir.name} is {self._state}: nothing to steer "
             "(r resumes it, n starts a new run from its config)"
         )
-        with self._lock:
+        with self._changed:
             self._pending.append(Alert(level="warning", message=message, code="read_only"))
+            self._changed.notify_all()
 
     def pause(self) -> None:
         self._refuse()

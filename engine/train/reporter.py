@@ -6,6 +6,7 @@ the run's state, because announcing a state and being in it must not drift apart
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 from engine.events import Alert, Event, EventQueue, RunState, StateChanged
@@ -13,8 +14,9 @@ from engine.train.counters import Counters
 
 
 class Reporter:
-    """Events go to `events` (drained by the UI) and to each of `sinks` (the metrics file,
-    the control socket...), read at every emit so a sink appended later receives the rest.
+    """Events go to `events` (drained by the UI, which `wait_for_events` wakes) and to each of
+    `sinks` (the metrics file, the control socket...), read at every emit so a sink appended
+    later receives the rest.
     `before_final_state(state)` runs once the run reaches an ended state, before it is
     announced (what closes then reports before the final state, which stays the last record)."""
 
@@ -31,12 +33,20 @@ class Reporter:
         self.counters = counters
         self.before_final_state = before_final_state
         self.state = RunState.STARTING
+        self._queued = threading.Condition()  # notified at every emit: a waiting viewer wakes
 
     def emit(self, event: Event) -> None:
         """Queue an event for the UI and hand it to the sinks (thread-safe)."""
         self.events.put(event)
+        with self._queued:  # a microsecond or two: the loop never waits for the viewer
+            self._queued.notify_all()
         for sink in self.sinks:
             sink(event)
+
+    def wait_for_events(self, timeout: float) -> bool:
+        """Block until `events` holds something or `timeout` seconds passed; True if it does."""
+        with self._queued:
+            return self._queued.wait_for(lambda: len(self.events) > 0, timeout)
 
     def alert(self, level: str, message: str, code: str = "") -> None:
         """One line for a person ("info", "warning", "error"), at the current step."""

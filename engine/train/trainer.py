@@ -229,6 +229,10 @@ class Trainer:
         """Remove and return the queued events, oldest first (engine.contract.EngineHandle)."""
         return self.events.drain()
 
+    def wait_for_events(self, timeout: float) -> bool:
+        """Block until an event is queued or `timeout` seconds passed (EngineHandle)."""
+        return self.reporter.wait_for_events(timeout)
+
     @property
     def dropped_events(self) -> int:
         """Events the bounded queue dropped because nobody drained it in time."""

@@ -377,6 +377,7 @@ class ScriptedTrainer:
         self.finished = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._queued = threading.Condition()  # notified at each event: wait_for_events wakes
         self._t = T0
         self._lr = 0.0
         self._scale = 1.0
@@ -406,6 +407,10 @@ class ScriptedTrainer:
     def drain_events(self) -> list[Event]:
         return self.events.drain()
 
+    def wait_for_events(self, timeout: float) -> bool:
+        with self._queued:
+            return self._queued.wait_for(lambda: len(self.events) > 0, timeout)
+
     def close(self) -> None:
         pass  # holds nothing to let go
 
@@ -429,6 +434,8 @@ class ScriptedTrainer:
             elif kind == "settings_changed":
                 self._max_steps = ev.max_steps
         self.events.put(ev)
+        with self._queued:
+            self._queued.notify_all()
 
     def _next_time(self) -> float:
         with self._lock:

@@ -51,7 +51,7 @@ def engines(tmp_path: Any) -> list[Any]:
 def test_the_protocol_has_the_members_the_app_uses() -> None:
     assert set(METHODS) == {
         "pause", "resume", "checkpoint", "set_lr", "scale_lr", "sample", "evaluate", "stop",
-        "rollback", "set_settings", "drain_events", "run", "close",
+        "rollback", "set_settings", "drain_events", "wait_for_events", "run", "close",
     }  # fmt: skip
     assert set(PROPERTIES) == {
         "state", "dropped_events", "outlives_viewer", "read_only", "replayed_until", "recorded",

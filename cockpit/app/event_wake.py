@@ -1,0 +1,101 @@
+"""Waking the app's drain when the run's events arrive, rather than polling the queue faster.
+
+A thread of the app waits on the engine handle (`EngineHandle.wait_for_events`) and moves what
+arrived into the app's `EventInbox`. What a person waits to see (the acknowledgement of a
+command, an alert, an evaluation, a sample, a state) asks the UI thread for a drain at once; the
+routine readings (steps, telemetry, memory, rank reports, corpus progress) wait for the screen's
+next tick, about 4 Hz, as before. So a burst of steps is still one drain, the UI thread draws no
+more often than with the timer alone, and an idle run costs it nothing: the thread waits on the
+handle, the ticks find the inbox empty and drain nothing. The thread moves events at most every
+`COALESCE_S`, so the training loop's emits wake it at most that often.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from engine.contract import EngineHandle
+from engine.events import DataProgress, Event, MemoryBreakdown, RankReport, Step, Telemetry
+
+# Readings that come all the time and are drawn at the next tick; every other event asks for a
+# drain at once.
+ROUTINE_EVENTS = (Step, Telemetry, MemoryBreakdown, RankReport, DataProgress)
+THREAD_NAME = "event-wake"  # the waking thread's name (the overhead bench reads its CPU clock)
+WAIT_S = 0.1  # the longest wait on one handle: then the thread looks for a new run, or quits
+# Events are moved at most this often (a burst of steps is one batch): an acknowledgement that
+# follows a step's event by microseconds, as a pause at the step boundary does, waits this long.
+COALESCE_S = 0.02
+FAILED_WAIT_S = 0.25  # a handle whose wait fails is drained on this period instead (the old tick)
+INBOX_LIMIT = 20_000  # past this the events stay in the handle's bounded queue (which counts drops)
+
+
+class EventInbox:
+    """The run's events between its engine handle and the screen, oldest first (thread-safe).
+
+    The waking thread moves them in as they arrive (`pull`); the UI thread takes them to route
+    (`take`, which also drains the handle, so an explicit drain misses nothing). Both drain the
+    handle under one lock, so the events stay in order. The events of a handle the app no
+    longer holds (it switched runs) are dropped, as its queue was before.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handle: EngineHandle | None = None
+        self._events: list[Event] = []
+
+    def pull(self, handle: EngineHandle) -> list[Event]:
+        """Move `handle`'s events in; returns those moved (none while the inbox is full)."""
+        with self._lock:
+            return self._pull(handle)
+
+    def take(self, handle: EngineHandle | None) -> list[Event]:
+        """Everything waiting for `handle`: what was moved in, then what its queue holds now."""
+        with self._lock:
+            if handle is None:
+                self._handle, self._events = None, []
+                return []
+            self._pull(handle)
+            events, self._events = self._events, []
+            return events
+
+    def _pull(self, handle: EngineHandle) -> list[Event]:
+        if handle is not self._handle:
+            self._handle, self._events = handle, []
+        if len(self._events) >= INBOX_LIMIT:
+            return []
+        arrived = handle.drain_events()
+        self._events.extend(arrived)
+        return arrived
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+def wake_on_events(
+    handle_now: Callable[[], EngineHandle | None],
+    inbox: EventInbox,
+    ask_drain: Callable[[], None],
+    stop: threading.Event,
+) -> None:
+    """Until `stop` is set: wait on the handle `handle_now()` returns (the app's run of the
+    moment), move what arrives into `inbox`, and call `ask_drain()` (from this thread) when any
+    of it is not routine (see the module)."""
+    while not stop.is_set():
+        handle = handle_now()
+        began = time.monotonic()
+        try:
+            arrived = handle is not None and handle.wait_for_events(WAIT_S)
+            if arrived and handle is not None:
+                moved = inbox.pull(handle)
+                if any(not isinstance(ev, ROUTINE_EVENTS) for ev in moved):
+                    ask_drain()
+        except Exception:  # noqa: BLE001 - a handle that cannot wait: drain it on a timer
+            ask_drain()
+            stop.wait(FAILED_WAIT_S)
+            continue
+        if arrived:
+            stop.wait(COALESCE_S)
+        else:  # nothing came (no run yet, or a handle that returned at once): never spin
+            stop.wait(max(0.0, WAIT_S - (time.monotonic() - began)))
