@@ -1,14 +1,16 @@
 """The live settings screen against the scripted engine: S and the palette open it, it shows the
 values in force, refuses a bad value in one line with nothing sent, sends exactly the edited
 settings, previews a schedule change on the LR panel (cleared on cancel), cools a WSD run down
-now, and shows a read-only viewer the values with the fields disabled. Its decisions alone,
-without an app, first."""
+now, shows a read-only viewer the values with the fields disabled, and an attached one
+steers the same way. Its decisions alone, without an app, first; the real engine taking the
+screen's settings last."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pilot import Toasts, pilot_test
+from pilot import REAL_SIZE, Toasts, pilot_test, real_app, run_pilot, wait_for_engine
 from scripted import ScriptedFactory
 from textual.geometry import Region, Size
 from textual.pilot import Pilot
@@ -305,3 +307,30 @@ async def test_the_engine_s_refusal_is_shown(
     await pilot.pause()
     assert any("step 450" in t.message and t.severity == "warning" for t in toasts)
     assert app.view.info is not None and app.view.info.config.get("train", {}).get("max_steps") != 400
+
+
+def test_the_real_engine_takes_the_screen_s_settings(tmp_path: Path) -> None:
+    """Through the contract to the real run: the change lands at a step boundary, and the
+    screen opened again shows the value in force."""
+    app, made = real_app(tmp_path)
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
+        trainer = made[0]
+        await pilot.press("S")
+        await wait_for_engine(pilot, lambda: isinstance(app.screen, LiveSettingsScreen))
+        screen = app.screen
+        field(screen, "optim.weight_decay").value = "0.02"
+        field(screen, "train.log_every").value = "3"
+        screen.apply()  # type: ignore[attr-defined]
+        await wait_for_engine(pilot, lambda: app.screen is app.main_screen)
+        await wait_for_engine(
+            pilot, lambda: (app.view.info.config.get("optim") or {}).get("weight_decay") == 0.02
+        )
+        assert trainer.cfg.optim.weight_decay == 0.02 and trainer.cfg.train.log_every == 3
+        await pilot.press("S")
+        await wait_for_engine(pilot, lambda: isinstance(app.screen, LiveSettingsScreen))
+        assert app.screen.config.optim.weight_decay == 0.02  # type: ignore[attr-defined]
+        trainer.stop(checkpoint=False)
+
+    run_pilot(app, scenario, size=REAL_SIZE)
