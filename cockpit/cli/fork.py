@@ -32,6 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
 
 
+def carried(branch: Path) -> str:
+    """", with the changes made before it: step 7 optim.weight_decay=0.0, ..." (or nothing)."""
+    from engine.rundir import carried_changes
+
+    made = []
+    for change in carried_changes(branch):
+        settings = change.get("settings")
+        if isinstance(settings, dict):
+            values = ", ".join(f"{key}={value!r}" for key, value in settings.items())
+            made.append(f"step {change.get('step')} {values}")
+    return f", with the changes made before it: {'; '.join(made)}" if made else ""
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.config import ConfigError
     from engine.rundir import ForkError, make_fork
@@ -44,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     except (ForkError, ConfigError) as e:
         print(f"cockpit fork: {e}", file=sys.stderr)
         return 2
-    print(f"branch {branch} from {checkpoint}", file=sys.stderr)
+    print(f"branch {branch} from {checkpoint}{carried(branch)}", file=sys.stderr)
     if args.no_start:
         print(f"train it: cockpit --resume {branch}")
         return 0

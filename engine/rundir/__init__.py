@@ -16,6 +16,6 @@ _EXPORTS = {
         "CRASHED", "FORKED", "LIVE", "UNREADABLE", "ListedRun", "engine_holds", "find_run_dirs",
         "list_run", "list_runs",
     ),
-    "engine.rundir.branch": ("FORK_FILE", "ForkError", "NothingToTrain", "branch_overrides", "make_fork"),
+    "engine.rundir.branch": ("FORK_FILE", "ForkError", "NothingToTrain", "branch_overrides", "carried_changes", "make_fork"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

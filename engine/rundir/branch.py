@@ -1,8 +1,9 @@
 """A branch: a run directory of its own beside its parent, made from one of the parent's
 checkpoints. The checkpoint is linked in (no copy of the weights), `fork.json` names the parent,
-its checkpoint, its step and the branch's --set, and the parent's records up to that step are
-copied, so every view draws the branch's curves as the continuation of the parent's. The parent
-is never touched."""
+its checkpoint, its step, the branch's --set and the changes of settings the parent made up to
+that checkpoint (which the branch goes on with: the checkpoint holds them), and the parent's
+records up to that step are copied, so every view draws the branch's curves as the
+continuation of the parent's. The parent is never touched."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def make_fork(
         _link(source, branch / source.name)
         _copy_history(parent / "metrics.jsonl", branch / "metrics.jsonl", step, on_damaged)
         record = {"parent": str(parent.resolve()), "checkpoint": source.name, "step": step,
-                  "overrides": list(overrides), "time": time.time()}  # fmt: skip
+                  "overrides": list(overrides), "time": time.time(),
+                  "settings_changes": list(state.get("settings_changes") or [])}  # fmt: skip
         atomic_write_text(branch / FORK_FILE, json.dumps(record, indent=2))
     except OSError as e:  # a read-only or full disk: nothing half-made is left to list
         if made:
@@ -96,6 +98,16 @@ def branch_overrides(resume: Path) -> list[str]:
     if from_checkpoint is None or from_checkpoint.name != inherited:
         return []
     return [o for o in overrides if isinstance(o, str)] if isinstance(overrides, list) else []
+
+
+def carried_changes(branch: Path) -> list[dict[str, Any]]:
+    """The changes of settings a branch goes on with (its fork.json's; [] when unreadable)."""
+    try:
+        fork = json.loads((branch / FORK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    changes = fork.get("settings_changes") if isinstance(fork, dict) else None
+    return [c for c in changes if isinstance(c, dict)] if isinstance(changes, list) else []
 
 
 def _checkpoint_of(target: Path) -> Path:

@@ -17,7 +17,7 @@ from cockpit.cli import main
 from engine.checkpoint.store import checkpoint_path, latest_checkpoint, load_checkpoint
 from engine.config import ConfigError, SettingsTimeline, config_to_toml, load_preset, load_replay
 from engine.events import Event
-from engine.rundir.branch import branch_overrides, make_fork
+from engine.rundir.branch import branch_overrides
 from engine.train.replay import ReplayPlan, resumed_settings, settings_back
 from engine.train.trainer import Trainer
 
@@ -146,9 +146,17 @@ def test_a_resume_set_of_a_changed_key_wins_and_is_a_change_by_resume(stopped_at
     assert any("optim.weight_decay: 0.0 -> 0.05" in note for note in trainer.resume_notes)
 
 
-def test_a_fork_carries_the_timeline_of_its_checkpoint(stopped_at_10, tmp_path):
-    branch, _ = make_fork(checkpoint_path(stopped_at_10, 10), ["train.max_steps=13"],
-                          str(tmp_path / "branch"))  # fmt: skip
+def test_a_fork_carries_the_timeline_of_its_checkpoint(stopped_at_10, tmp_path, capsys):
+    branch = tmp_path / "branch"
+    code = main(["fork", str(checkpoint_path(stopped_at_10, 10)), "--set", "train.max_steps=13",
+                 "--run-dir", str(branch), "--no-start"])  # fmt: skip
+    assert code == 0
+    said = capsys.readouterr().err
+    assert "with the changes made before it: step 7 optim.weight_decay=0.0" in said
+    fork = json.loads((branch / "fork.json").read_text())
+    assert fork["settings_changes"] == [
+        {"step": 7, "by": "app", "settings": {"optim.weight_decay": 0.0}}
+    ]
     trainer = resumed(branch, *branch_overrides(branch))
     state, _ = run(trainer, {})
     assert state == "finished" and trainer.step == 13
