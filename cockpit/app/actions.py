@@ -242,8 +242,8 @@ class CommandActions(_AppBase):
         self.push_screen(CooldownScreen(cfg, self.session.view.step), self._settings_chosen)
 
     def _settings_chosen(self, settings: dict[str, object] | None) -> None:
-        self.main_screen.lr_panel.clear_preview()
-        self.main_screen.lr_panel.flush(force=True)
+        if self.main_screen.lr_panel.clear_preview():
+            self.main_screen.lr_panel.flush(force=True)
         if not settings:
             return
         if self._command("set_settings", lambda run: run.set_settings(dict(settings))):
@@ -255,10 +255,11 @@ class CommandActions(_AppBase):
         panel = self.main_screen.lr_panel
         open_here = isinstance(self.screen, (LiveSettingsScreen, CooldownScreen))
         if message.curve is None or not open_here:  # a late preview of a closed screen: none
-            panel.clear_preview()
+            changed = panel.clear_preview()
         else:
-            panel.set_preview(message.curve, message.max_steps)
-        panel.flush(force=True)
+            changed = panel.set_preview(message.curve, message.max_steps)
+        if changed:  # drawn at once: a plot redraw per change typed, none for the same curve
+            panel.flush(force=True)
 
     def action_toggle_x(self) -> None:
         """`t`: the loss x axis cycles steps -> tokens -> training time."""

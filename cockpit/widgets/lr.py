@@ -123,20 +123,26 @@ class LrPanel(ThrottledPlot):
         self.lr = new_lr
         self.touch()
 
-    def set_preview(self, curve: Any, max_steps: int) -> None:
+    def set_preview(self, curve: Any, max_steps: int) -> bool:
         """Draw `curve` ((step, planned LR) pairs over a run of `max_steps`) as the schedule a
-        change would give, beside the planned one; `clear_preview` takes it away."""
-        self.preview = tuple((int(s), float(v)) for s, v in curve)
-        self.preview_max_steps = int(max_steps)
+        change would give, beside the planned one; `clear_preview` takes it away. Returns
+        whether it changed (the same preview again is no redraw)."""
+        preview = tuple((int(s), float(v)) for s, v in curve)
+        if preview == self.preview and int(max_steps) == self.preview_max_steps:
+            return False
+        self.preview, self.preview_max_steps = preview, int(max_steps)
         self.touch()
         self.update_labels()
+        return True
 
-    def clear_preview(self) -> None:
+    def clear_preview(self) -> bool:
+        """Returns whether there was a preview to clear."""
         if not self.preview:
-            return
+            return False
         self.preview, self.preview_max_steps = (), 0
         self.touch()
         self.update_labels()
+        return True
 
     def on_resize(self) -> None:
         self.update_labels()

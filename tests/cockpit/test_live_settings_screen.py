@@ -7,11 +7,13 @@ screen's settings last."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 from pilot import REAL_SIZE, Toasts, pilot_test, real_app, run_pilot, wait_for_engine
 from scripted import ScriptedFactory
+from textual.app import App, ComposeResult
 from textual.geometry import Region, Size
 from textual.pilot import Pilot
 from textual.widgets import Button, Input, Label
@@ -27,7 +29,9 @@ from cockpit.screens.live_settings import (
     placement,
     shown_value,
 )
+from cockpit.widgets.lr import LrPanel
 from engine.config import COOLDOWN, LIVE_SETTINGS, config_from_dict
+from engine.model import planned_curve
 
 WSD = {"schedule": {"kind": "wsd", "decay_fraction": 0.2}}
 
@@ -334,3 +338,33 @@ def test_the_real_engine_takes_the_screen_s_settings(tmp_path: Path) -> None:
         trainer.stop(checkpoint=False)
 
     run_pilot(app, scenario, size=REAL_SIZE)
+
+
+# the LR panel's preview, alone --------------------------------------------------------------
+
+
+class PanelHost(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LrPanel()
+
+
+def test_the_lr_panel_draws_a_preview_beside_the_plan_until_it_is_cleared() -> None:
+    cfg = config_from_dict({}, "test")
+    longer = config_from_dict({"train": {"max_steps": 4000}}, "test")
+
+    async def go() -> None:
+        app = PanelHost()
+        async with app.run_test(size=(100, 20)) as pilot:
+            panel = app.query_one(LrPanel)
+            panel.set_plan(planned_curve(cfg), cfg.train.max_steps)
+            panel.add_step(300, 1e-3)
+            assert panel.set_preview(planned_curve(longer), 4000)
+            assert not panel.set_preview(planned_curve(longer), 4000)  # the same: no redraw
+            panel.flush(force=True)
+            await pilot.pause()
+            assert "preview" in str(panel.border_title)
+            assert panel.preview_max_steps == 4000 and panel.max_steps == 2000
+            assert panel.clear_preview() and not panel.clear_preview()
+            assert "preview" not in str(panel.border_title)
+
+    asyncio.run(go())
