@@ -44,7 +44,7 @@ from engine.model import planned_curve
 
 Curve = tuple[tuple[int, float], ...]
 # section name -> its dataclass, as the run's config has them
-SECTIONS = {name: type(value) for name, value in vars(RunConfig()).items() if is_dataclass(value)}
+_SECTIONS = {name: type(value) for name, value in vars(RunConfig()).items() if is_dataclass(value)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -66,11 +66,13 @@ def run_config(info: RunStarted | None) -> RunConfig | None:
 def config_after(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     """A RunStarted's config dict with a SettingsChanged's `changes` (key -> [old, new]) in force:
     the app's view of the run's settings after the acknowledgement."""
-    raw = {section: dict(values) if isinstance(values, Mapping) else values
-           for section, values in config.items()}
+    raw = {
+        section: dict(values) if isinstance(values, Mapping) else values
+        for section, values in config.items()
+    }
     for key, (_, new) in changes.items():
         section, _, name = key.partition(".")
-        if section in SECTIONS and name:
+        if section in _SECTIONS and name:
             raw.setdefault(section, {})[name] = new
     return raw
 
@@ -78,7 +80,7 @@ def config_after(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[
 def field_help(key: str) -> str:
     """The config field's own help, then when a new value takes effect."""
     section, name = key.split(".", 1)
-    meta = {f.name: f.metadata for f in fields(SECTIONS[section])}.get(name, {})
+    meta = {f.name: f.metadata for f in fields(_SECTIONS[section])}.get(name, {})
     own = str(meta.get("help", ""))
     when = LIVE_SETTINGS.get(key, "")
     return f"{own} · {when}" if own and when else own or when
