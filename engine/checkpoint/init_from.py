@@ -110,7 +110,7 @@ def open_source(given: str) -> WeightsSource:
             "a directory with no config.json (not a Hugging Face model), no ckpt.pt (nanoGPT) and "
             f"no checkpoint (not a cockpit run); give {WHAT_IT_MAY_BE}",
         )
-    if path.suffix == ".safetensors":
+    if path.suffix == ".safetensors" or _sniffs_safetensors(path):  # an export named otherwise too
         if (path.parent / "config.json").is_file() and not _is_cockpit_export(path):
             return _hf_directory(given, path, path.parent, path)
         return _safetensors_export(given, path)
@@ -175,6 +175,16 @@ def _safetensors_header(given: str, file: Path) -> tuple[dict[str, Any], dict[st
     except (OSError, ValueError, struct.error, UnicodeDecodeError):
         raise refusal(given, f"{file.name} is not a safetensors file (its header does not read)") from None
     metadata = header.pop("__metadata__", None) or {}
+    try:
+        needed = 8 + size + max((int(entry["data_offsets"][1]) for entry in header.values()), default=0)
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise refusal(given, f"{file.name}: its header's tensor offsets do not read") from None
+    if file.stat().st_size < needed:  # checked here, so a cut copy is refused before the run starts
+        raise refusal(
+            given,
+            f"{file.name} is cut short ({file.stat().st_size:,} of the {needed:,} bytes its header "
+            "describes): a copy or download that did not finish; copy it again",
+        )
     return header, metadata if isinstance(metadata, dict) else {}
 
 
@@ -197,6 +207,17 @@ def _load_safetensors(given: str, file: Path, lazy: bool = False) -> dict[str, t
         return load_file(str(file))
     except Exception as e:
         raise refusal(given, f"{file.name} does not read as safetensors ({type(e).__name__})") from None
+
+
+def _sniffs_safetensors(file: Path) -> bool:
+    """A file that starts as safetensors does (an 8-byte header size, then its JSON table),
+    whatever its name: `cockpit export --out NAME` writes one under any name."""
+    try:
+        with file.open("rb") as f:
+            start = f.read(9)
+    except OSError:
+        return False
+    return len(start) == 9 and start[8:9] == b"{" and struct.unpack("<Q", start[:8])[0] < 100_000_000
 
 
 def _is_cockpit_export(file: Path) -> bool:
