@@ -43,6 +43,19 @@ def final_state(run_dir: Path) -> dict:
     return [r for r in records(run_dir) if r["kind"] == "state"][-1]
 
 
+def catches_sigterm(proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait until `proc` has a handler for SIGTERM (Linux: the SigCgt mask in /proc)."""
+    deadline = time.monotonic() + timeout
+    bit = 1 << (signal.SIGTERM - 1)
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        if int(caught.split()[1], 16) & bit:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the process never caught SIGTERM")
+
+
 def poison_forward(monkeypatch: pytest.MonkeyPatch, from_call: int) -> None:
     """Make every training loss from the `from_call`-th forward on NaN (as a diverged run)."""
     real = GPT.forward
@@ -129,7 +142,9 @@ def cli_process(run_dir: Path, *extra: str) -> subprocess.Popen:
 def test_sigterm_during_startup_stops_cleanly_and_says_why(tmp_path):
     run_dir = tmp_path / "run"
     proc = cli_process(run_dir)
-    time.sleep(0.5)  # importing torch, preparing data: the trainer loop has not started
+    # as soon as cockpit catches SIGTERM (importing torch, preparing data: the trainer loop has
+    # not started); a fixed sleep could land before the handler on a loaded machine
+    catches_sigterm(proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
