@@ -128,7 +128,7 @@ def _unknown(settings: Mapping[str, Any]) -> str:
             canonical_key(key)
         except ConfigError:
             close = difflib.get_close_matches(key, [*LIVE_SETTINGS, COOLDOWN], n=1, cutoff=0.5)
-            hint = f"did you mean '{close[0]}'?" if close else "live: " + ", ".join(LIVE_SETTINGS)
+            hint = f"did you mean '{close[0]}'?" if close else "live: " + ", ".join([*LIVE_SETTINGS, COOLDOWN])
             return f"unknown setting '{key}' ({hint})"
     return "unknown setting"
 
@@ -235,7 +235,10 @@ def _cooldown(cfg: RunConfig, raw: dict[str, Any], value: Any, step: int) -> str
         return f"{COOLDOWN}: expected the decay's length in steps (0 = the configured fraction), got {value!r}"
     start = wsd_decay_start(cfg)
     if step >= start:
-        return f"the run has been cooling down since step {start}"
+        return (
+            f"the run has been cooling down since step {start}; to end it sooner or later, set "
+            "train.max_steps"
+        )
     span = value or max(1, round(cfg.train.max_steps * cfg.schedule.decay_fraction))
     raw["schedule"]["decay_start"] = step
     raw["train"]["max_steps"] = step + span
@@ -261,9 +264,34 @@ def _mid_run_rules(old: RunConfig, new: RunConfig, asked: Mapping[str, Any], ste
                 f"schedule.warmup_steps: the warmup ended at step {old.schedule.warmup_steps}; "
                 "a run past it has nothing to warm up"
             )
+    if (why := _inert(old, new, asked)) is not None:
+        return why
     start = new.schedule.decay_start
     if "schedule.decay_start" in asked and start and start < step:
         return f"schedule.decay_start={start} is behind the run (step {step}); cool down now instead"
+    return None
+
+
+# keys that shape only one optimizer or schedule: changed on another, they would change nothing
+ONLY_FOR = {
+    "optim.muon_lr": ("optim.name", "muon"),
+    "optim.muon_momentum": ("optim.name", "muon"),
+    "schedule.decay_steps": ("schedule.kind", "cosine"),
+    "schedule.decay_fraction": ("schedule.kind", "wsd"),
+    "schedule.decay_start": ("schedule.kind", "wsd"),
+}
+
+
+def _inert(old: RunConfig, new: RunConfig, asked: Mapping[str, Any]) -> str | None:
+    """A key asked that would change nothing the run does (Muon's LR on an AdamW run, a cosine
+    horizon on a WSD schedule): refused, so no acknowledgement says a change that is none."""
+    for key, (owner, needed) in ONLY_FOR.items():
+        if key in asked and setting_value(new, key) != setting_value(old, key):
+            running = setting_value(old, owner)
+            if running != needed:
+                return f"{key} changes nothing on this run: it applies to {owner} = {needed!r}, and this run's is {running!r}"
+    if "schedule.min_lr" in asked and new.schedule.min_lr != old.schedule.min_lr and old.schedule.kind == "constant":
+        return "schedule.min_lr changes nothing on this run: a constant schedule has no floor to decay to; set optim.lr"
     return None
 
 
