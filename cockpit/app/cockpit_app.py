@@ -32,7 +32,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from cockpit.app.actions import CommandActions
 from cockpit.app.comparing import Comparing
 from cockpit.app.event_feed import EventFeed
-from cockpit.app.event_wake import EventInbox
+from cockpit.app.event_wake import EventWake
 from cockpit.app.key_table import (
     key_bindings,
     palette_entries,
@@ -116,7 +116,8 @@ class CockpitApp(
         self._initial_overlays = [Path(d) for d in overlays]
         self.session = Session(preset=preset)
         self.main_screen = MainScreen(id="_default")  # the panels the run is drawn on
-        self.inbox = EventInbox()  # the run's events, moved in as they arrive (EventFeed)
+        # the run's events, moved into its inbox as they arrive, and a drain asked for (EventFeed)
+        self.event_wake = EventWake(lambda: self.session.trainer, self.events_arrived)
         self.clock: Callable[[], float] = time.time  # the wall clock events are stamped with
         # desktop notifications and the bell, through the driver
         self.notifier = Notifier(notify or NotifySettings(), self._write_to_terminal, self.bell)
@@ -136,14 +137,14 @@ class CockpitApp(
         """The main screen is up: start the run named on the command line (and overlay the
         runs to compare it with)."""
         self.main_screen.status_line.set_state(self.session.state)
-        self.wake_on_events()
+        self.event_wake.start()
         self._start_run(self.session.preset)
         if self._initial_overlays:
             self.overlay_runs(self._initial_overlays)
 
     @on(MainScreen.DrainDue)
     def _drain(self) -> None:
-        if self.inbox:  # events arrived since the last drain (an idle run drains nothing)
+        if self.event_wake.inbox:  # events arrived since the last drain (an idle run drains nothing)
             self.pump()
         else:
             self.redraw_due()
@@ -324,7 +325,7 @@ class CockpitApp(
         if trainer is not None:
             # What the engine said after the UI stopped draining (a checkpoint written while
             # the app was closing, after a forced quit).
-            for ev in self.inbox.take(trainer):
+            for ev in self.event_wake.inbox.take(trainer):
                 match ev:
                     case CheckpointSaved():
                         self.session.view.last_checkpoint = (ev.step, ev.path, ev.reason)

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 import time
 from typing import TYPE_CHECKING
 
-from textual import work
 from textual.message import Message
-from textual.worker import get_current_worker
 
-from cockpit.app.event_wake import THREAD_NAME as WAKE_THREAD_NAME
-from cockpit.app.event_wake import EventInbox, wake_on_events
+from cockpit.app.event_wake import EventWake
 from cockpit.figures.numbers import fmt_int, fmt_lr
 from cockpit.screens.live_settings import config_after
 from engine.events import (
@@ -66,7 +62,7 @@ class EventFeed(_AppBase):
     """The app's drain of the run's events into the main screen's panels and its own handlers."""
 
     main_screen: MainScreen
-    inbox: EventInbox  # the run's events on their way here
+    event_wake: EventWake  # the thread that wakes the drain, and its inbox of the run's events
 
     def pump(self, force: bool = False) -> int:
         """Drain the engine's events, route them, update text at once and plots when due.
@@ -87,27 +83,21 @@ class EventFeed(_AppBase):
             with self.batch_update():
                 self._redraw([], force=False)
 
+    def events_arrived(self) -> None:
+        """Called on the waking thread: ask the UI thread for a drain now."""
+        try:
+            self.post_message(EventsArrived())  # thread-safe; refused once the app has closed
+        except RuntimeError:  # its event loop is closed: nothing left to draw on
+            pass
+
     def on_events_arrived(self, _message: EventsArrived) -> None:
         self.pump()
 
-    @work(thread=True, exit_on_error=False, group="event-wake", name="event wake")
-    def wake_on_events(self) -> None:
-        """Wait on the run of the moment and ask for a drain when what it says is news (a
-        thread of its own for the app's whole life; it ends when the app cancels it)."""
-        worker, thread = get_current_worker(), threading.current_thread()
-        pool_name, thread.name = thread.name, WAKE_THREAD_NAME  # a thread of asyncio's pool
-        try:
-            wake_on_events(
-                lambda: self.session.trainer,
-                self.inbox,
-                lambda: self.post_message(EventsArrived()),
-                worker.cancelled_event,
-            )
-        finally:
-            thread.name = pool_name
+    def on_unmount(self) -> None:
+        self.event_wake.stop()
 
     def _pump(self, force: bool) -> int:
-        events = self.inbox.take(self.session.trainer)
+        events = self.event_wake.inbox.take(self.session.trainer)
         for ev in events:
             try:
                 self.route(ev)

@@ -1,13 +1,14 @@
 """Waking the app's drain when the run's events arrive, rather than polling the queue faster.
 
-A thread of the app waits on the engine handle (`EngineHandle.wait_for_events`) and moves what
+A thread of the app (a daemon: leaving never waits for it) waits on the engine handle (`EngineHandle.wait_for_events`) and moves what
 arrived into the app's `EventInbox`. What a person waits to see (the acknowledgement of a
 command, an alert, an evaluation, a sample, a state) asks the UI thread for a drain at once; the
 routine readings (steps, telemetry, memory, rank reports, corpus progress) wait for the screen's
 next tick, about 4 Hz, as before. So a burst of steps is still one drain, the UI thread draws no
 more often than with the timer alone, and an idle run costs it nothing: the thread waits on the
 handle, the ticks find the inbox empty and drain nothing. The thread moves events at most every
-`COALESCE_S`, so the training loop's emits wake it at most that often.
+`COALESCE_S`, so the training loop's emits wake it at most that often. `EventWake` is that thread
+and the inbox it fills; `wake_on_events` its loop, which the tests drive alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from engine.events import DataProgress, Event, MemoryBreakdown, RankReport, Step
 # drain at once.
 ROUTINE_EVENTS = (Step, Telemetry, MemoryBreakdown, RankReport, DataProgress)
 THREAD_NAME = "event-wake"  # the waking thread's name (the overhead bench reads its CPU clock)
-WAIT_S = 0.1  # the longest wait on one handle: then the thread looks for a new run, or quits
+WAIT_S = 0.5  # the longest wait on one handle: then the thread looks for a new run, or stops
 # Events are moved at most this often (a burst of steps is one batch): an acknowledgement that
 # follows a step's event by microseconds, as a pause at the step boundary does, waits this long.
 COALESCE_S = 0.02
@@ -71,6 +72,36 @@ class EventInbox:
 
     def __len__(self) -> int:
         return len(self._events)
+
+
+class EventWake:
+    """The waking thread of one app and the inbox it fills (see the module). `ask_drain` is
+    called on that thread; `stop()` ends it at its next look (within WAIT_S)."""
+
+    def __init__(
+        self, handle_now: Callable[[], EngineHandle | None], ask_drain: Callable[[], None]
+    ) -> None:
+        self.inbox = EventInbox()
+        self._handle_now, self._ask_drain = handle_now, ask_drain
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=wake_on_events,
+                args=(self._handle_now, self.inbox, self._ask_drain, self._stop),
+                name=THREAD_NAME,
+                daemon=True,
+            )
+            self._thread.start()
+
+    def stop(self, join_s: float = 0.0) -> bool:
+        """Stop the thread (waiting up to `join_s` for it to end); True once it has ended."""
+        self._stop.set()
+        if self._thread is not None and join_s > 0:
+            self._thread.join(join_s)
+        return self._thread is None or not self._thread.is_alive()
 
 
 def wake_on_events(

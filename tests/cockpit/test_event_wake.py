@@ -21,7 +21,7 @@ from scripted import T0, ScriptedTrainer, step_event
 from textual.pilot import Pilot
 
 import cockpit.app.main_screen as main_screen
-from cockpit.app.event_wake import COALESCE_S, WAIT_S, EventInbox, wake_on_events
+from cockpit.app.event_wake import COALESCE_S, WAIT_S, EventInbox, EventWake
 from engine.events import Alert, StateChanged
 from engine.rundir.recorded import RecordedRun
 
@@ -72,17 +72,13 @@ def test_the_inbox_drops_the_events_of_a_handle_the_app_let_go() -> None:
 
 # the waking loop, alone -----------------------------------------------------------------------------
 class Waking:
-    """wake_on_events on a thread of its own, against `handle`; counts the drains it asks for."""
+    """An EventWake against `handle`, running; counts the drains it asks for."""
 
     def __init__(self, handle: Any) -> None:
-        self.handle, self.inbox, self.stop = handle, EventInbox(), threading.Event()
         self.asked: list[float] = []  # time.monotonic() of each drain asked for
-        self.thread = threading.Thread(
-            target=wake_on_events,
-            args=(lambda: self.handle, self.inbox, lambda: self.asked.append(time.monotonic()), self.stop),
-            daemon=True,
-        )
-        self.thread.start()
+        self.wake = EventWake(lambda: handle, lambda: self.asked.append(time.monotonic()))
+        self.inbox = self.wake.inbox
+        self.wake.start()
 
     def until(self, condition: Callable[[], bool]) -> None:
         deadline = time.monotonic() + LONG_S
@@ -91,9 +87,7 @@ class Waking:
             time.sleep(0.002)
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=LONG_S)
-        assert not self.thread.is_alive()
+        assert self.wake.stop(join_s=2 * WAIT_S + 1.0)  # ended at its next look
 
 
 def test_an_acknowledgement_asks_for_a_drain_at_once_and_steps_wait_for_the_tick() -> None:
@@ -108,7 +102,7 @@ def test_an_acknowledgement_asks_for_a_drain_at_once_and_steps_wait_for_the_tick
         queued = time.monotonic()
         handle.pause()  # the scripted engine acknowledges at once: StateChanged "paused"
         waking.until(lambda: bool(waking.asked))
-        assert waking.asked[0] - queued < 1.0  # woken by the event (its wait is WAIT_S long)
+        assert waking.asked[0] - queued < WAIT_S  # woken by the event, not its wait's end
         assert [e.kind for e in waking.inbox.take(handle)] == ["step"] * 3 + ["state"]
     finally:
         waking.close()
@@ -136,7 +130,7 @@ def test_an_idle_run_is_never_drained() -> None:
     drains = CountingDrains(handle)
     waking = Waking(handle)
     try:
-        time.sleep(6 * WAIT_S)
+        time.sleep(1.0)
         assert drains.calls == 0 and waking.asked == []
     finally:
         waking.close()
@@ -153,10 +147,10 @@ def test_a_handle_whose_wait_returns_at_once_does_not_make_it_spin() -> None:
     handle.wait_for_events = no_wait  # type: ignore[method-assign]
     waking = Waking(handle)
     try:
-        time.sleep(5 * WAIT_S)
+        time.sleep(2 * WAIT_S)
     finally:
         waking.close()
-    assert 1 <= len(waits) <= 7  # about one a WAIT_S, not thousands
+    assert 1 <= len(waits) <= 5  # about one a WAIT_S, not thousands
 
 
 def test_a_finished_runs_view_wakes_for_its_replay_then_for_each_refusal(tmp_path: Path) -> None:
@@ -167,15 +161,26 @@ def test_a_finished_runs_view_wakes_for_its_replay_then_for_each_refusal(tmp_pat
         replay = waking.inbox.take(run)
         assert replay and replay[-1].kind == "state"
         asked = len(waking.asked)
-        assert run.wait_for_events(0.05) is False
-        threading.Timer(0.05, run.pause).start()
-        start = time.monotonic()
-        assert run.wait_for_events(LONG_S) is True
-        assert time.monotonic() - start < LONG_S / 2
-        waking.until(lambda: len(waking.asked) > asked or len(waking.inbox) > 0)
+        time.sleep(3 * COALESCE_S)
+        assert len(waking.asked) == asked and len(waking.inbox) == 0  # nothing more came
+        queued = time.monotonic()
+        run.pause()  # refused: a finished run has nothing to steer
+        waking.until(lambda: len(waking.asked) > asked)
+        assert waking.asked[-1] - queued < WAIT_S  # woken by the refusal, not its wait's end
         assert [type(e) for e in waking.inbox.take(run)] == [Alert]
     finally:
         waking.close()
+
+
+def test_a_finished_runs_view_waits_until_a_refusal(tmp_path: Path) -> None:
+    run = RecordedRun(write_run(tmp_path, "over"))
+    assert run.wait_for_events(0.01) is True  # its replay waits from the start
+    run.drain_events()
+    assert run.wait_for_events(0.05) is False
+    threading.Timer(0.05, run.pause).start()
+    start = time.monotonic()
+    assert run.wait_for_events(LONG_S) is True
+    assert time.monotonic() - start < LONG_S / 2
 
 
 def test_the_scripted_engine_wakes_a_wait_at_its_event() -> None:
