@@ -17,6 +17,7 @@ import json
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import NoReturn
 
 WHO = "set_at.py"
@@ -77,6 +78,12 @@ def main() -> None:
     try:
         run = Connection(args.run_dir)
     except OSError as e:
+        if Path(args.run_dir, "metrics.jsonl").is_file():  # a run, but nothing listens
+            fail(
+                f"the run in {args.run_dir} is not live (it finished, stopped or crashed); resume it "
+                f"with: cockpit train --resume {args.run_dir} --set KEY=VALUE",
+                2,
+            )
         fail(f"no live run answers in {args.run_dir} ({e.strerror or e}); check RUN_DIR", 2)
     run.send({"hello": {"who": WHO}})
     try:

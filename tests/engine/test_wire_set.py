@@ -206,3 +206,15 @@ def test_the_example_needs_only_the_standard_library() -> None:
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}  # fmt: skip
     assert imported and imported <= set(sys.stdlib_module_names), imported
+
+
+def test_the_example_on_a_run_that_is_not_live_says_how_to_change_it(tmp_path: Path) -> None:
+    stopped = tmp_path / "stopped-run"
+    stopped.mkdir()
+    (stopped / "metrics.jsonl").write_text("")  # a run directory whose run no longer listens
+    done = set_at(str(stopped), "optim.lr=1e-3", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert one_line(done.stderr) == (
+        f"set_at: the run in {stopped} is not live (it finished, stopped or crashed); resume it "
+        f"with: cockpit train --resume {stopped} --set KEY=VALUE"
+    )
