@@ -16,6 +16,7 @@ def preflight(args: argparse.Namespace) -> str | None:
     """Every check of a run's command line that can fail before anything starts (a ConfigError,
     one line): the preset and its --set, the corpus, the run directory, a resume. Returns the
     message to print instead of training when a resumed run is already finished."""
+    init_from = getattr(args, "init_from", None)
     take_init_from(args)
     # Validate the preset before anything else so a typo is one line, not a UI.
     if args.resume is None:
@@ -44,6 +45,8 @@ def preflight(args: argparse.Namespace) -> str | None:
         for text in args.overrides:
             parse_override(text)
         resumed = Path(args.resume)
+        if init_from:
+            check_resume_init_from(args.resume, init_from)
         if torchrun_rank() == 0:
             check_run_dir_free(resumed if resumed.is_dir() else resumed.parent)
         finished = check_resume(args)
@@ -111,6 +114,26 @@ def check_resume(args: argparse.Namespace) -> str | None:
     plan = plan_resume(state, args.overrides, state["_path"], label=args.resume)
     check_log_packages(plan.config)
     return plan.finished
+
+
+def check_resume_init_from(resume: str, given: str) -> None:
+    """--init-from with --resume: fine when it names the source the run started from, else one
+    line that says which of the two to drop (not a resume's refusal of a --set)."""
+    from engine.checkpoint import CheckpointError, load_checkpoint, same_source
+
+    try:  # memory-mapped: the weights are not read
+        state = load_checkpoint(Path(resume), mmap=True)
+    except CheckpointError:
+        return  # check_resume says what is wrong with this checkpoint
+    recorded = str(state["config"].get("model", {}).get("init_from") or "")
+    if same_source(recorded, given):
+        return
+    started = f"it started from {recorded}" if recorded else "it started from fresh weights"
+    raise ConfigError(
+        f"--init-from {given} with --resume {resume}: a resumed run's weights come from its own "
+        f"checkpoint ({started}); drop --init-from to resume it, or drop --resume to start a new "
+        f"run from {given}"
+    )
 
 
 def check_run_dir_free(run_dir: Path) -> None:

@@ -8,7 +8,9 @@ _EXPORTS = {
     "engine.checkpoint.store": ("CheckpointError", "is_sharded", "load_checkpoint"),
     "engine.checkpoint.resume": ("ResumeFinished", "plan_resume"),
     "engine.checkpoint.trained": ("TrainedModel", "load_trained"),
-    "engine.checkpoint.init_source": ("REQUIRED", "InitFromError", "required_refusal", "source_path"),
+    "engine.checkpoint.init_source": (
+        "REQUIRED", "InitFromError", "required_refusal", "same_source", "source_path",
+    ),
     "engine.checkpoint.init_from": (
         "WeightsSource", "check_fits", "check_tokenizer_name", "load_into", "open_source",
         "shaped_overrides",

@@ -70,3 +70,42 @@ def test_a_hugging_face_directory_with_a_cut_short_model_is_refused_before_the_r
     cfg = ModelConfig(**{k: v for k, v in source.shape.items()})
     with pytest.raises(InitFromError, match=r"model.safetensors is cut short .*copy it again$"):
         check_fits(source, cfg)
+
+
+def _checkpoint(folder: Path, init_from: str) -> Path:
+    from engine.config.run_config import RunConfig
+
+    config = RunConfig().to_dict()
+    config["model"]["init_from"] = init_from
+    folder.mkdir()
+    path = folder / "ckpt-00000002.pt"
+    torch.save({"config": config, "step": 2, "model": {}}, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "recorded, started",
+    [("", "it started from fresh weights"), ("/models/gpt2", "it started from /models/gpt2")],
+)
+def test_init_from_with_resume_says_which_to_drop(tmp_path, recorded, started):
+    from cockpit.cli.preflight import check_resume_init_from
+    from engine.config.run_config import ConfigError
+
+    ckpt = _checkpoint(tmp_path / "run", recorded)
+    other = str(tmp_path / "other")
+    with pytest.raises(ConfigError) as error:
+        check_resume_init_from(str(ckpt), other)
+    assert str(error.value) == (
+        f"--init-from {other} with --resume {ckpt}: a resumed run's weights come from its own "
+        f"checkpoint ({started}); drop --init-from to resume it, or drop --resume to start a new "
+        f"run from {other}"
+    )
+
+
+def test_init_from_naming_the_runs_own_source_resumes(tmp_path):
+    from cockpit.cli.preflight import check_resume_init_from
+
+    source = tmp_path / "gpt2"
+    source.mkdir()
+    ckpt = _checkpoint(tmp_path / "run", str(source))
+    check_resume_init_from(str(ckpt), str(source))  # the same source again: no refusal
