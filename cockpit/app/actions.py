@@ -232,7 +232,8 @@ class CommandActions(_AppBase):
         """"Cool down now": a WSD decay from the next step, its length asked first; on any other
         schedule (or one cooling down already) the refusal says why."""
         cfg = run_config(self.session.view.info)
-        if cfg is None:
+        if cfg is None:  # the run has not started yet: say so, as S does
+            self.notify("the run's settings are not known yet", title="Cool down now", timeout=3)
             return
         refused = cooldown_refusal(cfg, self.session.view.step)
         if refused is not None:

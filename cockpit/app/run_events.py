@@ -89,6 +89,8 @@ class RunEvents(_AppBase):
             view.tracker.forget_rate()  # steps of another size: the ETA measures them afresh
         if ev.planned_lr:
             screen.lr_panel.replan(ev.planned_lr, ev.max_steps or view.max_steps, ev.step)
+            if announce:  # the acknowledgement, drawn now (not at the panel's next slow redraw)
+                screen.lr_panel.flush(force=True)
         if view.info is not None:  # the intervals a stop waits for
             self.session.boundary_work.configure(view.info.config or {}, view.max_steps)
         if announce:

@@ -202,7 +202,13 @@ class LiveSettingsScreen(InputDialog):
     `read_only` is why nothing can be changed here ("" = editable)."""
 
     ERROR_ID = "live-error"
-    BINDINGS = [Binding("escape", "cancel", "Cancel", show=False)]
+    # priority: decided as the key arrives, so keys typed right after a tab go into the next
+    # field and a key right after esc reaches the main screen (not the field being closed)
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel", show=False, priority=True),
+        Binding("tab", "app.focus_next", show=False, priority=True),
+        Binding("shift+tab", "app.focus_previous", show=False, priority=True),
+    ]
     DEFAULT_CSS = """
     LiveSettingsScreen { background: $background 25%; }
     LiveSettingsScreen #live-dialog { max-width: 100%; max-height: 100%; padding: 0 1; }
@@ -429,6 +435,7 @@ class CooldownScreen(InputDialog):
     Returns `{COOLDOWN: length}`, or None when cancelled. The new schedule is previewed at once."""
 
     ERROR_ID = "cooldown-error"
+    BINDINGS = [Binding("escape", "cancel", "Cancel", show=False, priority=True)]
 
     def __init__(self, config: RunConfig, step: int) -> None:
         super().__init__(classes="dialog-screen")

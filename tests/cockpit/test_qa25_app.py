@@ -1,0 +1,95 @@
+"""Defects found by using the live settings screen and cool down in a real terminal (issue 25's
+QA of the app), each pinned by what a user would notice: keys typed ahead land where they were
+meant to, every key says something in every state, an acknowledged change is drawn at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pilot import Toasts, pilot_test
+from scripted import ScriptedFactory
+from textual import events
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.screens.live_settings import LiveSettingsScreen
+
+WSD = {"schedule": {"kind": "wsd", "decay_fraction": 0.2}}
+
+
+def field(screen: Any, key: str) -> Input:
+    return screen.query_one(f"#set-{key.replace('.', '--')}", Input)
+
+
+async def type_ahead(pilot: Pilot, *keys: str) -> None:
+    """Keys arriving faster than the app handles them (a busy machine, a quick typist, a
+    paste of keystrokes): all queued before any is handled, then handled in order."""
+    for key in keys:
+        char = {"full_stop": "."}.get(key, key if len(key) == 1 else None)
+        pilot.app.post_message(events.Key(key, char))
+    await pilot.pause()
+    await pilot.pause()
+
+
+async def open_screen(pilot: Pilot, app: CockpitApp) -> LiveSettingsScreen:
+    await pilot.press("S")
+    await pilot.pause()
+    assert isinstance(app.screen, LiveSettingsScreen)
+    return app.screen
+
+
+@pilot_test()
+async def test_digits_typed_right_after_tab_go_into_the_next_field(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    """Tab then 0.05 at once: the value is the weight decay's, not the LR's (the tab used to
+    reach the field after the digits, which went into the field being left)."""
+    screen = await open_screen(pilot, app)
+    assert app.focused is field(screen, "optim.lr")
+    await type_ahead(pilot, "tab", "0", "full_stop", "0", "5")
+    assert field(screen, "optim.lr").value == ""
+    assert field(screen, "optim.weight_decay").value == "0.05"
+    await type_ahead(pilot, "shift+tab", "1")
+    assert field(screen, "optim.lr").value == "1"
+
+
+@pilot_test()
+async def test_a_key_right_after_esc_reaches_the_main_screen(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    """esc then j at once: the screen closes and the journal opens (j used to be typed into
+    the field of the screen being closed, and lost)."""
+    await open_screen(pilot, app)
+    await type_ahead(pilot, "escape", "j")
+    assert type(app.screen).__name__ == "JournalScreen"
+
+
+@pilot_test()
+async def test_c_before_the_run_started_says_why_nothing_opens(
+    pilot: Pilot, app: CockpitApp, toasts: Toasts
+) -> None:
+    app.session.view.info = None  # as while the run starts: its settings not known yet
+    await pilot.press("C")
+    await pilot.pause()
+    assert app.screen is app.main_screen
+    assert toasts and "not known yet" in toasts[-1].message and toasts[-1].title == "Cool down now"
+
+
+@pilot_test(config=WSD)
+async def test_the_lr_panel_draws_the_acknowledged_schedule_at_once(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    """Cool down acknowledged: the panel's planned curve and axis are the new run's on the
+    drain that routes the acknowledgement, not at the panel's next slow redraw (seconds later
+    on a loaded machine, the status line saying /700 beside a plan to 2,000 meanwhile)."""
+    panel = app.main_screen.lr_panel
+    app.pump(force=True)  # drawn just now: the panel's own pace would wait seconds for the next
+    await pilot.press("C")
+    await pilot.pause()
+    await pilot.press("enter")  # the configured fraction: 400 steps from step 300
+    await pilot.pause()
+    app.pump()  # the drain the engine's acknowledgement wakes, not forced
+    await pilot.pause()
+    assert panel.max_steps == 700 and panel.planned[-1][0] == 699
+    assert not panel.stale  # its redraw asked for with the acknowledgement
