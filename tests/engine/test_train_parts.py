@@ -10,13 +10,15 @@ from pathlib import Path
 
 import torch
 
-from engine.config.presets import load_preset
+from engine.config.live import SettingsTimeline
+from engine.config.presets import load_preset, load_replay
 from engine.data.batches import BatchSampler
 from engine.distributed.world import World, rank_seed
-from engine.events import Alert, EventQueue, RunState, StateChanged
+from engine.events import Alert, EventQueue, RunState, SettingsChanged, StateChanged
 from engine.train.cadence import DueWork, evaluate, sample, work_due
 from engine.train.closing import close_sinks, weights_finite
 from engine.train.counters import Counters
+from engine.train.replay import ConfigFile
 from engine.train.reporter import Reporter
 from engine.train.setup import announce, build, instrument
 from engine.train.step import train_step
@@ -149,7 +151,7 @@ def test_build_returns_what_trains_and_instrument_what_the_loop_measures(some_te
     assert instruments.peak.flops > 0 and instruments.peak_meter.peak == instruments.peak
 
 
-def test_announce_writes_the_config_and_says_the_run_started(some_text: Path, tmp_path: Path) -> None:
+def test_announce_writes_config_json_and_says_the_run_started(some_text: Path, tmp_path: Path) -> None:
     cfg = small_cfg()
     parts, report, events, _ = built(cfg, some_text)
     parts.train_batches.close()
@@ -167,11 +169,24 @@ def test_announce_writes_the_config_and_says_the_run_started(some_text: Path, tm
         report=report,
     )
     assert json.loads((tmp_path / "config.json").read_text()) == cfg.to_dict()
-    assert "cockpit train --preset THIS_FILE" in (tmp_path / "config.toml").read_text()
     (started,) = events.drain()
     assert started.kind == "run_started" and started.start_step == 5
     assert started.run_dir == str(tmp_path) and started.notes == ("a note",)
     assert started.n_params == parts.model.num_params(non_embedding=False)
+
+
+def test_the_config_file_is_the_replayable_start_and_its_changes(tmp_path: Path) -> None:
+
+    cfg, timeline = small_cfg(), SettingsTimeline()
+    config_file = ConfigFile(tmp_path / "config.toml", cfg, timeline)
+    config_file.write()
+    assert "cockpit train --preset THIS_FILE" in (tmp_path / "config.toml").read_text()
+    timeline.add(3, {"optim.weight_decay": 0.0})
+    config_file(SettingsChanged(step=3, changes={"optim.weight_decay": [0.1, 0.0]}))
+    replay = load_replay(str(tmp_path / "config.toml"))
+    assert replay.config.model == cfg.model and [(c.step, c.settings) for c in replay.changes.changes] == [
+        (3, {"optim.weight_decay": 0.0})
+    ]
 
 
 # ---------------------------------------------------------------------- one step, alone
