@@ -2,7 +2,8 @@
 
 The loop does not synchronise with the device on every step: it keeps each step's loss, gradient
 norm, update ratio and whether its update was held back as device tensors, and reads a batch of
-them back at once (one sync).
+them back at once (one sync). `PendingSteps` holds the steps trained since the last read-back
+and their throughput window, and turns them into Step events and anomaly checks.
 """
 
 from __future__ import annotations
@@ -10,10 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from engine.events import Step
+from engine.events import Event, Step
+from engine.train.throughput import ThroughputWindow
+
+if TYPE_CHECKING:
+    from engine.config.run_config import RunConfig
+    from engine.plan.flops import PeakMeter
+    from engine.train.counters import Counters
+    from engine.train.faults import SpikeDetector
 
 
 @dataclass
@@ -110,3 +119,114 @@ def step_events(
         )
         for i, p in enumerate(pending)
     ]
+
+
+class PendingSteps:
+    """The steps trained since the last read-back, oldest first, and the throughput window
+    they were trained in.
+
+    `cfg`: the run's config (tokens a step, read when asked: a live change may change it);
+    `counters`: the run's, put back to before a step refused on the device; `reduce`: this
+    rank's losses to the world's; `spikes`: the loss spike guard; `peak_meter`,
+    `flops_per_token` and `ranks`: each device's share of the world's throughput against one
+    device's peak (MFU); `emit`: where the Step events go; `anomaly(message, code)`: what a
+    non-finite loss, a spike or a refused step is reported to (the fault handler)."""
+
+    def __init__(
+        self,
+        *,
+        cfg: RunConfig,
+        counters: Counters,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None,
+        spikes: SpikeDetector,
+        peak_meter: PeakMeter,
+        flops_per_token: float,
+        ranks: int,
+        emit: Callable[[Event], None],
+        anomaly: Callable[[str, str], None],
+    ) -> None:
+        self.cfg = cfg
+        self.counters = counters
+        self.reduce = reduce
+        self.spikes = spikes
+        self.peak_meter = peak_meter
+        self.flops_per_token = flops_per_token
+        self.ranks = ranks
+        self.emit = emit
+        self.anomaly = anomaly
+        self.steps: list[PendingStep] = []
+        self.window = ThroughputWindow()
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def add(self, pending: PendingStep) -> None:
+        self.steps.append(pending)
+
+    @property
+    def held_back(self) -> torch.Tensor | None:
+        """Whether the newest step's update was held back: one refused since the last
+        read-back holds back the updates after it too (None with no step pending)."""
+        return self.steps[-1].held_back if self.steps else None
+
+    def forget(self) -> None:
+        """Drop the steps not read back yet (a rollback undoes them)."""
+        self.steps = []
+
+    def exclude(self, since: float) -> None:
+        """Leave the time from `since` to now (not training) out of the next Step's throughput."""
+        self.window.exclude(since, bool(self.steps))
+
+    def flush(self) -> None:
+        """Read the steps back from the device (one sync) and emit their Step events. A step
+        refused on the device for a non-finite gradient is an anomaly now: the updates after it
+        were held back for it, so the run goes back to the step before it, as if seen at once."""
+        pending, self.steps = self.steps, []
+        if not pending:
+            return
+        # the sync, timed inside the window; across ranks, the mean loss of the whole batch
+        read = read_back(pending, self.reduce)
+        refused = None
+        if read.applied < len(pending):
+            refused = refusal_message(pending[read.applied].step, read.losses[read.applied])
+            self._undo_held_back(pending, read.applied)
+            pending = pending[: read.applied]
+        if pending:
+            self._emit_steps(pending, read)
+        self.window.restart()
+        if refused is not None:
+            self.anomaly(refused, "nan")
+
+    def _undo_held_back(self, pending: list[PendingStep], applied: int) -> None:
+        """The counters as they were before the refused step `pending[applied]`: no update was
+        applied from it on (the weights and optimizer state are those of the step before)."""
+        counters, undone = self.counters, len(pending) - applied
+        counters.step -= undone
+        counters.tokens -= undone * self.cfg.tokens_per_step
+        counters.current_lr = pending[max(applied - 1, 0)].lr
+
+    def _emit_steps(self, pending: list[PendingStep], read: ReadBack) -> None:
+        """The Step events of the applied steps read back, then their NaN and spike checks."""
+        tokens_per_s, step_time = self.window.rates(len(pending), self.cfg.tokens_per_step)
+        spikes = self.spikes
+        for event in step_events(
+            pending,
+            read,
+            tokens_per_s=tokens_per_s,
+            step_time_s=step_time,
+            tokens_after=self.counters.tokens,
+            tokens_per_step=self.cfg.tokens_per_step,
+            # each device's share of the world's throughput against one device's peak
+            mfu=self.peak_meter.mfu(tokens_per_s / self.ranks, self.flops_per_token),
+        ):
+            self.emit(event)
+        for p, loss in zip(pending, read.losses, strict=False):  # the applied ones come first
+            if not math.isfinite(loss):
+                self.anomaly(f"loss is not finite at step {p.step}", "nan")
+                break
+            if spikes.observe(loss):
+                self.anomaly(
+                    f"loss spike at step {p.step}: {loss:.4f} against a moving average of {spikes.mean:.4f}",
+                    "spike",
+                )
+                break

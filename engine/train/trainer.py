@@ -60,13 +60,7 @@ from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
 from engine.train.garbage import settle_garbage_collector
 from engine.train.live import LiveSettings
-from engine.train.readback import (
-    PendingStep,
-    ReadBack,
-    read_back,
-    refusal_message,
-    step_events,
-)
+from engine.train.readback import PendingSteps
 from engine.train.replay import (
     ConfigFile,
     ReplayPlan,
@@ -85,7 +79,6 @@ from engine.train.setup import (
     read_back_every,
 )
 from engine.train.step import StepParts, train_step
-from engine.train.throughput import ThroughputWindow
 
 if TYPE_CHECKING:
     from engine.telemetry.poller import TelemetryPoller  # imported when a run polls (run())
@@ -518,7 +511,7 @@ class Trainer:
             cfg=cfg, interactive=self.interactive, world=world, checkpointer=checkpointer,
             counters=counters, reporter=report, stopping=self.stopping, spikes=parts.spikes,
             model=parts.model, optimizer=parts, batches=parts.train_batches,
-            device_type=device.type, forget_pending=self._forget_pending,
+            device_type=device.type, forget_pending=lambda: self._pending.forget(),
             settings_back=self._settings_back,
         )  # fmt: skip
         rank_commands = None
@@ -593,65 +586,11 @@ class Trainer:
         """The newest checkpoint written or resumed from (None before setup)."""
         return self.checkpointer.last_checkpoint if self.checkpointer is not None else None
 
-    def _forget_pending(self) -> None:
-        self._pending = []  # a rollback undoes the steps not read back yet
-
     # ------------------------------------------------------------------ the loop
     def _flush(self) -> None:
-        """Read pending steps back from the device (one sync) and emit their Step events. A step
-        refused on the device for a non-finite gradient is an anomaly now: the updates after it
-        were held back for it, so the run goes back to the step before it, as if seen at once."""
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
-        # the sync, timed inside the window; across ranks, the mean loss of the whole batch
-        read = read_back(pending, lambda t: mean_over_ranks(t, self.world))
-        refused = None
-        if read.applied < len(pending):
-            refused = refusal_message(pending[read.applied].step, read.losses[read.applied])
-            self._undo_held_back(pending, read.applied)
-            pending = pending[: read.applied]
-        if pending:
-            self._emit_steps(pending, read)
-        self.window.restart()
-        if refused is not None:
-            self._loop_parts.faults.anomaly(refused, "nan")
-
-    def _undo_held_back(self, pending: list[PendingStep], applied: int) -> None:
-        """The counters as they were before the refused step `pending[applied]`: no update was
-        applied from it on (the weights and optimizer state are those of the step before)."""
-        counters, undone = self.counters, len(pending) - applied
-        counters.step -= undone
-        counters.tokens -= undone * self.cfg.tokens_per_step
-        counters.current_lr = pending[max(applied - 1, 0)].lr
-
-    def _emit_steps(self, pending: list[PendingStep], read: ReadBack) -> None:
-        """The Step events of the applied steps read back, then their NaN and spike checks."""
-        tokens_per_s, step_time = self.window.rates(len(pending), self.cfg.tokens_per_step)
-        instruments, spikes, report = self._instrumented, self._built.spikes, self.reporter
-        for event in step_events(
-            pending,
-            read,
-            tokens_per_s=tokens_per_s,
-            step_time_s=step_time,
-            tokens_after=self.counters.tokens,
-            tokens_per_step=self.cfg.tokens_per_step,
-            # each device's share of the world's throughput against one device's peak
-            mfu=instruments.peak_meter.mfu(
-                tokens_per_s / self.world.world_size, instruments.flops_per_token
-            ),
-        ):
-            report.emit(event)
-        for p, loss in zip(pending, read.losses, strict=False):  # the applied ones come first
-            if not math.isfinite(loss):
-                self._loop_parts.faults.anomaly(f"loss is not finite at step {p.step}", "nan")
-                break
-            if spikes.observe(loss):
-                self._loop_parts.faults.anomaly(
-                    f"loss spike at step {p.step}: {loss:.4f} against a moving average of {spikes.mean:.4f}",
-                    "spike",
-                )
-                break
+        """Read the pending steps back from the device and emit their Step events (the loop's,
+        before an evaluation, a command's)."""
+        self._pending.flush()
 
     def _evaluate(self) -> Eval:
         """Measure the losses now (pending steps read back first, so the curves stay in order)."""
@@ -674,7 +613,7 @@ class Trainer:
         counters = self.counters
         factor = lr_multiplied(counters.step, self.cfg, counters.lr_scale)  # never past MAX_LR
         # an update refused since the last read-back holds this one back too
-        held_back = self._pending[-1].held_back if self._pending else None
+        held_back = self._pending.held_back
         outcome = train_step(
             step_parts, parts.optimizer, counters.step, factor, report_memory, held_back
         )
@@ -685,7 +624,7 @@ class Trainer:
         counters.step += 1
         counters.tokens += self.cfg.tokens_per_step
         counters.current_lr = pending.lr
-        self._pending.append(pending)
+        self._pending.add(pending)
 
     def _loop(self) -> None:
         report = self.reporter
@@ -696,12 +635,16 @@ class Trainer:
             return
         cfg, counters = self.cfg, self.counters
         parts, instruments = self._built, self._instrumented
-        self._pending: list[PendingStep] = []
-        self.window = ThroughputWindow()
+        loop_parts = self._loop_parts
+        self._pending = PendingSteps(
+            cfg=cfg, counters=counters, reduce=lambda t: mean_over_ranks(t, self.world),
+            spikes=parts.spikes, peak_meter=instruments.peak_meter,
+            flops_per_token=instruments.flops_per_token, ranks=self.world.world_size,
+            emit=report.emit, anomaly=loop_parts.faults.anomaly,
+        )  # fmt: skip
         report.set_state(RunState.RUNNING, "resumed from checkpoint" if self.resume_from else "")
         parts.model.train()
         last_memory_report = -math.inf
-        loop_parts = self._loop_parts
         while counters.step < cfg.train.max_steps:
             t_commands = time.perf_counter()
             for change in self.replay_plan.due(counters.step):  # a replay's, at the same boundary
@@ -709,7 +652,7 @@ class Trainer:
             loop_parts.commands.apply_queued()
             # Time paused or blocked on a command is not training, any more than an evaluation
             # is: keep it out of the next Step's throughput and step time.
-            self.window.exclude(t_commands, bool(self._pending))
+            self._pending.exclude(t_commands)
             if self._should_stop() and not self.world.distributed:
                 self.stopping.ask(True)  # the app is closing: keep the run
             if self.stopping.requested:
@@ -745,7 +688,7 @@ class Trainer:
             ):
                 # Rolled back (the restored step had its eval, sample and checkpoint already),
                 # giving up, or paused on an anomaly (these weights are suspect: no checkpoint).
-                self.window.exclude(time.perf_counter(), bool(self._pending))
+                self._pending.exclude(time.perf_counter())
                 continue
             # The due work in this order: a checkpoint after an eval at its step may become
             # best.pt.
@@ -756,7 +699,7 @@ class Trainer:
                 self._sample()
             if due.checkpoint:
                 loop_parts.checkpointer.save_and_mark("interval", self._last_eval)
-            self.window.exclude(t_extra, bool(self._pending))
+            self._pending.exclude(t_extra)
         self._finish()
 
     def _finish(self) -> None:
