@@ -278,6 +278,9 @@ def test_a_non_finite_val_loss_is_an_error_alert() -> None:
         def losses(self, data):
             return math.nan, math.inf
 
+        def bits_per_byte(self, data, train_loss, val_loss):
+            return None, None  # a loss that is not finite has none
+
         def capped_note(self):
             return None
 
