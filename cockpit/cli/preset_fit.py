@@ -26,7 +26,14 @@ def preset_fit_warning(
     import torch
 
     from engine.config import format_bytes, load_preset
-    from engine.plan import compute_dtype, flops_per_token, measure_peak, plan_memory, table_peak
+    from engine.plan import (
+        compute_dtype,
+        flops_per_token,
+        matmul_params,
+        measure_peak,
+        plan_memory,
+        table_peak,
+    )
     from engine.train import device_capacity, select_device
 
     try:
@@ -39,8 +46,7 @@ def preset_fit_warning(
     vocab = 256 if tokenizer == "char" else BPE_VOCAB.get(tokenizer, 50257)
     plan = plan_memory(cfg, vocab, device.type, capacity)
     m = cfg.model
-    position = m.block_size * m.n_embd if m.pos_emb == "learned" else 0
-    step_flops = flops_per_token(plan.n_params - position, m) * cfg.tokens_per_step
+    step_flops = flops_per_token(matmul_params(plan.n_params, m, vocab), m) * cfg.tokens_per_step
     peak = None
     if known_peak is not None and known_peak[0].split(":")[0] == device.type:
         peak = known_peak[1]

@@ -49,7 +49,7 @@ NANOGPT_PADDED_VOCAB = 50304  # nanoGPT's GPT-2 vocabulary padded for speed when
 # The ModelConfig fields the weights decide: their change would make them another model.
 SHAPE_KEYS = (
     "n_layer", "n_head", "n_embd", "block_size", "bias", "pos_emb", "norm", "qk_norm", "mlp",
-    "tie_embeddings", "logit_softcap",
+    "tie_embeddings", "logit_softcap", "value_embeds", "unet_skips",
 )  # fmt: skip
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 NANOGPT_CKPT = "ckpt.pt"
@@ -229,8 +229,10 @@ def _is_cockpit_export(file: Path) -> bool:
 
 
 def _gpt2_shape(**given: Any) -> dict[str, Any]:
-    """GPT-2's switches (learned positions, LayerNorm, no QK-norm, no soft-cap) and the shape."""
-    return {"pos_emb": "learned", "norm": "layernorm", "qk_norm": False, "logit_softcap": 0.0, **given}
+    """GPT-2's switches (learned positions, LayerNorm, no QK-norm, no soft-cap, none of the
+    speedrun's parts) and the shape."""
+    off = {"qk_norm": False, "logit_softcap": 0.0, "value_embeds": 0, "unet_skips": False}
+    return {"pos_emb": "learned", "norm": "layernorm", **off, **given}
 
 
 def _hf_directory(

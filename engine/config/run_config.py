@@ -87,6 +87,18 @@ class ModelConfig:
     tie_embeddings: bool = _opt(True, help="share the token embedding matrix with the output head")
     zero_init_proj: bool = _opt(False, help="zero-initialise attention and MLP output projections")
     logit_softcap: float = _opt(0.0, help="tanh soft-cap on logits; 0 turns it off", min=0.0)
+    value_embeds: int = _opt(
+        0,
+        help="value embeddings (modded-nanogpt's): N extra token embedding tables; table i is "
+        "added, times a learned scalar, to the attention values of block i and of block "
+        "n_layer-N+i (0 = off; at most n_layer/2)",
+        min=0,
+    )
+    unet_skips: bool = _opt(
+        False,
+        help="U-net skips (modded-nanogpt's): each block of the first half passes its output, "
+        "times a learned weight, to the input of its mirror block in the second half",
+    )
     grad_checkpoint: str = _opt(
         "none",
         help="recompute activations in backward instead of keeping them: 'mlp' (a block's 4h-wide "
@@ -419,6 +431,13 @@ def validate(cfg: RunConfig, source: str = "config") -> None:
             f"{source}: model.recompute_blocks ({m.recompute_blocks}) exceeds model.n_layer "
             f"({m.n_layer}); 0 recomputes every block"
         )
+    if 2 * m.value_embeds > m.n_layer:
+        raise ConfigError(
+            f"{source}: model.value_embeds ({m.value_embeds}) needs {2 * m.value_embeds} blocks "
+            f"(each table feeds one of the first and one of the last), model.n_layer is {m.n_layer}"
+        )
+    if m.unet_skips and m.n_layer < 2:
+        raise ConfigError(f"{source}: model.unet_skips needs at least 2 blocks (model.n_layer is 1)")
     if m.pos_emb == "rotary" and (m.n_embd // m.n_head) % 2:
         raise ConfigError(f"{source}: rotary embeddings need an even head size (n_embd / n_head)")
     if cfg.schedule.min_lr > cfg.optim.lr:

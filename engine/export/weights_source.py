@@ -26,6 +26,8 @@ _GPT2_SWITCHES: tuple[tuple[str, Any, str], ...] = (
     ("qk_norm", lambda c: c.qk_norm, "has no QK-norm in its attention"),
     ("mlp", lambda c: c.mlp == "relu2", "has a GELU MLP"),
     ("logit_softcap", lambda c: c.logit_softcap > 0, "has no logit soft-cap"),
+    ("value_embeds", lambda c: c.value_embeds > 0, "has no value embeddings"),
+    ("unet_skips", lambda c: c.unet_skips, "has no skip connections between blocks"),
     (
         "tie_embeddings",
         lambda c: not c.tie_embeddings,

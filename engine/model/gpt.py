@@ -3,7 +3,10 @@
 With the defaults of `ModelConfig` it is nanoGPT's GPT: learned positions, LayerNorm, GELU MLP,
 tied embeddings, causal scaled-dot-product attention, dropout and nanoGPT's initialisation.
 Switches turn on rotary positions, RMSNorm, QK-norm, ReLU^2 (or GPT-2's tanh GELU), an untied
-head, zero-initialised output projections and tanh logit soft-capping.
+head, zero-initialised output projections, tanh logit soft-capping, and two of the modded-nanogpt
+speedrun's parts: value embeddings (token embedding tables mixed into the attention values of
+the first and last blocks) and U-net skips (the first half's block outputs added to the inputs of
+their mirror blocks in the second half).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, value_embed: bool = False) -> None:
+        """`value_embed`: the block's values get a value embedding added, times `ve_lambda`."""
         super().__init__()
         self.n_head = cfg.n_head
         self.head_dim = cfg.n_embd // cfg.n_head
@@ -62,12 +66,19 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.q_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim) if cfg.qk_norm else None
+        # one learned scale; starts at 1, the weight modded-nanogpt's zero-initialised gate gives
+        self.ve_lambda = nn.Parameter(torch.ones(1)) if value_embed else None
 
     def forward(
-        self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor] | None
+        self,
+        x: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        value_embed: torch.Tensor | None = None,
     ) -> torch.Tensor:
         b, t, c = x.size()
         q, k, v = self.c_attn(x).split(c, dim=2)
+        if value_embed is not None:  # a float32 lookup: cast to the values' (autocast) dtype
+            v = v + (self.ve_lambda * value_embed).to(v.dtype)
         q, k, v = (z.view(b, t, self.n_head, self.head_dim).transpose(1, 2) for z in (q, k, v))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
@@ -98,10 +109,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, value_embed: bool = False) -> None:
         super().__init__()
         self.ln_1 = make_norm(cfg, cfg.n_embd)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, value_embed)
         self.ln_2 = make_norm(cfg, cfg.n_embd)
         self.mlp = MLP(cfg)
 
@@ -109,13 +120,25 @@ class Block(nn.Module):
         self,
         x: torch.Tensor,
         rotary: tuple[torch.Tensor, torch.Tensor] | None,
+        value_embed: torch.Tensor | None = None,
         recompute_mlp: bool = False,
     ) -> torch.Tensor:
         """With `recompute_mlp`, backward recomputes the MLP from its input rather than keeping
-        its 4h-wide activations: the block's largest ones, for the MLP's share of its forward."""
-        x = x + self.attn(self.ln_1(x), rotary)
+        its 4h-wide activations: the block's largest ones, for the MLP's share of its forward.
+        `value_embed` (b, t, n_embd): this block's value embedding (model.value_embeds)."""
+        x = x + self.attn(self.ln_1(x), rotary, value_embed)
         h = self.ln_2(x)
         return x + (checkpoint(self.mlp, h, use_reentrant=False) if recompute_mlp else self.mlp(h))
+
+
+def value_embed_tables(n_layer: int, n_tables: int) -> list[int | None]:
+    """The value-embedding table each block adds to its values (None: none): table i feeds
+    block i and block n_layer - n_tables + i, modded-nanogpt's "012 ... 012" layout (the tables
+    carry what a token is to the blocks nearest the input and the output)."""
+    if 2 * n_tables > n_layer:
+        raise ValueError(f"{n_tables} value embedding tables need {2 * n_tables} blocks, not {n_layer}")
+    last = n_layer - n_tables
+    return [i if i < n_tables else i - last if i >= last else None for i in range(n_layer)]
 
 
 def padded_vocab_size(vocab_size: int, multiple: int) -> int:
@@ -135,7 +158,14 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(self.padded_vocab, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ve_tables = value_embed_tables(cfg.n_layer, cfg.value_embeds)
+        self.value_embeds = nn.ModuleList(
+            nn.Embedding(self.padded_vocab, cfg.n_embd) for _ in range(cfg.value_embeds)
+        )
+        self.blocks = nn.ModuleList(Block(cfg, table is not None) for table in self.ve_tables)
+        # skip_weights[j]: block j's output into block n_layer-1-j's input, starting at 1 as
+        # modded-nanogpt's (the middle block of an odd count has no mirror)
+        self.skip_weights = nn.Parameter(torch.ones(cfg.n_layer // 2)) if cfg.unet_skips else None
         self.ln_f = make_norm(cfg, cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, self.padded_vocab, bias=False)
         if cfg.tie_embeddings:
@@ -164,10 +194,13 @@ class GPT(nn.Module):
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Distinct parameters, the padded vocabulary's rows included (they are computed with
-        and held in memory); nanoGPT's convention subtracts the position embedding."""
+        and held in memory); nanoGPT's convention subtracts the position embedding, and the
+        value embeddings go with it: tables looked up, never multiplied (the token embedding
+        stays, as the head it is tied to)."""
         n = sum(p.numel() for p in self.parameters())
-        if non_embedding and self.wpe is not None:
-            n -= self.wpe.weight.numel()
+        if non_embedding:
+            lookups = [self.wpe] if self.wpe is not None else []
+            n -= sum(t.weight.numel() for t in [*lookups, *self.value_embeds])
         return n
 
     def forward(
@@ -189,11 +222,22 @@ class GPT(nn.Module):
         # model.grad_checkpoint's recompute applies to the first blocks: backward reaches them
         # last, when the other blocks' activations are already freed.
         recomputed = self.cfg.recomputed_blocks if self.training and torch.is_grad_enabled() else 0
+        value_embeds = [table(idx) for table in self.value_embeds]
+        n_layer = len(self.blocks)
+        skipped = len(self.skip_weights) if self.skip_weights is not None else 0
+        outputs: list[torch.Tensor] = []  # the first half's, for the U-net skips
         for i, block in enumerate(self.blocks):
+            mirror = n_layer - 1 - i
+            if mirror < skipped:
+                x = x + self.skip_weights[mirror] * outputs[mirror]
+            table = self.ve_tables[i]
+            ve = value_embeds[table] if table is not None else None
             if i < recomputed and self.cfg.grad_checkpoint == "full":
-                x = checkpoint(block, x, rotary, use_reentrant=False)
+                x = checkpoint(block, x, rotary, ve, use_reentrant=False)
             else:
-                x = block(x, rotary, recompute_mlp=i < recomputed)
+                x = block(x, rotary, ve, recompute_mlp=i < recomputed)
+            if i < skipped:
+                outputs.append(x)
         x = self.ln_f(x)
         if full_logits:
             logits = self._logits(x)

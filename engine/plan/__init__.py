@@ -7,6 +7,6 @@ _EXPORTS = {
     "engine.plan.planner": ("MemoryPlan", "compute_dtype", "plan_memory", "vocab_size_for"),
     "engine.plan.fixes": ("suggest_fixes",),
     "engine.plan.report": ("format_plan",),
-    "engine.plan.flops": ("flops_per_token", "measure_peak", "table_peak"),
+    "engine.plan.flops": ("flops_per_token", "matmul_params", "measure_peak", "table_peak"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

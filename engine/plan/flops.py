@@ -1,8 +1,11 @@
 """FLOPs per token, peak FLOP/s of the device, and model FLOPs utilisation (MFU).
 
 FLOPs per token = 6N + 12*L*H*Q*T (Chowdhery et al. 2022, PaLM, appendix B), where
-- N counts every parameter except the position embeddings: the token embedding is counted
-  because, tied to the output head, it is a vocab x d matrix multiply in every forward pass;
+- N counts every parameter except the position embeddings and the value embeddings
+  (model.value_embeds: tables looked up, never multiplied); the token embedding is counted
+  because, tied to the output head, it is a vocab x d matrix multiply in every forward pass.
+  The speedrun parts' scalars (value-embedding lambdas, U-net skip weights) are in N like the
+  norms' gains; their elementwise products, like the norms', are not counted;
 - 12*L*H*Q*T is attention's score and value products (L layers, H heads, Q head size,
   T context), forward and backward, NOT halved for causal masking: the same convention as
   nanoGPT's `estimate_mfu`, so figures compare with its and with PaLM's.
@@ -20,6 +23,7 @@ from typing import Any
 import torch
 
 from engine.config.run_config import ModelConfig
+from engine.model.gpt import padded_vocab_size
 
 TERA = 1e12
 
@@ -109,8 +113,18 @@ PEAK_TFLOPS: tuple[DatasheetPeak, ...] = (
 )
 
 
+def matmul_params(n_params: int, cfg: ModelConfig, vocab_size: int) -> int:
+    """N of `flops_per_token` from a count of every parameter (a memory plan's `n_params`) of
+    a model for the tokenizer's `vocab_size`: less the position embedding and the value
+    embeddings' tables (the padded vocabulary's rows each), as `GPT.num_params()`."""
+    lookups = cfg.block_size if cfg.pos_emb == "learned" else 0
+    lookups += cfg.value_embeds * padded_vocab_size(vocab_size, cfg.vocab_multiple)
+    return n_params - lookups * cfg.n_embd
+
+
 def flops_per_token(n_params_non_pos: int, cfg: ModelConfig) -> float:
-    """Training FLOPs (forward + backward) per token; see the module docstring for N."""
+    """Training FLOPs (forward + backward) per token; see the module docstring for N
+    (`GPT.num_params()`, or `matmul_params` of a count of every parameter)."""
     head_dim = cfg.n_embd // cfg.n_head
     return 6 * n_params_non_pos + 12 * cfg.n_layer * cfg.n_head * head_dim * cfg.block_size
 

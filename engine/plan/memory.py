@@ -17,6 +17,7 @@ import torch
 
 from engine.config.run_config import RunConfig
 from engine.events import MemoryBreakdown
+from engine.model.gpt import value_embed_tables
 from engine.model.head_loss import chunk_tokens_for
 from engine.train.device import device_capacity, process_gpu_memory
 
@@ -138,6 +139,43 @@ def recomputed_layers_bytes(
     return int(n_layer * per_layer)
 
 
+def speedrun_parts_bytes(
+    batch: int,
+    seq: int,
+    n_embd: int,
+    n_layer: int,
+    bytes_per_value: int,
+    *,
+    value_embeds: int = 0,
+    unet_skips: bool = False,
+    full_recompute_blocks: int = 0,
+) -> int:
+    """What value embeddings and U-net skips add to the blocks' kept activations, in bytes.
+
+    Value embeddings: each table's lookup (b*s*h float32 values: the table's dtype, autocast
+    or not) is kept for its scalars' gradients, once for the two blocks it feeds; each of those
+    blocks keeps its new values (v plus the scaled lookup: b*s*h at the compute dtype) for
+    attention's backward, while the projections' output, which the queries and keys are views
+    of, stays too. A block among the first `full_recompute_blocks` keeps only its inputs, the
+    lookup among them. Counted from the tensors autograd saves; with rotary positions and no
+    QK-norm the queries and keys are new tensors and the projections' output is freed instead,
+    so there the figure is high by the blocks' share.
+    U-net skips: with an even number of blocks, the first block of the second half takes the
+    last of the first half's output twice (itself, and scaled as its mirror's skip), so both
+    it and the sum are kept (b*s*h float32: the residual stream's dtype); every other skip's
+    source is kept anyway as the next block's input.
+    """
+    sbh = batch * seq * n_embd
+    total = 0
+    if value_embeds:
+        tables = value_embed_tables(n_layer, value_embeds)
+        fed = sum(1 for i, t in enumerate(tables) if t is not None and i >= full_recompute_blocks)
+        total += 4 * sbh * value_embeds + bytes_per_value * sbh * fed
+    if unet_skips and n_layer % 2 == 0:
+        total += 4 * sbh
+    return total
+
+
 def activation_bytes_estimate(
     batch: int,
     seq: int,
@@ -150,12 +188,15 @@ def activation_bytes_estimate(
     flash_attention: bool = True,
     grad_checkpoint: str | bool = "none",
     recompute_blocks: int = 0,
+    value_embeds: int = 0,
+    unet_skips: bool = False,
 ) -> int:
     """Activations live at the peak of a training step, in bytes.
 
     `grad_checkpoint` is model.grad_checkpoint's mode (True/False: full/none), applied to the
     first `recompute_blocks` blocks (0: all); `recomputed_layers_bytes` has the layers' part.
-    The head and its loss add `head_loss_bytes`.
+    The head and its loss add `head_loss_bytes`; model.value_embeds and model.unet_skips add
+    `speedrun_parts_bytes`.
     """
     layers = recomputed_layers_bytes(
         batch,
@@ -168,7 +209,18 @@ def activation_bytes_estimate(
         mode=grad_checkpoint,
         recompute_blocks=recompute_blocks,
     )
-    return int(layers + head_loss_bytes(batch, seq, n_embd, vocab, bytes_per_value))
+    full = grad_checkpoint is True or grad_checkpoint == "full"
+    parts = speedrun_parts_bytes(
+        batch,
+        seq,
+        n_embd,
+        n_layer,
+        bytes_per_value,
+        value_embeds=value_embeds,
+        unet_skips=unet_skips,
+        full_recompute_blocks=min(recompute_blocks or n_layer, n_layer) if full else 0,
+    )
+    return int(layers + parts + head_loss_bytes(batch, seq, n_embd, vocab, bytes_per_value))
 
 
 def head_loss_bytes(batch: int, seq: int, n_embd: int, vocab: int, bytes_per_value: int) -> int:
@@ -242,6 +294,8 @@ def memory_breakdown(
             torch.finfo(dtype).bits // 8,
             grad_checkpoint=m.grad_checkpoint,
             recompute_blocks=m.recompute_blocks,
+            value_embeds=m.value_embeds,
+            unet_skips=m.unet_skips,
         )
         measured = False
         cache = 0

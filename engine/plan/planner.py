@@ -155,11 +155,15 @@ def plan_memory(
         value_bytes,
         grad_checkpoint=m.grad_checkpoint,
         recompute_blocks=m.recompute_blocks,
+        value_embeds=m.value_embeds,
+        unet_skips=m.unet_skips,
     )
     if value_bytes == 2 and parallel != "fsdp":
         # autocast's 16-bit copies of the weights, kept for backward (FSDP's mixed precision
-        # all-gathers the weights in 16 bit instead: counted in `unsharded`)
-        activations += 2 * n_params
+        # all-gathers the weights in 16 bit instead: counted in `unsharded`); the value
+        # embeddings are looked up, in float32, never copied
+        looked_up = sum(prod(s) for name, s in shapes if name.startswith("value_embeds."))
+        activations += 2 * (n_params - looked_up)
     # each rank's own parameters: under FSDP its shard of every one
     held = shard_shapes(shapes, world_size) if parallel == "fsdp" else shapes
     n_held = sum(prod(s) for _, s in held)
