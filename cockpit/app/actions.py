@@ -217,6 +217,7 @@ class CommandActions(_AppBase):
             self.session.view.step,
             read_only=self._settings_read_only(),
             avoid=self.main_screen.lr_panel.region,
+            follow=lambda: self.session.view.step,
         )
         self.push_screen(screen, self._settings_chosen)
 

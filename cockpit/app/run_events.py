@@ -84,7 +84,13 @@ class RunEvents(_AppBase):
         view, screen = self.session.view, self.main_screen
         if ev.max_steps:
             view.max_steps = ev.max_steps  # the status line's step count, bar and ETA
+        tokens_note = ""
         if ev.tokens_per_step and ev.tokens_per_step != screen.loss_panel.tokens_per_step:
+            if screen.loss_panel.tokens_per_step:  # shown nowhere else: the toast says it
+                tokens_note = (
+                    f"\n{fmt_int(ev.tokens_per_step)} tokens a step "
+                    f"(was {fmt_int(screen.loss_panel.tokens_per_step)})"
+                )
             screen.loss_panel.tokens_per_step = ev.tokens_per_step
             view.tracker.forget_rate()  # steps of another size: the ETA measures them afresh
         if ev.planned_lr:
@@ -97,7 +103,7 @@ class RunEvents(_AppBase):
             who = f" by {ev.by}" if ev.by and ev.by != "app" else ""
             how = "replayed" if ev.replayed else "changed"
             self.notify(
-                describe({key: tuple(pair) for key, pair in ev.changes.items()}),
+                describe({key: tuple(pair) for key, pair in ev.changes.items()}) + tokens_note,
                 title=f"Settings {how} at step {fmt_int(ev.step)}{who}",
                 timeout=6,
             )

@@ -15,7 +15,7 @@ new curve (the LR panel draws it beside the planned one); `SchedulePreview(None)
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
@@ -232,10 +232,13 @@ class LiveSettingsScreen(InputDialog):
         step: int,
         read_only: str = "",
         avoid: Region | None = None,
+        follow: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
         self.config, self.step, self.read_only = config, step, read_only
         self.avoid = avoid  # the LR panel's region: the box leaves it in view
+        # the run's step now: the screen's note and its checks follow the run while it is open
+        self.follow = follow
         self.planned = planned_curve(config)
         self.cooldown_refused = cooldown_refusal(config, step)
         self.refusals: dict[str, str] = {}  # key -> the line under its field
@@ -247,14 +250,7 @@ class LiveSettingsScreen(InputDialog):
         with Vertical(classes="dialog", id="live-dialog") as box:
             box.border_title = "Live settings"
             box.border_subtitle = "enter apply · esc cancel" if not self.read_only else "esc close"
-            yield Static(
-                Content.styled(
-                    f"At step {self.step:,} of {cfg.train.max_steps:,}. Edited values go to the "
-                    "run together and apply from the next step.",
-                    "$foreground-muted",
-                ),
-                id="live-note",
-            )
+            yield Static(self._note(), id="live-note")
             if self.read_only:
                 yield Static(
                     Content.styled(f"read-only: {self.read_only}", "$warning"), id="live-read-only"
@@ -311,7 +307,21 @@ class LiveSettingsScreen(InputDialog):
                 classes="live-help",
             )
 
+    def _note(self) -> Content:
+        note = f"At step {self.step:,} of {self.config.train.max_steps:,}."
+        if not self.read_only:
+            note += " Edited values go to the run together and apply from the next step."
+        return Content.styled(note, "$foreground-muted")
+
+    def _follow_step(self) -> None:
+        step = self.follow() if self.follow is not None else self.step
+        if step != self.step:
+            self.step = step
+            self.query_one("#live-note", Static).update(self._note())
+
     def on_mount(self) -> None:
+        if self.follow is not None:
+            self.set_interval(1.0, self._follow_step)
         h, v, width, height = placement(self.avoid, self.app.size)
         self.styles.align_horizontal, self.styles.align_vertical = h, v  # type: ignore[assignment]
         box = self.query_one("#live-dialog")

@@ -93,3 +93,51 @@ async def test_the_lr_panel_draws_the_acknowledged_schedule_at_once(
     await pilot.pause()
     assert panel.max_steps == 700 and panel.planned[-1][0] == 699
     assert not panel.stale  # its redraw asked for with the acknowledgement
+
+
+@pilot_test()
+async def test_the_screen_follows_the_run_s_step_while_open(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    """Left open while the run trains: 'At step N' is the run's step now (it stayed at the step
+    the screen opened at, e.g. 'At step 0' at 80x24 where the status line is covered), and a
+    length the run has passed since is refused under its field, not sent to be refused."""
+    screen = await open_screen(pilot, app)
+    assert "At step 300 of 2,000" in str(screen.query_one("#live-note").render())
+    app.session.view.step = 450  # the run trained on (the drain's Step events)
+    await pilot.pause(1.3)
+    assert "At step 450 of 2,000" in str(screen.query_one("#live-note").render())
+    field(screen, "train.max_steps").value = "400"
+    await pilot.pause()
+    await pilot.press("enter")
+    await pilot.pause()
+    assert app.screen is screen and "step 450" in screen.refusal_of("train.max_steps")
+    assert [c for c in factory.trainer.calls if c[0] == "set_settings"] == []
+
+
+@pilot_test()
+async def test_a_grad_accum_change_says_the_tokens_a_step(
+    pilot: Pilot, app: CockpitApp, toasts: Toasts
+) -> None:
+    """Tokens a step are on no panel: the acknowledgement's toast says them, before and after."""
+    before = app.main_screen.loss_panel.tokens_per_step
+    screen = await open_screen(pilot, app)
+    field(screen, "train.grad_accum").value = "4"
+    await pilot.pause()
+    await pilot.press("enter")
+    await pilot.pause()
+    app.pump(force=True)
+    await pilot.pause()
+    (ack,) = [t for t in toasts if t.title.startswith("Settings changed")]
+    assert "train.grad_accum 1 -> 4" in ack.message
+    assert f"{4 * before:,} tokens a step (was {before:,})" in ack.message
+
+
+@pilot_test()
+async def test_a_read_only_screen_does_not_say_values_will_be_sent(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    factory.trainer.read_only = True  # type: ignore[misc]
+    screen = await open_screen(pilot, app)
+    note = str(screen.query_one("#live-note").render())
+    assert note.startswith("At step 300") and "apply from the next step" not in note
