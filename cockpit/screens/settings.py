@@ -2,7 +2,7 @@
 
 Used when the app resumes a finished run (to train on, it needs a higher `train.max_steps`) and
 when it forks a run from one of its checkpoints. Each setting is checked as `--set` checks it
-(`engine.config.run_config.parse_override`), and by the caller's `check` (a branch's settings as its resume
+(`engine.config.loading.parse_override`), and by the caller's `check` (a branch's settings as its resume
 checks them), before the dialog closes: a bad one is refused in one line, the dialog open.
 """
 

@@ -36,7 +36,8 @@ from engine.checkpoint.init_source import (
     required_refusal,
     source_path,
 )
-from engine.config.run_config import SECTIONS, ConfigError, ModelConfig, recorded_config
+from engine.config.loading import recorded_config
+from engine.config.run_config import SECTIONS, ConfigError, ModelConfig
 from engine.export.hf import CHARS_FILE  # a char run's characters, beside its HF export
 from engine.export.nanogpt import SAME_AS_GPT2 as GPT2_BPE  # tiktoken's names for GPT-2's BPE
 from engine.export.weights_source import VOCAB_ROWS
@@ -431,7 +432,7 @@ def _tiktoken_vocab(given: str, name: str, rows: int) -> int:
 
 def _model_config(given: str, raw: Any, where: str) -> ModelConfig:
     """A source's recorded [model] table as this cockpit's ModelConfig."""
-    from engine.config.run_config import config_from_dict
+    from engine.config.loading import config_from_dict
 
     table = recorded_config({"model": raw if isinstance(raw, dict) else {}})["model"]
     known = {f.name for f in fields(SECTIONS["model"])}

@@ -23,16 +23,8 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from engine.checkpoint.init_source import same_source
-from engine.config.run_config import (
-    SECTIONS,
-    ConfigError,
-    OptimConfig,
-    RunConfig,
-    apply_overrides,
-    config_from_dict,
-    parse_override,
-    recorded_config,
-)
+from engine.config.loading import apply_overrides, config_from_dict, parse_override, recorded_config
+from engine.config.run_config import SECTIONS, ConfigError, OptimConfig, RunConfig
 from engine.model.schedule import lr_at
 
 if TYPE_CHECKING:  # torch is imported by the Trainer, not by the CLI's resume check

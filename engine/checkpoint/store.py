@@ -44,7 +44,7 @@ from engine.checkpoint.state import plain_data as plain_data
 from engine.checkpoint.state import restore_global_rng as restore_global_rng
 from engine.checkpoint.state import state_fingerprint as state_fingerprint
 from engine.config.live import timed_change
-from engine.config.run_config import recorded_config
+from engine.config.loading import recorded_config
 from engine.files import atomic_write, create_new, fsync_dir
 
 # 2: everything loads with torch.load(weights_only=True); 1: numpy's RNG state was an ndarray

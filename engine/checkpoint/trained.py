@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.checkpoint import store as ckpt
-from engine.config.run_config import ConfigError, RunConfig, config_from_dict
+from engine.config.loading import config_from_dict
+from engine.config.run_config import ConfigError, RunConfig
 from engine.data.preparation import DataError
 from engine.data.tokenizers import Tokenizer, tokenizer_from_meta
 

@@ -26,13 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from engine.config.run_config import (
-    SECTIONS,
-    ConfigError,
-    RunConfig,
-    config_from_dict,
-    parse_override,
-)
+from engine.config.loading import config_from_dict, parse_override
+from engine.config.run_config import SECTIONS, ConfigError, RunConfig
 
 # The live settings, each with when its new value takes effect (the settings screen's help).
 LIVE_SETTINGS: dict[str, str] = {

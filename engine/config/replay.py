@@ -27,7 +27,8 @@ from engine.config.live import (
     refusal,
     setting_value,
 )
-from engine.config.run_config import ConfigError, RunConfig, config_from_dict
+from engine.config.loading import config_from_dict
+from engine.config.run_config import ConfigError, RunConfig
 
 # who made the changes a resume made: the --set of `cockpit --resume` (or of `cockpit fork`)
 RESUMED_BY = ("resume",)

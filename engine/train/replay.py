@@ -22,7 +22,8 @@ from engine.config.live import (
     TimedChange,
     setting_value,
 )
-from engine.config.run_config import SECTIONS, RunConfig, config_from_dict, recorded_config
+from engine.config.loading import config_from_dict, recorded_config
+from engine.config.run_config import SECTIONS, RunConfig
 from engine.config.to_toml import config_to_toml
 from engine.events import Event, LrChanged, SettingsChanged
 from engine.files import atomic_write_text

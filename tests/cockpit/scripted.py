@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.config.live import live_change
-from engine.config.run_config import ConfigError, RunConfig, config_from_dict
+from engine.config.loading import config_from_dict
+from engine.config.run_config import ConfigError, RunConfig
 from engine.events import (
     Alert,
     CheckpointSaved,

@@ -99,7 +99,7 @@ def checked(result: subprocess.CompletedProcess[str]) -> None:
 def assert_gradients_match_one_process(run_dir: Path) -> None:
     """The gradients every rank applied at step 1 (rank_worker's GRAD_CHECK) equal those of
     one process on the union of every rank's micro-batches, clipped alike."""
-    from engine.config.run_config import config_from_dict
+    from engine.config.loading import config_from_dict
     from engine.model.gpt import GPT
 
     ranks = [torch.load(run_dir / f"grads-{r}.pt", weights_only=True) for r in (0, 1)]

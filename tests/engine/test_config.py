@@ -2,8 +2,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.config.loading import parse_override
 from engine.config.presets import discover, load_preset
-from engine.config.run_config import ConfigError, parse_override
+from engine.config.run_config import ConfigError
 
 
 def write(tmp_path: Path, text: str, name: str = "p.toml") -> Path:

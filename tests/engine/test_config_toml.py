@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from engine.config.loading import config_from_dict
 from engine.config.presets import discover, load_preset
-from engine.config.run_config import SECTIONS, RunConfig, config_from_dict
+from engine.config.run_config import SECTIONS, RunConfig
 from engine.config.to_toml import config_to_toml
 
 

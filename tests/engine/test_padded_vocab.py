@@ -15,8 +15,9 @@ from cockpit.cli import main as cockpit_main
 from engine.checkpoint.resume import plan_resume
 from engine.checkpoint.store import latest_checkpoint, load_checkpoint
 from engine.checkpoint.trained import load_trained
+from engine.config.loading import recorded_config
 from engine.config.presets import load_preset
-from engine.config.run_config import ConfigError, ModelConfig, RunConfig, recorded_config
+from engine.config.run_config import ConfigError, ModelConfig, RunConfig
 from engine.data.tokenizers import CharTokenizer
 from engine.model.gpt import GPT, padded_vocab_size
 from engine.model.sampling import SamplingOptions, generate_tokens

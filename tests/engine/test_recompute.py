@@ -11,8 +11,9 @@ import torch
 
 from engine.checkpoint.store import list_checkpoints
 from engine.config.byte_sizes import GIB
+from engine.config.loading import config_from_dict
 from engine.config.presets import load_preset
-from engine.config.run_config import ConfigError, ModelConfig, config_from_dict
+from engine.config.run_config import ConfigError, ModelConfig
 from engine.config.to_toml import config_to_toml
 from engine.plan import memory
 from engine.plan.fixes import recompute_fixes, suggest_fixes

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from engine.checkpoint.store import CheckpointError, load_checkpoint
+from engine.config.loading import config_from_dict
 from engine.config.presets import load_preset
-from engine.config.run_config import config_from_dict
 from engine.data.tokenizers import tokenizer_from_meta
 from engine.distributed.sharded import dcp_model_state, load_sharded, save_sharded
 from engine.distributed.world import World

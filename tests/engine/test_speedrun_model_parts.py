@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config.run_config import ConfigError, ModelConfig, OptimConfig, RunConfig, config_from_dict
+from engine.config.loading import config_from_dict
+from engine.config.run_config import ConfigError, ModelConfig, OptimConfig, RunConfig
 from engine.model.gpt import GPT, value_embed_tables
 from engine.model.optimizers import build_optimizer
 from engine.plan.flops import flops_per_token, matmul_params
