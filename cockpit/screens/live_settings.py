@@ -215,7 +215,9 @@ class LiveSettingsScreen(InputDialog):
     LiveSettingsScreen #live-rows { height: 1fr; scrollbar-size-vertical: 1; }
     LiveSettingsScreen .live-row { height: 1; }
     LiveSettingsScreen .live-key { width: 24; }
-    LiveSettingsScreen .live-value { width: 12; color: $text-muted; }
+    LiveSettingsScreen .live-value {
+        width: 12; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis;
+    }
     LiveSettingsScreen .live-row Input { width: 1fr; }
     LiveSettingsScreen .live-help { color: $text-muted; padding-left: 2; }
     LiveSettingsScreen .live-refusal { height: auto; padding-left: 2; display: none; }

@@ -9,8 +9,9 @@ from typing import Any
 from pilot import Toasts, pilot_test
 from scripted import ScriptedFactory
 from textual import events
+from textual.geometry import Region
 from textual.pilot import Pilot
-from textual.widgets import Input
+from textual.widgets import Input, Label
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.screens.live_settings import LiveSettingsScreen
@@ -141,3 +142,17 @@ async def test_a_read_only_screen_does_not_say_values_will_be_sent(
     screen = await open_screen(pilot, app)
     note = str(screen.query_one("#live-note").render())
     assert note.startswith("At step 300") and "apply from the next step" not in note
+
+
+@pilot_test(config={"sample": {"prompts": ["hello", "a\nb"]}})
+async def test_a_value_too_long_for_its_column_ends_in_an_ellipsis(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    """'["hello", "a\\nb"]' in a 12-cell column read '["hello",' (a list of one prompt, cut
+    without a sign); now it ends in '…', the whole value in the field's placeholder."""
+    screen = await open_screen(pilot, app)
+    keys = [str(label.render()) for label in screen.query(".live-key").results(Label)]
+    label = list(screen.query(".live-value").results(Label))[keys.index("sample.prompts")]
+    (line,) = label.render_lines(Region(0, 0, label.size.width, 1))
+    assert line.text.rstrip().endswith("…") and line.text.startswith('["hello",')
+    assert field(screen, "sample.prompts").placeholder == '["hello", "a\\nb"]'
