@@ -58,6 +58,11 @@ LIVE_SETTINGS: dict[str, str] = {
     "sample.top_k": "from the next sample",
     "checkpoint.interval": "steps between checkpoints",
     "checkpoint.keep_last": "periodic checkpoints kept, from the next one saved",
+    # the speedrun's optimizer settings, last: the settings screen lists them after the rest
+    "optim.embed_lr": "the embeddings' peak LR (0 = optim.lr), from the next step",
+    "optim.head_lr": "an untied head's peak LR (0 = optim.lr), from the next step",
+    "optim.scalar_lr": "the gains' and biases' peak LR (0 = optim.lr), from the next step",
+    "optim.normuon_beta2": "from the next step (the second moments so far are kept)",
 }
 
 # "Cool down now": not a config setting but a request the run turns into settings at its
@@ -84,6 +89,8 @@ _REFUSED_KEYS = {
     "train.max_rollbacks": "the limit is the process's",
     "optim.name": "another optimizer starts with fresh state",
     "optim.muon_ns": "the Muon step is built when the run starts",
+    "optim.muon_variant": "the Muon step is built when the run starts",
+    "optim.cautious_wd": "the optimizer's step is built when the run starts",
     "schedule.kind": "another schedule shape would make the LR jump",
     "eval.batches": "every evaluation uses the same fixed batches, so evals compare",
     "eval.full_val": "every evaluation measures the same split, so evals compare",
@@ -261,12 +268,21 @@ def _mid_run_rules(old: RunConfig, new: RunConfig, asked: Mapping[str, Any], ste
             )
     if (why := _inert(old, new, asked)) is not None:
         return why
+    tokens = new.sample.max_new_tokens
+    if "sample.max_new_tokens" in asked and tokens > max(MAX_NEW_TOKENS_LIVE, old.sample.max_new_tokens):
+        return (
+            f"sample.max_new_tokens={tokens:,}: the run samples between steps, so a sample that long "
+            f"would hold the training (and a stop) until it ends; at most {MAX_NEW_TOKENS_LIVE:,} "
+            "while the run trains (cockpit sample RUN_DIR --tokens N writes longer text)"
+        )
     start = new.schedule.decay_start
     if "schedule.decay_start" in asked and start and start < step:
         return f"schedule.decay_start={start} is behind the run (step {step}); cool down now instead"
     return None
 
 
+# the longest sample a set may ask for: the run stops training (and cannot stop) while it samples
+MAX_NEW_TOKENS_LIVE = 10_000
 # keys that shape only one optimizer or schedule: changed on another, they would change nothing
 ONLY_FOR = {
     "optim.muon_lr": ("optim.name", "muon"),

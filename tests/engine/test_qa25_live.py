@@ -55,3 +55,15 @@ def test_cooling_down_again_says_how_to_move_the_end():
         "set refused: the run has been cooling down since step 30; to end it sooner or later, "
         "set train.max_steps"
     )
+
+
+def test_a_sample_too_long_to_wait_for_is_refused_mid_run():
+    # the run samples between steps: a billion tokens held it (and its stop) for hours
+    refused = live_change(_cfg(), {"sample.max_new_tokens": 1_000_000_000}, step=20)
+    assert refused == (
+        "set refused: sample.max_new_tokens=1,000,000,000: the run samples between steps, so a "
+        "sample that long would hold the training (and a stop) until it ends; at most 10,000 while "
+        "the run trains (cockpit sample RUN_DIR --tokens N writes longer text)"
+    )
+    taken = live_change(_cfg(), {"sample.max_new_tokens": 10_000}, step=20)
+    assert not isinstance(taken, str) and taken.changes["sample.max_new_tokens"][1] == 10_000
