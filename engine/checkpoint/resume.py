@@ -137,6 +137,13 @@ def plan_resume(
                 f" ({value} starts fresh from the checkpoint's weights; "
                 f"{before[key]}'s optimizer state is dropped)"
             )
+        elif key == "optim.muon_variant" and new.optim.name == "muon" and not switched:
+            # the momentum buffer is the same in both; only NorMuon keeps a second moment
+            change += (
+                " (Muon's momentum carries over; NorMuon's per-neuron second moment starts at zero)"
+                if value == "normuon"
+                else " (Muon's momentum carries over; NorMuon's second moment is no longer used)"
+            )
         elif key.startswith("optim.") and not switched:
             change += " (applied from the first resumed step)"
         notes.append(change)

@@ -301,6 +301,15 @@ def _inert(old: RunConfig, new: RunConfig, asked: Mapping[str, Any]) -> str | No
             running = setting_value(old, owner)
             if running != needed:
                 return f"{key} changes nothing on this run: it applies to {owner} = {needed!r}, and this run's is {running!r}"
+    if "optim.head_lr" in asked and new.optim.head_lr != old.optim.head_lr and old.model.tie_embeddings:
+        return (
+            "optim.head_lr changes nothing on this run: its head is tied to the embeddings "
+            "(model.tie_embeddings), which take optim.embed_lr"
+        )
+    if "optim.normuon_beta2" in asked and new.optim.normuon_beta2 != old.optim.normuon_beta2 and (
+        old.optim.name != "muon" or old.optim.muon_variant != "normuon"
+    ):
+        return "optim.normuon_beta2 changes nothing on this run: it applies to optim.muon_variant = 'normuon' of optim.name = 'muon'"
     if "schedule.min_lr" in asked and new.schedule.min_lr != old.schedule.min_lr and old.schedule.kind == "constant":
         return "schedule.min_lr changes nothing on this run: a constant schedule has no floor to decay to; set optim.lr"
     return None

@@ -163,9 +163,35 @@ class OptimConfig:
     muon_momentum: float = _opt(0.95, help="Muon's (Nesterov) momentum", min=0.0, below=1.0)
     muon_ns: str = _opt(
         "bf16",
-        help="Muon's Newton-Schulz: 'bf16' (torch's, per matrix) or 'fp32' (batched by shape; "
-        "faster on CPUs)",
-        choices=("bf16", "fp32"),
+        help="Muon's orthogonalisation: Newton-Schulz in 'bf16' (torch's, per matrix) or 'fp32' "
+        "(batched by shape; faster on CPUs), or Polar Express, 5 steps tuned per step, closer "
+        "to orthogonal: 'polar' (fp32, batched) or 'polar_bf16'",
+        choices=("bf16", "fp32", "polar", "polar_bf16"),
+    )
+    muon_variant: str = _opt(
+        "muon",
+        help="'normuon': Muon's orthogonalised update divided per neuron (row) by its running "
+        "RMS, then rescaled to Muon's norm (the speedrun record's NorMuon)",
+        choices=("muon", "normuon"),
+    )
+    normuon_beta2: float = _opt(
+        0.95, help="NorMuon's second-moment decay (the record uses 0.9)", min=0.0, below=1.0
+    )
+    cautious_wd: bool = _opt(
+        False,
+        help="cautious weight decay (AdamW's and Muon's steps): decay a weight only where its "
+        "update has the weight's sign, i.e. also pulls it toward zero",
+    )
+    embed_lr: float = _opt(
+        0.0, help="peak LR of the embeddings (and of a head tied to them); 0 = optim.lr", min=0.0,
+        max=MAX_LR,
+    )
+    head_lr: float = _opt(
+        0.0, help="peak LR of an untied head (lm_head); 0 = optim.lr", min=0.0, max=MAX_LR
+    )
+    scalar_lr: float = _opt(
+        0.0, help="peak LR of gains, biases and other 1-D parameters; 0 = optim.lr", min=0.0,
+        max=MAX_LR,
     )
 
 

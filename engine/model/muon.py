@@ -1,4 +1,6 @@
-"""Muon's update in float32, its Newton-Schulz iterations batched over same-shape matrices."""
+"""Muon's update in float32 (or bfloat16), its orthogonalisation batched over same-shape
+matrices, with the speedrun's variants: Polar Express instead of Newton-Schulz, NorMuon's
+per-neuron normalisation and cautious weight decay."""
 
 from __future__ import annotations
 
@@ -9,21 +11,78 @@ import torch
 
 from engine.model.refused_step import assign_unless_refused, found_inf_mask
 
+# Polar Express (Amsel, Persson, Musco, Gower 2025, arXiv:2505.16932): one (a, b, c) per step,
+# each the minimax-optimal odd quintic for the singular values left by the steps before. These
+# are the modded-nanogpt record's, computed for 5 steps with safety factor 2e-2 and cushion 2.
+POLAR_EXPRESS_COEFFICIENTS: tuple[tuple[float, float, float], ...] = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+# the coefficients assume singular values at most 1 after normalising, with this margin
+POLAR_EXPRESS_SAFETY = 2e-2
+
+ORTHOGONALIZERS = ("newton_schulz", "polar_express")
+VARIANTS = ("muon", "normuon")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def _quintic_steps(
+    x: torch.Tensor, coefficients: list[tuple[float, float, float]]
+) -> torch.Tensor:
+    """x <- a x + (b A + c A^2) x with A = x x^T, once per (a, b, c); x is wide (m <= n)."""
+    for a, b, c in coefficients:
+        gram = x @ x.mT
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x
+
 
 def newton_schulz(
     x: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float
 ) -> torch.Tensor:
     """Muon's quintic Newton-Schulz orthogonalisation of a batch of matrices (b, m, n), in the
     dtype given: the same iteration as torch.optim.Muon's, batched instead of one by one."""
-    a, b, c = coefficients
     tall = x.size(-2) > x.size(-1)
     if tall:
         x = x.mT
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral norm <= 1
-    for _ in range(steps):
-        gram = x @ x.mT
-        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    x = _quintic_steps(x, [coefficients] * steps)
     return x.mT if tall else x
+
+
+def polar_express(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The orthogonal polar factor U V^T of each matrix of a batch (b, m, n), approximately, by
+    Polar Express's 5 steps: each singular value lands near 1 (within about 0.1 for the
+    singular values a gradient has), where Newton-Schulz's fixed coefficients leave 0.7 to 1.2."""
+    tall = x.size(-2) > x.size(-1)
+    if tall:
+        x = x.mT
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) * (1 + POLAR_EXPRESS_SAFETY) + eps)
+    x = _quintic_steps(x, list(POLAR_EXPRESS_COEFFICIENTS))
+    return x.mT if tall else x
+
+
+def normuon_scale(
+    ortho: torch.Tensor, second_moment: torch.Tensor, beta2: float, skip: torch.Tensor | None
+) -> torch.Tensor:
+    """NorMuon (arXiv:2510.05491): each neuron's (row's, or column's for a wide matrix) update
+    divided by the root of its running mean square, then rescaled to the orthogonalised
+    update's Frobenius norm, so Muon's step size is kept and only its spread across neurons
+    changes. `second_moment` (b, m, 1) or (b, 1, n) is updated in place unless `skip`."""
+    reduce = -1 if ortho.size(-2) >= ortho.size(-1) else -2
+    mean_square = ortho.square().mean(dim=reduce, keepdim=True)
+    assign_unless_refused(second_moment, second_moment.lerp(mean_square, 1 - beta2), skip)
+    scaled = ortho * second_moment.clamp_min(1e-10).rsqrt()
+    norm = ortho.norm(dim=(-2, -1), keepdim=True)
+    return scaled * (norm / scaled.norm(dim=(-2, -1), keepdim=True).clamp_min(1e-10))
+
+
+def second_moment_shape(shape: torch.Size | tuple[int, ...]) -> tuple[int, int]:
+    """NorMuon's second moment of an (m, n) matrix: one per row (m >= n) or per column."""
+    rows, cols = shape[-2], shape[-1]
+    return (rows, 1) if rows >= cols else (1, cols)
 
 
 def muon_lr_scale(adjust_lr_fn: str | None, shape: torch.Size) -> float:
@@ -36,20 +95,60 @@ def muon_lr_scale(adjust_lr_fn: str | None, shape: torch.Size) -> float:
     return 1.0
 
 
-class BatchedMuon(torch.optim.Muon):
-    """torch.optim.Muon with its Newton-Schulz iterations in float32, batched over the matrices
-    of one shape (a model's blocks repeat the same few shapes).
+def cautious_decay_(
+    p: torch.Tensor, update: torch.Tensor, decay: float, strict: bool
+) -> torch.Tensor:
+    """p - decay * p where the update (the step is p - lr * update) has p's sign, p elsewhere:
+    cautious weight decay pulls a weight toward zero only when the update does too. `strict`
+    (AdamW's rule in the record) leaves a zero update undecayed; Muon's decays it."""
+    agree = update * p > 0 if strict else update * p >= 0
+    return p - p * agree * decay
 
-    The library runs them matrix by matrix in bfloat16, the right choice on a GPU; on a CPU
-    without bfloat16 matrix units that is the slowest part of a small model's step. Same state
-    ("momentum_buffer"), coefficients, Nesterov momentum, decoupled weight decay and LR
+
+class BatchedMuon(torch.optim.Muon):
+    """torch.optim.Muon with its orthogonalisation in float32 (or bfloat16), batched over the
+    matrices of one shape (a model's blocks repeat the same few shapes).
+
+    The library runs Newton-Schulz matrix by matrix in bfloat16, the right choice on a GPU; on
+    a CPU without bfloat16 matrix units that is the slowest part of a small model's step. Same
+    state ("momentum_buffer"), coefficients, Nesterov momentum, decoupled weight decay and LR
     adjustment, so checkpoints move freely between the two.
+
+    Its groups' own settings (all optional, defaults torch's Muon): `orthogonalizer`
+    ("newton_schulz" or "polar_express"), `ns_dtype` ("float32" or "bfloat16"), `variant`
+    ("muon" or "normuon", whose per-neuron second moment is kept as "second_moment" state and
+    decays by `normuon_beta2`) and `cautious_wd` (decay only where update and weight agree).
 
     Unlike torch.optim.Muon it reads a `found_inf` tensor attribute (1.0: the gradients are not
     finite), as torch's fused AdamW does, and then leaves every weight and momentum buffer as it
     was, without a host read."""
 
     skips_on_found_inf = True
+
+    def _orthogonalize(self, group: dict[str, Any], batch: torch.Tensor) -> torch.Tensor:
+        batch = batch.to(_DTYPES[group.get("ns_dtype", "float32")])
+        if group.get("orthogonalizer", "newton_schulz") == "polar_express":
+            return polar_express(batch).float()
+        return newton_schulz(
+            batch, group["ns_coefficients"], group["ns_steps"], group["eps"]
+        ).float()
+
+    def _normuon(
+        self, group: dict[str, Any], params: list[torch.Tensor], ortho: torch.Tensor,
+        skip: torch.Tensor | None,
+    ) -> torch.Tensor:
+        moments = []
+        for p in params:
+            state = self.state[p]
+            if "second_moment" not in state:  # also a Muon state resumed as NorMuon
+                shape = second_moment_shape(p.shape)
+                state["second_moment"] = torch.zeros(shape, dtype=torch.float32, device=p.device)
+            moments.append(state["second_moment"])
+        stacked = torch.stack(moments)
+        scaled = normuon_scale(ortho, stacked, group.get("normuon_beta2", 0.95), skip)
+        for moment, new in zip(moments, stacked, strict=True):
+            moment.copy_(new)
+        return scaled
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -80,18 +179,22 @@ class BatchedMuon(torch.optim.Muon):
             by_shape: dict[tuple[int, ...], list[int]] = {}
             for i, u in enumerate(updates):
                 by_shape.setdefault(tuple(u.shape), []).append(i)
+            decay = lr * group["weight_decay"]
+            cautious = group.get("cautious_wd", False)
             for shape, members in by_shape.items():
-                batch = torch.stack([updates[i] for i in members]).float()
-                ortho = newton_schulz(
-                    batch, group["ns_coefficients"], group["ns_steps"], group["eps"]
-                )
+                ortho = self._orthogonalize(group, torch.stack([updates[i] for i in members]))
+                if group.get("variant", "muon") == "normuon":
+                    ortho = self._normuon(group, [params[i] for i in members], ortho, skip)
                 step_lr = lr * muon_lr_scale(group["adjust_lr_fn"], torch.Size(shape))
                 for j, i in enumerate(members):
-                    p = params[i]
-                    if skip is None:
-                        p.mul_(1 - lr * group["weight_decay"])
-                        p.add_(ortho[j].to(p.dtype), alpha=-step_lr)
-                        continue
-                    moved = p.mul(1 - lr * group["weight_decay"])
-                    assign_unless_refused(p, moved.add_(ortho[j].to(p.dtype), alpha=-step_lr), skip)
+                    p, update = params[i], ortho[j].to(params[i].dtype)
+                    if cautious:
+                        moved = cautious_decay_(p, update, decay, strict=False)
+                        assign_unless_refused(p, moved.add_(update, alpha=-step_lr), skip)
+                    elif skip is None:
+                        p.mul_(1 - decay)
+                        p.add_(update, alpha=-step_lr)
+                    else:
+                        moved = p.mul(1 - decay)
+                        assign_unless_refused(p, moved.add_(update, alpha=-step_lr), skip)
         return None

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 # Settings that reach the optimizer's parameter groups (grad clip is the step's own).
 OPTIMIZER_KEYS = frozenset(
     {"optim.lr", "optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps", "optim.muon_lr",
-     "optim.muon_momentum"}
+     "optim.muon_momentum", "optim.embed_lr", "optim.head_lr", "optim.scalar_lr",
+     "optim.normuon_beta2"}
 )  # fmt: skip
 
 

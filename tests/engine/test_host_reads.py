@@ -56,11 +56,11 @@ class HostReads:
             self.counting = False
 
 
-def step_parts(optimizer: str, muon_ns: str) -> StepParts:
+def step_parts(optimizer: str, muon_ns: str, extra: tuple[str, ...] = ()) -> StepParts:
     cfg = load_preset(
         "tiny",
         ["model.n_layer=1", "model.n_embd=16", "model.block_size=8", f"optim.name={optimizer}",
-         f"optim.muon_ns={muon_ns}"],
+         f"optim.muon_ns={muon_ns}", *extra],
     )  # fmt: skip
     torch.manual_seed(0)
     model = GPT(cfg.model, 11)
@@ -111,6 +111,29 @@ def test_a_step_reads_nothing_back_to_the_host(
             assert counted[0] == 0, reads.kinds
             return
     assert counted[0] - counted[1] == 4, reads.kinds
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "muon_ns", "extra"),
+    [
+        ("muon", "polar", ()),
+        ("muon", "bf16", ("optim.muon_variant=normuon",)),  # ours, in bfloat16
+        ("muon", "polar", ("optim.muon_variant=normuon", "optim.cautious_wd=true")),
+        ("adamw", "bf16", ("optim.cautious_wd=true", "optim.embed_lr=0.01")),
+    ],
+)
+def test_the_speedrun_optimizer_variants_read_nothing_back_either(
+    monkeypatch: pytest.MonkeyPatch, optimizer: str, muon_ns: str, extra: tuple[str, ...]
+) -> None:
+    reads = HostReads(monkeypatch)
+    parts = step_parts(optimizer, muon_ns, extra)
+    opt = build_optimizer(parts.model, parts.cfg.optim, "cpu")
+    assert skips_on_device(opt)
+    held_back = None
+    with reads.count():
+        for step in range(4):
+            held_back = train_step(parts, opt, step, 1.0, False, held_back).pending.held_back
+    assert reads.total == 0, reads.kinds
 
 
 def test_a_run_reads_back_once_per_read_back_not_once_per_step(

@@ -66,10 +66,11 @@ def test_weight_decay_and_lr_change_what_the_optimizer_applies_from_the_next_ste
         sets={3: {"optim.weight_decay": 0.0, "optim.lr": "2e-3"}},
     ).run()  # fmt: skip
     decays = lambda step: [g["weight_decay"] for g in run.groups[step]]  # noqa: E731
-    assert decays(3) == [0.1, 0.0]  # the matrices decay, the gains and biases never
-    assert decays(4) == [0.0, 0.0]
-    assert [g["lr"] for g in run.groups[3]] == [1e-3, 1e-3]
-    assert [g["lr"] for g in run.groups[4]] == [2e-3, 2e-3]  # applied by step 4
+    # the embeddings and the matrices decay, the gains and biases never
+    assert decays(3) == [0.1, 0.1, 0.0]
+    assert decays(4) == [0.0, 0.0, 0.0]
+    assert [g["lr"] for g in run.groups[3]] == [1e-3] * 3
+    assert [g["lr"] for g in run.groups[4]] == [2e-3] * 3  # applied by step 4
     assert run.steps()[3].lr == 1e-3 and run.steps()[4].lr == 2e-3
     (ack,) = run.of(SettingsChanged)
     assert ack.step == 3 and ack.by == "test"
@@ -149,7 +150,7 @@ def test_a_refused_setting_changes_nothing_and_says_why(tmp_path):
     assert refused.step == 1
     assert unchanged.level == "info" and "unchanged" in unchanged.message  # 0.1 already
     assert run.trainer.cfg.model.n_layer == 2 and run.trainer.cfg.optim.weight_decay == 0.1
-    assert [g["weight_decay"] for g in run.groups[4]] == [0.1, 0.0]
+    assert [g["weight_decay"] for g in run.groups[4]] == [0.1, 0.1, 0.0]
 
 
 def test_the_change_is_in_metrics_jsonl_and_the_runs_summary(tmp_path):
