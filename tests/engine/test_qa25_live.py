@@ -67,3 +67,18 @@ def test_a_sample_too_long_to_wait_for_is_refused_mid_run():
     )
     taken = live_change(_cfg(), {"sample.max_new_tokens": 10_000}, step=20)
     assert not isinstance(taken, str) and taken.changes["sample.max_new_tokens"][1] == 10_000
+
+
+def test_the_head_lr_of_a_tied_head_and_normuons_beta2_off_normuon_are_refused():
+    tied = _cfg()  # tie_embeddings is on by default
+    assert tied.model.tie_embeddings
+    refused = live_change(tied, {"optim.head_lr": 0.01}, step=20)
+    assert isinstance(refused, str) and "its head is tied to the embeddings" in refused
+    refused = live_change(_cfg("muon"), {"optim.normuon_beta2": 0.9}, step=20)
+    assert isinstance(refused, str) and "applies to optim.muon_variant = 'normuon'" in refused
+    untied = config_from_dict({"model": {"tie_embeddings": False}, "train": {"max_steps": 100}})
+    assert not isinstance(live_change(untied, {"optim.head_lr": 0.01}, step=20), str)
+    normuon = config_from_dict(
+        {"optim": {"name": "muon", "muon_variant": "normuon"}, "train": {"max_steps": 100}}
+    )
+    assert not isinstance(live_change(normuon, {"optim.normuon_beta2": 0.9}, step=20), str)
