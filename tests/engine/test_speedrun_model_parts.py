@@ -300,6 +300,17 @@ def test_recompute_gives_the_same_loss_and_gradients():
         assert torch.allclose(p.grad, q.grad, atol=1e-6), name
 
 
+def test_under_bf16_autocast_the_values_keep_one_dtype():
+    # the lookup is float32 whatever the autocast: added to bfloat16 values unconverted, it
+    # would make them float32, and attention refuses mixed dtypes
+    model = built(tiny(n_layer=2, value_embeds=1, unet_skips=True))
+    idx = tokens()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, loss = model(idx, idx)
+    loss.backward()
+    assert torch.isfinite(loss) and model.value_embeds[0].weight.grad.abs().sum() > 0
+
+
 def test_compiled_equals_eager():
     torch._dynamo.reset()
     model = built(tiny(n_layer=2, value_embeds=1, unet_skips=True, pos_emb="rotary"))
