@@ -11,9 +11,9 @@ _EXPORTS = {
     "engine.checkpoint.init_source": (
         "REQUIRED", "InitFromError", "required_refusal", "same_source", "source_path",
     ),
-    "engine.checkpoint.init_from": (
-        "WeightsSource", "check_fits", "check_tokenizer_name", "load_into", "open_source",
-        "shaped_overrides",
+    "engine.checkpoint.init_from": ("WeightsSource", "open_source"),
+    "engine.checkpoint.source_fit": (
+        "check_fits", "check_tokenizer_name", "load_into", "shaped_overrides",
     ),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 from engine.checkpoint import store as ckpt
-from engine.checkpoint.init_from import apply_shape, check_tokenizer_name, load_into, open_source
-from engine.checkpoint.init_from import check_vocabulary as check_source_vocabulary
+from engine.checkpoint.init_from import open_source
 from engine.checkpoint.init_source import REQUIRED, required_refusal
 from engine.checkpoint.resume import plan_resume
+from engine.checkpoint.source_fit import apply_shape, check_tokenizer_name, load_into
+from engine.checkpoint.source_fit import check_vocabulary as check_source_vocabulary
 from engine.config.run_config import RunConfig
 from engine.data.batches import BatchSampler
 from engine.data.preparation import PreparedData, check_length, prepare

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint.init_from import (
+from engine.checkpoint.init_from import open_source
+from engine.checkpoint.init_source import InitFromError, same_source
+from engine.checkpoint.source_fit import (
     apply_shape,
     check_fits,
     check_tokenizer_name,
     check_vocabulary,
     load_into,
-    open_source,
     shaped_overrides,
 )
-from engine.checkpoint.init_source import InitFromError, same_source
 from engine.config.run_config import ConfigError, ModelConfig, RunConfig
 from engine.data.tokenizers import CharTokenizer
 from engine.model.gpt import GPT

@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from engine.checkpoint.init_from import check_fits, load_into, open_source
+from engine.checkpoint.init_from import open_source
 from engine.checkpoint.init_source import InitFromError
+from engine.checkpoint.source_fit import check_fits, load_into
 from engine.config.run_config import ModelConfig
 from engine.model.gpt import GPT
 
