@@ -233,10 +233,10 @@ class Journal:
             if waiting.command in refused:
                 self._waiting.remove(waiting)  # refused: the command's entry says why
                 waiting.command = ""
-                waiting.detail = f"refused: {message.removeprefix('set refused: ')}"
+                waiting.detail = f"refused: {_why_refused(message)}"
                 return waiting
         if code == "set":  # no viewer's set waits: the app's own (it asks in-process)
-            return self._new(record, APP, "set", f"refused: {message.removeprefix('set refused: ')}")
+            return self._new(record, APP, "set", f"refused: {_why_refused(message)}")
         return self._new(record, ENGINE, f"{level} {code}".strip(), message)
 
     def _drop_waiting(self, names: Iterable[str]) -> None:
@@ -384,3 +384,12 @@ class JournalTail:
             self.journal.extend(journal_records(whole))
             lines += len(whole)
         return lines
+
+
+def _why_refused(message: str) -> str:
+    """A set's refusal without the "set refused: " (a rule) or "set: " (a value's check) that
+    the entry's "refused: " already says."""
+    for prefix in ("set refused: ", "set: "):
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message

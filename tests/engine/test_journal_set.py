@@ -94,3 +94,16 @@ def test_a_replayed_change_is_the_engines_and_a_set_that_changed_nothing_no_entr
 def test_a_set_never_acknowledged_keeps_what_was_asked() -> None:
     records = [started(), asked(1, {"optim.lr": "3e-4", "sample.prompts": ["a", "b"]}, step=5)]
     assert lines(records) == [(5, f"{VIEWER}: set optim.lr=3e-4, sample.prompts=['a', 'b']")]
+
+
+def test_a_value_refused_by_its_check_says_refused_once() -> None:
+    # a value's check speaks as --set's ("set: KEY: expected ..."), a rule as "set refused: ..."
+    check = "set: optim.weight_decay: expected a value >= 0.0, got -1.0"
+    records = [
+        started(),
+        asked(1, {"optim.weight_decay": -1}, step=10),
+        rec("alert", 2, level="warning", code="set", message=check, step=10),
+    ]
+    assert lines(records) == [
+        (10, f"{VIEWER}: set optim.weight_decay=-1 (refused: optim.weight_decay: expected a value >= 0.0, got -1.0)"),
+    ]
