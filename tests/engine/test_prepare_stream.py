@@ -571,7 +571,7 @@ def test_peak_memory_does_not_grow_with_the_corpus(tmp_path: Path) -> None:
     ("name", "content", "expected"),
     [
         ("x.jsonl.gz", b"garbage", "Not a gzipped file"),
-        ("t.jsonl.gz", gzip.compress(b'{"text": "hello"}\n' * 1000)[:-20], "ended before"),
+        ("t.jsonl.gz", gzip.compress(b'{"text": "hello"}\n' * 1000, mtime=0)[:-20], "ended before"),
         ("p.parquet", b"PAR1garbagePAR1", "as Parquet"),
         ("z.jsonl.zst", b"\x28\xb5\x2f\xfdgarbage", "complete .zst file"),
     ],
