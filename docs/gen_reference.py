@@ -484,6 +484,9 @@ METRICS_KINDS: dict[str, str] = {
     "checkpoint": "A checkpoint written.",
     "lr_changed": "An LR change (from the app, a viewer or a rollback): the LR the optimizer "
     "applies from the next step.",
+    "settings_changed": "A change of live settings (a `set` from the app, a viewer or a "
+    "client, or one a replayed config.toml makes at its step), in force from the next step. "
+    "A refused `set` is an `alert` with code `set` instead.",
     "state": "The run's state changed. The final state (`stopped`, `finished` or `failed`) is "
     "always the run's last record.",
     "alert": "Something a person should know, at a level and with a code a program can match.",
@@ -567,6 +570,15 @@ METRICS_FIELDS: dict[tuple[str, str], str] = {
     "(the LR typed), else `null`",
     ("lr_changed", "warmup_ends"): "a change made during warmup: the step the ramp reaches it, "
     "else `null`",
+    ("settings_changed", "step"): "the steps trained when the change was made: it shapes "
+    "step `step + 1` first",
+    ("settings_changed", "changes"): "each changed key (as `--set` spells it) to `[old, new]`",
+    ("settings_changed", "by"): "who asked: `app`, `viewer N WHO`, `resume`, `rollback`",
+    ("settings_changed", "replayed"): "`true` when a replayed config.toml made it at its step",
+    ("settings_changed", "max_steps"): "the run's length from now on",
+    ("settings_changed", "tokens_per_step"): "tokens per optimizer step from now on",
+    ("settings_changed", "planned_lr"): "the re-planned schedule as `[step, lr]` pairs; `[]` "
+    "when the change left it as it was",
     ("alert", "level"): "`info`, `warning` or `error`",
     ("alert", "message"): "one line for a person",
     ("alert", "step"): "the step it happened at",
