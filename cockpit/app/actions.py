@@ -9,6 +9,7 @@ the engine's thread-safe method and shows up when the engine acknowledges it wit
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -226,7 +227,9 @@ class CommandActions(_AppBase):
         if self.read_only:
             return "this viewer only watches; attach without --read-only to change them"
         if not self.engine_running or self.session.state in RunState.ENDED:
-            return "the run is not training; resume it with --set KEY=VALUE to change them"
+            info = self.session.view.info
+            run = shlex.quote(info.run_dir) if info is not None and info.run_dir else "RUN_DIR"
+            return f"the run is not training; cockpit train --resume {run} --set KEY=VALUE changes them"
         return ""
 
     def action_cool_down(self) -> None:

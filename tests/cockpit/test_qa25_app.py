@@ -15,6 +15,7 @@ from textual.widgets import Input, Label
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.screens.live_settings import LiveSettingsScreen
+from engine.events import RunState, StateChanged
 
 WSD = {"schedule": {"kind": "wsd", "decay_fraction": 0.2}}
 
@@ -156,3 +157,15 @@ async def test_a_value_too_long_for_its_column_ends_in_an_ellipsis(
     (line,) = label.render_lines(Region(0, 0, label.size.width, 1))
     assert line.text.rstrip().endswith("…") and line.text.startswith('["hello",')
     assert field(screen, "sample.prompts").placeholder == '["hello", "a\\nb"]'
+
+
+@pilot_test()
+async def test_a_finished_run_s_screen_names_the_command_that_changes_its_settings(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    """'resume it with --set KEY=VALUE' named no command; the line is one to type now."""
+    assert app.view.info is not None
+    app.route(StateChanged(state=RunState.FINISHED, step=300, time=app.view.info.time + 1))
+    screen = await open_screen(pilot, app)
+    why = str(screen.query_one("#live-read-only").render())
+    assert "cockpit train --resume runs/default-scripted --set KEY=VALUE" in why
