@@ -95,7 +95,10 @@ def _flat(raw: Mapping[str, Any]) -> dict[str, Any]:
 def resumed_settings(saved: Mapping[str, Any], cfg: RunConfig) -> dict[str, Any]:
     """The settings a resume changed: `cfg` (the config it trains with) against `saved` (the
     checkpoint's config), the corpus aside (its path may move; its content is checked apart)."""
-    before, after = _flat(recorded_config(dict(saved))), _flat(cfg.to_dict())
+    # the saved config with today's defaults filled in: a setting the checkpoint predates is
+    # the value it was trained with (recorded_config) or the default, not a change
+    filled = config_from_dict(recorded_config(dict(saved)), source="checkpoint").to_dict()
+    before, after = _flat(filled), _flat(cfg.to_dict())
     return {
         key: value
         for key, value in after.items()

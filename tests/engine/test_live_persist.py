@@ -347,3 +347,11 @@ def test_a_resume_records_what_its_set_changed_and_nothing_else():
     saved["data"]["source"] = "/somewhere/else.txt"  # the corpus's path is not a change
     cfg = load_preset("tiny", ["train.max_steps=200", "optim.weight_decay=0.0"])
     assert resumed_settings(saved, cfg) == {"optim.weight_decay": 0.0, "train.max_steps": 200}
+
+
+def test_a_resume_of_a_checkpoint_from_before_a_setting_records_no_change_of_it():
+    saved = load_preset("tiny").to_dict()
+    del saved["model"]["vocab_multiple"]  # before padding: read as 1, as it was trained
+    del saved["schedule"]["decay_start"]  # before cool down now: the default
+    cfg = load_preset("tiny", ["model.vocab_multiple=1", "train.max_steps=200"])
+    assert resumed_settings(saved, cfg) == {"train.max_steps": 200}
