@@ -207,7 +207,7 @@ def live_change(
         return f"{e}"  # already "set: section.key: expected ..."
     if (why := _mid_run_rules(cfg, new, asked, step)) is not None:
         return f"set refused: {why}"
-    new = _pin_cosine_horizon(cfg, new, asked)
+    new = _pin_wsd_decay(cfg, _pin_cosine_horizon(cfg, new, asked), asked, step)
     if check is not None and (why := check(new)) is not None:
         return f"set refused: {why}"
     changes = {}
@@ -215,8 +215,9 @@ def live_change(
         old_value, new_value = setting_value(cfg, key), setting_value(new, key)
         if old_value != new_value:
             changes[key] = (old_value, new_value)
-    if "schedule.decay_steps" not in changes and new.schedule.decay_steps != cfg.schedule.decay_steps:
-        changes["schedule.decay_steps"] = (cfg.schedule.decay_steps, new.schedule.decay_steps)
+    for pinned in ("schedule.decay_steps", "schedule.decay_start"):  # kept by a pin above
+        if pinned not in changes and setting_value(new, pinned) != setting_value(cfg, pinned):
+            changes[pinned] = (setting_value(cfg, pinned), setting_value(new, pinned))
     return SettingsChange(step=step, changes=changes, config=new)
 
 
@@ -326,6 +327,24 @@ def _pin_cosine_horizon(old: RunConfig, new: RunConfig, asked: Mapping[str, Any]
         return dataclasses.replace(
             new, schedule=dataclasses.replace(new.schedule, decay_steps=old.decay_steps)
         )
+    return new
+
+
+def _pin_wsd_decay(
+    old: RunConfig, new: RunConfig, asked: Mapping[str, Any], step: int
+) -> RunConfig:
+    """A WSD run already decaying keeps the step its decay started at when max_steps or the
+    fraction changes (else the start would move ahead of the run and the LR jump back to its
+    peak); the decay stretches or shrinks from where the LR is."""
+    start = wsd_decay_start(old)
+    if (
+        new.schedule.kind == "wsd"
+        and "schedule.decay_start" not in asked
+        and step >= start
+        and wsd_decay_start(new) != start
+        and start < new.train.max_steps
+    ):
+        return dataclasses.replace(new, schedule=dataclasses.replace(new.schedule, decay_start=start))
     return new
 
 

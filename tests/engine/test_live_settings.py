@@ -114,3 +114,15 @@ def test_timeline_keeps_what_a_checkpoint_was_trained_under():
     with pytest.raises(Exception, match="needs step"):
         SettingsTimeline.from_records([{"step": -1, "settings": {}}])
     assert math.isfinite(timeline.changes[0].settings["optim.weight_decay"])
+
+
+def test_a_wsd_run_already_decaying_keeps_its_decay_start_when_extended():
+    cfg = _cfg(kind="wsd", decay_fraction=0.2)  # decay 80 -> 100
+    change = live_change(cfg, {"train.max_steps": 200}, step=90)
+    new = change.config
+    assert new.schedule.decay_start == 80  # not 160: the LR does not jump back to its peak
+    assert change.changes["schedule.decay_start"] == (0, 80)
+    assert lr_at(91, new) < lr_at(80, new) == pytest.approx(1e-3)
+    assert lr_at(91, new) > lr_at(91, cfg)  # the decay stretched from step 80 to 200
+    before = live_change(cfg, {"train.max_steps": 200}, step=50).config  # not decaying yet
+    assert before.schedule.decay_start == 0 and wsd_decay_start(before) == 160
