@@ -244,7 +244,8 @@ class CommandActions(_AppBase):
             why = refused.removeprefix("set refused: ")
             self.notify(why, title="Cool down now", severity="warning", timeout=6)
             return
-        self.push_screen(CooldownScreen(cfg, self.session.view.step), self._settings_chosen)
+        screen = CooldownScreen(cfg, self.session.view.step, follow=lambda: self.session.view.step)
+        self.push_screen(screen, self._settings_chosen)
 
     def _settings_chosen(self, settings: dict[str, object] | None) -> None:
         if self.main_screen.lr_panel.clear_preview():

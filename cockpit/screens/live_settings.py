@@ -449,9 +449,12 @@ class CooldownScreen(InputDialog):
     ERROR_ID = "cooldown-error"
     BINDINGS = [Binding("escape", "cancel", "Cancel", show=False, priority=True)]
 
-    def __init__(self, config: RunConfig, step: int) -> None:
+    def __init__(
+        self, config: RunConfig, step: int, follow: Callable[[], int] | None = None
+    ) -> None:
         super().__init__(classes="dialog-screen")
         self.config, self.step = config, step
+        self.follow = follow  # the run's step now: the text and the preview follow the run
         self.previewing = False
 
     def compose(self) -> ComposeResult:
@@ -459,19 +462,31 @@ class CooldownScreen(InputDialog):
         with Vertical(classes="dialog", id="cooldown-dialog") as box:
             box.border_title = "Cool down now"
             box.border_subtitle = "enter cool down · esc cancel"
-            yield Static(
-                f"The WSD decay starts at the next step (step {self.step + 1:,}; planned from "
-                f"{wsd_decay_start(cfg):,}) and the run ends when it does. Its length in steps, "
-                f"or nothing for the configured fraction ({cooldown_span(cfg):,} steps):",
-                classes="dialog-message",
-            )
+            yield Static(self._message(), classes="dialog-message", id="cooldown-message")
             yield Input(
                 placeholder=f"{cooldown_span(cfg)}", id="cooldown-steps", select_on_focus=False
             )
             yield Label("", id="cooldown-error")
 
+    def _message(self) -> str:
+        cfg = self.config
+        return (
+            f"The WSD decay starts at the next step (step {self.step + 1:,}; planned from "
+            f"{wsd_decay_start(cfg):,}) and the run ends when it does. Its length in steps, "
+            f"or nothing for the configured fraction ({cooldown_span(cfg):,} steps):"
+        )
+
+    def _follow_step(self) -> None:
+        step = self.follow() if self.follow is not None else self.step
+        if step != self.step:
+            self.step = step
+            self.query_one("#cooldown-message", Static).update(self._message())
+            self._preview(self.query_one(Input).value)
+
     def on_mount(self) -> None:
         super().on_mount()
+        if self.follow is not None:
+            self.set_interval(1.0, self._follow_step)
         self._preview("")
 
     def _preview(self, text: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pilot import Toasts, pilot_test
+from pilot import Toasts, pilot_test, wait_for
 from scripted import ScriptedFactory
 from textual import events
 from textual.geometry import Region
@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Label
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.screens.live_settings import LiveSettingsScreen
+from cockpit.screens.live_settings import CooldownScreen, LiveSettingsScreen
 from engine.events import RunState, StateChanged
 
 WSD = {"schedule": {"kind": "wsd", "decay_fraction": 0.2}}
@@ -107,8 +107,8 @@ async def test_the_screen_follows_the_run_s_step_while_open(
     screen = await open_screen(pilot, app)
     assert "At step 300 of 2,000" in str(screen.query_one("#live-note").render())
     app.session.view.step = 450  # the run trained on (the drain's Step events)
-    await pilot.pause(1.3)
-    assert "At step 450 of 2,000" in str(screen.query_one("#live-note").render())
+    note = screen.query_one("#live-note")
+    await wait_for(pilot, lambda: "At step 450 of 2,000" in str(note.render()))  # within ~1 s
     field(screen, "train.max_steps").value = "400"
     await pilot.pause()
     await pilot.press("enter")
@@ -169,3 +169,20 @@ async def test_a_finished_run_s_screen_names_the_command_that_changes_its_settin
     screen = await open_screen(pilot, app)
     why = str(screen.query_one("#live-read-only").render())
     assert "cockpit train --resume runs/default-scripted --set KEY=VALUE" in why
+
+
+@pilot_test(config=WSD)
+async def test_the_cool_down_dialog_follows_the_run_s_step_while_open(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    """C at step 300, the run trains on: the text's 'next step' and the previewed end are the
+    run's now (they stayed at 301 and 700: at 80x24, 'step 703' beside a status line of 802)."""
+    await pilot.press("C")
+    await pilot.pause()
+    assert isinstance(app.screen, CooldownScreen)
+    panel = app.main_screen.lr_panel
+    assert panel.preview_max_steps == 700
+    app.session.view.step = 450
+    message = app.screen.query_one("#cooldown-message")
+    await wait_for(pilot, lambda: "(step 451;" in str(message.render()))  # within ~1 s
+    assert panel.preview_max_steps == 850  # 450 + the configured 400
