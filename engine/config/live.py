@@ -236,6 +236,11 @@ def _cooldown(cfg: RunConfig, raw: dict[str, Any], value: Any, step: int) -> str
     value = _typed("train.max_steps", value) if isinstance(value, str) else value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return f"{COOLDOWN}: expected the decay's length in steps (0 = the configured fraction), got {value!r}"
+    if step < cfg.schedule.warmup_steps:  # the ramp would go on to the peak, then drop at once
+        return (
+            f"the run is still warming up (to step {cfg.schedule.warmup_steps}); cool down after "
+            "it, or set schedule.warmup_steps to end the warmup sooner"
+        )
     start = wsd_decay_start(cfg)
     if step >= start:
         return (

@@ -203,6 +203,10 @@ class Journal:
         what = f"set {describe(pairs)}"
         if entry is not None:
             entry.what = what
+            # the step it was made at, as metrics.jsonl and config.toml say: a viewer's command
+            # record is from the step before the boundary that carried it out
+            step = record.get("step")
+            entry.step = step if isinstance(step, int) else entry.step
             return entry
         return self._new(record, by, what)
 

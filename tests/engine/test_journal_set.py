@@ -40,8 +40,8 @@ def test_a_viewers_set_and_its_acknowledgement_are_one_entry() -> None:
         rec("step", 2, step=41, loss=2.0),
         changed(3, 41, {"optim.weight_decay": [0.1, 0.0], "train.max_steps": [2000, 5000]}, by=VIEWER),
     ]
-    assert lines(records) == [
-        (40, f"{VIEWER}: set optim.weight_decay 0.1 -> 0, train.max_steps 2000 -> 5000"),
+    assert lines(records) == [  # at the step it was made at, as metrics.jsonl says
+        (41, f"{VIEWER}: set optim.weight_decay 0.1 -> 0, train.max_steps 2000 -> 5000"),
     ]
 
 
@@ -70,7 +70,7 @@ def test_the_apps_own_set_is_the_apps_and_leaves_a_viewers_waiting() -> None:
         changed(3, 11, {"eval.interval": [100, 50]}, by=VIEWER),
     ]
     assert lines(records) == [
-        (10, f"{VIEWER}: set eval.interval 100 -> 50"),
+        (11, f"{VIEWER}: set eval.interval 100 -> 50"),
         (10, f"{APP}: set optim.grad_clip 1 -> 0.5"),
     ]
 

@@ -126,3 +126,8 @@ def test_a_wsd_run_already_decaying_keeps_its_decay_start_when_extended():
     assert lr_at(91, new) > lr_at(91, cfg)  # the decay stretched from step 80 to 200
     before = live_change(cfg, {"train.max_steps": 200}, step=50).config  # not decaying yet
     assert before.schedule.decay_start == 0 and wsd_decay_start(before) == 160
+
+
+def test_cool_down_now_is_refused_while_warming_up():
+    refused = live_change(_cfg(kind="wsd"), {COOLDOWN: 0}, step=5)  # warmup to step 10
+    assert isinstance(refused, str) and "still warming up (to step 10)" in refused
