@@ -203,6 +203,7 @@ def test_only_cuda_batches_are_moved_to_the_device_by_the_thread() -> None:
 
 
 # ---------------------------------------------------------------------- the data wait
+@pytest.mark.serial  # a wall-clock bound: not beside another test
 def test_a_slow_step_hides_the_batch_making(tokens, monkeypatch) -> None:
     """Making a batch takes 10 ms, the model 40 ms: prefetched, the loop hardly waits."""
     real_windows = batches._windows
