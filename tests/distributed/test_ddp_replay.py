@@ -28,7 +28,9 @@ def test_a_replay_makes_its_changes_at_the_same_step_on_every_rank(tmp_path: Pat
         assert at == [[step], [step]], (kind, at)
     # the optimizer of each rank trains with it from the step after
     decays = [json.loads((run_dir / f"groups-{rank}.json").read_text()) for rank in (0, 1)]
-    assert decays[0] == decays[1] == [[0, [0.1, 0.0]], [3, [0.0, 0.0]]], decays
+    assert decays[0] == decays[1], decays
+    (first, start), (then, after) = decays[0]  # the groups' decays at step 0 and from step 3
+    assert (first, then) == (0, 3) and 0.1 in start and set(after) == {0.0}, decays
     (made,) = records(run_dir / "metrics.jsonl", "settings_changed")
     assert made["replayed"] and made["by"] == "app"
     # and the run's own config.toml lists the same changes again
