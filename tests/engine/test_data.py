@@ -28,7 +28,7 @@ from tests.conftest import SHAKESPEARE, TIKTOKEN_CACHE
 def shakespeare() -> Path:
     if not SHAKESPEARE.is_file():
         pytest.skip(f"Tiny Shakespeare not found at {SHAKESPEARE}")
-    return SHAKESPEARE
+    return SHAKESPEARE.resolve()  # as a source names it: a shared/ that is a link, followed
 
 
 @pytest.fixture
