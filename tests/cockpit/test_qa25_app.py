@@ -181,8 +181,9 @@ async def test_the_cool_down_dialog_follows_the_run_s_step_while_open(
     await pilot.pause()
     assert isinstance(app.screen, CooldownScreen)
     panel = app.main_screen.lr_panel
-    assert panel.preview_max_steps == 700
+    await wait_for(pilot, lambda: panel.preview_max_steps == 700)
     app.session.view.step = 450
     message = app.screen.query_one("#cooldown-message")
     await wait_for(pilot, lambda: "(step 451;" in str(message.render()))  # within ~1 s
-    assert panel.preview_max_steps == 850  # 450 + the configured 400
+    # the preview reaches the LR panel as a message of its own, handled after the text's update
+    await wait_for(pilot, lambda: panel.preview_max_steps == 850)  # 450 + the configured 400
