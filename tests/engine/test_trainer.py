@@ -96,7 +96,7 @@ def test_commands_are_applied_and_acknowledged(tmp_path):
     trainer.pause()
     paused2 = rec.wait_for(lambda e: e.kind == "state" and e.state == "paused" and e is not paused)
     last = [e for e in rec.of("step") if e.step == paused2.step][0]
-    assert [g["lr"] for g in trainer.optimizer.param_groups] == [last.lr] * 2  # what AdamW applied
+    assert {g["lr"] for g in trainer.optimizer.param_groups} == {last.lr}  # what AdamW applied
     trainer.resume()
 
     trainer.scale_lr(2.0)
