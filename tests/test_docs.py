@@ -80,7 +80,7 @@ def test_the_readme_starts_with_the_two_commands_ci_runs() -> None:
     first_block = text.split("```sh\n", 1)[1].split("\n```", 1)[0]
     assert first_block.splitlines() == [
         'pip install "torch==2.13.0" -e . && cockpit',
-        'pip install "torch==2.13.0" -e ".[dev]" && python -m pytest',
+        'pip install "torch==2.13.0" -e ".[dev]" && python -m pytest -n 2 --dist loadfile',
     ]
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert first_block.splitlines()[1] in ci.splitlines(), ".ci/run runs the README's test command"
