@@ -253,6 +253,12 @@ class TrainConfig:
         choices=("auto", "pause", "rollback"),
     )
     max_rollbacks: int = _opt(3, help="rollbacks before a headless run gives up", min=0)
+    stop_at_val: float = _opt(
+        0.0,
+        help="finish the run (final checkpoint) at the first periodic evaluation (eval.interval) "
+        "whose val loss is at or below this, before train.max_steps (0 = off)",
+        min=0.0,
+    )
 
 
 @dataclass

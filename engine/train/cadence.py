@@ -41,6 +41,16 @@ def work_due(step: int, cfg: RunConfig) -> DueWork:
     return DueWork(due(cfg.eval.interval), due(cfg.sample.interval), due(cfg.checkpoint.interval))
 
 
+def val_target_note(event: Eval | None, cfg: RunConfig, step: int) -> str | None:
+    """Why the run finishes now, when `event` is the evaluation at `step` and its val loss is at
+    or below `train.stop_at_val` (the time to a target val loss, as `cockpit ablate` measures
+    it); None otherwise, and always when the setting is 0 (off)."""
+    target = cfg.train.stop_at_val
+    if not target or event is None or event.step != step or not event.val_loss <= target:
+        return None
+    return f"val loss {event.val_loss:.4f} reached train.stop_at_val {target:g} at step {step}"
+
+
 def evaluate(
     evaluator: Evaluator, data: PreparedData, counters: Counters, report: Reporter
 ) -> Eval:

@@ -50,7 +50,7 @@ from engine.rundir.layout import create_run_dir, default_run_dir, write_error_lo
 from engine.rundir.metrics_log import MetricsWriter, read_history
 from engine.rundir.sinks import log_sinks
 from engine.rundir.summary import SummarySink
-from engine.train.cadence import evaluate, sample, work_due
+from engine.train.cadence import evaluate, sample, val_target_note, work_due
 from engine.train.closing import close_sinks, weights_finite
 from engine.train.command_queue import CommandQueue
 from engine.train.commands import CommandHandler, StopRequest
@@ -695,6 +695,9 @@ class Trainer:
             t_extra = time.perf_counter()
             if due.evaluate:
                 self._last_eval = self._evaluate()
+                if val_target_note(self._last_eval, cfg, counters.step):  # train.stop_at_val
+                    self._pending.exclude(t_extra)
+                    break  # finished: its sample and checkpoint are the end's
             if due.sample:
                 self._sample()
             if due.checkpoint:
@@ -722,7 +725,9 @@ class Trainer:
             else:
                 report.set_state(RunState.STOPPED, stopping.reason)
             return
-        self._last_eval = self._evaluate()
+        reached = val_target_note(self._last_eval, self.cfg, self.counters.step)
+        if reached is None:  # the evaluation that reached the target is the final one
+            self._last_eval = self._evaluate()
         if self.cfg.sample.interval:
             self._sample()
         saved = checkpointer.save_and_mark("final", self._last_eval, ending=True)
@@ -737,4 +742,4 @@ class Trainer:
                 RunState.FINISHED, f"the final checkpoint was not written ({disk.failure})"
             )
             return
-        report.set_state(RunState.FINISHED, "")
+        report.set_state(RunState.FINISHED, reached or "")
