@@ -5,8 +5,14 @@ new config from the next step on. The run's config is one `RunConfig` object sha
 parts (the step, the evaluator, the checkpointer, the fault handler, the loop's bound and
 intervals), so the new values are written into its sections in place and each part reads them
 where it always did. What a part built from the config once is rebuilt here or by `follow`:
-the optimizer's parameter groups (written as a resume writes them), and the Trainer's own
-derived values (micro-batches a step, read-back cadence, spike guard, the disk wait's bound).
+the optimizer's parameter groups (written as a resume writes them), and the run's derived
+values (`DerivedValues`: micro-batches a step, read-back cadence, spike guard, the disk wait's
+bound).
+
+A resume's --set and a rollback are changes too: `resumed_settings` is what a resume's --set
+changed (`LiveSettings.record_resume` makes it a change by "resume" at the resume step, so a
+replay makes it too); `settings_back` puts a checkpoint's settings in force again after a
+rollback to it (`LiveSettings.roll_back_to`).
 
 Every rank decides and applies alike: the change depends only on the config, the step and the
 world's shape, which every rank holds the same.
@@ -14,21 +20,33 @@ world's shape, which every rank holds the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from engine.checkpoint.resume import optimizer_settings, put_settings
-from engine.config.live import SettingsChange, SettingsTimeline, setting_value
-from engine.config.run_config import RunConfig
-from engine.events import SettingsChanged
+from engine.config.live import (
+    LIVE_SETTINGS,
+    LR_SCALE,
+    SettingsChange,
+    SettingsTimeline,
+    describe,
+    setting_value,
+)
+from engine.config.loading import config_from_dict, recorded_config
+from engine.config.run_config import SECTIONS, RunConfig
+from engine.events import Event, SettingsChanged
 from engine.model.optimizers import applied_lr, build_optimizer, set_lr_factor
 from engine.model.schedule import lr_multiplied, planned_curve
+from engine.train.setup import Instruments, read_back_every
 
 if TYPE_CHECKING:
     import torch
 
     from engine.checkpoint.checkpointer import OptimizerHolder
     from engine.train.counters import Counters
+    from engine.train.disk_full import DiskWait
+    from engine.train.faults import SpikeDetector
 
 # Settings that reach the optimizer's parameter groups (grad clip is the step's own).
 OPTIMIZER_KEYS = frozenset(
@@ -78,7 +96,8 @@ class LiveSettings:
     of the optimizer of the moment (a restore replaces it); `model` and `device_type`: what a
     fresh optimizer's parameter groups are built from; `ranks` and `micro_batch` (the running
     micro-batch, read when asked: an out-of-memory retry halves it): how a step is shared;
-    `follow(cfg)`: the owner re-reads what it built from the config."""
+    `follow(cfg)`: the owner re-reads what it built from the config; `emit`: where the event of
+    a rollback's change goes (a `set`'s is the caller's to emit)."""
 
     def __init__(
         self,
@@ -91,6 +110,7 @@ class LiveSettings:
         ranks: int = 1,
         micro_batch: Callable[[], int],
         follow: Callable[[RunConfig], None] = lambda cfg: None,
+        emit: Callable[[Event], None] = lambda event: None,
     ) -> None:
         self.cfg = cfg
         self.counters = counters
@@ -100,6 +120,7 @@ class LiveSettings:
         self.ranks = ranks
         self.micro_batch = micro_batch
         self.follow = follow
+        self.emit = emit
         self.timeline = SettingsTimeline()
 
     def check(self, new: RunConfig) -> str | None:
@@ -142,9 +163,113 @@ class LiveSettings:
             planned_lr=planned if planned != planned_before else (),
         )
 
+    def record_resume(self, state: Mapping[str, Any]) -> list[str]:
+        """A resume of the checkpoint `state`: its --set is a change at the resume step, by
+        "resume", in the timeline it continues (so a replay of config.toml makes it too).
+        Returns what the resume has to say of it (RunStarted's notes)."""
+        settings = resumed_settings(state["config"], self.cfg)
+        if settings:
+            self.timeline.add(self.counters.step, settings, "resume")
+        if "settings_changes" not in state and self.counters.lr_scale != 1.0:
+            return [
+                f"the LR multiplier x{self.counters.lr_scale:.3g} set by hand is kept; this "
+                "checkpoint predates the timeline of changes, so config.toml cannot say when it was set"
+            ]
+        return []
+
+    def roll_back_to(self, state: Mapping[str, Any], lr_scale: float) -> str:
+        """After a rollback to `state`: its live settings and timeline in force again, with the
+        rollback's LR multiplier `lr_scale` a change of it; the settings put back, as one line
+        ('' when none differed)."""
+        event = settings_back(self, state)
+        if lr_scale != state.get("lr_scale", 1.0):
+            self.timeline.add(self.counters.step, {LR_SCALE: lr_scale}, "rollback")
+        if event is None:
+            return ""
+        self.emit(event)
+        return describe({key: (old, new) for key, (old, new) in event.changes.items()})
+
     def state_dict(self) -> list[dict[str, Any]]:
         """The timeline's records (a checkpoint keeps them under "settings_changes")."""
         return self.timeline.state_dict()
 
     def load_state_dict(self, records: Any) -> None:
         self.timeline.load_state_dict(records)
+
+
+class DerivedValues:
+    """What a run derived from its config once, derived again after a live change (the parts
+    that hold the config read it themselves): the spike guard's threshold, the disk wait's
+    bound and, once the loop is instrumented, the micro-batches a step takes (`micro_steps`,
+    read when asked) and the read-back cadence on `device`."""
+
+    def __init__(
+        self,
+        *,
+        spikes: SpikeDetector,
+        disk: DiskWait,
+        device: torch.device,
+        micro_steps: Callable[[], int],
+        instruments: Callable[[], Instruments | None],
+    ) -> None:
+        self.spikes = spikes
+        self.disk = disk
+        self.device = device
+        self.micro_steps = micro_steps
+        self.instruments = instruments
+
+    def __call__(self, cfg: RunConfig) -> None:
+        self.spikes.sigma = cfg.train.spike_sigma
+        self.disk.max_steps = cfg.train.max_steps
+        instruments = self.instruments()
+        if instruments is not None:
+            instruments.step.micro_steps = self.micro_steps()
+            instruments.log_every = read_back_every(cfg, self.device)
+
+
+def _flat(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        f"{section}.{f.name}": raw.get(section, {}).get(f.name)
+        for section in SECTIONS
+        for f in fields(SECTIONS[section])
+        if isinstance(raw.get(section), dict)
+    }
+
+
+def resumed_settings(saved: Mapping[str, Any], cfg: RunConfig) -> dict[str, Any]:
+    """The settings a resume changed: `cfg` (the config it trains with) against `saved` (the
+    checkpoint's config), the corpus aside (its path may move; its content is checked apart)."""
+    # the saved config with today's defaults filled in: a setting the checkpoint predates is
+    # the value it was trained with (recorded_config) or the default, not a change
+    filled = config_from_dict(recorded_config(dict(saved)), source="checkpoint").to_dict()
+    before, after = _flat(filled), _flat(cfg.to_dict())
+    return {
+        key: value
+        for key, value in after.items()
+        if not key.startswith("data.") and key in before and before[key] != value
+    }
+
+
+def settings_back(live: LiveSettings, state: Mapping[str, Any]) -> SettingsChanged | None:
+    """After a rollback to the checkpoint `state`: the live settings it was saved with in force
+    again (the changes made since are undone, without the mid-run rules: the run is back where
+    they held) and its timeline the run's. The event that says so, or None when none differed."""
+    saved = config_from_dict(recorded_config(dict(state["config"])), source="checkpoint")
+    now, step = live.cfg.train, int(state["step"])
+    if saved.train.batch_size != now.batch_size:
+        # an out-of-memory retry has split the micro-batch since: the checkpoint's step, in
+        # micro-batches of the running size (its sequences a step are what the config said)
+        sequences = saved.train.batch_size * saved.train.grad_accum
+        whole = sequences % now.batch_size == 0
+        saved.train.grad_accum = sequences // now.batch_size if whole else now.grad_accum
+        saved.train.batch_size = now.batch_size
+    changes = {
+        key: (setting_value(live.cfg, key), setting_value(saved, key))
+        for key in LIVE_SETTINGS
+        if setting_value(live.cfg, key) != setting_value(saved, key)
+    }
+    event = None
+    if changes:
+        event = live.apply(SettingsChange(step=step, changes=changes, config=saved), "rollback")
+    live.load_state_dict(state.get("settings_changes"))  # the checkpoint's, not one more entry
+    return event

@@ -23,7 +23,7 @@ import torch
 
 from engine.checkpoint import store as ckpt
 from engine.checkpoint.checkpointer import Checkpointer, Nested, RunDescription
-from engine.config.live import LR_SCALE, SettingsTimeline, describe
+from engine.config.live import SettingsTimeline
 from engine.config.run_config import ConfigError, RunConfig
 from engine.control.server import ControlServer, serve_run
 from engine.data.batches import BatchSampler
@@ -59,15 +59,9 @@ from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
 from engine.train.garbage import settle_garbage_collector
-from engine.train.live import LiveSettings
+from engine.train.live import DerivedValues, LiveSettings
 from engine.train.readback import PendingSteps
-from engine.train.replay import (
-    ConfigFile,
-    ReplayPlan,
-    resumed_settings,
-    settings_back,
-    start_config,
-)
+from engine.train.replay import ConfigFile, ReplayPlan, start_config
 from engine.train.reporter import Reporter
 from engine.train.setup import (
     Instruments,
@@ -76,7 +70,6 @@ from engine.train.setup import (
     announce,
     build,
     instrument,
-    read_back_every,
 )
 from engine.train.step import StepParts, train_step
 
@@ -379,7 +372,8 @@ class Trainer:
         self._build_loop_parts(parts)
         if state is not None:
             self.resume_notes.extend(self._loop_parts.checkpointer.restore(state))
-            self._record_resume(state)
+            assert self.live is not None
+            self.resume_notes.extend(self.live.record_resume(state))
             # An older checkpoint starts a new branch: the newer ones must not be pruned into
             # it, nor picked by the next --resume RUN_DIR.
             aside, moved = ckpt.set_aside_newer(self.run_dir, self.counters.step)
@@ -484,7 +478,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop's parts
     def _build_loop_parts(self, parts: RunParts) -> None:
-        """The disk wait, checkpointer, fault and command handlers, each given what it uses."""
+        """The disk wait, checkpointer, live settings, fault and command handlers, each given
+        what it uses."""
         cfg, world, group = self.cfg, self.world, self.sync.group
         counters, report, device = self.counters, self.reporter, parts.device
         self.disk = disk = DiskWait(
@@ -507,12 +502,25 @@ class Trainer:
             optim=cfg.optim, device_type=device.type, states=states, counters=counters,
             reporter=report, disk=disk,
         )  # fmt: skip
+        # what the run derived from the config, derived again after a change of settings
+        derived = DerivedValues(
+            spikes=parts.spikes, disk=disk, device=device,
+            micro_steps=lambda: live.micro_steps(),  # the live settings', built just below
+            instruments=lambda: self.instruments,  # built once the run has its directory
+        )  # fmt: skip
+        self.live = live = LiveSettings(
+            cfg=cfg, counters=counters, optimizer=parts, model=parts.model,
+            device_type=device.type, ranks=world.world_size,
+            micro_batch=lambda: parts.train_batches.batch_size, follow=derived, emit=report.emit,
+        )  # fmt: skip
+        # the changes made so far, in each checkpoint (one from before them has none)
+        states["settings"] = Nested("settings_changes", live, missing=[])
         self.faults = faults = FaultHandler(
             cfg=cfg, interactive=self.interactive, world=world, checkpointer=checkpointer,
             counters=counters, reporter=report, stopping=self.stopping, spikes=parts.spikes,
             model=parts.model, optimizer=parts, batches=parts.train_batches,
             device_type=device.type, forget_pending=lambda: self._pending.forget(),
-            settings_back=self._settings_back,
+            settings_back=live.roll_back_to,
         )  # fmt: skip
         rank_commands = None
         if world.distributed:
@@ -521,57 +529,12 @@ class Trainer:
                 device=device, step=lambda: counters.step, emit=report.emit,
                 should_stop=lambda: self._should_stop(),
             )  # fmt: skip
-        self.live = live = LiveSettings(
-            cfg=cfg, counters=counters, optimizer=parts, model=parts.model,
-            device_type=device.type, ranks=world.world_size,
-            micro_batch=lambda: parts.train_batches.batch_size, follow=self._follow_settings,
-        )  # fmt: skip
-        # the changes made so far, in each checkpoint (one from before them has none)
-        states["settings"] = Nested("settings_changes", live, missing=[])
         self.command_handler = CommandHandler(
             queue=self._commands, reporter=report, counters=counters, stopping=self.stopping,
             should_stop=lambda: self._should_stop(), cfg=cfg, optimizer=parts,
             checkpointer=checkpointer, disk=disk, rollback=faults.rollback, flush=self._flush,
             sample=self._sample, evaluate=self._evaluate, rank_commands=rank_commands, live=live,
         )  # fmt: skip
-
-    def _follow_settings(self, cfg: RunConfig) -> None:
-        """What the run built from a live setting, read again from the config in force (the
-        parts that hold the config read it themselves)."""
-        parts = self._built
-        parts.spikes.sigma = cfg.train.spike_sigma
-        if self.disk is not None:
-            self.disk.max_steps = cfg.train.max_steps
-        if self.instruments is not None and self.live is not None:
-            self.instruments.step.micro_steps = self.live.micro_steps()
-            self.instruments.log_every = read_back_every(cfg, parts.device)
-
-    def _record_resume(self, state: dict[str, Any]) -> None:
-        """A resume's --set is a change at the resume step, by "resume", in the timeline it
-        continues (so a replay of config.toml makes it too)."""
-        assert self.live is not None
-        settings = resumed_settings(state["config"], self.cfg)
-        if settings:
-            self.live.timeline.add(self.counters.step, settings, "resume")
-        if "settings_changes" not in state and self.counters.lr_scale != 1.0:
-            self.resume_notes.append(
-                f"the LR multiplier x{self.counters.lr_scale:.3g} set by hand is kept; this "
-                "checkpoint predates the timeline of changes, so config.toml cannot say when it was set"
-            )
-
-    def _settings_back(self, state: dict[str, Any], lr_scale: float) -> str:
-        """After a rollback to `state`: its live settings and timeline in force again, with the
-        rollback's LR multiplier `lr_scale` a change of it; the settings put back, as one line
-        ('' when none differed)."""
-        if self.live is None:
-            return ""
-        event = settings_back(self.live, state)
-        if lr_scale != state.get("lr_scale", 1.0):
-            self.live.timeline.add(self.counters.step, {LR_SCALE: lr_scale}, "rollback")
-        if event is None:
-            return ""
-        self.reporter.emit(event)
-        return describe({key: (old, new) for key, (old, new) in event.changes.items()})
 
     @property
     def _loop_parts(self) -> _LoopParts:
