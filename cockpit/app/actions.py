@@ -16,15 +16,10 @@ from typing import TYPE_CHECKING
 
 from cockpit.app.key_table import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, help_rows
 from cockpit.figures.numbers import fmt_int
+from cockpit.screens.cooldown import CooldownScreen
 from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, run_lr_plan
-from cockpit.screens.live_settings import (
-    CooldownScreen,
-    LiveSettingsScreen,
-    SchedulePreview,
-    cooldown_refusal,
-    run_config,
-    shown_value,
-)
+from cockpit.screens.live_decisions import cooldown_refusal, run_config, shown_value
+from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
 from engine.contract import EngineHandle
 from engine.events import RunState
 

@@ -21,7 +21,7 @@ from textual.message import Message
 
 from cockpit.app.event_wake import EventWake
 from cockpit.figures.numbers import fmt_int, fmt_lr
-from cockpit.screens.live_settings import config_after
+from cockpit.screens.live_decisions import config_after
 from engine.events import (
     Alert,
     CheckpointSaved,

@@ -1,1 +1,1 @@
-"""The app's other screens: dialogs, runs, journal, a new run's settings, live settings, help."""
+"""The app's other screens: dialogs, runs, journal, settings, live settings, cool down now, help."""

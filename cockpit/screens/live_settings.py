@@ -1,9 +1,7 @@
 """The live settings screen: every setting a run may change while it trains, with its value in
 force, its help and a field to change it; and "cool down now" for a WSD schedule.
 
-Each edited field is checked as `--set` checks it, by the function the engine decides a `set`
-with (`engine.config.live.live_change`, on the app's view of the run's config at its step):
-a refusal is one line under its field, the screen open, nothing sent. The screen returns the
+A refusal is one line under its field, the screen open, nothing sent. The screen returns the
 settings to send; the app sends them as one `set_settings` through the engine contract, so an
 attached viewer steers the same way as the app that trains. A read-only viewer sees the values
 with every field disabled and a line saying why.
@@ -14,10 +12,7 @@ new curve (the LR panel draws it beside the planned one); `SchedulePreview(None)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, is_dataclass
-from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
@@ -29,136 +24,18 @@ from textual.message import Message
 from textual.widgets import Button, Input, Label, Static
 
 from cockpit.screens.dialogs import InputDialog
-from engine.config import (
-    COOLDOWN,
-    LIVE_SETTINGS,
-    RunConfig,
-    SettingsChange,
-    config_from_dict,
-    live_change,
-    setting_value,
-    wsd_decay_start,
+from cockpit.screens.live_decisions import (
+    Curve,
+    cooldown_refusal,
+    cooldown_span,
+    decide,
+    decide_cooldown,
+    field_help,
+    shown_refusal,
+    shown_value,
 )
-from engine.events import RunStarted
+from engine.config import COOLDOWN, LIVE_SETTINGS, RunConfig, setting_value, wsd_decay_start
 from engine.model import planned_curve
-
-Curve = tuple[tuple[int, float], ...]
-# section name -> its dataclass, as the run's config has them
-_SECTIONS = {name: type(value) for name, value in vars(RunConfig()).items() if is_dataclass(value)}
-
-
-# ---------------------------------------------------------------------------------------------
-# The pure part: the run's config as the app sees it, the texts, the decisions
-
-
-def run_config(info: RunStarted | None) -> RunConfig | None:
-    """The config the run trains with, as the app sees it: its RunStarted's (which the app
-    keeps up to date with each SettingsChanged: `config_after`); None before the run started
-    or for a config this version cannot read."""
-    if info is None:
-        return None
-    try:
-        return config_from_dict(dict(info.config), "the run's config")
-    except (ValueError, TypeError, KeyError):  # ConfigError is a ValueError
-        return None
-
-
-def config_after(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """A RunStarted's config dict with a SettingsChanged's `changes` (key -> [old, new]) in force:
-    the app's view of the run's settings after the acknowledgement."""
-    raw = {
-        section: dict(values) if isinstance(values, Mapping) else values
-        for section, values in config.items()
-    }
-    for key, (_, new) in changes.items():
-        section, _, name = key.partition(".")
-        if section in _SECTIONS and name:
-            raw.setdefault(section, {})[name] = new
-    return raw
-
-
-def field_help(key: str) -> str:
-    """The config field's own help, then when a new value takes effect."""
-    section, name = key.split(".", 1)
-    meta = {f.name: f.metadata for f in fields(_SECTIONS[section])}.get(name, {})
-    own = str(meta.get("help", ""))
-    when = LIVE_SETTINGS.get(key, "")
-    return f"{own} · {when}" if own and when else own or when
-
-
-def shown_value(value: Any) -> str:
-    """A value as `--set` writes it (what the field accepts back)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, (list, tuple)):
-        return json.dumps(list(value))
-    return str(value)
-
-
-def cooldown_refusal(cfg: RunConfig, step: int) -> str | None:
-    """Why "cool down now" is not offered at `step` (not a WSD schedule, cooling down already),
-    or None when it is."""
-    answer = live_change(cfg, {COOLDOWN: 0}, step)
-    return answer if isinstance(answer, str) else None
-
-
-def cooldown_span(cfg: RunConfig) -> int:
-    """The decay's length "cool down now" gives with no length: the configured fraction."""
-    return max(1, round(cfg.train.max_steps * cfg.schedule.decay_fraction))
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the fields ask for: each refused field's line, the refusal of them all together,
-    and the change when everything is accepted."""
-
-    refused: dict[str, str]
-    refusal: str = ""
-    change: SettingsChange | None = None
-    asked: tuple[str, ...] = ()  # the edited keys, in the screen's order
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        """What to send: every edited key with its value as the config holds it."""
-        if self.change is None:
-            return {}
-        return {key: setting_value(self.change.config, key) for key in self.asked}
-
-
-def decide(cfg: RunConfig, step: int, edits: Mapping[str, str]) -> Decision:
-    """Check each edited field alone (its own refusal line), then all of them together, as the
-    engine will at the next step boundary."""
-    refused = {}
-    for key, text in edits.items():
-        answer = live_change(cfg, {key: text}, step)
-        if isinstance(answer, str):
-            refused[key] = answer
-    if refused:
-        return Decision(refused)
-    if not edits:
-        return Decision({}, "nothing to change: type a new value in a field")
-    answer = live_change(cfg, dict(edits), step)
-    if isinstance(answer, str):
-        return Decision({}, answer)
-    if not answer.changes:
-        return Decision({}, "nothing to change: every value typed is in force already")
-    return Decision({}, change=answer, asked=tuple(edits))
-
-
-def decide_cooldown(cfg: RunConfig, step: int, text: str) -> tuple[int, RunConfig] | str:
-    """"Cool down now" with a length typed as `text` ("" = the configured fraction): the
-    length to send and the config it gives, or the one-line refusal."""
-    text = text.strip()
-    try:
-        length = int(text.replace("_", "")) if text else 0
-    except ValueError:
-        return f"'{text}': type the decay's length in steps, or nothing for the configured fraction"
-    answer = live_change(cfg, {COOLDOWN: length}, step)
-    if isinstance(answer, str):
-        return answer
-    return length, answer.config
 
 
 def placement(avoid: Region | None, screen: Size) -> tuple[str, str, int, int]:
@@ -181,15 +58,6 @@ class SchedulePreview(Message):
     def __init__(self, curve: Curve | None, max_steps: int = 0) -> None:
         super().__init__()
         self.curve, self.max_steps = curve, max_steps
-
-
-# ---------------------------------------------------------------------------------------------
-# The screens
-
-
-def _said(refusal: str) -> str:
-    """A refusal as the screen says it, under the field it is about."""
-    return refusal.removeprefix("set refused: ").removeprefix("set: ")
 
 
 def _field_id(key: str) -> str:
@@ -298,7 +166,7 @@ class LiveSettingsScreen(InputDialog):
                 disabled=off,
             )
         if self.cooldown_refused is not None:
-            why = _said(self.cooldown_refused)
+            why = shown_refusal(self.cooldown_refused)
             yield Static(
                 Content.styled(why, "$warning"), id="live-cooldown-refusal", classes="live-help"
             )
@@ -352,11 +220,11 @@ class LiveSettingsScreen(InputDialog):
 
     def _show_refusals(self, refused: Mapping[str, str]) -> None:
         for key in {*self.refusals, *refused}:
-            why = _said(refused.get(key, ""))
+            why = shown_refusal(refused.get(key, ""))
             label = self.query_one(f"#{_field_id(key)}-refusal", Label)
             label.update(Content.styled(f"✗ {why}", "bold $error") if why else "")
             label.display = bool(why)
-        self.refusals = {key: _said(why) for key, why in refused.items()}
+        self.refusals = {key: shown_refusal(why) for key, why in refused.items()}
 
     def apply(self) -> None:
         """Check every edited field, then send them together (or say why not, the screen open)."""
@@ -371,7 +239,7 @@ class LiveSettingsScreen(InputDialog):
             self.show_error(f"{n} value{'s' if n > 1 else ''} refused: see under the field")
             return
         if decision.change is None:
-            self.show_error(_said(decision.refusal))
+            self.show_error(shown_refusal(decision.refusal))
             return
         self._preview(None)
         self.dismiss(decision.settings)
@@ -382,7 +250,7 @@ class LiveSettingsScreen(InputDialog):
         typed = self.query_one("#live-cooldown-steps", Input).value
         answer = decide_cooldown(self.config, self.step, typed)
         if isinstance(answer, str):
-            self.show_error(_said(answer))
+            self.show_error(shown_refusal(answer))
             return
         self._preview(None)
         self.dismiss({COOLDOWN: answer[0]})
@@ -440,83 +308,3 @@ class LiveSettingsScreen(InputDialog):
     def action_cancel(self) -> None:
         self._preview(None)
         self.dismiss(None)
-
-
-class CooldownScreen(InputDialog):
-    """"Cool down now" on its own: the decay's length in steps (empty: the configured fraction).
-    Returns `{COOLDOWN: length}`, or None when cancelled. The new schedule is previewed at once."""
-
-    ERROR_ID = "cooldown-error"
-    BINDINGS = [Binding("escape", "cancel", "Cancel", show=False, priority=True)]
-
-    def __init__(
-        self, config: RunConfig, step: int, follow: Callable[[], int] | None = None
-    ) -> None:
-        super().__init__(classes="dialog-screen")
-        self.config, self.step = config, step
-        self.follow = follow  # the run's step now: the text and the preview follow the run
-        self.previewing = False
-
-    def compose(self) -> ComposeResult:
-        cfg = self.config
-        with Vertical(classes="dialog", id="cooldown-dialog") as box:
-            box.border_title = "Cool down now"
-            box.border_subtitle = "enter cool down · esc cancel"
-            yield Static(self._message(), classes="dialog-message", id="cooldown-message")
-            yield Input(
-                placeholder=f"{cooldown_span(cfg)}", id="cooldown-steps", select_on_focus=False
-            )
-            yield Label("", id="cooldown-error")
-
-    def _message(self) -> str:
-        cfg = self.config
-        return (
-            f"The WSD decay starts at the next step (step {self.step + 1:,}; planned from "
-            f"{wsd_decay_start(cfg):,}) and the run ends when it does. Its length in steps, "
-            f"or nothing for the configured fraction ({cooldown_span(cfg):,} steps):"
-        )
-
-    def _follow_step(self) -> None:
-        step = self.follow() if self.follow is not None else self.step
-        if step != self.step:
-            self.step = step
-            self.query_one("#cooldown-message", Static).update(self._message())
-            self._preview(self.query_one(Input).value)
-
-    def on_mount(self) -> None:
-        super().on_mount()
-        if self.follow is not None:
-            self.set_interval(1.0, self._follow_step)
-        self._preview("")
-
-    def _preview(self, text: str) -> None:
-        answer = decide_cooldown(self.config, self.step, text)
-        if isinstance(answer, str):
-            if self.previewing:
-                self.previewing = False
-                self.app.post_message(SchedulePreview(None))
-            return
-        self.previewing = True
-        self.app.post_message(SchedulePreview(planned_curve(answer[1]), answer[1].train.max_steps))
-
-    @on(Input.Changed)
-    def _changed(self, event: Input.Changed) -> None:
-        event.stop()
-        if self.error:
-            self.show_error("")
-        self._preview(event.value)
-
-    @on(Input.Submitted)
-    def _submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        answer = decide_cooldown(self.config, self.step, event.value)
-        if isinstance(answer, str):
-            self.show_error(_said(answer))
-            return
-        self.app.post_message(SchedulePreview(None))
-        self.dismiss({COOLDOWN: answer[0]})
-
-    def action_cancel(self) -> None:
-        self.app.post_message(SchedulePreview(None))
-        self.dismiss(None)
-

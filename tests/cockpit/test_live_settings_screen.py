@@ -19,16 +19,15 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input, Label
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.screens.live_settings import (
-    CooldownScreen,
-    LiveSettingsScreen,
+from cockpit.screens.cooldown import CooldownScreen
+from cockpit.screens.live_decisions import (
     config_after,
     decide,
     decide_cooldown,
     field_help,
-    placement,
     shown_value,
 )
+from cockpit.screens.live_settings import LiveSettingsScreen, placement
 from cockpit.widgets.lr import LrPanel
 from engine.config import COOLDOWN, LIVE_SETTINGS, config_from_dict
 from engine.model import planned_curve

@@ -14,7 +14,8 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Label
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.screens.live_settings import CooldownScreen, LiveSettingsScreen
+from cockpit.screens.cooldown import CooldownScreen
+from cockpit.screens.live_settings import LiveSettingsScreen
 from engine.events import RunState, StateChanged
 
 WSD = {"schedule": {"kind": "wsd", "decay_fraction": 0.2}}
