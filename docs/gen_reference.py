@@ -531,6 +531,9 @@ METRICS_FIELDS: dict[tuple[str, str], str] = {
     ("run_started", "data_source"): "the corpus: `source`, `path`, `description`, `sha256`, "
     "`tokenizer`, `vocab_size`, `vocab_fingerprint`",
     ("run_started", "train_time_s"): "training time of the earlier sessions of a resumed run",
+    ("run_started", "tokens_schedule"): "a batch-size schedule or sequence-length warmup: "
+    "`[step, tokens]` pairs, the tokens a step trains on from that step on, at step 0 and at "
+    "each change of shape; `[]` when every step has `tokens_per_step`",
     ("step", "step"): "optimizer steps completed",
     ("step", "loss"): "the training loss",
     ("step", "lr"): "the LR as applied",

@@ -147,6 +147,9 @@ class RunStarted(Event):
     notes: tuple[str, ...] = ()  # a resume: what it changed or kept, one line each
     data_source: dict[str, Any] | None = None  # the corpus, as source_record() records it
     train_time_s: float = 0.0  # training time already done before this session (a resume)
+    # a batch-size schedule or sequence-length warmup: (step, tokens a step from it on) at step
+    # 0 and at each change of shape; () = tokens_per_step at every step
+    tokens_schedule: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,12 @@ _RESUME_TAKES = frozenset({"model.grad_checkpoint", "model.recompute_blocks", "m
 _REFUSED_KEYS = {
     "train.seed": "the run continues its own random streams",
     "train.batch_size": "the micro-batch is built into the running step; change train.grad_accum",
+    # the shape schedules are functions of the step from step 0: a change would make the shape
+    # jump (a resume may change them; the steps from there on follow the new schedule)
+    "train.batch_start": "the batch-size schedule shapes every step from step 0",
+    "train.batch_ramp_steps": "the batch-size schedule shapes every step from step 0",
+    "train.seq_start": "the sequence-length warmup shapes every step from step 0",
+    "train.seq_warmup_steps": "the sequence-length warmup shapes every step from step 0",
     "train.device": "the model and optimizer live on their device",
     "train.dtype": "the running step is built for its precision",
     "train.compile": "the model is compiled (or not) when the run starts",

@@ -156,8 +156,33 @@ def validate(cfg: RunConfig, source: str = "config") -> None:
             f"{source}: schedule.decay_start ({cfg.schedule.decay_start}) must be below "
             f"train.max_steps ({cfg.train.max_steps}); 0 starts the decay from decay_fraction"
         )
+    _validate_shape_schedule(cfg, source)
     if not cfg.sample.prompts:
         raise ConfigError(f'{source}: sample.prompts must hold at least one prompt ("\\n" is fine)')
+
+
+def _validate_shape_schedule(cfg: RunConfig, source: str) -> None:
+    """The batch-size schedule and the sequence-length warmup: each a start with its ramp,
+    growing up to the configured size."""
+    t = cfg.train
+    ramps = (
+        ("batch_start", t.batch_start, "batch_ramp_steps", t.batch_ramp_steps,
+         "train.batch_size", t.batch_size, "the micro-batch at step 0"),
+        ("seq_start", t.seq_start, "seq_warmup_steps", t.seq_warmup_steps,
+         "model.block_size", cfg.model.block_size, "the sequence length at step 0"),
+    )  # fmt: skip
+    for start_key, start, ramp_key, ramp, final_key, final, what in ramps:
+        if start > final:
+            raise ConfigError(
+                f"{source}: train.{start_key} ({start}) must not exceed {final_key} ({final}), "
+                "the size it grows to"
+            )
+        if start and not ramp:
+            raise ConfigError(
+                f"{source}: train.{start_key} needs train.{ramp_key} > 0, the steps it grows over"
+            )
+        if ramp and not start:
+            raise ConfigError(f"{source}: train.{ramp_key} needs train.{start_key} ({what})")
 
 
 # ---------------------------------------------------------------------------------------------

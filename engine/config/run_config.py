@@ -221,6 +221,26 @@ class TrainConfig:
     max_steps: int = _opt(2000, help="optimizer steps in the whole run", min=1)
     batch_size: int = _opt(12, help="micro-batch size in sequences", min=1)
     grad_accum: int = _opt(1, help="micro-batches per optimizer step", min=1)
+    # the speedrun's batch-shape schedules, off at 0
+    batch_start: int = _opt(
+        0,
+        help="batch-size schedule: sequences per micro-batch at step 0, growing linearly to "
+        "train.batch_size over train.batch_ramp_steps, in multiples of itself (0 = off)",
+        min=0,
+    )
+    batch_ramp_steps: int = _opt(
+        0, help="batch-size schedule: steps until micro-batches reach train.batch_size", min=0
+    )
+    seq_start: int = _opt(
+        0,
+        help="sequence-length warmup: tokens per training sequence at step 0, growing linearly "
+        "to model.block_size over train.seq_warmup_steps, in multiples of itself (0 = off; "
+        "evaluations always read whole blocks)",
+        min=0,
+    )
+    seq_warmup_steps: int = _opt(
+        0, help="sequence-length warmup: steps until sequences reach model.block_size", min=0
+    )
     device: str = _opt("auto", help="'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
     dtype: str = _opt(
         "auto",

@@ -10,11 +10,17 @@ gathering from the memmap, int64, and on CUDA pinned memory and a non-blocking c
 training loop does not wait on the disk. The thread draws ahead from the generator, so what a
 checkpoint saves (`BatchSampler.generator.get_state()`) is the state before the next batch the
 loop will consume, never the thread's: resume stays exact.
+
+With a batch-size schedule or a sequence-length warmup (a `ShapeSchedule`), the loop names each
+step before drawing its batches (`at_step`), and the batches of that step have the schedule's
+shape: a change of shape discards what was made ahead at the old one and draws again from the
+loop's position, so the batches are the ones a sampler without prefetching would draw.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import queue
 import threading
 import weakref
@@ -23,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from engine.data.shape_schedule import ShapeSchedule
 
 PREFETCH_DEPTH = 3  # batches made ahead: enough to hide a slow read, little memory held
 
@@ -139,7 +147,8 @@ class BatchSampler:
     `prefetch`: batches made ahead by a background thread; None: PREFETCH_DEPTH for a
     memory-mapped corpus, none for an array in memory; 0: none. Call `close()` when done (the
     Trainer does at the end of its run); a sampler left unclosed stops its thread when
-    garbage-collected.
+    garbage-collected. `schedule`: the shape of each step's batches (`at_step`); None, or one
+    that is off, draws every batch at `batch_size` x `block_size`.
     """
 
     def __init__(
@@ -150,10 +159,14 @@ class BatchSampler:
         device: torch.device,
         seed: int,
         prefetch: int | None = None,
+        schedule: ShapeSchedule | None = None,
     ) -> None:
         self.tokens = tokens
         self.block_size = block_size
         self._batch_size = batch_size
+        self._schedule = schedule if schedule is not None and schedule.on else None
+        self._step = 0
+        self._shape = self._scheduled_shape(0)  # (sequences, tokens) of the next batches
         self.device = device
         self._generator = torch.Generator().manual_seed(seed)
         self._consumed_state = self._generator.get_state()  # before the next batch taken
@@ -181,22 +194,50 @@ class BatchSampler:
     # ---------------------------------------------------------------- the micro-batch size
     @property
     def batch_size(self) -> int:
+        """The micro-batch once a batch-size schedule has ramped (all along without one)."""
         return self._batch_size
 
     @batch_size.setter
     def batch_size(self, size: int) -> None:
         """A new size (an out-of-memory retry halves it): batches made ahead at the old size
         are discarded, and the next one is drawn from where the loop had got to."""
+        self._batch_size = size
+        self._reshape(self._scheduled_shape(self._step))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(sequences, tokens per sequence) of the batches `next()` returns now."""
+        return self._shape
+
+    def at_step(self, step: int) -> None:
+        """The batches from now on are step `step`'s (the number of steps done before it): of
+        the schedule's shape at that step. Nothing changes without a schedule."""
+        self._step = step
+        shape = self._scheduled_shape(step)
+        if shape != self._shape:
+            self._reshape(shape)
+
+    def _scheduled_shape(self, step: int) -> tuple[int, int]:
+        if self._schedule is None:
+            return self._batch_size, self.block_size
+        batch = self._schedule.batch_at(step)
+        if self._batch_size != self._schedule.batch_size:
+            # this sampler's share of the configured micro-batch (a rank's split of it, or an
+            # out-of-memory retry's half), rounded up: never an empty batch
+            batch = math.ceil(batch * self._batch_size / self._schedule.batch_size)
+        return batch, self._schedule.seq_at(step)
+
+    def _reshape(self, shape: tuple[int, int]) -> None:
+        """Batches of `shape` from the loop's position on (those made ahead are dropped)."""
         self._discard_prefetched()
         self._generator.set_state(self._consumed_state)
-        self._batch_size = size
+        self._shape = shape
 
     # ---------------------------------------------------------------- batches
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        sequences, seq_len = self._shape
         if self.prefetch <= 0:
-            rows = draw_rows(
-                self.tokens, self.block_size, self._batch_size, self.device, self._generator
-            )
+            rows = draw_rows(self.tokens, seq_len, sequences, self.device, self._generator)
             self._consumed_state = self._generator.get_state()
             return _x_y(rows)
         if self._prefetcher is None:
@@ -205,8 +246,8 @@ class BatchSampler:
             draw = functools.partial(
                 draw_rows,
                 self.tokens,
-                self.block_size,
-                self._batch_size,
+                seq_len,
+                sequences,
                 prefetch_device(self.device),
                 self._generator,
             )

@@ -113,12 +113,15 @@ def suggest_fixes(
     while batch % 2 == 0:
         batch //= 2
         accum = t.grad_accum * (t.batch_size // batch)
-        trial = _with(cfg, train={"batch_size": batch, "grad_accum": accum})
+        values = {"batch_size": batch, "grad_accum": accum}
+        if t.batch_start:  # a batch-size schedule starts as much smaller, at least 1
+            values["batch_start"] = max(1, t.batch_start * batch // t.batch_size)
+        trial = _with(cfg, train=values)
         smaller = plan(trial)
         fixes.append(
             Fix(
                 f"micro-batch {batch} x {accum} accumulation (same effective batch)",
-                (f"train.batch_size={batch}", f"train.grad_accum={accum}"),
+                tuple(f"train.{key}={value}" for key, value in values.items()),
                 smaller,
             )
         )

@@ -129,6 +129,16 @@ def flops_per_token(n_params_non_pos: int, cfg: ModelConfig) -> float:
     return 6 * n_params_non_pos + 12 * cfg.n_layer * cfg.n_head * head_dim * cfg.block_size
 
 
+def flops_per_token_at(flops_per_block_token: float, cfg: ModelConfig, seq_len: int) -> float:
+    """`flops_per_token` of a model (`flops_per_block_token`, at cfg.block_size) for sequences
+    of `seq_len` tokens (a sequence-length warmup's): attention's part is in proportion to the
+    tokens each one attends to, the rest is the same."""
+    head_dim = cfg.n_embd // cfg.n_head
+    return flops_per_block_token - 12 * cfg.n_layer * cfg.n_head * head_dim * (
+        cfg.block_size - seq_len
+    )
+
+
 @dataclass(frozen=True)
 class Peak:
     flops: float  # FLOP/s

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from engine.config.byte_sizes import format_bytes
 from engine.config.run_config import RunConfig
+from engine.data.shape_schedule import ShapeSchedule
 from engine.distributed.parallel import FSDP_OPTIMIZERS
 from engine.plan.fixes import Fix
 from engine.plan.planner import MemoryPlan, compute_dtype
@@ -62,6 +63,19 @@ def recompute_text(cfg: RunConfig) -> str:
     return f", {setting.describe()}" if setting.blocks else ""
 
 
+def schedule_lines(cfg: RunConfig) -> list[str]:
+    """A batch-size schedule or sequence-length warmup, and which shape the plan is of."""
+    schedule = ShapeSchedule.of(cfg)
+    if not schedule.on:
+        return []
+    return [
+        f"schedule: {schedule.describe()}",
+        f"  planned at the largest shape, {cfg.train.batch_size} x {cfg.model.block_size} (from "
+        f"step {schedule.ramp_ends:,} on); step 0 trains {schedule.tokens_at(0):,} tokens, "
+        f"the later steps {cfg.tokens_per_step:,} each",
+    ]
+
+
 def format_plan(cfg: RunConfig, plan: MemoryPlan, fixes: list[Fix]) -> str:
     cap = plan.capacity
     where = (
@@ -74,6 +88,7 @@ def format_plan(cfg: RunConfig, plan: MemoryPlan, fixes: list[Fix]) -> str:
         f" x {cfg.train.grad_accum} accumulation, {cfg.optim.name}, {compute_dtype(cfg, plan.device).__repr__().removeprefix('torch.')}"
         f"{recompute_text(cfg)} on {where}",
         *world_lines(cfg, plan),
+        *schedule_lines(cfg),
         "",
     ]
     for label, value in plan.rows():

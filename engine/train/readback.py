@@ -9,13 +9,14 @@ and their throughput window, and turns them into Step events and anomaly checks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from engine.events import Event, Step
+from engine.plan.flops import flops_per_token_at
 from engine.train.throughput import ThroughputWindow
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ class PendingStep:
     # 1.0: the update was not applied (this step's gradient was not finite, or an earlier one's
     # since the last read-back); None: not checked (the finite check off, or fp16's GradScaler)
     held_back: torch.Tensor | None = None
+    # the tokens this rank trained on in the step, and their sequence length (a batch-size
+    # schedule or sequence-length warmup varies both); 0: the configured shape's
+    tokens: int = 0
+    seq_len: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,26 +104,33 @@ def step_events(
     tokens_after: int,
     tokens_per_step: int,
     mfu: float,
+    step_tokens: Sequence[int] | None = None,
 ) -> list[Step]:
     """The Step events of `pending` (the first of `read`'s values: the applied steps, when a
     later one was held back), oldest first. `tokens_after` is the token count after the last of
-    them; the throughput figures are their window's."""
-    first_token_count = tokens_after - len(pending) * tokens_per_step
-    return [
-        Step(
-            step=p.step,
-            loss=read.losses[i],
-            lr=p.lr,
-            grad_norm=read.grad_norms[i],
-            tokens_per_s=tokens_per_s,
-            step_time_s=step_time_s,
-            tokens=first_token_count + (i + 1) * tokens_per_step,
-            mfu=mfu,
-            data_time_s=p.data_time_s,
-            update_ratio=read.update_ratios[i],
+    them; `step_tokens` each one's tokens (None: `tokens_per_step` each); the throughput figures
+    are their window's."""
+    if step_tokens is None:
+        step_tokens = [tokens_per_step] * len(pending)
+    count = tokens_after - sum(step_tokens)
+    events = []
+    for i, p in enumerate(pending):
+        count += step_tokens[i]
+        events.append(
+            Step(
+                step=p.step,
+                loss=read.losses[i],
+                lr=p.lr,
+                grad_norm=read.grad_norms[i],
+                tokens_per_s=tokens_per_s,
+                step_time_s=step_time_s,
+                tokens=count,
+                mfu=mfu,
+                data_time_s=p.data_time_s,
+                update_ratio=read.update_ratios[i],
+            )
         )
-        for i, p in enumerate(pending)
-    ]
+    return events
 
 
 class PendingSteps:
@@ -159,6 +171,23 @@ class PendingSteps:
 
     def __len__(self) -> int:
         return len(self.steps)
+
+    def tokens_of(self, pending: PendingStep) -> int:
+        """The world's tokens of a step: its shape's on every rank (a batch-size schedule or
+        sequence-length warmup varies it; 0 counted: the configured shape's)."""
+        return pending.tokens * self.ranks if pending.tokens else self.cfg.tokens_per_step
+
+    def _flops_per_token(self, pending: Sequence[PendingStep]) -> float:
+        """FLOPs per token over `pending`, weighted by their tokens: attention's part grows with
+        the sequence length, which a sequence-length warmup varies."""
+        block = self.cfg.model.block_size
+        if all(p.seq_len in (0, block) for p in pending):
+            return self.flops_per_token
+        weighted = sum(
+            p.tokens * flops_per_token_at(self.flops_per_token, self.cfg.model, p.seq_len or block)
+            for p in pending
+        )
+        return weighted / max(sum(p.tokens for p in pending), 1)
 
     def add(self, pending: PendingStep) -> None:
         self.steps.append(pending)
@@ -202,12 +231,14 @@ class PendingSteps:
         applied from it on (the weights and optimizer state are those of the step before)."""
         counters, undone = self.counters, len(pending) - applied
         counters.step -= undone
-        counters.tokens -= undone * self.cfg.tokens_per_step
+        counters.tokens -= sum(self.tokens_of(p) for p in pending[applied:])
         counters.current_lr = pending[max(applied - 1, 0)].lr
 
     def _emit_steps(self, pending: list[PendingStep], read: ReadBack) -> None:
         """The Step events of the applied steps read back, then their NaN and spike checks."""
-        tokens_per_s, step_time = self.window.rates(len(pending), self.cfg.tokens_per_step)
+        step_tokens = [self.tokens_of(p) for p in pending]
+        tokens = sum(step_tokens)
+        tokens_per_s, step_time = self.window.rates(len(pending), tokens / len(pending))
         spikes = self.spikes
         for event in step_events(
             pending,
@@ -217,7 +248,8 @@ class PendingSteps:
             tokens_after=self.counters.tokens,
             tokens_per_step=self.cfg.tokens_per_step,
             # each device's share of the world's throughput against one device's peak
-            mfu=self.peak_meter.mfu(tokens_per_s / self.ranks, self.flops_per_token),
+            mfu=self.peak_meter.mfu(tokens_per_s / self.ranks, self._flops_per_token(pending)),
+            step_tokens=step_tokens,
         ):
             self.emit(event)
         for p, loss in zip(pending, read.losses, strict=False):  # the applied ones come first

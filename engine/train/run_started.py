@@ -9,6 +9,7 @@ import torch
 
 from engine.config.run_config import RunConfig
 from engine.data.preparation import PreparedData
+from engine.data.shape_schedule import ShapeSchedule
 from engine.events import RunStarted
 from engine.model.gpt import GPT
 from engine.model.schedule import planned_curve
@@ -57,4 +58,5 @@ def run_started(
         notes=tuple(notes),
         data_source=data.record,
         train_time_s=train_time_s,
+        tokens_schedule=ShapeSchedule.of(cfg).changes(cfg.train.max_steps),
     )

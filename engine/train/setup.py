@@ -29,6 +29,7 @@ from engine.config.run_config import RunConfig
 from engine.data.batches import BatchSampler
 from engine.data.preparation import PreparedData, check_length, prepare
 from engine.data.resumed_corpus import check_vocabulary
+from engine.data.shape_schedule import ShapeSchedule
 from engine.distributed.parallel import (
     ParallelPlan,
     parallel_plan,
@@ -176,6 +177,7 @@ def build(
             parallel.micro_batch,  # train.batch_size, or its share when split over the ranks
             device,
             rank_seed(cfg.train.seed, world.rank),  # each rank its own batches
+            schedule=ShapeSchedule.of(cfg),  # each step's shape: the same on every rank
         ),
         sample_generator=torch.Generator(device=device).manual_seed(cfg.train.seed + 2),
         spikes=SpikeDetector(cfg.train.spike_sigma),

@@ -77,10 +77,13 @@ def train_step(
     accum, grad_sync = parts.micro_steps, parts.grad_sync
     loss_sum = None
     data_time = 0.0
+    tokens = 0
+    parts.batches.at_step(step)  # a batch-size or sequence-length schedule: this step's shape
     for micro in range(accum):
         t_data = time.perf_counter()
         x, y = parts.batches.next()
         data_time += time.perf_counter() - t_data
+        tokens += x.numel()  # the shape's, known on the host
         with grad_sync(micro == accum - 1):
             with parts.autocast:
                 # with targets the model returns no logits: the loss is computed in chunks
@@ -114,6 +117,8 @@ def train_step(
         )
     optimizer.zero_grad(set_to_none=True)
     return StepOutcome(
-        pending=PendingStep(step + 1, loss_sum, grad_norm, lr, data_time, ratio, held),
+        pending=PendingStep(
+            step + 1, loss_sum, grad_norm, lr, data_time, ratio, held, tokens, x.shape[1]
+        ),
         memory=breakdown,
     )

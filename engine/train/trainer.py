@@ -585,7 +585,7 @@ class Trainer:
         pending = outcome.pending
         self.rank_report.add_step(time.perf_counter() - t_start, pending.data_time_s)
         counters.step += 1
-        counters.tokens += self.cfg.tokens_per_step
+        counters.tokens += self._pending.tokens_of(pending)  # a schedule varies it
         counters.current_lr = pending.lr
         self._pending.add(pending)
 

@@ -1,0 +1,129 @@
+"""The batch-size schedule and the sequence-length warmup: the shape of each step's batches.
+
+The modded-nanogpt speedrun trains its first steps on fewer, shorter sequences and grows both
+as training goes on: early updates are cheap, and the gradient noise a small batch brings does
+no harm while the loss falls fast. Here each grows linearly from its start to the configured
+size (train.batch_size sequences, model.block_size tokens) over its ramp, rounded down to a
+multiple of its start, so that a run sees a handful of shapes (torch.compile compiles again at
+the first new one, with dynamic shapes from then on) rather than one a step.
+
+Both are pure functions of the step: a resume, a replay or a rollback draws every step at the
+shape it had, and every rank of a world at the same one. A start of 0 is off: every step has
+the configured shape, as before these existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.config.run_config import RunConfig
+
+
+def ramped(step: int, *, start: int, final: int, steps: int) -> int:
+    """`start` at step 0 growing linearly to `final` at step `steps`, rounded down to a multiple
+    of `start`; `final` from step `steps` on, and always when `start` is 0 (off)."""
+    if start <= 0 or step >= steps:
+        return final
+    value = start + (final - start) * step // steps
+    return min(final, max(start, value // start * start))
+
+
+def batch_size_at(step: int, *, start: int, ramp_steps: int, final: int) -> int:
+    """Sequences per micro-batch at `step` (the number of steps done before it)."""
+    return ramped(step, start=start, final=final, steps=ramp_steps)
+
+
+def seq_len_at(step: int, *, start: int, warmup_steps: int, final: int) -> int:
+    """Tokens per sequence at `step` (the number of steps done before it)."""
+    return ramped(step, start=start, final=final, steps=warmup_steps)
+
+
+@dataclass(frozen=True)
+class ShapeSchedule:
+    """A run's batch shapes step by step: sequences per micro-batch (the world's, as
+    train.batch_size counts them) and tokens per sequence, and the tokens a step trains on."""
+
+    batch_size: int  # sequences per micro-batch once ramped (train.batch_size)
+    block_size: int  # tokens per sequence once warmed up (model.block_size)
+    grad_accum: int = 1
+    batch_start: int = 0  # 0: no batch-size schedule
+    batch_ramp_steps: int = 0
+    seq_start: int = 0  # 0: no sequence-length warmup
+    seq_warmup_steps: int = 0
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> ShapeSchedule:
+        t = cfg.train
+        return cls(
+            batch_size=t.batch_size,
+            block_size=cfg.model.block_size,
+            grad_accum=t.grad_accum,
+            batch_start=t.batch_start,
+            batch_ramp_steps=t.batch_ramp_steps,
+            seq_start=t.seq_start,
+            seq_warmup_steps=t.seq_warmup_steps,
+        )
+
+    @property
+    def on(self) -> bool:
+        return self.batch_start > 0 or self.seq_start > 0
+
+    @property
+    def ramp_ends(self) -> int:
+        """The first step at the configured shape (0 when off)."""
+        batch = self.batch_ramp_steps if self.batch_start else 0
+        seq = self.seq_warmup_steps if self.seq_start else 0
+        return max(batch, seq)
+
+    def batch_at(self, step: int) -> int:
+        return batch_size_at(
+            step, start=self.batch_start, ramp_steps=self.batch_ramp_steps, final=self.batch_size
+        )
+
+    def seq_at(self, step: int) -> int:
+        return seq_len_at(
+            step, start=self.seq_start, warmup_steps=self.seq_warmup_steps, final=self.block_size
+        )
+
+    def tokens_at(self, step: int) -> int:
+        """Tokens step `step` trains on, over the world."""
+        return self.batch_at(step) * self.grad_accum * self.seq_at(step)
+
+    @property
+    def final_tokens(self) -> int:
+        return self.batch_size * self.grad_accum * self.block_size
+
+    def tokens_before(self, step: int) -> int:
+        """Tokens of the steps before `step` (with this accumulation throughout)."""
+        ramp = min(step, self.ramp_ends)
+        ramping = sum(self.tokens_at(s) for s in range(ramp))
+        return ramping + (step - ramp) * self.final_tokens
+
+    def changes(self, max_steps: int) -> tuple[tuple[int, int], ...]:
+        """(step, tokens a step from it on) at step 0 and wherever the shape changes before
+        `max_steps`; () when off (every step has the configured shape)."""
+        if not self.on:
+            return ()
+        points = [(0, self.tokens_at(0))]
+        for step in range(1, min(self.ramp_ends, max_steps - 1) + 1):
+            tokens = self.tokens_at(step)
+            if tokens != points[-1][1]:
+                points.append((step, tokens))
+        return tuple(points)
+
+    def describe(self) -> str:
+        """The schedule in words (the plan's line), '' when off."""
+        parts = []
+        if self.batch_start:
+            parts.append(
+                f"batch {self.batch_start} -> {self.batch_size} sequences over "
+                f"{self.batch_ramp_steps:,} steps"
+            )
+        if self.seq_start:
+            parts.append(
+                f"sequences {self.seq_start} -> {self.block_size} tokens over "
+                f"{self.seq_warmup_steps:,} steps"
+            )
+        return ", ".join(parts)
