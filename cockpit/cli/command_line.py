@@ -21,6 +21,7 @@ from engine.config import ConfigError
 def subcommands() -> dict[str, ModuleType]:
     """The subcommands besides `train`, by name, in the order `cockpit --help` lists them."""
     from cockpit.cli import (
+        ablate,
         attach,
         compare,
         completion,
@@ -36,7 +37,7 @@ def subcommands() -> dict[str, ModuleType]:
         start,
     )
 
-    modules = (start, attach, ps, runs, compare, serve, fork, plan, presets, sample, export, data, completion)
+    modules = (start, attach, ps, runs, compare, ablate, serve, fork, plan, presets, sample, export, data, completion)
     return {module.NAME: module for module in modules}
 
 

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -164,10 +164,12 @@ def run_app(
     runs_root: str = "runs",
     loss_unit: str = "loss",
     current_tokenizer: str | None = None,
+    app_class: Callable[..., Any] | None = None,
 ) -> int:
     """The app on the run the command line names, or on `first_engine()` (an engine handle:
     a run opened by `cockpit compare`), with `overlays` drawn over its loss curve, in
-    `loss_unit` (loss, or bpb: bits per byte); `current_tokenizer` is the first run's."""
+    `loss_unit` (loss, or bpb: bits per byte); `current_tokenizer` is the first run's.
+    `app_class` builds the app instead of CockpitApp (with its arguments: `cockpit ablate`'s)."""
     from cockpit.app.cockpit_app import CockpitApp, run_app
     from cockpit.app.session_runs import format_exit_report
     def fit_warning(preset: str, known_peak: tuple[str, float] | None) -> str:
@@ -183,7 +185,7 @@ def run_app(
         first[0] = False
         return trainer
 
-    app = CockpitApp(
+    app = (app_class or CockpitApp)(
         factory,
         args.preset or DEFAULT_PRESET,
         preset_dirs=args.presets_dir,

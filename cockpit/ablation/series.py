@@ -1,0 +1,217 @@
+"""A series' record under runs/: RUNS/NAME/series.json lists its runs (the baseline, its
+repeats, each change), their settings and their run directories, which are normal run
+directories inside the series' (listed by `cockpit runs`, resumable, attachable).
+
+What a run needs next is read from its own directory, never trusted to the record: a finished
+(or failed) run is done, one stopped or cut short resumes from its last checkpoint, one that
+never got to a checkpoint starts again in a directory of its own (the old one is left as it is).
+A rerun of the same command therefore skips what is done and continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cockpit.ablation.spec import BASELINE, AblationSpec
+from engine.config import ConfigError, load_preset
+from engine.files import atomic_write_text
+
+SERIES_FILE = "series.json"
+VERSION = 1
+
+# what a run of the series needs next
+START, RESUME, RESTART, DONE, BUSY = "start", "resume", "restart", "done", "busy"
+
+
+@dataclass
+class SeriesRun:
+    """One run of the series. `repeat` is 1.. for the baseline's runs, 0 for a change."""
+
+    label: str
+    settings: tuple[str, ...]
+    repeat: int
+    run_dir: Path
+    status: str = "pending"  # as last seen: pending, finished, stopped, failed, crashed, live
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.repeat > 0
+
+    @property
+    def key(self) -> tuple[tuple[str, ...], int]:
+        return tuple(sorted(self.settings)), self.repeat
+
+
+def planned_runs(spec: AblationSpec) -> list[tuple[str, tuple[str, ...], int]]:
+    """(label, settings, repeat) in the order they run: the baseline's repeats spread among the
+    changes (b1, c1, c2, b2, c3, c4), so that a drift of the machine's speed shows as noise."""
+    seed = load_preset(spec.preset, list(spec.settings), list(spec.presets_dirs)).train.seed
+    k, changes = spec.repeat_baseline, list(spec.changes)
+    order = []
+    for i in range(k):
+        if i == 0:
+            order.append((BASELINE, (), 1))
+        else:  # another seed: the noise of a run, not only of the machine
+            order.append((f"{BASELINE} #{i + 1}", (f"train.seed={seed + i}",), i + 1))
+        lo, hi = round(i * len(changes) / k), round((i + 1) * len(changes) / k)
+        order.extend((c.label, c.settings, 0) for c in changes[lo:hi])
+    return order
+
+
+def dir_name(index: int, label: str) -> str:
+    """`03-optim.name=adamw`: the run's directory in the series', numbered in running order."""
+    words = label.replace(" #", "-").split()  # "baseline #2": 02-baseline-2
+    slug = "+".join(re.sub(r"[^A-Za-z0-9._=-]+", "_", w) for w in words).strip("_.") or "run"
+    return f"{index:02d}-{slug[:80]}"
+
+
+class Series:
+    """A series' runs and where they are; `open` reads or starts its record."""
+
+    def __init__(self, directory: Path, spec: AblationSpec, runs: list[SeriesRun]) -> None:
+        self.directory = directory
+        self.spec = spec
+        self.runs = runs
+
+    @classmethod
+    def open(cls, spec: AblationSpec, root: Path) -> Series:
+        """The series of `spec` under `root`: its record read back (a rerun) or a new one (not
+        written until `save`). ConfigError when the directory holds another series."""
+        directory = root / spec.series_name()
+        known: dict[tuple[tuple[str, ...], int], SeriesRun] = {}
+        record = read_record(directory)
+        if record is not None:
+            theirs = {k: record.get(k) for k in spec.identity()}
+            if theirs != spec.identity():
+                raise ConfigError(
+                    f"{directory} holds another series ({describe(theirs)}); this one is "
+                    f"{describe(spec.identity())}: pass another --name, or the same settings"
+                )
+            for entry in record.get("runs", []):
+                run = SeriesRun(
+                    label=str(entry["label"]), settings=tuple(entry["settings"]),
+                    repeat=int(entry["repeat"]), run_dir=directory / str(entry["run_dir"]),
+                    status=str(entry.get("status", "pending")),
+                )  # fmt: skip
+                known[run.key] = run
+        runs = []
+        taken = {run.run_dir.name for run in known.values()}
+        for label, settings, repeat in planned_runs(spec):
+            key = (tuple(sorted(settings)), repeat)
+            if key in known:
+                run = known[key]
+                run.label = label  # a TOML's name may have changed; the settings are the same
+            else:
+                name = dir_name(len(runs), label)
+                while name in taken:
+                    name = dir_name(len(runs) + len(taken), label)
+                taken.add(name)
+                run = SeriesRun(label, settings, repeat, directory / name)
+            runs.append(run)
+        return cls(directory, spec, runs)
+
+    @property
+    def baseline_runs(self) -> list[SeriesRun]:
+        return [r for r in self.runs if r.is_baseline]
+
+    def overrides(self, run: SeriesRun) -> list[str]:
+        """The --set of `run`: the series' own settings, then the run's."""
+        return [*self.spec.common_settings(), *run.settings]
+
+    def position(self, run: SeriesRun) -> str:
+        """ "ablate 2/5: optim.name=adamw": the run's place in the series (the app's title)."""
+        return f"ablate {self.runs.index(run) + 1}/{len(self.runs)}: {run.label}"
+
+    def next_step(self, run: SeriesRun) -> str:
+        """What `run` needs now (START, RESUME, RESTART, DONE or BUSY), from its directory;
+        the status it was seen in is kept in `run.status`."""
+        run.status = run_status(run.run_dir)
+        if run.status == "pending":
+            return START
+        if run.status in ("finished", "failed"):
+            return DONE  # a failed run is a result too: the table says so
+        if run.status == "live":
+            return BUSY
+        if has_checkpoint(run.run_dir):
+            return RESUME
+        return RESTART
+
+    def restart_dir(self, run: SeriesRun) -> Path:
+        """A fresh directory for a run that must start again (the old one is kept as it is)."""
+        base = re.sub(r"-retry\d+$", "", run.run_dir.name)  # 03-x-retry2 starts again as 03-x-retry3
+        n = 2
+        while (self.directory / f"{base}-retry{n}").exists():
+            n += 1
+        run.run_dir = self.directory / f"{base}-retry{n}"
+        run.status = "pending"
+        return run.run_dir
+
+    def done(self) -> bool:
+        return all(run_status(r.run_dir) in ("finished", "failed") for r in self.runs)
+
+    def save(self) -> None:
+        """Write series.json (atomically): the spec and every run with its directory and status."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        record = {
+            "version": VERSION,
+            **self.spec.identity(),
+            "repeat_baseline": self.spec.repeat_baseline,
+            "description": self.spec.description,
+            "runs": [
+                {
+                    "label": r.label,
+                    "settings": list(r.settings),
+                    "repeat": r.repeat,
+                    "run_dir": r.run_dir.name,
+                    "status": r.status,
+                }
+                for r in self.runs
+            ],
+        }
+        atomic_write_text(self.directory / SERIES_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def read_record(directory: Path) -> dict[str, Any] | None:
+    """series.json of `directory`, or None when there is none; ConfigError when unreadable."""
+    path = directory / SERIES_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot be read ({e}); move it away to start the series afresh") from None
+    if not isinstance(record, dict) or record.get("version") != VERSION:
+        raise ConfigError(f"{path}: not a series record this cockpit reads; pass another --name")
+    return record
+
+
+def describe(identity: dict[str, Any]) -> str:
+    what = [f"preset {identity.get('preset')}"]
+    if identity.get("target") is not None:
+        what.append(f"to val {identity['target']:g}")
+    if identity.get("steps") is not None:
+        what.append(f"{identity['steps']} steps")
+    if identity.get("settings"):
+        what.append("--set " + " ".join(identity["settings"]))
+    return ", ".join(what)
+
+
+def run_status(run_dir: Path) -> str:
+    """pending (no records yet), live, finished, stopped, failed or crashed: from the run's own
+    directory (its final state record, or the engine holding it)."""
+    from engine.rundir import METRICS_NAME, list_run
+
+    if not (run_dir / METRICS_NAME).is_file():
+        return "pending"
+    state = list_run(run_dir, run_dir.parent).state
+    return state if state in ("live", "finished", "stopped", "failed") else "crashed"
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    from engine.checkpoint import latest_checkpoint
+
+    return latest_checkpoint(run_dir) is not None

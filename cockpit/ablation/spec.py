@@ -1,0 +1,274 @@
+"""What an ablation series is: a baseline preset, the changes measured against it, and what
+every run is measured to (a target val loss, or a number of steps).
+
+A change is one or more settings, each `KEY=VALUE` as `--set` takes it, given on the command
+line (`--change 'optim.name=adamw'`, `--change 'model.qk_norm=false model.norm=rmsnorm'`) or as
+a `[[change]]` table of a small TOML file. Every key and value is checked as `--set` checks it
+(the preset loaded with the run's settings) before anything runs: a bad one is one line, a
+ConfigError that names the change and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.config import ConfigError, load_preset, parse_override
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+BASELINE = "baseline"
+FILE_KEYS = ("preset", "target", "steps", "repeat_baseline", "name", "description", "settings", "change")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of the baseline: its label (the settings as given, or the TOML's `name`) and
+    its settings, each `section.key=value` as `--set` takes it."""
+
+    label: str
+    settings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AblationSpec:
+    """A series: `preset` trained as is (the baseline, `repeat_baseline` times) and once with
+    each change, every run with `settings` (`--set`) and to `target` (stops there) or `steps`."""
+
+    preset: str
+    changes: tuple[Change, ...] = ()
+    target: float | None = None  # val loss each run stops at (train.stop_at_val)
+    steps: int | None = None  # train.max_steps of every run
+    settings: tuple[str, ...] = ()  # --set: every run of the series
+    repeat_baseline: int = 1
+    name: str | None = None  # the series' directory under runs/ (default: from the spec)
+    description: str = ""
+    presets_dirs: tuple[str, ...] = field(default=(), compare=False)
+
+    def measure(self) -> str:
+        """What the runs are measured to, in words: "val 1.88" or "200 steps"."""
+        if self.target is not None and self.steps is not None:
+            return f"val {self.target:g} (at most {self.steps} steps)"
+        if self.target is not None:
+            return f"val {self.target:g}"
+        if self.steps is not None:
+            return f"{self.steps} steps"
+        return "the preset's own steps"
+
+    def common_settings(self) -> list[str]:
+        """The settings every run of the series has, the baseline's included."""
+        made = list(self.settings)
+        if self.steps is not None:
+            made.append(f"train.max_steps={self.steps}")
+        if self.target is not None:
+            made.append(f"train.stop_at_val={self.target!r}")
+        return made
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two series the same one: a rerun of the same command finds its runs."""
+        return {
+            "preset": self.preset,
+            "target": self.target,
+            "steps": self.steps,
+            "settings": list(self.settings),
+        }
+
+    def series_name(self) -> str:
+        """The directory name: `--name`, else `ablate-PRESET-HASH` of the whole spec."""
+        if self.name:
+            return self.name
+        whole = {
+            **self.identity(),
+            "changes": [list(c.settings) for c in self.changes],
+            "repeat_baseline": self.repeat_baseline,
+        }
+        digest = hashlib.sha256(json.dumps(whole, sort_keys=True).encode()).hexdigest()[:8]
+        return f"ablate-{Path(self.preset).stem}-{digest}"
+
+
+def parse_change(text: str, where: str = "--change") -> Change:
+    """`--change 'a.b=1 c.d=2'` as a Change; ConfigError (one line) for one that is no
+    KEY=VALUE list. The values are checked against the preset by `check_spec`."""
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f"{where} {text!r}: {e}; quote a value with spaces as a=\"x y\"") from None
+    if not words:
+        raise ConfigError(
+            f"{where} {text!r}: empty; give KEY=VALUE, e.g. --change optim.name=adamw "
+            "(several keys in one change: --change 'a=1 b=2')"
+        )
+    settings = []
+    for word in words:
+        if "=" not in word:
+            raise ConfigError(
+                f"{where} {text!r}: {word!r} is not KEY=VALUE, e.g. optim.name=adamw "
+                "(several keys in one change: --change 'a=1 b=2')"
+            )
+        settings.append(canonical_setting(word, f"{where} {text!r}"))
+    return Change(label=" ".join(words), settings=tuple(settings))
+
+
+def canonical_setting(text: str, where: str) -> str:
+    """`text` with its key written in full (`section.key=value`); ConfigError for a key that
+    is no setting, saying the closest one."""
+    _, _, value = text.partition("=")
+    try:
+        section, name, _ = parse_override(text)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {str(e).removeprefix('--set ')}") from None
+    return f"{section}.{name}={value.strip()}"
+
+
+def toml_text(value: Any) -> str:
+    """A TOML value written back as the text `--set` reads (the file's values become settings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_text(v) for v in value) + "]"
+    raise ConfigError(f"{value!r}: a setting's value is a number, true/false, a string or a list")
+
+
+def flat_settings(table: dict[str, Any], where: str, skip: Sequence[str] = ()) -> list[str]:
+    """A TOML table of settings (`"optim.name" = "adamw"` or `optim.name = "adamw"`, which
+    TOML reads as a nested table) as `section.key=value` texts."""
+    made = []
+    for key, value in table.items():
+        if key in skip:
+            continue
+        if isinstance(value, dict):
+            for name, inner in value.items():
+                if isinstance(inner, dict):
+                    raise ConfigError(f"{where}: {key}.{name}: a setting is section.key = value")
+                made.append(canonical_setting(f"{key}.{name}={toml_text(inner)}", where))
+        else:
+            made.append(canonical_setting(f"{key}={toml_text(value)}", where))
+    return made
+
+
+def spec_from_file(path: Path) -> AblationSpec:
+    """The series a TOML file describes; ConfigError (one line) for one that cannot be read or
+    holds what a series has not."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; give the series' TOML file (see cockpit ablate --help)") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: a directory, not a TOML file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; a series file is TOML") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: malformed TOML ({e}); fix the syntax at that line") from None
+    unknown = [k for k in raw if k not in FILE_KEYS]
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r} (a series file has: {', '.join(FILE_KEYS)})")
+    preset = raw.get("preset")
+    if not isinstance(preset, str) or not preset:
+        raise ConfigError(f'{path}: no baseline: add preset = "NAME" (a preset name or .toml path)')
+    settings = raw.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ConfigError(f"{path}: settings: expected a table [settings] of key = value")
+    changes_raw = raw.get("change", [])
+    if not isinstance(changes_raw, list) or not all(isinstance(c, dict) for c in changes_raw):
+        raise ConfigError(f"{path}: change: expected [[change]] tables, one per change")
+    changes = []
+    for number, table in enumerate(changes_raw, 1):
+        label = table.get("name")
+        where = f"{path}: change {label!r}" if isinstance(label, str) else f"{path}: change {number}"
+        made = flat_settings(table, where, skip=("name",))
+        if not made:
+            raise ConfigError(f"{where}: no settings; add key = value lines, e.g. optim.name = \"adamw\"")
+        changes.append(Change(label=label if isinstance(label, str) else " ".join(made), settings=tuple(made)))
+    return AblationSpec(
+        preset=preset,
+        changes=tuple(changes),
+        target=_number(raw, "target", float, path),
+        steps=_number(raw, "steps", int, path),
+        settings=tuple(flat_settings(settings, f"{path}: settings")),
+        repeat_baseline=_number(raw, "repeat_baseline", int, path) or 1,
+        name=_text(raw, "name", path),
+        description=_text(raw, "description", path) or "",
+    )
+
+
+def _number(raw: dict[str, Any], key: str, kind: type, path: Path) -> Any:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise ConfigError(f"{path}: {key}: expected {'an integer' if kind is int else 'a number'}, got {value!r}")
+    return kind(value)
+
+
+def _text(raw: dict[str, Any], key: str, path: Path) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{path}: {key}: expected a string, got {value!r}")
+    return value
+
+
+def check_spec(spec: AblationSpec) -> None:
+    """Everything a series needs before its first run: the preset loads, the target and steps
+    make sense, every change is new and loads with the series' settings. ConfigError (one line)
+    naming what to fix."""
+    if spec.target is not None and not (math.isfinite(spec.target) and spec.target > 0):
+        raise ConfigError(f"--target {spec.target:g}: a val loss above 0, e.g. --target 1.88")
+    if spec.steps is not None and spec.steps < 1:
+        raise ConfigError(f"--steps {spec.steps}: at least 1")
+    if spec.repeat_baseline < 1:
+        raise ConfigError(f"--repeat-baseline {spec.repeat_baseline}: at least 1 (2 or more measure the noise)")
+    if not spec.changes:
+        raise ConfigError("no change to measure: add --change KEY=VALUE (repeatable), or [[change]] tables in the file")
+    if spec.name is not None and (not spec.name or "/" in spec.name or spec.name.startswith(".")):
+        raise ConfigError(f"--name {spec.name!r}: a plain directory name, e.g. --name muon-vs-adamw")
+    common = spec.common_settings()
+    baseline = load(spec, common, "--set" if spec.settings else "the baseline")
+    seen: dict[tuple[str, ...], str] = {}
+    for change in spec.changes:
+        key = tuple(sorted(change.settings))
+        if key in seen:
+            raise ConfigError(f"--change {change.label!r}: the same settings as {seen[key]!r}; give each change once")
+        seen[key] = change.label
+        changed = load(spec, [*common, *change.settings], f"--change {change.label!r}")
+        if changed == baseline:
+            raise ConfigError(
+                f"--change {change.label!r}: changes nothing, the baseline {spec.preset} has it "
+                "already; change another value (--repeat-baseline K runs the baseline again)"
+            )
+
+
+def load(spec: AblationSpec, settings: list[str], what: str) -> dict[str, Any]:
+    """The config of the preset with `settings` (as a dict), or a ConfigError naming `what`."""
+    try:
+        return load_preset(spec.preset, settings, list(spec.presets_dirs)).to_dict()
+    except ConfigError as e:
+        text = str(e)
+        if text.startswith("unknown preset") or "no such preset file" in text:
+            raise ConfigError(f"--preset {spec.preset}: {text}") from None
+        # "/path/preset.toml: optim.name: expected ..." is about this change's value
+        head, sep, rest = text.partition(": ")
+        if sep and (head.endswith(".toml") or head == spec.preset):
+            text = rest
+        raise ConfigError(f"{what}: {text.removeprefix('--set ')}") from None

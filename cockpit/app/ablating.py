@@ -1,0 +1,82 @@
+"""The app of `cockpit ablate`: the series' runs one after another in the normal cockpit, the
+run on screen titled with its place in the series ("ablate 2/5: optim.name=adamw").
+
+When a run of the series ends on its own (finished, or failed: a result too) the next one
+starts; once the last has ended, the other runs' loss curves are overlaid on it (the comparison)
+and the table is written. `q` quits as it always does: the run on its way is checkpointed and
+stopped, and the series waits for a rerun of its command. What a series is, and which run comes
+next, is the driver's (the CLI's); this app only starts what it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from cockpit.app.cockpit_app import CockpitApp
+from engine.contract import EngineHandle
+from engine.events import RunStarted, RunState
+
+
+class SeriesSteps(Protocol):
+    """What the app asks of a series."""
+
+    current_engine: Any  # the engine of the series' run on its way
+
+    def next_run(self) -> tuple[str, Callable[[], EngineHandle]] | None:
+        """The next run's title and how to build its engine; None once the series is done."""
+
+    def run_ended(self) -> None:
+        """The run on its way has ended: record it."""
+
+    def run_dirs(self) -> Sequence[Path]:
+        """Every run directory of the series, in order."""
+
+    def finish(self) -> str:
+        """The series is done: write its table; the line the app shows."""
+
+
+class AblationApp(CockpitApp):
+    """CockpitApp driving a series: the next run starts when one ends."""
+
+    def __init__(self, *args: Any, series: SeriesSteps, first_label: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.series = series
+        self.series_label = first_label  # the title of the series' run on screen
+        self.series_done = False
+
+    def _ours(self) -> bool:
+        trainer = self.session.trainer
+        return trainer is not None and trainer is self.series.current_engine
+
+    def run_started(self, ev: RunStarted, announce: bool = True) -> None:
+        super().run_started(ev, announce)
+        if self._ours():
+            self.session.preset = self.series_label  # the status line's first words
+            self.sub_title = self.series_label
+            self.refresh_status()
+
+    def _engine_finished(self) -> None:
+        if self._ours():
+            self.series.run_ended()
+            ended_by_itself = self.session.state in (RunState.FINISHED, RunState.FAILED)
+            if ended_by_itself and not self.session.quitting and self.session.pending_preset is None:
+                following = self.series.next_run()
+                if following is not None:
+                    self.series_label = following[0]
+                    self.session.pending_preset, self.session.pending_make = following
+                    self.notify(f"next: {self.series_label}", title="Ablation", timeout=4)
+                else:
+                    self.call_later(self._series_finished)
+        super()._engine_finished()
+
+    def _series_finished(self) -> None:
+        self.series_done = True
+        note = self.series.finish()
+        others = [d for d in self.series.run_dirs() if d.is_dir() and not self._is_current(d)][:8]
+        if others:
+            self.overlay_runs(others)  # the comparison: every run's loss over the last one's
+        self.session.status_note = f"✓ {note} · q: quit"
+        self.notify(note, title="Ablation done", timeout=10)
+        self.refresh_status()

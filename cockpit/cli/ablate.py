@@ -1,0 +1,346 @@
+"""`cockpit ablate`: the speedrun's method for users. A baseline preset and a list of changes,
+each run one after another to the same target val loss (or the same number of steps), each a
+normal run in RUNS/SERIES/ (live in the app, attachable, resumable), then a table of the time to
+the target, the final val loss, the throughput and the differences from the baseline.
+
+The series is recorded in RUNS/SERIES/series.json: a rerun of the same command skips the runs
+that are done and resumes one stopped mid-way from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from cockpit.ablation.results import AblationTable, build_table, read_result, to_csv, to_markdown
+from cockpit.ablation.series import BUSY, DONE, RESTART, RESUME, Series, SeriesRun, run_status
+from cockpit.ablation.spec import (
+    AblationSpec,
+    canonical_setting,
+    check_spec,
+    parse_change,
+    spec_from_file,
+)
+from cockpit.cli.options import add_notify_options, add_presets_dir_option
+from engine.config import ConfigError
+
+NAME = "ablate"
+HELP = "measure changes against a baseline preset: one run each, to the same val loss or steps, then a table"
+EPILOG = textwrap.dedent(
+    """\
+    examples:
+      cockpit ablate --preset speedrun-cpu --change optim.name=adamw --change model.qk_norm=false --target 1.88
+      cockpit ablate --preset tiny --change 'model.norm=rmsnorm model.mlp=relu2' --steps 200 --headless
+      cockpit ablate series.toml --repeat-baseline 3
+
+    A series file:
+      preset = "speedrun-cpu"        # the baseline
+      target = 1.88                  # or: steps = 2000
+      repeat_baseline = 3            # the baseline's spread is the noise estimate
+      [settings]                     # every run, as --set
+      "eval.interval" = 25
+      [[change]]
+      name = "AdamW everywhere"
+      "optim.name" = "adamw"
+      [[change]]
+      name = "no QK norm, RMSNorm"
+      "model.qk_norm" = false
+      "model.norm" = "rmsnorm"
+
+    The runs go to RUNS/SERIES/ (default runs/ablate-PRESET-HASH of the spec; --name SERIES
+    names it), the table to RUNS/SERIES/results.csv and results.md. q in the app (ctrl+c or
+    SIGTERM headless) stops the series, the run on its way checkpointed; the same command
+    again skips the runs that are done and resumes that one. Exit status: 0 the series is
+    complete, 1 stopped before its end, 2 refused (one line says why).
+    """
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "file", nargs="?", metavar="FILE.toml",
+        help="a series file (baseline preset, target or steps, [[change]] tables); the options below add to it or override it",
+    )  # fmt: skip
+    parser.add_argument("--preset", metavar="NAME|PATH", help="the baseline: a preset name or a .toml file")
+    parser.add_argument(
+        "--change", dest="changes", action="append", default=[], metavar="'KEY=VALUE ...'",
+        help="one change from the baseline, run once (repeatable); several keys in one change: "
+        "--change 'model.norm=rmsnorm model.mlp=relu2'",
+    )  # fmt: skip
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="a setting of every run, the baseline's too, e.g. --set eval.interval=25 (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--target", type=float, metavar="LOSS",
+        help="each run stops at its first evaluation at or below this val loss (train.stop_at_val); "
+        "the table compares the time to it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--steps", type=int, metavar="N",
+        help="every run trains N steps (train.max_steps); with --target, the most it may take",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repeat-baseline", type=int, default=None, metavar="K",
+        help="run the baseline K times (seeds of their own, spread among the changes): its spread "
+        "is the noise a difference is judged against (default 1)",
+    )  # fmt: skip
+    parser.add_argument("--name", metavar="SERIES", help="the series' directory under --runs (default: ablate-PRESET-HASH)")
+    parser.add_argument("--runs", dest="runs_root", default="runs", metavar="DIR", help="where the series goes (default: runs)")
+    parser.add_argument("--data", metavar="PATH", help="local copy of the preset's corpus (or a text file or folder to train on)")
+    add_presets_dir_option(parser)
+    parser.add_argument("--headless", action="store_true", help="no UI: print progress lines (for batch jobs and CI)")
+    parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+    parser.add_argument("--no-mouse", action="store_true", help="turn off mouse tracking (saves bandwidth over slow SSH links)")
+    add_notify_options(parser)
+
+
+def spec_from_args(args: argparse.Namespace) -> AblationSpec:
+    """The series the command line describes (a file's, with the options added on top)."""
+    spec = spec_from_file(Path(args.file)) if args.file else None
+    preset = args.preset or (spec.preset if spec else None)
+    if not preset:
+        raise ConfigError("no baseline: --preset NAME (a preset name or .toml file), or a series FILE.toml")
+    changes = [*(spec.changes if spec else ()), *(parse_change(text) for text in args.changes)]
+    settings = [*(spec.settings if spec else ()), *(canonical_setting(t, f"--set {t!r}") for t in args.overrides)]
+    base = spec or AblationSpec(preset=preset)
+
+    def given(value: Any, default: Any) -> Any:
+        return value if value is not None else default
+
+    return replace(
+        base,
+        preset=preset,
+        changes=tuple(changes),
+        settings=tuple(settings),
+        target=given(args.target, base.target),
+        steps=given(args.steps, base.steps),
+        repeat_baseline=given(args.repeat_baseline, base.repeat_baseline),
+        name=given(args.name, base.name),
+        presets_dirs=tuple(args.presets_dir),
+    )
+
+
+@dataclass
+class PlannedRun:
+    """A run of the series and the `cockpit train` arguments that train it (None: done)."""
+
+    run: SeriesRun
+    train: argparse.Namespace | None
+    resuming: bool = False
+
+
+class SeriesDriver:
+    """The series, run by run: what the headless loop and the app both drive. Every run's
+    command line is checked (`preflight`) before the first starts."""
+
+    def __init__(self, series: Series, args: argparse.Namespace) -> None:
+        self.series = series
+        self.args = args
+        self.plans = [self._plan(run) for run in series.runs]
+        self.index = -1  # the plan whose run is on its way
+        self.current_engine: Any = None  # its engine, once built
+        series.save()
+
+    def _plan(self, run: SeriesRun) -> PlannedRun:
+        from cockpit.cli.launch import train_arguments
+        from cockpit.cli.preflight import preflight
+
+        step = self.series.next_step(run)
+        if step == DONE:
+            return PlannedRun(run, None)
+        if step == BUSY:
+            raise ConfigError(
+                f"{run.run_dir} is training in another process: watch it with `cockpit attach "
+                f"{shlex.quote(str(run.run_dir))}`, and run this again once it has ended"
+            )
+        common = dict(
+            presets_dir=list(self.args.presets_dir), headless=self.args.headless,
+            no_telemetry=self.args.no_telemetry, no_mouse=self.args.no_mouse,
+            bell=self.args.bell, no_notify=self.args.no_notify,
+        )  # fmt: skip
+        if step == RESUME:
+            train = train_arguments(resume=str(run.run_dir), overrides=[], **common)
+        else:
+            if step == RESTART:
+                self.series.restart_dir(run)
+            train = train_arguments(
+                preset=self.series.spec.preset, overrides=self.series.overrides(run),
+                run_dir=str(run.run_dir), data=self.args.data, **common,
+            )  # fmt: skip
+        try:
+            finished = preflight(train)
+        except ConfigError as e:
+            raise ConfigError(f"{self.series.position(run)}: {e}") from None
+        if finished is not None:  # stopped at its last step: nothing left to train
+            return PlannedRun(run, None)
+        return PlannedRun(run, train, resuming=step == RESUME)
+
+    def next_plan(self) -> PlannedRun | None:
+        """The next run to train (the ones done are passed over), or None at the series' end."""
+        while self.index + 1 < len(self.plans):
+            self.index += 1
+            plan = self.plans[self.index]
+            if plan.train is not None:
+                return plan
+        return None
+
+    def engine(self, plan: PlannedRun, sinks: list[Any] = (), interactive: bool = True) -> Any:
+        """The (not started) Trainer of `plan`'s run."""
+        from cockpit.cli.launch import make_trainer
+
+        assert plan.train is not None
+        self.current_engine = make_trainer(plan.train, sinks=list(sinks), interactive=interactive)
+        return self.current_engine
+
+    def next_run(self) -> tuple[str, Callable[[], Any]] | None:
+        """The app's next run: its title and how to build its engine; None at the end."""
+        plan = self.next_plan()
+        if plan is None:
+            return None
+        return self.series.position(plan.run), lambda: self.engine(plan)
+
+    def run_ended(self) -> None:
+        """Record the status of the run that just ended."""
+        plan = self.plans[self.index]
+        plan.run.status = run_status(plan.run.run_dir)
+        if plan.run.status in ("finished", "failed"):
+            plan.train = None
+        self.series.save()
+
+    def complete(self) -> bool:
+        return self.series.done()
+
+    def table(self) -> AblationTable:
+        """The results, written as results.csv and results.md in the series' directory."""
+        spec = self.series.spec
+        results = [
+            read_result(r.label, r.run_dir, run_status(r.run_dir), spec.target, r.is_baseline)
+            for r in self.series.runs
+        ]
+        title = f"Ablation of {spec.preset} to {spec.measure()}: {self.series.directory}"
+        table = build_table(results, spec.target, title)
+        (self.series.directory / "results.csv").write_text(to_csv(table), encoding="utf-8")
+        (self.series.directory / "results.md").write_text(to_markdown(table), encoding="utf-8")
+        return table
+
+    def run_dirs(self) -> list[Path]:
+        return [r.run_dir for r in self.series.runs]
+
+    def finish(self) -> str:
+        self.table()
+        return self.done_note()
+
+    def compare_command(self) -> str:
+        dirs = [str(r.run_dir) for r in self.series.runs][:9]  # cockpit compare's most
+        return "cockpit compare " + " ".join(shlex.quote(d) for d in dirs)
+
+    def done_note(self) -> str:
+        return f"ablate done: {len(self.series.runs)} runs, table in {self.series.directory / 'results.md'}"
+
+    def stopped_note(self) -> str:
+        done = sum(run_status(r.run_dir) in ("finished", "failed") for r in self.series.runs)
+        return (
+            f"ablate stopped: {done} of {len(self.series.runs)} runs done ({self.series.directory}); "
+            "run the same command again to continue (the runs done are skipped, a stopped one resumes)"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = spec_from_args(args)
+        check_spec(spec)
+        series = Series.open(spec, Path(args.runs_root))
+        driver = SeriesDriver(series, args)
+    except ConfigError as e:
+        print(f"cockpit ablate: {e}", file=sys.stderr)
+        return 2
+    from cockpit.cli.attach import has_terminal
+
+    if args.headless or not has_terminal():
+        if not args.headless:
+            print("cockpit ablate: no terminal, running headless (pass --headless to say so)", file=sys.stderr)
+        return run_headless(driver)
+    return run_in_app(driver)
+
+
+def run_headless(driver: SeriesDriver) -> int:
+    from cockpit.cli.headless import ProgressPrinter
+    from cockpit.cli.stop_signals import StopSignals
+
+    series = driver.series
+    print(f"ablate: {series.spec.preset} and {len(series.spec.changes)} change(s) to {series.spec.measure()}, "
+          f"{len(series.runs)} runs in {series.directory}", flush=True)  # fmt: skip
+    for plan in driver.plans:
+        if plan.train is None:
+            print(f"{series.position(plan.run)}: {plan.run.status} already ({plan.run.run_dir}): skipped", flush=True)
+    signals = StopSignals()
+    signals.install()
+    try:
+        while (plan := driver.next_plan()) is not None:
+            if signals.received:
+                break
+            how = "resuming" if plan.resuming else "starting"
+            print(f"{series.position(plan.run)}: {how} {plan.run.run_dir}", flush=True)
+            printer = ProgressPrinter(out=lambda line: print(line, flush=True))
+            trainer = driver.engine(plan, sinks=[printer], interactive=False)
+            signals.attach(trainer)
+            state = trainer.run()
+            driver.run_ended()
+            if state == "failed" and printer.refusal:
+                print(f"cockpit ablate: {series.position(plan.run)}: {printer.refusal}", file=sys.stderr)
+                return 2
+            if signals.received:
+                break
+    finally:
+        signals.restore()
+    if not driver.complete():
+        print(driver.stopped_note(), flush=True)
+        return 1
+    table = driver.table()
+    print()
+    print(to_markdown(table), end="")
+    print(f"\nwritten: {series.directory / 'results.csv'}, {series.directory / 'results.md'}")
+    print(f"compare the runs: {driver.compare_command()}")
+    return 0
+
+
+def run_in_app(driver: SeriesDriver) -> int:
+    from functools import partial
+
+    from cockpit.app.ablating import AblationApp
+    from cockpit.cli.launch import run_app, train_arguments
+
+    first = driver.next_run()
+    if first is None:  # every run is done already: the table, and the comparison
+        table = driver.table()
+        print(to_markdown(table), end="")
+        print(f"compare the runs: {driver.compare_command()}")
+        return 0
+    label, make_first = first
+    args = driver.args
+    train = train_arguments(
+        preset=driver.series.spec.preset, presets_dir=list(args.presets_dir), no_mouse=args.no_mouse,
+        bell=args.bell, no_notify=args.no_notify, no_telemetry=args.no_telemetry,
+    )  # fmt: skip
+    status = run_app(
+        train,
+        first_engine=make_first,
+        runs_root=args.runs_root,
+        app_class=partial(AblationApp, series=driver, first_label=label),
+    )
+    if driver.complete():
+        table = driver.table()
+        print(to_markdown(table), end="")
+        print(f"compare the runs again: {driver.compare_command()}")
+        return status
+    print(driver.stopped_note())
+    return 1
