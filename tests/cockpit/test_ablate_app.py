@@ -1,0 +1,81 @@
+"""`cockpit ablate` in the app, with the real engine on the tiny preset: the series' runs one
+after another, the run on screen titled with its place in the series; at the end the table is
+written and the other runs are overlaid on the last (the comparison); `q` mid-series stops the
+run on its way with a checkpoint, and the series' record says what a rerun does next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pilot import REAL_SIZE, run_pilot, status_text, wait_for_engine
+from textual.pilot import Pilot
+
+from cockpit.ablation.series import DONE, RESUME, START, Series
+from cockpit.app.ablating import AblationApp
+from cockpit.cli import build_parser
+from cockpit.cli.ablate import SeriesDriver, check_spec, spec_from_args
+
+
+def series_app(tmp_path: Path, steps: int) -> tuple[AblationApp, SeriesDriver]:
+    args = build_parser().parse_args(
+        [
+            "ablate", "--preset", "tiny", "--change", "optim.name=lion", "--change", "model.qk_norm=true",
+            "--steps", str(steps), "--set", "eval.interval=10", "--set", "sample.interval=0",
+            "--set", "checkpoint.interval=0", "--set", "eval.batches=2", "--runs", str(tmp_path / "runs"),
+            "--name", "s", "--no-telemetry",
+        ]
+    )  # fmt: skip
+    spec = spec_from_args(args)
+    check_spec(spec)
+    driver = SeriesDriver(Series.open(spec, tmp_path / "runs"), args)
+    first = driver.next_run()
+    assert first is not None
+    label, make = first
+    app = AblationApp(lambda _preset: make(), "tiny", series=driver, first_label=label)
+    return app, driver
+
+
+def test_the_series_runs_one_after_another_then_compares_them(tmp_path: Path) -> None:
+    app, driver = series_app(tmp_path, steps=20)
+    titles: list[str] = []
+
+    async def scenario(pilot: Pilot) -> None:
+        def seen() -> bool:
+            text = status_text(app)
+            if text.startswith("ablate") and (not titles or titles[-1] != text.split(" · ")[0]):
+                titles.append(text)
+            return app.series_done
+
+        await wait_for_engine(pilot, seen, timeout=90)
+        await wait_for_engine(pilot, lambda: len(app.main_screen.loss_panel.overlays) == 2)
+        assert "ablate done" in app.session.status_note
+
+    run_pilot(app, scenario, size=REAL_SIZE)
+    shown = " ".join(titles)
+    assert "ablate 2/3: optim.name=lion" in shown and "ablate 3/3: model.qk_norm=true" in shown
+    assert driver.complete()
+    series = tmp_path / "runs" / "s"
+    md = (series / "results.md").read_text()
+    assert md.count("| finished |") == 3
+    assert (series / "results.csv").read_text().count("\n") == 4  # the header and 3 runs
+
+
+def test_q_mid_series_stops_the_run_with_a_checkpoint_for_a_rerun(tmp_path: Path) -> None:
+    app, driver = series_app(tmp_path, steps=100000)
+    # the first run short: the series reaches its second while the test waits
+    driver.plans[0].train.overrides = [*driver.plans[0].train.overrides, "train.max_steps=10"]
+    series = tmp_path / "runs" / "s"
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: "ablate 2/3" in status_text(app) and app.session.view.step >= 3, timeout=90)
+        await pilot.press("q")
+        await wait_for_engine(pilot, lambda: app.screen.query("#confirm-dialog"))
+        await pilot.press("y")
+        await wait_for_engine(pilot, lambda: not app.engine_running, timeout=30)
+
+    run_pilot(app, scenario, size=REAL_SIZE)
+    assert not driver.complete()
+    again = Series.open(driver.series.spec, tmp_path / "runs")
+    assert [again.next_step(r) for r in again.runs] == [DONE, RESUME, START]
+    assert again.runs[1].status == "stopped"
+    assert not (series / "02-model.qk_norm=true").exists()
