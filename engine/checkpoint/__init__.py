@@ -11,7 +11,8 @@ _EXPORTS = {
     "engine.checkpoint.init_source": (
         "REQUIRED", "InitFromError", "required_refusal", "same_source", "source_path",
     ),
-    "engine.checkpoint.init_from": ("WeightsSource", "open_source"),
+    "engine.checkpoint.init_from": ("open_source",),
+    "engine.checkpoint.init_weights": ("WeightsSource",),
     "engine.checkpoint.source_fit": (
         "check_fits", "check_tokenizer_name", "load_into", "shaped_overrides",
     ),

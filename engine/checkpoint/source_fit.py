@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.checkpoint.init_from import GPT2_BPE, SHAPE_KEYS, WeightsSource
+from engine.checkpoint.init_weights import SHAPE_KEYS, WeightsSource
 from engine.config.run_config import ModelConfig
+from engine.export.nanogpt import SAME_AS_GPT2 as GPT2_BPE  # tiktoken's names for GPT-2's BPE
 from engine.export.weights_source import VOCAB_ROWS
 
 

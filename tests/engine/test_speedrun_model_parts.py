@@ -369,6 +369,6 @@ def test_turning_one_on_at_resume_is_refused(override):
 
 
 def test_weights_fix_the_switches_for_init_from():
-    from engine.checkpoint.init_from import SHAPE_KEYS
+    from engine.checkpoint.init_weights import SHAPE_KEYS
 
     assert {"value_embeds", "unet_skips"} <= set(SHAPE_KEYS)
