@@ -62,6 +62,7 @@ class RunEvents(_AppBase):
         loss.tokens_per_step = ev.tokens_per_step
         loss.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time
         self.main_screen.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
+        self.main_screen.lr_panel.set_tokens_schedule(ev.tokens_schedule)  # () without one
         self.sub_title = ev.preset
         if self.session.status_note.startswith(("starting", "resuming")):
             self.session.status_note = ""

@@ -5,6 +5,10 @@ The planned curve is data from `RunStarted.planned_lr`; the panel only asks for 
 "now" marker moves by a column or the LR was changed, so it costs next to nothing per step.
 A preview (`set_preview`: the schedule a settings change would give, not yet applied) is drawn
 ahead of the run in its own colour, labelled "preview", until it is cleared.
+
+A run with a batch-size schedule or sequence-length warmup (`RunStarted.tokens_schedule`) also
+draws its tokens a step on the same step axis, as a staircase scaled so that the full size is
+the peak LR's height, labelled "tokens/step"; a run without one draws only its LR.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class LrPanel(ThrottledPlot):
         self.lr: float | None = None
         self.preview: tuple[tuple[int, float], ...] = ()  # the re-planned schedule, not applied
         self.preview_max_steps = 0
+        self.tokens_schedule: tuple[tuple[int, int], ...] = ()  # (step, tokens a step from it)
         self._col = -1
         self.empty_message = self.EMPTY_MESSAGE  # a new run waits again (after "no run")
         self.touch()
@@ -58,6 +63,27 @@ class LrPanel(ThrottledPlot):
         self.step = start_step
         self.touch()
         self.update_labels()
+
+    def set_tokens_schedule(self, schedule: Any) -> None:
+        """(step, tokens a step from it on) pairs of a batch-size schedule or sequence-length
+        warmup, drawn beside the LR; () draws none."""
+        self.tokens_schedule = tuple((int(s), int(t)) for s, t in schedule or ())
+        self.touch()
+        self.update_labels()
+
+    def tokens_curve(self, x_hi: float, top: float) -> tuple[list[float], list[float]]:
+        """The tokens a step as a staircase to step `x_hi`, the largest step size at `top`."""
+        schedule = self.tokens_schedule
+        if not schedule:
+            return [], []
+        full = max(t for _, t in schedule) or 1
+        xs: list[float] = []
+        ys: list[float] = []
+        for i, (step, tokens) in enumerate(schedule):
+            until = schedule[i + 1][0] if i + 1 < len(schedule) else max(x_hi, step)
+            xs += [float(step), float(until)]
+            ys += [top * tokens / full] * 2
+        return xs, ys
 
     def replan(self, planned: Any, max_steps: int, from_step: int) -> None:
         """A settings change re-planned the schedule from `from_step` on: the plan ahead is
@@ -156,6 +182,8 @@ class LrPanel(ThrottledPlot):
             legend += " [not bold $warning]ahead[/]"
         if self.preview:
             legend += " [bold $success]preview[/]"
+        if self.tokens_schedule:
+            legend += " [not bold $secondary]tokens/step[/]"
         name = "LR" if 0 < self.size.width < 56 else "Learning rate"
         title = f"{name} {legend}" if self.planned else name
         if self.lr is None:
@@ -171,6 +199,10 @@ class LrPanel(ThrottledPlot):
         cols = max(8, width - Y_AXIS_COLS)
         x_hi = max(self.max_steps, self.step, self.preview_max_steps, 1)
         ys_all: list[float] = []
+        if self.tokens_schedule and self.planned:
+            # under the LR curves: the step's size, its full size at the peak LR's height
+            tx, ty = self.tokens_curve(x_hi, float(self._planned_ys.max()))
+            self.line(plt, tx, ty, pal["secondary"])
         if self.planned:
             px, py = downsample_minmax(self._planned_xs, self._planned_ys, cols, (0, x_hi))
             self.line(plt, px, py, pal["muted"])

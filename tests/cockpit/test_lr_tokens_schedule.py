@@ -1,0 +1,60 @@
+"""The LR panel draws a batch-size schedule or sequence-length warmup (RunStarted.tokens_schedule)
+on its step axis: a staircase of the tokens a step, its full size at the peak LR, and a legend
+entry; a run without one is drawn as before."""
+
+from __future__ import annotations
+
+from pilot import run_pilot
+from textual.app import App, ComposeResult
+from textual.pilot import Pilot
+
+from cockpit.widgets.lr import LrPanel
+
+PLAN = [(0, 0.0), (10, 1e-3), (100, 1e-4)]
+SCHEDULE = ((0, 8), (3, 16), (6, 48), (8, 64))
+
+
+class LrApp(App):
+    CSS = "LrPanel { border: round $primary; }"  # the border carries the legend
+
+    def compose(self) -> ComposeResult:
+        yield LrPanel(id="lr")
+
+
+def text_of(panel: LrPanel) -> str:
+    return "\n".join(panel.render_line(y).text for y in range(panel.size.height))
+
+
+def test_the_staircase_steps_at_each_change_and_reaches_the_peak_at_full_size() -> None:
+    panel = LrPanel()
+    panel.set_tokens_schedule(SCHEDULE)
+    xs, ys = panel.tokens_curve(100, 2.0)
+    assert xs == [0, 3, 3, 6, 6, 8, 8, 100]
+    assert ys == [0.25, 0.25, 0.5, 0.5, 1.5, 1.5, 2.0, 2.0]  # tokens / 64 of the peak, 2.0
+    panel.set_tokens_schedule(())
+    assert panel.tokens_curve(100, 2.0) == ([], [])
+
+
+def test_a_schedule_is_drawn_and_named_and_a_run_without_one_is_not() -> None:
+    app = LrApp()
+
+    async def scenario(pilot: Pilot) -> None:
+        panel = app.query_one(LrPanel)
+        panel.set_plan(PLAN, 100)
+        panel.set_tokens_schedule(())
+        panel.flush(force=True)
+        await pilot.pause()
+        without = text_of(panel)
+        assert "tokens/step" not in str(panel.border_title)
+        panel.set_tokens_schedule(SCHEDULE)
+        panel.flush(force=True)
+        await pilot.pause()
+        assert "tokens/step" in str(panel.border_title)
+        drawn = text_of(panel)
+        assert drawn != without  # the staircase is drawn
+        panel.set_tokens_schedule(())
+        panel.flush(force=True)
+        await pilot.pause()
+        assert text_of(panel) == without  # and gone again with the schedule
+
+    run_pilot(app, scenario, size=(80, 20))
