@@ -118,13 +118,8 @@ def list_run(run_dir: Path, root: Path) -> ListedRun:
     listed as UNREADABLE with the reason (`problem`), never an error that hides the other runs
     (nothing is printed: the app lists runs too)."""
     from engine.events import RunState
-    from engine.rundir.summary import (
-        METRICS_NAME,
-        RunSummary,
-        facts_problem,
-        read_summary,
-        size_on_disk,
-    )
+    from engine.rundir.summary import METRICS_NAME, read_summary, size_on_disk
+    from engine.rundir.summary_facts import RunSummary, facts_problem
 
     name = run_dir.resolve().name if run_dir == root else os.path.relpath(run_dir, root)
     try:

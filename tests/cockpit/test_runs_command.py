@@ -18,7 +18,7 @@ from live_process import REPO, LiveRun
 
 from cockpit.figures.run_table import fmt_ago, table
 from engine.rundir import ListedRun
-from engine.rundir.summary import RunSummary
+from engine.rundir.summary_facts import RunSummary
 
 TIMEOUT = 30.0
 NOW = time.time()

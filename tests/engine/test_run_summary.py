@@ -16,12 +16,12 @@ from run_copies import train_here
 from engine.events import Eval, Step
 from engine.rundir.summary import (
     SUMMARY_NAME,
-    RunSummary,
     SummarySink,
     fold_metrics,
     read_summary,
     size_on_disk,
 )
+from engine.rundir.summary_facts import RunSummary
 
 STEPS = 60
 
