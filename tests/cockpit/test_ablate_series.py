@@ -1,0 +1,110 @@
+"""A series' spec and record, alone (no run): changes parsed as `--set` reads them, the running
+order with the baseline's repeats spread among the changes, what each run needs next read from
+its own directory (a finished or failed run is done, a stopped one with a checkpoint resumes,
+one without starts again in a directory of its own), and a rerun under the same --name keeping
+its runs while another series is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cockpit.ablation.series import DONE, RESTART, RESUME, START, Series, dir_name
+from cockpit.ablation.spec import AblationSpec, Change, check_spec, parse_change, spec_from_file
+from engine.config import ConfigError
+
+
+def record(**fields: object) -> str:
+    return json.dumps(fields, separators=(",", ":"))  # as the engine writes them
+
+
+def ended(run_dir: Path, state: str, step: int, checkpoint: bool) -> None:
+    """A run directory whose final state record is `state` at `step`."""
+    run_dir.mkdir(parents=True)
+    lines = [
+        record(kind="state", state="running", step=0, reason="", time=1.0),
+        record(kind="state", state=state, step=step, reason="", time=2.0),
+    ]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    if checkpoint:
+        (run_dir / f"ckpt-{step:08d}.pt").write_bytes(b"")
+
+
+def test_a_change_is_its_settings_as_set_spells_them():
+    change = parse_change("weight_decay=0 model.qk_norm=false")
+    assert change == Change("weight_decay=0 model.qk_norm=false", ("optim.weight_decay=0", "model.qk_norm=false"))
+    # quoted as a shell quotes: the value with its space is one word, a string
+    assert parse_change('data.source="my corpus.txt"').settings == ("data.source=my corpus.txt",)
+    with pytest.raises(ConfigError, match="'x' is not KEY=VALUE"):
+        parse_change("x")
+    with pytest.raises(ConfigError, match="empty; give KEY=VALUE"):
+        parse_change("  ")
+
+
+def test_the_baselines_repeats_are_spread_among_the_changes(tmp_path):
+    changes = tuple(parse_change(f"optim.lr={lr}") for lr in ("1e-3", "2e-3", "4e-3", "5e-3"))
+    series = Series.open(AblationSpec(preset="tiny", changes=changes, repeat_baseline=2), tmp_path)
+    assert [r.label for r in series.runs] == [
+        "baseline", "optim.lr=1e-3", "optim.lr=2e-3", "baseline #2", "optim.lr=4e-3", "optim.lr=5e-3",
+    ]  # fmt: skip
+    assert series.runs[3].settings == ("train.seed=1338",)  # tiny's seed is 1337: a seed of its own
+    assert [r.run_dir.name for r in series.runs][:4] == ["00-baseline", "01-optim.lr=1e-3", "02-optim.lr=2e-3", "03-baseline-2"]
+    assert series.overrides(series.runs[1]) == ["optim.lr=1e-3"]
+    assert series.position(series.runs[3]) == "ablate 4/6: baseline #2"
+    assert dir_name(2, "model.norm=rmsnorm model.mlp=relu2") == "02-model.norm=rmsnorm+model.mlp=relu2"
+
+
+def test_what_a_run_needs_next_is_read_from_its_directory(tmp_path):
+    changes = tuple(parse_change(f"optim.lr={lr}") for lr in ("1e-3", "2e-3", "4e-3"))
+    spec = AblationSpec(preset="tiny", changes=changes, steps=10, name="s")
+    series = Series.open(spec, tmp_path)
+    first, second, third, fourth = series.runs
+    ended(first.run_dir, "finished", 10, checkpoint=True)
+    ended(second.run_dir, "stopped", 4, checkpoint=True)
+    ended(third.run_dir, "stopped", 0, checkpoint=False)  # stopped before its first save
+    assert [series.next_step(r) for r in series.runs] == [DONE, RESUME, RESTART, START]
+    assert second.status == "stopped"
+    assert series.restart_dir(third).name == "02-optim.lr=2e-3-retry2"  # the old one is kept
+    assert (tmp_path / "s" / "02-optim.lr=2e-3" / "metrics.jsonl").is_file()
+    series.save()
+    again = Series.open(spec, tmp_path)
+    assert [r.run_dir for r in again.runs] == [r.run_dir for r in series.runs]
+    assert again.next_step(again.runs[2]) == START
+    failed = tmp_path / "s" / "03-optim.lr=4e-3"
+    ended(failed, "failed", 3, checkpoint=False)
+    assert again.next_step(again.runs[3]) == DONE  # a failed run is a result, not run again
+    assert not again.done()
+
+
+def test_a_rerun_under_its_name_keeps_the_runs_and_refuses_another_series(tmp_path):
+    spec = AblationSpec(preset="tiny", changes=(parse_change("optim.lr=1e-3"),), steps=10, name="s")
+    series = Series.open(spec, tmp_path)
+    series.save()
+    more = AblationSpec(preset="tiny", changes=(parse_change("optim.name=lion"), parse_change("optim.lr=1e-3")), steps=10, name="s")
+    grown = Series.open(more, tmp_path)
+    by_label = {r.label: r.run_dir.name for r in grown.runs}
+    assert by_label["optim.lr=1e-3"] == "01-optim.lr=1e-3"  # where it was
+    assert by_label["optim.name=lion"] not in ("00-baseline", "01-optim.lr=1e-3")
+    other = AblationSpec(preset="tiny", changes=spec.changes, steps=20, name="s")
+    with pytest.raises(ConfigError, match="holds another series .preset tiny, 10 steps.; this one is preset tiny, 20 steps"):
+        Series.open(other, tmp_path)
+
+
+def test_a_series_file_reads_quoted_and_dotted_keys(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(
+        'preset = "tiny"\ntarget = 2.5\nrepeat_baseline = 2\n[settings]\n"eval.interval" = 5\n'
+        '[[change]]\nname = "lion"\n"optim.name" = "lion"\n'
+        "[[change]]\nmodel.qk_norm = true\nmodel.norm = \"rmsnorm\"\n"
+    )
+    spec = spec_from_file(path)
+    assert spec.preset == "tiny" and spec.target == 2.5 and spec.repeat_baseline == 2
+    assert spec.settings == ("eval.interval=5",)
+    assert spec.changes == (
+        Change("lion", ('optim.name="lion"',)),
+        Change('model.qk_norm=true model.norm="rmsnorm"', ("model.qk_norm=true", 'model.norm="rmsnorm"')),
+    )
+    check_spec(spec)  # every change loads with the preset
+    assert spec.common_settings() == ["eval.interval=5", "train.stop_at_val=2.5"]
