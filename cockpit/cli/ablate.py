@@ -240,7 +240,9 @@ class SeriesDriver:
         return self.done_note()
 
     def compare_command(self) -> str:
-        dirs = [str(r.run_dir) for r in self.series.runs][:9]  # cockpit compare's most
+        from cockpit.cli.compare import MAX_OVERLAYS
+
+        dirs = [str(r.run_dir) for r in self.series.runs][: MAX_OVERLAYS + 1]  # its most
         return "cockpit compare " + " ".join(shlex.quote(d) for d in dirs)
 
     def done_note(self) -> str:
@@ -320,11 +322,15 @@ def run_in_app(driver: SeriesDriver) -> int:
     from cockpit.cli.launch import run_app, train_arguments
 
     first = driver.next_run()
-    if first is None:  # every run is done already: the table, and the comparison
-        table = driver.table()
-        print(to_markdown(table), end="")
-        print(f"compare the runs: {driver.compare_command()}")
-        return 0
+    if first is None:  # every run is done already: the table, then the comparison of the runs
+        print(to_markdown(driver.table()), end="")
+        from cockpit.cli import compare
+
+        runs = [str(d) for d in driver.run_dirs() if d.is_dir()][: compare.MAX_OVERLAYS + 1]
+        a = driver.args
+        return compare.run(
+            argparse.Namespace(runs=runs, runs_root=a.runs_root, bpb=False, no_mouse=a.no_mouse, bell=a.bell, no_notify=a.no_notify)
+        )
     label, make_first = first
     args = driver.args
     train = train_arguments(
@@ -339,7 +345,9 @@ def run_in_app(driver: SeriesDriver) -> int:
     )
     if driver.complete():
         table = driver.table()
+        print()
         print(to_markdown(table), end="")
+        print(f"\nwritten: {driver.series.directory / 'results.csv'}, {driver.series.directory / 'results.md'}")
         print(f"compare the runs again: {driver.compare_command()}")
         return status
     print(driver.stopped_note())
