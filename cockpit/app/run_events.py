@@ -58,6 +58,7 @@ class RunEvents(_AppBase):
         view.max_steps = ev.max_steps
         view.step = ev.start_step
         view.tracker.start(ev.time)  # this session's rate; the training time is the clock's
+        view.tracker.tokens_schedule = ev.tokens_schedule  # steps that grow: the ETA weighs them
         loss = self.main_screen.loss_panel
         loss.tokens_per_step = ev.tokens_per_step
         loss.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time

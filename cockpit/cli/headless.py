@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from cockpit.figures.data_progress_text import progress_line
 from cockpit.figures.durations import fmt_duration
+from cockpit.figures.progress import tokens_through
 from engine.config import describe
 from engine.events import Event, RunState
 
@@ -37,6 +38,7 @@ class ProgressPrinter:
         self._last_data = -float("inf")
         self._max_steps = 0
         self._start_step = 0
+        self._tokens_schedule: tuple[tuple[int, int], ...] = ()  # steps that grow (ETA)
         self._t0 = time.monotonic()
         self._closed = False
         self._last_error = ""
@@ -62,6 +64,7 @@ class ProgressPrinter:
         if kind == "run_started":
             self._started = True
             self._max_steps, self._start_step = event.max_steps, event.start_step
+            self._tokens_schedule = tuple(getattr(event, "tokens_schedule", ()))
             self._t0 = time.monotonic()
             resumed = f", resumed from {event.resumed_from}" if event.resumed_from else ""
             self._say(
@@ -83,8 +86,11 @@ class ProgressPrinter:
             if now - self._last < self.interval_s and event.step != self._max_steps:
                 return
             self._last = now
-            done = event.step - self._start_step
-            eta = (now - self._t0) / done * (self._max_steps - event.step) if done else 0.0
+            done, ahead = event.step - self._start_step, self._max_steps - event.step
+            if self._tokens_schedule:  # a batch-size schedule's steps grow: count in tokens
+                at = lambda step: tokens_through(self._tokens_schedule, step)  # noqa: E731
+                done, ahead = at(event.step) - at(self._start_step), at(self._max_steps) - at(event.step)
+            eta = (now - self._t0) / done * ahead if done else 0.0
             self._say(
                 f"step {event.step:>6}/{self._max_steps} | loss {event.loss:.4f} | lr {event.lr:.2e} | "
                 f"{event.tokens_per_s:,.0f} tok/s | ETA {fmt_duration(eta)}"

@@ -4,6 +4,17 @@ training time is the training clock's: the status line shows that, not wall time
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
+
+
+def tokens_through(schedule: Sequence[tuple[int, int]], step: int) -> int:
+    """Tokens of the steps before `step` under a tokens schedule: (step, tokens a step from it
+    on) pairs from step 0, as RunStarted.tokens_schedule lists a batch-size schedule's."""
+    total = 0
+    for i, (start, tokens) in enumerate(schedule):
+        end = min(schedule[i + 1][0] if i + 1 < len(schedule) else step, step)
+        total += max(0, end - start) * tokens
+    return total
 
 
 class ProgressTracker:
@@ -15,6 +26,8 @@ class ProgressTracker:
         self.start_time: float | None = None
         self.last_time: float | None = None
         self._points: deque[tuple[float, int]] = deque(maxlen=window)
+        # a batch-size schedule's steps grow: the ETA weighs each step by its tokens
+        self.tokens_schedule: tuple[tuple[int, int], ...] = ()
 
     def start(self, t: float) -> None:
         self.start_time = t
@@ -51,4 +64,12 @@ class ProgressTracker:
         rate = self.rate
         if rate is None or rate <= 0:
             return None
+        if self.tokens_schedule:
+            # the steps ahead at the token rate of the window's steps, not at their step rate
+            (t0, s0), (t1, s1) = self._points[0], self._points[-1]
+            schedule = self.tokens_schedule
+            done = tokens_through(schedule, s1) - tokens_through(schedule, s0)
+            if done > 0:
+                ahead = tokens_through(schedule, max_steps) - tokens_through(schedule, step)
+                return max(0, ahead) * (t1 - t0) / done
         return max(0, max_steps - step) / rate
