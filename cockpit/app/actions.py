@@ -18,7 +18,12 @@ from cockpit.app.key_table import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, help_rows
 from cockpit.figures.numbers import fmt_int
 from cockpit.screens.cooldown import CooldownScreen
 from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, run_lr_plan
-from cockpit.screens.live_decisions import cooldown_refusal, run_config, shown_value
+from cockpit.screens.live_decisions import (
+    cooldown_refusal,
+    run_config,
+    shown_refusal,
+    shown_value,
+)
 from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
 from engine.contract import EngineHandle
 from engine.events import RunState
@@ -236,8 +241,9 @@ class CommandActions(_AppBase):
             return
         refused = cooldown_refusal(cfg, self.session.view.step)
         if refused is not None:
-            why = refused.removeprefix("set refused: ")
-            self.notify(why, title="Cool down now", severity="warning", timeout=6)
+            self.notify(
+                shown_refusal(refused), title="Cool down now", severity="warning", timeout=6
+            )
             return
         screen = CooldownScreen(cfg, self.session.view.step, follow=lambda: self.session.view.step)
         self.push_screen(screen, self._settings_chosen)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,15 +144,20 @@ class Journal:
         self.entries.append(entry)
         return entry
 
-    def _acknowledge(self, kind: str, names: Iterable[str]) -> Entry | None:
-        """The oldest waiting command of `names` (acknowledged by `kind`), taken off the list."""
-        wanted = set(names)
+    def _take(self, matches: Callable[[Entry], bool]) -> Entry | None:
+        """The oldest waiting command that `matches`, taken off the list: it waits no more
+        (None when none waits)."""
         for entry in self._waiting:
-            if entry.command in wanted and ACKNOWLEDGED_BY.get(entry.command) == kind:
+            if matches(entry):
                 self._waiting.remove(entry)
                 entry.command = ""
                 return entry
         return None
+
+    def _acknowledge(self, kind: str, names: Iterable[str]) -> Entry | None:
+        """The oldest waiting command of `names` (acknowledged by `kind`), taken off the list."""
+        wanted = set(names)
+        return self._take(lambda e: e.command in wanted and ACKNOWLEDGED_BY.get(e.command) == kind)
 
     # ------------------------------------------------------------------ records
     def _on_command(self, record: Mapping[str, Any]) -> Entry:
@@ -213,12 +218,7 @@ class Journal:
     def _acknowledge_set(self, by: str) -> Entry | None:
         """The waiting `set` this acknowledgement answers: the oldest of the viewer that the
         record names (an app's own set answers no viewer's)."""
-        for entry in self._waiting:
-            if entry.command == "set" and entry.who == by:
-                self._waiting.remove(entry)
-                entry.command = ""
-                return entry
-        return None
+        return self._take(lambda e: e.command == "set" and e.who == by)
 
     def _on_alert(self, record: Mapping[str, Any]) -> Entry | None:
         level, code = record.get("level"), str(record.get("code") or "")
@@ -233,12 +233,10 @@ class Journal:
         if code in ANOMALY_CODES:
             self._anomaly = True
         refused = REFUSED_BY.get(code, ())
-        for waiting in self._waiting:
-            if waiting.command in refused:
-                self._waiting.remove(waiting)  # refused: the command's entry says why
-                waiting.command = ""
-                waiting.detail = f"refused: {_why_refused(message)}"
-                return waiting
+        waiting = self._take(lambda e: e.command in refused)
+        if waiting is not None:  # refused: the command's entry says why
+            waiting.detail = f"refused: {_why_refused(message)}"
+            return waiting
         if code == "set":  # no viewer's set waits: the app's own (it asks in-process)
             return self._new(record, APP, "set", f"refused: {_why_refused(message)}")
         return self._new(record, ENGINE, f"{level} {code}".strip(), message)
@@ -246,11 +244,9 @@ class Journal:
     def _drop_waiting(self, names: Iterable[str]) -> None:
         """The oldest waiting command of `names` taken off the journal: it did nothing."""
         wanted = set(names)
-        for entry in self._waiting:
-            if entry.command in wanted:
-                self._waiting.remove(entry)
-                self._remove(entry)
-                return
+        entry = self._take(lambda e: e.command in wanted)
+        if entry is not None:
+            self._remove(entry)
 
     def _remove(self, entry: Entry) -> None:
         for i in range(len(self.entries) - 1, -1, -1):  # by identity: entries compare by value
@@ -259,12 +255,10 @@ class Journal:
                 return
 
     def _rolled_back(self, record: Mapping[str, Any], message: str) -> Entry:
-        for entry in self._waiting:
-            if entry.command == "rollback":
-                self._waiting.remove(entry)
-                entry.command = ""
-                entry.detail = f"{message}; {entry.detail}" if entry.detail else message
-                return entry
+        entry = self._take(lambda e: e.command == "rollback")
+        if entry is not None:
+            entry.detail = f"{message}; {entry.detail}" if entry.detail else message
+            return entry
         # no viewer asked: the engine's own (an anomaly it did not pause for) or the app's
         last = self.entries[-1] if self.entries else None
         who = ENGINE if self._anomaly else APP
