@@ -14,21 +14,17 @@ import shlex
 import sys
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cockpit.ablation.results import AblationTable, build_table, read_result, to_csv, to_markdown
-from cockpit.ablation.series import BUSY, DONE, RESTART, RESUME, Series, SeriesRun, run_status
-from cockpit.ablation.spec import (
-    AblationSpec,
-    canonical_setting,
-    check_spec,
-    parse_change,
-    spec_from_file,
-)
 from cockpit.cli.options import add_notify_options, add_presets_dir_option
 from engine.config import ConfigError
+
+if TYPE_CHECKING:  # the series' modules are imported when the subcommand runs, not to parse
+    from cockpit.ablation.results import AblationTable
+    from cockpit.ablation.series import Series, SeriesRun
+    from cockpit.ablation.spec import AblationSpec
 
 NAME = "ablate"
 HELP = "measure changes against a baseline preset: one run each, to the same val loss or steps, then a table"
@@ -105,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def spec_from_args(args: argparse.Namespace) -> AblationSpec:
     """The series the command line describes (a file's, with the options added on top)."""
+    from dataclasses import replace
+
+    from cockpit.ablation.spec import AblationSpec, canonical_setting, parse_change, spec_from_file
+
     spec = spec_from_file(Path(args.file)) if args.file else None
     preset = args.preset or (spec.preset if spec else None)
     if not preset:
@@ -151,6 +151,7 @@ class SeriesDriver:
         series.save()
 
     def _plan(self, run: SeriesRun) -> PlannedRun:
+        from cockpit.ablation.series import BUSY, DONE, RESTART, RESUME
         from cockpit.cli.launch import train_arguments
         from cockpit.cli.preflight import preflight
 
@@ -199,6 +200,8 @@ class SeriesDriver:
 
         assert plan.train is not None
         self.current_engine = make_trainer(plan.train, sinks=list(sinks), interactive=interactive)
+        plan.run.status = "live"  # series.json says which run is on its way
+        self.series.save()
         return self.current_engine
 
     def next_run(self) -> tuple[str, Callable[[], Any]] | None:
@@ -210,6 +213,8 @@ class SeriesDriver:
 
     def run_ended(self) -> None:
         """Record the status of the run that just ended."""
+        from cockpit.ablation.series import run_status
+
         plan = self.plans[self.index]
         plan.run.status = run_status(plan.run.run_dir)
         if plan.run.status in ("finished", "failed"):
@@ -221,6 +226,9 @@ class SeriesDriver:
 
     def table(self) -> AblationTable:
         """The results, written as results.csv and results.md in the series' directory."""
+        from cockpit.ablation.results import build_table, read_result, to_csv, to_markdown
+        from cockpit.ablation.series import run_status
+
         spec = self.series.spec
         results = [
             read_result(r.label, r.run_dir, run_status(r.run_dir), spec.target, r.is_baseline)
@@ -249,6 +257,8 @@ class SeriesDriver:
         return f"ablate done: {len(self.series.runs)} runs, table in {self.series.directory / 'results.md'}"
 
     def stopped_note(self) -> str:
+        from cockpit.ablation.series import run_status
+
         done = sum(run_status(r.run_dir) in ("finished", "failed") for r in self.series.runs)
         return (
             f"ablate stopped: {done} of {len(self.series.runs)} runs done ({self.series.directory}); "
@@ -257,6 +267,9 @@ class SeriesDriver:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cockpit.ablation.series import Series
+    from cockpit.ablation.spec import check_spec
+
     try:
         spec = spec_from_args(args)
         check_spec(spec)
@@ -275,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_headless(driver: SeriesDriver) -> int:
+    from cockpit.ablation.results import to_markdown
     from cockpit.cli.headless import ProgressPrinter
     from cockpit.cli.stop_signals import StopSignals
 
@@ -318,6 +332,7 @@ def run_headless(driver: SeriesDriver) -> int:
 def run_in_app(driver: SeriesDriver) -> int:
     from functools import partial
 
+    from cockpit.ablation.results import to_markdown
     from cockpit.app.ablating import AblationApp
     from cockpit.cli.launch import run_app, train_arguments
 

@@ -11,9 +11,10 @@ from pilot import REAL_SIZE, run_pilot, status_text, wait_for_engine
 from textual.pilot import Pilot
 
 from cockpit.ablation.series import DONE, RESUME, START, Series
+from cockpit.ablation.spec import check_spec
 from cockpit.app.ablating import AblationApp
 from cockpit.cli import build_parser
-from cockpit.cli.ablate import SeriesDriver, check_spec, spec_from_args
+from cockpit.cli.ablate import SeriesDriver, spec_from_args
 
 
 def series_app(tmp_path: Path, steps: int) -> tuple[AblationApp, SeriesDriver]:
