@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from cockpit.figures.data_progress_text import progress_line
 from cockpit.figures.durations import fmt_duration
-from cockpit.figures.progress import tokens_through
 from engine.config import describe
+from engine.data import tokens_through
 from engine.events import Event, RunState
 
 # An error of these kinds before the run has started is a refusal (a corpus, config, run

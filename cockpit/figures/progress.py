@@ -4,17 +4,8 @@ training time is the training clock's: the status line shows that, not wall time
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
 
-
-def tokens_through(schedule: Sequence[tuple[int, int]], step: int) -> int:
-    """Tokens of the steps before `step` under a tokens schedule: (step, tokens a step from it
-    on) pairs from step 0, as RunStarted.tokens_schedule lists a batch-size schedule's."""
-    total = 0
-    for i, (start, tokens) in enumerate(schedule):
-        end = min(schedule[i + 1][0] if i + 1 < len(schedule) else step, step)
-        total += max(0, end - start) * tokens
-    return total
+from engine.data import tokens_through
 
 
 class ProgressTracker:

@@ -14,6 +14,7 @@ the configured shape, as before these existed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,33 @@ def batch_size_at(step: int, *, start: int, ramp_steps: int, final: int) -> int:
 def seq_len_at(step: int, *, start: int, warmup_steps: int, final: int) -> int:
     """Tokens per sequence at `step` (the number of steps done before it)."""
     return ramped(step, start=start, final=final, steps=warmup_steps)
+
+
+def tokens_through(changes: Sequence[tuple[int, int]], step: int) -> int:
+    """Tokens of the steps before `step` from a schedule's `changes` ((step, tokens a step
+    from it on) pairs from step 0, as RunStarted.tokens_schedule records them)."""
+    total = 0
+    for i, (start, tokens) in enumerate(changes):
+        end = min(changes[i + 1][0] if i + 1 < len(changes) else step, step)
+        total += max(0, end - start) * tokens
+    return total
+
+
+def recorded_changes(value: object) -> tuple[tuple[int, int], ...]:
+    """A tokens_schedule as a metrics file holds it (`[[step, tokens], ...]`), or () when it is
+    missing or not that (a damaged or hand-edited record is read past)."""
+    if not isinstance(value, (list, tuple)):
+        return ()
+    changes = []
+    for item in value:
+        if not (
+            isinstance(item, (list, tuple))
+            and len(item) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in item)
+        ):
+            return ()
+        changes.append((item[0], item[1]))
+    return tuple(changes)
 
 
 @dataclass(frozen=True)

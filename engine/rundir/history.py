@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.data.shape_schedule import recorded_changes, tokens_through
 from engine.rundir.metrics_scan import (
     METRICS_NAME,
     Scan,
@@ -97,6 +98,15 @@ def _train_clock(scan: Scan) -> np.ndarray:
     return total + np.where(which >= 0, anchor_at[np.maximum(which, 0)], 0.0)
 
 
+def _val_tokens(val_step: np.ndarray, tokens_per_step: int, schedule: Any) -> np.ndarray:
+    """The tokens trained before each eval: its step's, under a batch-size schedule or
+    sequence-length warmup the sum of the steps' sizes."""
+    changes = recorded_changes(schedule)
+    if not changes:
+        return (val_step * tokens_per_step).astype(np.float64)
+    return np.array([tokens_through(changes, int(s)) for s in val_step], np.float64)
+
+
 def read_curves(run_dir: Path) -> RunCurves:
     """Every step's loss (with its tokens and training time) and every eval of the run in
     `run_dir`, read as read_history reads a run (the later record of a step wins, a resume drops
@@ -120,7 +130,7 @@ def read_curves(run_dir: Path) -> RunCurves:
         train_s=clock[rows],
         loss=scan.columns["loss"][rows],
         val_step=val_step,
-        val_tokens=(val_step * tokens_per_step).astype(np.float64),
+        val_tokens=_val_tokens(val_step, tokens_per_step, started.get("tokens_schedule")),
         val_train_s=val_train_s,
         val_loss=np.array([_float(r.get("val_loss")) for _, r in evals], np.float64),
         tokens_per_step=tokens_per_step,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from engine.data.shape_schedule import recorded_changes, tokens_through
 from engine.events import RunState
 
 VERSION = 1
@@ -76,7 +77,12 @@ class RunSummary:
         f["max_steps"] = _count(record.get("max_steps"))
         # A resume at step S abandons whatever was recorded after S (an older checkpoint's branch).
         if f["step"] > start:
-            f["tokens"] = start * (_count(record.get("tokens_per_step")) or 0)
+            changes = recorded_changes(record.get("tokens_schedule"))  # steps that grow
+            f["tokens"] = (
+                tokens_through(changes, start)
+                if changes
+                else start * (_count(record.get("tokens_per_step")) or 0)
+            )
         f["step"] = start
         f["best_vals"] = [b for b in f["best_vals"] if b[0] <= start]
         f["best_val_bpbs"] = [b for b in f["best_val_bpbs"] or [] if b[0] <= start]

@@ -19,11 +19,20 @@ from engine.config.loading import config_from_dict
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError
 from engine.data.batches import BatchSampler
-from engine.data.shape_schedule import ShapeSchedule, batch_size_at, ramped, seq_len_at
+from engine.data.shape_schedule import (
+    ShapeSchedule,
+    batch_size_at,
+    ramped,
+    recorded_changes,
+    seq_len_at,
+    tokens_through,
+)
 from engine.plan.fixes import suggest_fixes
 from engine.plan.flops import flops_per_token, flops_per_token_at
 from engine.plan.planner import plan_memory
 from engine.plan.report import format_plan
+from engine.rundir.history import read_curves
+from engine.rundir.summary_facts import RunSummary
 from engine.train.trainer import Trainer
 
 CPU = torch.device("cpu")
@@ -84,6 +93,12 @@ def test_the_schedule_counts_tokens_and_lists_its_changes() -> None:
     assert schedule.describe() == (
         "batch 2 -> 4 sequences over 6 steps, sequences 4 -> 16 tokens over 8 steps"
     )
+    # the same counts from the changes alone (what RunStarted records)
+    changes = schedule.changes(100)
+    assert [tokens_through(changes, s) for s in (0, 4, 10, 100)] == [
+        schedule.tokens_before(s) for s in (0, 4, 10, 100)
+    ]
+    assert tokens_through(((0, 100), (10, 200), (20, 400)), 15) == 10 * 100 + 5 * 200
     off = ShapeSchedule(batch_size=4, block_size=16, grad_accum=2)
     assert not off.on and off.changes(100) == () and off.describe() == ""
     assert off.tokens_before(10) == 10 * 128
@@ -228,6 +243,21 @@ def test_a_ramped_run_counts_the_tokens_of_its_shapes(tmp_path) -> None:
     (recorded,) = [r for r in records if r["kind"] == "run_started"]
     assert recorded["tokens_schedule"] == [[0, 8], [3, 16], [6, 48], [8, 64]]
     assert [r["tokens"] for r in records if r["kind"] == "step"][-1] == trainer.counters.tokens
+
+
+def test_the_runs_history_and_summary_count_the_tokens_of_its_shapes(tmp_path) -> None:
+    """What the compare view and `cockpit runs` read back: the tokens before each eval, and
+    the tokens of a run resumed from an older step before its first new step."""
+    _, started, trainer = run(tmp_path, *RAMPS, "eval.interval=4")
+    schedule = ShapeSchedule.of(trainer.cfg)
+    curves = read_curves(tmp_path)
+    assert list(curves.val_step) == [4, 8, 12]
+    assert list(curves.val_tokens) == [schedule.tokens_before(s) for s in (4, 8, 12)]
+    summary = RunSummary()
+    summary.observe_step(12, schedule.tokens_before(12), None, 0.0)
+    summary.observe({**started[0].to_record(), "start_step": 4})  # a resume from step 4
+    assert summary.facts["tokens"] == schedule.tokens_before(4) == 3 * 8 + 16
+    assert recorded_changes([[0, 8], [3, "16"]]) == ()  # a damaged record is read past
 
 
 def test_a_resume_mid_ramp_is_bit_exact(tmp_path) -> None:
