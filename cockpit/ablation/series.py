@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.ablation.spec import BASELINE, AblationSpec
+from cockpit.ablation.spec import BASELINE, AblationSpec, settled
 from engine.config import ConfigError, load_preset
 from engine.files import atomic_write_text
 
@@ -43,7 +43,7 @@ class SeriesRun:
 
     @property
     def key(self) -> tuple[tuple[str, ...], int]:
-        return tuple(sorted(self.settings)), self.repeat
+        return tuple(settled(self.settings)), self.repeat
 
 
 def planned_runs(spec: AblationSpec) -> list[tuple[str, tuple[str, ...], int]]:
@@ -101,7 +101,7 @@ class Series:
         runs = []
         taken = {run.run_dir.name for run in known.values()}
         for label, settings, repeat in planned_runs(spec):
-            key = (tuple(sorted(settings)), repeat)
+            key = (tuple(settled(settings)), repeat)
             if key in known:
                 run = known[key]
                 run.label = label  # a TOML's name may have changed; the settings are the same

@@ -80,7 +80,7 @@ class AblationSpec:
             "preset": self.preset,
             "target": self.target,
             "steps": self.steps,
-            "settings": list(self.settings),
+            "settings": settled(self.settings),
         }
 
     def series_name(self) -> str:
@@ -89,11 +89,18 @@ class AblationSpec:
             return self.name
         whole = {
             **self.identity(),
-            "changes": [list(c.settings) for c in self.changes],
+            "changes": [settled(c.settings) for c in self.changes],
             "repeat_baseline": self.repeat_baseline,
         }
         digest = hashlib.sha256(json.dumps(whole, sort_keys=True).encode()).hexdigest()[:8]
         return f"ablate-{Path(self.preset).stem}-{digest}"
+
+
+def settled(settings: Sequence[str]) -> list[str]:
+    """Settings as they end up: the last of each key, sorted (the order they were given in
+    does not make another series)."""
+    last = {text.partition("=")[0]: text for text in settings}
+    return sorted(last.values())
 
 
 def parse_change(text: str, where: str = "--change") -> Change:
@@ -120,14 +127,15 @@ def parse_change(text: str, where: str = "--change") -> Change:
 
 
 def canonical_setting(text: str, where: str) -> str:
-    """`text` with its key written in full (`section.key=value`); ConfigError for a key that
-    is no setting, saying the closest one."""
-    _, _, value = text.partition("=")
+    """`text` as one spelling of it: its key in full and its value as TOML (`optim.lr=1e-3`
+    and `lr=0.001` are both `optim.lr=0.001`, `optim.name=adamw` is `optim.name="adamw"`), so
+    that a rerun finds the same runs however the command spells them; ConfigError for a key
+    that is no setting (saying the closest one) or a value no setting takes."""
     try:
-        section, name, _ = parse_override(text)
+        section, name, value = parse_override(text)
+        return f"{section}.{name}={toml_text(value)}"
     except ConfigError as e:
         raise ConfigError(f"{where}: {str(e).removeprefix('--set ')}") from None
-    return f"{section}.{name}={value.strip()}"
 
 
 def toml_text(value: Any) -> str:
@@ -247,7 +255,7 @@ def check_spec(spec: AblationSpec) -> None:
     baseline = load(spec, common, "--set" if spec.settings else "the baseline")
     seen: dict[tuple[str, ...], str] = {}
     for change in spec.changes:
-        key = tuple(sorted(change.settings))
+        key = tuple(settled(change.settings))
         if key in seen:
             raise ConfigError(f"--change {change.label!r}: the same settings as {seen[key]!r}; give each change once")
         seen[key] = change.label

@@ -75,12 +75,14 @@ def test_a_series_of_two_changes_runs_each_and_writes_its_table(tmp_path):
     assert "| run " in done.stdout and "compare the runs: cockpit compare " in done.stdout
     # the runs are listed as any run is (`cockpit runs`)
     assert sorted(r.name for r in list_runs(runs)) == [f"s/{name}" for name in names]
-    again = ablate(
-        runs, "--preset", "tiny", "--change", "optim.name=lion", "--change", "model.norm=rmsnorm model.mlp=relu2",
-        "--steps", "4", "--set", "eval.interval=2", "--name", "s", *QUICK,
-    )  # fmt: skip
-    assert again.returncode == 0 and again.stdout.count("skipped") == 3  # nothing trained again
-    assert "starting" not in again.stdout
+    # the same series again, as a file and spelled otherwise: nothing is trained again
+    same = tmp_path / "same.toml"
+    same.write_text('preset = "tiny"\nsteps = 4\n[settings]\n"eval.interval" = 2\n[[change]]\nname = "lion"\noptim.name = "lion"\n')
+    again = ablate(runs, str(same), "--change", "model.mlp=relu2 model.norm=rmsnorm", "--name", "s", *QUICK)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("skipped") == 3 and "starting" not in again.stdout
+    rows = list(csv.DictReader((series / "results.csv").open()))
+    assert [r["run"] for r in rows] == ["baseline", "lion", "model.mlp=relu2 model.norm=rmsnorm"]  # the new labels
 
 
 def test_a_stopped_series_continues_where_it_stopped(tmp_path):

@@ -36,7 +36,9 @@ def test_a_change_is_its_settings_as_set_spells_them():
     change = parse_change("weight_decay=0 model.qk_norm=false")
     assert change == Change("weight_decay=0 model.qk_norm=false", ("optim.weight_decay=0", "model.qk_norm=false"))
     # quoted as a shell quotes: the value with its space is one word, a string
-    assert parse_change('data.source="my corpus.txt"').settings == ("data.source=my corpus.txt",)
+    assert parse_change('data.source="my corpus.txt"').settings == ('data.source="my corpus.txt"',)
+    # one spelling whatever the command's: a rerun finds the same runs
+    assert parse_change("lr=1e-3 optim.name=lion").settings == ("optim.lr=0.001", 'optim.name="lion"')
     with pytest.raises(ConfigError, match="'x' is not KEY=VALUE"):
         parse_change("x")
     with pytest.raises(ConfigError, match="empty; give KEY=VALUE"):
@@ -51,7 +53,7 @@ def test_the_baselines_repeats_are_spread_among_the_changes(tmp_path):
     ]  # fmt: skip
     assert series.runs[3].settings == ("train.seed=1338",)  # tiny's seed is 1337: a seed of its own
     assert [r.run_dir.name for r in series.runs][:4] == ["00-baseline", "01-optim.lr=1e-3", "02-optim.lr=2e-3", "03-baseline-2"]
-    assert series.overrides(series.runs[1]) == ["optim.lr=1e-3"]
+    assert series.overrides(series.runs[1]) == ["optim.lr=0.001"]
     assert series.position(series.runs[3]) == "ablate 4/6: baseline #2"
     assert dir_name(2, "model.norm=rmsnorm model.mlp=relu2") == "02-model.norm=rmsnorm+model.mlp=relu2"
 
