@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pilot import REAL_SIZE, run_pilot, status_text, wait_for_engine
 from textual.pilot import Pilot
 
@@ -36,6 +37,7 @@ def series_app(tmp_path: Path, steps: int) -> tuple[AblationApp, SeriesDriver]:
     return app, driver
 
 
+@pytest.mark.slow  # the real engine, three runs
 def test_the_series_runs_one_after_another_then_compares_them(tmp_path: Path) -> None:
     app, driver = series_app(tmp_path, steps=20)
     titles: list[str] = []
@@ -61,6 +63,7 @@ def test_the_series_runs_one_after_another_then_compares_them(tmp_path: Path) ->
     assert (series / "results.csv").read_text().count("\n") == 4  # the header and 3 runs
 
 
+@pytest.mark.slow  # the real engine, three runs
 def test_q_mid_series_stops_the_run_with_a_checkpoint_for_a_rerun(tmp_path: Path) -> None:
     app, driver = series_app(tmp_path, steps=100000)
     # the first run short: the series reaches its second while the test waits

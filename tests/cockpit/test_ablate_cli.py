@@ -42,6 +42,7 @@ def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # real processes, each run a real (tiny) one
 def test_a_series_of_two_changes_runs_each_and_writes_its_table(tmp_path):
     runs = tmp_path / "runs"
     done = ablate(
@@ -85,11 +86,12 @@ def test_a_series_of_two_changes_runs_each_and_writes_its_table(tmp_path):
     assert [r["run"] for r in rows] == ["baseline", "lion", "model.mlp=relu2 model.norm=rmsnorm"]  # the new labels
 
 
+@pytest.mark.slow  # real processes, each run a real (tiny) one
 def test_a_stopped_series_continues_where_it_stopped(tmp_path):
     runs = tmp_path / "runs"
     args = [
         "--preset", "tiny", "--change", "optim.name=lion", "--change", "model.qk_norm=true",
-        "--steps", "60", "--set", "eval.interval=30", "--set", "checkpoint.interval=0", "--name", "s", *QUICK,
+        "--steps", "120", "--set", "eval.interval=40", "--set", "checkpoint.interval=0", "--name", "s", *QUICK,
     ]  # fmt: skip
     proc = subprocess.Popen(
         ablate_argv(runs, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=tmp_path
@@ -118,7 +120,7 @@ def test_a_stopped_series_continues_where_it_stopped(tmp_path):
     assert "ablate stopped: 1 of 3 runs done" in out and "run the same command again" in out
     series = runs / "s"
     stopped = metrics(series / "01-optim.name=lion")
-    assert stopped[-1]["state"] == "stopped" and 0 < stopped[-1]["step"] < 60
+    assert stopped[-1]["state"] == "stopped" and 0 < stopped[-1]["step"] < 120
     saved = [r for r in stopped if r["kind"] == "checkpoint"]
     assert saved and saved[-1]["step"] == stopped[-1]["step"]  # nothing trained is lost
     assert not (series / "02-model.qk_norm=true").exists()  # the third never started
@@ -132,12 +134,12 @@ def test_a_stopped_series_continues_where_it_stopped(tmp_path):
     resumed = metrics(series / "01-optim.name=lion")
     starts = [r for r in resumed if r["kind"] == "run_started"]
     assert len(starts) == 2 and starts[1]["start_step"] == stopped[-1]["step"]  # from its checkpoint
-    assert resumed[-1]["state"] == "finished" and resumed[-1]["step"] == 60
+    assert resumed[-1]["state"] == "finished" and resumed[-1]["step"] == 120
     baseline = metrics(series / "00-baseline")
     assert len([r for r in baseline if r["kind"] == "run_started"]) == 1  # not run again
     rows = list(csv.DictReader((series / "results.csv").open()))
     assert [(r["run"], r["steps"], r["status"]) for r in rows] == [
-        ("baseline", "60", "finished"), ("optim.name=lion", "60", "finished"), ("model.qk_norm=true", "60", "finished"),
+        ("baseline", "120", "finished"), ("optim.name=lion", "120", "finished"), ("model.qk_norm=true", "120", "finished"),
     ]  # fmt: skip
     assert time.monotonic() - t0 < 120
 
