@@ -185,9 +185,16 @@ class LossPanel(ThrottledPlot):
         """The training time at `step`, between the timed steps (None before any)."""
         return self.clock.time_at(step)
 
+    def _tokens_at(self, step: int) -> float:
+        """The tokens trained by `step`: the newest step's own count when it is that step (a
+        batch-size schedule's steps are not all tokens_per_step), else tokens_per_step each."""
+        if self.raw.last is not None and self.raw.last[0] == step and self.raw_tok.last is not None:
+            return self.raw_tok.last[0]
+        return step * self.tokens_per_step
+
     def add_marker(self, step: int, kind: str) -> None:
         """Mark an intervention on the curve (what was done, to see what followed)."""
-        self.markers = [*self.markers[-49:], (step, step * self.tokens_per_step, kind)]
+        self.markers = [*self.markers[-49:], (step, self._tokens_at(step), kind)]
         self.touch()
 
     def add_eval(
@@ -205,7 +212,7 @@ class LossPanel(ThrottledPlot):
         self.train_bpb_per_loss = _per_loss(train_bpb, train_loss, self.train_bpb_per_loss)
         self.val_bpb_per_loss = _per_loss(val_bpb, val_loss, self.val_bpb_per_loss)
         if tokens is None:
-            tokens = step * self.tokens_per_step
+            tokens = self._tokens_at(step)
         if train_time_s is not None and math.isfinite(train_time_s):
             self.set_time_anchor(step, train_time_s)
         else:

@@ -8,6 +8,7 @@ from pilot import run_pilot
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
+from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.lr import LrPanel
 
 PLAN = [(0, 0.0), (10, 1e-3), (100, 1e-4)]
@@ -58,3 +59,18 @@ def test_a_schedule_is_drawn_and_named_and_a_run_without_one_is_not() -> None:
         assert text_of(panel) == without  # and gone again with the schedule
 
     run_pilot(app, scenario, size=(80, 20))
+
+
+def test_the_loss_panel_places_evals_and_markers_at_the_tokens_trained() -> None:
+    """On the tokens axis: an eval or a marker at the newest step is at that step's own count
+    (8 tokens a step at first, here), not at step x tokens_per_step (64, the full size)."""
+    panel = LossPanel()
+    panel.tokens_per_step = 64
+    for step in range(1, 5):
+        panel.add_step(step, 3.0, 8 * step)
+    panel.add_eval(4, 2.5)
+    panel.add_marker(4, "lr")
+    assert panel.val_tok.last == (32, 2.5)
+    assert panel.markers[-1] == (4, 32, "lr")
+    panel.add_marker(2, "rollback")  # not the newest step: at tokens_per_step each, as before
+    assert panel.markers[-1] == (2, 128, "rollback")
