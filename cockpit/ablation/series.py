@@ -150,9 +150,6 @@ class Series:
         run.status = "pending"
         return run.run_dir
 
-    def done(self) -> bool:
-        return all(run_status(r.run_dir) in ("finished", "failed") for r in self.runs)
-
     def save(self) -> None:
         """Write series.json (atomically): the spec and every run with its directory and status."""
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -145,6 +145,7 @@ class SeriesDriver:
     def __init__(self, series: Series, args: argparse.Namespace) -> None:
         self.series = series
         self.args = args
+        self.at_end: set[Path] = set()  # stopped at their last step: nothing left to train
         self.plans = [self._plan(run) for run in series.runs]
         self.index = -1  # the plan whose run is on its way
         self.current_engine: Any = None  # its engine, once built
@@ -182,6 +183,7 @@ class SeriesDriver:
         except ConfigError as e:
             raise ConfigError(f"{self.series.position(run)}: {e}") from None
         if finished is not None:  # stopped at its last step: nothing left to train
+            self.at_end.add(run.run_dir)
             return PlannedRun(run, None)
         return PlannedRun(run, train, resuming=step == RESUME)
 
@@ -222,7 +224,13 @@ class SeriesDriver:
         self.series.save()
 
     def complete(self) -> bool:
-        return self.series.done()
+        """Every run is done: finished, failed, or stopped with no step left to train."""
+        from cockpit.ablation.series import run_status
+
+        return all(
+            r.run_dir in self.at_end or run_status(r.run_dir) in ("finished", "failed")
+            for r in self.series.runs
+        )
 
     def table(self) -> AblationTable:
         """The results, written as results.csv and results.md in the series' directory."""
