@@ -68,11 +68,21 @@ def schedule_lines(cfg: RunConfig) -> list[str]:
     schedule = ShapeSchedule.of(cfg)
     if not schedule.on:
         return []
+    shape = f"{cfg.train.batch_size} x {cfg.model.block_size}"
+    last = cfg.train.max_steps - 1
+    last_shape = (schedule.batch_at(last), schedule.seq_at(last))
+    if last_shape != (cfg.train.batch_size, cfg.model.block_size):  # the run ends mid-ramp
+        return [
+            f"schedule: {schedule.describe()}",
+            f"  planned at the configured shape, {shape}, which this run does not reach (its ramps "
+            f"reach it at step {schedule.ramp_ends:,}, past the run's last, {last:,}); "
+            f"step 0 trains {schedule.tokens_at(0):,} tokens, the last step "
+            f"{schedule.tokens_at(last):,} ({last_shape[0]} sequences of {last_shape[1]})",
+        ]
     return [
         f"schedule: {schedule.describe()}",
-        f"  planned at the largest shape, {cfg.train.batch_size} x {cfg.model.block_size} (from "
-        f"step {schedule.ramp_ends:,} on); step 0 trains {schedule.tokens_at(0):,} tokens, "
-        f"the later steps {cfg.tokens_per_step:,} each",
+        f"  planned at the largest shape, {shape} (from step {schedule.ramp_ends:,} on); step 0 "
+        f"trains {schedule.tokens_at(0):,} tokens, growing to {cfg.tokens_per_step:,} a step",
     ]
 
 
