@@ -79,9 +79,9 @@ hello = {"kind": "hello", "protocol": 1, "run_dir": run_dir, "pid": os.getpid(),
 print("listening", flush=True)
 while True:
     conn, _ = listener.accept()
-    conn.sendall(json.dumps(hello).encode() + b"\n" + b'{"kind": "live"}\n')
     conn.settimeout(3)
-    try:
+    try:  # a client that refused it may have hung up before the accept (a loaded machine): EPIPE
+        conn.sendall(json.dumps(hello).encode() + b"\n" + b'{"kind": "live"}\n')
         while data := conn.recv(65536):
             print("got", data[:300], flush=True)  # what a viewer told the impostor
     except OSError:
