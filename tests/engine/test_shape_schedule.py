@@ -290,3 +290,27 @@ def test_the_schedules_cannot_change_mid_run_and_say_why() -> None:
         answer = live_change(cfg, {key: 3}, 2)
         assert isinstance(answer, str) and answer.startswith(f"set refused: {key} cannot change")
         assert "shapes every step from step 0" in answer and f"--set {key}=" in answer
+
+
+def test_a_rollback_mid_ramp_trains_the_same_steps_again(tmp_path) -> None:
+    """Roll back to step 4 at step 7 (LR unchanged): steps 5-7 again, at their shapes, with
+    their batches (the prefetch thread's, made at the shapes after step 7, are dropped)."""
+    cfg = load_preset(
+        "default",
+        [*TINY, *RAMPS, "train.max_steps=9", "train.log_every=1", "checkpoint.interval=4"],
+    )
+    steps: list = []
+    trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False, interactive=False)
+
+    def record(event) -> None:
+        if event.kind == "step":
+            steps.append((event.step, event.loss, event.tokens))
+            if event.step == 7 and len(steps) == 7:
+                trainer.rollback(1.0)
+
+    trainer.sinks.append(record)
+    assert trainer.run() == "finished"
+    assert trainer.train_batches.prefetch > 0
+    assert [s for s, _, _ in steps] == [*range(1, 8), *range(5, 10)]
+    assert steps[7:10] == steps[4:7]  # the same losses and token counts
+    assert steps[-1][2] == ShapeSchedule.of(cfg).tokens_before(9)
