@@ -177,7 +177,7 @@ def read_record(directory: Path) -> dict[str, Any] | None:
     path = directory / SERIES_FILE
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no series there yet (--runs is checked on writing)
         return None
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: cannot be read ({e}); move it away to start the series afresh") from None

@@ -160,6 +160,14 @@ def toml_text(value: Any) -> str:
 def flat_settings(table: dict[str, Any], where: str, skip: Sequence[str] = ()) -> list[str]:
     """A TOML table of settings (`"optim.name" = "adamw"` or `optim.name = "adamw"`, which
     TOML reads as a nested table) as `section.key=value` texts."""
+
+    def setting(key: str, value: Any) -> str:
+        try:
+            text = toml_text(value)
+        except ConfigError as e:  # a date, say: which file and change it is in
+            raise ConfigError(f"{where}: {key}: {e}") from None
+        return canonical_setting(f"{key}={text}", where)
+
     made = []
     for key, value in table.items():
         if key in skip:
@@ -168,9 +176,9 @@ def flat_settings(table: dict[str, Any], where: str, skip: Sequence[str] = ()) -
             for name, inner in value.items():
                 if isinstance(inner, dict):
                     raise ConfigError(f"{where}: {key}.{name}: a setting is section.key = value")
-                made.append(canonical_setting(f"{key}.{name}={toml_text(inner)}", where))
+                made.append(setting(f"{key}.{name}", inner))
         else:
-            made.append(canonical_setting(f"{key}={toml_text(value)}", where))
+            made.append(setting(key, value))
     return made
 
 
@@ -209,13 +217,14 @@ def spec_from_file(path: Path) -> AblationSpec:
         if not made:
             raise ConfigError(f"{where}: no settings; add key = value lines, e.g. optim.name = \"adamw\"")
         changes.append(Change(label=label if isinstance(label, str) else " ".join(made), settings=tuple(made)))
+    repeats = _number(raw, "repeat_baseline", int, path)
     return AblationSpec(
         preset=preset,
         changes=tuple(changes),
         target=_number(raw, "target", float, path),
         steps=_number(raw, "steps", int, path),
         settings=tuple(flat_settings(settings, f"{path}: settings")),
-        repeat_baseline=_number(raw, "repeat_baseline", int, path) or 1,
+        repeat_baseline=1 if repeats is None else repeats,  # 0 is refused by check_spec, not made 1
         name=_text(raw, "name", path),
         description=_text(raw, "description", path) or "",
     )

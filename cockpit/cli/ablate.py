@@ -278,13 +278,19 @@ def run(args: argparse.Namespace) -> int:
     from cockpit.ablation.series import Series
     from cockpit.ablation.spec import check_spec
 
+    root = Path(args.runs_root)
     try:
         spec = spec_from_args(args)
         check_spec(spec)
-        series = Series.open(spec, Path(args.runs_root))
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"--runs {root}: not a directory; pass --runs DIR, a folder for the series")
+        series = Series.open(spec, root)
         driver = SeriesDriver(series, args)
     except ConfigError as e:
         print(f"cockpit ablate: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the series' directory cannot be made or written
+        print(f"cockpit ablate: --runs {root}: cannot write the series there ({e.strerror}); pass --runs DIR, a folder you can write", file=sys.stderr)
         return 2
     from cockpit.cli.attach import has_terminal
 
@@ -322,7 +328,7 @@ def run_headless(driver: SeriesDriver) -> int:
             if state == "failed" and printer.refusal:
                 print(f"cockpit ablate: {series.position(plan.run)}: {printer.refusal}", file=sys.stderr)
                 return 2
-            if signals.received:
+            if signals.received or state == "stopped":  # a stop from `cockpit attach` too: the app stops there
                 break
     finally:
         signals.restore()

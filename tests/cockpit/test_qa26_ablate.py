@@ -1,0 +1,80 @@
+"""QA of `cockpit ablate` (issue 26 item 3), each test a defect found by trying it as a user:
+a bad --runs is one line and exit 2 (it was a traceback), a series file's repeat_baseline = 0
+is refused (it became 1), a value no setting takes names its file and change, and a run of a
+headless series stopped from elsewhere (`cockpit attach`'s "stop the run") ends the series
+as the app's does (the next run started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cockpit.ablation.spec import check_spec, spec_from_file
+from cockpit.cli.ablate import SeriesDriver, run_headless, spec_from_args
+from cockpit.cli.command_line import main, parse_args
+from engine.config import ConfigError
+
+SERIES = ["--preset", "tiny", "--steps", "5", "--change", "optim.name=lion", "--headless"]
+
+
+def test_a_runs_folder_that_is_a_file_or_cannot_be_made_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("not a folder")
+    assert main(["ablate", *SERIES, "--runs", "afile"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--runs afile: not a directory" in err and "Traceback" not in err
+    # under a file: the series' directory cannot be made (this was an OSError's traceback)
+    assert main(["ablate", *SERIES, "--runs", "afile/sub"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--runs afile/sub: cannot write the series there" in err
+    assert "pass --runs DIR" in err
+    assert (tmp_path / "afile").read_text() == "not a folder"
+
+
+def test_a_series_file_with_repeat_baseline_0_is_refused_not_made_1(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('preset = "tiny"\nsteps = 5\nrepeat_baseline = 0\n[[change]]\n"optim.name" = "lion"\n')
+    spec = spec_from_file(path)
+    assert spec.repeat_baseline == 0
+    with pytest.raises(ConfigError, match="at least 1"):
+        check_spec(spec)
+    path.write_text('preset = "tiny"\nsteps = 5\n[[change]]\n"optim.name" = "lion"\n')
+    assert spec_from_file(path).repeat_baseline == 1  # left out: once
+
+
+def test_a_value_no_setting_takes_names_the_file_and_the_change(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('preset = "tiny"\n[[change]]\nname = "dated"\n"optim.name" = 2020-01-01\n')
+    with pytest.raises(ConfigError) as e:
+        spec_from_file(path)
+    assert str(e.value).startswith(f"{path}: change 'dated': optim.name: ")
+
+
+class StoppedElsewhere:
+    """A trainer whose run is stopped by someone else (attach's stop): no signal here."""
+
+    def __init__(self, built: list) -> None:
+        built.append(self)
+
+    def run(self) -> str:
+        return "stopped"
+
+    def stop(self, **_: object) -> None:  # pragma: no cover - only a signal calls it
+        raise AssertionError("no signal was sent")
+
+
+def test_a_run_stopped_from_elsewhere_ends_the_headless_series(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = parse_args(["ablate", *SERIES, "--change", "model.norm=rmsnorm", "--name", "s"])
+    spec = spec_from_args(args)
+    check_spec(spec)
+    from cockpit.ablation.series import Series
+
+    driver = SeriesDriver(Series.open(spec, Path(args.runs_root)), args)
+    built: list = []
+    driver.engine = lambda plan, sinks=(), interactive=True: StoppedElsewhere(built)  # type: ignore[method-assign]
+    assert run_headless(driver) == 1
+    assert len(built) == 1  # the next run did not start, as in the app
+    out = capsys.readouterr().out
+    assert "ablate 2/3" not in out and "ablate stopped: 0 of 3 runs done" in out
