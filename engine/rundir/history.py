@@ -98,13 +98,29 @@ def _train_clock(scan: Scan) -> np.ndarray:
     return total + np.where(which >= 0, anchor_at[np.maximum(which, 0)], 0.0)
 
 
-def _val_tokens(val_step: np.ndarray, tokens_per_step: int, schedule: Any) -> np.ndarray:
-    """The tokens trained before each eval: its step's, under a batch-size schedule or
-    sequence-length warmup the sum of the steps' sizes."""
+def _val_tokens(
+    val_step: np.ndarray,
+    tokens_per_step: int,
+    schedule: Any,
+    step: np.ndarray,
+    tokens: np.ndarray,
+) -> np.ndarray:
+    """The tokens trained before each eval: the count of the last step record at or before it
+    (what was trained, whatever schedule each session had: a resume may change it), plus the
+    steps between at the newest session's sizes (a batch-size schedule's or sequence-length
+    warmup's sum of the steps' sizes)."""
     changes = recorded_changes(schedule)
-    if not changes:
-        return (val_step * tokens_per_step).astype(np.float64)
-    return np.array([tokens_through(changes, int(s)) for s in val_step], np.float64)
+
+    def through(s: int) -> float:
+        return float(tokens_through(changes, s) if changes else s * tokens_per_step)
+
+    rows = np.searchsorted(step, val_step, side="right") - 1
+    out = []
+    for s, row in zip(val_step.tolist(), rows.tolist(), strict=True):
+        known = row >= 0 and np.isfinite(tokens[row]) and tokens[row] > 0
+        base = float(tokens[row]) - through(int(step[row])) if known else 0.0
+        out.append(base + through(s))
+    return np.array(out, np.float64)
 
 
 def read_curves(run_dir: Path) -> RunCurves:
@@ -130,7 +146,13 @@ def read_curves(run_dir: Path) -> RunCurves:
         train_s=clock[rows],
         loss=scan.columns["loss"][rows],
         val_step=val_step,
-        val_tokens=_val_tokens(val_step, tokens_per_step, started.get("tokens_schedule")),
+        val_tokens=_val_tokens(
+            val_step,
+            tokens_per_step,
+            started.get("tokens_schedule"),
+            scan.step[rows],
+            scan.columns["tokens"][rows].astype(np.float64),
+        ),
         val_train_s=val_train_s,
         val_loss=np.array([_float(r.get("val_loss")) for _, r in evals], np.float64),
         tokens_per_step=tokens_per_step,

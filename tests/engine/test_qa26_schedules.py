@@ -3,8 +3,13 @@ what `cockpit plan` says of a schedule's shapes must be true of the steps the ru
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from engine.config.presets import load_preset
+from engine.events import Eval, RunStarted, StateChanged, Step
 from engine.plan.report import schedule_lines
+from engine.rundir.history import read_curves
 
 TINY = ["train.device=cpu"]  # tiny: micro-batches of 8 sequences of 32 tokens, 100 steps
 
@@ -29,3 +34,41 @@ def test_the_plan_says_the_steps_grow_rather_than_that_every_later_step_is_full(
     assert "planned at the largest shape, 8 x 32 (from step 50 on)" in text
     assert "step 0 trains 64 tokens, growing to 256 a step" in text
     assert "each" not in text  # steps 1..49 train fewer than 256
+
+
+def _session(start: int, last: int, schedule: tuple[tuple[int, int], ...], tokens: int) -> list:
+    """One engine's records: steps start+1..last growing by the schedule's sizes (from `tokens`
+    trained before them), an eval at every even step."""
+    events: list = [
+        RunStarted(
+            run_dir="x", preset="tiny", description="", config={}, device="cpu", dtype="float32",
+            n_params=1, n_params_non_embedding=1, vocab_size=65, tokenizer="char", train_tokens=1,
+            val_tokens=1, start_step=start, max_steps=8, tokens_per_step=256, planned_lr=((0, 1e-3),),
+            tokens_schedule=schedule,
+        ),  # fmt: skip
+        StateChanged(state="running", step=start),
+    ]
+    for n in range(start + 1, last + 1):
+        tokens += max(t for s, t in schedule if s <= n - 1)  # step n trains step n-1's size
+        events.append(Step(step=n, loss=3.0, lr=1e-3, grad_norm=0.5, tokens_per_s=1e3,
+                           step_time_s=0.01, tokens=tokens, mfu=0.1, data_time_s=0.0))  # fmt: skip
+        if n % 2 == 0:
+            events.append(Eval(step=n, train_loss=3.0, val_loss=2.0, train_time_s=0.01 * n))
+    return events
+
+
+def test_evals_sit_at_the_tokens_trained_when_a_resume_changed_the_schedule(tmp_path: Path) -> None:
+    """`cockpit train --resume RUN --set train.batch_start=...` is allowed; the evals before the
+    resume were placed (cockpit compare, the tokens axis) by the new schedule from step 0."""
+    first = _session(0, 6, ((0, 16), (4, 64)), 0)  # steps 1-4 train 16 tokens, 5-6 train 64
+    resumed = _session(6, 8, ((0, 128),), 4 * 16 + 2 * 64)  # the resume's schedule: 128 a step
+    lines = []
+    for event in [*first, *resumed]:
+        record = event.to_record()
+        record.pop("config", None)
+        lines.append(json.dumps(record, default=str) + "\n")
+    (tmp_path / "metrics.jsonl").write_text("".join(lines))
+    curves = read_curves(tmp_path)
+    assert curves.tokens.tolist() == [16, 32, 48, 64, 128, 192, 320, 448]
+    assert curves.val_step.tolist() == [2, 4, 6, 8]
+    assert curves.val_tokens.tolist() == [32, 64, 192, 448]  # the steps' own counts
