@@ -292,9 +292,12 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:  # the series' directory cannot be made or written
         print(f"cockpit ablate: --runs {root}: cannot write the series there ({e.strerror}); pass --runs DIR, a folder you can write", file=sys.stderr)
         return 2
+    import os
+
     from cockpit.cli.attach import has_terminal
 
-    if args.headless or not has_terminal():
+    # as `cockpit train` decides: a dumb terminal (an editor's, a CI log) cannot draw the app
+    if args.headless or not has_terminal() or os.environ.get("TERM") == "dumb":
         if not args.headless:
             print("cockpit ablate: no terminal, running headless (pass --headless to say so)", file=sys.stderr)
         return run_headless(driver)

@@ -78,3 +78,22 @@ def test_a_run_stopped_from_elsewhere_ends_the_headless_series(tmp_path, monkeyp
     assert len(built) == 1  # the next run did not start, as in the app
     out = capsys.readouterr().out
     assert "ablate 2/3" not in out and "ablate stopped: 0 of 3 runs done" in out
+
+
+@pytest.mark.parametrize(("term", "app"), [("dumb", False), ("xterm-256color", True)])
+def test_a_dumb_terminal_runs_the_series_headless_as_cockpit_train_does(term, app, tmp_path, monkeypatch, capsys):
+    import sys
+
+    import cockpit.cli.ablate as ablate
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TERM", term)
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    chosen: list[str] = []
+    monkeypatch.setattr(ablate, "run_headless", lambda driver: chosen.append("headless") or 0)
+    monkeypatch.setattr(ablate, "run_in_app", lambda driver: chosen.append("app") or 0)
+    argv = [a for a in SERIES if a != "--headless"]
+    assert main(["ablate", *argv]) == 0
+    assert chosen == (["app"] if app else ["headless"])
+    assert ("no terminal, running headless" in capsys.readouterr().err) is not app
