@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from cockpit.app.notifications import notice_for
 from cockpit.figures.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner, with_keys
 from cockpit.figures.numbers import fmt_int, fmt_loss
+from cockpit.figures.progress import scaled_from, size_at
 from cockpit.widgets.status import status_segments
 from engine.config import describe
 from engine.events import (
@@ -88,11 +89,16 @@ class RunEvents(_AppBase):
             view.max_steps = ev.max_steps  # the status line's step count, bar and ETA
         tokens_note = ""
         if ev.tokens_per_step and ev.tokens_per_step != screen.loss_panel.tokens_per_step:
-            if screen.loss_panel.tokens_per_step:  # shown nowhere else: the toast says it
-                tokens_note = (
-                    f"\n{fmt_int(ev.tokens_per_step)} tokens a step "
-                    f"(was {fmt_int(screen.loss_panel.tokens_per_step)})"
-                )
+            old = was = screen.loss_panel.tokens_per_step
+            now, sizes = ev.tokens_per_step, view.tracker.tokens_schedule
+            if sizes and old:  # mid-ramp the steps ahead scale, and are not the full size yet
+                view.tracker.tokens_schedule = scaled_from(sizes, ev.step, old, now)
+                screen.lr_panel.set_tokens_schedule(view.tracker.tokens_schedule)
+                was, now = size_at(sizes, ev.step), size_at(view.tracker.tokens_schedule, ev.step)
+            if old:  # shown nowhere else: the toast says it
+                tokens_note = f"\n{fmt_int(now)} tokens a step (was {fmt_int(was)})"
+                if now != ev.tokens_per_step:
+                    tokens_note += f", {fmt_int(ev.tokens_per_step)} once the ramps end"
             screen.loss_panel.tokens_per_step = ev.tokens_per_step
             view.tracker.forget_rate()  # steps of another size: the ETA measures them afresh
         if ev.planned_lr:

@@ -4,6 +4,7 @@ training time is the training clock's: the status line shows that, not wall time
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 from engine.data import tokens_through
 
@@ -64,3 +65,21 @@ class ProgressTracker:
                 ahead = tokens_through(schedule, max_steps) - tokens_through(schedule, step)
                 return max(0, ahead) * (t1 - t0) / done
         return max(0, max_steps - step) / rate
+
+
+def size_at(schedule: Sequence[tuple[int, int]], step: int) -> int:
+    """The tokens step `step` (the steps done before it) trains under a tokens schedule, 0
+    before its first entry."""
+    sizes = [tokens for start, tokens in schedule if start <= step]
+    return sizes[-1] if sizes else 0
+
+
+def scaled_from(
+    schedule: Sequence[tuple[int, int]], step: int, old: int, new: int
+) -> tuple[tuple[int, int], ...]:
+    """A tokens schedule once the full size went from `old` to `new` tokens a step before step
+    `step` (a live train.grad_accum: every step's size from then on scales by new / old)."""
+    now = size_at(schedule, step) * new // old
+    before = [(start, tokens) for start, tokens in schedule if start < step]
+    after = [(start, tokens * new // old) for start, tokens in schedule if start > step]
+    return tuple([*before, *([(step, now)] if now else []), *after])
