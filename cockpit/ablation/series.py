@@ -72,10 +72,15 @@ def dir_name(index: int, label: str) -> str:
 class Series:
     """A series' runs and where they are; `open` reads or starts its record."""
 
-    def __init__(self, directory: Path, spec: AblationSpec, runs: list[SeriesRun]) -> None:
+    def __init__(
+        self, directory: Path, spec: AblationSpec, runs: list[SeriesRun], dropped: list[SeriesRun] | None = None
+    ) -> None:
         self.directory = directory
         self.spec = spec
         self.runs = runs
+        # runs of the record this command has not: kept in it, so that a later command adding
+        # one back finds its run, and no other run is ever given its directory
+        self.dropped = dropped or []
 
     @classmethod
     def open(cls, spec: AblationSpec, root: Path) -> Series:
@@ -91,7 +96,7 @@ class Series:
                     f"{directory} holds another series ({describe(theirs)}); this one is "
                     f"{describe(spec.identity())}: pass another --name, or the same settings"
                 )
-            for entry in record.get("runs", []):
+            for entry in [*record.get("runs", []), *record.get("dropped", [])]:
                 run = SeriesRun(
                     label=str(entry["label"]), settings=tuple(entry["settings"]),
                     repeat=int(entry["repeat"]), run_dir=directory / str(entry["run_dir"]),
@@ -106,13 +111,14 @@ class Series:
                 run = known[key]
                 run.label = label  # a TOML's name may have changed; the settings are the same
             else:
-                name = dir_name(len(runs), label)
-                while name in taken:
-                    name = dir_name(len(runs) + len(taken), label)
+                name, number = dir_name(len(runs), label), len(runs) + len(taken)
+                while name in taken or (directory / name).exists():  # never another run's directory
+                    name, number = dir_name(number, label), number + 1
                 taken.add(name)
                 run = SeriesRun(label, settings, repeat, directory / name)
             runs.append(run)
-        return cls(directory, spec, runs)
+        dropped = [run for run in known.values() if all(run is not r for r in runs)]
+        return cls(directory, spec, runs, dropped)
 
     @property
     def baseline_runs(self) -> list[SeriesRun]:
@@ -158,18 +164,22 @@ class Series:
             **self.spec.identity(),
             "repeat_baseline": self.spec.repeat_baseline,
             "description": self.spec.description,
-            "runs": [
-                {
-                    "label": r.label,
-                    "settings": list(r.settings),
-                    "repeat": r.repeat,
-                    "run_dir": r.run_dir.name,
-                    "status": r.status,
-                }
-                for r in self.runs
-            ],
+            "runs": [record_entry(r) for r in self.runs],
         }
+        if self.dropped:
+            record["dropped"] = [record_entry(r) for r in self.dropped]
         atomic_write_text(self.directory / SERIES_FILE, json.dumps(record, indent=2) + "\n")
+
+
+def record_entry(run: SeriesRun) -> dict[str, Any]:
+    """A run as series.json records it."""
+    return {
+        "label": run.label,
+        "settings": list(run.settings),
+        "repeat": run.repeat,
+        "run_dir": run.run_dir.name,
+        "status": run.status,
+    }
 
 
 def read_record(directory: Path) -> dict[str, Any] | None:

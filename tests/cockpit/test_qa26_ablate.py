@@ -97,3 +97,27 @@ def test_a_dumb_terminal_runs_the_series_headless_as_cockpit_train_does(term, ap
     assert main(["ablate", *argv]) == 0
     assert chosen == (["app"] if app else ["headless"])
     assert ("no terminal, running headless" in capsys.readouterr().err) is not app
+
+
+def test_a_change_dropped_and_another_of_the_same_name_never_takes_its_run(tmp_path):
+    """--name n with a TOML change "x" = lion, then "x" = adafactor, then "x" = muon: muon was
+    given lion's directory (01-x, dropped from the record by the adafactor command) and its
+    finished run was reported as muon's. Now every run of the record is kept, lion's found again."""
+    from cockpit.ablation.series import Series
+    from cockpit.ablation.spec import AblationSpec, Change
+
+    def series(optim: str) -> Series:
+        change = Change(label="x", settings=(f'optim.name="{optim}"',))
+        opened = Series.open(AblationSpec(preset="tiny", steps=5, name="n", changes=(change,)), tmp_path)
+        opened.save()
+        for run in opened.runs:
+            run.run_dir.mkdir(exist_ok=True)  # as a run would
+        return opened
+
+    dirs = {optim: series(optim).runs[1].run_dir.name for optim in ("lion", "adafactor", "muon")}
+    assert dirs["lion"] == "01-x" and len(set(dirs.values())) == 3  # each a directory of its own
+    assert series("lion").runs[1].run_dir.name == "01-x"  # added back: its run is found
+    assert series("adafactor").runs[1].run_dir.name == dirs["adafactor"]
+    # a directory no record names (series.json lost) is not taken either
+    (tmp_path / "n" / "series.json").unlink()
+    assert series("lion").runs[1].run_dir.name not in dirs.values()
