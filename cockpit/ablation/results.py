@@ -269,6 +269,12 @@ def notes(table: AblationTable) -> list[str]:
     n_base = len([r for r in table.rows if r.result.is_baseline])
     if n_base > 1:
         lines.append(f"Differences are from the baseline's mean over its {n_base} runs (each a seed of its own).")
+        timed = [row for row in table.rows if row.result.is_baseline and row.time_s is not None]
+        if table.target is not None and len(timed) < n_base:  # the time's mean is not over them all
+            lines.append(
+                f"Only {len(timed)} of the {n_base} baseline runs reached val {table.target:g}: "
+                "the time's mean and spread are of those alone."
+            )
         spreads = []
         if table.time_spread is not None:
             s = table.time_spread

@@ -121,3 +121,20 @@ def test_a_change_dropped_and_another_of_the_same_name_never_takes_its_run(tmp_p
     # a directory no record names (series.json lost) is not taken either
     (tmp_path / "n" / "series.json").unlink()
     assert series("lion").runs[1].run_dir.name not in dirs.values()
+
+
+def test_the_notes_say_when_a_baseline_run_never_reached_the_target():
+    """The time's mean and spread are over the baseline runs that reached the target; the
+    note said "over its 3 runs" when one had not, a noise hidden."""
+    from cockpit.ablation.results import RunResult, build_table, to_markdown
+
+    def run(label: str, time: float | None, baseline: bool = True) -> RunResult:
+        return RunResult(label, label, "finished", baseline, 100, 5.0, 2.8, time, 90 if time else None, 1e4)
+
+    table = build_table([run("baseline", 2.0), run("baseline #2", None), run("baseline #3", 4.0), run("c", 3.0, False)], 2.9)
+    assert table.base_time == 3.0 and table.time_spread is not None and table.time_spread.n == 2
+    md = to_markdown(table)
+    assert "Only 2 of the 3 baseline runs reached val 2.9: the time's mean and spread are of those alone." in md
+    assert " not reached |" in md
+    every = build_table([run("baseline", 2.0), run("baseline #2", 4.0), run("c", 3.0, False)], 2.9)
+    assert "Only" not in to_markdown(every)
