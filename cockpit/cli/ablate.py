@@ -274,6 +274,23 @@ class SeriesDriver:
         )
 
 
+def new_series_note(series: Series) -> str | None:
+    """A word when this command starts a series of its own beside another of its preset: a
+    changed command (another change, target, --set) is another series, its runs not reused."""
+    from cockpit.ablation.series import SERIES_FILE
+
+    if series.spec.name or (series.directory / SERIES_FILE).exists():
+        return None
+    stem = Path(series.spec.preset).stem
+    others = sorted(series.directory.parent.glob(f"ablate-{stem}-*/{SERIES_FILE}"), key=lambda p: p.stat().st_mtime)
+    if not others:
+        return None
+    return (
+        f"a new series, {series.directory}: the command differs from the one of {others[-1].parent}, "
+        "whose runs are not reused (--name SERIES names a series a later command may add changes to)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from cockpit.ablation.series import Series
     from cockpit.ablation.spec import check_spec
@@ -285,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
         if root.exists() and not root.is_dir():
             raise ConfigError(f"--runs {root}: not a directory; pass --runs DIR, a folder for the series")
         series = Series.open(spec, root)
+        note = new_series_note(series)
         driver = SeriesDriver(series, args)
     except ConfigError as e:
         print(f"cockpit ablate: {e}", file=sys.stderr)
@@ -292,6 +310,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:  # the series' directory cannot be made or written
         print(f"cockpit ablate: --runs {root}: cannot write the series there ({e.strerror}); pass --runs DIR, a folder you can write", file=sys.stderr)
         return 2
+    if note:
+        print(f"cockpit ablate: {note}", file=sys.stderr)
     import os
 
     from cockpit.cli.attach import has_terminal

@@ -138,3 +138,24 @@ def test_the_notes_say_when_a_baseline_run_never_reached_the_target():
     assert " not reached |" in md
     every = build_table([run("baseline", 2.0), run("baseline #2", 4.0), run("c", 3.0, False)], 2.9)
     assert "Only" not in to_markdown(every)
+
+
+def test_a_changed_command_says_it_starts_a_new_series_beside_the_last_one(tmp_path):
+    """Without --name, another change (or target, --set) is another series in a directory of
+    its own, the baseline trained again: said in a line, not left to be found in runs/."""
+    from cockpit.ablation.series import Series
+    from cockpit.ablation.spec import AblationSpec, Change
+    from cockpit.cli.ablate import new_series_note
+
+    def spec(*optims: str, name: str | None = None) -> AblationSpec:
+        changes = tuple(Change(o, (f'optim.name="{o}"',)) for o in optims)
+        return AblationSpec(preset="tiny", steps=5, changes=changes, name=name)
+
+    first = Series.open(spec("lion"), tmp_path)
+    assert new_series_note(first) is None  # the first of its preset
+    first.save()
+    assert new_series_note(Series.open(spec("lion"), tmp_path)) is None  # the same command again
+    note = new_series_note(Series.open(spec("lion", "muon"), tmp_path))
+    assert note is not None and note.startswith("a new series, ") and str(first.directory) in note
+    assert "not reused" in note and "--name SERIES" in note
+    assert new_series_note(Series.open(spec("lion", "muon", name="mine"), tmp_path)) is None  # named: chosen
