@@ -117,7 +117,7 @@ def parse_change(text: str, where: str = "--change") -> Change:
         )
     settings = []
     for word in words:
-        if "=" not in word:
+        if "=" not in word or word.startswith("="):  # "=3": no key
             raise ConfigError(
                 f"{where} {text!r}: {word!r} is not KEY=VALUE, e.g. optim.name=adamw "
                 "(several keys in one change: --change 'a=1 b=2')"
@@ -264,6 +264,10 @@ def check_spec(spec: AblationSpec) -> None:
     baseline = load(spec, common, "--set" if spec.settings else "the baseline")
     seen: dict[tuple[str, ...], str] = {}
     for change in spec.changes:
+        keys = [text.partition("=")[0] for text in change.settings]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:  # the last would win unsaid: 'a=1 a=2' reads as a change of a to 2
+            raise ConfigError(f"--change {change.label!r}: {twice} is given twice; give each key once in a change")
         key = tuple(settled(change.settings))
         if key in seen:
             raise ConfigError(f"--change {change.label!r}: the same settings as {seen[key]!r}; give each change once")

@@ -159,3 +159,19 @@ def test_a_changed_command_says_it_starts_a_new_series_beside_the_last_one(tmp_p
     assert note is not None and note.startswith("a new series, ") and str(first.directory) in note
     assert "not reused" in note and "--name SERIES" in note
     assert new_series_note(Series.open(spec("lion", "muon", name="mine"), tmp_path)) is None  # named: chosen
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("optim.name=lion optim.name=adamw", "optim.name is given twice"),  # was "changes nothing"
+        ("optim.name=lion optim.name=lion", "optim.name is given twice"),  # was run, labelled so
+        ("=3", "'=3' is not KEY=VALUE"),  # was the engine's "--set: unknown key ''" and every key
+    ],
+)
+def test_a_change_giving_a_key_twice_or_no_key_is_one_line_naming_it(change, said, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["ablate", "--preset", "tiny", "--steps", "5", "--change", change, "--headless"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err and "known keys" not in err
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
