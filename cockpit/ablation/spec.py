@@ -188,7 +188,8 @@ def spec_from_file(path: Path) -> AblationSpec:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; give the series' TOML file (see cockpit ablate --help)") from None
+        hint = "" if path.suffix == ".toml" else f"; a baseline preset is --preset {path}"
+        raise ConfigError(f"{path}: no such file; give the series' TOML file (see cockpit ablate --help){hint}") from None
     except IsADirectoryError:
         raise ConfigError(f"{path}: a directory, not a TOML file") from None
     except UnicodeDecodeError:
@@ -216,7 +217,8 @@ def spec_from_file(path: Path) -> AblationSpec:
         made = flat_settings(table, where, skip=("name",))
         if not made:
             raise ConfigError(f"{where}: no settings; add key = value lines, e.g. optim.name = \"adamw\"")
-        changes.append(Change(label=label if isinstance(label, str) else " ".join(made), settings=tuple(made)))
+        shown = label if isinstance(label, str) else " ".join(shown_setting(t) for t in made)
+        changes.append(Change(label=shown, settings=tuple(made)))
     repeats = _number(raw, "repeat_baseline", int, path)
     return AblationSpec(
         preset=preset,
@@ -228,6 +230,17 @@ def spec_from_file(path: Path) -> AblationSpec:
         name=_text(raw, "name", path),
         description=_text(raw, "description", path) or "",
     )
+
+
+def shown_setting(setting: str) -> str:
+    """A setting as a label shows it (and the run's directory name): `optim.name="lion"` as
+    `optim.name=lion`, as a --change is typed; a string with a space or quote stays quoted."""
+    key, _, value = setting.partition("=")
+    if value.startswith('"'):
+        word = json.loads(value)
+        if word and not any(c.isspace() or c in "\"'=" for c in word):
+            return f"{key}={word}"
+    return setting
 
 
 def _number(raw: dict[str, Any], key: str, kind: type, path: Path) -> Any:

@@ -105,7 +105,7 @@ def test_a_series_file_reads_quoted_and_dotted_keys(tmp_path):
     assert spec.settings == ("eval.interval=5",)
     assert spec.changes == (
         Change("lion", ('optim.name="lion"',)),
-        Change('model.qk_norm=true model.norm="rmsnorm"', ("model.qk_norm=true", 'model.norm="rmsnorm"')),
+        Change("model.qk_norm=true model.norm=rmsnorm", ("model.qk_norm=true", 'model.norm="rmsnorm"')),
     )
     check_spec(spec)  # every change loads with the preset
     assert spec.common_settings() == ["eval.interval=5", "train.stop_at_val=2.5"]

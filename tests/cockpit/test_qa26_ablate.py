@@ -175,3 +175,27 @@ def test_a_change_giving_a_key_twice_or_no_key_is_one_line_naming_it(change, sai
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and said in err and "known keys" not in err
     assert not (tmp_path / "runs").exists()  # refused before anything ran
+
+
+def test_a_file_change_without_a_name_is_labelled_as_a_change_is_typed(tmp_path):
+    """Its label and directory were `model.norm="rmsnorm"` and `02-model.norm=_rmsnorm_+...`."""
+    from cockpit.ablation.series import dir_name
+
+    path = tmp_path / "s.toml"
+    path.write_text(
+        'preset = "tiny"\n[[change]]\nmodel.norm = "rmsnorm"\nmodel.mlp = "relu2"\n'
+        '[[change]]\n"data.source" = "my corpus.txt"\n[[change]]\n"model.qk_norm" = true\n'
+    )
+    changes = spec_from_file(path).changes
+    assert [c.label for c in changes] == [
+        "model.norm=rmsnorm model.mlp=relu2", 'data.source="my corpus.txt"', "model.qk_norm=true"
+    ]
+    assert changes[0].settings == ('model.norm="rmsnorm"', 'model.mlp="relu2"')  # what is compared
+    assert dir_name(1, changes[0].label) == "01-model.norm=rmsnorm+model.mlp=relu2"
+
+
+def test_a_preset_name_given_as_the_series_file_says_preset(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["ablate", "tiny", "--change", "optim.name=lion", "--headless"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tiny: no such file" in err and "--preset tiny" in err
