@@ -5,8 +5,8 @@ so machine noise hits both alike. Every evaluation is on the WHOLE val split. Th
 engine's training wall time (`Eval.train_time_s`): evaluation is excluded, compilation (if a
 preset compiles) is included.
 
-    python bench/speedrun.py [--rounds 2] [--target 1.88] [--data PATH]
-    python bench/speedrun.py --ablation [--rounds 1]
+    python bench/speedrun.py [--rounds 3] [--target 1.88] [--data PATH]
+    python bench/speedrun.py --ablation [--rounds 1] [--seeds 3] [--only LABEL ...]
 
 Evaluation cadence: every `--coarse` steps, and every `--fine` steps once the last val loss is
 within `--margin` of the target, so the first crossing is seen within a few steps. The time to
@@ -19,7 +19,16 @@ kept at 2000) until it reaches the target, and stops there. speedrun-cpu runs it
 schedule, so its final val loss and total time are reported too, and nanogpt's val loss at the
 same train time is read off nanogpt's curve (interpolated).
 
-Figures only, no pass/fail; the issue's goal is a ratio (speedrun / nanogpt time) <= 0.40.
+The ablation runs speedrun-cpu with one technique it uses removed (-) or one it leaves out
+added (+), each variant `--rounds` times for each of `--seeds` seeds (train.seed 1337, 1338,
+...), and prints per variant the median and the spread (min-max) of its time to the target and
+of its final val loss, and its time against the baseline's. The val loss at a step does not
+depend on the machine's load (same seed, CPU), the times do: rounds measure the time's noise,
+seeds the loss's.
+
+`--set KEY=VALUE` (repeatable) changes every run of the bench, e.g. to shrink it for a test.
+
+Figures only, no pass/fail; the issue's goal is a ratio (speedrun / nanogpt time) <= 0.15.
 """
 
 from __future__ import annotations
@@ -134,13 +143,13 @@ def fmt(x: float, spec: str = ".1f") -> str:
 
 
 def compare(args: argparse.Namespace) -> None:
-    runs = {"nanogpt-cpu": [], "speedrun-cpu": []}
+    runs: dict[str, list[Result]] = {"nanogpt-cpu": [], "speedrun-cpu": []}
     for r in range(args.rounds):
         for name in runs:
             extra = BASELINE if name == "nanogpt-cpu" else []
             res = timed_run(
                 name,
-                extra,
+                [*extra, *args.set],
                 args.data,
                 args.target,
                 stop_at_target=name == "nanogpt-cpu",
@@ -160,9 +169,11 @@ def compare(args: argparse.Namespace) -> None:
     base, fast = runs["nanogpt-cpu"], runs["speedrun-cpu"]
     print()
     print("per round (times in seconds of training, evaluation excluded):")
+    ratios = []
     for r, (b, s) in enumerate(zip(base, fast, strict=True)):
         tb, tbi, _ = b.time_to(args.target)
         ts, tsi, _ = s.time_to(args.target)
+        ratios.append(tsi / tbi)
         print(
             f"  round {r + 1}: nanogpt {fmt(tbi)} s, speedrun {fmt(tsi)} s, ratio {fmt(tsi / tbi, '.3f')};"
             f" nanogpt val at speedrun's time {fmt(b.val_at(tsi), '.4f')},"
@@ -176,7 +187,11 @@ def compare(args: argparse.Namespace) -> None:
     print()
     print(
         f"median time to val {args.target} (interpolated): nanogpt-cpu {mb:.1f} s, "
-        f"speedrun-cpu {ms:.1f} s, ratio {ms / mb:.3f} (goal <= 0.40)"
+        f"speedrun-cpu {ms:.1f} s, ratio {ms / mb:.3f} (goal <= 0.15)"
+    )
+    print(
+        f"median of the rounds' ratios {fmt(statistics.median(ratios), '.3f')} "
+        f"(min {fmt(min(ratios), '.3f')}, max {fmt(max(ratios), '.3f')}, {len(ratios)} rounds)"
     )
     print(
         f"median time to val {args.target} (first eval at/below): nanogpt-cpu {mbe:.1f} s, "
@@ -189,7 +204,8 @@ def compare(args: argparse.Namespace) -> None:
     )
 
 
-# speedrun-cpu with one technique it uses removed, or one it leaves out added (the overrides).
+# speedrun-cpu with one technique it uses removed (-), or one it leaves out added (+): the
+# overrides. The first row is the baseline the others are compared with.
 ABLATIONS: list[tuple[str, list[str]]] = [
     ("speedrun-cpu", []),
     ("- muon (AdamW everywhere)", ["optim.name=adamw"]),
@@ -202,58 +218,136 @@ ABLATIONS: list[tuple[str, list[str]]] = [
     ("+ untied head", ["model.tie_embeddings=false"]),
     ("+ zero-init projections", ["model.zero_init_proj=true"]),
     ("+ logit softcap 15", ["model.logit_softcap=15.0"]),
+    ("+ value embeddings (2 tables)", ["model.value_embeds=2"]),
+    ("+ U-net skips", ["model.unet_skips=true"]),
+    ("+ Polar Express (not N-S)", ["optim.muon_ns=polar"]),
+    ("+ NorMuon", ["optim.muon_variant=normuon", "optim.normuon_beta2=0.9"]),
+    ("+ weight decay 0.1", ["optim.weight_decay=0.1"]),
+    ("+ cautious weight decay 0.1", ["optim.weight_decay=0.1", "optim.cautious_wd=true"]),
+    ("+ embeddings at 3x lr", ["optim.embed_lr=9e-3"]),
 ]
 
 
-def ablation(args: argparse.Namespace) -> None:
-    base_cfg = load_preset("speedrun-cpu")
-    budget_steps = base_cfg.train.max_steps
-    print(
-        f"ablation: speedrun-cpu with one technique removed (-) or added (+); {args.rounds} round(s); "
-        f"each runs speedrun-cpu's {budget_steps}-step schedule (no early stop)"
+@dataclass
+class Row:
+    """One variant of the ablation over its rounds and seeds: medians and spreads (min, max)."""
+
+    label: str
+    runs: int
+    reached: int  # runs that reached the target
+    time_to: tuple[float, float, float]  # median, min, max (interpolated, reaching runs only)
+    step_to: float  # median step of the first evaluation at or below the target
+    final_val: tuple[float, float, float]  # median, min, max
+    train_s: float  # median train time of the whole schedule
+    ms_per_step: float
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return math.nan, math.nan, math.nan
+    return statistics.median(finite), min(finite), max(finite)
+
+
+def summarise(label: str, results: list[Result], target: float) -> Row:
+    crossings = [r.time_to(target) for r in results]
+    reaching = [c for c in crossings if c[2] >= 0]
+    steps = [r.final[0] for r in results]
+    train = [r.final[1] for r in results]
+    return Row(
+        label=label,
+        runs=len(results),
+        reached=len(reaching),
+        time_to=spread([c[1] for c in reaching]),
+        step_to=statistics.median(c[2] for c in reaching) if reaching else math.nan,
+        final_val=spread([r.final[2] for r in results]),
+        train_s=statistics.median(train),
+        ms_per_step=statistics.median(1000 * t / max(n, 1) for t, n in zip(train, steps, strict=True)),
     )
-    rows: dict[str, list[Result]] = {label: [] for label, _ in ABLATIONS}
-    for _ in range(args.rounds):
-        for label, overrides in ABLATIONS:
-            res = timed_run(
-                "speedrun-cpu",
-                overrides,
-                args.data,
-                args.target,
-                stop_at_target=False,
-                coarse=min(args.coarse, 50),
-                fine=args.fine,
-                margin=args.margin,
-                label=label,
-            )
-            rows[label].append(res)
-            print(f"  {label:32s} done in {res.wall_s:.0f} s", flush=True)
-    print()
-    print(
-        f"{'variant':32s} {'time to ' + str(args.target):>14s} {'step':>6s} {'final val':>10s} "
-        f"{'train s':>8s} {'s/step':>8s}"
-    )
-    for label, results in rows.items():
-        t = statistics.median(r.time_to(args.target)[1] for r in results)
-        step = results[0].time_to(args.target)[2]  # the same every round: same seed, CPU
-        v = statistics.median(r.final[2] for r in results)
-        tt = statistics.median(r.final[1] for r in results)
-        steps = results[0].final[0]
-        t_txt = fmt(t) if math.isfinite(t) else "not reached"
-        s_txt = str(step) if step >= 0 else "-"
-        print(
-            f"{label:32s} {t_txt:>14s} {s_txt:>6s} {v:10.4f} {tt:8.1f} {1000 * tt / steps:7.1f}ms"
+
+
+def ablation_table(rows: list[Row], target: float) -> list[str]:
+    """The printed table: the first row is the baseline the time ratio is against."""
+    base = rows[0].time_to[0]
+    lines = [
+        f"{'variant':32s} {'time to ' + str(target) + ' (min-max)':>24s} {'vs base':>8s} {'step':>6s} "
+        f"{'final val (min-max)':>24s} {'train s':>8s} {'s/step':>8s}"
+    ]
+    for row in rows:
+        t, t_lo, t_hi = row.time_to
+        if row.reached == 0:
+            t_txt, ratio = "not reached", "-"
+        else:
+            t_txt = f"{t:.1f} ({t_lo:.1f}-{t_hi:.1f})"
+            if row.reached < row.runs:
+                t_txt = f"{row.reached}/{row.runs}: {t_txt}"
+            ratio = fmt(t / base, ".2f") if math.isfinite(base) else "-"
+        v, v_lo, v_hi = row.final_val
+        step = str(round(row.step_to)) if math.isfinite(row.step_to) else "-"
+        lines.append(
+            f"{row.label:32s} {t_txt:>24s} {ratio:>8s} {step:>6s} "
+            f"{f'{v:.4f} ({v_lo:.4f}-{v_hi:.4f})':>24s} {row.train_s:8.1f} {row.ms_per_step:6.1f}ms"
         )
+    return lines
+
+
+def ablation(args: argparse.Namespace) -> None:
+    base_cfg = load_preset("speedrun-cpu", args.set)
+    budget_steps = base_cfg.train.max_steps
+    seed0 = base_cfg.train.seed
+    variants = [(label, ov) for label, ov in ABLATIONS if not args.only or label in args.only]
+    unknown = set(args.only) - {label for label, _ in ABLATIONS}
+    if unknown:
+        raise SystemExit(f"--only: no variant named {sorted(unknown)}; the variants: "
+                         f"{[label for label, _ in ABLATIONS]}")
     print(
-        "(time to target interpolated between full-val evaluations, median over rounds; step: "
-        "the first evaluation at or below it, every 10 steps near it; the step and the final val "
-        "do not depend on the machine's speed, the times do)"
+        f"ablation: speedrun-cpu with one technique removed (-) or added (+); {args.rounds} "
+        f"round(s) x {args.seeds} seed(s) ({seed0}..{seed0 + args.seeds - 1}) per variant; each "
+        f"runs speedrun-cpu's {budget_steps}-step schedule (no early stop)"
+    )
+    results: dict[str, list[Result]] = {label: [] for label, _ in variants}
+    for r in range(args.rounds):
+        for seed in range(seed0, seed0 + args.seeds):
+            for label, overrides in variants:
+                res = timed_run(
+                    "speedrun-cpu",
+                    [*overrides, *args.set, f"train.seed={seed}"],
+                    args.data,
+                    args.target,
+                    stop_at_target=False,
+                    coarse=min(args.coarse, 50),
+                    fine=args.fine,
+                    margin=args.margin,
+                    label=label,
+                )
+                results[label].append(res)
+                t = res.time_to(args.target)[1]
+                print(
+                    f"  round {r + 1} seed {seed} {label:32s} final val {res.final[2]:.4f}, "
+                    f"{args.target} at {fmt(t)} s; done in {res.wall_s:.0f} s",
+                    flush=True,
+                )
+    print()
+    rows = [summarise(label, res, args.target) for label, res in results.items()]
+    print("\n".join(ablation_table(rows, args.target)))
+    print(
+        "(time to target: interpolated between full-val evaluations, every 10 steps near it, "
+        "median and min-max over the runs that reached it; vs base: against the first row's "
+        "median; step: the first evaluation at or below it; the step and the final val do not "
+        "depend on the machine's speed, the times do)"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="alternating rounds (default 3; 1 for the ablation)")
+    parser.add_argument("--seeds", type=int, default=1, help="ablation: seeds per variant")
+    parser.add_argument("--only", action="append", default=[], metavar="LABEL",
+                        help="ablation: run only this variant (repeatable; the first one run is "
+                        "the baseline of the ratios)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for every run (repeatable)")
     parser.add_argument("--target", type=float, default=1.88)
     parser.add_argument("--coarse", type=int, default=100, help="steps between evals far away")
     parser.add_argument("--fine", type=int, default=10, help="steps between evals near target")
@@ -263,6 +357,8 @@ def main() -> None:
         "--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
     )
     args = parser.parse_args()
+    if args.rounds is None:
+        args.rounds = 1 if args.ablation else 3
     os.environ.setdefault("COCKPIT_CACHE_DIR", str(Path(tempfile.gettempdir()) / "speedrun-cache"))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, data {args.data}")
     ablation(args) if args.ablation else compare(args)
