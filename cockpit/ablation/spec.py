@@ -273,6 +273,16 @@ def check_spec(spec: AblationSpec) -> None:
         raise ConfigError("no change to measure: add --change KEY=VALUE (repeatable), or [[change]] tables in the file")
     if spec.name is not None and (not spec.name or "/" in spec.name or spec.name.startswith(".")):
         raise ConfigError(f"--name {spec.name!r}: a plain directory name, e.g. --name muon-vs-adamw")
+    # what every run is measured to is the series' own: a run of its own steps or target is another series
+    measured = {"train.max_steps": ("--steps", spec.steps), "train.stop_at_val": ("--target", spec.target)}
+    for where, texts in [("--set", spec.settings), *((f"--change {c.label!r}", c.settings) for c in spec.changes)]:
+        for text in texts:
+            option, value = measured.get(text.partition("=")[0], ("", None))
+            if value is not None:
+                raise ConfigError(
+                    f"{where}: {text.partition('=')[0]} is the series' {option} {value:g}, the same for every "
+                    f"run; drop it, or change {option} (another series)"
+                )
     common = spec.common_settings()
     baseline = load(spec, common, "--set" if spec.settings else "the baseline")
     seen: dict[tuple[str, ...], str] = {}

@@ -199,3 +199,22 @@ def test_a_preset_name_given_as_the_series_file_says_preset(tmp_path, monkeypatc
     assert main(["ablate", "tiny", "--change", "optim.name=lion", "--headless"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "tiny: no such file" in err and "--preset tiny" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--steps", "30", "--change", "train.max_steps=10"],  # ran 10 steps, its train time set against 30's
+        ["--steps", "30", "--set", "train.max_steps=50", "--change", "optim.name=lion"],  # --steps won unsaid
+        ["--target", "2.9", "--change", "stop_at_val=2"],  # ran past the series' target
+    ],
+)
+def test_a_change_or_setting_of_what_the_series_measures_to_is_refused(argv, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["ablate", "--preset", "tiny", *argv, "--headless"]) == 2
+    err = capsys.readouterr().err
+    option = argv[0]
+    assert err.count("\n") == 1 and f"is the series' {option} " in err and f"change {option} (another series)" in err
+    # without --steps, a change of train.max_steps is a change as any other
+    spec = spec_from_args(parse_args(["ablate", "--preset", "tiny", "--change", "train.max_steps=10"]))
+    check_spec(spec)
