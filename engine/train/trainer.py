@@ -319,8 +319,9 @@ class Trainer:
                     stop_asked=self._stop_asked,
                 )
                 self._fail(lost, "rank")
-            else:
-                self._fail(f"{type(e).__name__}: {e}{where}", "crash")
+            else:  # its first line (a compile error's is dozens): the rest is in the log
+                said = str(e).strip().splitlines()[:1]
+                self._fail(f"{type(e).__name__}: {''.join(said)}{where}", "crash")
         finally:
             self._release()
         return self.state

@@ -72,3 +72,25 @@ def test_evals_sit_at_the_tokens_trained_when_a_resume_changed_the_schedule(tmp_
     assert curves.tokens.tolist() == [16, 32, 48, 64, 128, 192, 320, 448]
     assert curves.val_step.tolist() == [2, 4, 6, 8]
     assert curves.val_tokens.tolist() == [32, 64, 192, 448]  # the steps' own counts
+
+
+def test_a_crash_with_a_message_of_many_lines_is_said_in_one(tmp_path: Path) -> None:
+    """torch.compile's CppCompileError (a run with a batch-size schedule recompiling at its new
+    shape, on a loaded machine) carries the whole g++ command and its output: the alert and the
+    failed state said all 60 lines, the headless run's last line "Output:"; the details are
+    error.log's."""
+    from engine.train.trainer import Trainer
+
+    cfg = load_preset("tiny", [*TINY, "train.max_steps=4", "eval.interval=0", "sample.interval=0"])
+    events: list = []
+
+    def compile_fails(event: object) -> None:
+        if getattr(event, "kind", "") == "step":
+            raise RuntimeError("CppCompileError: C++ compile error\n\nCommand:\ng++ x.cpp\n\nOutput:\n")
+
+    trainer = Trainer(cfg, run_dir=tmp_path / "run", sinks=[events.append, compile_fails], telemetry=False)
+    trainer.run()
+    (alert,) = [e for e in events if e.kind == "alert" and e.code == "crash"]
+    assert "\n" not in alert.message
+    assert alert.message.startswith("RuntimeError: CppCompileError: C++ compile error (details in ")
+    assert "Output:" in (tmp_path / "run" / "error.log").read_text()
