@@ -225,6 +225,8 @@ ABLATIONS: list[tuple[str, list[str]]] = [
     ("+ weight decay 0.1", ["optim.weight_decay=0.1"]),
     ("+ cautious weight decay 0.1", ["optim.weight_decay=0.1", "optim.cautious_wd=true"]),
     ("+ embeddings at 3x lr", ["optim.embed_lr=9e-3"]),
+    ("+ batch-size ramp 4 -> 16 (100 st)", ["train.batch_start=4", "train.batch_ramp_steps=100"]),
+    ("+ sequence warmup 16 -> 64 (100 st)", ["train.seq_start=16", "train.seq_warmup_steps=100"]),
 ]
 
 
@@ -270,7 +272,7 @@ def ablation_table(rows: list[Row], target: float) -> list[str]:
     """The printed table: the first row is the baseline the time ratio is against."""
     base = rows[0].time_to[0]
     lines = [
-        f"{'variant':32s} {'time to ' + str(target) + ' (min-max)':>24s} {'vs base':>8s} {'step':>6s} "
+        f"{'variant':36s} {'time to ' + str(target) + ' (min-max)':>24s} {'vs base':>8s} {'step':>6s} "
         f"{'final val (min-max)':>24s} {'train s':>8s} {'s/step':>8s}"
     ]
     for row in rows:
@@ -285,7 +287,7 @@ def ablation_table(rows: list[Row], target: float) -> list[str]:
         v, v_lo, v_hi = row.final_val
         step = str(round(row.step_to)) if math.isfinite(row.step_to) else "-"
         lines.append(
-            f"{row.label:32s} {t_txt:>24s} {ratio:>8s} {step:>6s} "
+            f"{row.label:36s} {t_txt:>24s} {ratio:>8s} {step:>6s} "
             f"{f'{v:.4f} ({v_lo:.4f}-{v_hi:.4f})':>24s} {row.train_s:8.1f} {row.ms_per_step:6.1f}ms"
         )
     return lines
@@ -323,7 +325,7 @@ def ablation(args: argparse.Namespace) -> None:
                 results[label].append(res)
                 t = res.time_to(args.target)[1]
                 print(
-                    f"  round {r + 1} seed {seed} {label:32s} final val {res.final[2]:.4f}, "
+                    f"  round {r + 1} seed {seed} {label:36s} final val {res.final[2]:.4f}, "
                     f"{args.target} at {fmt(t)} s; done in {res.wall_s:.0f} s",
                     flush=True,
                 )
