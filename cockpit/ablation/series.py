@@ -57,7 +57,9 @@ def planned_runs(spec: AblationSpec) -> list[tuple[str, tuple[str, ...], int]]:
             order.append((BASELINE, (), 1))
         else:  # another seed: the noise of a run, not only of the machine
             order.append((f"{BASELINE} #{i + 1}", (f"train.seed={seed + i}",), i + 1))
-        lo, hi = round(i * len(changes) / k), round((i + 1) * len(changes) / k)
+        # rounded up, so that a baseline is never next to another while changes are left
+        # (3 baselines and 2 changes: b1, c1, b2, c2, b3)
+        lo, hi = -(-i * len(changes) // k), -(-(i + 1) * len(changes) // k)
         order.extend((c.label, c.settings, 0) for c in changes[lo:hi])
     return order
 

@@ -58,6 +58,14 @@ def test_the_baselines_repeats_are_spread_among_the_changes(tmp_path):
     assert dir_name(2, "model.norm=rmsnorm model.mlp=relu2") == "02-model.norm=rmsnorm+model.mlp=relu2"
 
 
+def test_more_baselines_than_changes_never_run_two_baselines_in_a_row(tmp_path):
+    changes = tuple(parse_change(f"optim.lr={lr}") for lr in ("1e-3", "2e-3"))
+    series = Series.open(AblationSpec(preset="tiny", changes=changes, repeat_baseline=3), tmp_path)
+    assert [r.label for r in series.runs] == [
+        "baseline", "optim.lr=1e-3", "baseline #2", "optim.lr=2e-3", "baseline #3",
+    ]  # fmt: skip
+
+
 def test_what_a_run_needs_next_is_read_from_its_directory(tmp_path):
     changes = tuple(parse_change(f"optim.lr={lr}") for lr in ("1e-3", "2e-3", "4e-3"))
     spec = AblationSpec(preset="tiny", changes=changes, steps=10, name="s")
