@@ -321,6 +321,13 @@ def run(args: argparse.Namespace) -> int:
         if not args.headless:
             print("cockpit ablate: no terminal, running headless (pass --headless to say so)", file=sys.stderr)
         return run_headless(driver)
+    if not sys.stdin.isatty() and not os.environ.get("TEXTUAL_DRIVER"):  # no key could reach the app
+        print(
+            "cockpit ablate: input is not a terminal (no key could reach the app), running headless "
+            "(pass --headless to say so)",
+            file=sys.stderr,
+        )
+        return run_headless(driver)
     return run_in_app(driver)
 
 

@@ -45,6 +45,13 @@ def train(args: argparse.Namespace, signals: StopSignals) -> int:
                 file=sys.stderr,
             )
         return run_headless(args, signals)
+    if not sys.stdin.isatty():  # the app would wait for keys that can never come
+        print(
+            "cockpit: input is not a terminal (no key could reach the app), running headless "
+            "(pass --headless to say so)",
+            file=sys.stderr,
+        )
+        return run_headless(args, signals)
     return run_app(args, signals)
 
 

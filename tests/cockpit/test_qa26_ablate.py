@@ -90,6 +90,7 @@ def test_a_dumb_terminal_runs_the_series_headless_as_cockpit_train_does(term, ap
     monkeypatch.setenv("TERM", term)
     monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
     chosen: list[str] = []
     monkeypatch.setattr(ablate, "run_headless", lambda driver: chosen.append("headless") or 0)
     monkeypatch.setattr(ablate, "run_in_app", lambda driver: chosen.append("app") or 0)
@@ -97,6 +98,25 @@ def test_a_dumb_terminal_runs_the_series_headless_as_cockpit_train_does(term, ap
     assert main(["ablate", *argv]) == 0
     assert chosen == (["app"] if app else ["headless"])
     assert ("no terminal, running headless" in capsys.readouterr().err) is not app
+
+
+def test_a_terminal_with_no_input_runs_the_series_headless(tmp_path, monkeypatch, capsys):
+    """stdout a terminal, stdin not (`< /dev/null`): the app would wait for a q that never comes."""
+    import sys
+
+    import cockpit.cli.ablate as ablate
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    chosen: list[str] = []
+    monkeypatch.setattr(ablate, "run_headless", lambda driver: chosen.append("headless") or 0)
+    monkeypatch.setattr(ablate, "run_in_app", lambda driver: chosen.append("app") or 0)
+    assert main(["ablate", *[a for a in SERIES if a != "--headless"]]) == 0
+    assert chosen == ["headless"]
+    assert "input is not a terminal" in capsys.readouterr().err
 
 
 def test_a_change_dropped_and_another_of_the_same_name_never_takes_its_run(tmp_path):

@@ -137,6 +137,27 @@ def test_no_terminal_falls_back_to_headless(tmp_path):
     assert "finished at step 5" in result.stdout
 
 
+def test_a_terminal_with_no_input_runs_headless_instead_of_waiting_for_keys(tmp_path):
+    """stdout a terminal, stdin /dev/null (a job started with `< /dev/null`): the app would wait
+    for a q that can never come; the run trains headless and ends."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "cockpit", "--preset", "tiny", "--run-dir", str(tmp_path / "r"),
+             *TINY, "--set", "train.max_steps=5"],
+            stdin=subprocess.DEVNULL, stdout=secondary, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(secondary)
+        os.close(primary)
+    assert result.returncode == 0, result.stderr
+    assert "input is not a terminal" in result.stderr
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["step"] == 5
+
+
 def test_sigterm_checkpoints_and_resume_continues(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
