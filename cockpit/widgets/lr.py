@@ -182,9 +182,10 @@ class LrPanel(ThrottledPlot):
             legend += " [not bold $warning]ahead[/]"
         if self.preview:
             legend += " [bold $success]preview[/]"
-        if self.tokens_schedule:
-            legend += " [not bold $secondary]tokens/step[/]"
-        name = "LR" if 0 < self.size.width < 56 else "Learning rate"
+        narrow = 0 < self.size.width < 56
+        if self.tokens_schedule:  # cut short, "tokens/step" read "tokens/s…", a rate
+            legend += f" [not bold $secondary]{'tok/step' if narrow else 'tokens/step'}[/]"
+        name = "LR" if narrow else "Learning rate"
         title = f"{name} {legend}" if self.planned else name
         if self.lr is None:
             self.set_labels(title, "")

@@ -41,3 +41,34 @@ async def test_a_grad_accum_change_mid_ramp_says_the_tokens_the_steps_train(
     scaled = ((0, 16), (50, 64), (60, 128), (100, 288), (150, 512))
     assert view.tracker.tokens_schedule == scaled  # the ETA weighs the steps ahead at their size
     assert screen.lr_panel.tokens_schedule == scaled  # and the staircase draws them
+
+
+def test_the_staircase_s_legend_is_whole_on_a_narrow_lr_panel() -> None:
+    """80x24: the LR panel is 40 wide and its title was cut to 'LR planned applied ahead
+    tokens/s…', which reads as tokens a second."""
+    from pilot import run_pilot
+    from textual.app import App, ComposeResult
+
+    from cockpit.widgets.lr import LrPanel
+
+    class Narrow(App):
+        CSS = "LrPanel { border: round $primary; width: 40; }"
+
+        def compose(self) -> ComposeResult:
+            yield LrPanel()
+
+    app = Narrow()
+
+    async def scenario(pilot: Pilot) -> None:
+        panel = app.query_one(LrPanel)
+        panel.set_plan([(0, 0.0), (10, 1e-3), (100, 1e-4)], 100)
+        panel.set_tokens_schedule(RAMP)
+        panel.scale = 0.5  # a rollback's multiplier: the legend says 'ahead' too
+        panel.update_labels()
+        await pilot.pause()
+        panel.flush(force=True)
+        await pilot.pause()
+        drawn = app.export_screenshot()  # the border, its title in it
+        assert "tok/step" in drawn and "…" not in drawn
+
+    run_pilot(app, scenario, size=(80, 24))
