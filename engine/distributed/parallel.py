@@ -56,7 +56,10 @@ def per_rank_batch(cfg: RunConfig, world_size: int) -> RunConfig:
     if shared is None or shared[1] == t.batch_size:
         return cfg
     steps, batch = shared
-    return replace(cfg, train=replace(t, batch_size=batch, grad_accum=steps * world_size))
+    start = -(-t.batch_start * batch // t.batch_size)  # a rank's share of a schedule's, rounded up
+    return replace(
+        cfg, train=replace(t, batch_size=batch, grad_accum=steps * world_size, batch_start=start)
+    )
 
 
 def parallel_plan(cfg: RunConfig, world: World, fits_one_device: bool = True) -> ParallelPlan:
