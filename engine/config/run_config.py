@@ -168,6 +168,13 @@ class OptimConfig:
         "to orthogonal: 'polar' (fp32, batched) or 'polar_bf16'",
         choices=("bf16", "fp32", "polar", "polar_bf16"),
     )
+    muon_ns_steps: int = _opt(
+        5,
+        help="Muon's orthogonalisation steps: Newton-Schulz iterations, or the first N of Polar "
+        "Express's 5 tuned ones (past 5, its last repeats); fewer are cheaper and less orthogonal",
+        min=1,
+        max=10,
+    )
     muon_variant: str = _opt(
         "muon",
         help="'normuon': Muon's orthogonalised update divided per neuron (row) by its running "

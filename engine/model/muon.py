@@ -52,15 +52,18 @@ def newton_schulz(
     return x.mT if tall else x
 
 
-def polar_express(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def polar_express(x: torch.Tensor, eps: float = 1e-6, steps: int = 5) -> torch.Tensor:
     """The orthogonal polar factor U V^T of each matrix of a batch (b, m, n), approximately, by
     Polar Express's 5 steps: each singular value lands near 1 (within about 0.1 for the
-    singular values a gradient has), where Newton-Schulz's fixed coefficients leave 0.7 to 1.2."""
+    singular values a gradient has), where Newton-Schulz's fixed coefficients leave 0.7 to 1.2.
+    Fewer `steps` take the first ones (each is tuned for what the steps before left); more
+    repeat the last, as the record does."""
     tall = x.size(-2) > x.size(-1)
     if tall:
         x = x.mT
     x = x / (x.norm(dim=(-2, -1), keepdim=True) * (1 + POLAR_EXPRESS_SAFETY) + eps)
-    x = _quintic_steps(x, list(POLAR_EXPRESS_COEFFICIENTS))
+    tuned = list(POLAR_EXPRESS_COEFFICIENTS)
+    x = _quintic_steps(x, tuned[:steps] + tuned[-1:] * max(0, steps - len(tuned)))
     return x.mT if tall else x
 
 
@@ -128,7 +131,7 @@ class BatchedMuon(torch.optim.Muon):
     def _orthogonalize(self, group: dict[str, Any], batch: torch.Tensor) -> torch.Tensor:
         batch = batch.to(_DTYPES[group.get("ns_dtype", "float32")])
         if group.get("orthogonalizer", "newton_schulz") == "polar_express":
-            return polar_express(batch).float()
+            return polar_express(batch, steps=group.get("ns_steps", 5)).float()
         return newton_schulz(
             batch, group["ns_coefficients"], group["ns_steps"], group["eps"]
         ).float()

@@ -198,7 +198,7 @@ def _muon(matrices: list[nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimiz
         "weight_decay": cfg.weight_decay,
     }
     kwargs = dict(lr=cfg.muon_lr, momentum=cfg.muon_momentum, nesterov=True,
-                  adjust_lr_fn="match_rms_adamw")  # fmt: skip
+                  ns_steps=cfg.muon_ns_steps, adjust_lr_fn="match_rms_adamw")  # fmt: skip
     if cfg.muon_ns == "bf16" and cfg.muon_variant == "muon" and not cfg.cautious_wd:
         return torch.optim.Muon([group], **kwargs)
     # every setting written, so that a resume's settings replace a checkpoint's variant

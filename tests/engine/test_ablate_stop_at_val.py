@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import load_preset
-from engine.events import Eval, RunState
+from engine.events import Eval, RunState, Step
 from engine.train.cadence import val_target_note
 from engine.train.trainer import Trainer
 
@@ -63,3 +63,27 @@ def test_the_note_needs_the_eval_of_this_step_at_or_below_a_set_target():
     assert val_target_note(Eval(step=10, train_loss=2.1, val_loss=float("nan"), train_time_s=1.0), cfg, 10) is None
     assert val_target_note(None, cfg, 10) is None
     assert val_target_note(at, load_preset("tiny"), 10) is None  # 0: off
+
+
+def test_a_target_set_mid_run_finishes_the_run_at_the_next_eval_at_or_below_it(tmp_path):
+    """train.stop_at_val is a live setting: set at step 3, it stops the run at the first eval
+    from then on at or below it, as if the run had started with it."""
+    evals = [r for r in run(tmp_path / "full") if r["kind"] == "eval"]
+    target = evals[3]["val_loss"]
+    first = next(e for e in evals if e["val_loss"] <= target)
+
+    trainers: list[Trainer] = []
+
+    def set_at_step_3(event: Any) -> None:
+        if isinstance(event, Step) and event.step == 3:
+            trainers[0].set_settings({"train.stop_at_val": target})
+
+    trainer = Trainer(
+        load_preset("tiny", TINY), run_dir=tmp_path / "live", telemetry=False, sinks=[set_at_step_3]
+    )
+    trainers.append(trainer)
+    trainer.run()
+    written = records(tmp_path / "live")
+    assert [r["kind"] for r in written].count("settings_changed") == 1
+    assert written[-1]["state"] == RunState.FINISHED and written[-1]["step"] == first["step"]
+    assert "train.stop_at_val" in written[-1]["reason"]
