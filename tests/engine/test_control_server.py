@@ -206,6 +206,7 @@ def rate(trainer: Trainer, seconds: float) -> float:
     return (trainer.step - start) / (time.monotonic() - t0)
 
 
+@pytest.mark.serial  # two step rates compared: a test beside it would slow one of them
 def test_a_viewer_that_never_reads_does_not_slow_the_run(live) -> None:
     trainer, run_dir = live
     alone = max(rate(trainer, 0.5) for _ in range(2))
