@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cockpit.ablation.series import RESULT_STATES
+
 Point = tuple[int, float, float]  # step, train time (s), val loss
 
 
@@ -240,7 +242,7 @@ def markdown_rows(table: AblationTable) -> list[list[str]]:
         if row.time_s is not None:
             time = fmt_seconds(row.time_s)
         else:
-            time = "not reached" if table.target is not None and r.status in ("finished", "failed") else "-"
+            time = "not reached" if table.target is not None and r.status in RESULT_STATES else "-"
         rows.append(
             [
                 r.label.replace("|", "\\|"),

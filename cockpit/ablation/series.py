@@ -18,6 +18,7 @@ from typing import Any
 
 from cockpit.ablation.spec import BASELINE, AblationSpec, settled
 from engine.config import ConfigError, load_preset
+from engine.events import RunState
 from engine.files import atomic_write_text
 
 SERIES_FILE = "series.json"
@@ -25,6 +26,9 @@ VERSION = 1
 
 # what a run of the series needs next
 START, RESUME, RESTART, DONE, BUSY = "start", "resume", "restart", "done", "busy"
+
+# a run that ended in one of these has its result (a failed run is one: it is not retried)
+RESULT_STATES = (RunState.FINISHED, RunState.FAILED)
 
 
 @dataclass
@@ -140,7 +144,7 @@ class Series:
         run.status = run_status(run.run_dir)
         if run.status == "pending":
             return START
-        if run.status in ("finished", "failed"):
+        if run.status in RESULT_STATES:
             return DONE  # a failed run is a result too: the table says so
         if run.status == "live":
             return BUSY
@@ -217,7 +221,7 @@ def run_status(run_dir: Path) -> str:
     if not (run_dir / METRICS_NAME).is_file():
         return "pending"
     state = list_run(run_dir, run_dir.parent).state
-    return state if state in ("live", "finished", "stopped", "failed") else "crashed"
+    return state if state == "live" or state in RunState.ENDED else "crashed"
 
 
 def has_checkpoint(run_dir: Path) -> bool:

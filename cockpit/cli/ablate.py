@@ -215,20 +215,20 @@ class SeriesDriver:
 
     def run_ended(self) -> None:
         """Record the status of the run that just ended."""
-        from cockpit.ablation.series import run_status
+        from cockpit.ablation.series import RESULT_STATES, run_status
 
         plan = self.plans[self.index]
         plan.run.status = run_status(plan.run.run_dir)
-        if plan.run.status in ("finished", "failed"):
+        if plan.run.status in RESULT_STATES:
             plan.train = None
         self.series.save()
 
     def complete(self) -> bool:
         """Every run is done: finished, failed, or stopped with no step left to train."""
-        from cockpit.ablation.series import run_status
+        from cockpit.ablation.series import RESULT_STATES, run_status
 
         return all(
-            r.run_dir in self.at_end or run_status(r.run_dir) in ("finished", "failed")
+            r.run_dir in self.at_end or run_status(r.run_dir) in RESULT_STATES
             for r in self.series.runs
         )
 
@@ -265,9 +265,9 @@ class SeriesDriver:
         return f"ablate done: {len(self.series.runs)} runs, table in {self.series.directory / 'results.md'}"
 
     def stopped_note(self) -> str:
-        from cockpit.ablation.series import run_status
+        from cockpit.ablation.series import RESULT_STATES, run_status
 
-        done = sum(run_status(r.run_dir) in ("finished", "failed") for r in self.series.runs)
+        done = sum(run_status(r.run_dir) in RESULT_STATES for r in self.series.runs)
         return (
             f"ablate stopped: {done} of {len(self.series.runs)} runs done ({self.series.directory}); "
             "run the same command again to continue (the runs done are skipped, a stopped one resumes)"
@@ -335,6 +335,7 @@ def run_headless(driver: SeriesDriver) -> int:
     from cockpit.ablation.results import to_markdown
     from cockpit.cli.headless import ProgressPrinter
     from cockpit.cli.stop_signals import StopSignals
+    from engine.events import RunState
 
     series = driver.series
     print(f"ablate: {series.spec.preset} and {len(series.spec.changes)} change(s) to {series.spec.measure()}, "
@@ -355,10 +356,10 @@ def run_headless(driver: SeriesDriver) -> int:
             signals.attach(trainer)
             state = trainer.run()
             driver.run_ended()
-            if state == "failed" and printer.refusal:
+            if state == RunState.FAILED and printer.refusal:
                 print(f"cockpit ablate: {series.position(plan.run)}: {printer.refusal}", file=sys.stderr)
                 return 2
-            if signals.received or state == "stopped":  # a stop from `cockpit attach` too: the app stops there
+            if signals.received or state == RunState.STOPPED:  # a stop from `cockpit attach` too: the app stops there
                 break
     finally:
         signals.restore()
