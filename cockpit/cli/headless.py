@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from cockpit.figures.data_progress_text import progress_line
 from cockpit.figures.durations import fmt_duration
+from cockpit.figures.progress import ProgressTracker
 from engine.config import describe
-from engine.data import tokens_through
 from engine.events import Event, RunState
 
 # An error of these kinds before the run has started is a refusal (a corpus, config, run
@@ -39,6 +39,7 @@ class ProgressPrinter:
         self._max_steps = 0
         self._start_step = 0
         self._tokens_schedule: tuple[tuple[int, int], ...] = ()  # steps that grow (ETA)
+        self._schedule_times = ProgressTracker()  # their ETA: each size's step time measured
         self._t0 = time.monotonic()
         self._closed = False
         self._last_error = ""
@@ -66,6 +67,8 @@ class ProgressPrinter:
             self._max_steps, self._start_step = event.max_steps, event.start_step
             self._tokens_schedule = tuple(getattr(event, "tokens_schedule", ()))
             self._t0 = time.monotonic()
+            self._schedule_times.start(self._t0)
+            self._schedule_times.tokens_schedule = self._tokens_schedule
             resumed = f", resumed from {event.resumed_from}" if event.resumed_from else ""
             self._say(
                 f"{event.preset}: {event.n_params / 1e6:.2f}M parameters on {event.device} ({event.dtype}), "
@@ -83,17 +86,19 @@ class ProgressPrinter:
             self._say(progress_line(event))
         elif kind == "step":
             now = self.clock()
+            self._schedule_times.add_step(now, event.step)
             if now - self._last < self.interval_s and event.step != self._max_steps:
                 return
             self._last = now
             done, ahead = event.step - self._start_step, self._max_steps - event.step
-            if self._tokens_schedule:  # a batch-size schedule's steps grow: count in tokens
-                at = lambda step: tokens_through(self._tokens_schedule, step)  # noqa: E731
-                done, ahead = at(event.step) - at(self._start_step), at(self._max_steps) - at(event.step)
-            eta = (now - self._t0) / done * ahead if done else 0.0
+            if self._tokens_schedule:  # a batch-size schedule's steps grow: their times, by size
+                eta = self._schedule_times.eta(event.step, self._max_steps)
+            else:
+                eta = (now - self._t0) / done * ahead if done else 0.0
+            eta_text = fmt_duration(eta) if eta is not None else "- (measuring)"
             self._say(
                 f"step {event.step:>6}/{self._max_steps} | loss {event.loss:.4f} | lr {event.lr:.2e} | "
-                f"{event.tokens_per_s:,.0f} tok/s | ETA {fmt_duration(eta)}"
+                f"{event.tokens_per_s:,.0f} tok/s | ETA {eta_text}"
             )
         elif kind == "eval":
             scope = "whole val split" if event.full_split else "estimate"
