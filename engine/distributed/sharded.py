@@ -21,7 +21,7 @@ import torch
 
 from engine.checkpoint.names import META_NAME
 from engine.distributed.world import World, from_main
-from engine.train.disk_full import checkpoint_exception_type, write_failure
+from engine.train.disk_full import checkpoint_exception_type, short_write_failure, write_failure
 
 
 def shard_model(model: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -66,7 +66,7 @@ def save_sharded(
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
     except (Exception, dcp_error) as e:  # noqa: BLE001 - whatever a rank's write raised
         # a full disk in the OS's words, found in the rank's failure
-        failure = write_failure(e) or last_line(e)
+        failure = write_failure(e) or short_write_failure(e, tmp) or last_line(e)
     failure = from_main(failure, world, group)  # every rank's shards are written, or none
     if failure is None and world.is_main:
         try:

@@ -11,6 +11,7 @@ the same step.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -91,6 +92,25 @@ def write_failure(error: BaseException) -> str | None:
     if found is None:
         return None
     return found.strerror or str(found)
+
+
+# torch's zip writer reports a short write of its own, with no OSError behind it
+# ("[enforce fail at inline_container.cc:...] . unexpected pos 704 vs 598")
+_SHORT_WRITE = "unexpected pos"
+# a short write onto a disk with less than this left is the disk being full
+_NEARLY_FULL_BYTES = 1 << 20
+
+
+def short_write_failure(error: BaseException, directory: Path) -> str | None:
+    """"No space left on device" for torch's own short-write error when the disk it wrote to
+    is (nearly) full: a DCP shard writer raises that, not the OSError; None otherwise."""
+    if _SHORT_WRITE not in str(error):
+        return None
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        return None
+    return os.strerror(errno.ENOSPC) if free < _NEARLY_FULL_BYTES else None
 
 
 class CheckpointWriter(Protocol):

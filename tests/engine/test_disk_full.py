@@ -18,7 +18,7 @@ import pytest
 
 from engine.checkpoint.store import load_checkpoint
 from engine.config.presets import load_preset
-from engine.train.disk_full import RETRY_S, is_disk_full, write_failure
+from engine.train.disk_full import RETRY_S, is_disk_full, short_write_failure, write_failure
 from engine.train.trainer import Trainer
 
 TIMEOUT_S = 120.0
@@ -155,6 +155,16 @@ def test_a_write_failure_is_found_behind_torchs_runtime_error():
     except RuntimeError as e:
         assert is_disk_full(e) and write_failure(e) == "No space left on device"
     assert write_failure(ValueError("a bug")) is None
+
+
+def test_torchs_short_write_with_no_os_error_behind_it_is_a_full_disk_only_on_a_full_disk(small_disk, tmp_path):
+    """A DCP shard writer raises torch's own "unexpected pos" with no OSError behind it (a
+    sharded run's alert said that, not the disk); on a disk with room it stays a bug's words."""
+    short = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    assert short_write_failure(short, tmp_path) is None  # room here: not the disk
+    fill(small_disk)
+    assert short_write_failure(short, small_disk) == "No space left on device"
+    assert short_write_failure(RuntimeError("another error"), small_disk) is None
 
 
 def test_a_stop_goes_from_saving_to_stopped(tmp_path):
