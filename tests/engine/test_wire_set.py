@@ -21,6 +21,7 @@ import pytest
 
 from engine.config.presets import load_preset
 from engine.control import wire
+from engine.events import RunState
 from engine.rundir.journal import read_journal
 from engine.train.trainer import Trainer
 
@@ -162,11 +163,25 @@ def one_line(text: str) -> str:
 def test_the_example_sets_at_a_step_says_so_and_says_a_refusal_in_one_line(
     run: Trainer, tmp_path: Path
 ) -> None:
+    # paused while the example connects: on a quiet machine tiny trains 20 steps in less time
+    # than the example takes to start, and it would find the step passed (nothing to wait for)
+    run.pause()
+    deadline = time.monotonic() + TIMEOUT_S
+    while run.state != RunState.PAUSED:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     at = run.step + 20
-    done = set_at(str(run.run_dir), "--step", str(at), "optim.weight_decay=0.0", "eval.interval=50",
-                  cwd=tmp_path)  # fmt: skip
+    waiting = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), str(run.run_dir), "--step", str(at), "optim.weight_decay=0.0",
+         "eval.interval=50"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    said = waiting.stderr.readline()
+    run.resume()
+    out, err = waiting.communicate(timeout=TIMEOUT_S)
+    done = subprocess.CompletedProcess(waiting.args, waiting.returncode, out, said + err)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.startswith(f"waiting for step {at}: the run is running at step ")
+    assert done.stderr.startswith(f"waiting for step {at}: the run is paused at step ")
     line = one_line(done.stdout)
     step = int(line.split()[3].rstrip(":"))
     assert step >= at and line == f"set at step {step}: optim.weight_decay 0.1 -> 0.0, eval.interval 0 -> 50"
