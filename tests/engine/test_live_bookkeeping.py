@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from engine.config import load_preset, live_change
+from engine.config import live_change, load_preset
 from engine.events import Event, SettingsChanged
 from engine.model.gpt import GPT
 from engine.model.optimizers import build_optimizer
