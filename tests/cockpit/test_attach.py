@@ -136,7 +136,7 @@ def test_a_read_only_viewer_watches_but_cannot_command(live: LiveRun) -> None:
         assert "Preset" not in shown  # a viewer starts no run: p is not offered
         await pilot.press("space", "c", "plus")
         await pilot.pause(0.5)
-        assert app.state == "running"
+        assert app.state in ("running", "saving")  # not paused (tiny saves every 50 steps)
         step = app.view.step
         await wait_for_engine(pilot, lambda: app.view.step > step)  # still training
         await pilot.press("q")

@@ -121,7 +121,8 @@ def test_json_agrees_with_the_table(root: Path) -> None:
         "run_dir": str((root / "sweep" / "finished").resolve()),
     }  # fmt: skip
     assert finished["size_bytes"] >= 5 * 10_000
-    assert by_name["live"]["state"] == "live" and by_name["live"]["last_state"] == "running"
+    assert by_name["live"]["state"] == "live"
+    assert by_name["live"]["last_state"] in ("running", "saving")  # tiny saves every 50 steps
     assert by_name["live"]["step"] >= 2 and by_name["live"]["preset"] == "tiny"
     assert by_name["crashed"]["state"] == "crashed" and by_name["crashed"]["last_state"] == "starting"
     assert by_name["cut"]["step"] == 120 and by_name["failed"]["state"] == "failed"

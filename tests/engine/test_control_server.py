@@ -196,7 +196,7 @@ def test_a_read_only_viewer_cannot_command(live) -> None:
     client.send({"cmd": "pause", "id": 1})
     refused = client.until(is_kind("reply", id=1))[-1]
     assert refused["ok"] is False and "read-only" in refused["error"]
-    assert steps_grow(trainer) and trainer.state == "running"
+    assert steps_grow(trainer) and trainer.state in ("running", "saving")  # not paused
     client.close()
 
 
@@ -306,7 +306,7 @@ def test_a_peer_of_another_uid_is_refused(live) -> None:
         pytest.skip("the other uid cannot reach the socket's directory here")
     reply = json.loads(result.stdout)
     assert reply["ok"] is False and "uid 65534" in reply["error"]
-    assert steps_grow(trainer) and trainer.state == "running"
+    assert steps_grow(trainer) and trainer.state in ("running", "saving")  # not paused
 
 
 @pytest.mark.serial  # a wall-clock bound: not beside another test
