@@ -57,6 +57,17 @@ def _model_config(given: str, raw: Any, where: str) -> ModelConfig:
         raise refusal(given, str(e)) from None
 
 
+def _shape_and_tokenizer(
+    given: str, model_raw: Any, tokenizer: Any, where: str, no_tokenizer: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model shape and tokenizer a cockpit file records; refused in one line (`no_tokenizer`)
+    where it records no tokenizer the corpus can be checked against."""
+    model = _model_config(given, model_raw, where)
+    if not isinstance(tokenizer, dict) or not isinstance(tokenizer.get("vocab_size"), int):
+        raise refusal(given, no_tokenizer)
+    return {key: getattr(model, key) for key in SHAPE_KEYS}, dict(tokenizer)
+
+
 def cockpit_checkpoint(given: str, where: Path, file: Path) -> WeightsSource:
     from engine.checkpoint.errors import CheckpointError
     from engine.checkpoint.store import load_checkpoint
@@ -65,10 +76,10 @@ def cockpit_checkpoint(given: str, where: Path, file: Path) -> WeightsSource:
         state = load_checkpoint(file, mmap=True)
     except CheckpointError as e:
         raise refusal(given, str(e)) from None
-    model = _model_config(given, state["config"].get("model"), str(file))
-    tokenizer = state.get("tokenizer")
-    if not isinstance(tokenizer, dict) or not isinstance(tokenizer.get("vocab_size"), int):
-        raise refusal(given, f"{file}: the checkpoint records no tokenizer to check the corpus against")
+    shape, tokenizer = _shape_and_tokenizer(
+        given, state["config"].get("model"), state.get("tokenizer"), str(file),
+        f"{file}: the checkpoint records no tokenizer to check the corpus against",
+    )  # fmt: skip
 
     def read(lazy: bool = False) -> dict[str, torch.Tensor]:
         if state.get("_sharded"):
@@ -82,8 +93,8 @@ def cockpit_checkpoint(given: str, where: Path, file: Path) -> WeightsSource:
         path=where,
         file=file,
         kind="cockpit checkpoint",
-        shape={key: getattr(model, key) for key in SHAPE_KEYS},
-        tokenizer=dict(tokenizer),
+        shape=shape,
+        tokenizer=tokenizer,
         step=int(state.get("step", 0)),
         read=read,
     )
@@ -104,9 +115,9 @@ def safetensors_export(given: str, file: Path) -> WeightsSource:
         step = int(metadata.get("step", "0"))
     except (KeyError, ValueError, TypeError):
         raise refusal(given, f"{file.name}: its cockpit metadata does not read") from None
-    model = _model_config(given, model_raw, str(file))
-    if not isinstance(tokenizer, dict) or not isinstance(tokenizer.get("vocab_size"), int):
-        raise refusal(given, f"{file.name}: its metadata records no tokenizer")
+    shape, tokenizer = _shape_and_tokenizer(
+        given, model_raw, tokenizer, str(file), f"{file.name}: its metadata records no tokenizer"
+    )
 
     def read(lazy: bool = False) -> dict[str, torch.Tensor]:
         tensors = load_safetensors(given, file, lazy)
@@ -120,7 +131,7 @@ def safetensors_export(given: str, file: Path) -> WeightsSource:
         path=file,
         file=file,
         kind="cockpit safetensors",
-        shape={key: getattr(model, key) for key in SHAPE_KEYS},
+        shape=shape,
         tokenizer=tokenizer,
         step=step,
         read=read,
