@@ -282,8 +282,8 @@ class TrainConfig:
     max_rollbacks: int = _opt(3, help="rollbacks before a headless run gives up", min=0)
     stop_at_val: float = _opt(
         0.0,
-        help="finish the run (final checkpoint) at the first periodic evaluation (eval.interval) "
-        "whose val loss is at or below this, before train.max_steps (0 = off)",
+        help="finish the run (final checkpoint) at the first periodic evaluation (eval.interval, "
+        "eval.fine_interval near it) whose val loss is at or below this, before train.max_steps (0 = off)",
         min=0.0,
     )
 
@@ -291,6 +291,13 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     interval: int = _opt(250, help="steps between evaluations (0 = only at the end)", min=0)
+    fine_interval: int = _opt(
+        0,
+        help="with train.stop_at_val: steps between evaluations once the next periodic one may "
+        "reach it (the val loss above it is at most twice what it fell over the last eval.interval "
+        "steps), so the crossing is seen within this many steps (0 = off)",
+        min=0,
+    )
     batches: int = _opt(20, help="batches per split (the same fixed batches at every eval)", min=1)
     full_val: bool = _opt(False, help="evaluate val on the whole split, deterministically")
     batch_size: int = _opt(0, help="eval batch size (0 = train.batch_size)", min=0)

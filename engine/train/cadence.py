@@ -2,6 +2,9 @@
 
 Each is due at its interval (`eval.interval`, `sample.interval`, `checkpoint.interval`; 0: never),
 but none at the last step: the end of the run evaluates, samples and saves there in its own way.
+A run with a target val loss (`train.stop_at_val`) and `eval.fine_interval` evaluates every
+`eval.fine_interval` steps once the next periodic evaluation may reach the target (`eval_interval`),
+so that the first evaluation at or below it comes within that many steps of the crossing.
 `evaluate` and `sample` also answer the e and s commands. The measuring itself is the
 Evaluator's; here it becomes Eval and Sample events.
 """
@@ -9,6 +12,7 @@ Evaluator's; here it becomes Eval and Sample events.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -32,13 +36,50 @@ class DueWork(NamedTuple):
     checkpoint: bool
 
 
-def work_due(step: int, cfg: RunConfig) -> DueWork:
-    """The work due after `step` steps by the intervals; none at the last step (the run's end)."""
+ValPoint = tuple[int, float]  # an evaluation's step and val loss
+
+NEAR_FACTOR = 2.0  # "may reach": within twice what the val loss fell over the last interval
+
+
+def near_target(points: Sequence[ValPoint], target: float, interval: int) -> bool:
+    """Whether the evaluation `interval` steps after the last of `points` (this run's, in step
+    order) may reach `target`: the last val loss is at most NEAR_FACTOR times what the val loss
+    fell over the last `interval` steps above it, the fall measured from the latest evaluation
+    at least `interval` steps before the last (else the first) and scaled to `interval` steps.
+    False with fewer than two evaluations, or a val loss that did not fall."""
+    if not points:
+        return False
+    last_step, last_val = points[-1]
+    gap = last_val - target
+    if gap <= 0:
+        return True
+    ref = next((p for p in reversed(points) if p[0] <= last_step - interval), points[0])
+    if ref[0] >= last_step:
+        return False
+    fell = (ref[1] - last_val) * interval / (last_step - ref[0])
+    return fell > 0 and gap <= NEAR_FACTOR * fell
+
+
+def eval_interval(cfg: RunConfig, points: Sequence[ValPoint] = ()) -> int:
+    """The steps between evaluations now: `eval.fine_interval` when the run has a target
+    (`train.stop_at_val`) that the next evaluation at `eval.interval` may reach (`near_target`
+    of the run's evaluations so far), else `eval.interval` (0: none before the end)."""
+    coarse, fine, target = cfg.eval.interval, cfg.eval.fine_interval, cfg.train.stop_at_val
+    if coarse and fine and target and near_target(points, target, coarse):
+        return min(fine, coarse)
+    return coarse
+
+
+def work_due(step: int, cfg: RunConfig, val_points: Sequence[ValPoint] = ()) -> DueWork:
+    """The work due after `step` steps by the intervals; none at the last step (the run's end).
+    `val_points` are the run's evaluations so far (step, val loss), for `eval_interval`."""
 
     def due(interval: int) -> bool:
         return interval > 0 and step % interval == 0 and step < cfg.train.max_steps
 
-    return DueWork(due(cfg.eval.interval), due(cfg.sample.interval), due(cfg.checkpoint.interval))
+    return DueWork(
+        due(eval_interval(cfg, val_points)), due(cfg.sample.interval), due(cfg.checkpoint.interval)
+    )
 
 
 def val_target_note(event: Eval | None, cfg: RunConfig, step: int) -> str | None:

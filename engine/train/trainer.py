@@ -50,7 +50,7 @@ from engine.rundir.layout import create_run_dir, default_run_dir, write_error_lo
 from engine.rundir.metrics_log import MetricsWriter, read_history
 from engine.rundir.sinks import log_sinks
 from engine.rundir.summary import SummarySink
-from engine.train.cadence import evaluate, sample, val_target_note, work_due
+from engine.train.cadence import ValPoint, evaluate, sample, val_target_note, work_due
 from engine.train.closing import close_sinks, weights_finite
 from engine.train.command_queue import CommandQueue
 from engine.train.commands import CommandHandler, StopRequest
@@ -148,6 +148,7 @@ class Trainer:
             before_final_state=self._before_final_state,
         )
         self._last_eval: Eval | None = None  # a checkpoint at its step may become best.pt
+        self._val_points: list[ValPoint] = []  # this process's evaluations: eval.fine_interval's
         self._commands = CommandQueue()  # put by the methods below, from any thread
         self.stopping = StopRequest()  # taken at a step boundary: whether, how and why to stop
         # built by _setup with what they use: None before
@@ -559,7 +560,11 @@ class Trainer:
     def _evaluate(self) -> Eval:
         """Measure the losses now (pending steps read back first, so the curves stay in order)."""
         self._flush()
-        return evaluate(self._instrumented.evaluator, self._built.data, self.counters, self.reporter)
+        event = evaluate(self._instrumented.evaluator, self._built.data, self.counters, self.reporter)
+        # a rollback trains steps again: their new evaluations replace the old ones
+        self._val_points = [p for p in self._val_points if p[0] < event.step]
+        self._val_points.append((event.step, event.val_loss))
+        return event
 
     def _sample(self) -> None:
         parts = self._built
@@ -636,7 +641,7 @@ class Trainer:
                     instruments.step.micro_steps = cfg.train.grad_accum
                 continue
             counters.train_time_s += time.perf_counter() - t0
-            due = work_due(counters.step, cfg)
+            due = work_due(counters.step, cfg, self._val_points)
             # Read the losses back before any work due at this step, and at the last step, so
             # an anomaly among them is handled (rolled back, paused) before that work is done.
             if (

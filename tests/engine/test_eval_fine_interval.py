@@ -1,0 +1,102 @@
+"""eval.fine_interval: a run with a target val loss (train.stop_at_val) evaluates every
+eval.fine_interval steps once its next periodic evaluation may reach the target, so the step it
+finishes at is within the fine cadence of the crossing, not up to eval.interval steps past it
+(what `cockpit ablate --target` measures). The rule by hand, then real tiny runs on the CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.config import ConfigError, load_preset
+from engine.train.cadence import eval_interval, near_target, work_due
+from engine.train.trainer import Trainer
+
+
+def test_near_when_the_last_val_is_within_twice_its_fall_over_the_last_interval():
+    # fell 0.2 over the last 50 steps: the next 50 may take it 0.4 lower
+    assert near_target([(50, 3.5), (100, 3.3)], 2.9, 50)  # 0.40 above: near
+    assert not near_target([(50, 3.5), (100, 3.31)], 2.9, 50)  # 0.41 above, fell 0.19 (0.38)
+    assert near_target([(50, 3.2), (100, 2.95)], 2.9, 50)
+    assert near_target([(50, 3.0), (100, 2.8)], 2.9, 50)  # at or below already
+
+
+def test_not_near_without_a_fall_to_project():
+    assert not near_target([], 2.9, 50)
+    assert not near_target([(50, 2.91)], 2.9, 50)  # one evaluation: no fall measured yet
+    assert not near_target([(50, 3.0), (100, 3.05)], 2.9, 50)  # rose
+    assert not near_target([(50, 3.0), (100, 3.0)], 2.9, 50)  # flat
+    assert not near_target([(50, float("nan")), (100, 3.0)], 2.9, 50)
+
+
+def test_the_fall_is_measured_over_an_interval_not_between_two_fine_evaluations():
+    # the last two (fine) evaluations are level, but from step 50 it fell 0.21 in 60 steps,
+    # 0.175 per 50: 0.05 above the target is near
+    points = [(50, 3.2), (100, 3.0), (105, 2.99), (110, 2.99)]
+    assert near_target(points, 2.94, 50)
+    # the reference is the latest evaluation at least 50 steps back: (50, 3.2), not (100, 3.0)
+    assert near_target(points, 2.99 - 2 * 0.21 * 50 / 60 + 1e-9, 50)
+    assert not near_target(points, 2.99 - 2 * 0.21 * 50 / 60 - 1e-6, 50)
+
+
+def test_a_span_shorter_than_the_interval_is_scaled_to_it():
+    # fell 0.2 in 10 steps: 1.0 per 50, near within 2.0
+    assert near_target([(10, 4.0), (20, 3.8)], 1.81, 50)
+    assert not near_target([(10, 4.0), (20, 3.8)], 1.79, 50)
+
+
+def tiny(*overrides: str):
+    return load_preset("tiny", ["eval.interval=50", *overrides])
+
+
+def test_the_interval_is_the_fine_one_only_near_a_target_and_when_set():
+    near = [(50, 3.2), (100, 2.98)]
+    assert eval_interval(tiny("train.stop_at_val=2.9", "eval.fine_interval=5"), near) == 5
+    assert eval_interval(tiny("train.stop_at_val=2.9", "eval.fine_interval=5"), near[:1]) == 50
+    assert eval_interval(tiny("train.stop_at_val=2.9"), near) == 50  # fine_interval 0: off
+    assert eval_interval(tiny("eval.fine_interval=5"), near) == 50  # no target
+    assert eval_interval(tiny("train.stop_at_val=2.9", "eval.fine_interval=80"), near) == 50
+    no_periodic = tiny("eval.interval=0", "train.stop_at_val=2.9", "eval.fine_interval=5")
+    assert eval_interval(no_periodic, near) == 0
+    cfg = tiny("train.stop_at_val=2.9", "eval.fine_interval=5", "train.max_steps=300")
+    assert work_due(105, cfg, near).evaluate and not work_due(105, cfg, near[:1]).evaluate
+    assert work_due(150, cfg, near[:1]).evaluate
+
+
+def test_a_negative_fine_interval_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="eval.fine_interval"):
+        tiny("eval.fine_interval=-1")
+
+
+RUN = ["sample.interval=0", "checkpoint.interval=0", "train.max_steps=300"]
+
+
+def evals(run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
+    Trainer(load_preset("tiny", [*RUN, *overrides]), run_dir=run_dir, telemetry=False).run()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in records if r["kind"] == "eval"]
+
+
+def test_a_tiny_run_to_a_target_finishes_within_the_fine_cadence_of_the_crossing(tmp_path):
+    target = 2.9
+    # every 5 steps throughout: where the crossing is, at this cadence (same seed, same run)
+    every5 = evals(tmp_path / "every5", "eval.interval=5", f"train.stop_at_val={target}")
+    crossing = every5[-1]
+    assert crossing["val_loss"] <= target < every5[-2]["val_loss"]
+    assert crossing["step"] % 50 != 0, "the test needs a crossing between two coarse evaluations"
+
+    coarse = evals(tmp_path / "coarse", "eval.interval=50", f"train.stop_at_val={target}")
+    assert all(e["step"] % 50 == 0 for e in coarse)
+    assert coarse[-1]["step"] > crossing["step"]  # only seen at the next multiple of 50
+
+    fine = evals(
+        tmp_path / "fine", "eval.interval=50", "eval.fine_interval=5", f"train.stop_at_val={target}"
+    )
+    assert fine[-1]["step"] == crossing["step"]  # the same evaluation as every 5 steps finds
+    assert fine[-1]["val_loss"] == pytest.approx(crossing["val_loss"], abs=1e-6)
+    steps = [e["step"] for e in fine]
+    assert len(steps) < len(every5)  # coarse far from the target
+    assert steps[0] == 50 and any(s % 50 for s in steps)
