@@ -20,6 +20,7 @@ world's shape, which every rank holds the same.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from engine.config.loading import config_from_dict, recorded_config
 from engine.config.run_config import SECTIONS, RunConfig
 from engine.events import Event, SettingsChanged
 from engine.model.optimizers import applied_lr, build_optimizer, set_lr_factor
-from engine.model.schedule import lr_multiplied, planned_curve
+from engine.model.schedule import lr_at, lr_multiplied, planned_curve
 from engine.train.setup import Instruments, read_back_every
 
 if TYPE_CHECKING:
@@ -248,6 +249,47 @@ def resumed_settings(saved: Mapping[str, Any], cfg: RunConfig) -> dict[str, Any]
         for key, value in after.items()
         if not key.startswith("data.") and key in before and before[key] != value
     }
+
+
+# the settings the planned LR (`lr_at`) is a function of
+SCHEDULE_KEYS = ("optim.lr", "train.max_steps")
+
+
+def _shapes_schedule(key: str) -> bool:
+    return key in SCHEDULE_KEYS or key.startswith("schedule.")
+
+
+def planned_as_followed(
+    cfg: RunConfig, start: RunConfig | None, timeline: SettingsTimeline | None, points: int = 400
+) -> tuple[tuple[int, float], ...]:
+    """The planned LR over the whole run as the run followed it: from `start` (the run's
+    starting values) on, each change of `timeline` that re-planned the schedule in force from
+    its step, and `cfg` (the settings in force now) from the last one on. A resumed run whose
+    past changed its schedule (a longer run, a new peak LR, "cool down now") draws its past
+    as it was planned then; without such a change it is `planned_curve(cfg)`."""
+    replans = [c for c in (timeline.changes if timeline else ()) if any(map(_shapes_schedule, c.settings))]
+    total = cfg.train.max_steps
+    if start is None or not replans:
+        return planned_curve(cfg, points)
+    segments: list[tuple[int, RunConfig]] = [(0, start)]  # (from step, config in force)
+    current = start
+    for change in replans:
+        current = copy.deepcopy(current)
+        for key, value in change.settings.items():
+            section, _, name = key.partition(".")
+            part = getattr(current, section, None)
+            if part is not None and hasattr(part, name):
+                setattr(part, name, value)
+        segments.append((change.step, current))
+    segments[-1] = (segments[-1][0], cfg)  # the settings in force now are the run's own
+    steps = {s for s, _ in planned_curve(cfg, points)}
+    for boundary, _ in segments[1:]:  # each side of a change exactly, not a slope across it
+        steps |= {s for s in (boundary - 1, boundary) if 0 <= s < total}
+    curve = []
+    for step in sorted(steps):
+        in_force = next(c for since, c in reversed(segments) if since <= step)
+        curve.append((step, lr_at(step, in_force)))
+    return tuple(curve)
 
 
 def settings_back(live: LiveSettings, state: Mapping[str, Any]) -> SettingsChanged | None:

@@ -32,7 +32,10 @@ def run_started(
     peak: Peak,
     notes: list[str],
     train_time_s: float,
+    planned_lr: tuple[tuple[int, float], ...] | None = None,
 ) -> RunStarted:
+    """`planned_lr`: the schedule as the run followed it (a resume's, `planned_as_followed`);
+    None: the schedule of `cfg` over the whole run."""
     return RunStarted(
         run_dir=str(run_dir),
         preset=cfg.name,
@@ -49,7 +52,7 @@ def run_started(
         start_step=start_step,
         max_steps=cfg.train.max_steps,
         tokens_per_step=cfg.tokens_per_step,
-        planned_lr=planned_curve(cfg),
+        planned_lr=planned_curve(cfg) if planned_lr is None else planned_lr,
         resumed_from=resumed_from,
         memory_plan=memory_plan.as_dict(),
         flops_per_token=flops_per_token,

@@ -245,9 +245,11 @@ def announce(
     notes: list[str],
     resume_state: dict[str, Any] | None,
     report: Reporter,
+    planned_lr: tuple[tuple[int, float], ...] | None = None,
 ) -> None:
     """config.json and RunStarted; on resume, the curves so far for the UI (rank 0's).
-    config.toml, the starting values and the changes, is the run's ConfigFile's."""
+    config.toml, the starting values and the changes, is the run's ConfigFile's. `planned_lr`:
+    the schedule as the run followed it (None: cfg's over the whole run)."""
     # replaced whole (a link planted there is replaced, never written through)
     atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     report.emit(
@@ -265,6 +267,7 @@ def announce(
             peak=instruments.peak,
             notes=[*parts.weights_notes, *notes],
             train_time_s=counters.train_time_s,
+            planned_lr=planned_lr,
         )
     )
     if resume_state is None:

@@ -59,7 +59,7 @@ from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
 from engine.train.garbage import settle_garbage_collector
-from engine.train.live import DerivedValues, LiveSettings
+from engine.train.live import DerivedValues, LiveSettings, planned_as_followed
 from engine.train.readback import PendingSteps
 from engine.train.replay import ConfigFile, ReplayPlan, start_config
 from engine.train.reporter import Reporter
@@ -403,6 +403,8 @@ class Trainer:
                 notes=self.resume_notes,
                 resume_state=state,
                 report=self.reporter,
+                # a resume's past drawn with the schedule it followed then (its timeline's)
+                planned_lr=planned_as_followed(cfg, self.start_config, self.live.timeline),
             )
         settle_garbage_collector()
 
