@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,6 +49,38 @@ def share_step(batch: int, accum: int, ranks: int) -> tuple[int, int] | None:
     return steps, per_rank // steps
 
 
+def rank_share_of(sequences: int, batch: int, micro_batch: int) -> int | None:
+    """A rank's share of a micro-batch of `sequences` when the ranks split each of the
+    configured `batch` sequences into micro-batches of `micro_batch` (share_step); None when it
+    does not split into whole sequences (a batch-size schedule's start of 3 over 2 ranks)."""
+    if sequences * micro_batch % batch:
+        return None
+    return sequences * micro_batch // batch
+
+
+def schedule_start_refusal(cfg: RunConfig, ranks: int, micro_batch: int) -> str | None:
+    """Why the ranks cannot share a batch-size schedule's train.batch_start when they split
+    each micro-batch of train.batch_size into theirs of `micro_batch`, or None when they can.
+
+    The schedule's micro-batches are multiples of the start, and the last train.batch_size, so
+    a start whose share is whole makes every step's share whole: the world trains each step
+    exactly the sequences the schedule (and RunStarted.tokens_schedule) says."""
+    t = cfg.train
+    if not t.batch_start or micro_batch == t.batch_size:
+        return None
+    if rank_share_of(t.batch_start, t.batch_size, micro_batch) is not None:
+        return None
+    unit = t.batch_size // math.gcd(t.batch_size, micro_batch)  # the smallest start that splits
+    below, above = t.batch_start // unit * unit, -(-t.batch_start // unit) * unit
+    nearest = " or ".join(str(v) for v in (below, above) if 0 < v <= t.batch_size)
+    return (
+        f"train.batch_start={t.batch_start} cannot be shared by {ranks} ranks: each rank takes "
+        f"{micro_batch} of a micro-batch's {t.batch_size} sequences (train.grad_accum="
+        f"{t.grad_accum} is not a multiple of {ranks}), so the schedule's micro-batches must be "
+        f"multiples of {unit} sequences; use --set train.batch_start={nearest}"
+    )
+
+
 def per_rank_batch(cfg: RunConfig, world_size: int) -> RunConfig:
     """The config as each rank trains it, for the memory plan: where the ranks share a step by
     splitting its micro-batch (share_step), the smaller micro-batch, the same tokens a step."""
@@ -56,7 +89,8 @@ def per_rank_batch(cfg: RunConfig, world_size: int) -> RunConfig:
     if shared is None or shared[1] == t.batch_size:
         return cfg
     steps, batch = shared
-    start = -(-t.batch_start * batch // t.batch_size)  # a rank's share of a schedule's, rounded up
+    # a rank's share of a schedule's start (whole: parallel_plan refuses one that is not)
+    start = -(-t.batch_start * batch // t.batch_size)
     return replace(
         cfg, train=replace(t, batch_size=batch, grad_accum=steps * world_size, batch_start=start)
     )
@@ -82,6 +116,9 @@ def parallel_plan(cfg: RunConfig, world: World, fits_one_device: bool = True) ->
             f"equal micro-batches); use --set train.grad_accum={multiple}{keep}"
         )
     micro_steps, micro_batch = shared
+    refusal = schedule_start_refusal(cfg, n, micro_batch)
+    if refusal:
+        raise ConfigError(refusal)
     note = ""
     if micro_batch != batch:
         note = (

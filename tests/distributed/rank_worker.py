@@ -8,6 +8,8 @@ what a test needs to see every rank (rank 0 alone writes metrics.jsonl):
   the batches this rank trained them on (the test checks them against one process);
 - with WORLD_CHECK=1, RUN_DIR/world-R.json: whether a process group was up once the run was
   set up, the class of the forward it trains with, and how many command exchanges it made;
+- with BATCHES_CHECK=1, RUN_DIR/batches-R.json: [step counter, sequences, tokens per sequence]
+  of every training batch this rank took, in order (what it trained, counted by hand);
 - with GROUPS_CHECK=1, RUN_DIR/groups-R.json: the weight decay of each optimizer group at each
   optimizer step where it differs from the step before, as [step counter, [decays]] (the
   counter then: the steps trained before this one).
@@ -86,6 +88,19 @@ def record_weight_decay(trainer, changes: list) -> None:  # noqa: ANN001
     optimizer.step = step_and_note
 
 
+def record_batches(trainer, taken: list) -> None:  # noqa: ANN001
+    """Note the shape of every training batch the rank takes, and the step it is for."""
+    sampler = trainer.train_batches
+    take = sampler.next
+
+    def next_and_note():  # noqa: ANN202
+        x, y = take()
+        taken.append([trainer.step, *x.shape])
+        return x, y
+
+    sampler.next = next_and_note
+
+
 def main() -> int:
     args = parse_args(["train", "--headless", *sys.argv[1:]])
     signals = StopSignals()
@@ -131,7 +146,18 @@ def main() -> int:
             record_weight_decay(trainer, decays)
 
         trainer._setup = setup_and_watch
+    taken: list = []
+    if os.environ.get("BATCHES_CHECK"):
+        setup_before = trainer._setup
+
+        def setup_and_count() -> None:
+            setup_before()
+            record_batches(trainer, taken)
+
+        trainer._setup = setup_and_count
     state = trainer.run()
+    if os.environ.get("BATCHES_CHECK"):
+        (run_dir / f"batches-{rank}.json").write_text(json.dumps(taken))
     if decays:
         (run_dir / f"groups-{rank}.json").write_text(json.dumps(decays))
     if seen:

@@ -97,16 +97,14 @@ def test_a_crash_with_a_message_of_many_lines_is_said_in_one(tmp_path: Path) -> 
 
 
 def test_the_plan_of_a_world_says_the_sequences_its_ranks_train_at_step_0() -> None:
-    """`cockpit plan --nproc 2` with train.batch_start=3 of 8: each rank's sampler takes its share
-    of the 3, rounded up (2 of its 4), so the world trains 2 x 2 x 32 = 128 tokens at step 0 (a
-    torchrun run with batch_start=1 trained 64 where 1 x 32 was configured); the plan said 192,
-    a start of 3 sequences of the rank's 4."""
+    """`cockpit plan --nproc 2` with train.batch_start=2 of 8: each rank's sampler takes its
+    share of the 2 (1 of its 4), so the world trains 1 x 2 x 32 = 64 tokens at step 0; the plan
+    said 128, a start of 2 sequences of the rank's 4. (A start the ranks cannot split, 3 of 8,
+    is refused: tests/engine/test_schedule_rank_shares.py.)"""
     from engine.distributed import per_rank_batch
 
-    cfg = load_preset("tiny", [*TINY, "train.batch_start=3", "train.batch_ramp_steps=10"])
+    cfg = load_preset("tiny", [*TINY, "train.batch_start=2", "train.batch_ramp_steps=10"])
     text = "\n".join(schedule_lines(per_rank_batch(cfg, 2)))
-    assert "batch 2 -> 4 sequences over 10 steps" in text
-    assert "step 0 trains 128 tokens, growing to 256 a step" in text
-    one = load_preset("tiny", [*TINY, "train.batch_start=1", "train.batch_ramp_steps=10"])
-    assert "step 0 trains 64 tokens" in "\n".join(schedule_lines(per_rank_batch(one, 2)))
+    assert "batch 1 -> 4 sequences over 10 steps" in text
+    assert "step 0 trains 64 tokens, growing to 256 a step" in text
     assert per_rank_batch(load_preset("tiny", TINY), 2).train.batch_start == 0  # off stays off
