@@ -294,8 +294,9 @@ class EvalConfig:
     fine_interval: int = _opt(
         0,
         help="with train.stop_at_val: steps between evaluations once the next periodic one may "
-        "reach it (the val loss above it is at most twice what it fell over the last eval.interval "
-        "steps), so the crossing is seen within this many steps (0 = off)",
+        "reach it (the val loss above it is at most 3 times what it fell over the last eval.interval "
+        "steps; then for eval.interval steps at least), so the crossing is seen within this many "
+        "steps (0 = off)",
         min=0,
     )
     batches: int = _opt(20, help="batches per split (the same fixed batches at every eval)", min=1)

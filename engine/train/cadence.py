@@ -38,10 +38,10 @@ class DueWork(NamedTuple):
 
 ValPoint = tuple[int, float]  # an evaluation's step and val loss
 
-NEAR_FACTOR = 2.0  # "may reach": within twice what the val loss fell over the last interval
+NEAR_FACTOR = 3.0  # "may reach": within 3 times what the val loss fell over the last interval
 
 
-def near_target(points: Sequence[ValPoint], target: float, interval: int) -> bool:
+def projects_to(points: Sequence[ValPoint], target: float, interval: int) -> bool:
     """Whether the evaluation `interval` steps after the last of `points` (this run's, in step
     order) may reach `target`: the last val loss is at most NEAR_FACTOR times what the val loss
     fell over the last `interval` steps above it, the fall measured from the latest evaluation
@@ -58,6 +58,21 @@ def near_target(points: Sequence[ValPoint], target: float, interval: int) -> boo
         return False
     fell = (ref[1] - last_val) * interval / (last_step - ref[0])
     return fell > 0 and gap <= NEAR_FACTOR * fell
+
+
+def near_target(points: Sequence[ValPoint], target: float, interval: int) -> bool:
+    """Whether the run is near `target`: `projects_to` held at one of its evaluations of the
+    last `interval` steps, so that a noisy evaluation on the way (a val estimate above the one
+    before) does not take it back to evaluating every `interval` steps before that one's
+    projection has had its `interval` steps."""
+    if not points:
+        return False
+    since = points[-1][0] - interval
+    return any(
+        projects_to(points[: k + 1], target, interval)
+        for k in range(len(points) - 1, -1, -1)
+        if points[k][0] >= since
+    )
 
 
 def eval_interval(cfg: RunConfig, points: Sequence[ValPoint] = ()) -> int:
