@@ -5,7 +5,9 @@ Markdown).
 
 The time is the run's own training wall time (`Eval.train_time_s`: evaluation excluded), linear
 between the last evaluation above the target and the first at or below it, as the speedrun's
-bench measures it. Without a target the time is the whole run's training time.
+bench measures it; the notes say how many steps apart those were (a series with a target
+evaluates every `eval.fine_interval` steps near it). Without a target the time is the whole
+run's training time.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class RunResult:
     final_val: float | None = None
     time_to_target_s: float | None = None  # None: no target, or not reached
     target_step: int | None = None  # the first evaluation at or below the target
+    before_step: int | None = None  # the last one above it (None: the first reached it)
     tokens_per_s: float | None = None
 
 
@@ -68,6 +71,15 @@ def time_to_target(curve: Sequence[Point], target: float) -> tuple[float, int] |
     return None
 
 
+def step_before(curve: Sequence[Point], target_step: int | None) -> int | None:
+    """The step of the evaluation before the one at `target_step` (the time is linear between
+    the two); None when that one is the first, or there is none."""
+    steps = [p[0] for p in curve]
+    if target_step is None or target_step not in steps or steps.index(target_step) == 0:
+        return None
+    return steps[steps.index(target_step) - 1]
+
+
 def read_result(label: str, run_dir: Path, status: str, target: float | None, is_baseline: bool = False) -> RunResult:
     """A run's result from its metrics.jsonl."""
     from engine.rundir import METRICS_NAME, read_records
@@ -93,6 +105,7 @@ def read_result(label: str, run_dir: Path, status: str, target: float | None, is
         final_val=curve[-1][2] if curve else None,
         time_to_target_s=reached[0] if reached else None,
         target_step=reached[1] if reached else None,
+        before_step=step_before(curve, reached[1]) if reached else None,
         tokens_per_s=tokens / train_time if train_time and tokens else None,
     )
 
@@ -185,7 +198,7 @@ def build_table(results: Sequence[RunResult], target: float | None, title: str =
 
 CSV_COLUMNS = (
     "run", "run_dir", "status", "baseline", "steps", "time_s", "time_to_target_s", "target_step",
-    "train_time_s", "final_val", "tokens_per_s", "d_time_s", "d_time_pct", "time_in_noise",
+    "before_step", "train_time_s", "final_val", "tokens_per_s", "d_time_s", "d_time_pct", "time_in_noise",
     "d_val", "d_val_pct", "val_in_noise",
 )  # fmt: skip
 
@@ -210,7 +223,7 @@ def to_csv(table: AblationTable) -> str:
             _cell(v)
             for v in (
                 r.label, r.run_dir, r.status, r.is_baseline, r.steps, row.time_s, r.time_to_target_s,
-                r.target_step, r.train_time_s, r.final_val, r.tokens_per_s,
+                r.target_step, r.before_step, r.train_time_s, r.final_val, r.tokens_per_s,
                 dt.value if dt else None, dt.percent if dt else None, dt.in_noise if dt else None,
                 dv.value if dv else None, dv.percent if dv else None, dv.in_noise if dv else None,
             )  # fmt: skip
@@ -264,8 +277,16 @@ def notes(table: AblationTable) -> list[str]:
     if table.target is not None:
         lines.append(
             f"Time to val {table.target:g}: the run's training wall time (evaluation excluded), "
-            "linear between the last evaluation above the target and the first at or below it."
+            "linear between the last evaluation above the target and the first at or below it"
+            + resolution(table)
+            + "."
         )
+        first = [r.result.label for r in table.rows if r.time_s is not None and r.result.before_step is None]
+        if first:
+            lines.append(
+                f"Reached at the run's first evaluation ({', '.join(first)}): that evaluation's time, "
+                "at most the time it took."
+            )
     else:
         lines.append("Train time: the run's training wall time to its last step (evaluation excluded).")
     n_base = len([r for r in table.rows if r.result.is_baseline])
@@ -289,6 +310,20 @@ def notes(table: AblationTable) -> list[str]:
     else:
         lines.append("No noise estimate: --repeat-baseline 3 runs the baseline 3 times (seeds of their own) to measure it.")
     return lines
+
+
+def resolution(table: AblationTable) -> str:
+    """How far apart the evaluations around the crossings were: the time's resolution."""
+    gaps = [
+        r.result.target_step - r.result.before_step
+        for r in table.rows
+        if r.time_s is not None and r.result.target_step is not None and r.result.before_step is not None
+    ]
+    if not gaps:
+        return ""
+    if min(gaps) == max(gaps):
+        return f" ({gaps[0]} steps apart)"
+    return f" ({min(gaps)} to {max(gaps)} steps apart)"
 
 
 def aligned(rows: list[list[str]]) -> list[str]:

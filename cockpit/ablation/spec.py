@@ -28,6 +28,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 BASELINE = "baseline"
+FINE_KEY = "eval.fine_interval"  # the cadence near a target (engine.train.cadence)
+FINE_PER_INTERVAL = 10  # with a target, evaluations near it are 10 times as frequent
 FILE_KEYS = ("preset", "target", "steps", "repeat_baseline", "name", "description", "settings", "change")
 
 
@@ -72,7 +74,20 @@ class AblationSpec:
             made.append(f"train.max_steps={self.steps}")
         if self.target is not None:
             made.append(f"train.stop_at_val={self.target!r}")
+            made.extend(self.fine_cadence())
         return made
+
+    def fine_cadence(self) -> list[str]:
+        """With a target, `eval.fine_interval` a tenth of the baseline's `eval.interval` (at
+        least 1), so each run's crossing is seen within that many steps; none when `--set`
+        gives it (0 turns it off) or the baseline has no periodic evaluation."""
+        if any(text.partition("=")[0] == FINE_KEY for text in self.settings):
+            return []
+        try:
+            interval = load_preset(self.preset, list(self.settings), list(self.presets_dirs)).eval.interval
+        except ConfigError:  # check_spec says what is wrong with the preset or a setting
+            return []
+        return [f"{FINE_KEY}={max(1, interval // FINE_PER_INTERVAL)}"] if interval else []
 
     def identity(self) -> dict[str, Any]:
         """What makes two series the same one: a rerun of the same command finds its runs."""
@@ -285,6 +300,7 @@ def check_spec(spec: AblationSpec) -> None:
                 )
     common = spec.common_settings()
     baseline = load(spec, common, "--set" if spec.settings else "the baseline")
+    periodic(spec, baseline, "--set" if spec.settings else f"--preset {spec.preset}")
     seen: dict[tuple[str, ...], str] = {}
     for change in spec.changes:
         keys = [text.partition("=")[0] for text in change.settings]
@@ -296,11 +312,22 @@ def check_spec(spec: AblationSpec) -> None:
             raise ConfigError(f"--change {change.label!r}: the same settings as {seen[key]!r}; give each change once")
         seen[key] = change.label
         changed = load(spec, [*common, *change.settings], f"--change {change.label!r}")
+        periodic(spec, changed, f"--change {change.label!r}")
         if changed == baseline:
             raise ConfigError(
                 f"--change {change.label!r}: changes nothing, the baseline {spec.preset} has it "
                 "already; change another value (--repeat-baseline K runs the baseline again)"
             )
+
+
+def periodic(spec: AblationSpec, config: dict[str, Any], what: str) -> None:
+    """A run measured to a target needs evaluations on the way: it stops at the first at or
+    below the target, and with none before its end it would train every step to reach it."""
+    if spec.target is not None and not config["eval"]["interval"]:
+        raise ConfigError(
+            f"{what}: eval.interval is 0 (evaluated only at the end), so no run could stop at "
+            f"--target {spec.target:g}; --set eval.interval=N evaluates every N steps"
+        )
 
 
 def load(spec: AblationSpec, settings: list[str], what: str) -> dict[str, Any]:

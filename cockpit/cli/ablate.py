@@ -77,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--target", type=float, metavar="LOSS",
-        help="each run stops at its first evaluation at or below this val loss (train.stop_at_val); "
-        "the table compares the time to it",
+        help="each run stops at its first evaluation at or below this val loss (train.stop_at_val), "
+        "evaluating 10 times as often near it (eval.fine_interval); the table compares the time to it",
     )  # fmt: skip
     parser.add_argument(
         "--steps", type=int, metavar="N",

@@ -190,3 +190,23 @@ def test_an_unreadable_series_file_is_one_line_and_exit_2(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00 preset")
     done = ablate(tmp_path / "runs", str(binary), "--headless")
     assert done.returncode == 2 and "not UTF-8 text" in done.stderr and done.stderr.count("\n") == 1
+
+
+@pytest.mark.slow  # real processes, each run a real (tiny) one
+def test_a_target_is_found_within_the_fine_cadence_near_it(tmp_path):
+    # tiny evaluates every 50 steps: near 2.9, every 5 (a tenth), so the time to it is
+    # interpolated between evaluations 5 steps apart, not 50
+    runs = tmp_path / "runs"
+    done = ablate(runs, "--preset", "tiny", "--change", "optim.name=lion", "--target", "2.9", "--steps", "400", "--name", "s", *QUICK)
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader((runs / "s" / "results.csv").open()))
+    for row in rows:
+        config = json.loads((Path(row["run_dir"]) / "config.json").read_text())
+        assert (config["eval"]["interval"], config["eval"]["fine_interval"]) == (50, 5)
+        evals = [e for e in metrics(Path(row["run_dir"])) if e["kind"] == "eval"]
+        steps = [e["step"] for e in evals]
+        assert evals[-1]["val_loss"] <= 2.9 < evals[-2]["val_loss"]  # stopped at the first at or below
+        assert int(row["target_step"]) == steps[-1] and int(row["before_step"]) == steps[-2]
+        assert steps[-1] - steps[-2] == 5  # the crossing within 5 steps
+        assert steps[0] == 50 and len(steps) < steps[-1] // 5  # coarse far from it
+    assert "and the first at or below it (5 steps apart)." in done.stdout

@@ -116,4 +116,26 @@ def test_a_series_file_reads_quoted_and_dotted_keys(tmp_path):
         Change("model.qk_norm=true model.norm=rmsnorm", ("model.qk_norm=true", 'model.norm="rmsnorm"')),
     )
     check_spec(spec)  # every change loads with the preset
-    assert spec.common_settings() == ["eval.interval=5", "train.stop_at_val=2.5"]
+    # with a target, evaluations near it are 10 times as frequent (at least every step)
+    assert spec.common_settings() == ["eval.interval=5", "train.stop_at_val=2.5", "eval.fine_interval=1"]
+
+
+def test_a_target_evaluates_ten_times_as_often_near_it_unless_set():
+    lion = (parse_change("optim.name=lion"),)
+    assert AblationSpec("tiny", lion, target=2.9).common_settings() == [
+        "train.stop_at_val=2.9", "eval.fine_interval=5",  # tiny evaluates every 50 steps
+    ]  # fmt: skip
+    assert AblationSpec("tiny", lion, steps=20).common_settings() == ["train.max_steps=20"]  # no target
+    off = AblationSpec("tiny", lion, target=2.9, settings=("eval.fine_interval=0",))
+    assert off.common_settings() == ["eval.fine_interval=0", "train.stop_at_val=2.9"]  # --set wins
+    # the cadence is not part of what makes the series: the same command finds the same runs
+    assert AblationSpec("tiny", lion, target=2.9).identity()["settings"] == []
+
+
+def test_a_target_with_no_periodic_evaluation_is_refused_in_one_line():
+    lion = (parse_change("optim.name=lion"),)
+    with pytest.raises(ConfigError, match=r"^--set: eval.interval is 0 .* no run could stop at --target 2.9; --set eval.interval=N"):
+        check_spec(AblationSpec("tiny", lion, target=2.9, settings=("eval.interval=0",)))
+    with pytest.raises(ConfigError, match=r"^--change 'eval.interval=0': eval.interval is 0"):
+        check_spec(AblationSpec("tiny", (parse_change("eval.interval=0"),), target=2.9))
+    check_spec(AblationSpec("tiny", lion, steps=20, settings=("eval.interval=0",)))  # no target: fine

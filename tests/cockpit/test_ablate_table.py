@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 
@@ -14,6 +15,7 @@ from cockpit.ablation.results import (
     RunResult,
     build_table,
     eval_curve,
+    read_result,
     time_to_target,
     to_csv,
     to_markdown,
@@ -27,6 +29,32 @@ def test_the_time_to_a_target_is_linear_between_the_evaluations_around_it():
     assert time_to_target(curve, 2.1) == (2.0, 20)  # reached exactly at an evaluation
     assert time_to_target(curve, 3.0) == (1.0, 10)  # the first evaluation is already below it
     assert time_to_target(curve, 1.0) is None  # never reached
+
+
+def test_the_notes_say_how_far_apart_the_evaluations_around_the_crossings_were(tmp_path):
+    def run(name: str, curve: list[tuple[int, float, float]]) -> RunResult:
+        (tmp_path / name).mkdir()
+        lines = [
+            json.dumps({"kind": "eval", "step": s, "train_time_s": t, "val_loss": v, "train_loss": v})
+            for s, t, v in curve
+        ]
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        return read_result(name, tmp_path / name, "finished", 2.0, is_baseline=name == "base")
+
+    base = run("base", [(50, 1.0, 2.5), (100, 2.0, 2.1), (105, 2.1, 2.05), (110, 2.2, 1.95)])
+    assert (base.target_step, base.before_step) == (110, 105)
+    assert base.time_to_target_s == pytest.approx(2.15)  # halfway between 2.05 and 1.95
+    wide = run("wide", [(50, 1.0, 2.5), (100, 2.0, 1.9)])
+    first = run("first", [(50, 1.0, 1.9)])
+    never = run("never", [(50, 1.0, 2.5)])
+    assert (first.target_step, first.before_step) == (50, None) and never.before_step is None
+    text = to_markdown(build_table([base, wide, first, never], target=2.0))
+    assert "and the first at or below it (5 to 50 steps apart)." in text
+    assert "Reached at the run's first evaluation (first): that evaluation's time, at most" in text
+    assert "(5 steps apart)." in to_markdown(build_table([base], target=2.0))
+    assert "steps apart" not in to_markdown(build_table([first], target=2.0))
+    rows = list(csv.DictReader(io.StringIO(to_csv(build_table([base, first], target=2.0)))))
+    assert [(r["target_step"], r["before_step"]) for r in rows] == [("110", "105"), ("50", "")]
 
 
 def test_evaluations_a_resume_trained_again_replace_the_first_ones():
