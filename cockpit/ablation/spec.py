@@ -150,7 +150,11 @@ def canonical_setting(text: str, where: str) -> str:
         section, name, value = parse_override(text)
         return f"{section}.{name}={toml_text(value)}"
     except ConfigError as e:
-        raise ConfigError(f"{where}: {str(e).removeprefix('--set ')}") from None
+        # the engine's words are --set's ("--set: unknown key 'a'"); here the option is `where`
+        text = str(e)
+        for prefix in ("--set: ", "--set "):
+            text = text.removeprefix(prefix)
+        raise ConfigError(f"{where}: {text}") from None
 
 
 def toml_text(value: Any) -> str:
@@ -217,7 +221,9 @@ def spec_from_file(path: Path) -> AblationSpec:
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r} (a series file has: {', '.join(FILE_KEYS)})")
     preset = raw.get("preset")
-    if not isinstance(preset, str) or not preset:
+    if preset is not None and not isinstance(preset, str):
+        raise ConfigError(f'{path}: preset: expected a preset name or .toml path in quotes, got {preset!r}')
+    if not preset:
         raise ConfigError(f'{path}: no baseline: add preset = "NAME" (a preset name or .toml path)')
     settings = raw.get("settings", {})
     if not isinstance(settings, dict):
@@ -228,6 +234,11 @@ def spec_from_file(path: Path) -> AblationSpec:
     changes = []
     for number, table in enumerate(changes_raw, 1):
         label = table.get("name")
+        if label is not None and (not isinstance(label, str) or not label.strip()):
+            raise ConfigError(
+                f"{path}: change {number}: name: expected its label in quotes, e.g. name = \"AdamW\", "
+                f"got {label!r} (or drop name: the label is then its settings)"
+            )
         where = f"{path}: change {label!r}" if isinstance(label, str) else f"{path}: change {number}"
         made = flat_settings(table, where, skip=("name",))
         if not made:

@@ -7,6 +7,7 @@ its runs while another series is refused."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,31 @@ def test_a_target_with_no_periodic_evaluation_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^--change 'eval.interval=0': eval.interval is 0"):
         check_spec(AblationSpec("tiny", (parse_change("eval.interval=0"),), target=2.9))
     check_spec(AblationSpec("tiny", lion, steps=20, settings=("eval.interval=0",)))  # no target: fine
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # a wrong type is said as such, not as a missing baseline
+        ('preset = 3\n[[change]]\n"optim.name" = "lion"\n', "preset: expected a preset name or .toml path in quotes, got 3"),
+        # a name that is no label was taken (the table's row read 3, or was blank)
+        ('preset = "tiny"\n[[change]]\nname = 3\n"optim.name" = "lion"\n', "change 1: name: expected its label in quotes"),
+        ('preset = "tiny"\n[[change]]\nname = ""\n"optim.name" = "lion"\n', "change 1: name: expected its label in quotes"),
+    ],
+)
+def test_a_series_file_of_a_wrong_type_says_which_key(tmp_path, text, says):
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        spec_from_file(path)
+
+
+def test_an_unknown_key_in_a_change_is_not_said_to_be_a_set(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('preset = "tiny"\n[[change]]\noptim = "lion"\n')
+    with pytest.raises(ConfigError) as caught:
+        spec_from_file(path)
+    assert str(caught.value).endswith("s.toml: change 1: unknown key 'optim' (did you mean 'optim.lr'?)")
+    with pytest.raises(ConfigError) as caught:
+        parse_change("a=1")
+    assert str(caught.value).startswith("--change 'a=1': unknown key 'a' (")
