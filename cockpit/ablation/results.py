@@ -281,6 +281,13 @@ def notes(table: AblationTable) -> list[str]:
             + resolution(table)
             + "."
         )
+        ended = [row for row in table.rows if row.result.status in RESULT_STATES]
+        if ended and all(row.time_s is None for row in ended):
+            most = max(row.result.steps for row in ended)
+            lines.append(
+                f"No run reached val {table.target:g} (the lowest final val {min_val(ended)}, in at most {most} steps): "
+                "a higher --target, or more --steps, measures a time."
+            )
         first = [r.result.label for r in table.rows if r.time_s is not None and r.result.before_step is None]
         if first:
             lines.append(
@@ -310,6 +317,11 @@ def notes(table: AblationTable) -> list[str]:
     else:
         lines.append("No noise estimate: --repeat-baseline 3 runs the baseline 3 times (seeds of their own) to measure it.")
     return lines
+
+
+def min_val(rows: Sequence[Row]) -> str:
+    vals = [row.result.final_val for row in rows if row.result.final_val is not None]
+    return f"{min(vals):.4f}" if vals else "no evaluation"
 
 
 def resolution(table: AblationTable) -> str:

@@ -145,3 +145,11 @@ def test_the_markdown_marks_the_differences_inside_the_noise():
     c = next(line for line in lines if line.startswith("| c "))
     assert "not reached" in c
     assert "Noise, the baseline's spread: time 10.0 s to 14.0 s (std 2.00 s)" in text
+
+
+def test_a_target_no_run_reached_says_what_to_change():
+    never = [result("baseline", None, 3.22, baseline=True), result("lion", None, 3.14)]
+    text = to_markdown(build_table(never, target=0.5))
+    assert text.count("not reached") == 2
+    assert "No run reached val 0.5 (the lowest final val 3.1400, in at most 100 steps): a higher --target, or more --steps" in text
+    assert "No run reached" not in to_markdown(build_table(RESULTS, target=1.9))  # some did
