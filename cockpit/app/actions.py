@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cockpit.app.key_table import LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, help_rows
+from cockpit.app.key_table import COMMANDS, LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, Command, help_rows
 from cockpit.figures.numbers import fmt_int
 from cockpit.screens.cooldown import CooldownScreen
 from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, run_lr_plan
@@ -36,6 +36,13 @@ if TYPE_CHECKING:
     _AppBase = App[None]  # for type checkers only: at run time a plain mixin
 else:
     _AppBase = object
+
+
+# The steering keys (the commands that need a running engine), by key: pressed while they cannot
+# act (a read-only viewer, a run that ended), each says why in one line instead of nothing.
+STEERING_BY_KEY: dict[str, Command] = {
+    key: cmd for cmd in COMMANDS if cmd.needs_engine for key in cmd.keys.split(",")
+}
 
 
 class CommandActions(_AppBase):
@@ -69,6 +76,39 @@ class CommandActions(_AppBase):
         palette follow, and the samples panel names s only while a press would sample."""
         self.refresh_bindings()
         self.main_screen.samples_panel.offer_sampling(self.offered("sample") is True)
+
+    def steering_refusal(self) -> str | None:
+        """Why the steering keys cannot act now, as one line (None: they can)."""
+        state = self.session.state
+        if state in RunState.ENDED:
+            if self.attached:
+                ckpt = self.session.view.last_checkpoint
+                hint = f"cockpit start --resume {shlex.quote(self.current_run_dir or 'RUN_DIR')} trains it on" if ckpt else "q quits"
+            else:
+                hint = "h lists the runs (resume or fork one), p starts another preset"
+            return f"the run {state}: nothing trains to steer; {hint}"  # stopped, finished, failed
+        if self.read_only:
+            return "this viewer only watches: its keys cannot change the run; attach without --read-only to steer it"
+        if not self.engine_running:
+            return "no run in progress; p picks a preset to train"
+        return None
+
+    def refuse_steering_key(self, key: str) -> bool:
+        """A steering key pressed on the main screen while it cannot act: one toast saying why
+        (the same one not again while it is on screen). Returns whether it said so."""
+        cmd = STEERING_BY_KEY.get(key)
+        if cmd is None or self.screen is not self.main_screen or self.offered(cmd.name) is not False:
+            return False
+        why = self.steering_refusal()
+        if why is None:
+            return False
+        title = cmd.title or cmd.footer
+        now = time.monotonic()
+        if self.session.refusal_said == (title, why) and now < self.session.refusal_until:
+            return True
+        self.session.refusal_said, self.session.refusal_until = (title, why), now + 6
+        self.notify(why, title=title, severity="warning", timeout=6)
+        return True
 
     def action_read_only_note(self) -> None:
         self.notify(

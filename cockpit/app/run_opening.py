@@ -106,8 +106,11 @@ class RunOpening(_AppBase):
         return super().offered(action)
 
     def on_key(self, event: Any) -> None:
-        if self.viewing_record and self.screen is self.main_screen and event.key in STEERING_KEYS:
-            self.action_run_over_note()
+        if self.viewing_record:  # r resumes there; the other steering keys say why not
+            if self.screen is self.main_screen and event.key in STEERING_KEYS:
+                self.action_run_over_note()
+        else:  # a read-only viewer, a run that ended: the key says why it does nothing
+            self.refuse_steering_key(event.key)
 
     def action_run_over_note(self) -> None:
         name = os.path.basename(self.current_run_dir or "") or self.session.preset

@@ -39,6 +39,9 @@ class Session:
     busy_note: str | None = None  # the note of a worker reading or building something
     check_note: str = ""  # the note shown while a picked preset is checked
     checkpoint_toast_until: float = 0.0  # a checkpoint toast is on screen until then (monotonic)
+    # a steering key's refusal (title, why) on screen until then: a burst of presses says it once
+    refusal_said: tuple[str, str] | None = None
+    refusal_until: float = 0.0
     live_overlay_timer: Timer | None = None  # the next reading of overlaid runs still training
 
     quitting: bool = False
