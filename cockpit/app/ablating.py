@@ -36,6 +36,9 @@ class SeriesSteps(Protocol):
     def finish(self) -> str:
         """The series is done: write its table; the line the app shows."""
 
+    def stopped_note(self) -> str:
+        """The series stopped before its end: how many runs are done, and how to continue."""
+
 
 class AblationApp(CockpitApp):
     """CockpitApp driving a series: the next run starts when one ends."""
@@ -69,6 +72,14 @@ class AblationApp(CockpitApp):
                     self.notify(f"next: {self.series_label}", title="Ablation", timeout=4)
                 else:
                     self.call_later(self._series_finished)
+            elif self.session.pending_preset is not None and not self.session.quitting:
+                # another run picked (p, n, f, r): the series stops here, its run resumable
+                self.notify(
+                    f"{self.series.stopped_note()} · {self.session.pending_preset} is not part of it",
+                    title="Ablation stopped",
+                    severity="warning",
+                    timeout=15,
+                )
         super()._engine_finished()
 
     def _series_finished(self) -> None:

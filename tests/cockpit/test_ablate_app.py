@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pilot import REAL_SIZE, run_pilot, status_text, wait_for_engine
+from pilot import REAL_SIZE, Toasts, run_pilot, status_text, wait_for_engine
 from textual.pilot import Pilot
 
 from cockpit.ablation.series import DONE, RESUME, START, Series
@@ -83,3 +83,22 @@ def test_q_mid_series_stops_the_run_with_a_checkpoint_for_a_rerun(tmp_path: Path
     assert [again.next_step(r) for r in again.runs] == [DONE, RESUME, START]
     assert again.runs[1].status == "stopped"
     assert not (series / "02-model.qk_norm=true").exists()
+
+
+@pytest.mark.slow  # the real engine
+def test_picking_another_run_mid_series_says_the_series_stopped_and_how_to_continue(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the picked preset's run goes to ./runs
+    app, driver = series_app(tmp_path, steps=100000)
+    toasts = Toasts()
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for_engine(pilot, lambda: "ablate 1/3" in status_text(app) and app.session.view.step >= 3, timeout=60)
+        app.switch_to("tiny")  # what the preset menu (p) does once confirmed
+        await wait_for_engine(pilot, lambda: any(t.title == "Ablation stopped" for t in toasts), timeout=30)
+
+    run_pilot(app, scenario, size=REAL_SIZE, toasts=toasts)
+    said = next(t.message for t in toasts if t.title == "Ablation stopped")
+    assert said.startswith("ablate stopped: 0 of 3 runs done") and "run the same command again" in said
+    assert said.endswith("tiny is not part of it")
+    again = Series.open(driver.series.spec, tmp_path / "runs")
+    assert [again.next_step(r) for r in again.runs] == [RESUME, START, START]  # nothing lost
