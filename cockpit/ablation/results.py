@@ -41,6 +41,24 @@ class RunResult:
     target_step: int | None = None  # the first evaluation at or below the target
     before_step: int | None = None  # the last one above it (None: the first reached it)
     tokens_per_s: float | None = None
+    # what was changed while it trained (the LR by hand, a live setting): not the change alone
+    changed_live: tuple[str, ...] = ()
+
+
+def live_changes(records: Iterable[dict[str, Any]]) -> tuple[str, ...]:
+    """What a run's records say was changed while it trained, in words ("LR x1.56 at step
+    1005", "optim.weight_decay at step 300"): a set_lr or scale_lr (the app's l, +, -, a
+    rollback's halving) or a live setting (the app's settings screen, a cool-down); not the
+    changes a config.toml replayed at their steps, which its own settings made."""
+    said: list[str] = []
+    for r in records:
+        if r.get("kind") == "lr_changed":
+            said.append(f"LR x{float(r.get('scale', 1.0)):.3g} at step {r.get('step')}")
+        elif r.get("kind") == "settings_changed" and not r.get("replayed"):
+            keys = ", ".join(sorted(r.get("changes") or {}))
+            if keys:
+                said.append(f"{keys} at step {r.get('step')}")
+    return tuple(dict.fromkeys(said))  # a resume's records again: once
 
 
 def eval_curve(records: Iterable[dict[str, Any]]) -> list[Point]:
@@ -107,6 +125,7 @@ def read_result(label: str, run_dir: Path, status: str, target: float | None, is
         target_step=reached[1] if reached else None,
         before_step=step_before(curve, reached[1]) if reached else None,
         tokens_per_s=tokens / train_time if train_time and tokens else None,
+        changed_live=live_changes(records),
     )
 
 
@@ -199,7 +218,7 @@ def build_table(results: Sequence[RunResult], target: float | None, title: str =
 CSV_COLUMNS = (
     "run", "run_dir", "status", "baseline", "steps", "time_s", "time_to_target_s", "target_step",
     "before_step", "train_time_s", "final_val", "tokens_per_s", "d_time_s", "d_time_pct", "time_in_noise",
-    "d_val", "d_val_pct", "val_in_noise",
+    "d_val", "d_val_pct", "val_in_noise", "changed_live",
 )  # fmt: skip
 
 
@@ -226,6 +245,7 @@ def to_csv(table: AblationTable) -> str:
                 r.target_step, r.before_step, r.train_time_s, r.final_val, r.tokens_per_s,
                 dt.value if dt else None, dt.percent if dt else None, dt.in_noise if dt else None,
                 dv.value if dv else None, dv.percent if dv else None, dv.in_noise if dv else None,
+                "; ".join(r.changed_live) or None,
             )  # fmt: skip
         )
     return out.getvalue()
@@ -265,7 +285,7 @@ def markdown_rows(table: AblationTable) -> list[list[str]]:
                 "" if r.is_baseline and single else fmt_difference(row.d_val, "val"),
                 f"{r.tokens_per_s:,.0f}" if r.tokens_per_s is not None else "-",
                 str(r.steps),
-                r.status,
+                r.status + (" *" if r.changed_live else ""),
             ]
         )
     return rows
@@ -296,6 +316,13 @@ def notes(table: AblationTable) -> list[str]:
             )
     else:
         lines.append("Train time: the run's training wall time to its last step (evaluation excluded).")
+    changed = [row.result for row in table.rows if row.result.changed_live]
+    if changed:
+        lines.append(
+            "* changed while it trained, so its figures are not the change's alone: "
+            + "; ".join(f"{r.label}: {', '.join(r.changed_live)}" for r in changed)
+            + "."
+        )
     n_base = len([r for r in table.rows if r.result.is_baseline])
     if n_base > 1:
         lines.append(f"Differences are from the baseline's mean over its {n_base} runs (each a seed of its own).")

@@ -153,3 +153,25 @@ def test_a_target_no_run_reached_says_what_to_change():
     assert text.count("not reached") == 2
     assert "No run reached val 0.5 (the lowest final val 3.1400, in at most 100 steps): a higher --target, or more --steps" in text
     assert "No run reached" not in to_markdown(build_table(RESULTS, target=1.9))  # some did
+
+
+def test_a_run_changed_while_it_trained_is_marked_with_what_was_changed(tmp_path):
+    # QA: + pressed twice during a series' run; its row read as the change's alone
+    (tmp_path / "run").mkdir()
+    lines = [
+        {"kind": "eval", "step": 50, "train_time_s": 1.0, "val_loss": 3.0, "train_loss": 3.0},
+        {"kind": "lr_changed", "step": 1005, "old_lr": 1e-3, "new_lr": 1.5625e-3, "scale": 1.5625},
+        {"kind": "settings_changed", "step": 1200, "changes": {"optim.weight_decay": [0.1, 0.0]}, "by": "app"},
+        {"kind": "settings_changed", "step": 1300, "changes": {"optim.lr": [1, 2]}, "replayed": True},
+    ]
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    changed = read_result("lion", tmp_path / "run", "finished", None)
+    assert changed.changed_live == ("LR x1.56 at step 1005", "optim.weight_decay at step 1200")  # not the replayed
+    table = build_table([RESULTS[0], changed], target=None)
+    text = to_markdown(table)
+    assert next(line for line in text.splitlines() if line.startswith("| lion ")).endswith("| finished * |")
+    assert "* changed while it trained, so its figures are not the change's alone: lion: LR x1.56 at step 1005, " \
+        "optim.weight_decay at step 1200." in text
+    rows = list(csv.DictReader(io.StringIO(to_csv(table))))
+    assert rows[0]["changed_live"] == "" and rows[1]["changed_live"] == "LR x1.56 at step 1005; optim.weight_decay at step 1200"
+    assert "changed while it trained" not in to_markdown(build_table(RESULTS, target=1.9))
