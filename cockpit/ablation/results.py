@@ -312,7 +312,7 @@ def notes(table: AblationTable) -> list[str]:
         if first:
             lines.append(
                 f"Reached at the run's first evaluation ({', '.join(first)}): that evaluation's time, "
-                "at most the time it took."
+                "at most the time it took (a lower --target, or --set eval.interval=N with a smaller N, measures it)."
             )
     else:
         lines.append("Train time: the run's training wall time to its last step (evaluation excluded).")

@@ -50,7 +50,7 @@ def test_the_notes_say_how_far_apart_the_evaluations_around_the_crossings_were(t
     assert (first.target_step, first.before_step) == (50, None) and never.before_step is None
     text = to_markdown(build_table([base, wide, first, never], target=2.0))
     assert "and the first at or below it (5 to 50 steps apart)." in text
-    assert "Reached at the run's first evaluation (first): that evaluation's time, at most" in text
+    assert "Reached at the run's first evaluation (first): that evaluation's time, at most the time it took (a lower --target, or --set eval.interval=N" in text
     assert "(5 steps apart)." in to_markdown(build_table([base], target=2.0))
     assert "steps apart" not in to_markdown(build_table([first], target=2.0))
     rows = list(csv.DictReader(io.StringIO(to_csv(build_table([base, first], target=2.0)))))
