@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,12 @@ SHAKESPEARE = Path(
     os.environ.get("COCKPIT_TINYSHAKESPEARE") or SHARED_DATA / "tinyshakespeare" / "input.txt"
 )
 TIKTOKEN_CACHE = Path(os.environ.get("TIKTOKEN_CACHE_DIR") or SHARED_DATA / "tiktoken-cache")
+
+# A suite started in the background of a script (`... &`) inherits SIGINT ignored, and so would
+# every process a test starts: the Ctrl-C tests would send a signal nobody hears. A handled
+# signal is reset to the default in an exec'd child, so handling it here gives them Ctrl-C.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(wrapper=True)
