@@ -50,10 +50,16 @@ def live_changes(records: Iterable[dict[str, Any]]) -> tuple[str, ...]:
     1005", "optim.weight_decay at step 300"): a set_lr or scale_lr (the app's l, +, -, a
     rollback's halving) or a live setting (the app's settings screen, a cool-down); not the
     changes a config.toml replayed at their steps, which its own settings made."""
+    records = list(records)
+    rollbacks = {r.get("step") for r in records if r.get("kind") == "alert" and r.get("code") == "rollback"}
     said: list[str] = []
     for r in records:
         if r.get("kind") == "lr_changed":
-            said.append(f"LR x{float(r.get('scale', 1.0)):.3g} at step {r.get('step')}")
+            lr = f"LR x{float(r.get('scale', 1.0)):.3g}"
+            if r.get("step") in rollbacks:
+                said.append(f"rolled back to step {r.get('step')} ({lr})")
+            else:
+                said.append(f"{lr} at step {r.get('step')}")
         elif r.get("kind") == "settings_changed" and not r.get("replayed"):
             keys = ", ".join(sorted(r.get("changes") or {}))
             if keys:
@@ -319,7 +325,7 @@ def notes(table: AblationTable) -> list[str]:
     changed = [row.result for row in table.rows if row.result.changed_live]
     if changed:
         lines.append(
-            "* changed while it trained, so its figures are not the change's alone: "
+            "* changed while it trained, so its figures are not those of its settings alone: "
             + "; ".join(f"{r.label}: {', '.join(r.changed_live)}" for r in changed)
             + "."
         )

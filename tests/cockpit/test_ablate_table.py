@@ -170,8 +170,18 @@ def test_a_run_changed_while_it_trained_is_marked_with_what_was_changed(tmp_path
     table = build_table([RESULTS[0], changed], target=None)
     text = to_markdown(table)
     assert next(line for line in text.splitlines() if line.startswith("| lion ")).endswith("| finished * |")
-    assert "* changed while it trained, so its figures are not the change's alone: lion: LR x1.56 at step 1005, " \
-        "optim.weight_decay at step 1200." in text
+    assert "* changed while it trained, so its figures are not those of its settings alone: lion: LR x1.56 at " \
+        "step 1005, optim.weight_decay at step 1200." in text
     rows = list(csv.DictReader(io.StringIO(to_csv(table))))
     assert rows[0]["changed_live"] == "" and rows[1]["changed_live"] == "LR x1.56 at step 1005; optim.weight_decay at step 1200"
     assert "changed while it trained" not in to_markdown(build_table(RESULTS, target=1.9))
+
+
+def test_a_rollback_is_said_as_one(tmp_path):
+    (tmp_path / "run").mkdir()
+    lines = [
+        {"kind": "lr_changed", "step": 1750, "old_lr": 1e-3, "new_lr": 5e-4, "scale": 0.5},
+        {"kind": "alert", "step": 1750, "level": "info", "code": "rollback", "message": "rolled back to step 1750"},
+    ]
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert read_result("b", tmp_path / "run", "finished", None).changed_live == ("rolled back to step 1750 (LR x0.5)",)
