@@ -2,6 +2,10 @@
 
 import sys
 
-from cockpit.cli import main
+try:
+    from cockpit.cli import main
+except KeyboardInterrupt:  # ctrl+c before the command is even loaded: quiet, as after
+    print("cockpit: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -24,9 +24,11 @@ class StopSignals:
     """SIGINT, SIGTERM and SIGHUP, caught from the start of `cockpit train`.
 
     Each asks the run to stop at its next step boundary (checkpointing what was trained), with
-    the signal's name as the recorded reason. A signal that comes before the run exists (while
-    torch is imported or the corpus prepared) is kept and handed to the run once it is attached,
-    rather than killing the process with nothing on disk. A second ctrl+c aborts at once.
+    the signal's name as the recorded reason. A SIGTERM or SIGHUP that comes before the run
+    exists (while torch is imported or the checkpoint read) is kept and handed to the run once
+    it is attached, which records it, rather than killing the process with nothing on disk. A
+    ctrl+c then is a person leaving before anything started: it aborts at once (KeyboardInterrupt:
+    `cockpit: interrupted`, exit status 130, no run directory made), as a second ctrl+c does.
     """
 
     def __init__(self) -> None:
@@ -52,8 +54,8 @@ class StopSignals:
             trainer.stop(checkpoint=True, reason=signal_reason(self.received[0]))
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self.received and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second ctrl+c: the user really wants out
+        if signum == signal.SIGINT and (self.received or self.trainer is None):
+            raise KeyboardInterrupt  # a second ctrl+c, or one before the run exists: out now
         self.received.append(signum)
         name = signal.Signals(signum).name
         trainer = self.trainer
