@@ -29,14 +29,44 @@ VARIANTS = ("muon", "normuon")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def gram_is_cheaper(rows: int, cols: int, steps: int) -> bool:
+    """Whether iterating on the (m, m) Gram matrix costs fewer FLOPs than on the (m, n) matrix.
+
+    Per step the direct iteration costs 4 m^2 n + 2 m^3; the Gram one pays 4 m^2 n once (A and
+    the final product) and 8 m^3 a step but the last (6 m^3 fewer): cheaper when n > 1.5 m."""
+    m, n = min(rows, cols), max(rows, cols)
+    return steps > 1 and 2 * n > 3 * m
+
+
 def _quintic_steps(
     x: torch.Tensor, coefficients: list[tuple[float, float, float]]
 ) -> torch.Tensor:
     """x <- a x + (b A + c A^2) x with A = x x^T, once per (a, b, c); x is wide (m <= n)."""
+    if x.dtype == torch.float32 and gram_is_cheaper(x.size(-2), x.size(-1), len(coefficients)):
+        return _quintic_steps_on_gram(x, coefficients)
     for a, b, c in coefficients:
         gram = x @ x.mT
         x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
     return x
+
+
+def _quintic_steps_on_gram(
+    x: torch.Tensor, coefficients: list[tuple[float, float, float]]
+) -> torch.Tensor:
+    """The same iteration, carried on A = x x^T (m, m) alone: each step's factor
+    P = a I + b A + c A^2 is a polynomial in the first A, so the factors commute, the next
+    Gram matrix is P A P = P^2 A, and x is multiplied once, by the product of the factors.
+    For a wide x (n > 1.5 m) that is fewer FLOPs; in float32 it agrees to about 1e-6."""
+    gram = x @ x.mT
+    product: torch.Tensor | None = None
+    for i, (a, b, c) in enumerate(coefficients):
+        factor = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)
+        factor.diagonal(dim1=-2, dim2=-1).add_(a)
+        product = factor if product is None else factor @ product
+        if i + 1 < len(coefficients):  # the last step's Gram matrix is not used
+            gram = factor @ (factor @ gram)
+    assert product is not None  # gram_is_cheaper wants at least 2 steps
+    return product @ x
 
 
 def newton_schulz(
