@@ -84,8 +84,10 @@ class CommandActions(_AppBase):
             if self.attached:
                 ckpt = self.session.view.last_checkpoint
                 hint = f"cockpit start --resume {shlex.quote(self.current_run_dir or 'RUN_DIR')} trains it on" if ckpt else "q quits"
-            else:
+            elif getattr(self, "resume_factory", None) is not None:  # this app starts runs
                 hint = "h lists the runs (resume or fork one), p starts another preset"
+            else:
+                hint = "q quits"
             return f"the run {state}: nothing trains to steer; {hint}"  # stopped, finished, failed
         if self.read_only:
             return "this viewer only watches: its keys cannot change the run; attach without --read-only to steer it"
