@@ -309,6 +309,7 @@ def check_spec(spec: AblationSpec) -> None:
                     f"{where}: {text.partition('=')[0]} is the series' {option} {value:g}, the same for every "
                     f"run; drop it, or change {option} (another series)"
                 )
+    load(spec, [], f"--preset {spec.preset}")  # the preset's own file first: its errors are its own
     common = spec.common_settings()
     baseline = load(spec, common, "--set" if spec.settings else "the baseline")
     periodic(spec, baseline, "--set" if spec.settings else f"--preset {spec.preset}")

@@ -168,3 +168,19 @@ def test_an_unknown_key_in_a_change_is_not_said_to_be_a_set(tmp_path):
     with pytest.raises(ConfigError) as caught:
         parse_change("a=1")
     assert str(caught.value).startswith("--change 'a=1': unknown key 'a' (")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("x", "malformed TOML"),  # it read '--set: malformed TOML' (or 'the baseline: ...')
+        ('[model]\nn_layer = "x"\n', "model.n_layer: expected an integer, got 'x'"),
+    ],
+)
+def test_a_bad_preset_file_is_said_as_the_preset_s(tmp_path, text, says):
+    preset = tmp_path / "mine.toml"
+    preset.write_text(text)
+    spec = AblationSpec(str(preset), (parse_change("optim.name=lion"),), settings=("sample.interval=0",))
+    with pytest.raises(ConfigError) as caught:
+        check_spec(spec)
+    assert str(caught.value).startswith(f"--preset {preset}: ") and says in str(caught.value)
