@@ -423,6 +423,8 @@ class Trainer:
         # is written), and the control socket viewers attach to; a sink, closed with the run.
         step = self.counters.step
         history = read_history(self.run_dir / "metrics.jsonl", step) if self.resume_from else []
+        # a resumed run near its target evaluates finely from its first step (eval.fine_interval)
+        self._val_points = [(e.step, e.val_loss) for e in history if isinstance(e, Eval)]
         self.control = serve_run(
             self.run_dir,
             self,

@@ -112,3 +112,27 @@ def test_a_tiny_run_to_a_target_finishes_within_the_fine_cadence_of_the_crossing
     steps = [e["step"] for e in fine]
     assert len(steps) < len(every5)  # coarse far from the target
     assert steps[0] == 50 and any(s % 50 for s in steps)
+
+
+def test_a_run_resumed_near_its_target_evaluates_finely_from_its_first_step(tmp_path):
+    target = 2.9
+    fine_run = ["eval.interval=50", "eval.fine_interval=5", f"train.stop_at_val={target}"]
+    whole = [e["step"] for e in evals(tmp_path / "whole", *fine_run)]
+    first_fine = next(s for s in whole if s % 50)
+    stop_at = first_fine + 2  # the run is near its target there: every 5 steps
+
+    cfg = load_preset("tiny", [*RUN, *fine_run])
+    state: dict[str, Any] = {}
+
+    def sink(event) -> None:
+        if event.kind == "step" and event.step == stop_at:
+            state["trainer"].stop()
+
+    state["trainer"] = Trainer(cfg, run_dir=tmp_path / "cut", sinks=[sink], telemetry=False)
+    assert state["trainer"].run() == "stopped"
+    resumed = Trainer(cfg, run_dir=tmp_path / "cut", resume=tmp_path / "cut", telemetry=False)
+    resumed.run()
+    records = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    after = [r["step"] for r in records if r["kind"] == "eval" and r["step"] > stop_at]
+    assert after[0] == first_fine + 5  # not the next multiple of 50: it forgot it was near
+    assert after == [s for s in whole if s > stop_at]
