@@ -38,11 +38,17 @@ def gram_is_cheaper(rows: int, cols: int, steps: int) -> bool:
     return steps > 1 and 2 * n > 3 * m
 
 
-def _quintic_steps(
-    x: torch.Tensor, coefficients: list[tuple[float, float, float]]
+def quintic_steps(
+    x: torch.Tensor, coefficients: list[tuple[float, float, float]], on_gram: bool | None = None
 ) -> torch.Tensor:
-    """x <- a x + (b A + c A^2) x with A = x x^T, once per (a, b, c); x is wide (m <= n)."""
-    if x.dtype == torch.float32 and gram_is_cheaper(x.size(-2), x.size(-1), len(coefficients)):
+    """x <- a x + (b A + c A^2) x with A = x x^T, once per (a, b, c); x is wide (m <= n).
+    `on_gram`: carried on the Gram matrix (True) or not; None: on it where that is cheaper
+    (float32 only: in bfloat16 the products of the factors lose too much)."""
+    if on_gram is None:
+        on_gram = x.dtype == torch.float32 and gram_is_cheaper(
+            x.size(-2), x.size(-1), len(coefficients)
+        )
+    if on_gram:
         return _quintic_steps_on_gram(x, coefficients)
     for a, b, c in coefficients:
         gram = x @ x.mT
@@ -78,7 +84,7 @@ def newton_schulz(
     if tall:
         x = x.mT
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral norm <= 1
-    x = _quintic_steps(x, [coefficients] * steps)
+    x = quintic_steps(x, [coefficients] * steps)
     return x.mT if tall else x
 
 
@@ -93,7 +99,7 @@ def polar_express(x: torch.Tensor, eps: float = 1e-6, steps: int = 5) -> torch.T
         x = x.mT
     x = x / (x.norm(dim=(-2, -1), keepdim=True) * (1 + POLAR_EXPRESS_SAFETY) + eps)
     tuned = list(POLAR_EXPRESS_COEFFICIENTS)
-    x = _quintic_steps(x, tuned[:steps] + tuned[-1:] * max(0, steps - len(tuned)))
+    x = quintic_steps(x, tuned[:steps] + tuned[-1:] * max(0, steps - len(tuned)))
     return x.mT if tall else x
 
 

@@ -15,7 +15,7 @@ JORDAN = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's Newton-Schulz coefficie
 
 
 def direct(x: torch.Tensor, steps: int = 5) -> torch.Tensor:
-    """The direct iteration, step by step as the docstring of _quintic_steps says."""
+    """The direct iteration, step by step as quintic_steps's docstring says."""
     tall = x.size(-2) > x.size(-1)
     x = x.mT if tall else x
     x = x / x.norm(dim=(-2, -1), keepdim=True)
