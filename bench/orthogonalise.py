@@ -3,7 +3,7 @@
     python bench/orthogonalise.py [--preset speedrun-cpu] [--rounds 5] [--repeat 20] [--threads N]
 
 For each shape of the preset's block matrices (as Muon batches them: every block's matrix of
-that shape at once, the tall ones transposed), times 5 Newton-Schulz steps both ways in
+that shape at once; a tall one is iterated as its transpose), times 5 Newton-Schulz steps both ways in
 float32, alternating round by round so machine noise hits both alike, and prints the median
 time of each, their ratio, which one Muon takes (`gram_is_cheaper`) and the largest difference
 between the two results. Figures only, no pass/fail.
@@ -26,19 +26,19 @@ STEPS = 5
 
 
 def batches(preset: str) -> dict[tuple[int, int], torch.Tensor]:
-    """One random (normalised) update per block matrix, stacked by its wide shape."""
+    """One random (normalised) update per block matrix, stacked by its shape, as Muon stacks
+    them; each batch wide (m <= n), as Newton-Schulz iterates a tall one's transpose."""
     cfg = load_preset(preset, [])
     model = GPT(cfg.model, 65)
     shapes: dict[tuple[int, int], int] = {}
     for name, p in model.named_parameters():
         if p.dim() == 2 and name.startswith("blocks."):
-            wide = (min(p.shape), max(p.shape))
-            shapes[wide] = shapes.get(wide, 0) + 1
+            shapes[tuple(p.shape)] = shapes.get(tuple(p.shape), 0) + 1
     torch.manual_seed(0)
     out = {}
-    for (m, n), count in shapes.items():
-        x = torch.randn(count, m, n)
-        out[(m, n)] = x / x.norm(dim=(-2, -1), keepdim=True)
+    for (rows, cols), count in shapes.items():
+        x = torch.randn(count, min(rows, cols), max(rows, cols))
+        out[(rows, cols)] = x / x.norm(dim=(-2, -1), keepdim=True)
     return out
 
 
@@ -59,7 +59,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), {args.preset}, {STEPS} steps, float32")
     total = {False: 0.0, True: 0.0, "taken": 0.0}
-    for (m, n), x in batches(args.preset).items():
+    for (rows, cols), x in batches(args.preset).items():
+        m, n = x.shape[-2:]
         times: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(2):  # warm both paths up
             timed(x, False, 1), timed(x, True, 1)
@@ -74,7 +75,7 @@ def main() -> None:
         total[True] += gram
         total["taken"] += gram if taken else direct
         print(
-            f"  {x.size(0)} x ({m}, {n}): direct {direct:6.2f} ms, on the Gram matrix {gram:6.2f} ms,"
+            f"  {x.size(0)} x ({rows}, {cols}): direct {direct:6.2f} ms, on the Gram matrix {gram:6.2f} ms,"
             f" ratio {gram / direct:.2f}; Muon takes {'the Gram' if taken else 'the direct'} one;"
             f" largest difference {diff:.1e}"
         )

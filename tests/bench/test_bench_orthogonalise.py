@@ -26,10 +26,11 @@ def test_one_line_per_shape_and_the_step_total() -> None:
     )  # fmt: skip
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     rows = [m.groupdict() for m in SHAPE.finditer(done.stdout)]
-    # tiny's blocks (n_embd 32): qkv (n, 3n), the attention projection (n, n), the MLP's two (n, 4n)
-    assert sorted((int(r["m"]), int(r["n"])) for r in rows) == sorted(
-        {(min(s), max(s)) for s in [(32, 96), (32, 32), (32, 128)]}
-    ), done.stdout
+    # tiny's blocks (n_embd 32, 2 of them), as Linear weights (out, in): qkv, the attention's
+    # projection, the MLP's up and down projections; each shape batched apart
+    shapes = [(96, 32), (32, 32), (128, 32), (32, 128)]
+    assert sorted((int(r["m"]), int(r["n"])) for r in rows) == sorted(shapes), done.stdout
+    assert all(r["count"] == "2" for r in rows), done.stdout
     for row in rows:
         m, n = int(row["m"]), int(row["n"])
         assert (row["taken"] == "Gram") is gram_is_cheaper(m, n, 5)
