@@ -74,11 +74,13 @@ def make_trainer(
     first: bool = True,
     sinks: list[Any] = (),
     interactive: bool = True,
+    runs_root: str | None = None,
 ) -> Any:
     """Build a (not yet started) Trainer from the command line; `preset` overrides --preset.
 
     --set, --run-dir and --resume apply to the run named on the command line only, not to
-    presets picked later from the app's menu; --data goes with its preset (`data_for`).
+    presets picked later from the app's menu (they train under `runs_root`, the app's runs
+    root, when given); --data goes with its preset (`data_for`).
     """
     from engine.config import load_replay
     from engine.train import Trainer
@@ -89,10 +91,15 @@ def make_trainer(
     # When resuming, the checkpoint's config is the base and --set applies on top of it; a
     # run's config.toml also holds the changes it made, made again at their steps.
     replay = load_replay(name, [] if resume else overrides, args.presets_dir)
+    run_dir = args.run_dir if first else None
+    if not first and runs_root is not None:
+        from engine.rundir import default_run_dir
+
+        run_dir = str(default_run_dir(replay.config, runs_root))
     return Trainer(
         replay.config,
         planned_changes=replay.changes,
-        run_dir=args.run_dir if first else None,
+        run_dir=run_dir,
         data_path=data_for(args, name, first),
         resume=resume,
         resume_overrides=overrides if resume else (),
@@ -188,7 +195,8 @@ def run_app(
         if first[0] and first_engine is not None:
             first[0] = False
             return first_engine()
-        trainer = make_trainer(args, preset, first=first[0])
+        # a run picked in the app (p, n) goes where the app's runs are (`ablate --runs DIR`)
+        trainer = make_trainer(args, preset, first=first[0], runs_root=runs_root)
         first[0] = False
         return trainer
 

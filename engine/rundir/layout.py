@@ -14,9 +14,11 @@ from engine.config.run_config import ConfigError, RunConfig
 from engine.files import DIR_MODE, atomic_file, atomic_write_text
 
 
-def default_run_dir(cfg: RunConfig) -> Path:
+def default_run_dir(cfg: RunConfig, root: str | Path = "runs") -> Path:
+    """A new run's directory under `root` (the app's runs root: `cockpit ablate --runs DIR`'s
+    DIR), named by the run's config and the time."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.name}-{stamp}"
+    return Path(root) / f"{cfg.name}-{stamp}"
 
 
 def create_run_dir(run_dir: Path) -> None:
