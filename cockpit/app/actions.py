@@ -207,23 +207,53 @@ class CommandActions(_AppBase):
         if self.session.view.anomaly is not None and self.session.state == RunState.PAUSED:
             self._command("rollback", lambda run: run.rollback(0.5))
             return
-        step, path, _ = ckpt
-        lost = max(0, self.session.view.step - step)
-        message = (
-            f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
-            f"This discards the {fmt_int(lost)} step{'' if lost == 1 else 's'} trained since (more while you decide: "
-            "training goes on) and halves the LR for the rest of the run."
-        )
+        # The run pauses while the question is open: what it names (the checkpoint, the steps
+        # lost) stays what a yes does; it said "training goes on", and a checkpoint saved
+        # meanwhile made the yes roll back to another than the one named.
+        paused_here = self.session.state == RunState.RUNNING and self._command("pause", lambda run: run.pause())
+        if paused_here:
+            self.session.view.requested = RunState.PAUSED
+        shown: list[str] = []  # the checkpoint the question names now
+
+        def question() -> str:
+            step, path, _ = self.session.view.last_checkpoint or ckpt
+            shown[:] = [path]
+            lost = max(0, self.session.view.step - step)
+            if self.session.state == RunState.PAUSED:
+                waiting = "paused while you decide" + (": Cancel resumes it" if paused_here else "")
+            else:
+                waiting = "pausing while you decide"
+            return (
+                f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
+                f"This discards the {fmt_int(lost)} step{'' if lost == 1 else 's'} trained since "
+                f"(the run is {waiting}) and halves the LR for the rest of the run."
+            )
+
         self.push_screen(
             ConfirmScreen(
-                "Roll back", message, yes="Roll back", no="Cancel", purpose="rollback", danger=True
-            ),
-            self._rollback_answer,
+                "Roll back", question(), yes="Roll back", no="Cancel", purpose="rollback",
+                danger=True, live=question,
+            ),  # fmt: skip
+            lambda yes: self._rollback_answer(yes, shown[0], paused_here),
         )
 
-    def _rollback_answer(self, yes: bool | None) -> None:
+    def _rollback_answer(self, yes: bool | None, shown: str, paused_here: bool) -> None:
+        """Roll back to the checkpoint the question named (`shown`), or not at all: a newer one
+        seen since (saved before the pause took hold) is said, and nothing is rolled back."""
+        ckpt = self.session.view.last_checkpoint
+        if yes and ckpt is not None and ckpt[1] != shown:
+            self.notify(
+                f"not rolled back: {os.path.basename(ckpt[1])} was saved as you answered (the "
+                f"question named {os.path.basename(shown)}); r asks again",
+                title="Roll back",
+                severity="warning",
+                timeout=8,
+            )
+            yes = False
         if yes:
             self._command("rollback", lambda run: run.rollback(0.5))
+        elif paused_here and self.session.state not in RunState.ENDED:
+            self.action_resume()  # running, as it was before the question
 
     def action_sample(self) -> None:
         if self._command("sample", lambda run: run.sample()):

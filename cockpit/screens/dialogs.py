@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from engine.events import RunStarted
 from engine.model import LrChange, LrPlan, lr_change, lr_plan
 
 MAX_FACTOR = 100.0
+LIVE_REFRESH_S = 0.25  # how often a live question (ConfirmScreen(live=...)) is asked again
 LR_HINT = "an LR (3e-4, 0.0003) or a factor (x2, *2, /2)"
 
 
@@ -98,7 +99,8 @@ def run_lr_plan(info: RunStarted | None, step: int, scale: float) -> LrPlan | No
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question. y/enter = yes, n/escape = no."""
+    """A yes/no question. y/enter = yes, n/escape = no. `live()`, when given, is the question
+    again as it stands now: asked a few times a second, the text kept true while it is open."""
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", show=False),
@@ -113,11 +115,13 @@ class ConfirmScreen(ModalScreen[bool]):
         no: str = "No",
         purpose: str = "",
         danger: bool = False,
+        live: Callable[[], str] | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
         self.title_text, self.message, self.yes, self.no = title, message, yes, no
         self.purpose = purpose
         self.danger = danger
+        self.live = live
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="confirm-dialog") as box:
@@ -131,6 +135,17 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def on_mount(self) -> None:
         self.query_one("#yes", Button).focus()
+        if self.live is not None:
+            self.set_interval(LIVE_REFRESH_S, self.refresh_message)
+
+    def refresh_message(self) -> None:
+        """The question as it stands now (`live`), redrawn only when it changed."""
+        if self.live is None:
+            return
+        message = self.live()
+        if message != self.message:
+            self.message = message
+            self.query_one(".dialog-message", Static).update(message)
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:

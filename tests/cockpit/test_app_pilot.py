@@ -712,11 +712,12 @@ async def test_r_on_a_healthy_run_asks_first_and_cancel_changes_nothing(
         assert "discards the 50 steps" in question and "halves the LR" in question
         await pilot.press(cancel)
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
-        assert factory.trainer.calls == []  # the engine is never told to roll back
+        await wait_for(pilot, lambda: app.state == "running")  # paused while asked, resumed
+        assert ("rollback", 0.5) not in factory.trainer.calls  # the engine is never told to roll back
     await pilot.press("r")
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
     await pilot.press("y")
-    await wait_for(pilot, lambda: factory.trainer.calls == [("rollback", 0.5)])
+    await wait_for(pilot, lambda: factory.trainer.calls[-2:] == [("pause",), ("rollback", 0.5)])
 
 
 @pilot_test(steps=120)  # the script's first checkpoint is at step 250

@@ -1,0 +1,51 @@
+"""The rollback question (r on a healthy run) names a checkpoint and the steps a yes discards:
+the run pauses while it is open, so what a yes does is what it says, and the text follows
+what arrives meanwhile (a checkpoint saved before the pause took hold is the one it names)."""
+
+from __future__ import annotations
+
+from pilot import pilot_test, wait_for
+from scripted import ScriptedFactory, step_event
+from textual.pilot import Pilot
+
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.screens.dialogs import ConfirmScreen
+from engine.events import CheckpointSaved
+
+
+def question(app: CockpitApp) -> str:
+    return str(app.screen.query_one(".dialog-message").render())
+
+
+@pilot_test()  # step 300, last checkpoint at 250
+async def test_the_run_pauses_while_the_question_is_open_and_cancel_resumes_it(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("r")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    assert factory.trainer.calls == [("pause",)]
+    await wait_for(pilot, lambda: "paused while you decide" in question(app))
+    assert "ckpt-000250.pt at step 250" in question(app) and "discards the 50 steps" in question(app)
+    await pilot.press("n")
+    await wait_for(pilot, lambda: app.state == "running")
+    assert factory.trainer.calls == [("pause",), ("resume",)]  # never told to roll back
+
+
+@pilot_test()
+async def test_a_checkpoint_saved_while_it_is_open_is_the_one_it_names_and_rolls_back_to(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    await pilot.press("r")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    trainer = factory.trainer
+    # steps and a checkpoint from before the pause took hold, arriving with the dialog open
+    for step in range(301, 311):
+        trainer._emit(step_event(step, 2.0, 3e-4, 1.0, trainer._next_time()))
+    trainer._emit(
+        CheckpointSaved(step=310, reason="interval", path="runs/default-scripted/ckpt-000310.pt", time=trainer._next_time())
+    )
+    await wait_for(pilot, lambda: "ckpt-000310.pt at step 310" in question(app))
+    assert "discards the 0 steps" in question(app)
+    await pilot.press("y")
+    await wait_for(pilot, lambda: ("rollback", 0.5) in trainer.calls)
+    assert ("resume",) not in trainer.calls
