@@ -13,6 +13,7 @@ import os
 import sys
 from types import ModuleType
 
+from cockpit.cli.one_line_parser import OneLineParser
 from cockpit.cli.options import add_run_options
 from cockpit.cli.stop_signals import StopSignals
 from engine.config import ConfigError
@@ -42,7 +43,7 @@ def subcommands() -> dict[str, ModuleType]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="cockpit",
         description="Train small GPT models and steer the run from the terminal.",
         epilog="Run `cockpit` alone to open the app on the default preset; `cockpit train --headless` for batch jobs.",
