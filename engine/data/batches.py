@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.data.shape_schedule import ShapeSchedule
+from engine.data.shape_schedule import ShapeSchedule, micro_batch_sizes
 
 PREFETCH_DEPTH = 3  # batches made ahead: enough to hide a slow read, little memory held
 
@@ -217,13 +217,34 @@ class BatchSampler:
         if shape != self._shape:
             self._reshape(shape)
 
+    def micro_batches(self, micro_steps: int) -> tuple[int, ...]:
+        """Sequences of each of the `micro_steps` micro-batches of `at_step`'s step: together
+        the schedule's sequences for this sampler. Split from a micro-batch the schedule does
+        not name (an out-of-memory retry's half: micro_batch_sizes), they may differ (1 + 2 of
+        a scheduled 3), and a 0 is a micro-step with nothing to take."""
+        sequences, _ = self._shape
+        if self._schedule is None or self._batch_size == self._schedule.batch_size:
+            return (sequences,) * micro_steps
+        scheduled = self._schedule.batch_at(self._step) * self._batch_size * micro_steps
+        if scheduled % self._schedule.batch_size:
+            # not whole (a rank's share that launch refuses): the share rounded up, as drawn
+            return (sequences,) * micro_steps
+        return micro_batch_sizes(scheduled // self._schedule.batch_size, micro_steps)
+
+    def take(self, sequences: int) -> None:
+        """The next batches have `sequences` sequences (one of `micro_batches`), drawn from the
+        loop's position on; nothing changes when they have already."""
+        if sequences != self._shape[0]:
+            self._reshape((sequences, self._shape[1]))
+
     def _scheduled_shape(self, step: int) -> tuple[int, int]:
         if self._schedule is None:
             return self._batch_size, self.block_size
         batch = self._schedule.batch_at(step)
         if self._batch_size != self._schedule.batch_size:
             # this sampler's share of the configured micro-batch (a rank's split of it, or an
-            # out-of-memory retry's half), rounded up: never an empty batch
+            # out-of-memory retry's half), rounded up: never an empty batch (`micro_batches`
+            # says what each micro-step of the step takes, exactly the schedule's)
             batch = math.ceil(batch * self._batch_size / self._schedule.batch_size)
         return batch, self._schedule.seq_at(step)
 

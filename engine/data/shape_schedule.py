@@ -41,6 +41,15 @@ def seq_len_at(step: int, *, start: int, warmup_steps: int, final: int) -> int:
     return ramped(step, start=start, final=final, steps=warmup_steps)
 
 
+def micro_batch_sizes(sequences: int, micro_steps: int) -> tuple[int, ...]:
+    """A step's `sequences` split over its `micro_steps` micro-batches as evenly as whole
+    sequences go, the smaller first (an out-of-memory retry's halves of a scheduled 3: 1 + 2).
+    A 0 is a micro-step with nothing to take (fewer sequences than micro-steps); the last
+    always takes some."""
+    fewer, more = divmod(sequences, micro_steps)
+    return (fewer,) * (micro_steps - more) + (fewer + 1,) * more
+
+
 def tokens_through(changes: Sequence[tuple[int, int]], step: int) -> int:
     """Tokens of the steps before `step` from a schedule's `changes` ((step, tokens a step
     from it on) pairs from step 0, as RunStarted.tokens_schedule records them)."""

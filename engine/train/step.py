@@ -79,15 +79,23 @@ def train_step(
     data_time = 0.0
     tokens = 0
     parts.batches.at_step(step)  # a batch-size or sequence-length schedule: this step's shape
-    for micro in range(accum):
+    # the sequences of each micro-batch: all alike, but for an out-of-memory retry's halves of a
+    # scheduled batch (1 + 2 of 3), which take the schedule's sequences exactly
+    sizes = parts.batches.micro_batches(accum)
+    sequences = sum(sizes)
+    for micro, size in enumerate(sizes):
+        if not size:
+            continue  # fewer sequences than micro-steps (never the last)
         t_data = time.perf_counter()
+        parts.batches.take(size)
         x, y = parts.batches.next()
         data_time += time.perf_counter() - t_data
         tokens += x.numel()  # the shape's, known on the host
         with grad_sync(micro == accum - 1):
             with parts.autocast:
-                # with targets the model returns no logits: the loss is computed in chunks
-                loss = parts.forward(x, y)[1] / accum
+                # with targets the model returns no logits: the loss is computed in chunks;
+                # each micro-batch weighs as its sequences (1/accum when all are alike)
+                loss = parts.forward(x, y)[1] / (sequences / size)
             parts.scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
     grad_norm = None
