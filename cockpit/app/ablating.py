@@ -60,6 +60,15 @@ class AblationApp(CockpitApp):
             self.sub_title = self.series_label
             self.refresh_status()
 
+    def leaving_series_note(self) -> str:
+        """Said in the p, n and f dialogs: going ahead ends the series here."""
+        if self.series_done:
+            return ""
+        return (
+            "This stops the ablation series here; the same `cockpit ablate` command continues "
+            "it later (the runs done are kept)."
+        )
+
     def _engine_finished(self) -> None:
         if self._ours():
             self.series.run_ended()

@@ -69,6 +69,7 @@ class RunStarts(_AppBase):
 
     session: Session
     resume_factory: ResumeFactory | None  # given to the app
+    leaving_series_note: Callable[[], str]  # Switching's: a series' note for the dialogs
 
     def action_resume_run(self) -> None:
         """`r` on a finished run's view: train it on from its last checkpoint."""
@@ -174,6 +175,10 @@ class RunStarts(_AppBase):
             return
         label = str(config)
         question = self._leave_question(f"a new run of {run_dir.name}'s config")
+        if question is None and self.leaving_series_note():
+            question = f"Start a new run of {run_dir.name}'s config?"
+        if question is not None and self.leaving_series_note():
+            question = f"{question}\n\n{self.leaving_series_note()}"
         if question is None:
             self.switch_to(label, reason="starting another run")
             return
@@ -194,7 +199,8 @@ class RunStarts(_AppBase):
             SettingsScreen(
                 f"Fork {run_dir.name}",
                 "A new run from a checkpoint of this one, with changed settings (the LR and "
-                "its schedule, batch, optimizer...); its curves continue this run's.",
+                "its schedule, batch, optimizer...); its curves continue this run's."
+                + (f"\n{self.leaving_series_note()}" if self.leaving_series_note() else ""),
                 checkpoints=checkpoints,
                 required=True,
                 check=lambda s: branch_settings_error(run_dir, s.checkpoint, s.overrides),

@@ -41,6 +41,11 @@ class Switching(_AppBase):
             self.notify(error, title="Cannot list presets", severity="error")
         return rows
 
+    def leaving_series_note(self) -> str:
+        """One line for a dialog whose yes ends what the app is doing beyond the run on screen
+        (`cockpit ablate`'s series); "" for the plain app."""
+        return ""
+
     def action_presets(self) -> None:
         if self.attached:
             # a run started here would die with this viewer: runs start with `cockpit start`
@@ -86,6 +91,8 @@ class Switching(_AppBase):
             return  # the user quit while it was checked
         row = {r.name: r for r in self.preset_rows()}.get(name)
         msg = switch_question(self.session.preset, name, self.engine_running, row, fit_warning)
+        if self.leaving_series_note():
+            msg = f"{msg}\n\n{self.leaving_series_note()}"
         self.push_screen(
             ConfirmScreen("Switch preset", msg, yes="Switch", no="Cancel", purpose="switch"),
             lambda yes: self.switch_preset(name) if yes else None,
