@@ -65,10 +65,27 @@ def _check_range(value: Any, meta: dict[str, Any], where: str) -> None:
         raise ConfigError(f"{where}: expected a value < {meta['below']}, got {value!r}")
 
 
-def _unknown_key(key: str, known: list[str], where: str) -> ConfigError:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-    return ConfigError(f"{where}: unknown key '{key}'{hint}")
+# Where a user reads every key, for an unknown one with none close to it: the list is too long
+# for a message (81 keys), and `presets show` writes each key with its help.
+EVERY_KEY = "every key, with its help: cockpit presets show default"
+
+
+def _unknown_key(
+    key: str, known: list[str], where: str, spelled: dict[str, list[str]] | None = None
+) -> ConfigError:
+    """`spelled`: the names to match `key` against, each with the keys it stands for (a bare
+    --set key is matched against the names in the sections, and said as section.name)."""
+    spelled = spelled or {k: [k] for k in known}
+    close = [k for name in difflib.get_close_matches(key, list(spelled), n=3) for k in spelled[name]]
+    close = list(dict.fromkeys(close))[:3]
+    if close:
+        said = [repr(k) for k in close]
+        hint = f"did you mean {' or '.join([', '.join(said[:-1]), said[-1]] if len(said) > 2 else said)}?"
+    elif len(known) <= 12:
+        hint = f"known keys: {', '.join(known)}"
+    else:
+        hint = f"no key is like it; {EVERY_KEY}"
+    return ConfigError(f"{where}: unknown key '{key}' ({hint})")
 
 
 def _build_section(cls: type, table: Any, where: str) -> Any:
@@ -210,7 +227,10 @@ def parse_override(text: str) -> tuple[str, str, Any]:
                 options = " or ".join(f"{s}.{key}" for s in owners)
                 raise ConfigError(f"--set {key}: ambiguous key, write {options}")
             every = [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)]
-            raise _unknown_key(key, every, "--set")
+            spelled: dict[str, list[str]] = {k: [k] for k in every}  # `optim`: optim.lr
+            for qualified in every:
+                spelled.setdefault(qualified.partition(".")[2], []).append(qualified)
+            raise _unknown_key(key, every, "--set", spelled)
         section, name = owners[0], key
     if name not in {f.name for f in fields(SECTIONS[section])}:
         raise _unknown_key(name, [f.name for f in fields(SECTIONS[section])], f"--set {section}")

@@ -164,7 +164,7 @@ def test_an_unknown_key_in_a_change_is_not_said_to_be_a_set(tmp_path):
     path.write_text('preset = "tiny"\n[[change]]\noptim = "lion"\n')
     with pytest.raises(ConfigError) as caught:
         spec_from_file(path)
-    assert str(caught.value).endswith("s.toml: change 1: unknown key 'optim' (did you mean 'optim.lr'?)")
+    assert str(caught.value).endswith("s.toml: change 1: unknown key 'optim' (did you mean 'optim.lr', 'optim.eps' or 'optim.name'?)")
     with pytest.raises(ConfigError) as caught:
         parse_change("a=1")
     assert str(caught.value).startswith("--change 'a=1': unknown key 'a' (")

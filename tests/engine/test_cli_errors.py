@@ -76,3 +76,31 @@ def test_help_still_prints_the_whole_usage(capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: cockpit ablate")
     assert "--steps N" in out and "--repeat-baseline K" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# An unknown --set key: the closest keys, or where every key is listed; never all 81 in a line.
+
+
+@pytest.mark.parametrize(
+    "setting, said",
+    [
+        ("lrr=1", "--set: unknown key 'lrr' (did you mean 'optim.lr'?)"),
+        ("optim.lrr=1", "--set optim: unknown key 'lrr' (did you mean 'lr'?)"),
+        ("interva=3", "--set: unknown key 'interva' (did you mean 'eval.interval', 'sample.interval' or 'checkpoint.interval'?)"),
+        ("a=1", "--set: unknown key 'a' (no key is like it; every key, with its help: cockpit presets show default)"),
+        ("model.zzz=1", "--set model: unknown key 'zzz' (no key is like it; every key, with its help: cockpit presets show default)"),
+    ],
+)
+def test_an_unknown_set_key_names_the_closest_keys_or_where_they_are_listed(capsys, setting, said):
+    code = main(["train", "--headless", "--no-telemetry", "--set", setting])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err == f"cockpit: {said}\n"
+    assert "data.tokenizer" not in captured.err  # not the whole list of keys
+
+
+def test_the_command_that_lists_every_key_does(capsys):
+    main(["presets", "show", "default"])
+    out = capsys.readouterr().out
+    assert "[optim]" in out and "\nlr = " in out and "[checkpoint]" in out
