@@ -50,6 +50,17 @@ def micro_batch_sizes(sequences: int, micro_steps: int) -> tuple[int, ...]:
     return (fewer,) * (micro_steps - more) + (fewer + 1,) * more
 
 
+def ramped_micro_batch(batch_size: int, grad_accum: int, started: int) -> tuple[int, int]:
+    """(micro-batch, accumulation) a batch-size schedule grows to, of a run now at `batch_size`
+    x `grad_accum` that started at micro-batch `started`: the start's when an out-of-memory
+    retry has halved it since (8 x 1 halved to 4 x 2: 8 x 1, the schedule the run recorded
+    and trains, 3 sequences a step at its start, not 3 of 4 twice); else the config's."""
+    sequences = batch_size * grad_accum
+    if started > batch_size and started % batch_size == 0 and sequences % started == 0:
+        return started, sequences // started
+    return batch_size, grad_accum
+
+
 def tokens_through(changes: Sequence[tuple[int, int]], step: int) -> int:
     """Tokens of the steps before `step` from a schedule's `changes` ((step, tokens a step
     from it on) pairs from step 0, as RunStarted.tokens_schedule records them)."""
@@ -91,12 +102,17 @@ class ShapeSchedule:
     seq_warmup_steps: int = 0
 
     @classmethod
-    def of(cls, cfg: RunConfig) -> ShapeSchedule:
+    def of(cls, cfg: RunConfig, started: RunConfig | None = None) -> ShapeSchedule:
+        """`cfg`'s schedule; `started`: the config its run started with (a resume's), whose
+        micro-batch the ramp grows to when an out-of-memory retry has split it since."""
         t = cfg.train
+        batch, accum = t.batch_size, t.grad_accum
+        if started is not None:
+            batch, accum = ramped_micro_batch(batch, accum, started.train.batch_size)
         return cls(
-            batch_size=t.batch_size,
+            batch_size=batch,
             block_size=cfg.model.block_size,
-            grad_accum=t.grad_accum,
+            grad_accum=accum,
             batch_start=t.batch_start,
             batch_ramp_steps=t.batch_ramp_steps,
             seq_start=t.seq_start,

@@ -33,9 +33,13 @@ def run_started(
     notes: list[str],
     train_time_s: float,
     planned_lr: tuple[tuple[int, float], ...] | None = None,
+    schedule: ShapeSchedule | None = None,
 ) -> RunStarted:
     """`planned_lr`: the schedule as the run followed it (a resume's, `planned_as_followed`);
-    None: the schedule of `cfg` over the whole run."""
+    None: the schedule of `cfg` over the whole run. `schedule`: the shapes the run trains
+    (None: `cfg`'s)."""
+    if schedule is None:
+        schedule = ShapeSchedule.of(cfg)
     return RunStarted(
         run_dir=str(run_dir),
         preset=cfg.name,
@@ -61,5 +65,5 @@ def run_started(
         notes=tuple(notes),
         data_source=data.record,
         train_time_s=train_time_s,
-        tokens_schedule=ShapeSchedule.of(cfg).changes(cfg.train.max_steps),
+        tokens_schedule=schedule.changes(cfg.train.max_steps),
     )

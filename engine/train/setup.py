@@ -51,6 +51,7 @@ from engine.rundir.sinks import summary_writer_class
 from engine.train.counters import Counters
 from engine.train.device import allow_tf32, autocast_context, device_capacity, select_dtype
 from engine.train.faults import SpikeDetector
+from engine.train.replay import start_config
 from engine.train.reporter import Reporter
 from engine.train.run_started import run_started
 from engine.train.step import StepParts
@@ -100,6 +101,7 @@ class RunParts:
     sample_generator: torch.Generator
     spikes: SpikeDetector
     weights_notes: tuple[str, ...] = ()  # init_from: where the weights came from (RunStarted)
+    shape_schedule: ShapeSchedule | None = None  # each step's shape (None: cfg's, as built)
 
 
 def build(
@@ -161,6 +163,10 @@ def build(
     if world.distributed:
         torch.manual_seed(cfg.train.seed + world.rank)  # then each its own dropout
     optimizer = build_optimizer(model, cfg.optim, device.type)
+    # a resume's schedule grows to the micro-batch its run started with, which an
+    # out-of-memory retry may have halved since (the checkpoint's config holds the half)
+    started = start_config(resume_state) if resume_state is not None else None
+    schedule = ShapeSchedule.of(cfg, started)
     return RunParts(
         device=device,
         dtype=dtype,
@@ -177,11 +183,12 @@ def build(
             parallel.micro_batch,  # train.batch_size, or its share when split over the ranks
             device,
             rank_seed(cfg.train.seed, world.rank),  # each rank its own batches
-            schedule=ShapeSchedule.of(cfg),  # each step's shape: the same on every rank
+            schedule=schedule,  # each step's shape: the same on every rank
         ),
         sample_generator=torch.Generator(device=device).manual_seed(cfg.train.seed + 2),
         spikes=SpikeDetector(cfg.train.spike_sigma),
         weights_notes=tuple(weights_notes),
+        shape_schedule=schedule,
     )
 
 
@@ -266,6 +273,7 @@ def announce(
             flops_per_token=instruments.flops_per_token,
             peak=instruments.peak,
             notes=[*parts.weights_notes, *notes],
+            schedule=parts.shape_schedule,
             train_time_s=counters.train_time_s,
             planned_lr=planned_lr,
         )

@@ -12,7 +12,12 @@ import json
 import torch
 
 from engine.config.presets import load_preset
-from engine.data.shape_schedule import ShapeSchedule, micro_batch_sizes, tokens_through
+from engine.data.shape_schedule import (
+    ShapeSchedule,
+    micro_batch_sizes,
+    ramped_micro_batch,
+    tokens_through,
+)
 from engine.rundir.summary import load_summary_file
 from engine.train.trainer import Trainer
 
@@ -39,6 +44,14 @@ def test_micro_batch_sizes_split_a_steps_sequences_as_evenly_as_they_go() -> Non
     assert micro_batch_sizes(1, 2) == (0, 1)  # nothing for the first: it is skipped
     assert micro_batch_sizes(3, 4) == (0, 1, 1, 1)
     assert micro_batch_sizes(8, 1) == (8,)
+
+
+def test_the_ramp_grows_to_the_micro_batch_the_run_started_with() -> None:
+    assert ramped_micro_batch(4, 2, 8) == (8, 1)  # halved once by an out-of-memory retry
+    assert ramped_micro_batch(2, 12, 8) == (8, 3)  # twice, from 8 x 3
+    assert ramped_micro_batch(8, 1, 8) == (8, 1)  # never halved
+    assert ramped_micro_batch(16, 1, 8) == (16, 1)  # a resume that set a larger micro-batch
+    assert ramped_micro_batch(4, 1, 8) == (4, 1)  # 4 a step is not a whole micro-batch of 8
 
 
 class CountingOom:
@@ -87,4 +100,50 @@ def test_an_out_of_memory_retry_mid_ramp_trains_the_schedule_s_sequences(tmp_pat
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["tokens"] for r in records if r["kind"] == "step"][-1] == tokens
     summary = load_summary_file(tmp_path)  # summary.json as the run wrote it
+    assert summary is not None and summary.facts["tokens"] == tokens
+
+
+def test_a_resume_after_the_retry_trains_and_records_the_schedule_the_run_started_with(
+    tmp_path,
+) -> None:
+    """The checkpoint's config holds the halved micro-batch (4 x 2): the resume ramps to the 8
+    the run started with, as recorded, not from 3 to 4 (6 sequences a step at step 4)."""
+    first = Trainer(load_preset("default", SMALL), run_dir=tmp_path, telemetry=False)
+    original_setup = first._setup
+
+    def setup() -> None:
+        original_setup()
+        first.forward = CountingOom(first, at=3)
+
+    first._setup = setup
+    first.sinks.append(lambda e: e.kind == "step" and e.step == 4 and first.stop())
+    first.run()
+    assert first.state == "stopped"
+    assert (first.cfg.train.batch_size, first.cfg.train.grad_accum) == (4, 2)
+    resumed = Trainer(load_preset("default", SMALL), resume=tmp_path, telemetry=False)
+    counter: list[CountingOom] = []
+    resumed_setup = resumed._setup
+
+    def setup_resumed() -> None:
+        resumed_setup()
+        counter.append(CountingOom(resumed, at=0))
+        resumed.forward = counter[0]
+
+    resumed._setup = setup_resumed
+    events: list = []
+    resumed.sinks.append(events.append)
+    resumed.run()
+    assert resumed.state == "finished" and resumed.step == 10
+    # step 4: 3 (1 + 2), steps 5-7: 6 (3 + 3), steps 8-9: 8 (4 + 4)
+    assert counter[0].sequences == [1, 2, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4]
+    schedule = ShapeSchedule.of(load_preset("default", SMALL))
+    tokens = 16 * sum(schedule.batch_at(s) for s in range(10))
+    assert resumed.counters.tokens == tokens == schedule.tokens_before(10)
+    started = next(e for e in events if e.kind == "run_started")
+    assert started.tokens_schedule == schedule.changes(10) == ((0, 48), (5, 96), (8, 128))
+    steps = {e.step: e.tokens for e in events if e.kind == "step"}
+    assert steps == {s: schedule.tokens_before(s) for s in range(5, 11)}
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["tokens"] for r in records if r["kind"] == "step"][-1] == tokens
+    summary = load_summary_file(tmp_path)
     assert summary is not None and summary.facts["tokens"] == tokens
