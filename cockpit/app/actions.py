@@ -145,9 +145,22 @@ class CommandActions(_AppBase):
     # The footer flips between Pause and Resume when the engine acknowledges (`_set_state`),
     # not at the key press: rebuilding the footer costs the UI thread tens of milliseconds,
     # which would slow the very step the engine must finish before it can pause.
+    def _said_when_starting(self, title: str, what: str) -> None:
+        """A command sent while the run is still starting (preparing its data, building its
+        model) waits for its first step, minutes away perhaps, with nothing on screen to show
+        it: say so in one line."""
+        if self.session.state == RunState.STARTING:
+            self.notify(
+                f"{what} at the first step: the run is still starting (preparing its data, "
+                "building its model)",
+                title=title,
+                timeout=4,
+            )
+
     def action_pause(self) -> None:
         if self._command("pause", lambda run: run.pause()):
             self.session.view.requested = RunState.PAUSED
+            self._said_when_starting("Pause", "it pauses")
 
     def action_resume(self) -> None:
         if self._command("resume", lambda run: run.resume()):
@@ -160,6 +173,7 @@ class CommandActions(_AppBase):
                 self.session.view.requested = RunState.RUNNING
         elif self._command("pause", lambda run: run.pause()):
             self.session.view.requested = RunState.PAUSED
+            self._said_when_starting("Pause", "it pauses")
 
     def action_checkpoint(self) -> None:
         # One save per press-burst: more presses before the engine answers add nothing to save
@@ -187,10 +201,12 @@ class CommandActions(_AppBase):
         return True
 
     def action_lr_up(self) -> None:
-        self._command("scale_lr", lambda run: run.scale_lr(LR_STEP))
+        if self._command("scale_lr", lambda run: run.scale_lr(LR_STEP)):
+            self._said_when_starting(f"LR ×{LR_STEP:g}", f"the LR is scaled ×{LR_STEP:g}")
 
     def action_lr_down(self) -> None:
-        self._command("scale_lr", lambda run: run.scale_lr(1.0 / LR_STEP))
+        if self._command("scale_lr", lambda run: run.scale_lr(1.0 / LR_STEP)):
+            self._said_when_starting(f"LR ÷{LR_STEP:g}", f"the LR is scaled ÷{LR_STEP:g}")
 
     def action_rollback(self) -> None:
         """Back to the last checkpoint with half the LR: at once when paused at a NaN or a

@@ -37,6 +37,10 @@ else:
 # What any run's view offers (a new run from its config, a branch from one of its checkpoints),
 # and a finished run's view instead of steering (resume).
 RUN_DIR_ACTIONS = frozenset({"new_from_config", "fork_run"})
+# their keys, with the title a press says why not under (no run directory yet)
+RUN_DIR_KEYS = {
+    key: cmd.title for cmd in COMMANDS if cmd.name in RUN_DIR_ACTIONS for key in cmd.keys.split(",")
+}
 RECORD_ACTIONS = frozenset({"resume_run"})
 # The keys of the commands that steer a run: on a finished run's view they say why they do nothing.
 STEERING_KEYS = frozenset(
@@ -111,6 +115,20 @@ class RunOpening(_AppBase):
                 self.action_run_over_note()
         else:  # a read-only viewer, a run that ended: the key says why it does nothing
             self.refuse_steering_key(event.key)
+        if event.key in RUN_DIR_KEYS and self.screen is self.main_screen and not self.current_run_dir:
+            self.say_no_run_dir(RUN_DIR_KEYS[event.key])
+
+    def say_no_run_dir(self, title: str) -> None:
+        """n or f with no run directory to take a config or a checkpoint from: why, in one line
+        (the keys are shown disabled, and a press did nothing)."""
+        if self.session.state == RunState.STARTING:
+            why = (
+                "the run is still starting (preparing its data, building its model): its "
+                "directory is made when it trains; n and f work then"
+            )
+        else:
+            why = "the run on screen has no directory (it wrote nothing); h lists the runs, p starts a preset"
+        self.notify(why, title=title, severity="warning", timeout=6)
 
     def action_run_over_note(self) -> None:
         name = os.path.basename(self.current_run_dir or "") or self.session.preset
