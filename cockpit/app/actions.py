@@ -226,7 +226,8 @@ class CommandActions(_AppBase):
         # The run pauses while the question is open: what it names (the checkpoint, the steps
         # lost) stays what a yes does; it said "training goes on", and a checkpoint saved
         # meanwhile made the yes roll back to another than the one named.
-        paused_here = self.session.state == RunState.RUNNING and self._command("pause", lambda run: run.pause())
+        training = self.session.state in (RunState.RUNNING, RunState.SAVING)
+        paused_here = training and self._command("pause", lambda run: run.pause())
         if paused_here:
             self.session.view.requested = RunState.PAUSED
         shown: list[str] = []  # the checkpoint the question names now
@@ -237,8 +238,10 @@ class CommandActions(_AppBase):
             lost = max(0, self.session.view.step - step)
             if self.session.state == RunState.PAUSED:
                 waiting = "paused while you decide" + (": Cancel resumes it" if paused_here else "")
-            else:
+            elif paused_here:
                 waiting = "pausing while you decide"
+            else:
+                waiting = self.session.state
             return (
                 f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
                 f"This discards the {fmt_int(lost)} step{'' if lost == 1 else 's'} trained since "

@@ -49,3 +49,15 @@ async def test_a_checkpoint_saved_while_it_is_open_is_the_one_it_names_and_rolls
     await pilot.press("y")
     await wait_for(pilot, lambda: ("rollback", 0.5) in trainer.calls)
     assert ("resume",) not in trainer.calls
+
+
+@pilot_test()
+async def test_r_while_a_checkpoint_is_being_saved_pauses_too(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    factory.trainer._ack_state("saving")  # the save that will be the newest checkpoint
+    await wait_for(pilot, lambda: app.state == "saving")
+    await pilot.press("r")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    assert factory.trainer.calls == [("pause",)]
+    await wait_for(pilot, lambda: "paused while you decide" in question(app))
