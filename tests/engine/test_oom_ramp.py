@@ -7,19 +7,27 @@ recorded tokens_schedule said. Now the halves take 1 + 2.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
+import numpy as np
 import torch
 
 from engine.config.presets import load_preset
+from engine.data.batches import BatchSampler
 from engine.data.shape_schedule import (
     ShapeSchedule,
     micro_batch_sizes,
     ramped_micro_batch,
     tokens_through,
 )
+from engine.model.gpt import GPT
+from engine.model.optimizers import build_optimizer
 from engine.rundir.summary import load_summary_file
+from engine.train.step import StepParts, train_step
 from engine.train.trainer import Trainer
+
+CPU = torch.device("cpu")
 
 SMALL = [
     "model.n_layer=1",
@@ -147,3 +155,40 @@ def test_a_resume_after_the_retry_trains_and_records_the_schedule_the_run_starte
     assert [r["tokens"] for r in records if r["kind"] == "step"][-1] == tokens
     summary = load_summary_file(tmp_path)
     assert summary is not None and summary.facts["tokens"] == tokens
+
+
+def test_unequal_halves_weigh_as_their_sequences_in_the_step_s_loss_and_gradient() -> None:
+    """1 + 2 of a scheduled 3: the step's loss and gradient are those of the 3 sequences as
+    one batch (each half weighted by its sequences, not 1/2 each)."""
+    cfg = load_preset("tiny", ["model.n_layer=1", "model.n_embd=16", "model.block_size=8"])
+    cfg.optim.lr = 0.0  # the step applies nothing: its gradient is compared below
+    cfg.optim.grad_clip = 0.0  # as it is, unclipped
+    torch.manual_seed(0)
+    model = GPT(cfg.model, 11)
+    schedule = ShapeSchedule(batch_size=4, block_size=8, batch_start=3, batch_ramp_steps=8)
+    sampler = BatchSampler(np.arange(500, dtype=np.int64) % 11, 8, 4, CPU, seed=1, schedule=schedule)
+    sampler.batch_size = 2  # an out-of-memory retry's half: 2 micro-steps a step
+    seen: list[torch.Tensor] = []
+    grads: list[torch.Tensor] = []
+
+    def forward(x, y=None):
+        seen.append(torch.cat([x, y[:, -1:]], 1))
+        return model(x, y)
+
+    parts = StepParts(
+        cfg=cfg, model=model, forward=forward, scaler=torch.amp.GradScaler("cpu", enabled=False),
+        autocast=contextlib.nullcontext(), batches=sampler, device=CPU, dtype=torch.float32,
+        micro_steps=2, grad_sync=lambda last: contextlib.nullcontext(),
+    )  # fmt: skip
+    optimizer = build_optimizer(model, cfg.optim, "cpu")
+    # the step's gradient, as it stands before the step clears it
+    optimizer.zero_grad = lambda **k: grads.extend(p.grad.clone() for p in model.parameters())
+    outcome = train_step(parts, optimizer, step=0, lr_schedule_factor=1.0, report_memory=False)
+    assert [len(rows) for rows in seen] == [1, 2]
+    rows = torch.cat(seen)
+    model.zero_grad()
+    _, whole = model(rows[:, :-1], rows[:, 1:])
+    whole.backward()
+    assert torch.allclose(outcome.pending.loss, whole.detach(), atol=1e-6)
+    for got, expected in zip(grads, model.parameters(), strict=True):
+        assert torch.allclose(got, expected.grad, atol=1e-6)
