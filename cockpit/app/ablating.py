@@ -61,8 +61,9 @@ class AblationApp(CockpitApp):
             self.refresh_status()
 
     def leaving_series_note(self) -> str:
-        """Said in the p, n and f dialogs: going ahead ends the series here."""
-        if self.series_done:
+        """Said in the p, n and f dialogs: going ahead ends the series here (not once it is
+        done, or left already: the run on screen is not the series')."""
+        if self.series_done or not self._ours():
             return ""
         return (
             "This stops the ablation series here; the same `cockpit ablate` command continues "

@@ -107,3 +107,22 @@ def test_the_plain_app_s_dialogs_say_nothing_of_a_series(tmp_path: Path, monkeyp
     run_pilot(app, scenario)
     assert len(said) == 3
     assert not any(SERIES_LINE in text for text in said)
+
+
+def test_once_the_series_is_left_the_dialogs_no_longer_say_it_stops(tmp_path: Path, monkeypatch) -> None:
+    a_run_dir(tmp_path, monkeypatch)
+    series = OneRunSeries()
+    series.current_engine = object()  # the run on screen is another (p, n or f went ahead)
+    app = AblationApp(
+        lambda _preset: ScriptedTrainer("default"), "default", series=series, first_label="ablate 1/3: baseline",
+        resume_factory=lambda *_: None,
+    )  # fmt: skip
+    said: list[str] = []
+
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot)
+        said.extend(await texts_of_p_n_f(pilot, app))
+
+    run_pilot(app, scenario)
+    assert len(said) == 3
+    assert not any(SERIES_LINE in text for text in said)
