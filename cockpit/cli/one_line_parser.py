@@ -29,12 +29,24 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {self.explain(message)} ({self.prog} --help)\n")
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        parsed, extras = super().parse_known_args(args, namespace)
-        if extras and self._subparsers is not None:
+    # The parser entered last while parsing: the innermost subcommand's (parse_known_args runs
+    # for the top parser, then for each subparser the command line names, in turn).
+    _entered: OneLineParser | None = None
+    _depth = 0
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        outermost = OneLineParser._depth == 0
+        OneLineParser._entered = self
+        OneLineParser._depth += 1
+        try:
+            parsed, extras = super().parse_known_args(args, namespace)
+        finally:
+            OneLineParser._depth -= 1
+        inner = OneLineParser._entered
+        if extras and outermost and inner is not None and inner is not self:
             # argparse would have the top parser say "cockpit: error: unrecognized arguments";
             # the subcommand that was given them is the one to name, with its help.
-            innermost(self, parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+            inner.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
 
     def explain(self, message: str) -> str:
@@ -78,17 +90,4 @@ class OneLineParser(argparse.ArgumentParser):
             metavar = getattr(action, "metavar", None) or "VALUE"
             return f"give {option} {metavar}"
         return f"e.g. {option} {value}"
-
-
-def innermost(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:
-    """The (sub)parser the command line ended in: `cockpit presets show ...`'s for it."""
-    while parser._subparsers is not None:
-        actions = [a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction)]
-        if not actions:
-            break
-        chosen = getattr(parsed, actions[0].dest, None)
-        if chosen not in actions[0].choices:
-            break
-        parser = actions[0].choices[chosen]
-    return parser
 
