@@ -257,10 +257,22 @@ class CommandActions(_AppBase):
         )
 
     def _rollback_answer(self, yes: bool | None, shown: str, paused_here: bool) -> None:
-        """Roll back to the checkpoint the question named (`shown`), or not at all: a newer one
-        seen since (saved before the pause took hold) is said, and nothing is rolled back."""
+        """Roll back to the checkpoint the question named (`shown`), or not at all: a yes before
+        the pause is seen (the events before it all drained), or with a newer checkpoint seen
+        since than the one named, is said, and nothing is rolled back."""
         ckpt = self.session.view.last_checkpoint
-        if yes and ckpt is not None and ckpt[1] != shown:
+        if yes and paused_here and self.session.state != RunState.PAUSED:
+            # until the pause is seen, a checkpoint saved before it may not be drained yet: the
+            # engine's newest could be another than the one named
+            self.notify(
+                f"not rolled back: the run had not paused yet, so {os.path.basename(shown)} "
+                "was not sure to be its newest checkpoint; r asks again",
+                title="Roll back",
+                severity="warning",
+                timeout=8,
+            )
+            yes = False
+        elif yes and ckpt is not None and ckpt[1] != shown:
             self.notify(
                 f"not rolled back: {os.path.basename(ckpt[1])} was saved as you answered (the "
                 f"question named {os.path.basename(shown)}); r asks again",

@@ -4,7 +4,7 @@ what arrives meanwhile (a checkpoint saved before the pause took hold is the one
 
 from __future__ import annotations
 
-from pilot import pilot_test, wait_for
+from pilot import Toasts, pilot_test, wait_for
 from scripted import ScriptedFactory, step_event
 from textual.pilot import Pilot
 
@@ -61,3 +61,17 @@ async def test_r_while_a_checkpoint_is_being_saved_pauses_too(
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
     assert factory.trainer.calls == [("pause",)]
     await wait_for(pilot, lambda: "paused while you decide" in question(app))
+
+
+@pilot_test()
+async def test_a_yes_before_the_pause_is_seen_rolls_nothing_back_and_says_so(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
+) -> None:
+    trainer = factory.trainer
+    trainer.pause = lambda: trainer.calls.append(("pause",))  # asked, not yet at a step boundary
+    await pilot.press("r")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    assert "pausing while you decide" in question(app)
+    await pilot.press("y")
+    await wait_for(pilot, lambda: any("not rolled back: the run had not paused yet" in t.message for t in toasts))
+    assert ("rollback", 0.5) not in trainer.calls
