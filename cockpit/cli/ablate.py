@@ -146,10 +146,29 @@ class SeriesDriver:
         self.series = series
         self.args = args
         self.at_end: set[Path] = set()  # stopped at their last step: nothing left to train
-        self.plans = [self._plan(run) for run in series.runs]
+        self.plans = self._plan_all(series.runs)
         self.index = -1  # the plan whose run is on its way
         self.current_engine: Any = None  # its engine, once built
         series.save()
+
+    def _plan_all(self, runs: list[SeriesRun]) -> list[PlannedRun]:
+        """Every run's plan, each command line checked as `cockpit train` checks its own before
+        any run trains; the runs refused are said together, one line each (a refusal that
+        several share once, with how many more it refuses), nothing trained."""
+        plans: list[PlannedRun] = []
+        refused: dict[str, list[str]] = {}  # message -> the runs it refuses
+        for run in runs:
+            try:
+                plans.append(self._plan(run))
+            except ConfigError as e:
+                refused.setdefault(str(e), []).append(self.series.position(run))
+        if refused:
+            lines = []
+            for why, positions in refused.items():
+                more = f" (and {len(positions) - 1} more runs)" if len(positions) > 1 else ""
+                lines.append(f"{positions[0]}{more}: {why}")
+            raise ConfigError("\n".join(lines))
+        return plans
 
     def _plan(self, run: SeriesRun) -> PlannedRun:
         from cockpit.ablation.series import BUSY, DONE, RESTART, RESUME
@@ -178,10 +197,7 @@ class SeriesDriver:
                 preset=self.series.spec.preset, overrides=self.series.overrides(run),
                 run_dir=str(run.run_dir), data=self.args.data, **common,
             )  # fmt: skip
-        try:
-            finished = preflight(train)
-        except ConfigError as e:
-            raise ConfigError(f"{self.series.position(run)}: {e}") from None
+        finished = preflight(train)  # a refusal: _plan_all says which run's
         if finished is not None:  # stopped at its last step: nothing left to train
             self.at_end.add(run.run_dir)
             return PlannedRun(run, None)
@@ -304,8 +320,9 @@ def run(args: argparse.Namespace) -> int:
         series = Series.open(spec, root)
         note = new_series_note(series)
         driver = SeriesDriver(series, args)
-    except ConfigError as e:
-        print(f"cockpit ablate: {e}", file=sys.stderr)
+    except ConfigError as e:  # several runs refused: a line each
+        for line in str(e).splitlines():
+            print(f"cockpit ablate: {line}", file=sys.stderr)
         return 2
     except OSError as e:  # the series' directory cannot be made or written
         print(f"cockpit ablate: --runs {root}: cannot write the series there ({e.strerror}); pass --runs DIR, a folder you can write", file=sys.stderr)

@@ -32,7 +32,9 @@ def preflight(args: argparse.Namespace) -> str | None:
         if cfg.model.init_from:
             args.overrides = [*args.overrides, *check_init_from(cfg, args.overrides)]
         check_log_packages(cfg)
+        check_device(cfg)
         check_corpus_exists(cfg, args.data)
+        check_tokenizer(cfg)
         if args.run_dir and torchrun_rank() == 0:  # rank 0 locks it: the others use it too
             check_run_dir_free(Path(args.run_dir))
     else:
@@ -154,6 +156,28 @@ def check_corpus_exists(cfg: Any, data_path: str | None) -> None:
 
     try:
         resolve_source(cfg.data, data_path, download=False)
+    except DataError as e:
+        raise ConfigError(str(e)) from None
+
+
+def check_device(cfg: Any) -> None:
+    """train.device naming a device this machine lacks (cuda without CUDA, mps without MPS, a
+    bad name): the run's own refusal, one line and exit 2 before anything starts. 'auto' and
+    'cpu' always resolve, and need no torch here."""
+    if cfg.train.device in ("auto", "cpu"):
+        return
+    from engine.train import select_device
+
+    select_device(cfg.train.device)
+
+
+def check_tokenizer(cfg: Any) -> None:
+    """A BPE tokenizer the run could not load (its tiktoken file not cached, offline): the
+    run's own refusal, one line and exit 2 before anything starts."""
+    from engine.data import DataError, check_tokenizer_loads
+
+    try:
+        check_tokenizer_loads(cfg.data.tokenizer)
     except DataError as e:
         raise ConfigError(str(e)) from None
 

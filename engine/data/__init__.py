@@ -11,5 +11,6 @@ _EXPORTS = {
     "engine.data.cache": ("CacheError", "find_prepared", "list_prepared", "remove_prepared"),
     "engine.data.cache_dirs": ("default_cache_dir",),
     "engine.data.shape_schedule": ("tokens_through",),
+    "engine.data.tokenizers": ("check_tokenizer_loads",),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -333,6 +333,14 @@ def _load_encoding(name: str) -> Any:
         ) from None
 
 
+def check_tokenizer_loads(name: str) -> None:
+    """A one-line DataError unless a run could load tokenizer `name` now: 'char', or a tiktoken
+    encoding whose file is cached (or can be downloaded) - what a run's setup needs, said
+    before anything starts."""
+    if name != "char":
+        _load_encoding(name)
+
+
 def tokenizer_from_meta(meta: dict[str, Any]) -> Tokenizer:
     """Rebuild a tokenizer from its to_meta() dict (from meta.json or a checkpoint)."""
     name = meta.get("name")
