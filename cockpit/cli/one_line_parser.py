@@ -62,7 +62,8 @@ class OneLineParser(argparse.ArgumentParser):
         if m := re.fullmatch(r"argument (\S+): expected one argument", message):
             return f"{m[1]} needs a value; {self.example(m[1], self.action_named(m[1]))}"
         if m := re.fullmatch(r"the following arguments are required: (.*)", message):
-            return f"missing {m[1]}: give {self.prog} {' '.join(m[1].split(', '))}"
+            names = m[1].split(", ")
+            return f"missing {' and '.join(names)}: give {self.prog} {' '.join(map(self.spelled, names))}"
         if m := re.fullmatch(r"unrecognized arguments: (.*)", message):
             words = m[1].split()
             options = [w for w in words if w.startswith("-")]
@@ -80,6 +81,17 @@ class OneLineParser(argparse.ArgumentParser):
             if "/".join(action.option_strings) == name:
                 return action
         return None
+
+    def spelled(self, name: str) -> str:
+        """A required argument as it is written: `--format hf|nanogpt`, `RUN_DIR`."""
+        action = self.action_named(name)
+        if not name.startswith("-") or action is None or action.nargs == 0:
+            return name
+        if action.metavar:
+            return f"{name} {action.metavar}"
+        if action.choices:
+            return f"{name} {'|'.join(map(str, action.choices))}"
+        return f"{name} {action.dest.upper()}"
 
     def example(self, name: str, action: argparse.Action | None) -> str:
         option = name.split("/")[0]

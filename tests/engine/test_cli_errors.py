@@ -45,6 +45,10 @@ def error_of(capsys, *argv: str) -> str:
             "cockpit presets show: missing NAME|PATH: give cockpit presets show NAME|PATH (cockpit presets show --help)",
         ),
         (
+            ["export"],
+            "cockpit export: missing RUN_DIR|CKPT and --format: give cockpit export RUN_DIR|CKPT --format FORMAT (cockpit export --help)",
+        ),
+        (
             ["data", "frob"],
             "cockpit data: ACTION: 'frob' is not one of prepare, ls, rm (cockpit data --help)",
         ),
