@@ -79,7 +79,8 @@ def test_preset_trains_a_few_steps_with_falling_loss(name, tmp_path, request):
 
 def test_speedrun_cpu_uses_the_techniques_its_ablation_kept():
     """The ones that paid off on 2 CPU cores (bench/speedrun.py --ablation): Muon with the
-    float32 Newton-Schulz, rotary positions, QK-norm, warmup-stable-decay; not ReLU^2,
+    float32 Newton-Schulz at momentum 0.85 and LR 0.04, rotary positions, QK-norm,
+    warmup-stable-decay over 225 steps, half of them decaying; not ReLU^2,
     RMSNorm, an untied head, zero-init projections or the soft-cap, nor the record's newer
     switches (none shown to pay at this size)."""
     cfg = load_preset("speedrun-cpu")
@@ -93,6 +94,8 @@ def test_speedrun_cpu_uses_the_techniques_its_ablation_kept():
     )
     assert (m.zero_init_proj, m.logit_softcap) == (False, 0.0)
     assert (cfg.optim.name, cfg.optim.muon_ns, cfg.schedule.kind) == ("muon", "fp32", "wsd")
+    assert (cfg.optim.muon_momentum, cfg.optim.muon_lr) == (0.85, 0.04)
+    assert (cfg.train.max_steps, cfg.schedule.decay_fraction) == (225, 0.5)
     assert (m.value_embeds, m.unet_skips) == (0, False)
     assert (cfg.optim.muon_variant, cfg.optim.cautious_wd) == ("muon", False)
     assert (cfg.train.batch_start, cfg.train.seq_start) == (0, 0)
