@@ -52,6 +52,7 @@ LIVE_SETTINGS: dict[str, str] = {
     "train.log_every": "steps between loss read-backs",
     "train.stop_at_val": "the val loss the run finishes at (0 = off), from the next evaluation",
     "eval.interval": "steps between evaluations",
+    "eval.fine_interval": "steps between evaluations near train.stop_at_val (0 = off)",
     "sample.interval": "steps between samples",
     "sample.prompts": "from the next sample",
     "sample.max_new_tokens": "from the next sample",
