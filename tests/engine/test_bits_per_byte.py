@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny import tiny_overrides
 
 from engine.config.presets import load_preset
 from engine.config.run_config import DataConfig
@@ -28,8 +29,7 @@ from tests.conftest import TIKTOKEN_CACHE
 
 # multi-byte characters: 2 (é, ö), 3 (€, 日), 4 (😀) bytes in UTF-8
 TEXT = "".join(f"line {i}: héllo wörld, 3€ 日本 😀\n" for i in range(400))
-TINY = ["model.n_layer=1", "model.n_head=2", "model.n_embd=16", "model.block_size=8",
-        "train.batch_size=3", "eval.batches=2", "train.device=cpu"]  # fmt: skip
+TINY = tiny_overrides("model.block_size=8", "train.batch_size=3", "train.device=cpu")
 
 
 def corpus(tmp_path: Path, text: str = TEXT) -> Path:

@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from tiny import tiny_overrides
 
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError
@@ -35,16 +36,9 @@ from engine.train.device import (
 )
 
 CPU = torch.device("cpu")
-TINY = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=8",
-    "train.batch_size=3",
-    "eval.batches=2",
-    "sample.max_new_tokens=5",
-    "train.device=cpu",
-]
+TINY = tiny_overrides(
+    "model.block_size=8", "train.batch_size=3", "sample.max_new_tokens=5", "train.device=cpu"
+)
 
 
 # ---------------------------------------------------------------------- device

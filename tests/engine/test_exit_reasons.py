@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from test_cli import headless_argv
+from tiny import set_args, tiny_overrides
 from tmux_driver import TMUX_INSTALLED, Tmux
 
 from cockpit.cli import main
@@ -22,17 +23,8 @@ from engine.config.presets import load_preset
 from engine.model.gpt import GPT
 from engine.train.trainer import Trainer
 
-SMALL = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
-    "train.batch_size=4",
-    "eval.interval=0",
-    "sample.interval=0",
-    "eval.batches=2",
-]
-TINY_ARGS = [arg for kv in SMALL for arg in ("--set", kv)] + ["--no-telemetry"]
+SMALL = tiny_overrides("eval.interval=0", "sample.interval=0")
+TINY_ARGS = [*set_args(SMALL), "--no-telemetry"]
 
 
 def records(run_dir: Path) -> list[dict]:

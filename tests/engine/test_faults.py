@@ -10,22 +10,14 @@ import sys
 import time
 
 import torch
+from tiny import tiny_overrides
 
 from engine.checkpoint import store as ckpt
 from engine.checkpoint.store import list_checkpoints, load_checkpoint
 from engine.config.presets import load_preset
 from engine.train.trainer import Trainer
 
-SMALL = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
-    "train.batch_size=8",
-    "eval.interval=0",
-    "sample.interval=0",
-    "eval.batches=2",
-]
+SMALL = tiny_overrides("train.batch_size=8", "eval.interval=0", "sample.interval=0")
 
 
 def cfg(*extra: str):

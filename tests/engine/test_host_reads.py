@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from tiny import tiny_overrides
 
 from engine.config.presets import load_preset
 from engine.data.batches import BatchSampler
@@ -142,10 +143,8 @@ def test_a_run_reads_back_once_per_read_back_not_once_per_step(
     """24 steps read back every 6: the steps read nothing, each read-back one batch of values."""
     cfg = load_preset(
         "default",
-        ["model.n_layer=1", "model.n_head=2", "model.n_embd=16", "model.block_size=16",
-         "train.batch_size=4", "train.max_steps=24", "train.log_every=6", "eval.interval=0",
-         "sample.interval=0", "checkpoint.interval=0", "eval.batches=1"],
-    )  # fmt: skip
+        tiny_overrides("train.max_steps=24", "train.log_every=6", "eval.batches=1", quiet=True),
+    )
     trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False)
     reads = HostReads(monkeypatch)
     in_steps, in_flushes, flushes = Counter(), Counter(), [0]

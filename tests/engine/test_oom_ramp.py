@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import torch
+from tiny import tiny_overrides
 
 from engine.config.presets import load_preset
 from engine.data.batches import BatchSampler
@@ -29,20 +30,15 @@ from engine.train.trainer import Trainer
 
 CPU = torch.device("cpu")
 
-SMALL = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
+SMALL = tiny_overrides(
     "train.batch_size=8",
     "train.grad_accum=1",
     "train.batch_start=3",
     "train.batch_ramp_steps=8",
     "eval.interval=0",
     "sample.interval=0",
-    "eval.batches=2",
     "train.max_steps=10",
-]
+)
 
 
 def test_micro_batch_sizes_split_a_steps_sequences_as_evenly_as_they_go() -> None:

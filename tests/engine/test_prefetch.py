@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny import tiny_overrides
 
 import engine.data.batches as batches
 import engine.model.evaluation as evaluation
@@ -28,15 +29,7 @@ from engine.train.trainer import Trainer
 CPU = torch.device("cpu")
 BLOCK = 8
 VOCAB = 11
-TINY_TRAINER = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
-    "train.batch_size=4",
-    "eval.batches=2",
-    "sample.max_new_tokens=4",
-]
+TINY_TRAINER = tiny_overrides("sample.max_new_tokens=4")
 
 
 def prefetch_threads() -> list[threading.Thread]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from slow_prepare import slow_prepare
+from tiny import tiny_overrides
 
 import engine.data.preparation
 import engine.train.setup
@@ -23,17 +24,7 @@ from engine.config.presets import load_preset
 from engine.events import Event, RunState
 from engine.train.trainer import Trainer
 
-TINY = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
-    "train.batch_size=4",
-    "eval.batches=2",
-    "eval.interval=0",
-    "sample.interval=0",
-    "checkpoint.interval=0",
-]
+TINY = tiny_overrides(quiet=True)
 TOTAL = 1_000_000  # the fake corpus's size in bytes
 
 

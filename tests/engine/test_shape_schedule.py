@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny import tiny_overrides
 
 from engine.config.live import live_change
 from engine.config.loading import config_from_dict
@@ -36,18 +37,7 @@ from engine.rundir.summary_facts import RunSummary
 from engine.train.trainer import Trainer
 
 CPU = torch.device("cpu")
-TINY = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
-    "train.batch_size=4",
-    "eval.batches=2",
-    "eval.interval=0",
-    "sample.interval=0",
-    "checkpoint.interval=0",
-    "model.dropout=0.1",
-]
+TINY = tiny_overrides("model.dropout=0.1", quiet=True)
 # micro-batches 2 -> 4 sequences over 6 steps, sequences 4 -> 16 tokens over 8
 RAMPS = [
     "train.batch_start=2",

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import torch
+from tiny import tiny_overrides
 
 from engine.config.live import SettingsTimeline
 from engine.config.presets import load_preset, load_replay
@@ -92,17 +93,13 @@ def test_what_runs_before_the_final_state_reports_ahead_of_it() -> None:
 
 
 # ---------------------------------------------------------------------- setup, alone
-SMALL = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
+SMALL = tiny_overrides(
     "train.batch_size=3",
     "train.grad_accum=2",
     "eval.batches=1",
     "sample.max_new_tokens=4",
     "sample.prompts=['ab', 'c']",
-]
+)
 
 
 def small_cfg(*extra: str):
