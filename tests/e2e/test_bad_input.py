@@ -10,28 +10,11 @@ import sys
 
 import pytest
 import torch
+from tiny import set_args, tiny_overrides
 
 from cockpit.cli import main
 
-TINY = [
-    "--set",
-    "model.n_layer=1",
-    "--set",
-    "model.n_head=2",
-    "--set",
-    "model.n_embd=16",
-    "--set",
-    "model.block_size=16",
-    "--set",
-    "train.batch_size=4",
-    "--set",
-    "eval.batches=2",
-    "--set",
-    "sample.max_new_tokens=4",
-    "--set",
-    "train.max_steps=4",
-    "--no-telemetry",
-]
+TINY = [*set_args(tiny_overrides("sample.max_new_tokens=4", "train.max_steps=4")), "--no-telemetry"]
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str]:

@@ -10,14 +10,20 @@ import time
 
 import psutil
 import pytest
+from tiny import set_args, tiny_overrides
 from tmux_driver import TMUX_INSTALLED, Tmux
 
 pytestmark = pytest.mark.skipif(not TMUX_INSTALLED, reason="tmux is not installed")
 
-TINY = (
-    "--set model.n_layer=1 --set model.n_head=2 --set model.n_embd=16 --set model.block_size=16 "
-    "--set train.batch_size=4 --set train.max_steps=1000000 --set eval.interval=200 "
-    "--set eval.batches=2 --set sample.interval=200 --set sample.max_new_tokens=16"
+TINY = " ".join(
+    set_args(
+        tiny_overrides(
+            "train.max_steps=1000000",
+            "eval.interval=200",
+            "sample.interval=200",
+            "sample.max_new_tokens=16",
+        )
+    )
 )
 
 

@@ -10,23 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny import set_args, tiny_overrides
 
-TINY = [
-    "--set",
-    "model.n_layer=1",
-    "--set",
-    "model.n_embd=16",
-    "--set",
-    "model.n_head=2",
-    "--set",
-    "model.block_size=16",
-    "--set",
-    "train.batch_size=4",
-    "--set",
-    "eval.batches=2",
-    "--set",
-    "sample.max_new_tokens=8",
-]
+TINY = set_args(tiny_overrides("sample.max_new_tokens=8"))
 
 
 def headless_argv(run_dir: Path, *extra: str) -> list[str]:

@@ -11,31 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny import set_args, tiny_overrides
 
 from cockpit.cli import main
 from engine.checkpoint import store as ckpt
 
-TINY = [
-    "--set",
-    "model.n_layer=1",
-    "--set",
-    "model.n_head=2",
-    "--set",
-    "model.n_embd=16",
-    "--set",
-    "model.block_size=16",
-    "--set",
-    "train.batch_size=4",
-    "--set",
-    "eval.batches=2",
-    "--set",
-    "eval.interval=0",
-    "--set",
-    "sample.interval=0",
-    "--set",
-    "checkpoint.interval=0",
-    "--no-telemetry",
-]
+TINY = [*set_args(tiny_overrides(quiet=True)), "--no-telemetry"]
 
 # Characters that neither pydoc's text nor Tiny Shakespeare's vocabulary has in this order and
 # number: a resume on the wrong corpus cannot pass for the right one.
