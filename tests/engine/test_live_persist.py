@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import tomllib
 import torch
+from tiny import tiny_overrides
 
 from cockpit.cli import main
 from engine.checkpoint.store import checkpoint_path, latest_checkpoint, load_checkpoint
@@ -22,17 +23,12 @@ from engine.train.live import resumed_settings, settings_back
 from engine.train.replay import ReplayPlan
 from engine.train.trainer import Trainer
 
-SMALL = [
-    "model.n_layer=1",
-    "model.n_embd=16",
-    "train.batch_size=4",
-    "eval.batches=2",
-    "eval.interval=0",
-    "sample.interval=0",
-    "checkpoint.interval=0",
+SMALL = tiny_overrides(
+    "model.block_size=32",  # the tiny preset's own
     "train.max_steps=16",
     "train.log_every=1",  # every step read back at once: a command lands at the next boundary
-]
+    quiet=True,
+)
 WD = 0.1  # the default weight decay, the starting value the set at step 7 changes
 
 Action = Callable[[Trainer], None]

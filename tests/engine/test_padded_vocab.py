@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny import tiny_overrides
 
 from cockpit.cli import main as cockpit_main
 from engine.checkpoint.resume import plan_resume
@@ -184,10 +185,7 @@ def test_the_hf_model_of_a_padded_run_gives_its_logits(padded_checkpoint: Path, 
 # ------------------------------------------------------------------ checkpoints from before
 
 
-SMALL = [
-    "model.n_layer=1", "model.n_embd=16", "train.batch_size=4", "eval.batches=1",
-    "eval.interval=0", "sample.interval=0", "checkpoint.interval=0",
-]  # fmt: skip
+SMALL = tiny_overrides("model.block_size=32", "eval.batches=1", quiet=True)  # 32: the tiny preset's own
 
 
 def _as_before_padding(run_dir: Path) -> Path:

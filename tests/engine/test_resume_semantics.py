@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tiny import set_args, tiny_overrides
 
 from cockpit.cli import main
 from engine.checkpoint.store import latest_checkpoint, list_checkpoints
@@ -18,20 +19,7 @@ from engine.model.schedule import lr_at
 from engine.rundir.metrics_log import read_history
 from engine.train.trainer import Trainer
 
-SMALL = [
-    "model.n_layer=1",
-    "model.n_embd=16",
-    "train.batch_size=4",
-    "eval.batches=2",
-    "sample.max_new_tokens=4",
-    "eval.interval=0",
-    "sample.interval=0",
-    "checkpoint.interval=0",
-]
-
-
-def sets(*overrides: str) -> list[str]:
-    return [arg for text in overrides for arg in ("--set", text)]
+SMALL = tiny_overrides("model.block_size=32", "sample.max_new_tokens=4", quiet=True)  # 32: the tiny preset's own
 
 
 def train(run_dir: Path, *extra: str) -> list[Event]:
@@ -120,7 +108,7 @@ def test_optimizer_settings_set_on_resume_are_the_ones_training(tmp_path):
 def test_the_headless_printer_shows_the_changes_first(tmp_path, capsys):
     run_dir = tmp_path / "run"
     code, _ = cli(
-        capsys, "--preset", "tiny", "--run-dir", str(run_dir), *sets(*SMALL, "train.max_steps=4")
+        capsys, "--preset", "tiny", "--run-dir", str(run_dir), *set_args([*SMALL, "train.max_steps=4"])
     )
     assert code == 0
     code, text = cli(
@@ -262,7 +250,7 @@ def test_resuming_a_finished_run_says_so_and_touches_nothing(tmp_path):
 def test_cli_resume_of_a_finished_run_is_one_line_exit_0(tmp_path, capsys):
     run_dir = tmp_path / "run"
     code, _ = cli(
-        capsys, "--preset", "tiny", "--run-dir", str(run_dir), *sets(*SMALL, "train.max_steps=4")
+        capsys, "--preset", "tiny", "--run-dir", str(run_dir), *set_args([*SMALL, "train.max_steps=4"])
     )
     assert code == 0
     before = {p.name: digest(p) for p in run_dir.iterdir()}

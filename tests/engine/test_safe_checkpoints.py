@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny import tiny_overrides
 
 from engine.checkpoint import store as ckpt
 from engine.checkpoint.store import (
@@ -30,16 +31,7 @@ from engine.checkpoint.store import (
 from engine.config.presets import load_preset
 from engine.train.trainer import Trainer
 
-SMALL = [
-    "model.n_layer=1",
-    "model.n_embd=16",
-    "train.batch_size=4",
-    "eval.batches=2",
-    "sample.max_new_tokens=4",
-    "eval.interval=0",
-    "sample.interval=0",
-    "checkpoint.interval=0",
-]
+SMALL = tiny_overrides("model.block_size=32", "sample.max_new_tokens=4", quiet=True)  # 32: the tiny preset's own
 CONVERTED = "checkpoint format 1 converted on load; the next checkpoint is written in format 2"
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny import tiny_overrides
 
 from engine.checkpoint.store import CheckpointError, load_checkpoint
 from engine.config.loading import config_from_dict
@@ -28,17 +29,12 @@ from engine.model.gpt import GPT
 from engine.model.optimizers import build_optimizer
 from engine.train.trainer import Trainer
 
-SMALL = [
-    "model.n_layer=1",
-    "model.n_embd=16",
-    "train.batch_size=4",
-    "eval.batches=2",
+SMALL = tiny_overrides(
+    "model.block_size=32",  # the tiny preset's own
     "sample.max_new_tokens=4",
-    "eval.interval=0",
-    "sample.interval=0",
-    "checkpoint.interval=0",
     "train.max_steps=2",
-]
+    quiet=True,
+)
 SHARDED = "ckpt-00000002.dcp"
 
 
