@@ -19,6 +19,7 @@ from textual.app import App
 from textual.message import Message
 from textual.notifications import Notification, Notify
 from textual.pilot import Pilot
+from tiny import tiny_overrides
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.widgets.status import AlertLine
@@ -30,19 +31,7 @@ REAL_SIZE = (120, 40)  # the real-engine tests' terminal
 
 # A model small enough that the real engine steps in milliseconds on a loaded CPU, training on
 # until the test stops it, with nothing periodic (evaluation, samples, checkpoints) in between.
-TINY = [
-    "model.n_layer=1",
-    "model.n_head=2",
-    "model.n_embd=16",
-    "model.block_size=16",
-    "train.batch_size=4",
-    "train.max_steps=1000000",
-    "eval.interval=0",
-    "eval.batches=2",
-    "sample.interval=0",
-    "sample.max_new_tokens=8",
-    "checkpoint.interval=0",
-]
+TINY = tiny_overrides("train.max_steps=1000000", "sample.max_new_tokens=8", quiet=True)
 
 T = TypeVar("T")
 
