@@ -68,6 +68,27 @@ async def texts_of_p_n_f(pilot: Pilot, app: CockpitApp) -> list[str]:
     return said
 
 
+def said_by_p_n_f(app: CockpitApp) -> list[str]:
+    """The app run until it settles, then what the dialogs of p, n and f say, one text each."""
+    said: list[str] = []
+
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot)
+        said.extend(await texts_of_p_n_f(pilot, app))
+
+    run_pilot(app, scenario)
+    assert len(said) == 3
+    return said
+
+
+def series_app(series: OneRunSeries, engine_factory) -> AblationApp:
+    """The app of `cockpit ablate` at its first run (the baseline) of `series`."""
+    return AblationApp(
+        engine_factory, "default", series=series, first_label="ablate 1/3: baseline",
+        resume_factory=lambda *_: None,
+    )  # fmt: skip
+
+
 def a_run_dir(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "runs" / "default-scripted"  # the scripted run's directory
@@ -79,18 +100,7 @@ def a_run_dir(tmp_path: Path, monkeypatch) -> None:
 def test_p_n_and_f_say_in_the_dialog_that_the_series_stops(tmp_path: Path, monkeypatch) -> None:
     a_run_dir(tmp_path, monkeypatch)
     series = OneRunSeries()
-    app = AblationApp(
-        lambda _preset: series.current_engine, "default", series=series, first_label="ablate 1/3: baseline",
-        resume_factory=lambda *_: None,
-    )  # fmt: skip
-    said: list[str] = []
-
-    async def scenario(pilot: Pilot) -> None:
-        await settle(pilot)
-        said.extend(await texts_of_p_n_f(pilot, app))
-
-    run_pilot(app, scenario)
-    assert len(said) == 3
+    said = said_by_p_n_f(series_app(series, lambda _preset: series.current_engine))
     for text in said:
         assert SERIES_LINE in text and "the same `cockpit ablate` command continues it" in text
 
@@ -98,14 +108,7 @@ def test_p_n_and_f_say_in_the_dialog_that_the_series_stops(tmp_path: Path, monke
 def test_the_plain_app_s_dialogs_say_nothing_of_a_series(tmp_path: Path, monkeypatch) -> None:
     a_run_dir(tmp_path, monkeypatch)
     app = CockpitApp(lambda _preset: ScriptedTrainer("default"), "default", resume_factory=lambda *_: None)
-    said: list[str] = []
-
-    async def scenario(pilot: Pilot) -> None:
-        await settle(pilot)
-        said.extend(await texts_of_p_n_f(pilot, app))
-
-    run_pilot(app, scenario)
-    assert len(said) == 3
+    said = said_by_p_n_f(app)
     assert not any(SERIES_LINE in text for text in said)
 
 
@@ -113,16 +116,5 @@ def test_once_the_series_is_left_the_dialogs_no_longer_say_it_stops(tmp_path: Pa
     a_run_dir(tmp_path, monkeypatch)
     series = OneRunSeries()
     series.current_engine = object()  # the run on screen is another (p, n or f went ahead)
-    app = AblationApp(
-        lambda _preset: ScriptedTrainer("default"), "default", series=series, first_label="ablate 1/3: baseline",
-        resume_factory=lambda *_: None,
-    )  # fmt: skip
-    said: list[str] = []
-
-    async def scenario(pilot: Pilot) -> None:
-        await settle(pilot)
-        said.extend(await texts_of_p_n_f(pilot, app))
-
-    run_pilot(app, scenario)
-    assert len(said) == 3
+    said = said_by_p_n_f(series_app(series, lambda _preset: ScriptedTrainer("default")))
     assert not any(SERIES_LINE in text for text in said)
