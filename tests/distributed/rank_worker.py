@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -101,6 +102,17 @@ def record_batches(trainer, taken: list) -> None:  # noqa: ANN001
     sampler.next = next_and_note
 
 
+def after_setup(trainer, then: Callable[[], None]) -> None:  # noqa: ANN001
+    """`then` run once the trainer is set up (after what its setup did already, checks included)."""
+    setup = trainer._setup
+
+    def setup_and_then() -> None:
+        setup()
+        then()
+
+    trainer._setup = setup_and_then
+
+
 def main() -> int:
     args = parse_args(["train", "--headless", *sys.argv[1:]])
     signals = StopSignals()
@@ -118,43 +130,23 @@ def main() -> int:
     trainer = make_trainer(args, sinks=[own, printer], interactive=False)
     signals.attach(trainer)
     if os.environ.get("GRAD_CHECK"):
-        setup = trainer._setup
-
-        def setup_and_record() -> None:
-            setup()
-            record_first_step(trainer, run_dir, rank)
-
-        trainer._setup = setup_and_record
+        after_setup(trainer, lambda: record_first_step(trainer, run_dir, rank))
     seen: dict[str, object] = {}
     if os.environ.get("WORLD_CHECK"):
-        setup_first = trainer._setup
 
-        def setup_and_look() -> None:
-            setup_first()
+        def look() -> None:
             import torch.distributed as dist
 
             seen["process_group"] = dist.is_available() and dist.is_initialized()
             seen["forward"] = type(trainer.instruments.step.forward).__name__
 
-        trainer._setup = setup_and_look
+        after_setup(trainer, look)
     decays: list = []
     if os.environ.get("GROUPS_CHECK"):
-        setup_then = trainer._setup
-
-        def setup_and_watch() -> None:
-            setup_then()
-            record_weight_decay(trainer, decays)
-
-        trainer._setup = setup_and_watch
+        after_setup(trainer, lambda: record_weight_decay(trainer, decays))
     taken: list = []
     if os.environ.get("BATCHES_CHECK"):
-        setup_before = trainer._setup
-
-        def setup_and_count() -> None:
-            setup_before()
-            record_batches(trainer, taken)
-
-        trainer._setup = setup_and_count
+        after_setup(trainer, lambda: record_batches(trainer, taken))
     state = trainer.run()
     if os.environ.get("BATCHES_CHECK"):
         (run_dir / f"batches-{rank}.json").write_text(json.dumps(taken))
