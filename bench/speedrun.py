@@ -216,6 +216,7 @@ ABLATIONS: list[tuple[str, list[str]]] = [
     ("- wsd (cosine to min_lr)", ["schedule.kind=cosine"]),
     ("- rotary (learned positions)", ["model.pos_emb=learned"]),
     ("- qk_norm", ["model.qk_norm=false"]),
+    ("- sequence warmup (64 from step 0)", ["train.seq_start=0", "train.seq_warmup_steps=0"]),
     ("+ relu2 (instead of GELU)", ["model.mlp=relu2"]),
     ("+ rmsnorm (instead of LayerNorm)", ["model.norm=rmsnorm"]),
     ("+ untied head", ["model.tie_embeddings=false"]),
@@ -229,7 +230,6 @@ ABLATIONS: list[tuple[str, list[str]]] = [
     ("+ cautious weight decay 0.1", ["optim.weight_decay=0.1", "optim.cautious_wd=true"]),
     ("+ embeddings at 3x lr", ["optim.embed_lr=9e-3"]),
     ("+ batch-size ramp 4 -> 16 (100 st)", ["train.batch_start=4", "train.batch_ramp_steps=100"]),
-    ("+ sequence warmup 16 -> 64 (100 st)", ["train.seq_start=16", "train.seq_warmup_steps=100"]),
 ]
 
 

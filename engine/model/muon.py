@@ -231,7 +231,8 @@ class BatchedMuon(torch.optim.Muon):
                         moved = cautious_decay_(p, update, decay, strict=False)
                         assign_unless_refused(p, moved.add_(update, alpha=-step_lr), skip)
                     elif skip is None:
-                        p.mul_(1 - decay)
+                        if decay:  # none by default: a multiply by 1 costs a pass over p
+                            p.mul_(1 - decay)
                         p.add_(update, alpha=-step_lr)
                     else:
                         moved = p.mul(1 - decay)

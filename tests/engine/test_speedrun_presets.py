@@ -80,9 +80,10 @@ def test_preset_trains_a_few_steps_with_falling_loss(name, tmp_path, request):
 def test_speedrun_cpu_uses_the_techniques_its_ablation_kept():
     """The ones that paid off on 2 CPU cores (bench/speedrun.py --ablation): Muon with the
     float32 Newton-Schulz at momentum 0.85 and LR 0.04, rotary positions, QK-norm,
-    warmup-stable-decay over 225 steps, half of them decaying; not ReLU^2,
+    warmup-stable-decay over 225 steps, half of them decaying, and a sequence-length warmup
+    from 16 tokens over 60 steps (the same steps to 1.88 on fewer tokens); not ReLU^2,
     RMSNorm, an untied head, zero-init projections or the soft-cap, nor the record's newer
-    switches (none shown to pay at this size)."""
+    switches (none shown to pay at this size) nor a batch-size ramp."""
     cfg = load_preset("speedrun-cpu")
     m = cfg.model
     assert (m.pos_emb, m.qk_norm, m.norm, m.mlp, m.tie_embeddings) == (
@@ -98,7 +99,8 @@ def test_speedrun_cpu_uses_the_techniques_its_ablation_kept():
     assert (cfg.train.max_steps, cfg.schedule.decay_fraction) == (225, 0.5)
     assert (m.value_embeds, m.unet_skips) == (0, False)
     assert (cfg.optim.muon_variant, cfg.optim.cautious_wd) == ("muon", False)
-    assert (cfg.train.batch_start, cfg.train.seq_start) == (0, 0)
+    assert cfg.train.batch_start == 0
+    assert (cfg.train.seq_start, cfg.train.seq_warmup_steps, m.block_size) == (16, 60, 64)
     assert cfg.eval.full_val
 
 
