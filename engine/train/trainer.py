@@ -131,7 +131,7 @@ class Trainer:
         self.config_file: ConfigFile | None = None  # rank 0's config.toml, rewritten on a change
         self._already_finished: str | None = None  # resuming a run that has nothing left to do
         self.events = EventQueue(event_capacity)
-        # opened once the run has a directory (_setup); a write that fails (a full disk) keeps
+        # opened once the run has a directory (set_up); a write that fails (a full disk) keeps
         # its records and queues the pause
         self.metrics = MetricsWriter(on_failure=lambda: self._commands.put("disk_full"))
         self.sinks = [self.metrics, *sinks] if self.world.is_main else list(sinks)
@@ -151,7 +151,7 @@ class Trainer:
         self._val_points: list[ValPoint] = []  # this process's evaluations: eval.fine_interval's
         self._commands = CommandQueue()  # put by the methods below, from any thread
         self.stopping = StopRequest()  # taken at a step boundary: whether, how and why to stop
-        # built by _setup with what they use: None before
+        # built by set_up with what they use: None before
         self.disk: DiskWait | None = None  # paused for a full disk, retrying
         self.checkpointer: Checkpointer | None = None
         self.faults: FaultHandler | None = None  # anomalies, rollbacks, out of memory
@@ -160,14 +160,16 @@ class Trainer:
         # The first stop asked for, seen at once (any thread): the corpus preparation polls it,
         # as there is no step boundary to take the command at before the first step.
         self._stop_asked: str | None = None
+        self._should_stop: Callable[[], bool] = lambda: False  # run()'s, polled between steps
+        self._is_set_up = False
         self.interactive = (
             interactive  # a person is watching: anomalies pause rather than roll back
         )
         # stopped and closed before the final state is recorded (_wind_down)
         self.telemetry_poller: TelemetryPoller | None = None
         self.control: ControlServer | None = None  # rank 0's socket, once the run has a directory
-        self.parts: RunParts | None = None  # what trains: built by _setup
-        self.instruments: Instruments | None = None  # what the loop measures with: _setup's
+        self.parts: RunParts | None = None  # what trains: built by set_up
+        self.instruments: Instruments | None = None  # what the loop measures with: set_up's
         self.log_sinks: list[Callable[[Event], None]] = []  # TensorBoard...
 
     # ------------------------------------------------------------------ commands (any thread)
@@ -285,9 +287,8 @@ class Trainer:
         a problem with the run: that becomes an Alert and the FAILED state."""
         self._should_stop = should_stop or (lambda: False)
         report = self.reporter
-        report.set_state(RunState.STARTING)
         try:
-            self._setup()
+            self.set_up()
             if self.telemetry_enabled:
                 from engine.telemetry.poller import (
                     start_telemetry,  # only a run with telemetry needs it
@@ -335,8 +336,17 @@ class Trainer:
         self.reporter.alert("error", message, code)
         self.reporter.set_state(RunState.FAILED, message)
 
-    def _setup(self) -> None:
-        """Accept the resume, build the run, and only then create its directory and announce it."""
+    def set_up(self) -> None:
+        """Accept the resume, build the run, and only then create its directory and announce it,
+        without training a step: run() does this first unless it was done. Called before run()
+        (to look at or wrap the parts built), it raises what run() would turn into a failure."""
+        if self._is_set_up:
+            return
+        self.reporter.set_state(RunState.STARTING)
+        self._set_up()
+        self._is_set_up = True
+
+    def _set_up(self) -> None:
         state = None
         if self.resume_from is not None:
             accepted = accept_resume(self.resume_from, self.resume_overrides)
@@ -455,7 +465,7 @@ class Trainer:
 
     @property
     def forward(self) -> Callable[..., Any]:
-        """The forward pass each step trains with; tests wrap it after `_setup`."""
+        """The forward pass each step trains with; tests wrap it after `set_up()`."""
         return self._instrumented.step.forward
 
     @forward.setter
@@ -473,13 +483,13 @@ class Trainer:
     @property
     def _built(self) -> RunParts:
         if self.parts is None:
-            raise AttributeError("the run is not built yet (Trainer._setup)")
+            raise AttributeError("the run is not built yet (Trainer.set_up)")
         return self.parts
 
     @property
     def _instrumented(self) -> Instruments:
         if self.instruments is None:
-            raise AttributeError("the run is not instrumented yet (Trainer._setup)")
+            raise AttributeError("the run is not instrumented yet (Trainer.set_up)")
         return self.instruments
 
     # ------------------------------------------------------------------ the loop's parts
@@ -544,9 +554,9 @@ class Trainer:
 
     @property
     def _loop_parts(self) -> _LoopParts:
-        """The loop's parts, once _setup has built them."""
+        """The loop's parts, once set_up has built them."""
         if self.checkpointer is None or self.disk is None:
-            raise AttributeError("the run is not built yet (Trainer._setup)")
+            raise AttributeError("the run is not built yet (Trainer.set_up)")
         assert self.faults is not None and self.command_handler is not None
         return _LoopParts(self.checkpointer, self.disk, self.faults, self.command_handler)
 

@@ -188,20 +188,15 @@ def rolled_back_run(tmp_path: Path) -> Path:
     run_dir = tmp_path / "recovered"
     sets = [*TINY, "train.max_steps=30", "checkpoint.interval=10", "train.on_anomaly=rollback"]
     trainer = Trainer(load_preset("tiny", sets), run_dir=run_dir, telemetry=False, interactive=False)
-    setup = trainer._setup
+    trainer.set_up()
+    forward, calls = trainer.forward, []
 
-    def poisoned_setup() -> None:  # the 15th forward's loss is NaN
-        setup()
-        forward, calls = trainer.forward, []
+    def poisoned(x: torch.Tensor, y: torch.Tensor | None = None) -> Any:  # the 15th loss: NaN
+        calls.append(1)
+        logits, loss = forward(x, y)
+        return logits, loss * float("nan") if len(calls) == 15 else loss
 
-        def poisoned(x: torch.Tensor, y: torch.Tensor | None = None) -> Any:
-            calls.append(1)
-            logits, loss = forward(x, y)
-            return logits, loss * float("nan") if len(calls) == 15 else loss
-
-        trainer.forward = poisoned
-
-    trainer._setup = poisoned_setup
+    trainer.forward = poisoned
     assert trainer.run() == "finished" and trainer.rollbacks == 1
     resumed = resume_trainer(train_arguments(no_telemetry=True), str(run_dir), ["train.max_steps=36"])
     assert resumed.run() == "finished"

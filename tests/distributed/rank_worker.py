@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -102,15 +101,7 @@ def record_batches(trainer, taken: list) -> None:  # noqa: ANN001
     sampler.next = next_and_note
 
 
-def after_setup(trainer, then: Callable[[], None]) -> None:  # noqa: ANN001
-    """`then` run once the trainer is set up (after what its setup did already, checks included)."""
-    setup = trainer._setup
-
-    def setup_and_then() -> None:
-        setup()
-        then()
-
-    trainer._setup = setup_and_then
+CHECKS = ("GRAD_CHECK", "WORLD_CHECK", "GROUPS_CHECK", "BATCHES_CHECK")
 
 
 def main() -> int:
@@ -129,24 +120,23 @@ def main() -> int:
     printer = ProgressPrinter() if rank == 0 else RankErrorPrinter(rank)
     trainer = make_trainer(args, sinks=[own, printer], interactive=False)
     signals.attach(trainer)
-    if os.environ.get("GRAD_CHECK"):
-        after_setup(trainer, lambda: record_first_step(trainer, run_dir, rank))
+    checks = [name for name in CHECKS if os.environ.get(name)]
+    if checks:
+        trainer.set_up()  # the checks look at what it built; run() goes on from there
+    if "GRAD_CHECK" in checks:
+        record_first_step(trainer, run_dir, rank)
     seen: dict[str, object] = {}
-    if os.environ.get("WORLD_CHECK"):
+    if "WORLD_CHECK" in checks:
+        import torch.distributed as dist
 
-        def look() -> None:
-            import torch.distributed as dist
-
-            seen["process_group"] = dist.is_available() and dist.is_initialized()
-            seen["forward"] = type(trainer.instruments.step.forward).__name__
-
-        after_setup(trainer, look)
+        seen["process_group"] = dist.is_available() and dist.is_initialized()
+        seen["forward"] = type(trainer.instruments.step.forward).__name__
     decays: list = []
-    if os.environ.get("GROUPS_CHECK"):
-        after_setup(trainer, lambda: record_weight_decay(trainer, decays))
+    if "GROUPS_CHECK" in checks:
+        record_weight_decay(trainer, decays)
     taken: list = []
-    if os.environ.get("BATCHES_CHECK"):
-        after_setup(trainer, lambda: record_batches(trainer, taken))
+    if "BATCHES_CHECK" in checks:
+        record_batches(trainer, taken)
     state = trainer.run()
     if os.environ.get("BATCHES_CHECK"):
         (run_dir / f"batches-{rank}.json").write_text(json.dumps(taken))

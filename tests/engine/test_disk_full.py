@@ -262,7 +262,6 @@ def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_t
         small_disk, "checkpoint.interval=10", fill_at=11, leave_bytes=64 * 1024,
         free_after_s=RETRY_S + 1.0,
     )  # fmt: skip
-    set_up = run.trainer._setup
     save_sharded = checkpointer.save_sharded
     tried_while_full: list[int] = []
 
@@ -273,11 +272,8 @@ def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_t
 
     monkeypatch.setattr(checkpointer, "save_sharded", save_and_see)
 
-    def set_up_as_sharded() -> None:
-        set_up()
-        run.trainer.checkpointer.sharded = True  # it writes as an FSDP run's ranks do
-
-    run.trainer._setup = set_up_as_sharded  # type: ignore[method-assign]
+    run.trainer.set_up()
+    run.trainer.checkpointer.sharded = True  # it writes as an FSDP run's ranks do
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=SHARDED_WARNING)
         assert run.run() == "finished"

@@ -42,18 +42,13 @@ class PoisonAt:
 
 
 def run_with(trainer: Trainer, install, *, stop_after_events=None) -> list:
-    """Run `trainer` with `install(trainer)` called once its model exists."""
+    """Run `trainer` with `install(trainer)` called once it is set up."""
     events: list = []
-    original_setup = trainer._setup
-
-    def setup() -> None:
-        original_setup()
-        install(trainer)
-
-    trainer._setup = setup
     trainer.sinks.append(events.append)
     if stop_after_events:
         trainer.sinks.append(lambda e: stop_after_events(trainer, e))
+    trainer.set_up()
+    install(trainer)
     trainer.run()
     return events
 

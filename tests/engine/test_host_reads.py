@@ -161,16 +161,13 @@ def test_a_run_reads_back_once_per_read_back_not_once_per_step(
         real_flush()
         in_flushes.update(reads.kinds - before)
 
-    def setup() -> None:
-        real_setup()
-        reads.counting = True  # from the loop's first step on
-
     def finish() -> None:
         reads.counting = False  # the final evaluation and checkpoint are not the loop
         real_finish()
 
-    real_setup = trainer._setup
-    trainer._setup, trainer._finish = setup, finish
+    trainer.set_up()
+    reads.counting = True  # from the loop's first step on
+    trainer._finish = finish
     trainer._train_step, trainer._flush = counted_step, counted_flush
     assert trainer.run() == "finished"
     assert trainer.step == 24 and flushes[0] == 4

@@ -72,28 +72,16 @@ class CountingOom:
         return self.inner(x, y)
 
 
-def oom_once_set_up(trainer: Trainer, at: int) -> list[CountingOom]:
-    """The trainer's forward, once it is set up, replaced by a CountingOom out of memory at call
-    `at`: the list returned holds it from then on."""
-    counter: list[CountingOom] = []
-    original_setup = trainer._setup
-
-    def setup() -> None:
-        original_setup()
-        counter.append(CountingOom(trainer, at=at))
-        trainer.forward = counter[0]
-
-    trainer._setup = setup
+def oom_once_set_up(trainer: Trainer, at: int) -> CountingOom:
+    """The trainer set up, its forward replaced by a CountingOom out of memory at call `at`."""
+    trainer.set_up()
+    trainer.forward = counter = CountingOom(trainer, at=at)
     return counter
 
 
-def run_to_step_10(trainer: Trainer) -> list:
-    """The trainer run to its end, step 10; the events it sent."""
-    events: list = []
-    trainer.sinks.append(events.append)
+def run_to_step_10(trainer: Trainer) -> None:
     trainer.run()
     assert trainer.state == "finished" and trainer.step == 10
-    return events
 
 
 def test_an_out_of_memory_retry_mid_ramp_trains_the_schedule_s_sequences(tmp_path) -> None:
@@ -101,11 +89,12 @@ def test_an_out_of_memory_retry_mid_ramp_trains_the_schedule_s_sequences(tmp_pat
     schedule = ShapeSchedule.of(cfg)
     # the ramp by hand: 3 + 5 * step // 8 rounded down to a multiple of 3, then 8 from step 8
     assert [schedule.batch_at(s) for s in range(10)] == [3, 3, 3, 3, 3, 6, 6, 6, 8, 8]
-    trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False)
+    events: list = []
+    trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False, sinks=[events.append])
     counter = oom_once_set_up(trainer, at=3)  # the third step (step 2) runs out of memory
-    events = run_to_step_10(trainer)
+    run_to_step_10(trainer)
     assert (trainer.cfg.train.batch_size, trainer.cfg.train.grad_accum) == (4, 2)
-    seen = counter[0].sequences
+    seen = counter.sequences
     # steps 0-1 one micro-batch of 3, then two micro-batches a step: 1 + 2, then 3 + 3, then 4 + 4
     assert seen == [3, 3, 1, 2, 1, 2, 1, 2, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4]
     assert sum(seen) == sum(schedule.batch_at(s) for s in range(10)) == 3 * 5 + 6 * 3 + 8 * 2
@@ -131,11 +120,14 @@ def test_a_resume_after_the_retry_trains_and_records_the_schedule_the_run_starte
     first.run()
     assert first.state == "stopped"
     assert (first.cfg.train.batch_size, first.cfg.train.grad_accum) == (4, 2)
-    resumed = Trainer(load_preset("default", SMALL), resume=tmp_path, telemetry=False)
+    events: list = []
+    resumed = Trainer(
+        load_preset("default", SMALL), resume=tmp_path, telemetry=False, sinks=[events.append]
+    )
     counter = oom_once_set_up(resumed, at=0)  # never out of memory: it counts the sequences
-    events = run_to_step_10(resumed)
+    run_to_step_10(resumed)
     # step 4: 3 (1 + 2), steps 5-7: 6 (3 + 3), steps 8-9: 8 (4 + 4)
-    assert counter[0].sequences == [1, 2, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4]
+    assert counter.sequences == [1, 2, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4]
     schedule = ShapeSchedule.of(load_preset("default", SMALL))
     tokens = 16 * sum(schedule.batch_at(s) for s in range(10))
     assert resumed.counters.tokens == tokens == schedule.tokens_before(10)

@@ -257,9 +257,8 @@ def test_resume_replays_the_curves_to_the_ui(tmp_path):
     (tmp_path / "best.pt").unlink()
     trainer = Trainer(cfg, resume=tmp_path, telemetry=False)
     trainer.cfg = cfg
-    trainer._should_stop = lambda: False
-    trainer._setup()
-    events = [e for e in trainer.events.drain() if e.kind != "data_progress"]  # the corpus first
+    trainer.set_up()
+    events = [e for e in trainer.events.drain() if e.kind not in ("data_progress", "state")]
     assert events[0].kind == "run_started" and events[0].start_step == 8
     replayed = [e.step for e in events[1:] if e.kind == "step"]
     assert replayed == list(range(1, 9))  # steps 9-12 will be trained again
@@ -371,3 +370,26 @@ def test_a_sample_records_the_prompt_the_model_was_given_and_says_what_was_left_
     notes = [e.message for e in rec.events if getattr(e, "code", "") == "sample"]
     assert len(notes) == 1  # once per run, not at every sample
     assert "'Hi\u2603 there' is given as 'Hi there' (no token for '\u2603')" in notes[0], notes
+
+
+def test_set_up_before_run_builds_once_and_run_trains_what_it_built(tmp_path):
+    """A script may set the run up, wrap its forward, then run it: the run is announced once,
+    and the steps go through the wrapper."""
+    events: list[Event] = []
+    trainer = Trainer(tiny_cfg("train.max_steps=6"), run_dir=tmp_path, telemetry=False,
+                      sinks=[events.append])  # fmt: skip
+    trainer.set_up()
+    assert trainer.state == "starting" and trainer.step == 0
+    assert (tmp_path / "config.toml").exists()  # the directory is the run's already
+    model, forward, calls = trainer.model, trainer.forward, []
+
+    def counted(x, y=None):
+        calls.append(x.shape)
+        return forward(x, y)
+
+    trainer.forward = counted
+    trainer.set_up()  # again: nothing is rebuilt
+    assert trainer.model is model
+    assert trainer.run() == "finished" and trainer.step == 6
+    assert len(calls) >= 6  # every step's forward (and the final evaluation's)
+    assert [e.kind for e in events].count("run_started") == 1
