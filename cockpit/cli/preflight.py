@@ -115,6 +115,8 @@ def check_resume(args: argparse.Namespace) -> str | None:
         raise ConfigError(str(e)) from None
     plan = plan_resume(state, args.overrides, state["_path"], label=args.resume)
     check_log_packages(plan.config)
+    if plan.finished is None:  # one that trains on: on the device it names (this machine's?)
+        check_device(plan.config)
     return plan.finished
 
 

@@ -261,3 +261,28 @@ def test_cli_resume_of_a_finished_run_is_one_line_exit_0(tmp_path, capsys):
         f"--resume {run_dir} --set train.max_steps=8"
     )
     assert {p.name: digest(p) for p in run_dir.iterdir()} == before
+
+
+@pytest.mark.parametrize("command", ["train", "start"])
+def test_cli_resume_on_a_device_this_machine_lacks_is_one_line_exit_2(tmp_path, capsys, command):
+    """The device a resumed run would train on is checked before anything starts, as a new run's
+    is: one line naming the fix, exit 2, the run's files untouched and no background run spawned
+    (`cockpit start` had spawned one that failed out of sight)."""
+    run_dir = tmp_path / "run"
+    code, _ = cli(
+        capsys, "--preset", "tiny", "--run-dir", str(run_dir), *set_args([*SMALL, "train.max_steps=4"])
+    )
+    assert code == 0
+    before = {p.name: digest(p) for p in run_dir.iterdir()}
+    args = ["--resume", str(run_dir), "--set", "train.max_steps=8", "--set", "train.device=cuda"]
+    if command == "train":
+        code, text = cli(capsys, *args)
+    else:
+        code = main(["start", "--no-telemetry", *args])
+        captured = capsys.readouterr()
+        text = captured.out + captured.err
+    assert code == 2
+    assert text.strip() == (
+        "cockpit: train.device: CUDA is not available on this machine; use --set train.device=auto"
+    )
+    assert {p.name: digest(p) for p in run_dir.iterdir()} == before
