@@ -36,6 +36,7 @@ from engine.config.live import (
 )
 from engine.config.loading import config_from_dict, recorded_config
 from engine.config.run_config import SECTIONS, RunConfig
+from engine.data.shape_schedule import ShapeSchedule
 from engine.events import Event, SettingsChanged
 from engine.model.optimizers import applied_lr, build_optimizer, set_lr_factor
 from engine.model.schedule import lr_at, lr_multiplied, planned_curve
@@ -290,6 +291,46 @@ def planned_as_followed(
         in_force = next(c for since, c in reversed(segments) if since <= step)
         curve.append((step, lr_at(step, in_force)))
     return tuple(curve)
+
+
+# the settings that shape the tokens a step trains (model.block_size is the weights')
+TOKENS_KEYS = (
+    "train.grad_accum", "train.batch_size", "train.batch_start", "train.batch_ramp_steps",
+    "train.seq_start", "train.seq_warmup_steps",
+)  # fmt: skip
+
+
+def tokens_as_followed(
+    schedule: ShapeSchedule, start: RunConfig | None, timeline: SettingsTimeline | None, max_steps: int
+) -> tuple[tuple[int, int], ...]:
+    """RunStarted.tokens_schedule of a run whose past changed the tokens its steps train (a live
+    train.grad_accum mid-ramp, a resume's --set of a ramp): each step's tokens with the settings
+    then in force, from `start` (the run's starting values) on, and `schedule` (the shapes it
+    trains now) from the last change on; `schedule.changes` when none did, or no ramp is on."""
+    reshapes = [
+        c for c in (timeline.changes if timeline else ()) if any(k in TOKENS_KEYS for k in c.settings)
+    ]
+    if start is None or not reshapes or not schedule.on:
+        return schedule.changes(max_steps)
+    segments: list[tuple[int, ShapeSchedule]] = [(0, ShapeSchedule.of(start))]
+    current = start
+    for change in reshapes:
+        current = copy.deepcopy(current)
+        for key, value in change.settings.items():
+            section, _, name = key.partition(".")
+            part = getattr(current, section, None)
+            if part is not None and hasattr(part, name):
+                setattr(part, name, value)
+        segments.append((change.step, ShapeSchedule.of(current, start)))
+    segments[-1] = (segments[-1][0], schedule)  # the shapes in force now are the run's own
+    # past this, every step trains the last segment's full size
+    horizon = max(max(since, shapes.ramp_ends) for since, shapes in segments)
+    points: list[tuple[int, int]] = []
+    for step in range(min(horizon, max_steps - 1) + 1):
+        tokens = next(shapes for since, shapes in reversed(segments) if since <= step).tokens_at(step)
+        if not points or tokens != points[-1][1]:
+            points.append((step, tokens))
+    return tuple(points)
 
 
 def settings_back(live: LiveSettings, state: Mapping[str, Any]) -> SettingsChanged | None:

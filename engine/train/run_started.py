@@ -34,10 +34,12 @@ def run_started(
     train_time_s: float,
     planned_lr: tuple[tuple[int, float], ...] | None = None,
     schedule: ShapeSchedule | None = None,
+    tokens_schedule: tuple[tuple[int, int], ...] | None = None,
 ) -> RunStarted:
     """`planned_lr`: the schedule as the run followed it (a resume's, `planned_as_followed`);
     None: the schedule of `cfg` over the whole run. `schedule`: the shapes the run trains
-    (None: `cfg`'s)."""
+    (None: `cfg`'s); `tokens_schedule`: its tokens a step as the run followed them (a resume's,
+    `tokens_as_followed`; None: `schedule`'s from step 0)."""
     if schedule is None:
         schedule = ShapeSchedule.of(cfg)
     return RunStarted(
@@ -65,5 +67,5 @@ def run_started(
         notes=tuple(notes),
         data_source=data.record,
         train_time_s=train_time_s,
-        tokens_schedule=schedule.changes(cfg.train.max_steps),
+        tokens_schedule=schedule.changes(cfg.train.max_steps) if tokens_schedule is None else tokens_schedule,
     )

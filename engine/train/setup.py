@@ -253,10 +253,12 @@ def announce(
     resume_state: dict[str, Any] | None,
     report: Reporter,
     planned_lr: tuple[tuple[int, float], ...] | None = None,
+    tokens_schedule: tuple[tuple[int, int], ...] | None = None,
 ) -> None:
     """config.json and RunStarted; on resume, the curves so far for the UI (rank 0's).
-    config.toml, the starting values and the changes, is the run's ConfigFile's. `planned_lr`:
-    the schedule as the run followed it (None: cfg's over the whole run)."""
+    config.toml, the starting values and the changes, is the run's ConfigFile's. `planned_lr`
+    and `tokens_schedule`: the LR and the tokens a step as the run followed them (None: cfg's
+    over the whole run)."""
     # replaced whole (a link planted there is replaced, never written through)
     atomic_write_text(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     report.emit(
@@ -276,6 +278,7 @@ def announce(
             schedule=parts.shape_schedule,
             train_time_s=counters.train_time_s,
             planned_lr=planned_lr,
+            tokens_schedule=tokens_schedule,
         )
     )
     if resume_state is None:

@@ -59,7 +59,7 @@ from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
 from engine.train.garbage import settle_garbage_collector
-from engine.train.live import DerivedValues, LiveSettings, planned_as_followed
+from engine.train.live import DerivedValues, LiveSettings, planned_as_followed, tokens_as_followed
 from engine.train.readback import PendingSteps
 from engine.train.replay import ConfigFile, ReplayPlan, start_config
 from engine.train.reporter import Reporter
@@ -415,6 +415,9 @@ class Trainer:
                 report=self.reporter,
                 # a resume's past drawn with the schedule it followed then (its timeline's)
                 planned_lr=planned_as_followed(cfg, self.start_config, self.live.timeline),
+                tokens_schedule=tokens_as_followed(
+                    parts.shape_schedule, self.start_config, self.live.timeline, cfg.train.max_steps
+                ),
             )
         settle_garbage_collector()
 

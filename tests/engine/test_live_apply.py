@@ -14,6 +14,7 @@ import torch
 from engine.config.live import live_change
 from engine.config.presets import load_preset
 from engine.config.run_config import RunConfig
+from engine.data.shape_schedule import tokens_through
 from engine.events import Alert, Event, SettingsChanged, Step
 from engine.model.gpt import GPT
 from engine.model.optimizers import build_optimizer
@@ -97,6 +98,27 @@ def test_grad_accum_doubles_the_tokens_a_step_trains_on(tmp_path):
     assert run.trainer.micro_steps == 2
     assert run.of(SettingsChanged)[0].tokens_per_step == 2 * per_step
 
+
+def test_a_resume_records_the_tokens_its_steps_trained_before_a_live_grad_accum(tmp_path):
+    """grad_accum 1 -> 2 at step 3 of a batch ramp (2 -> 4 sequences over 8 steps): the
+    resume's RunStarted.tokens_schedule had the new accumulation from step 0 (step 3 recorded
+    at 128 tokens from step 0, not the 64 of its first 3 steps), which the summary and the LR
+    panel read."""
+    ramp = ("train.batch_start=2", "train.batch_ramp_steps=8", "checkpoint.interval=0")
+    first = Run(tmp_path, "train.max_steps=6", *ramp, sets={3: {"train.grad_accum": 2}}).run()
+    trained = {step: e.tokens for step, e in first.steps().items()}
+    events: list[Event] = []
+    resumed = Trainer(
+        tiny_cfg(*QUIET, *ramp), resume=tmp_path / "run", resume_overrides=["train.max_steps=12"],
+        sinks=[events.append], telemetry=False,
+    )  # fmt: skip
+    assert resumed.run() == "finished"
+    trained |= {e.step: e.tokens for e in events if isinstance(e, Step)}
+    (started,) = [e for e in events if e.kind == "run_started"]
+    # by hand: 2 sequences of 32 until step 8 (the ramp rounds down to multiples of 2), x1
+    # then x2 from step 3; from step 8, 4 sequences x2
+    assert started.tokens_schedule == ((0, 64), (3, 128), (8, 256))
+    assert {s: tokens_through(started.tokens_schedule, s) for s in range(1, 13)} == trained
 
 
 def test_what_the_loop_built_from_a_setting_follows_it(tmp_path):
