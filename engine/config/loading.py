@@ -178,13 +178,33 @@ def validate(cfg: RunConfig, source: str = "config") -> None:
         raise ConfigError(f'{source}: sample.prompts must hold at least one prompt ("\\n" is fine)')
 
 
+def split_micro_batch(batch_size: int, grad_accum: int, batch_start: int) -> tuple[int, int] | None:
+    """(micro-batch, accumulation) a batch-size schedule grows to when `batch_start` is larger
+    than the micro-batch: the micro-batch an out-of-memory retry split, put back together (a run
+    at 8 x 1 with a start of 6, halved to 4 x 2, grows to 8 x 1, its 6 sequences at step 0 as
+    3 + 3). The fewest of the accumulation's micro-batches that hold the start; None when all
+    of them together do not (the start is then larger than a step)."""
+    if batch_start <= batch_size:
+        return batch_size, grad_accum
+    for k in range(2, grad_accum + 1):
+        if grad_accum % k == 0 and batch_size * k >= batch_start:
+            return batch_size * k, grad_accum // k
+    return None
+
+
 def _validate_shape_schedule(cfg: RunConfig, source: str) -> None:
     """The batch-size schedule and the sequence-length warmup: each a start with its ramp,
     growing up to the configured size."""
     t = cfg.train
+    batch_key, batch_final = "train.batch_size", t.batch_size
+    if t.grad_accum > 1 and t.batch_start > t.batch_size:
+        # a micro-batch split since the run started (an out-of-memory retry halves it and
+        # doubles the accumulation): the ramp grows to it put back together (split_micro_batch),
+        # and the checkpoint's config must resume
+        batch_key, batch_final = "train.batch_size x train.grad_accum", t.batch_size * t.grad_accum
     ramps = (
         ("batch_start", t.batch_start, "batch_ramp_steps", t.batch_ramp_steps,
-         "train.batch_size", t.batch_size, "the micro-batch at step 0"),
+         batch_key, batch_final, "the micro-batch at step 0"),
         ("seq_start", t.seq_start, "seq_warmup_steps", t.seq_warmup_steps,
          "model.block_size", cfg.model.block_size, "the sequence length at step 0"),
     )  # fmt: skip

@@ -232,7 +232,9 @@ class TrainConfig:
     batch_start: int = _opt(
         0,
         help="batch-size schedule: sequences per micro-batch at step 0, growing linearly to "
-        "train.batch_size over train.batch_ramp_steps, in multiples of itself (0 = off)",
+        "train.batch_size over train.batch_ramp_steps, in multiples of itself (0 = off); larger "
+        "than train.batch_size (a micro-batch an out-of-memory retry split), it grows to the "
+        "fewest of train.grad_accum's micro-batches that hold it",
         min=0,
     )
     batch_ramp_steps: int = _opt(

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.config import split_micro_batch
+
 if TYPE_CHECKING:
     from engine.config.run_config import RunConfig
 
@@ -109,6 +111,8 @@ class ShapeSchedule:
         batch, accum = t.batch_size, t.grad_accum
         if started is not None:
             batch, accum = ramped_micro_batch(batch, accum, started.train.batch_size)
+        if t.batch_start > batch:  # a config whose micro-batch was split since it started
+            batch, accum = split_micro_batch(batch, accum, t.batch_start) or (batch, accum)
         return cls(
             batch_size=batch,
             block_size=cfg.model.block_size,

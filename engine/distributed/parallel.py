@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from engine.config import split_micro_batch
 from engine.config.run_config import ConfigError, RunConfig
 from engine.distributed.world import World
 
@@ -66,6 +67,13 @@ def schedule_start_refusal(cfg: RunConfig, ranks: int, micro_batch: int) -> str 
     a start whose share is whole makes every step's share whole: the world trains each step
     exactly the sequences the schedule (and RunStarted.tokens_schedule) says."""
     t = cfg.train
+    if t.batch_start > t.batch_size:  # a micro-batch an out-of-memory retry split, alone
+        whole, accum = split_micro_batch(t.batch_size, t.grad_accum, t.batch_start) or (0, 0)
+        return (
+            f"train.batch_start={t.batch_start} is larger than train.batch_size={t.batch_size} "
+            "(a micro-batch an out-of-memory retry split): ranks share the schedule of a whole "
+            f"micro-batch; use --set train.batch_size={whole} --set train.grad_accum={accum}"
+        )
     if not t.batch_start or micro_batch == t.batch_size:
         return None
     if rank_share_of(t.batch_start, t.batch_size, micro_batch) is not None:

@@ -71,7 +71,7 @@ def schedule_lines(cfg: RunConfig) -> list[str]:
     shape = f"{cfg.train.batch_size} x {cfg.model.block_size}"
     last = cfg.train.max_steps - 1
     last_shape = (schedule.batch_at(last), schedule.seq_at(last))
-    if last_shape != (cfg.train.batch_size, cfg.model.block_size):  # the run ends mid-ramp
+    if last_shape != (schedule.batch_size, schedule.block_size):  # the run ends mid-ramp
         return [
             f"schedule: {schedule.describe()}",
             f"  planned at the configured shape, {shape}, which this run does not reach (its ramps "

@@ -141,6 +141,30 @@ def test_a_resume_after_the_retry_trains_and_records_the_schedule_the_run_starte
     assert summary is not None and summary.facts["tokens"] == tokens
 
 
+def test_a_resume_after_the_retry_of_a_start_larger_than_the_half_trains_on(tmp_path) -> None:
+    """A start of 6, the micro-batch of 8 halved to 4 x 2: the checkpoint's config has a start
+    larger than its micro-batch, and its resume was refused ("train.batch_start (6) must not
+    exceed train.batch_size (4)"). It resumes, ramping 6 -> 8 as the run started."""
+    ramp = [*SMALL, "train.batch_start=6"]
+    first = Trainer(load_preset("default", ramp), run_dir=tmp_path, telemetry=False)
+    oom_once_set_up(first, at=3)
+    first.sinks.append(lambda e: e.kind == "step" and e.step == 4 and first.stop())
+    first.run()
+    assert first.state == "stopped"
+    assert (first.cfg.train.batch_size, first.cfg.train.grad_accum) == (4, 2)
+    events: list = []
+    resumed = Trainer(
+        load_preset("default", ramp), resume=tmp_path, telemetry=False, sinks=[events.append]
+    )
+    counter = oom_once_set_up(resumed, at=0)
+    run_to_step_10(resumed)
+    # steps 4-7: the start's 6 as 3 + 3; steps 8-9: 8 as 4 + 4
+    assert counter.sequences == [3, 3] * 4 + [4, 4] * 2
+    started = next(e for e in events if e.kind == "run_started")
+    assert started.tokens_schedule == ((0, 6 * 16), (8, 8 * 16))
+    assert resumed.counters.tokens == 16 * (6 * 8 + 8 * 2)
+
+
 def test_unequal_halves_weigh_as_their_sequences_in_the_step_s_loss_and_gradient() -> None:
     """1 + 2 of a scheduled 3: the step's loss and gradient are those of the 3 sequences as
     one batch (each half weighted by its sequences, not 1/2 each)."""

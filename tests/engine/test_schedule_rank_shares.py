@@ -60,6 +60,22 @@ def test_ranks_that_take_whole_micro_batches_take_any_start() -> None:
     assert parallel_plan(cfg, World()).mode == "single"  # one process: nothing to split
 
 
+def test_a_start_larger_than_the_micro_batch_is_refused_under_torchrun() -> None:
+    """A single process's out-of-memory retry split 8 x 1 into 4 x 2 under a start of 6: ranks
+    split whole micro-batches, so a world asks for the micro-batch put back together."""
+    cfg = load_preset("tiny", [*TINY, "train.batch_size=4", "train.grad_accum=2",
+                               "train.batch_start=6", *RAMP])  # fmt: skip
+    assert parallel_plan(cfg, World()).mode == "single"
+    with pytest.raises(ConfigError) as refused:
+        parallel_plan(cfg, World(rank=0, world_size=2))
+    line = str(refused.value)
+    assert line.startswith("train.batch_start=6 is larger than train.batch_size=4")
+    assert line.endswith("use --set train.batch_size=8 --set train.grad_accum=1")
+    fixed = load_preset("tiny", [*TINY, "train.batch_size=8", "train.grad_accum=1",
+                                 "train.batch_start=6", *RAMP])  # fmt: skip
+    assert parallel_plan(fixed, World(rank=0, world_size=2)).micro_batch == 4
+
+
 def test_every_step_of_a_start_that_splits_splits_into_the_schedules_tokens() -> None:
     """For each world, micro-batch and accumulation where the ranks split micro-batches, and
     each start parallel_plan accepts: each rank's share of every step's micro-batch is whole,

@@ -15,6 +15,7 @@ import pytest
 import torch
 from tiny import tiny_overrides
 
+from engine.config import split_micro_batch
 from engine.config.live import live_change
 from engine.config.loading import config_from_dict
 from engine.config.presets import load_preset
@@ -31,7 +32,7 @@ from engine.data.shape_schedule import (
 from engine.plan.fixes import suggest_fixes
 from engine.plan.flops import flops_per_token, flops_per_token_at
 from engine.plan.planner import plan_memory
-from engine.plan.report import format_plan
+from engine.plan.report import format_plan, schedule_lines
 from engine.rundir.history import read_curves
 from engine.rundir.summary_facts import RunSummary
 from engine.train.trainer import Trainer
@@ -107,6 +108,8 @@ def test_shorter_sequences_cost_less_attention_per_token() -> None:
     ("train", "expected"),
     [
         ({"batch_start": 8, "batch_ramp_steps": 5}, r"train.batch_start \(8\) must not exceed train.batch_size \(4\)"),
+        ({"batch_start": 9, "batch_ramp_steps": 5, "grad_accum": 2},
+         r"train.batch_start \(9\) must not exceed train.batch_size x train.grad_accum \(8\)"),
         ({"batch_start": 2}, "train.batch_start needs train.batch_ramp_steps > 0"),
         ({"batch_ramp_steps": 5}, "train.batch_ramp_steps needs train.batch_start"),
         ({"seq_start": 32, "seq_warmup_steps": 5}, r"train.seq_start \(32\) must not exceed model.block_size \(16\)"),
@@ -120,6 +123,25 @@ def test_a_schedule_that_cannot_be_is_refused_in_one_line(train, expected) -> No
     with pytest.raises(ConfigError, match=expected) as err:
         config_from_dict(raw, "preset.toml")
     assert "\n" not in str(err.value) and str(err.value).startswith("preset.toml: ")
+
+
+def test_a_start_larger_than_a_split_micro_batch_grows_to_it_put_back_together() -> None:
+    """What an out-of-memory retry leaves in a run's config: 8 x 1 with a start of 6, halved to
+    4 x 2. It is accepted, and the schedule is the run's: 6 -> 8 a micro-batch of 8."""
+    assert split_micro_batch(4, 2, 6) == (8, 1)
+    assert split_micro_batch(2, 4, 3) == (4, 2)  # the fewest micro-batches that hold it
+    assert split_micro_batch(2, 4, 5) == (8, 1)
+    assert split_micro_batch(4, 6, 9) == (12, 2)  # 3 of 6: 2 does not hold 9
+    assert split_micro_batch(4, 2, 4) == (4, 2)  # not larger: the config's
+    assert split_micro_batch(4, 2, 9) is None  # larger than a step
+    raw = {"model": {"block_size": 16}, "train": {"batch_size": 4, "grad_accum": 2,
+                                                   "batch_start": 6, "batch_ramp_steps": 8}}
+    cfg = config_from_dict(raw, "checkpoint")
+    schedule = ShapeSchedule.of(cfg)
+    assert (schedule.batch_size, schedule.grad_accum) == (8, 1)
+    assert [schedule.batch_at(s) for s in (0, 7, 8)] == [6, 6, 8]
+    # the plan: the micro-batches of 4 it holds in memory, the whole 8 reached at step 8
+    assert schedule_lines(cfg)[1].startswith("  planned at the largest shape, 4 x 16 (from step 8 on)")
 
 
 # ---------------------------------------------------------------------- the sampler
