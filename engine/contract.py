@@ -139,8 +139,10 @@ class EngineHandle(Protocol):
         `reason` ends up in the final StateChanged. The first stop asked for wins."""
         ...
 
-    def rollback(self, lr_factor: float = 0.5) -> None:
+    def rollback(self, lr_factor: float = 0.5, checkpoint: str | None = None) -> None:
         """Reload the last checkpoint and go on with the LR times `lr_factor` (LrChanged and
         an Alert with code "rollback"; only a warning Alert, the run untouched, when there is no
-        checkpoint yet, the newest cannot be read or `lr_factor` gives no LR in range)."""
+        checkpoint yet, the newest cannot be read or `lr_factor` gives no LR in range).
+        `checkpoint`: the file the user was asked about; refused alike when the newest is
+        another by the time the command is taken (saved meanwhile, by another viewer say)."""
         ...

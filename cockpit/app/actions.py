@@ -281,8 +281,8 @@ class CommandActions(_AppBase):
                 timeout=8,
             )
             yes = False
-        if yes:
-            self._command("rollback", lambda run: run.rollback(0.5))
+        if yes:  # naming it: the engine refuses, too, if another was saved since
+            self._command("rollback", lambda run: run.rollback(0.5, checkpoint=shown))
         elif paused_here and self.session.state not in RunState.ENDED:
             self.action_resume()  # running, as it was before the question
 

@@ -216,8 +216,9 @@ class RemoteEngine:
     def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         self._send("stop", checkpoint=checkpoint, reason=reason)
 
-    def rollback(self, lr_factor: float = 0.5) -> None:
-        self._send("rollback", lr_factor=lr_factor)
+    def rollback(self, lr_factor: float = 0.5, checkpoint: str | None = None) -> None:
+        named = {} if checkpoint is None else {"checkpoint": checkpoint}
+        self._send("rollback", lr_factor=lr_factor, **named)
 
     # the wire ---------------------------------------------------------------------------------
     def _send(self, name: str, **arguments: Any) -> None:

@@ -65,7 +65,7 @@ COMMANDS: dict[str, dict[str, type]] = {
     "set_lr": {"lr": float},
     "scale_lr": {"factor": float},
     "stop": {"checkpoint": bool, "reason": str},
-    "rollback": {"lr_factor": float},
+    "rollback": {"lr_factor": float, "checkpoint": str},
     "set": {"settings": dict},
 }
 REQUIRED = {"set_lr": ("lr",), "scale_lr": ("factor",), "set": ("settings",)}

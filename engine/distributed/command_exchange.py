@@ -8,9 +8,10 @@ same list to apply before the next step. While paused the ranks exchange every P
 so a pause of any length never trips the collective timeout. The last slot says that rank 0
 wants every rank's report after this exchange: `report_due`.
 
-A command whose argument is not a number (a `set`'s settings) holds its payload's length in
-its slot; at a boundary that has one, rank 0 then broadcasts the payloads' bytes (JSON). A
-boundary without one makes the one all-reduce as before.
+A command whose argument is not a number (a `set`'s settings, a rollback's factor with the
+checkpoint it names) holds its payload's length in its slot; at a boundary that has one, rank 0
+then broadcasts the payloads' bytes (JSON). A boundary without one makes the one all-reduce as
+before.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ CODES = {
     "disk_full": 10, "disk_retry": 11,  # the run's own, for a full disk
     "set": 12,  # its argument rides in the payload: its slot holds the payload's length
 }  # fmt: skip
-PAYLOADS = frozenset({"set"})  # commands whose argument is a dict, not a number
+PAYLOADS = frozenset({"set", "rollback"})  # commands whose argument is a pair, not a number
 NAMES = {code: name for name, code in CODES.items()}
 MAX_COMMANDS = 8  # per boundary; more are carried to the next one
 USER_STOP = 100  # a stop slot's value for a stop that is not a signal (checkpoint first)
@@ -106,7 +107,7 @@ class RankSync:
         values = buffer.tolist()
         taken = [(int(values[1 + 2 * i]), values[2 + 2 * i]) for i in range(int(values[0]))]
         sizes = [int(value) for code, value in taken if NAMES[code] in PAYLOADS]
-        # only at a boundary with a `set`: a broadcast of its bytes (the exchange itself keeps
+        # only at a boundary with a payload: a broadcast of its bytes (the exchange itself keeps
         # its fixed size, so a step without one costs what it always did)
         received = self._broadcast(payloads, sizes) if sizes else []
         if self.world.is_main:
@@ -152,9 +153,10 @@ def payload_of(arg: Any) -> bytes:
 
 
 def arg_of(payload: bytes) -> Any:
-    """The argument back from its bytes; a `set`'s (settings, by) pair, as the queue holds it."""
-    settings, by = json.loads(payload.decode("utf-8"))
-    return (settings, by)
+    """The argument back from its bytes, the pair the queue holds: a `set`'s (settings, by), a
+    rollback's (LR factor, checkpoint named or None)."""
+    first, second = json.loads(payload.decode("utf-8"))
+    return (first, second)
 
 
 def _number(name: str, arg: Any) -> float:

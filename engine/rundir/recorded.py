@@ -107,6 +107,6 @@ class RecordedRun:
     def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         self._refuse()
 
-    def rollback(self, lr_factor: float = 0.5) -> None:
+    def rollback(self, lr_factor: float = 0.5, checkpoint: str | None = None) -> None:
         self._refuse()
 

@@ -67,7 +67,7 @@ class CommandHandler:
         optimizer: OptimizerHolder,
         checkpointer: Checkpointer,
         disk: DiskWait,
-        rollback: Callable[[float], None],
+        rollback: Callable[[float, str | None], None],
         flush: Callable[[], None],
         sample: Callable[[], object],
         evaluate: Callable[[], object],
@@ -137,7 +137,7 @@ class CommandHandler:
         elif name == "stop":
             self.stopping.ask(*arg)  # the first stop asked for wins
         elif name == "rollback":
-            self.rollback(arg)
+            self.rollback(*arg)  # (the LR factor, the checkpoint named or None)
         elif name == "disk_full":  # queued by the metrics writer
             disk.metrics_failed()
         elif name == "disk_retry":  # queued by the disk's retry timer

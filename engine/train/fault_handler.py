@@ -126,12 +126,13 @@ class FaultHandler:
             checkpoint_problem=checkpoint_problem,
         )
 
-    def rollback(self, factor: float) -> None:
+    def rollback(self, factor: float, named: str | None = None) -> None:
         """The rollback command: reload the newest checkpoint and go on with the LR multiplied
         by `factor`; refused in one warning line when there is no checkpoint, it cannot be
-        read, or `factor` gives no LR in range, and the run goes on (or stays paused) with its
-        weights in memory, untouched."""
-        rollback = self.prepare_rollback(factor)
+        read, it is not the one `named` (the file the user was asked about), or `factor` gives
+        no LR in range, and the run goes on (or stays paused) with its weights in memory,
+        untouched."""
+        rollback = self.prepare_rollback(factor, named)
         if isinstance(rollback, str):
             if rollback != NO_CHECKPOINT:  # that one says already what to do
                 now = "stays paused" if self.reporter.state == RunState.PAUSED else "goes on"
@@ -141,9 +142,10 @@ class FaultHandler:
             return
         self.apply_rollback(rollback)
 
-    def prepare_rollback(self, factor: float) -> Rollback | str:
-        """The newest checkpoint read whole and `factor` checked, before anything of the run is
-        changed; the one-line reason when it cannot be done."""
+    def prepare_rollback(self, factor: float, named: str | None = None) -> Rollback | str:
+        """The newest checkpoint read whole (only if it is the one `named`, when one is) and
+        `factor` checked, before anything of the run is changed; the one-line reason when it
+        cannot be done."""
         cfg, counters = self.cfg, self.counters
         # `factor` is checked as set_lr and scale_lr are: first at this step (a factor of 0 or
         # -2 is refused before any file is read), then at the step the checkpoint returns to,
@@ -155,6 +157,13 @@ class FaultHandler:
         found = ckpt.latest_checkpoint(run_dir) if run_dir else None
         if found is None:
             return NO_CHECKPOINT
+        if named is not None and Path(named).name != found.name:
+            # saved after the question was asked (another viewer's c, a periodic save): a yes
+            # to one checkpoint is no yes to another
+            return (
+                f"the newest checkpoint is {found.name}, saved after the question named "
+                f"{Path(named).name}; r asks again"
+            )
         try:
             state = ckpt.load_checkpoint(found)
             ckpt.check_model_state(self.model, state)

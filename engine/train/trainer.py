@@ -209,9 +209,10 @@ class Trainer:
             self._stop_asked = reason
         self._commands.put("stop", (bool(checkpoint), reason))
 
-    def rollback(self, lr_factor: float = 0.5) -> None:
-        """Reload the last checkpoint and continue with the LR multiplied by `lr_factor`."""
-        self._commands.put("rollback", float(lr_factor))
+    def rollback(self, lr_factor: float = 0.5, checkpoint: str | None = None) -> None:
+        """Reload the last checkpoint (only if it is `checkpoint`, when named) and continue with
+        the LR multiplied by `lr_factor`."""
+        self._commands.put("rollback", (float(lr_factor), checkpoint))
 
     # ------------------------------------------------------------------ events
     def drain_events(self) -> list[Event]:

@@ -492,8 +492,8 @@ class ScriptedTrainer:
             )
         )
 
-    def rollback(self, lr_factor: float = 0.5) -> None:
-        self.calls.append(("rollback", lr_factor))
+    def rollback(self, lr_factor: float = 0.5, checkpoint: str | None = None) -> None:
+        self.calls.append(("rollback", lr_factor) if checkpoint is None else ("rollback", lr_factor, checkpoint))
         saved = [e for e in self.script if e.kind == "checkpoint"]
         if not saved:
             self._emit(

@@ -713,11 +713,13 @@ async def test_r_on_a_healthy_run_asks_first_and_cancel_changes_nothing(
         await pilot.press(cancel)
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
         await wait_for(pilot, lambda: app.state == "running")  # paused while asked, resumed
-        assert ("rollback", 0.5) not in factory.trainer.calls  # the engine is never told to roll back
+        assert not [c for c in factory.trainer.calls if c[0] == "rollback"]  # never told to roll back
     await pilot.press("r")
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
     await pilot.press("y")
-    await wait_for(pilot, lambda: factory.trainer.calls[-2:] == [("pause",), ("rollback", 0.5)])
+    # the checkpoint the question named goes with the command: the engine refuses another
+    await wait_for(pilot, lambda: [c[:2] for c in factory.trainer.calls[-2:]] == [("pause",), ("rollback", 0.5)])
+    assert Path(factory.trainer.calls[-1][2]).name == "ckpt-000250.pt"
 
 
 @pilot_test(steps=120)  # the script's first checkpoint is at step 250

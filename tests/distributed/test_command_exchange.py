@@ -1,6 +1,7 @@
 """The per-boundary command exchange between 2 gloo ranks (two processes of this test, no
 torchrun, no Trainer): a `set`'s settings reach rank 1 whole, among the other commands and in
-their order, and a boundary without one makes no broadcast."""
+their order, a rollback's named checkpoint too, and a boundary without either makes no
+broadcast."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ RANK_0_ASKS = [
     ],  # fmt: skip
     [("checkpoint", None)],  # no set: no broadcast
     [("set", ({"optim.grad_clip": 0.5}, "app"))],
+    [("rollback", (0.5, "ckpt-00000010.pt")), ("rollback", (0.25, None))],  # the file asked about
 ]
 
 
@@ -43,7 +45,9 @@ def test_a_set_reaches_every_rank_whole_and_only_its_boundary_broadcasts(tmp_pat
     mp.start_processes(exchange_on_rank, args=(init, str(tmp_path)), nprocs=2, start_method="fork")
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]  # the same commands, the same arguments, on both ranks
-    first, second, third = ranks[1]
+    first, second, third, fourth = ranks[1]
+    assert fourth["commands"] == [["rollback", [0.5, "ckpt-00000010.pt"]], ["rollback", [0.25, None]]]
+    assert fourth["broadcasts"] == 3
     assert first["commands"] == [
         ["pause", None], ["set", [SETTINGS, BY]], ["set_lr", 1e-3], ["set", [{"eval.interval": 7}, "app"]],
     ]  # fmt: skip

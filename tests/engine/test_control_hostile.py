@@ -209,6 +209,12 @@ def test_the_refusals_say_what_was_wrong() -> None:
         wire.decode(HOSTILE["100k nested brackets"])
     with pytest.raises(wire.WireError, match=f"nested over {wire.MAX_DEPTH} deep"):
         wire.decode(b'{"cmd": "pause", "id": ' + b"[" * 100 + b"]" * 100 + b"}")
+    # a rollback may name the checkpoint it was asked about: a file name, nothing else
+    assert wire.parse_command(wire.command("rollback", lr_factor=0.5, checkpoint="ckpt-00000010.pt")) == (
+        "rollback", {"lr_factor": 0.5, "checkpoint": "ckpt-00000010.pt"},
+    )  # fmt: skip
+    with pytest.raises(wire.WireError, match="checkpoint"):
+        wire.parse_command({"cmd": "rollback", "lr_factor": 0.5, "checkpoint": 10})
     inner = wire.MAX_DEPTH - 1  # the message itself is the first level
     deep_enough = {"cmd": "pause", "id": json.loads("[" * inner + "]" * inner)}
     assert wire.decode(json.dumps(deep_enough).encode()) == deep_enough

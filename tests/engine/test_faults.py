@@ -310,3 +310,36 @@ def test_a_nan_loss_is_written_as_null_not_bare_nan(tmp_path):
     assert bad["loss"] is None and bad["grad_norm"] is None
     replayed = [e for e in read_history(tmp_path / "metrics.jsonl", 7) if e.kind == "step"]
     assert all(isinstance(e.grad_norm, float) for e in replayed)  # null read back as NaN
+
+
+def test_a_rollback_naming_a_checkpoint_refuses_when_a_newer_one_was_saved(tmp_path):
+    """The app's question names the checkpoint a yes rolls back to; one saved before the yes
+    reached the engine (another viewer's c) made the yes roll back to that one instead. Named,
+    the engine refuses another and the run stays paused, untouched; naming the newest works."""
+    trainer = Trainer(
+        cfg("train.max_steps=40", "checkpoint.interval=5"), run_dir=tmp_path, telemetry=False
+    )
+    asked: list[str] = []
+
+    def steer(event) -> None:
+        if event.kind == "step" and event.step == 12:
+            trainer.pause()
+        elif event.kind == "state" and event.state == "paused" and not asked:
+            asked.append("old")  # the question named step 5's; step 10's is the newest
+            trainer.rollback(0.5, checkpoint=str(tmp_path / "ckpt-00000005.pt"))
+        elif event.kind == "alert" and event.code == "rollback" and asked == ["old"]:
+            asked.append("newest")
+            trainer.rollback(0.5, checkpoint="ckpt-00000010.pt")
+        elif event.kind == "alert" and event.code == "rollback" and len(asked) == 2:
+            trainer.stop()
+
+    trainer.sinks.append(steer)
+    events = run_with(trainer, lambda t: None)
+    refused, rolled = [e for e in events if e.kind == "alert" and e.code == "rollback"]
+    assert refused.level == "warning"
+    assert refused.message == (
+        "rollback refused: the newest checkpoint is ckpt-00000010.pt, saved after the question "
+        "named ckpt-00000005.pt; r asks again; the run stays paused from step 12 with the "
+        "weights in memory"
+    )
+    assert rolled.level == "info" and rolled.message.startswith("rolled back to step 10")
