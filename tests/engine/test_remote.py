@@ -58,10 +58,15 @@ class FakeRun:
         conn, _ = self.listener.accept()
         self.listener.close()  # one viewer is all a test needs
         self.conn = conn
-        conn.sendall(wire.encode(self.hello))
-        for event in self.replay:
-            conn.sendall(wire.encode(event.to_record()))
-        conn.sendall(wire.encode({"kind": "live"}))
+        try:
+            conn.sendall(wire.encode(self.hello))
+            for event in self.replay:
+                conn.sendall(wire.encode(event.to_record()))
+            conn.sendall(wire.encode({"kind": "live"}))
+        except (BrokenPipeError, ConnectionResetError):  # a client that refused the hello left
+            conn.close()
+            self.hung_up.set()
+            return
         self.connected.set()
         with conn, conn.makefile("rb") as lines:
             for line in lines:
