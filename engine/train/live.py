@@ -31,6 +31,7 @@ from engine.config.live import (
     LR_SCALE,
     SettingsChange,
     SettingsTimeline,
+    TimedChange,
     describe,
     setting_value,
 )
@@ -260,6 +261,22 @@ def _shapes_schedule(key: str) -> bool:
     return key in SCHEDULE_KEYS or key.startswith("schedule.")
 
 
+def configs_in_force(start: RunConfig, changes: list[TimedChange]) -> list[tuple[int, RunConfig]]:
+    """(from step, config in force) from `start`, the run's starting values, through each of
+    `changes` in turn (a key the config does not have is passed over)."""
+    segments = [(0, start)]
+    current = start
+    for change in changes:
+        current = copy.deepcopy(current)
+        for key, value in change.settings.items():
+            section, _, name = key.partition(".")
+            part = getattr(current, section, None)
+            if part is not None and hasattr(part, name):
+                setattr(part, name, value)
+        segments.append((change.step, current))
+    return segments
+
+
 def planned_as_followed(
     cfg: RunConfig, start: RunConfig | None, timeline: SettingsTimeline | None, points: int = 400
 ) -> tuple[tuple[int, float], ...]:
@@ -272,16 +289,7 @@ def planned_as_followed(
     total = cfg.train.max_steps
     if start is None or not replans:
         return planned_curve(cfg, points)
-    segments: list[tuple[int, RunConfig]] = [(0, start)]  # (from step, config in force)
-    current = start
-    for change in replans:
-        current = copy.deepcopy(current)
-        for key, value in change.settings.items():
-            section, _, name = key.partition(".")
-            part = getattr(current, section, None)
-            if part is not None and hasattr(part, name):
-                setattr(part, name, value)
-        segments.append((change.step, current))
+    segments = configs_in_force(start, replans)
     segments[-1] = (segments[-1][0], cfg)  # the settings in force now are the run's own
     steps = {s for s, _ in planned_curve(cfg, points)}
     for boundary, _ in segments[1:]:  # each side of a change exactly, not a slope across it
@@ -312,16 +320,10 @@ def tokens_as_followed(
     ]
     if start is None or not reshapes or not schedule.on:
         return schedule.changes(max_steps)
-    segments: list[tuple[int, ShapeSchedule]] = [(0, ShapeSchedule.of(start))]
-    current = start
-    for change in reshapes:
-        current = copy.deepcopy(current)
-        for key, value in change.settings.items():
-            section, _, name = key.partition(".")
-            part = getattr(current, section, None)
-            if part is not None and hasattr(part, name):
-                setattr(part, name, value)
-        segments.append((change.step, ShapeSchedule.of(current, start)))
+    segments = [  # the first is the start's own; the later ones grow to its micro-batch
+        (since, ShapeSchedule.of(config, start if i else None))
+        for i, (since, config) in enumerate(configs_in_force(start, reshapes))
+    ]
     segments[-1] = (segments[-1][0], schedule)  # the shapes in force now are the run's own
     # past this, every step trains the last segment's full size
     horizon = max(max(since, shapes.ramp_ends) for since, shapes in segments)

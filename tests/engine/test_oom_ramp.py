@@ -84,6 +84,20 @@ def run_to_step_10(trainer: Trainer) -> None:
     assert trainer.state == "finished" and trainer.step == 10
 
 
+def resumed_after_a_retry_at_step_2(tmp_path, overrides: list[str], events: list) -> Trainer:
+    """A run out of memory at step 2 (8 x 1 halved to 4 x 2), stopped at step 4, and the
+    Trainer that resumes it (not yet set up), its events into `events`."""
+    first = Trainer(load_preset("default", overrides), run_dir=tmp_path, telemetry=False)
+    oom_once_set_up(first, at=3)
+    first.sinks.append(lambda e: e.kind == "step" and e.step == 4 and first.stop())
+    first.run()
+    assert first.state == "stopped"
+    assert (first.cfg.train.batch_size, first.cfg.train.grad_accum) == (4, 2)
+    return Trainer(
+        load_preset("default", overrides), resume=tmp_path, telemetry=False, sinks=[events.append]
+    )
+
+
 def test_an_out_of_memory_retry_mid_ramp_trains_the_schedule_s_sequences(tmp_path) -> None:
     cfg = load_preset("default", SMALL)
     schedule = ShapeSchedule.of(cfg)
@@ -114,16 +128,8 @@ def test_a_resume_after_the_retry_trains_and_records_the_schedule_the_run_starte
 ) -> None:
     """The checkpoint's config holds the halved micro-batch (4 x 2): the resume ramps to the 8
     the run started with, as recorded, not from 3 to 4 (6 sequences a step at step 4)."""
-    first = Trainer(load_preset("default", SMALL), run_dir=tmp_path, telemetry=False)
-    oom_once_set_up(first, at=3)
-    first.sinks.append(lambda e: e.kind == "step" and e.step == 4 and first.stop())
-    first.run()
-    assert first.state == "stopped"
-    assert (first.cfg.train.batch_size, first.cfg.train.grad_accum) == (4, 2)
     events: list = []
-    resumed = Trainer(
-        load_preset("default", SMALL), resume=tmp_path, telemetry=False, sinks=[events.append]
-    )
+    resumed = resumed_after_a_retry_at_step_2(tmp_path, SMALL, events)
     counter = oom_once_set_up(resumed, at=0)  # never out of memory: it counts the sequences
     run_to_step_10(resumed)
     # step 4: 3 (1 + 2), steps 5-7: 6 (3 + 3), steps 8-9: 8 (4 + 4)
@@ -146,16 +152,8 @@ def test_a_resume_after_the_retry_of_a_start_larger_than_the_half_trains_on(tmp_
     larger than its micro-batch, and its resume was refused ("train.batch_start (6) must not
     exceed train.batch_size (4)"). It resumes, ramping 6 -> 8 as the run started."""
     ramp = [*SMALL, "train.batch_start=6"]
-    first = Trainer(load_preset("default", ramp), run_dir=tmp_path, telemetry=False)
-    oom_once_set_up(first, at=3)
-    first.sinks.append(lambda e: e.kind == "step" and e.step == 4 and first.stop())
-    first.run()
-    assert first.state == "stopped"
-    assert (first.cfg.train.batch_size, first.cfg.train.grad_accum) == (4, 2)
     events: list = []
-    resumed = Trainer(
-        load_preset("default", ramp), resume=tmp_path, telemetry=False, sinks=[events.append]
-    )
+    resumed = resumed_after_a_retry_at_step_2(tmp_path, ramp, events)
     counter = oom_once_set_up(resumed, at=0)
     run_to_step_10(resumed)
     # steps 4-7: the start's 6 as 3 + 3; steps 8-9: 8 as 4 + 4
