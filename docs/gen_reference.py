@@ -116,7 +116,7 @@ on stderr (`cockpit: ...`) before anything starts.
 **Signals.** SIGINT (ctrl+c, headless), SIGTERM and SIGHUP save a checkpoint at the next step
 boundary and exit cleanly (status 0); the final `state` record's `reason` names the signal
 (`SIGTERM`, `SIGHUP`, `SIGINT (ctrl+c)`). They are caught from the first moment: one that
-arrives during startup stops the run before its first step. A ctrl+c before the run exists
+arrives before anything was trained stops the run unsaved. A ctrl+c before the run exists
 (while `cockpit` is still importing, torch included; any subcommand) exits at once:
 `cockpit: interrupted`, status 130, no traceback, nothing written. A second ctrl+c aborts at
 once. In the app, ctrl+c is a key that asks, like `q`.

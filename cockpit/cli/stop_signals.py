@@ -48,10 +48,11 @@ class StopSignals:
                 signal.signal(sig, self._previous.pop(sig))
 
     def attach(self, trainer: Any) -> None:
-        """From now on signals stop `trainer`; one already received stops it now."""
+        """From now on signals stop `trainer`; one already received stops it now, unsaved, as
+        its line said (nothing was trained when it came)."""
         self.trainer = trainer
         if self.received:
-            trainer.stop(checkpoint=True, reason=signal_reason(self.received[0]))
+            trainer.stop(checkpoint=False, reason=signal_reason(self.received[0]))
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if signum == signal.SIGINT and (self.received or self.trainer is None):
@@ -63,7 +64,8 @@ class StopSignals:
             # torchrun's SIGTERM after a rank died and this one failed: nothing is left to save
             print(f"{name}: the run has already ended ({trainer.state}); nothing to save", file=sys.stderr)
             return
-        if trainer is None or trainer.step == 0:
+        nothing_trained = trainer is None or trainer.step == 0
+        if nothing_trained:
             what = "stopping before the first step (nothing trained yet: no checkpoint)"
         elif getattr(getattr(trainer, "world", None), "distributed", False):
             # a checkpoint of every rank's state needs every rank: a promise only if they are
@@ -73,7 +75,9 @@ class StopSignals:
             what = "saving a checkpoint and stopping"
         print(f"{name}: {what} (ctrl+c again to abort)", file=sys.stderr)
         if trainer is not None:
-            trainer.stop(checkpoint=True, reason=signal_reason(signum))
+            # Unsaved when nothing was trained as the signal came, as the line says: a first
+            # step already under way still ends, and saving it made the line untrue.
+            trainer.stop(checkpoint=not nothing_trained, reason=signal_reason(signum))
 
 
 def exit_when_ended(trainer: Any, grace_s: float, timeout_s: float = 300.0) -> None:

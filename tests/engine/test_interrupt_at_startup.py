@@ -94,3 +94,37 @@ def test_an_interrupt_inside_exec_d_source_still_exits_130(tmp_path: Path) -> No
     done = subprocess.run([sys.executable, "-m", "struck"], env=env, capture_output=True, text=True, timeout=60)
     assert done.stderr.splitlines() == ["cockpit: interrupted"], done.stderr
     assert done.returncode == 130
+
+
+# The first training step sends its own process a SIGTERM: the signal lands while the step runs
+# (the step counter still 0), whatever the machine's speed.
+SIGTERM_IN_FIRST_STEP = """
+import os, signal, sys
+import engine.train.trainer as trainer_module
+real_step = trainer_module.train_step
+def first_step(*args, **kwargs):
+    trainer_module.train_step = real_step
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real_step(*args, **kwargs)
+trainer_module.train_step = first_step
+from cockpit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_during_the_first_step_saves_nothing_as_it_says(tmp_path: Path) -> None:
+    """'stopping before the first step (nothing trained yet: no checkpoint)' was followed by
+    'saved 1 | ... (stop)': the step under way finished and the stop saved it. What the line
+    says is what happens: no checkpoint, and the run stops (exit 0, its state on disk)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_IN_FIRST_STEP, *TRAIN, "--set", "sample.interval=0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    promise = "SIGTERM: stopping before the first step (nothing trained yet: no checkpoint)"
+    assert promise in said, said
+    assert "saved" not in said, said
+    assert not list((tmp_path / "run").glob("*.pt")), said
+    assert "stopped at step 1: SIGTERM" in done.stdout, said
+    assert done.returncode == 0, said
