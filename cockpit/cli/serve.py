@@ -4,12 +4,22 @@ textual-serve starts one process of its command per browser tab; the command her
 `cockpit attach RUN_DIR`, so every tab is a viewer of the same run over its control socket,
 never a run of its own: closing a tab detaches that viewer and the run goes on. The server
 listens on 127.0.0.1 only; from another machine it is reached through an SSH tunnel.
+
+127.0.0.1 is not private on a shared machine: every local user can connect to it, and a web
+page can make a browser connect to it. So, as Jupyter does, serve makes a random token at start
+and prints the URL with it; a request without it (in the URL, or the cookie the first page load
+sets, which the page's own scripts and terminal connection carry) is refused with 403, and so is
+one whose Host is not this machine's loopback (DNS rebinding) or whose Origin is another site's
+(a cross-site websocket). The token is never on a command line nor in a tab's environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import os
+import re
+import secrets
 import shlex
 import sys
 import time
@@ -28,6 +38,10 @@ DEFAULT_PORT = 8000
 HOST = "127.0.0.1"  # never another interface: the page steers the run, and has no login
 TAB_GRACE_S = 1.5  # once serving stops: how long tabs have to leave on their own (ctrl+c)...
 TAB_LEAVE_S = 5.0  # ...then to leave when asked, before they are killed
+TOKEN_PARAM = "token"  # the URL's query parameter that carries the token
+# the names a browser on this machine (or at the near end of an SSH tunnel, any port) uses
+LOOPBACK_HOST = re.compile(r"(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?", re.IGNORECASE)
+TAB_LABEL = "browser via cockpit serve"  # who a tab's viewer is in the journal and `ps`
 
 
 class ServeError(Exception):
@@ -60,13 +74,15 @@ def run(args: argparse.Namespace) -> int:
         server_class = load_textual_serve()
         check_port_free(port)
         live = find_run(Path(args.run_dir) if args.run_dir else None, Path(args.runs))
+        token = new_token()
         server = server_class(
             attach_command(live.run_dir, read_only=args.read_only),
+            token=token,
             host=HOST,
             port=port,
             title=f"cockpit: {live.run_dir.name}",
         )
-        print(serving_report(live, port, read_only=args.read_only), flush=True)
+        print(serving_report(live, port, token, read_only=args.read_only), flush=True)
         server.serve()
     except ServeError as e:
         print(f"cockpit serve: {e}", file=sys.stderr)
@@ -91,20 +107,42 @@ def parse_port(text: str) -> int:
 
 
 def load_textual_serve() -> Any:
-    """The server class, quiet: this command prints its own lines, not textual-serve's banner
-    nor a log line per request."""
+    """The server class: quiet (this command prints its own lines, not textual-serve's banner
+    nor a log line per request), every request through `guard`, and the page's own URLs on the
+    host the browser named (through a tunnel: its port, not the server's)."""
     try:
-        from textual_serve.server import Server
+        import aiohttp_jinja2
+        from aiohttp import web
+        from textual_serve.server import Server, to_int
     except ImportError:
         raise ServeError(
             "textual-serve is not installed; install it with: pip install 'cockpit[serve]'"
         ) from None
 
-    class QuietServer(Server):
+    class GuardedServer(Server):
+        def __init__(self, command: str, *, token: str, **options: Any) -> None:
+            super().__init__(command, **options)
+            self.token = token
+
         def initialize_logging(self) -> None:
             import logging
 
             logging.basicConfig(level=logging.WARNING, format="cockpit serve: %(message)s")
+
+        async def _make_app(self) -> web.Application:
+            app = await super()._make_app()
+            app.middlewares.append(guard(self.token, cookie_name(self.port)))
+            return app
+
+        async def handle_index(self, request: web.Request) -> web.Response:
+            host = request.host  # the guard let it through: this machine's loopback
+            context = {
+                "font_size": to_int(request.query.get("fontsize", "16"), 16),
+                "app_websocket_url": f"ws://{host}/ws",
+                "config": {"static": {"url": "/static/"}},
+                "application": {"name": self.title},
+            }
+            return aiohttp_jinja2.render_template("app_index.html", request, context)
 
         async def on_startup(self, app: Any) -> None:
             pass
@@ -112,7 +150,76 @@ def load_textual_serve() -> Any:
         async def on_shutdown(self, app: Any) -> None:
             await end_tab_processes()
 
-    return QuietServer
+    return GuardedServer
+
+
+def guard(token: str, cookie: str) -> Any:
+    """The aiohttp middleware in front of every route (the page, its static files, downloads,
+    the terminal's websocket): 403 with the reason for a request `refusal` refuses; a request
+    whose URL carries the token gets it as a cookie, for the page's own requests, which don't."""
+    from aiohttp import web
+
+    @web.middleware
+    async def guarded(request: web.Request, handler: Any) -> web.StreamResponse:
+        from_url = request.query.get(TOKEN_PARAM)
+        reason = refusal(
+            request.headers.get("Host"),
+            request.headers.get("Origin"),
+            (from_url, request.cookies.get(cookie)),
+            token,
+        )
+        if reason is not None:
+            return web.Response(status=403, text=f"cockpit serve: {reason}\n")
+        response = await handler(request)
+        if from_url is not None and not response.prepared:  # a websocket's reply has gone
+            # the page's scripts may not read it (HttpOnly), other sites' pages may not send it
+            response.set_cookie(cookie, token, path="/", httponly=True, samesite="Strict")
+        return response
+
+    return guarded
+
+
+def new_token() -> str:
+    """A fresh secret for one `serve`: 256 bits, URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+def cookie_name(port: int) -> str:
+    """Cookies ignore ports: one name per port, so two serves on one machine keep both tokens."""
+    return f"cockpit-serve-{port}"
+
+
+def page_url(port: int, token: str) -> str:
+    return f"http://{HOST}:{port}/?{TOKEN_PARAM}={token}"
+
+
+def refusal(
+    host: str | None, origin: str | None, presented: tuple[str | None, ...], token: str
+) -> str | None:
+    """Why a request is refused, or None to serve it: its Host must name this machine's
+    loopback (a DNS-rebound name is another site's page), its Origin, if any, must be the page
+    it asks (another site's page may open a websocket anywhere), and one of the tokens
+    `presented` (the URL's, the cookie's) must be the token."""
+    if not is_loopback_host(host):
+        return f"Host {host!r} is not this machine's loopback; open the URL serve printed"
+    if origin is not None and origin.lower() != f"http://{host}".lower():
+        return f"a request from another site ({origin!r}) is refused"
+    if not any(is_token(given, token) for given in presented):
+        return "this page needs its token: open the URL `cockpit serve` printed (...?token=...)"
+    return None
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """A Host header naming 127.0.0.1, localhost or [::1], with any port (an SSH tunnel's near
+    end may use another)."""
+    return host is not None and LOOPBACK_HOST.fullmatch(host) is not None
+
+
+def is_token(given: str | None, token: str) -> bool:
+    """`given` is the token, compared in constant time (no timing tells how much matched)."""
+    if given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode())
 
 
 async def end_tab_processes() -> None:
@@ -172,9 +279,7 @@ def find_run(run_dir: Path | None, root: Path) -> Any:
 
     if run_dir is not None:
         if not run_dir.is_dir():
-            raise ServeError(
-                f"{run_dir}: no such run directory; `cockpit ps` lists the live runs"
-            )
+            raise ServeError(f"{run_dir}: no such run directory; `cockpit ps` lists the live runs")
         live = probe(run_dir)
         if live is None:
             raise ServeError(f"no live run in {run_dir}; {how_to_start(run_dir)}, then serve it")
@@ -219,7 +324,9 @@ def check_port_free(port: int) -> None:
                 f"port {port} needs more privileges than this user has; use a port above "
                 f"1023, e.g. --port {DEFAULT_PORT}"
             ) from None
-        raise ServeError(f"cannot listen on {HOST}:{port} ({e.strerror}); try another --port") from None
+        raise ServeError(
+            f"cannot listen on {HOST}:{port} ({e.strerror}); try another --port"
+        ) from None
     finally:
         probe.close()
 
@@ -240,7 +347,9 @@ def free_port_hint(taken: int) -> int:
 
 
 def attach_command(run_dir: Path, *, read_only: bool) -> str:
-    """The shell command textual-serve runs for each tab: this interpreter's `cockpit attach`.
+    """The shell command textual-serve runs for each tab: this interpreter's `cockpit attach`,
+    which tells the run it is a browser tab of serve (COCKPIT_VIA: it has no terminal to name).
+    Nothing secret: every local user can read it (ps).
 
     ctrl+c in serve's terminal reaches the tabs' processes too (one process group): ignored
     until the app is up (Python then installs no KeyboardInterrupt, so a tab opening at that
@@ -248,24 +357,21 @@ def attach_command(run_dir: Path, *, read_only: bool) -> str:
     argv = [sys.executable, "-m", "cockpit", "attach", str(run_dir.resolve())]
     if read_only:
         argv.append("--read-only")
-    return f"trap '' INT; exec {shlex.join(argv)}"
+    return f"trap '' INT; COCKPIT_VIA={shlex.quote(TAB_LABEL)} exec {shlex.join(argv)}"
 
 
-def serving_report(live: Any, port: int, *, read_only: bool) -> str:
+def serving_report(live: Any, port: int, token: str, *, read_only: bool) -> str:
     """What is served where, and how to reach it from a laptop."""
-    url = f"http://{HOST}:{port}"
-    what = ", ".join(
-        part
-        for part in (live.preset, live.state, f"step {live.step:,}")
-        if part
-    )
+    url = page_url(port, token)
+    what = ", ".join(part for part in (live.preset, live.state, f"step {live.step:,}") if part)
     tabs = "a read-only viewer" if read_only else "a viewer (its keys steer the run)"
     return "\n".join(
         [
             f"cockpit serve: {live.run_dir} ({what}) at {url}",
             f"  each browser tab is {tabs}; closing a tab leaves the run alone",
+            "  the token is the page's key: without it the page is refused; share it as the run",
             f"  from another machine: ssh -L {port}:{HOST}:{port} {ssh_destination()}, "
-            f"then open {url}",
+            "then open that URL",
             "  ctrl+c stops serving; the run goes on",
         ]
     )

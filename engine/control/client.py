@@ -42,8 +42,11 @@ def viewer_name() -> str:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = str(os.getuid())
+    # a viewer without a terminal of its own says what it is instead: `cockpit serve`'s tabs
+    # set COCKPIT_VIA="browser via cockpit serve"
+    via = os.environ.get("COCKPIT_VIA", "")[:60]
     try:
-        tty = os.ttyname(0).removeprefix("/dev/")
+        tty = via or os.ttyname(0).removeprefix("/dev/")
     except OSError:
         tty = "no tty"
     return f"{user}@{socket.gethostname()} ({tty})"

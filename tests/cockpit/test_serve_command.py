@@ -108,22 +108,34 @@ def test_without_run_dir_it_looks_under_runs(tmp_path: Path) -> None:
 def test_each_tab_runs_cockpit_attach_on_the_run_quoted(tmp_path: Path) -> None:
     run_dir = tmp_path / "it's a run; $(nothing)"
     command = attach_command(run_dir, read_only=True)
-    prefix, _, argv = command.partition("exec ")
-    assert prefix == "trap '' INT; "  # ctrl+c: no traceback from a tab still starting
+    prefix, _, argv = command.partition(" exec ")
+    # ctrl+c: no traceback from a tab still starting; the run's journal names the tab for what it is
+    assert prefix == "trap '' INT; COCKPIT_VIA='browser via cockpit serve'"
     assert shlex.split(argv) == [
         sys.executable, "-m", "cockpit", "attach", str(run_dir.resolve()), "--read-only"
     ]  # fmt: skip
-    assert shlex.split(attach_command(run_dir, read_only=False).partition("exec ")[2])[-1] == str(
+    assert shlex.split(attach_command(run_dir, read_only=False).partition(" exec ")[2])[-1] == str(
         run_dir.resolve()
     )
 
 
-def test_the_report_gives_the_url_the_run_and_the_tunnel(tmp_path: Path) -> None:
+def test_a_tab_says_it_is_a_browser_tab_of_serve() -> None:
+    """What the run's journal and `cockpit ps` call a tab's viewer (it has no terminal)."""
+    code = "from engine.control.client import viewer_name; print(viewer_name())"
+    out = subprocess.run(
+        ["sh", "-c", f"{attach_command(Path('.'), read_only=False).partition(' exec ')[0]} "
+         f"exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"],
+        cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+    )  # fmt: skip
+    assert out.stdout.strip().endswith("(browser via cockpit serve)"), out
+
+
+def test_the_report_gives_the_url_with_its_token_the_run_and_the_tunnel(tmp_path: Path) -> None:
     live = LiveRun(tmp_path, 1, "running", "tiny", None, 1234, 10_000, 2.5, 1e4, 0.01)
-    report = serving_report(live, 8123, read_only=True)
+    report = serving_report(live, 8123, "T0KEN", read_only=True)
     first = report.splitlines()[0]
     assert str(tmp_path) in first and "tiny, running, step 1,234" in first
-    assert "http://127.0.0.1:8123" in first
+    assert first.endswith(" at http://127.0.0.1:8123/?token=T0KEN")
     assert "ssh -L 8123:127.0.0.1:8123 " in report and "read-only" in report
 
 

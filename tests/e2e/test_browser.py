@@ -76,8 +76,9 @@ def live_run(tmp_path: Path) -> Iterator[LiveRun]:
 
 
 @pytest.fixture
-def served(live_run: LiveRun) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """`cockpit serve RUN_DIR --port FREE` in its own process group (its tabs' processes too)."""
+def served(live_run: LiveRun) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`cockpit serve RUN_DIR --port FREE` in its own process group (its tabs' processes too),
+    and the URL it printed (its token in it)."""
     port = free_port()
     serve = subprocess.Popen(
         [sys.executable, "-m", "cockpit", "serve", str(live_run.run_dir), "--port", str(port)],
@@ -85,9 +86,16 @@ def served(live_run: LiveRun) -> Iterator[tuple[subprocess.Popen[str], int]]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
+        assert serve.stdout is not None
+        report = [serve.stdout.readline()]  # its last line says how to stop serving
+        while "ctrl+c" not in report[-1] and report[-1]:
+            report.append(serve.stdout.readline())
+        url = report[0].rpartition(" at ")[2].strip()
+        assert url.startswith(f"http://127.0.0.1:{port}/?token="), report
+        assert "ssh -L" in "".join(report)
         wait_until(lambda: port_open(port) or serve.poll() is not None, "the server")
         assert serve.poll() is None, serve.communicate()[0]
-        yield serve, port
+        yield serve, url
     finally:
         if serve.poll() is None:
             os.killpg(serve.pid, signal.SIGKILL)
@@ -99,10 +107,10 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def open_page(browser: Any, port: int) -> Any:
+def open_page(browser: Any, url: str) -> Any:
     page = browser.new_page(viewport={"width": 1200, "height": 800})
     page.route("**/static/js/textual.js", keep_terminal)
-    page.goto(f"http://127.0.0.1:{port}/")
+    page.goto(url)
     return page
 
 
@@ -127,17 +135,19 @@ def screen_showing(page: Any, *words: str) -> str:
 
 
 def test_the_page_shows_and_steers_the_run_and_leaving_it_leaves_the_run(
-    live_run: LiveRun, served: tuple[subprocess.Popen[str], int]
+    live_run: LiveRun, served: tuple[subprocess.Popen[str], str]
 ) -> None:
     from playwright.sync_api import sync_playwright
 
-    serve, port = served
+    serve, url = served
     run_dir = live_run.run_dir
     with sync_playwright() as playwright:
         # --no-sandbox: chromium's sandbox refuses to run as root (CI, containers)
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            page = open_page(browser, port)
+            refused = browser.new_page().goto(url.partition("?")[0])  # the URL without its token
+            assert refused.status == 403 and "needs its token" in refused.text()
+            page = open_page(browser, url)
             screen = screen_showing(page, "tiny", "RUNNING")
             status = next(line for line in screen.splitlines() if "RUNNING" in line)
             assert "tiny" in status and "step" in status
@@ -146,6 +156,8 @@ def test_the_page_shows_and_steers_the_run_and_leaving_it_leaves_the_run(
             page.evaluate("() => window.cockpitTerminal.focus()")
             page.keyboard.press("Space")
             live_run.wait_for_record("state", TIMEOUT_S, state="paused")
+            pause = live_run.wait_for_record("command", TIMEOUT_S, name="pause")
+            assert pause["who"].endswith("(browser via cockpit serve)"), pause  # not "(no tty)"
             screen_showing(page, "PAUSED")
             page.keyboard.press("Space")
             wait_until(lambda: probe(run_dir).state == "running", "the run resumed")
@@ -154,7 +166,7 @@ def test_the_page_shows_and_steers_the_run_and_leaving_it_leaves_the_run(
             wait_until(lambda: viewers(run_dir) == 0, "the tab's viewer to leave")
             assert live_run.steps_grow(by=10, timeout_s=TIMEOUT_S)
 
-            open_page(browser, port)  # a tab still open when the server is stopped
+            open_page(browser, url)  # a tab still open when the server is stopped
             wait_until(lambda: viewers(run_dir) == 1, "a second tab's viewer")
             os.killpg(serve.pid, signal.SIGINT)  # ctrl+c in a terminal reaches the whole group
             output = serve.communicate(timeout=TIMEOUT_S)[0]
@@ -162,7 +174,6 @@ def test_the_page_shows_and_steers_the_run_and_leaving_it_leaves_the_run(
             browser.close()
     assert serve.returncode == 0, output
     assert "Traceback" not in output, output
-    assert f"127.0.0.1:{port}" in output and "ssh -L" in output
     assert "stopped serving; the run goes on" in output
     wait_until(lambda: viewers(run_dir) == 0, "the viewers to leave with the server")
     assert live_run.steps_grow(by=10, timeout_s=TIMEOUT_S)
