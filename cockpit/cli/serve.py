@@ -29,9 +29,10 @@ from typing import Any
 NAME = "serve"
 HELP = "serve the cockpit of a live run to a web browser (on 127.0.0.1; an SSH tunnel reaches it)"
 EPILOG = (
-    "Without RUN_DIR: the newest live run under runs/. Every browser tab is a viewer of that "
-    "run (`cockpit attach`); closing a tab leaves the run alone. Needs textual-serve: "
-    "pip install 'cockpit[serve]'."
+    "Without RUN_DIR: the newest live run under runs/. It prints the page's URL with a random "
+    "token; a request without it, naming another host or from another site's page is refused "
+    "(403). Every browser tab is a viewer of that run (`cockpit attach`); closing a tab leaves "
+    "the run alone. Needs textual-serve: pip install 'cockpit[serve]'."
 )
 DEFAULT_ROOT = "runs"
 DEFAULT_PORT = 8000

@@ -229,13 +229,16 @@ def tab_process_of(serve_pid: int) -> dict[str, str]:
     }
 
 
-def test_localhost_gets_a_page_that_connects_back_to_localhost(served: Served) -> None:
+def test_the_page_connects_back_to_the_host_and_port_the_browser_named(served: Served) -> None:
     """The page's terminal connects to the host the browser named (a tunnel's own name and port),
     not to the server's 127.0.0.1: a cookie set for localhost would not go there."""
     localhost_url = served.url.replace("127.0.0.1", "localhost")
     status, page = asyncio.run(status_of(localhost_url))
     assert status == 200
     assert f'data-session-websocket-url="ws://localhost:{served.port}/ws"' in page
+    # the near end of `ssh -L 9000:127.0.0.1:PORT`: the browser names port 9000
+    status, page = asyncio.run(status_of(served.url, {"Host": "127.0.0.1:9000"}))
+    assert status == 200 and 'data-session-websocket-url="ws://127.0.0.1:9000/ws"' in page
 
 
 # what uid 65534 runs: the same websocket a page of another site would open, with and without
