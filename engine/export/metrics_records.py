@@ -63,8 +63,6 @@ def metrics_path(target: Path) -> Path:
     return path
 
 
-
-
 class BranchScan:
     """A metrics file's records on the branch the run ended on, read in two passes: the first
     finds where the run went back, the second yields what survives (little memory either way).

@@ -8,7 +8,6 @@ switches off, so a run exports to them only when every switch is off.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import torch
 from engine.checkpoint.trained import TrainedModel, load_trained
 from engine.config.run_config import ModelConfig
 from engine.export import ExportError, run_dir_of
+from engine.rundir.records import parse_record
 
 # (is the switch on, what the switch is, what GPT-2 has instead)
 _GPT2_SWITCHES: tuple[tuple[str, Any, str], ...] = (
@@ -96,7 +96,7 @@ def val_loss_of(trained: TrainedModel) -> float | None:
                 if b'"eval"' not in line:
                     continue
                 try:
-                    record = json.loads(line)
+                    record = parse_record(line)
                 except ValueError:
                     continue  # a line cut short by a crash, or damaged
                 if record.get("kind") == "eval" and record.get("step") == trained.step:

@@ -9,7 +9,6 @@ scanner. Torch-free and textual-free.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from engine.rundir.metrics_scan import (
     newest_run_started,
     scan_metrics,
 )
+from engine.rundir.records import parse_record
 
 
 @dataclass(frozen=True)
@@ -54,15 +54,18 @@ class RunCurves:
 
 
 def run_tokenizer(run_dir: Path) -> str | None:
-    """The tokenizer the run's first run_started record names, read up to that line only (a
-    fork's first records are its parent's: the same corpus); None when none is readable."""
+    """The tokenizer the run's first readable run_started record names, read up to that line
+    only (a fork's first records are its parent's: the same corpus); None when none is."""
     try:
         with (run_dir / METRICS_NAME).open("rb") as f:
             for line in f:
                 if line.startswith(b'{"kind":"run_started"'):
-                    tokenizer = json.loads(line).get("tokenizer")
+                    try:
+                        tokenizer = parse_record(line).get("tokenizer")
+                    except ValueError:
+                        continue  # cut short by a crash, or damaged: the next one says it
                     return tokenizer if isinstance(tokenizer, str) else None
-    except (OSError, ValueError):
+    except OSError:
         pass
     return None
 

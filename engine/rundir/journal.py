@@ -19,7 +19,6 @@ Pure and torch-free: records in, entries out.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.live import describe
+from engine.rundir.records import parse_record
 
 APP = "app"  # a user's command given in the run's own process (its cockpit, a signal)
 ENGINE = "engine"  # what the run did by itself
@@ -332,10 +332,10 @@ def journal_records(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
             if line[9:end].decode("ascii", "replace") not in JOURNAL_KINDS:
                 continue
         try:
-            record = json.loads(line)
-        except (UnicodeDecodeError, ValueError):
+            record = parse_record(line)
+        except ValueError:  # cut short by a crash, or damaged
             continue
-        if isinstance(record, dict) and record.get("kind") in JOURNAL_KINDS:
+        if record.get("kind") in JOURNAL_KINDS:
             yield record
 
 

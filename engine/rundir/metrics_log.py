@@ -18,6 +18,7 @@ from typing import Any
 
 from engine.events import Event
 from engine.files import open_for_append
+from engine.rundir.records import DamagedLines, DamagedRecord, parse_record
 
 
 class MetricsWriter:
@@ -139,32 +140,28 @@ REPLAY_STEPS = 8000
 def read_records(
     metrics: Path, on_damaged: Callable[[str], None] | None = None
 ) -> Iterator[dict[str, Any]]:
-    """Every record of a metrics file, line by line, in file order: the one reader of its lines.
+    """Every record of a metrics file, line by line, in file order, each line through the one
+    tolerant parser (`parse_record`).
 
     A line that is not a record is read past: one cut short by a crash (and the next writer's
-    first line glued to it) quietly, as always; one whose bytes are not UTF-8 (a damaged disk or
-    copy) too, and once the file is read `on_damaged` gets one line saying how many there were,
-    so the records around them are never lost to one bad byte."""
-    damaged: list[int] = []
+    first line glued to it) quietly, as always; a damaged one (bytes that are not UTF-8,
+    brackets nested too deep to read, a record without its time or step) too, and once the
+    file is read `on_damaged` gets one line saying how many there were, so the records around
+    them are never lost to one bad line."""
+    damaged = DamagedLines(metrics)
     with metrics.open("rb") as f:
         for number, line in enumerate(f, 1):
             try:
-                record = json.loads(line)
-            except UnicodeDecodeError:
-                damaged.append(number)
+                record = parse_record(line)
+            except DamagedRecord as e:
+                damaged.add(number, e)
                 continue
             except ValueError:
                 continue  # a line cut short by a crash
-            if isinstance(record, dict):
-                yield record
-    if damaged and on_damaged is not None:
-        on_damaged(damaged_lines_message(metrics, damaged))
-
-
-def damaged_lines_message(metrics: Path, numbers: list[int]) -> str:
-    """The one warning about a metrics file's lines that are not text."""
-    where = f"line {numbers[0]}" if len(numbers) == 1 else f"{len(numbers)} lines, the first {numbers[0]}"
-    return f"{metrics}: {where} not UTF-8 text (damaged): read past; the other records are used"
+            yield record
+    message = damaged.message()
+    if message is not None and on_damaged is not None:
+        on_damaged(message)
 
 
 def read_history(
@@ -189,7 +186,7 @@ def read_history(
             start = record["start_step"]
             latest = {key: r for key, r in latest.items() if key[1] <= start}
         if kind in HISTORY_KINDS and isinstance(step, int) and step <= upto_step:
-            latest[(kind, step, record.get("prompt", ""))] = record
+            latest[(kind, step, str(record.get("prompt", "")))] = record
     records = sorted(latest.values(), key=lambda r: (r["step"], r["time"]))
     steps = [r for r in records if r["kind"] == "step"]
     keep = {id(r) for r in steps[:: max(1, math.ceil(len(steps) / max_steps))]}

@@ -10,7 +10,6 @@ textual-free.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from engine.rundir.records import parse_record
 
 
 class RunHistoryError(Exception):
@@ -175,11 +176,9 @@ def _parse_others(
         if kind in _UNUSED:
             continue
         try:
-            record = json.loads(text)
+            record = parse_record(text)
         except ValueError:
-            continue  # a line cut short by a crash (maybe glued to the next writer's first)
-        if not isinstance(record, dict):
-            continue
+            continue  # cut short by a crash (maybe glued to the next writer's first), or damaged
         if record.get("kind") != "step":
             others.append((row, record))
         elif _take_step(record, row, step, is_step, parsed) and step_lines:
@@ -213,11 +212,9 @@ def _newest_readings(texts: dict[int, bytes], rows: list[int]) -> list[tuple[int
     for kind_rows in by_kind.values():
         for row in kind_rows[-REPLAY_READINGS:]:
             try:
-                record = json.loads(texts[row])
+                parsed.append((row, parse_record(texts[row])))
             except ValueError:
-                continue
-            if isinstance(record, dict):
-                parsed.append((row, record))
+                continue  # cut short by a crash, or damaged
     return parsed
 
 
@@ -238,7 +235,7 @@ def _newest_time(others: list[tuple[int, dict[str, Any]]], step_lines: list[byte
     last_step: Any = None
     if step_lines and len(steps):
         try:
-            last_step = json.loads(step_lines[steps[-1]])
+            last_step = parse_record(step_lines[steps[-1]])
         except ValueError:
             pass
     return _newest_of(others, last_step)
@@ -412,10 +409,10 @@ def _parse_in_order(
     records = {}
     for at in sorted(positions):
         try:
-            record = json.loads(data[starts[at] : ends[at]])
+            record = parse_record(data[starts[at] : ends[at]])
         except ValueError:
             return None
-        if not isinstance(record, dict) or record.get("kind") != "step" or type(record.get("step")) is not int:
+        if record.get("kind") != "step":
             return None
         records[at] = record
     if not records:

@@ -32,13 +32,14 @@ from engine.rundir.metrics_scan import (
     scan_replay_fast,
     thinned,
 )
+from engine.rundir.records import parse_record
 
 _HISTORY = ("eval", "lr_changed", "settings_changed", "sample", "checkpoint", "alert")
 _HISTORY_KEYS: dict[str, Callable[[dict[str, Any]], Any] | None] = {
     "eval": lambda r: r["step"],
     "lr_changed": lambda r: r["step"],
-    "sample": lambda r: (r["step"], r.get("prompt", "")),
-    "checkpoint": lambda r: (r["step"], r.get("path", "")),
+    "sample": lambda r: (r["step"], str(r.get("prompt", ""))),
+    "checkpoint": lambda r: (r["step"], str(r.get("path", ""))),
     "settings_changed": None,  # each its own: together they are the settings in force
     "alert": None,  # several a step, each its own: none replaces another
 }
@@ -92,7 +93,7 @@ def _replay_steps(scan: Scan, max_steps: int) -> tuple[list[tuple[int, dict[str,
     parsed = []
     for row in rows[thinned(len(rows), max_steps)].tolist():
         try:
-            parsed.append((row, json.loads(scan.step_lines[row])))
+            parsed.append((row, parse_record(scan.step_lines[row])))
         except ValueError:
             continue
     return parsed, int(scan.step[rows[-1]]) if len(rows) else 0

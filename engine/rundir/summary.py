@@ -28,6 +28,7 @@ from typing import Any
 from engine.events import Event, RunState
 from engine.files import atomic_write
 from engine.rundir.branch import FORK_FILE
+from engine.rundir.records import parse_record
 from engine.rundir.summary_facts import RunSummary, from_json
 
 SUMMARY_NAME = "summary.json"
@@ -89,7 +90,7 @@ def _fold_last_step(summary: RunSummary, text: bytes, start: int, end: int) -> N
 
 def _fold_line(summary: RunSummary, line: bytes) -> None:
     try:
-        record = json.loads(line)
+        record = parse_record(line)  # a damaged line (ValueError) changes nothing
         summary.observe(record)
     except (ValueError, KeyError, TypeError, IndexError):
         pass  # a line cut by a crash and glued to the next writer's first line, or not a record

@@ -1,6 +1,8 @@
-"""A byte that is not UTF-8 in metrics.jsonl (a damaged disk or copy) is read past, with one
-warning, by every reader of the file: a resume, `cockpit export --format csv` and `cockpit fork`
-(real runs, real CLI processes)."""
+"""A damaged line in metrics.jsonl is read past, with one warning, by every reader of the file: a
+resume, `cockpit export --format csv|tensorboard` and `cockpit fork` (real runs, real CLI
+processes); the runs listing, the curves, the replay and the journal read past it too. Damaged:
+a byte that is not UTF-8 (a damaged disk or copy), brackets nested thousands deep, a record
+without the time or step its kind has."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from run_copies import train_here
+from run_copies import copy_run, train_here
 
 REPO = Path(__file__).resolve().parents[2]
 DAMAGED_LINE = 6  # a step record's line
@@ -38,7 +40,7 @@ def damaged(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, st
     return where / "runs" / "run"
 
 
-WARNING = f"metrics.jsonl: line {DAMAGED_LINE} not UTF-8 text (damaged): read past"
+WARNING = f"metrics.jsonl: line {DAMAGED_LINE} damaged (not UTF-8 text): read past"
 
 
 def test_a_fork_reads_past_the_damaged_line_with_one_warning(damaged: Path) -> None:
@@ -68,3 +70,73 @@ def test_a_resume_reads_past_it_with_one_warning_and_trains_on(damaged: Path) ->
     tail = (damaged / "metrics.jsonl").read_bytes().split(b"\n")[DAMAGED_LINE:]
     alerts = [r for r in map(json.loads, filter(None, tail)) if r["kind"] == "alert"]
     assert [a["code"] for a in alerts if WARNING in a["message"]] == ["metrics"]
+
+
+# ------------------------------------------------------------ nested brackets, a record's fields
+
+DEEP = "[" * 2000 + "]" * 2000  # valid JSON that json's parser cannot read (RecursionError)
+TIMELESS_VAL_LOSS = 9.875  # the eval record without its time: in no table, no curve
+
+
+@pytest.fixture(scope="module")
+def malformed(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
+    where = tmp_path_factory.mktemp("malformed")
+    train_here(Path("runs/run"), ["train.max_steps=20", "eval.interval=10"], isolated_env, cwd=where)
+    metrics = where / "runs" / "run" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    lines[5:5] = [
+        DEEP,
+        '{"kind":"state","time":5.0,"step":3,"state":"running","x":%s}' % DEEP,
+        json.dumps({"kind": "step", "time": 5.0, "loss": 1.0}),  # no step
+    ]
+    # the newest eval at step 20 (it would win) but without its time
+    lines.append(json.dumps({"kind": "eval", "step": 20, "train_loss": 1.0,
+                             "val_loss": TIMELESS_VAL_LOSS, "train_time_s": 1.0}))  # fmt: skip
+    metrics.write_text("\n".join(lines) + "\n")
+    return where / "runs" / "run"
+
+
+MALFORMED = "metrics.jsonl: 4 lines damaged, the first line 6 (nested too deeply to read): read past"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tensorboard"])
+def test_an_export_reads_past_nested_brackets_and_a_record_without_its_time(
+    malformed: Path, tmp_path: Path, fmt: str
+) -> None:
+    done = cockpit("export", str(malformed), "--format", fmt, "--out", str(tmp_path / fmt),
+                   cwd=malformed.parent.parent)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.count(MALFORMED) == 1, done.stdout
+    if fmt == "csv":
+        assert "step.csv 20 rows, eval.csv 2 rows" in done.stdout
+        assert str(TIMELESS_VAL_LOSS) not in (tmp_path / "csv" / "eval.csv").read_text()
+
+
+def test_a_resume_reads_past_them_with_one_warning_and_trains_on(malformed: Path) -> None:
+    from engine.rundir.history import read_curves
+
+    done = cockpit("--resume", str(malformed), "--set", "train.max_steps=25", "--headless",
+                   "--no-telemetry", cwd=malformed.parent.parent)  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "finished at step 25" in done.stdout, said
+    assert said.count(MALFORMED) == 1 and "Traceback" not in said, said
+    curves = read_curves(malformed)  # what `cockpit compare` and the runs screen draw
+    assert curves.step.tolist() == list(range(1, 26))
+    assert curves.val_step.tolist() == [10, 20, 25]
+    assert TIMELESS_VAL_LOSS not in curves.val_loss.tolist()
+
+
+def test_the_listing_replay_and_journal_read_past_them(malformed: Path, tmp_path: Path) -> None:
+    from engine.rundir.history import run_tokenizer
+    from engine.rundir.journal import read_journal
+    from engine.rundir.replay import read_replay
+    from engine.rundir.summary import read_summary
+
+    run = copy_run(malformed, tmp_path / "run")
+    (run / "summary.json").unlink()  # rebuilt from metrics.jsonl, as `cockpit runs` does
+    assert read_summary(run, write_back=False).facts["step"] >= 20
+    for fast in (True, False):
+        steps = [e.step for e in read_replay(run, fast=fast).events if e.kind == "step"]
+        assert steps[-1] >= 20
+    assert any(entry for entry in read_journal(run / "metrics.jsonl"))
+    assert run_tokenizer(run) == "char"
