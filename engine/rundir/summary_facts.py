@@ -12,13 +12,18 @@ from typing import Any
 from engine.data.shape_schedule import recorded_changes, tokens_through
 from engine.events import RunState
 
-VERSION = 1
+# 2: a rollback cuts the figures after its step (a summary of 1 may hold a discarded branch's)
+VERSION = 2
+# The reason of the state record a rollback writes once the run is back at its checkpoint's step
+# (engine/train/fault_handler.py): the figures recorded after that step are no longer the run's.
+ROLLED_BACK = "rolled back"
 
 
 class RunSummary:
     """What a run's records add up to. `facts` is what summary.json holds; besides the facts
     shown, it keeps what folding in later records needs: the best val losses in step order (a
-    resume from an older checkpoint drops those after it) and the last exact training time."""
+    resume from an older checkpoint, or a rollback to one, drops those after it) and the last
+    exact training time."""
 
     def __init__(self, facts: dict[str, Any] | None = None) -> None:
         self.facts: dict[str, Any] = facts if facts is not None else empty_facts()
@@ -58,6 +63,9 @@ class RunSummary:
             f["last_checkpoint"] = {"path": path if isinstance(path, str) else None, "step": step}
         elif kind == "state" and isinstance(record.get("state"), str):
             f["last_state"] = record["state"]
+            if record.get("reason") == ROLLED_BACK and step is not None:
+                # back at its checkpoint of `step`: what the run trained since is discarded
+                self._cut_after(step)
             train_s = _number(record.get("train_time_s"))
             if record["state"] != RunState.STARTING and step is not None and train_s is not None:
                 # exact where it paused, saved or ended (not while starting: nothing restored yet)
@@ -83,17 +91,24 @@ class RunSummary:
                 if changes
                 else start * (_count(record.get("tokens_per_step")) or 0)
             )
+        self._cut_after(start)
+        saved = f["last_checkpoint"]
+        if saved is not None and saved["step"] > start:
+            resumed = record.get("resumed_from")
+            f["last_checkpoint"] = {"path": resumed, "step": start} if isinstance(resumed, str) else None
+        f["train_time_anchor"] = [_number(record.get("train_time_s")) or 0.0, start]
+
+    def _cut_after(self, start: int) -> None:
+        """The run goes on from `start` (a resume, a rollback): the figures of the branch it
+        abandoned, recorded after `start`, are no longer the run's. Its tokens are the next
+        step record's (a rollback's record does not carry them; the step follows at once)."""
+        f = self.facts
         f["step"] = start
         f["best_vals"] = [b for b in f["best_vals"] if b[0] <= start]
         f["best_val_bpbs"] = [b for b in f["best_val_bpbs"] or [] if b[0] <= start]
         for last in ("last_val", "last_val_bpb"):
             if f[last] is not None and f[last]["step"] > start:
                 f[last] = None
-        saved = f["last_checkpoint"]
-        if saved is not None and saved["step"] > start:
-            resumed = record.get("resumed_from")
-            f["last_checkpoint"] = {"path": resumed, "step": start} if isinstance(resumed, str) else None
-        f["train_time_anchor"] = [_number(record.get("train_time_s")) or 0.0, start]
 
     def _eval(self, record: dict[str, Any], step: int) -> None:
         f = self.facts

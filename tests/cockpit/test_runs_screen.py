@@ -423,3 +423,40 @@ def test_the_good_runs_are_listed_beside_a_bad_one(root: Path) -> None:
     assert app.choice == PENDING  # not opened
     assert any("loop cannot be opened: cannot read it" in t.message for t in toasts), toasts
     assert json.loads(summary.read_text())["step"] == 250  # written back sound
+
+
+def roll_back(run_dir: Path, to_step: int, trained_to: int) -> None:
+    """Append to `run_dir`'s records a rollback to its checkpoint of `to_step`, as the engine
+    writes one (the LR halved, the alert, the run going on), then steps up to `trained_to`."""
+    metrics = run_dir / "metrics.jsonl"
+    t = json.loads(metrics.read_text().splitlines()[-1])["time"] + 1
+    records: list[dict[str, Any]] = [
+        {"kind": "lr_changed", "time": t, "step": to_step, "old_lr": 1e-3, "new_lr": 5e-4, "scale": 0.5},
+        {"kind": "alert", "time": t, "level": "info", "step": to_step, "code": "rollback",
+         "message": f"rolled back to step {to_step} (ckpt-{to_step:08d}.pt), LR x0.5"},
+        {"kind": "state", "time": t, "state": "running", "step": to_step, "reason": "rolled back",
+         "train_time_s": to_step * 0.05},
+    ]  # fmt: skip
+    for n in range(to_step + 1, trained_to + 1):
+        records.append({"kind": "step", "time": t + n, "step": n, "loss": 4.0, "lr": 5e-4,
+                        "grad_norm": 1.0, "tokens_per_s": 1e4, "step_time_s": 0.05,
+                        "tokens": 256 * n, "mfu": 0.1, "data_time_s": 0.0, "update_ratio": None})  # fmt: skip
+    with metrics.open("a") as f:
+        f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+
+
+def test_a_rolled_back_run_s_figures_are_of_the_branch_it_is_on(tmp_path: Path) -> None:
+    """Evaluated at 100 (3.4) and 200 (3.3), rolled back to its checkpoint of 150 and trained
+    on to 180: its best val is 3.4 at 100, not the discarded branch's 3.3 at 200; its tokens and
+    training time are of step 180."""
+    root = tmp_path / "runs"
+    write_run(root / "rolled", hours_ago=1, steps=250, checkpoint_at=150)
+    roll_back(root / "rolled", 150, 180)
+
+    async def scenario(pilot: Pilot, screen: RunsScreen) -> None:
+        (row,) = table_rows(screen)
+        assert row[4:8] == ["180/1k", "3.4000@100", "46.1k", "9s"], row
+
+    play(root, scenario)
+    listed = json.loads((root / "rolled" / "summary.json").read_text())
+    assert listed["best_val"] == {"value": 3.4, "step": 100} and listed["last_val"] is None

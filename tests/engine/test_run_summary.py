@@ -1,6 +1,6 @@
 """RUN_DIR/summary.json (engine/rundir/summary.py): written by a real run's sink, rebuilt equal after
 deletion, folded in from its offset only, tolerant of a line cut mid-write, and right about a
-resume from an older checkpoint."""
+resume from an older checkpoint or a rollback to one."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from run_copies import train_here
 
-from engine.events import Eval, Step
+from engine.events import Eval, StateChanged, Step
 from engine.rundir.summary import (
     SUMMARY_NAME,
     SummarySink,
@@ -145,6 +145,47 @@ def test_a_resume_from_an_older_checkpoint_drops_the_abandoned_branch(tmp_path: 
     assert summary.train_time_s == pytest.approx(5.0 + 2 * 1.0)  # 2 steps of 1 s since the resume
     assert summary.facts["started"] == 999.0  # the run's first start, not the resume's
 
+
+
+def rolled_back(n: int, train_time_s: float) -> dict[str, Any]:
+    """The state record a rollback to the checkpoint of step `n` writes (the fault handler's)."""
+    return {"kind": "state", "time": 1100.0 + n, "state": "running", "step": n,
+            "reason": "rolled back", "train_time_s": train_time_s}  # fmt: skip
+
+
+def test_a_rollback_drops_the_abandoned_branch_from_the_figures(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    write_lines(metrics, [
+        started(), step(10), evaluation(10, 2.0, 5.0), saved(10, tmp_path),
+        step(20), evaluation(20, 1.0, 10.0), rolled_back(10, 5.0), step(12, step_time=1.0),
+    ])  # fmt: skip
+    summary = read_summary(tmp_path)
+    assert summary.best_val == {"value": 2.0, "step": 10}  # 1.0 at step 20 was discarded
+    assert summary.facts["last_val"] is None
+    assert summary.facts["step"] == 12 and summary.facts["tokens"] == 64 * 12
+    assert summary.train_time_s == pytest.approx(5.0 + 2 * 1.0)
+    # A summary.json written before rollbacks were folded in holds the discarded branch's best:
+    # it is rebuilt from the records, not trusted.
+    old = {**summary.to_json(), "version": 1, "best_vals": [[10, 2.0], [20, 1.0]]}
+    (tmp_path / SUMMARY_NAME).write_text(json.dumps(old))
+    assert read_summary(tmp_path).best_val == {"value": 2.0, "step": 10}
+
+
+def test_the_sink_of_a_run_that_rolled_back_writes_the_branch_it_is_on(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text("")
+    sink = SummarySink(tmp_path)
+    for n in (10, 20):
+        sink(Step(step=n, loss=3.0, lr=1e-3, grad_norm=1.0, tokens_per_s=1.0, step_time_s=0.5,
+                  tokens=64 * n))  # fmt: skip
+        sink(Eval(step=n, train_loss=3.0, val_loss=3.0 - n / 10, train_time_s=n * 0.5))
+    sink(StateChanged(state="running", step=10, reason="rolled back", train_time_s=5.0))
+    sink(Step(step=11, loss=3.0, lr=5e-4, grad_norm=1.0, tokens_per_s=1.0, step_time_s=0.5,
+              tokens=64 * 11))  # fmt: skip
+    sink.close()
+    on_disk = json.loads((tmp_path / SUMMARY_NAME).read_text())
+    assert on_disk["best_val"] == {"value": 2.0, "step": 10}
+    assert on_disk["step"] == 11 and on_disk["tokens"] == 64 * 11
+    assert on_disk["train_time_s"] == pytest.approx(5.5)
 
 def test_a_nan_val_loss_and_the_best_checkpoint_change_nothing_they_should_not(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.jsonl"
