@@ -172,7 +172,11 @@ def guard(token: str, cookie: str) -> Any:
         if reason is not None:
             return web.Response(status=403, text=f"cockpit serve: {reason}\n")
         response = await handler(request)
-        if from_url is not None and not response.prepared:  # a websocket's reply has gone
+        if response.prepared:  # a websocket's reply: sent already
+            return response
+        # the page loads a font from another site: its URL, token and all, is not to go there
+        response.headers["Referrer-Policy"] = "no-referrer"
+        if from_url is not None:
             # the page's scripts may not read it (HttpOnly), other sites' pages may not send it
             response.set_cookie(cookie, token, path="/", httponly=True, samesite="Strict")
         return response

@@ -187,6 +187,7 @@ async def pause_and_resume_through_the_page(served: Served) -> tuple[str, str, d
             assert response.status == 200
             page = await response.text()
             cookie = response.cookies[f"cockpit-serve-{served.port}"]
+            assert response.headers["Referrer-Policy"] == "no-referrer"  # the token stays here
         assert (
             cookie.value == served.token and cookie["httponly"] and cookie["samesite"] == "Strict"
         )
