@@ -27,6 +27,7 @@ from textual.widgets import Footer, Static
 from cockpit.figures.pacing import LoadGovernor
 from cockpit.widgets.data_progress import DataProgressPanel
 from cockpit.widgets.device import DevicePanel
+from cockpit.widgets.footer import KeyFooter
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.lr import LrPanel
 from cockpit.widgets.memory import MemoryPanel
@@ -85,7 +86,7 @@ class MainScreen(Screen[None]):
                 yield self.memory_panel
                 yield self.samples_panel
             yield self.lr_panel
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.apply_size(self.app.size.width, self.app.size.height)
