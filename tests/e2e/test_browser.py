@@ -14,16 +14,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from live_process import LiveRun
+from serve_process import kill_serve, start_serve, wait_until
 
 from engine.control.live_runs import probe
 
@@ -33,7 +31,6 @@ pytestmark = pytest.mark.skipif(
     reason="chromium is not installed (apt-get install chromium; .ci/run installs it)",
 )
 
-REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30.0
 # the one line of textual-serve's textual.js that creates the terminal
 TERMINAL_CREATED = re.compile(r"this\.terminal=new (\w+)\.Terminal\(")
@@ -44,20 +41,6 @@ READ_SCREEN = """() => {
     for (let y = 0; y < buffer.length; y++) rows.push(buffer.getLine(y).translateToString(true));
     return rows.join("\\n");
 }"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(condition: Any, what: str, timeout_s: float = TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return result
 
 
 def viewers(run_dir: Path) -> int | None:
@@ -77,34 +60,12 @@ def live_run(tmp_path: Path) -> Iterator[LiveRun]:
 
 @pytest.fixture
 def served(live_run: LiveRun) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`cockpit serve RUN_DIR --port FREE` in its own process group (its tabs' processes too),
-    and the URL it printed (its token in it)."""
-    port = free_port()
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "cockpit", "serve", str(live_run.run_dir), "--port", str(port)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+    """`cockpit serve RUN_DIR` and the URL it printed (serve_process.start_serve)."""
+    serve, url = start_serve(live_run.run_dir)
     try:
-        assert serve.stdout is not None
-        report = [serve.stdout.readline()]  # its last line says how to stop serving
-        while "ctrl+c" not in report[-1] and report[-1]:
-            report.append(serve.stdout.readline())
-        url = report[0].rpartition(" at ")[2].strip()
-        assert url.startswith(f"http://127.0.0.1:{port}/?token="), report
-        assert "ssh -L" in "".join(report)
-        wait_until(lambda: port_open(port) or serve.poll() is not None, "the server")
-        assert serve.poll() is None, serve.communicate()[0]
         yield serve, url
     finally:
-        if serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGKILL)
-            serve.wait()
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        kill_serve(serve)
 
 
 def open_page(browser: Any, url: str) -> Any:

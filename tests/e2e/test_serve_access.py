@@ -14,11 +14,8 @@ import asyncio
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,16 +23,16 @@ from typing import Any
 
 import pytest
 from live_process import LiveRun
+from serve_process import kill_serve, start_serve, wait_until
 
 from engine.control.live_runs import probe
 
 aiohttp = pytest.importorskip("aiohttp")
 pytest.importorskip("textual_serve")
 
-REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60.0
 NOBODY = 65534
-URL = re.compile(r" at (http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]+))$", re.MULTILINE)
+URL = re.compile(r"(http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]+))")
 
 
 @dataclass
@@ -55,55 +52,22 @@ class Served:
 def served(
     tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]
 ) -> Iterator[Served]:
-    """A live tiny run and `cockpit serve RUN_DIR --port FREE` in front of it (its own group)."""
+    """A live tiny run and `cockpit serve` in front of it (serve_process.start_serve)."""
     with pytest.MonkeyPatch.context() as env:  # as tests/conftest.py's autouse fixture does
         for name, value in isolated_env.items():
             env.setenv(name, value)
         run = LiveRun(tmp_path_factory.mktemp("serve") / "run", "checkpoint.interval=1000000")
-        serve: subprocess.Popen[str] | None = None
         try:
             run.start()
-            port = free_port()
-            serve = subprocess.Popen(
-                [sys.executable, "-m", "cockpit", "serve", str(run.run_dir), "--port", str(port)],
-                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-            assert serve.stdout is not None
-            report = serve.stdout.readline()
-            found = URL.search(report)
-            assert found, report + serve.stdout.read()
-            wait_until(lambda: port_open(port) or serve.poll() is not None, "the server")
-            assert serve.poll() is None, serve.communicate()[0]
-            yield Served(run, serve, int(found[2]), found[1], found[3])
+            serve, url = start_serve(run.run_dir)
+            try:
+                found = URL.fullmatch(url)
+                assert found, url
+                yield Served(run, serve, int(found[2]), url, found[3])
+            finally:
+                kill_serve(serve)
         finally:
-            if serve is not None and serve.poll() is None:
-                os.killpg(serve.pid, signal.SIGINT)  # ctrl+c: the tabs detach
-                try:
-                    serve.wait(TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    os.killpg(serve.pid, signal.SIGKILL)
-                    serve.wait()
             run.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def wait_until(condition: Any, what: str, timeout_s: float = TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return result
 
 
 def viewers(run_dir: Path) -> list[dict[str, Any]]:
