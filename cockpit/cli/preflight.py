@@ -37,6 +37,10 @@ def preflight(args: argparse.Namespace) -> str | None:
         check_tokenizer(cfg)
         if args.run_dir and torchrun_rank() == 0:  # rank 0 locks it: the others use it too
             check_run_dir_free(Path(args.run_dir))
+        if args.run_dir:  # private, and holding no run: one run per directory
+            from engine.rundir import check_new_run_dir
+
+            check_new_run_dir(Path(args.run_dir))
     else:
         if not Path(args.resume).exists():
             raise ConfigError(f"--resume {args.resume}: no such run directory or checkpoint")
@@ -49,8 +53,13 @@ def preflight(args: argparse.Namespace) -> str | None:
         resumed = Path(args.resume)
         if init_from:
             check_resume_init_from(args.resume, init_from)
+        # a run directory, or the one holding the checkpoint named (a file, or a sharded .dcp)
+        resumed_dir = resumed if resumed.is_dir() and resumed.suffix != ".dcp" else resumed.parent
         if torchrun_rank() == 0:
-            check_run_dir_free(resumed if resumed.is_dir() else resumed.parent)
+            check_run_dir_free(resumed_dir)
+        from engine.rundir import check_run_dir
+
+        check_run_dir(resumed_dir)  # ours, and no one else can write in it or above it
         finished = check_resume(args)
         if finished is None:
             check_resume_corpus(args)

@@ -89,10 +89,15 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     print(started_report(run_dir, process.pid, nproc))
-    from cockpit.cli.attach import AttachError, attach, has_terminal
+    from cockpit.cli.attach import AttachError, attach
     from cockpit.cli.options import notify_settings
+    from cockpit.cli.terminal import no_app_here
 
-    if args.no_attach or not has_terminal():
+    if args.no_attach:
+        return 0
+    why = no_app_here()
+    if why is not None:  # the run goes on; the line above says how to watch it
+        print(f"cockpit start: {why.reason}: not opening the app; {why.fix} to watch the run", file=sys.stderr)
         return 0
     try:
         return attach(run_dir, mouse=not args.no_mouse, notify=notify_settings(args))
@@ -172,21 +177,19 @@ def check_world(args: argparse.Namespace, nproc: int) -> None:
 
 
 def planned_run_dir(args: argparse.Namespace) -> Path:
-    """Where the run will be: the resumed run's directory, --run-dir, or a new default one."""
+    """Where the run will be: the resumed run's directory, --run-dir, or a new default one,
+    made now (a name taken, by a start in the same second or a planted link, gives way to the
+    next free one) and handed to the engine as its --run-dir."""
     if args.resume:
         resume = Path(args.resume)
         return resume if resume.is_dir() else resume.parent
     if args.run_dir:
         return Path(args.run_dir)
     from engine.config import DEFAULT_PRESET, load_preset
-    from engine.rundir import default_run_dir
+    from engine.rundir import create_default_run_dir
 
     cfg = load_preset(args.preset or DEFAULT_PRESET, args.overrides, args.presets_dir)
-    path = default_run_dir(cfg)
-    while path.exists():  # two starts in the same second: the second gets its own directory
-        time.sleep(1.0)
-        path = default_run_dir(cfg)
-    return path
+    return create_default_run_dir(cfg)
 
 
 def engine_argv(args: argparse.Namespace, run_dir: Path, nproc: int = 1) -> list[str]:
@@ -221,10 +224,13 @@ def spawn_engine(
     """The engine in a new session (no terminal, no SIGHUP), its output in RUN_DIR/engine.log
     (torchrun's and every rank's, for more than one process)."""
     from engine.files import open_for_append
-    from engine.rundir import create_run_dir
+    from engine.rundir import check_run_dir, create_run_dir
 
-    try:
-        create_run_dir(run_dir)
+    try:  # a resumed run's directory is checked (the engine checks it again), a new one made
+        if args.resume:
+            check_run_dir(run_dir)
+        else:
+            create_run_dir(run_dir)
     except ConfigError as e:
         raise StartError(str(e)) from None
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -1,5 +1,13 @@
-"""The run directory: its default name, its creation (refused clearly when not writable) and the
-error log a crash leaves in it."""
+"""The run directory: its default name, its creation and the checks that keep it private, and the
+error log a crash leaves in it.
+
+A run directory is a private place (engine.private_dir): cockpit makes a new one itself with
+`mkdir` (0700), never through a name already taken; a generated name that is taken (by another
+run, or a link someone planted) gives way to the next free one. A directory given by name, new or
+resumed, must be ours, writable by no one else, and below directories no one else can swap;
+and a directory that holds a run never receives another (resume it, fork it, or pick another).
+Every refusal is a ConfigError of one line naming the fix, made before anything is written.
+"""
 
 from __future__ import annotations
 
@@ -10,53 +18,188 @@ import time
 import traceback
 from pathlib import Path
 
+from engine.checkpoint.names import BEST_NAME, BEST_SHARDED, list_checkpoints
 from engine.config.run_config import ConfigError, RunConfig
-from engine.files import DIR_MODE, atomic_file, atomic_write_text
+from engine.files import atomic_file, atomic_write_text
+from engine.private_dir import (
+    Unsafe,
+    future_parents_problem,
+    make_dirs_above,
+    make_private_dir,
+    own_dir_problem,
+    parents_problem,
+    remove_made,
+)
+
+# what a run leaves in its directory (a run's lock, engine.log and error.log say nothing alone)
+RUN_FILES = (
+    "metrics.jsonl",
+    "config.toml",
+    "config.json",
+    "summary.json",
+    "fork.json",
+    BEST_NAME,
+    BEST_SHARDED,
+)
+_NEW_RUN_FIX = "pass --run-dir DIR of your own"
+_RESUMED_FIX = "copy the run into a directory of your own and resume the copy"
+_MAX_SUFFIX = 100  # taken default names in a row before giving up (someone is planting them)
 
 
 def default_run_dir(cfg: RunConfig, root: str | Path = "runs") -> Path:
     """A new run's directory under `root` (the app's runs root: `cockpit ablate --runs DIR`'s
-    DIR), named by the run's config and the time."""
+    DIR), named by the run's config and the time. A name only: create_default_run_dir makes it."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(root) / f"{cfg.name}-{stamp}"
 
 
+def create_default_run_dir(cfg: RunConfig, root: str | Path = "runs") -> Path:
+    """Make a new run's directory under `root` and return it: default_run_dir's name, or when
+    that is taken (two runs in the same second, or a link planted there) NAME.2, NAME.3...;
+    never through what is at a taken name. ConfigError (one line) when `root` is not a safe
+    place for runs."""
+    first = default_run_dir(cfg, root)
+    _refuse(future_parents_problem(first), first, _NEW_RUN_FIX)
+    made = _make_dirs_above(first)
+    for suffix in range(1, _MAX_SUFFIX + 1):
+        run_dir = first if suffix == 1 else first.with_name(f"{first.name}.{suffix}")
+        try:
+            make_private_dir(run_dir)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            remove_made(made)
+            raise _not_writable(run_dir, e) from None
+        _checked_after_making(run_dir, [*made, run_dir])
+        return run_dir
+    remove_made(made)
+    raise ConfigError(
+        f"{first} and the next {_MAX_SUFFIX - 1} names after it are taken; pass --run-dir DIR"
+    )
+
+
 def create_run_dir(run_dir: Path) -> None:
-    """Create `run_dir` (0755, narrowed by the umask) and prove it writable, or raise a
-    ConfigError naming the fix; refuse one other users can write in (they could plant links
-    to files of ours where the run writes)."""
+    """A new run's directory, named by the user: made (0700) when absent; an existing one must
+    be ours, writable by no one else and hold no run (an empty directory, or the one `cockpit
+    start` made for the run it spawns). ConfigError (one line, naming the fix) otherwise."""
     try:
-        run_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        problem = others_can_write_message(run_dir)
-        if problem:
-            raise ConfigError(problem)
-        # a fresh name: a `.write-test` someone left (or linked elsewhere) is not written
+        make_private_dir(run_dir)
+    except FileExistsError:
+        check_new_run_dir(run_dir)
+        _probe_writable(run_dir)
+        return
+    except FileNotFoundError:  # the directories above it are made first, once found safe
+        _refuse(future_parents_problem(run_dir), run_dir, _NEW_RUN_FIX)
+        made = _make_dirs_above(run_dir)
+        try:
+            make_private_dir(run_dir)
+        except OSError as e:
+            remove_made(made)
+            raise _not_writable(run_dir, e) from None
+        _checked_after_making(run_dir, [*made, run_dir])
+        return
+    except OSError as e:
+        raise _not_writable(run_dir, e) from None
+    _checked_after_making(run_dir, [run_dir])
+
+
+def open_run_dir(run_dir: Path | None, cfg: RunConfig, resuming: bool) -> Path:
+    """The directory a run writes in, made or checked as above (and proved writable): the one
+    resumed, the one named (made when absent), or a new one under `runs/`."""
+    if resuming and run_dir is not None:
+        check_run_dir(run_dir)
+        _probe_writable(run_dir)
+        return run_dir
+    if run_dir is None:
+        return create_default_run_dir(cfg)
+    create_run_dir(run_dir)
+    return run_dir
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """Before a new run starts in `run_dir` (nothing is written): when it exists, it is ours,
+    private, below safe directories and holds no run; when it does not, the directories it
+    would be made in are safe. ConfigError (one line) otherwise."""
+    if not os.path.lexists(run_dir):
+        _refuse(future_parents_problem(run_dir), run_dir, _NEW_RUN_FIX)
+        return
+    check_run_dir(run_dir, fix=_NEW_RUN_FIX)
+    held = run_files(run_dir)
+    if held:
+        raise ConfigError(
+            f"{run_dir} already holds a run ({', '.join(held)}): resume it with --resume "
+            f"{run_dir}, fork it with cockpit fork {run_dir}, or pass another --run-dir"
+        )
+
+
+def check_run_dir(run_dir: Path, fix: str = _RESUMED_FIX) -> None:
+    """`run_dir` (a run to resume, or one given for a new run) is a private place: a directory
+    of ours that no one else can write in, below directories no one else can swap. ConfigError
+    (one line, ending with `fix` when the problem is the owner) otherwise."""
+    _refuse(own_dir_problem(run_dir) or parents_problem(run_dir), run_dir, fix)
+
+
+def run_files(run_dir: Path) -> list[str]:
+    """What in `run_dir` says it holds a run (its metrics log, config, checkpoints), as
+    names; [] for an empty directory or one with only a log (`cockpit start`'s engine.log)."""
+    held = [name for name in RUN_FILES if _is_plain(run_dir / name)]  # a link is no run
+    checkpoints = list_checkpoints(run_dir)
+    if checkpoints:
+        held.append(f"{len(checkpoints)} checkpoint{'s' if len(checkpoints) > 1 else ''}")
+    return held
+
+
+def _is_plain(path: Path) -> bool:
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
+def _refuse(problem: Unsafe | None, run_dir: Path, fix: str) -> None:
+    if problem is None:
+        return
+    fixes = f"{problem.chmod}, or {fix}" if problem.chmod else fix
+    if Path(os.path.abspath(problem.path)) == Path(os.path.abspath(run_dir)):
+        raise ConfigError(f"run directory {run_dir} {problem.reason}; {fixes}")
+    raise ConfigError(
+        f"run directory {run_dir} is below {problem.path}, which {problem.reason}: another "
+        f"user could swap what the run writes; {fixes}"
+    )
+
+
+def _make_dirs_above(run_dir: Path) -> list[Path]:
+    try:
+        return make_dirs_above(run_dir)
+    except OSError as e:
+        raise _not_writable(run_dir, e) from None
+
+
+def _checked_after_making(run_dir: Path, made: list[Path]) -> None:
+    """The directory just made is ours and private below safe parents (a default ACL could
+    widen its mode), and writable: else it is removed with the directories made for it, and
+    the ConfigError says why."""
+    try:
+        check_run_dir(run_dir, fix=_NEW_RUN_FIX)
+        _probe_writable(run_dir)
+    except ConfigError:
+        remove_made(made)
+        raise
+
+
+def _probe_writable(run_dir: Path) -> None:
+    try:  # a fresh temporary name: a `.write-test` someone left is not written
         with atomic_file(run_dir / ".write-test") as probe:
             probe.write(b"ok")
         (run_dir / ".write-test").unlink()
     except OSError as e:
-        raise ConfigError(
-            f"run directory {run_dir} is not writable ({e.strerror}); pass --run-dir DIR"
-        ) from None
+        raise _not_writable(run_dir, e) from None
 
 
-def others_can_write_message(directory: Path) -> str | None:
-    """One line when users other than us can write in `directory`: world-writable, unless it
-    is sticky and ours (then no one else can remove or replace what the run writes there)."""
-    info = directory.stat()
-    if not info.st_mode & stat.S_IWOTH:
-        return None
-    mode = f"mode {stat.S_IMODE(info.st_mode):04o}"
-    if info.st_mode & stat.S_ISVTX:
-        if info.st_uid == os.geteuid():
-            return None
-        return (
-            f"run directory {directory} can be written by other users ({mode}, and it is "
-            f"uid {info.st_uid}'s, not yours); pass --run-dir DIR of your own"
-        )
-    return (
-        f"run directory {directory} can be written by other users ({mode}); "
-        f"chmod o-w {directory}, or pass --run-dir DIR of your own"
+def _not_writable(run_dir: Path, error: OSError) -> ConfigError:
+    return ConfigError(
+        f"run directory {run_dir} is not writable ({error.strerror or error}); pass --run-dir DIR"
     )
 
 

@@ -46,7 +46,7 @@ from engine.events import Eval, Event, EventQueue, RunState
 from engine.model.gpt import GPT
 from engine.model.schedule import lr_multiplied
 from engine.plan.flops import PeakMeter
-from engine.rundir.layout import create_run_dir, default_run_dir, write_error_log
+from engine.rundir.layout import check_new_run_dir, check_run_dir, open_run_dir, write_error_log
 from engine.rundir.metrics_log import MetricsWriter, read_history
 from engine.rundir.sinks import log_sinks
 from engine.rundir.summary import SummarySink
@@ -182,12 +182,13 @@ class Trainer:
     def checkpoint(self) -> None:
         self._commands.put("checkpoint")
 
-    def set_lr(self, lr: float) -> None:
-        """Apply `lr` from the next step; kept as a multiplier so the schedule's shape goes on."""
-        self._commands.put("set_lr", float(lr))
+    def set_lr(self, lr: float, by: str = "app") -> None:
+        """Apply `lr` from the next step; kept as a multiplier so the schedule's shape goes on.
+        `by` names who asked (config.toml's timeline says it), as for set_settings."""
+        self._commands.put("set_lr", (float(lr), str(by)))
 
-    def scale_lr(self, factor: float) -> None:
-        self._commands.put("scale_lr", float(factor))
+    def scale_lr(self, factor: float, by: str = "app") -> None:
+        self._commands.put("scale_lr", (float(factor), str(by)))
 
     def set_settings(self, settings: dict[str, Any], by: str = "app") -> None:
         """Change live settings at the next step boundary (engine.contract.EngineHandle);
@@ -359,12 +360,15 @@ class Trainer:
                 self._already_finished = accepted.finished  # _loop says so; nothing is touched
                 self.counters.step = int(state["step"])
                 return
+            check_run_dir(self.run_dir)  # ours and private: before a checkpoint is moved aside
             # The corpus belongs to the weights: the recorded one, a verified copy, or a
             # refusal (before anything on disk is touched).
             self.data_path, data_notes = resume_data_path(
                 state, self.cfg.data, self.data_path, self.allow_data_change
             )
             self.resume_notes.extend(data_notes)
+        elif self.run_dir is not None:
+            check_new_run_dir(self.run_dir)  # one run per directory: refused before the build
         cfg, world = self.cfg, self.world
         device = rank_device(select_device(cfg.train.device), world)
         self.sync.group = init_world(world, device)  # under torchrun: join the others
@@ -427,12 +431,19 @@ class Trainer:
         a run refused before this point leaves no directory and no record behind. Under
         torchrun rank 0 owns the directory; the others learn its name (it holds the
         checkpoints they load)."""
-        self.run_dir = from_main(
-            self.run_dir or default_run_dir(self.cfg), self.world, self.sync.group
-        )
+        made, problem = None, None
+        if self.world.is_main:  # a new one is made now (its name may give way to a free one)
+            try:
+                made = open_run_dir(self.run_dir, self.cfg, resuming=self.resume_from is not None)
+            except ConfigError as e:
+                problem = str(e)
+        # every rank learns the name, or the refusal (and stops with it, not in a collective)
+        made, problem = from_main((made, problem), self.world, self.sync.group)
+        if problem is not None:
+            raise ConfigError(problem)
+        self.run_dir = made
         if not self.world.is_main:
             return
-        create_run_dir(self.run_dir)
         # One engine per directory (a ConfigError naming the other one, before anything else
         # is written), and the control socket viewers attach to; a sink, closed with the run.
         step = self.counters.step

@@ -129,17 +129,22 @@ def test_a_world_writable_run_dir_is_refused_in_one_line(tmp_path: Path):
     message = alerts[-1]
     assert "\n" not in message and str(run_dir) in message
     assert "can be written by other users (mode 0777)" in message
-    assert f"chmod o-w {run_dir}" in message
+    assert f"chmod go-w {run_dir}" in message
     assert "--run-dir" in message
     assert list(run_dir.iterdir()) == []  # refused before anything was written
 
 
-def test_a_sticky_run_dir_of_ours_is_accepted(tmp_path: Path):
+def test_a_sticky_run_dir_of_ours_is_refused_too(tmp_path: Path):
+    """Sticky (1777) stops others removing the run's files, not planting names it has yet to
+    write (a TensorBoard event file, a checkpoint's temporary): a run directory is private."""
     run_dir = tmp_path / "sticky"
     run_dir.mkdir()
     run_dir.chmod(0o1777)
     state, alerts = train(run_dir)
-    assert state == "finished", alerts
+    assert state == "failed"
+    assert "can be written by other users (mode 1777)" in alerts[-1]
+    assert f"chmod go-w {run_dir}" in alerts[-1]
+    assert list(run_dir.iterdir()) == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving the directory to another user needs root")
@@ -149,8 +154,8 @@ def test_a_sticky_run_dir_of_another_user_is_refused(tmp_path: Path):
     run_dir.chmod(0o1777)
     os.chown(run_dir, 65534, 65534)
     state, alerts = train(run_dir)
-    assert state == "failed" and "can be written by other users" in alerts[-1]
-    assert "uid 65534's, not yours" in alerts[-1] and "--run-dir DIR" in alerts[-1]
+    assert state == "failed" and "belongs to uid 65534, not to you" in alerts[-1]
+    assert "--run-dir DIR of your own" in alerts[-1]
 
 
 # ---------------------------------------------------------------------- modes, never the umask
@@ -185,7 +190,7 @@ def test_run_files_get_their_own_modes_whatever_the_umask(
     tmp_path: Path, umask: int, ordinary: int, private: int, umask_calls: list
 ):
     """0644 narrowed by the umask for a run's files (never 0666, world-writable, under umask 0),
-    0600 for the lock, 0755 for a directory the run makes; no umask change on any thread."""
+    0600 for the lock, 0700 for the run directory it makes; no umask change on any thread."""
     run_dir = tmp_path / "new" / "run"
     state, alerts = train(run_dir)
     assert state == "finished", alerts
@@ -193,7 +198,7 @@ def test_run_files_get_their_own_modes_whatever_the_umask(
     assert found.pop(".run.lock") == private
     assert {"config.json", "config.toml", "metrics.jsonl", "summary.json", "best.pt"} <= set(found)
     assert set(found.values()) == {ordinary}, found
-    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o755 & ~umask
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700 & ~umask
     assert umask_calls == []
 
 

@@ -1,0 +1,131 @@
+"""Private directories: a run directory is one that no other user can write in or swap (torch-free).
+
+A file written by name is only as safe as the directory it is in: another user who can create
+entries there can plant a link where the run writes, or swap a file the run reopens (as
+TensorBoard's writer does). So a directory the run writes in is made here with `mkdir` (never
+through a name already taken, a link included), owned by us and writable by no one else, and
+every directory above it passes the rule OpenSSH applies to `~/.ssh`: each is owned by us or
+root and not writable by group or others, except a sticky one (`/tmp`, 1777) directly above an
+entry that is ours (the sticky bit stops others removing or renaming it). Both the path as given
+and the one its links lead to are checked: a link is an entry of the directory it is in.
+
+Each check returns what is wrong as an `Unsafe` (the directory, why, the chmod that fixes it
+when one does), or None; the callers word the line a user reads.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+PRIVATE_DIR_MODE = 0o700  # a new run directory: ours alone (chmod 755 shares it read-only)
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+@dataclass(frozen=True)
+class Unsafe:
+    """A directory another user could change: `path`, `reason` (it "belongs to uid 65534", it
+    "can be written by other users (mode 0777)") and the command that fixes it, where one does."""
+
+    path: Path
+    reason: str
+    chmod: str | None = None
+
+
+def make_private_dir(path: Path, mode: int = PRIVATE_DIR_MODE) -> None:
+    """Create the directory `path` (its parent must exist) with `mode`, narrowed by the umask.
+    FileExistsError when anything is at the name: a directory, a file, a link (never followed)."""
+    os.mkdir(path, mode)
+
+
+def make_dirs_above(path: Path, mode: int = 0o755) -> list[Path]:
+    """Create the missing directories above `path` (each with `mode`, narrowed by the umask),
+    the highest first; returns those made, for `remove_made` to take back on a refusal."""
+    missing = [p for p in reversed(Path(os.path.abspath(path)).parents) if not os.path.lexists(p)]
+    made = []
+    for directory in missing:
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            continue  # made meanwhile (by us or another): the check after says whose it is
+        made.append(directory)
+    return made
+
+
+def remove_made(made: list[Path]) -> None:
+    """Remove the (empty) directories `made`, the deepest first: nothing half-made is left."""
+    for directory in reversed(made):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return  # something was written there after all: leave it and what is above it
+
+
+def own_dir_problem(path: Path) -> Unsafe | None:
+    """`path` (followed, if a link) is not a directory of ours that only we can write in."""
+    real = Path(os.path.realpath(path))
+    try:
+        info = os.stat(real)
+    except FileNotFoundError:
+        return Unsafe(path, "does not exist")
+    if not stat.S_ISDIR(info.st_mode):
+        return Unsafe(path, "is not a directory")
+    me = os.geteuid()
+    if info.st_uid != me:
+        return Unsafe(path, f"belongs to uid {info.st_uid}, not to you (uid {me})")
+    if info.st_mode & _OTHERS_WRITE:
+        return Unsafe(path, _writable(info), f"chmod go-w {real}")
+    return None
+
+
+def parents_problem(path: Path) -> Unsafe | None:
+    """A directory above the existing `path` that another user could use to swap it or what it
+    leads to: one not owned by us or root, or writable by group or others (unless sticky and
+    right above an entry of ours). Checked along `path` as given and along its real path."""
+    given = Path(os.path.abspath(path))
+    for chain in (given, Path(os.path.realpath(given))):
+        for entry in (chain, *chain.parents):
+            if entry.parent == entry:
+                break
+            problem = _parent_problem(entry.parent, entry)
+            if problem is not None:
+                return problem
+    return None
+
+
+def future_parents_problem(path: Path) -> Unsafe | None:
+    """parents_problem for a `path` not made yet: its deepest existing ancestor, as the
+    directory that will hold what we make (ours: a sticky one is fine) and with its own parents."""
+    existing = Path(os.path.abspath(path)).parent
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    return _parent_problem(existing, None) or parents_problem(existing)
+
+
+def _parent_problem(directory: Path, entry: Path | None) -> Unsafe | None:
+    """`directory` lets others change its `entry` (None: one we are about to make, so ours)."""
+    info = os.stat(directory)
+    me = os.geteuid()
+    if info.st_uid not in (me, 0):
+        return Unsafe(directory, f"belongs to uid {info.st_uid}")
+    if not info.st_mode & _OTHERS_WRITE:
+        return None
+    if info.st_mode & stat.S_ISVTX and (entry is None or _owner(entry) == me):
+        return None  # sticky: no one else can remove or rename an entry of ours
+    return Unsafe(directory, _writable(info), f"chmod go-w {directory}")
+
+
+def _owner(entry: Path) -> int | None:
+    try:
+        return os.lstat(entry).st_uid  # a link's own owner: whoever planted it
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise
+
+
+def _writable(info: os.stat_result) -> str:
+    return f"can be written by other users (mode {stat.S_IMODE(info.st_mode):04o})"
