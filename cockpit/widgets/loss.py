@@ -29,6 +29,9 @@ Y_AXIS_COLS = 9  # plotext's y labels and frame take about this many columns
 SMOOTHING = ((0.9, "light"), (0.99, "heavy"), (0.0, "off"))  # `m` cycles, light first
 X_WINDOWS = (1_000, 10_000, 100_000)  # `x` cycles: the whole run, then the last N steps
 WARMUP_SHARE = 0.05  # the y range leaves out the first 5% of the x span (the ln(vocab) start)
+# an intervention's mark on the x axis: (glyph, palette colour, what the legend calls it)
+MARK_LEGEND = {"lr": ("▲", "accent", "LR set"), "rollback": ("↺", "error", "rollback")}
+MARKS = {kind: (glyph, colour) for kind, (glyph, colour, _) in MARK_LEGEND.items()}
 
 
 class LossPanel(ThrottledPlot):
@@ -342,7 +345,7 @@ class LossPanel(ThrottledPlot):
         if self.smoothing:
             extras.append(f"ema:{SMOOTHING[self.smoothing][1]}")
         shown = "".join(f" · {e}" for e in extras if e)
-        flags = f"[not bold $foreground-muted]x:{mode}{shown}[/]"
+        flags = f"[not bold $foreground-muted]x:{mode}{shown}[/]{self._marks_legend()}"
         parts = []
         train_scale, val_scale = self.scale("train"), self.scale("val")
         if self.last_loss is not None:
@@ -364,6 +367,15 @@ class LossPanel(ThrottledPlot):
             self.set_labels(f"Loss {flags}", subtitle)
             return
         self.set_labels(f"Loss {flags}", " ".join(parts))
+
+    def _marks_legend(self) -> str:
+        """What the marks on the x axis are, for the kinds the run has ('' for none)."""
+        kinds = {kind for _, _, kind in self.markers}
+        return "".join(
+            f" [not bold ${colour}]{glyph} {name}[/]"
+            for kind, (glyph, colour, name) in MARK_LEGEND.items()
+            if kind in kinds
+        )
 
     # drawing ------------------------------------------------------------------------------------
     def _y_range_points(self, xs: list[float], ys: list[float], x0: float, x1: float) -> list[float]:
@@ -470,10 +482,12 @@ class LossPanel(ThrottledPlot):
             self.line(plt, sx, sy, pal["primary"])
         if vx:
             self.points(plt, vx, vy, "●", pal["warning"])
-        for step, tokens, kind in self.markers:  # under the NaN lines: a NaN wins
+        for step, tokens, kind in self.markers:
+            # on the x axis, not across the chart: six interventions striped it with lines
             x = self._x_of(step, tokens)
             if x is not None and x0 <= x <= x1:
-                self.vline(plt, x, pal["accent"] if kind == "rollback" else pal["faint"])
+                glyph, colour = MARKS[kind]
+                self.axis_mark(plt, x, glyph, pal[colour])
         for step, tokens in self.nan_steps:
             x = self._x_of(step, tokens)
             if x is not None and x0 <= x <= x1:

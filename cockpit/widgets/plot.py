@@ -186,6 +186,14 @@ class ThrottledPlot(QuietBorderLabels, RowStrips, PlotextPlot):
         else:
             self._items.append(("vline", np.array([float(x)]), np.array([0.0]), "│", color))
 
+    def axis_mark(self, plt: Any, x: float, glyph: str, color: Any) -> None:
+        """One glyph on the x axis' line at `x`: an event marked without crossing the data
+        (plotext's public API has no such thing: there, a vertical line)."""
+        if self._plotext_only:
+            plt.vertical_line(x, color=color)
+        else:
+            self._items.append(("axis_mark", np.array([float(x)]), np.array([0.0]), glyph, color))
+
     def _strips(self) -> list[Strip]:
         width, height = self.size.width, self.size.height
         base = self.visual_style.rich_style

@@ -93,8 +93,9 @@ class Frame:
         fullground = [list(row) for row in self.fullground]
         w, h = len(self.cols), len(self.rows)
         if w > 0 and h > 0:
-            # vertical lines under the data lines, markers on top (plotext's own order)
-            for kind in ("vline", "line", "points"):
+            # vertical lines under the data lines, markers on top (plotext's own order); marks
+            # on the x axis are outside the canvas and meet nothing
+            for kind in ("vline", "line", "points", "axis_mark"):
                 for item in items:
                     if item[0] == kind:
                         self._overlay(item, marker, fullground, w, h)
@@ -114,7 +115,7 @@ class Frame:
 
     def _overlay(self, item: tuple[Any, ...], marker: list, fg: list, w: int, h: int) -> None:
         kind, xs, ys, glyph, color = item
-        if self.log_y and kind != "vline":
+        if self.log_y and kind not in ("vline", "axis_mark"):
             positive = ys > 0
             xs, ys = xs[positive], np.log10(ys[positive])
         c0, r0 = self.cols.start, self.rows.start
@@ -133,6 +134,11 @@ class Frame:
                 if 0 <= c < w and 0 <= r < h:
                     marker[r0 + r][c0 + c] = glyph
                     fg[r0 + r][c0 + c] = color
+        elif kind == "axis_mark":  # one glyph on the x axis' line, just under the canvas
+            (c,) = to_dots(xs, *self.xlim, w).tolist()
+            if 0 <= c < w and r0 >= 1:
+                marker[r0 - 1][c0 + c] = glyph
+                fg[r0 - 1][c0 + c] = color
         else:  # vline: a column of the canvas
             (c,) = to_dots(xs, *self.xlim, w).tolist()
             if 0 <= c < w:
