@@ -2,7 +2,9 @@
 
 A sink is called on the training thread for every event, so the TensorBoard sink only puts
 the event on a bounded queue (never blocking: when the queue is full the event is dropped and
-counted) and a daemon thread turns it into scalars and writes them.
+counted) and a daemon thread turns it into scalars and writes them, through an EventFile (one
+file made new in the run's own `tensorboard/`, never reopened by name); what it could not write
+(a full disk) is one line when the run closes it, never a traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 from engine.config.run_config import ConfigError, RunConfig
 from engine.events import Event
 from engine.export.metrics_records import BranchTracker
-from engine.files import refusal
+from engine.files import DIR_MODE, refusal
+from engine.private_dir import make_private_dir, own_dir_problem
+from engine.rundir.event_file import EventFile
 from engine.rundir.tensorboard_scalars import KINDS, ScalarWriter, write_record
 
 MISSING_TENSORBOARD = (
@@ -36,25 +40,27 @@ def summary_writer_class() -> Any:
     return SummaryWriter
 
 
-def open_summary_writer(log_dir: Path, start_step: int = 0) -> Any:
-    """A SummaryWriter on `log_dir`. A resumed run (start_step S > 0) purges the points after S
-    that an earlier session wrote: a rolled-back or abandoned branch is hidden in TensorBoard."""
-    writer_class = summary_writer_class()
-    # purge_step writes a session-start marker. TensorBoard's UI takes the first marker it
-    # reads for the start and only a later one for a restart, so a fresh run writes one too
-    # (at step 1: nothing before it to purge). Step S itself stays: it is not trained again.
-    return writer_class(log_dir=str(log_dir), purge_step=start_step + 1, flush_secs=10)
+def open_event_file(log_dir: Path, start_step: int = 0) -> EventFile:
+    """A new event file in `log_dir`, made now as the run's own directory (0755, in the run's
+    private one) when absent; an existing one (a resume's) must be a directory of ours that only
+    we can write in: a link, or another user's directory, is refused in one line. A resumed run
+    (start_step S > 0) hides the points after S that an earlier session wrote."""
+    summary_writer_class()  # the tensorboard package, or one line saying how to install it
+    try:
+        make_private_dir(log_dir, DIR_MODE)
+    except FileExistsError:
+        if log_dir.is_symlink():  # its event files would be made wherever the link points
+            raise ConfigError(refusal(log_dir, "is a symbolic link")) from None
+        problem = own_dir_problem(log_dir)
+        if problem is not None:
+            fix = f"{problem.chmod}, or remove it" if problem.chmod else "remove it"
+            raise ConfigError(f"{log_dir} {problem.reason}; {fix} and start again") from None
+    return EventFile(log_dir, start_step)
 
 
 def purge_after(writer: Any, step: int) -> None:
     """Hide the points after `step` already written to `writer` (an in-session rollback)."""
-    # The marker SummaryWriter writes for purge_step: TensorBoard drops every point at or
-    # after its step that came before it.
-    from tensorboard.compat.proto.event_pb2 import Event as TfEvent
-    from tensorboard.compat.proto.event_pb2 import SessionLog
-
-    file_writer = writer._get_file_writer()
-    file_writer.add_event(TfEvent(step=step + 1, session_log=SessionLog(status=SessionLog.START)))
+    writer.purge_after(step)
 
 
 class TensorBoardSink:
@@ -66,6 +72,7 @@ class TensorBoardSink:
 
     CAPACITY = 10_000
     CLOSE_WAIT_S = 10.0
+    FLUSH_S = 2.0  # a quiet queue this long: the writer's buffer goes to its file
 
     def __init__(
         self,
@@ -81,6 +88,7 @@ class TensorBoardSink:
         self._closed = False
         self.dropped = 0
         self.failed = 0
+        self.unflushed = False  # a flush failed: what was buffered then is lost
         self.error: str | None = None
         self._thread = threading.Thread(target=self._drain, name="tensorboard-sink", daemon=True)
         self._thread.start()
@@ -95,19 +103,36 @@ class TensorBoardSink:
 
     def _drain(self) -> None:
         while True:
-            event = self._queue.get()
+            try:
+                event = self._queue.get(timeout=self.FLUSH_S)
+            except queue.Empty:  # a quiet moment: what is written so far reaches the file
+                self._flush()
+                continue
             if event is None:
                 break
             try:
                 self._write(event)
             except Exception as e:  # a full disk, a closed file: never the training's problem
                 self.failed += 1
-                self.error = self.error or f"{type(e).__name__}: {e}"
+                self._keep(e)
+        self._flush()
         try:
-            self._writer.flush()  # type: ignore[attr-defined]
             self._writer.close()  # type: ignore[attr-defined]
         except Exception as e:
-            self.error = self.error or f"{type(e).__name__}: {e}"
+            self._keep(e)
+
+    def _flush(self) -> None:
+        try:
+            self._writer.flush()  # type: ignore[attr-defined]
+        except Exception as e:  # the events buffered are lost: said at the end, not raised
+            self.unflushed = True
+            self._keep(e)
+
+    def _keep(self, error: Exception) -> None:
+        """The first error, in a few words (a full disk's OSError in the OS's own)."""
+        if self.error is None:
+            said = error.strerror if isinstance(error, OSError) and error.strerror else error
+            self.error = f"{type(error).__name__}: {said}"
 
     def _write(self, event: Event) -> None:
         record = event.to_record()
@@ -135,8 +160,9 @@ class TensorBoardSink:
             problems.append(f"its writer did not finish within {wait_s:g} s")
         if self.dropped:
             problems.append(f"{self.dropped} events dropped (the writer fell behind)")
-        if self.failed:
-            problems.append(f"{self.failed} events not written ({self.error})")
+        if self.failed or self.unflushed:
+            lost = f"{self.failed} events not written" if self.failed else "events not written"
+            problems.append(f"{lost} ({self.error})")
         if not problems:
             return None
         return (
@@ -149,9 +175,6 @@ def log_sinks(cfg: RunConfig, run_dir: Path, start_step: int = 0) -> list[Callab
     """The sinks `[log]` asks for, opened on `run_dir`; a resumed run starts at `start_step`."""
     sinks: list[Callable[[Event], None]] = []
     if cfg.log.tensorboard:
-        log_dir = run_dir / "tensorboard"
-        if log_dir.is_symlink():  # its event files would be made wherever the link points
-            raise ConfigError(refusal(log_dir, "is a symbolic link"))
-        writer = open_summary_writer(log_dir, start_step)
+        writer = open_event_file(run_dir / "tensorboard", start_step)
         sinks.append(TensorBoardSink(writer, start_step))
     return sinks

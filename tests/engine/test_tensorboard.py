@@ -23,7 +23,7 @@ from engine.events import Alert, Eval, Sample, Step
 from engine.export import ExportError
 from engine.export import tensorboard_events as tb_export
 from engine.rundir.metrics_log import MetricsWriter, read_history
-from engine.rundir.sinks import MISSING_TENSORBOARD, TensorBoardSink, log_sinks, open_summary_writer
+from engine.rundir.sinks import MISSING_TENSORBOARD, TensorBoardSink, log_sinks, open_event_file
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.plugin_event_accumulator import (  # noqa: E402
@@ -170,7 +170,7 @@ def test_a_rollback_inside_a_session_is_hidden_live_and_in_the_export(tmp_path):
     events += [Sample(step=6, prompt="O ", text="Romeo *and*\n# Juliet", time=1006.6)]
     (tmp_path / "run").mkdir()
     metrics = MetricsWriter(tmp_path / "run" / "metrics.jsonl")
-    sink = TensorBoardSink(open_summary_writer(tmp_path / "live"))
+    sink = TensorBoardSink(open_event_file(tmp_path / "live"))
     for event in events:
         metrics(event)
         sink(event)
@@ -226,7 +226,7 @@ def test_the_sink_never_blocks_training():
 
 
 def test_the_sink_writes_everything_it_queued_before_close(tmp_path):
-    sink = TensorBoardSink(open_summary_writer(tmp_path / "tb"))
+    sink = TensorBoardSink(open_event_file(tmp_path / "tb"))
     for step in range(1, 501):
         sink(_step(step, 1.0 / step))
     sink.close()
