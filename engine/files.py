@@ -25,13 +25,14 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from engine.config.run_config import ConfigError
 
 FILE_MODE = 0o644  # a run's and an export's files: others may read them, only we write
 PRIVATE_MODE = 0o600  # the run lock (it names the command line)
-DIR_MODE = 0o755
+DIR_MODE = 0o755  # a folder inside a run directory (the run directory itself is 0700)
+T = TypeVar("T")
 # A new file: never an existing one, never through a link, not inherited by child processes.
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -48,15 +49,35 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _new_temp(path: Path, mode: int) -> tuple[int, Path]:
-    """A new file `.NAME.XXXX.tmp` beside `path`, open for writing, created with `mode`."""
+def temp_path(path: Path) -> Path:
+    """A temporary name beside `path`, `.NAME.XXXXXXXX.tmp`: random, so no one can plant
+    something at it in advance (remove_partial_saves clears a run's leftovers by the pattern)."""
+    return path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+
+
+def make_temp(path: Path, create: Callable[[Path], T]) -> tuple[Path, T]:
+    """`create(name)` at a fresh temporary name beside `path` (it must raise FileExistsError
+    when something is there, as O_EXCL, mkdir and link do): a name taken is never used, the
+    next one is drawn. Returns the name and what `create` returned."""
     for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        tmp = temp_path(path)
         try:
-            return os.open(tmp, _NEW_FILE, mode), tmp
+            return tmp, create(tmp)
         except FileExistsError:
             continue  # a name taken (another writer's, or planted): draw another
     raise FileExistsError(f"no free temporary name beside {path}")
+
+
+def make_temp_dir(path: Path, mode: int = DIR_MODE) -> Path:
+    """A new directory at a fresh temporary name beside `path` (a sharded checkpoint being
+    written), created with `mode` narrowed by the umask."""
+    return make_temp(path, lambda tmp: os.mkdir(tmp, mode))[0]
+
+
+def _new_temp(path: Path, mode: int) -> tuple[int, Path]:
+    """A new file `.NAME.XXXX.tmp` beside `path`, open for writing, created with `mode`."""
+    tmp, fd = make_temp(path, lambda name: os.open(name, _NEW_FILE, mode))
+    return fd, tmp
 
 
 @contextlib.contextmanager

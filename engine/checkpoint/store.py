@@ -45,7 +45,7 @@ from engine.checkpoint.state import restore_global_rng as restore_global_rng
 from engine.checkpoint.state import state_fingerprint as state_fingerprint
 from engine.config.live import timed_change
 from engine.config.loading import recorded_config
-from engine.files import atomic_write, create_new, fsync_dir
+from engine.files import atomic_write, create_new, fsync_dir, make_temp, make_temp_dir
 
 # 2: everything loads with torch.load(weights_only=True); 1: numpy's RNG state was an ndarray
 FORMAT_VERSION = 2
@@ -97,21 +97,25 @@ def save_checkpoint(run_dir: Path, step: int, state: dict[str, Any], keep_last: 
 
 def mark_best(run_dir: Path, path: Path) -> Path:
     """Point best.pt at `path` atomically (hard link, or a copy where links fail); a sharded
-    checkpoint's best.dcp is a directory of links to its files."""
+    checkpoint's best.dcp is a directory of links to its files. Each is made at a fresh random
+    temporary name (none can be planted in advance), then renamed over the old one."""
     if is_sharded(path):
         best = run_dir / BEST_SHARDED
-        tmp = run_dir / f".{BEST_SHARDED}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(path, tmp, copy_function=_link_or_copy)
+        tmp = make_temp_dir(best)
+        try:
+            shutil.copytree(path, tmp, copy_function=_link_or_copy, dirs_exist_ok=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         shutil.rmtree(best, ignore_errors=True)
         os.replace(tmp, best)
         fsync_dir(run_dir)
         return best
     best = run_dir / BEST_NAME
-    tmp = run_dir / f".{BEST_NAME}.tmp"
-    tmp.unlink(missing_ok=True)
-    _link_or_copy(path, tmp)
+    tmp, _ = make_temp(best, lambda name: _link_or_copy(path, name))
     os.replace(tmp, best)
+    # a rename onto another link to the same file does nothing: the temporary name stays
+    tmp.unlink(missing_ok=True)
     fsync_dir(run_dir)
     return best
 
@@ -127,10 +131,11 @@ def _link_or_copy(source: Any, target: Any) -> None:
 
 
 def remove_partial_saves(run_dir: Path) -> int:
-    """Delete temporary files left by a save that was killed mid-write; returns how many."""
+    """Delete temporary files left by a save that was killed mid-write (`.ckpt-*.tmp`,
+    `.best.*.tmp`, files or sharded directories); returns how many. A link is removed itself."""
     stale = [*run_dir.glob(".ckpt-*.tmp"), *run_dir.glob(".best.*.tmp")]
     for path in stale:
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)

@@ -21,6 +21,7 @@ import torch
 
 from engine.checkpoint.names import META_NAME
 from engine.distributed.world import World, from_main
+from engine.files import make_temp_dir
 from engine.train.disk_full import checkpoint_exception_type, short_write_failure, write_failure
 
 
@@ -47,17 +48,17 @@ def save_sharded(
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    failure = None
+    tmp, failure = None, None
     if world.is_main:
-        try:
-            shutil.rmtree(tmp, ignore_errors=True)  # a save killed mid-write
-            tmp.mkdir()
+        try:  # a fresh random name: none planted in advance (remove_partial_saves clears it)
+            tmp = make_temp_dir(path)
         except OSError as e:
             failure = e.strerror or str(e)
-    failure = from_main(failure, world, group)  # the others write into it once it exists
+    # the others write into it once it exists
+    tmp, failure = from_main((tmp, failure), world, group)
     if failure is not None:
         return failure
+    assert tmp is not None
     model_state, optim_state = get_state_dict(model, optimizer)
     # DCP raises its CheckpointException (every rank's failures) on every rank: a
     # BaseException, caught by name so that a KeyboardInterrupt still goes through

@@ -1,0 +1,425 @@
+"""A run directory is a private place (issue 35, items 1, 2, 5, 6): cockpit makes a new one
+itself with mkdir, never through a name already taken; it refuses, in one line naming the fix,
+a run directory another user owns or can write to, new or resumed, and one below directories
+others could swap (OpenSSH's rule for ~/.ssh); a directory that holds a run never receives
+another; checkpoint temporaries have random names. Real directories on the real filesystem,
+with a second user (uid 65534) doing what an attacker would; runs as root, as CI does."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from tiny import set_args, tiny_overrides
+
+from engine.checkpoint.store import mark_best, remove_partial_saves
+from engine.config.presets import load_preset
+from engine.config.run_config import ConfigError
+from engine.events import Event, Step
+from engine.rundir.layout import check_run_dir, create_default_run_dir, create_run_dir
+from engine.rundir.sinks import TensorBoardSink, open_event_file
+from engine.train.trainer import Trainer
+
+OTHER = 65534  # nobody: the other local user
+VICTIM_TEXT = "root's own file\n"
+SMALL = tiny_overrides("train.max_steps=3", quiet=True)
+REPO = Path(__file__).resolve().parents[2]
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a second user needs root")
+
+
+def as_other_user(action: Callable[[], object]) -> None:
+    """Run `action` in a child process as uid/gid 65534 with no groups (what another local
+    user can do); a failure there fails the test with its traceback."""
+    pid = os.fork()
+    if pid == 0:  # the child: only os calls, then _exit (never back into pytest)
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(OTHER)
+            os.setuid(OTHER)
+            action()
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the other user's action failed"
+
+
+@pytest.fixture
+def area() -> Iterator[Path]:
+    """A directory of ours directly in /tmp (sticky), 0755: the other user can reach what is
+    inside (pytest's tmp_path is 0700), and it passes the parents rule as a user's would."""
+    place = Path(tempfile.mkdtemp(prefix="cockpit-private-", dir="/tmp"))
+    place.chmod(0o755)
+    try:
+        yield place
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+
+
+@pytest.fixture
+def victim(area: Path) -> Path:
+    """A file of ours outside any run that a planted link points at."""
+    path = area / "authorized_keys"
+    path.write_text(VICTIM_TEXT)
+    path.chmod(0o600)
+    return path
+
+
+class Alerts:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "alert":
+            self.messages.append(event.message)
+
+
+def train(run_dir: Path | None, *extra: str) -> tuple[Trainer, str, list[str]]:
+    alerts = Alerts()
+    trainer = Trainer(
+        load_preset("tiny", [*SMALL, *extra]), run_dir=run_dir, sinks=[alerts], telemetry=False
+    )
+    state = trainer.run()
+    return trainer, state, alerts.messages
+
+
+def cockpit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cockpit", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def listing(directory: Path) -> dict[str, bytes | None]:
+    """Every entry under `directory` and its bytes (None for a directory or a link)."""
+    return {
+        str(p.relative_to(directory)): (
+            p.read_bytes() if p.is_file() and not p.is_symlink() else None
+        )
+        for p in sorted(directory.rglob("*"))
+    }
+
+
+def a_step(step: int) -> Step:
+    return Step(
+        step=step, loss=1.0, lr=1e-3, grad_norm=1.0, tokens_per_s=1.0, step_time_s=0.1,
+        tokens=step, time=1000.0 + step,
+    )  # fmt: skip
+
+
+def event_names(pid: int, seconds: int = 120) -> list[str]:
+    """The event file names torch's SummaryWriter would use in the next `seconds`: its name
+    is the time, the host, the pid and a counter, all known in advance."""
+    now = int(time.time())
+    host = socket.gethostname()
+    return [f"events.out.tfevents.{now + s:010d}.{host}.{pid}.0" for s in range(seconds)]
+
+
+# ---------------------------------------------------------------------- item 1: TensorBoard
+@needs_root
+def test_another_users_tensorboard_folder_in_a_sticky_run_dir_is_refused_before_writing(
+    area: Path, victim: Path
+):
+    """In a sticky 1777 run directory of ours, the other user made tensorboard/ and planted
+    links at the event file names to come: the run is refused before it writes anything."""
+    pytest.importorskip("tensorboard")
+    run_dir = area / "run"
+    run_dir.mkdir()
+    run_dir.chmod(0o1777)
+    pid = os.getpid()
+
+    def plant() -> None:
+        (run_dir / "tensorboard").mkdir(mode=0o777)
+        for name in event_names(pid):
+            (run_dir / "tensorboard" / name).symlink_to(victim)
+
+    as_other_user(plant)
+    before = listing(run_dir)
+    _, state, alerts = train(run_dir, "log.tensorboard=true")
+    assert state == "failed"
+    assert alerts[-1] == (
+        f"run directory {run_dir} can be written by other users (mode 1777); "
+        f"chmod go-w {run_dir}, or pass --run-dir DIR of your own"
+    )
+    assert victim.read_text() == VICTIM_TEXT
+    assert listing(run_dir) == before  # nothing written, nothing removed
+
+
+@needs_root
+def test_another_users_tensorboard_folder_in_a_private_run_dir_is_refused(area: Path):
+    """A tensorboard/ that is not ours (given away by root, or left from a copy) is refused
+    in one line before the run writes an event there."""
+    pytest.importorskip("tensorboard")
+    run_dir = area / "run"
+    run_dir.mkdir(mode=0o700)
+    (run_dir / "tensorboard").mkdir()
+    os.chown(run_dir / "tensorboard", OTHER, OTHER)
+    with pytest.raises(ConfigError) as refused:
+        open_event_file(run_dir / "tensorboard")
+    assert str(refused.value) == (
+        f"{run_dir / 'tensorboard'} belongs to uid {OTHER}, not to you (uid 0); remove it and "
+        "start again"
+    )
+    assert list((run_dir / "tensorboard").iterdir()) == []
+
+
+def test_the_event_file_is_a_new_file_at_a_name_no_one_can_plant(tmp_path: Path, victim: Path):
+    """Links at every name SummaryWriter would pick in the next two minutes: the run's event
+    file is another, new file, and every link is left as it was."""
+    pytest.importorskip("tensorboard")
+    log_dir = tmp_path / "tensorboard"
+    log_dir.mkdir()
+    planted = event_names(os.getpid())
+    for name in planted:
+        (log_dir / name).symlink_to(victim)
+    sink = TensorBoardSink(open_event_file(log_dir))
+    for step in range(1, 11):
+        sink(a_step(step))
+    assert sink.close() is None
+    written = [p for p in log_dir.iterdir() if not p.is_symlink()]
+    assert len(written) == 1 and written[0].name not in planted and written[0].stat().st_size > 0
+    assert victim.read_text() == VICTIM_TEXT
+    assert sorted(p.name for p in log_dir.iterdir() if p.is_symlink()) == sorted(planted)
+
+
+def test_a_full_disk_under_the_tensorboard_writer_is_one_line_at_the_end(
+    tmpfs: Callable[[str], Path], capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
+    """A real full filesystem: the events the writer could not write are said in one line
+    when the log closes, and no thread prints a traceback (it went to engine.log)."""
+    pytest.importorskip("tensorboard")
+    disk = tmpfs("size=64k")
+    uncaught: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: uncaught.append(args.thread.name))
+    sink = TensorBoardSink(open_event_file(disk / "tensorboard"))
+    with open(disk / "filler", "wb", buffering=0) as filler:  # the rest of the disk
+        try:
+            while filler.write(b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+    for step in range(1, 2001):
+        sink(a_step(step))
+    problem = sink.close()
+    assert uncaught == []  # torch's SummaryWriter's own thread raised here
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith("TensorBoard log incomplete: ")
+    assert "(OSError: No space left on device)" in problem and "--format tensorboard" in problem
+    assert "Traceback" not in "".join(capfd.readouterr())
+
+
+# ---------------------------------------------------------------------- item 2: default names
+@needs_root
+def test_planted_default_names_in_a_sticky_runs_root_never_receive_the_run(
+    area: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """runs/ at 1777; the other user links runs/tiny-<each second of the next two minutes> to a
+    directory of theirs: the run makes a directory of its own under another name, and writes
+    nothing through the links."""
+    runs = area / "runs"
+    runs.mkdir()
+    runs.chmod(0o1777)
+    theirs = area / "theirs"  # the other user's, open to all
+    theirs.mkdir()
+    theirs.chmod(0o777)
+    os.chown(theirs, OTHER, OTHER)
+
+    def plant() -> None:
+        now = time.time()
+        for s in range(120):
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
+            (runs / f"tiny-{stamp}").symlink_to(theirs)
+
+    as_other_user(plant)
+    monkeypatch.chdir(area)
+    trainer, state, alerts = train(None)
+    assert state == "finished", alerts
+    run_dir = area / trainer.run_dir
+    assert not run_dir.is_symlink() and run_dir.parent == runs
+    assert run_dir.name.startswith("tiny-") and run_dir.name.rsplit(".", 1)[-1].isdigit()
+    assert (run_dir / "metrics.jsonl").exists() and (run_dir / "ckpt-00000003.pt").exists()
+    assert os.stat(run_dir).st_uid == 0 and (os.stat(run_dir).st_mode & 0o777) == 0o700
+    assert list(theirs.iterdir()) == []
+
+
+def test_two_runs_in_the_same_second_get_a_directory_each(tmp_path: Path):
+    cfg = load_preset("tiny", SMALL)
+    made = {create_default_run_dir(cfg, tmp_path / "runs") for _ in range(3)}
+    assert len(made) == 3 and all(p.is_dir() and p.parent == tmp_path / "runs" for p in made)
+
+
+# ---------------------------------------------------------------------- whose directory it is
+@needs_root
+def test_a_run_dir_of_another_user_is_refused_for_a_new_run(area: Path):
+    run_dir = area / "theirs"
+    run_dir.mkdir(mode=0o755)
+    os.chown(run_dir, OTHER, OTHER)
+    _, state, alerts = train(run_dir)
+    assert state == "failed"
+    assert alerts[-1] == (
+        f"run directory {run_dir} belongs to uid {OTHER}, not to you (uid 0); "
+        "pass --run-dir DIR of your own"
+    )
+    assert list(run_dir.iterdir()) == []
+
+
+@needs_root
+def test_a_run_dir_of_another_user_is_refused_for_a_resume(area: Path):
+    """A finished run given to the other user (or made by them, 0755): `--resume` is refused in
+    one line, exit 2, and nothing in it changes (no checkpoint moved, no record appended)."""
+    run_dir = area / "run"
+    _, state, alerts = train(run_dir)
+    assert state == "finished", alerts
+    for path in [run_dir, *run_dir.rglob("*")]:
+        os.chown(path, OTHER, OTHER, follow_symlinks=False)
+    run_dir.chmod(0o755)
+    before = listing(run_dir)
+    done = cockpit("train", "--headless", "--resume", str(run_dir), "--no-telemetry",
+                   "--set", "train.max_steps=6")  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"cockpit: run directory {run_dir} belongs to uid {OTHER}, not to you (uid 0); copy the "
+        "run into a directory of your own and resume the copy\n"
+    )
+    assert listing(run_dir) == before
+
+
+def test_an_empty_directory_of_ours_is_a_new_run_dir(tmp_path: Path):
+    """`mkdir myrun; cockpit train --run-dir myrun`: an empty directory of ours is fine."""
+    run_dir = tmp_path / "myrun"
+    run_dir.mkdir()
+    _, state, alerts = train(run_dir)
+    assert state == "finished", alerts
+
+
+# ---------------------------------------------------------------------- the directories above
+def test_a_run_dir_below_a_world_writable_directory_is_refused(area: Path):
+    """0777 without the sticky bit: anyone could rename the run directory away and put a link
+    in its place. Refused before anything is made."""
+    open_dir = area / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    run_dir = open_dir / "run"
+    _, state, alerts = train(run_dir)
+    assert state == "failed"
+    assert alerts[-1] == (
+        f"run directory {run_dir} is below {open_dir}, which can be written by other users "
+        f"(mode 0777): another user could swap what the run writes; chmod go-w {open_dir}, or "
+        "pass --run-dir DIR of your own"
+    )
+    assert list(open_dir.iterdir()) == []
+
+
+@needs_root
+def test_a_run_dir_below_another_users_directory_is_refused(area: Path):
+    theirs = area / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, OTHER, OTHER)
+    with pytest.raises(ConfigError, match=f"is below {theirs}, which belongs to uid {OTHER}"):
+        create_run_dir(theirs / "run")
+    assert list(theirs.iterdir()) == []
+
+
+def test_a_run_dir_of_ours_in_tmp_is_accepted(area: Path):
+    """/tmp is sticky and world-writable: fine right above a directory that is ours."""
+    run_dir = area / "run"
+    create_run_dir(run_dir)
+    check_run_dir(run_dir)
+    assert (run_dir.stat().st_mode & 0o777) == 0o700
+
+
+@needs_root
+def test_a_link_the_other_user_planted_in_a_sticky_directory_is_refused(area: Path):
+    """--run-dir /sticky/NAME where the other user put a link at NAME to a directory of ours:
+    the link is theirs, in a directory where only its owner decides what it points to."""
+    sticky = area / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    ours = area / "ours"
+    ours.mkdir(mode=0o700)
+    as_other_user(lambda: (sticky / "run").symlink_to(ours))
+    with pytest.raises(ConfigError) as refused:
+        create_run_dir(sticky / "run")
+    assert f"is below {sticky}, which can be written by other users (mode 1777)" in str(
+        refused.value
+    )
+    assert list(ours.iterdir()) == []
+
+
+# ---------------------------------------------------------------------- item 6: one run per directory
+def test_a_new_run_in_a_run_directory_is_refused_and_its_checkpoints_kept(tmp_path: Path):
+    old = tmp_path / "old"
+    _, state, alerts = train(old, "checkpoint.interval=1", "checkpoint.keep_last=5")
+    assert state == "finished", alerts
+    before = listing(old)
+    assert {"ckpt-00000001.pt", "ckpt-00000002.pt", "ckpt-00000003.pt", "best.pt"} <= set(before)
+    done = cockpit("train", "--headless", "--preset", "tiny", "--run-dir", str(old),
+                   "--no-telemetry", *set_args(SMALL))  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"cockpit: {old} already holds a run (metrics.jsonl, config.toml, config.json, "
+        f"summary.json, best.pt, 3 checkpoints): resume it with --resume {old}, fork it with "
+        f"cockpit fork {old}, or pass another --run-dir\n"
+    )
+    assert listing(old) == before
+    _, state, alerts = train(old)  # the engine itself refuses it too (the app, a script)
+    assert state == "failed" and "already holds a run" in alerts[-1]
+    assert listing(old) == before
+
+
+# ---------------------------------------------------------------------- item 5: temporary names
+def test_planted_temporary_names_do_not_break_a_checkpoint(tmp_path: Path, victim: Path):
+    """The fixed names a save used to write through: a link at `.best.pt.tmp` and a directory
+    there (which a plain unlink cannot remove), links at `.best.dcp.tmp` and at a sharded
+    checkpoint's `.ckpt-00000003.dcp.tmp`: every save goes on at names of its own."""
+    import warnings
+
+    from engine.distributed.sharded import save_sharded
+    from engine.distributed.world import World
+
+    run_dir = tmp_path / "run"
+    trainer, state, alerts = train(run_dir)
+    assert state == "finished", alerts
+    (run_dir / ".best.pt.tmp").mkdir()
+    (run_dir / ".best.pt.tmp" / "x").write_text("theirs")
+    (run_dir / ".best.dcp.tmp").symlink_to(victim.parent)
+    (run_dir / ".ckpt-00000003.dcp.tmp").symlink_to(victim.parent)
+    before = listing(victim.parent)
+    best = mark_best(run_dir, run_dir / "ckpt-00000003.pt")
+    assert best.samefile(run_dir / "ckpt-00000003.pt")
+    meta = trainer.checkpointer.state(weights=False)
+    with warnings.catch_warnings():  # DCP in one process says so
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        sharded = run_dir / "ckpt-00000003.dcp"
+        assert save_sharded(sharded, meta, trainer.model, trainer.optimizer, World(), None) is None
+    assert (sharded / "meta.pt").exists()
+    assert mark_best(run_dir, sharded) == run_dir / "best.dcp"
+    assert (run_dir / "best.dcp" / "meta.pt").samefile(sharded / "meta.pt")
+    planted = {".best.pt.tmp", ".best.dcp.tmp", ".ckpt-00000003.dcp.tmp"}
+    assert {p.name for p in run_dir.glob(".*.tmp")} == planted  # none of its own left behind
+    assert listing(victim.parent) == before  # nothing written through a link
+    # the next start clears what a killed save leaves, random names included; links go, their
+    # targets stay
+    (run_dir / ".ckpt-00000004.dcp.a1b2c3d4.tmp").mkdir()
+    (run_dir / ".ckpt-00000004.dcp.a1b2c3d4.tmp" / "shard").write_text("partial")
+    (run_dir / ".best.pt.5eed5eed.tmp").write_text("partial")
+    assert remove_partial_saves(run_dir) == 5
+    assert not list(run_dir.glob(".*.tmp"))
+    assert listing(victim.parent) == before
