@@ -329,21 +329,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if note:
         print(f"cockpit ablate: {note}", file=sys.stderr)
-    import os
+    from cockpit.cli.terminal import headless_line, no_app_here
 
-    from cockpit.cli.attach import has_terminal
-
-    # as `cockpit train` decides: a dumb terminal (an editor's, a CI log) cannot draw the app
-    if args.headless or not has_terminal() or os.environ.get("TERM") == "dumb":
-        if not args.headless:
-            print("cockpit ablate: no terminal, running headless (pass --headless to say so)", file=sys.stderr)
-        return run_headless(driver)
-    if not sys.stdin.isatty() and not os.environ.get("TEXTUAL_DRIVER"):  # no key could reach the app
-        print(
-            "cockpit ablate: input is not a terminal (no key could reach the app), running headless "
-            "(pass --headless to say so)",
-            file=sys.stderr,
-        )
+    # as `cockpit train` decides
+    why = None if args.headless else no_app_here()
+    if why is not None:
+        print(f"cockpit ablate: {headless_line(why)}", file=sys.stderr)
+    if args.headless or why is not None:
         return run_headless(driver)
     return run_in_app(driver)
 

@@ -2,8 +2,8 @@
 
 The app is the same as for a run of its own; its engine is a `RemoteEngine`
 on the run's control socket, so every panel and key works as in-process. Leaving asks: detach
-(the run goes on), stop the run, or cancel. A dropped terminal (SIGHUP) detaches: it never
-stops the run.
+(the run goes on), stop the run, or cancel. A dropped terminal (SIGHUP, an SSH link gone)
+detaches: it never stops the run, and the viewer leaves quietly with status 0.
 """
 
 from __future__ import annotations
@@ -18,6 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.cli.options import add_notify_options, notify_settings
+from cockpit.cli.terminal import (
+    NoApp,
+    forget_terminal,
+    glyph_problem_here,
+    no_app_here,
+    say_or_leave_quietly,
+    warn_in_app,
+)
 
 NAME = "attach"
 HELP = "open the cockpit on a live run (started with `cockpit start`, in another terminal, or a batch job)"
@@ -82,19 +90,27 @@ def attach(
         engine = RemoteEngine(run_dir, read_only=read_only)
     except EngineUnreachable as e:
         raise AttachError(str(e)) from None
-    if not has_terminal():
+    why = no_app_here()
+    if why is not None:
         engine.close()
-        raise AttachError(
-            "no terminal to draw in; run it in a terminal (`cockpit ps` lists live runs for scripts)"
-        )
+        raise AttachError(no_app_line(why))
     from cockpit.app.cockpit_app import run_app
     from cockpit.app.session_runs import format_exit_report
 
     app = attached_app(engine, notify, runs_root)
-    _detach_on_signals(app)
+    hung_up = _detach_on_signals(app)
+    warn_in_app(app, glyph_problem_here())
     run_app(app, mouse=mouse)
-    print(format_exit_report(app.exit_summary(), forced=app.quit_forced))
+    if hung_up.is_set():  # the terminal is gone: where the run is can no longer be said
+        forget_terminal()
+        return 0
+    say_or_leave_quietly(format_exit_report(app.exit_summary(), forced=app.quit_forced))
     return 0
+
+
+def no_app_line(why: NoApp) -> str:
+    """Why this viewer cannot open here, and the fix, in one line."""
+    return f"{why.reason}: cannot open the app here; {why.fix} (`cockpit ps` lists live runs in plain text)"
 
 
 def attached_app(engine: Any, notify: Any = None, runs_root: str = DEFAULT_ROOT) -> Any:
@@ -106,16 +122,15 @@ def attached_app(engine: Any, notify: Any = None, runs_root: str = DEFAULT_ROOT)
     return CockpitApp(lambda _preset: engine, preset, notify=notify, runs_root=runs_root)
 
 
-def has_terminal() -> bool:
-    """A terminal to draw in, or a driver of Textual's own (textual-serve's web driver)."""
-    return sys.stdout.isatty() or bool(os.environ.get("TEXTUAL_DRIVER"))
-
-
-def _detach_on_signals(app: Any) -> None:
+def _detach_on_signals(app: Any) -> threading.Event:
     """SIGHUP (the SSH link dropped) and SIGTERM detach: the viewer leaves, the run goes on.
-    With no terminal left, restoring it can block: the process ends after a grace period."""
+    With no terminal left, restoring it can block: the process ends after a grace period.
+    The event returned is set once SIGHUP came (the terminal is gone)."""
+    hung_up = threading.Event()
 
-    def leave(_signum: int, _frame: Any) -> None:
+    def leave(signum: int, _frame: Any) -> None:
+        if signum == getattr(signal, "SIGHUP", None):
+            hung_up.set()
         app.call_later(app.detach)
         threading.Thread(target=_exit_later, args=(LEAVE_GRACE_S,), daemon=True).start()
 
@@ -123,6 +138,7 @@ def _detach_on_signals(app: Any) -> None:
         sig = getattr(signal, name, None)
         if sig is not None:
             signal.signal(sig, leave)
+    return hung_up
 
 
 def _exit_later(grace_s: float) -> None:

@@ -62,11 +62,12 @@ def problem(runs: list[str]) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.cli.attach import has_terminal
+    from cockpit.cli.terminal import no_app_here
 
     why = problem(args.runs)
-    if why is None and not has_terminal():
-        why = "no terminal to draw in; run it in a terminal (`cockpit runs --json` for scripts)"
+    no_app = no_app_here() if why is None else None
+    if no_app is not None:
+        why = f"{no_app.reason}: cannot open the app here; {no_app.fix} (`cockpit runs --json` for scripts)"
     if why is not None:
         print(f"cockpit compare: {why}", file=sys.stderr)
         return 2

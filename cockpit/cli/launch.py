@@ -18,6 +18,7 @@ from cockpit.cli.options import add_run_options, notify_settings
 from cockpit.cli.preflight import preflight, torchrun_rank
 from cockpit.cli.preset_fit import preset_fit_warning
 from cockpit.cli.stop_signals import StopSignals, exit_when_ended, signal_reason
+from cockpit.cli.terminal import glyph_problem_here, headless_line, no_app_here, warn_in_app
 from engine.config import DEFAULT_PRESET, ConfigError
 
 
@@ -38,19 +39,11 @@ def train(args: argparse.Namespace, signals: StopSignals) -> int:
                 file=sys.stderr,
             )
         return run_headless(args, signals)
-    if args.headless or not sys.stdout.isatty() or os.environ.get("TERM") == "dumb":
-        if not args.headless:
-            print(
-                "cockpit: no terminal, running headless (pass --headless to say so)",
-                file=sys.stderr,
-            )
+    if args.headless:
         return run_headless(args, signals)
-    if not sys.stdin.isatty():  # the app would wait for keys that can never come
-        print(
-            "cockpit: input is not a terminal (no key could reach the app), running headless "
-            "(pass --headless to say so)",
-            file=sys.stderr,
-        )
+    why = no_app_here()
+    if why is not None:
+        print(f"cockpit: {headless_line(why)}", file=sys.stderr)
         return run_headless(args, signals)
     return run_app(args, signals)
 
@@ -240,6 +233,7 @@ def run_app(
             name = signal.Signals(signals.received[0]).name
             print(f"cockpit: {name} before the app started: no run was started", file=sys.stderr)
             return 0
+    warn_in_app(app, glyph_problem_here())
     run_app(app, mouse=not args.no_mouse)
     # The terminal is restored: say where the run is and how to pick it up again.
     runs = app.exit_summary()

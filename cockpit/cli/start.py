@@ -89,10 +89,15 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     print(started_report(run_dir, process.pid, nproc))
-    from cockpit.cli.attach import AttachError, attach, has_terminal
+    from cockpit.cli.attach import AttachError, attach
     from cockpit.cli.options import notify_settings
+    from cockpit.cli.terminal import no_app_here
 
-    if args.no_attach or not has_terminal():
+    if args.no_attach:
+        return 0
+    why = no_app_here()
+    if why is not None:  # the run goes on; the line above says how to watch it
+        print(f"cockpit start: {why.reason}: not opening the app; {why.fix} to watch the run", file=sys.stderr)
         return 0
     try:
         return attach(run_dir, mouse=not args.no_mouse, notify=notify_settings(args))

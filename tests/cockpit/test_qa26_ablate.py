@@ -97,7 +97,9 @@ def test_a_dumb_terminal_runs_the_series_headless_as_cockpit_train_does(term, ap
     argv = [a for a in SERIES if a != "--headless"]
     assert main(["ablate", *argv]) == 0
     assert chosen == (["app"] if app else ["headless"])
-    assert ("no terminal, running headless" in capsys.readouterr().err) is not app
+    said = capsys.readouterr().err
+    assert ("a dumb terminal (TERM=dumb), running headless" in said) is not app
+    assert "no terminal" not in said  # there is one: it is dumb
 
 
 def test_a_terminal_with_no_input_runs_the_series_headless(tmp_path, monkeypatch, capsys):

@@ -42,7 +42,7 @@ def test_refusals_are_one_line(two_runs: Path) -> None:
         ("runs",): "runs: not a run directory (no metrics.jsonl)",
         ("runs/base", "runs/base"): "a run is named twice",
         ("runs/base", *["runs/hot"] * 9): "10 runs: compare at most 9 at once",
-        ("runs/base", "runs/hot"): "no terminal to draw in",  # not a tty here
+        ("runs/base", "runs/hot"): "no terminal: cannot open the app here",  # not a tty here
     }
     for argv, expected in cases.items():
         if len(set(argv)) < len(argv) and len(argv) > 2:
