@@ -127,8 +127,8 @@ Every command takes `-h`/`--help`, left out of the tables below.
 # Hand-written notes printed after a command's generated usage and options.
 CLI_NOTES: dict[str, str] = {
     "train": """\
-Without a terminal (a batch job, `CI=true`, `TERM=dumb`), `cockpit train` runs headless and
-says so; under torchrun every rank runs headless and rank 0 serves the control socket.
+Without a terminal (a batch job, `CI=true`) or on a dumb one (`TERM=dumb`), `cockpit train`
+runs headless and says which; under torchrun every rank runs headless and rank 0 serves the control socket.
 Headless, it prints a progress line at most every 2 seconds, plus every evaluation, sample and
 checkpoint:
 
