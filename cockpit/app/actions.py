@@ -322,6 +322,7 @@ class CommandActions(_AppBase):
             read_only=self._settings_read_only(),
             avoid=self.main_screen.lr_panel.region,
             follow=lambda: self.session.view.step,
+            lr_scale=self.session.view.scale,
         )
         self.push_screen(screen, self._settings_chosen)
 

@@ -23,6 +23,7 @@ from textual.geometry import Region, Size
 from textual.message import Message
 from textual.widgets import Button, Input, Label, Static
 
+from cockpit.figures.numbers import fmt_lr
 from cockpit.screens.dialogs import InputDialog
 from cockpit.screens.live_decisions import (
     Curve,
@@ -103,9 +104,13 @@ class LiveSettingsScreen(InputDialog):
         read_only: str = "",
         avoid: Region | None = None,
         follow: Callable[[], int] | None = None,
+        lr_scale: float = 1.0,
     ) -> None:
         super().__init__(classes="dialog-screen")
         self.config, self.step, self.read_only = config, step, read_only
+        # the multiplier on the schedule set with l, + and - (or a rollback): optim.lr alone
+        # is not the peak in force while it is not 1
+        self.lr_scale = lr_scale
         self.avoid = avoid  # the LR panel's region: the box leaves it in view
         # the run's step now: the screen's note and its checks follow the run while it is open
         self.follow = follow
@@ -129,7 +134,7 @@ class LiveSettingsScreen(InputDialog):
                 for key in LIVE_SETTINGS:
                     with Horizontal(classes="live-row"):
                         yield Label(key, classes="live-key")
-                        yield Label(shown_value(setting_value(cfg, key)), classes="live-value")
+                        yield Label(self._value_shown(key), classes="live-value")
                         yield Input(
                             placeholder=shown_value(setting_value(cfg, key)),
                             id=_field_id(key),
@@ -138,6 +143,12 @@ class LiveSettingsScreen(InputDialog):
                             disabled=bool(self.read_only),
                         )
                     yield Static(field_help(key), classes="live-help")
+                    if key == "optim.lr" and self._scaled():
+                        yield Static(
+                            Content.styled(self._multiplier_note(), "$warning"),
+                            id="live-lr-scale",
+                            classes="live-help",
+                        )
                     yield Label("", id=_field_id(key) + "-refusal", classes="live-refusal")
                 yield from self._cooldown_rows()
             yield Label("", id="live-error")
@@ -150,6 +161,23 @@ class LiveSettingsScreen(InputDialog):
                     disabled=bool(self.read_only),
                 )
                 yield Button("Cancel (esc)", id="live-cancel", compact=True)
+
+    def _scaled(self) -> bool:
+        return abs(self.lr_scale - 1.0) > 1e-9
+
+    def _value_shown(self, key: str) -> str:
+        """The value in force as the config holds it; optim.lr with the multiplier on it."""
+        value = shown_value(setting_value(self.config, key))
+        if key == "optim.lr" and self._scaled():
+            return f"{value} ×{self.lr_scale:.3g}"
+        return value
+
+    def _multiplier_note(self) -> str:
+        peak = self.config.optim.lr * self.lr_scale
+        return (
+            f"×{self.lr_scale:.3g} on the schedule (l, + or -): the peak in force is "
+            f"{fmt_lr(peak)}; a new optim.lr is multiplied too"
+        )
 
     def _cooldown_rows(self) -> ComposeResult:
         cfg = self.config

@@ -367,3 +367,39 @@ def test_the_lr_panel_draws_a_preview_beside_the_plan_until_it_is_cleared() -> N
             assert "preview" not in str(panel.border_title)
 
     asyncio.run(go())
+
+
+# what the screen says ----------------------------------------------------------------------------
+
+
+FUNCTION_WORDS = {"the", "a", "an", "of", "to", "from", "next", "is", "in", "on", "and", "or"}
+
+
+def test_no_setting_s_help_says_the_same_thing_twice() -> None:
+    """The screen shows the field's own help, then when a new value takes effect: the second
+    part said the first again ('micro-batches per optimizer step · micro-batches per step')."""
+    for key in LIVE_SETTINGS:
+        own, _, when = field_help(key).partition(" · ")
+        assert when, key
+        own_words, when_words = own.lower().split(), when.lower().split()
+        pairs = {tuple(own_words[i : i + 2]) for i in range(len(own_words) - 1)}
+        repeated = [
+            pair
+            for pair in zip(when_words, when_words[1:], strict=False)
+            if pair in pairs and not set(pair) <= FUNCTION_WORDS
+        ]
+        assert not repeated, (key, field_help(key))
+
+
+@pilot_test()
+async def test_the_lr_multiplier_in_force_is_shown_beside_optim_lr(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    assert app.session.view.scale == 1.25  # the scripted run's LR change
+    screen = await open_screen(pilot, app)
+    keys = [str(label.render()) for label in screen.query(".live-key").results(Label)]
+    values = [str(label.render()) for label in screen.query(".live-value").results(Label)]
+    lr = shown_value(screen.config.optim.lr)
+    assert values[keys.index("optim.lr")] == f"{lr} ×1.25"
+    note = str(screen.query_one("#live-lr-scale").render())
+    assert "×1.25" in note and "the peak in force is 1.25e-3" in note
