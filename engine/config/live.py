@@ -163,6 +163,19 @@ def refusal(key: str) -> str | None:
     )
 
 
+def keys_refusal(settings: Mapping[str, Any]) -> str | None:
+    """Why a `set` of these keys is refused whatever the run's state (a key that is no setting,
+    or one fixed while the run trains), or None: what the control socket checks on receipt."""
+    try:
+        asked = [canonical_key(str(key)) for key in settings]
+    except ConfigError:
+        return f"set refused: {_unknown(settings)}"
+    for key in asked:
+        if (why := refusal(key)) is not None:
+            return f"set refused: {why}"
+    return None
+
+
 def setting_value(cfg: RunConfig, key: str) -> Any:
     section, name = key.split(".", 1)
     return getattr(getattr(cfg, section), name)
@@ -194,13 +207,9 @@ def live_change(
     own check of the new config (e.g. that each rank can take its share of a step)."""
     if not settings:
         return "set refused: no settings given; name at least one, e.g. optim.weight_decay=0.0"
-    try:
-        asked = {canonical_key(str(key)): value for key, value in settings.items()}
-    except ConfigError:
-        return f"set refused: {_unknown(settings)}"
-    for key in asked:
-        if (why := refusal(key)) is not None:
-            return f"set refused: {why}"
+    if (why := keys_refusal(settings)) is not None:
+        return why
+    asked = {canonical_key(str(key)): value for key, value in settings.items()}
     raw = cfg.to_dict()
     try:
         for key, value in asked.items():

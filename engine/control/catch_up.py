@@ -36,6 +36,9 @@ class LiveReplay:
         self._step_stride = 1  # keep every Nth step event in memory (doubled when too many)
         self._steps_seen = 0
         self.last_step: Event | None = None
+        # the run's length in force: run_started's, then each settings_changed's (a live `set
+        # train.max_steps`, a rollback putting a checkpoint's back)
+        self.max_steps: int | None = None
         # the run's present besides its history: what a viewer needs to draw it as it is now
         self._last_state: Event | None = None
         self._last_memory: Event | None = None
@@ -52,6 +55,7 @@ class LiveReplay:
         """Keep what a replay needs of one of the run's events."""
         if event.kind == "run_started":
             self.run_started = event
+            self.max_steps = event.max_steps  # type: ignore[attr-defined]
         elif event.kind in HISTORY_KINDS:
             self._remember(event)
         else:
@@ -59,6 +63,8 @@ class LiveReplay:
 
     def _remember(self, event: Event) -> None:
         """Keep `event` for replays; steps thinned in memory so a long run stays small."""
+        if event.kind == "settings_changed" and event.max_steps > 0:  # type: ignore[attr-defined]
+            self.max_steps = event.max_steps  # type: ignore[attr-defined]
         if event.kind == "step":
             step = event.step  # type: ignore[attr-defined]
             if self.last_step is not None and step <= self.last_step.step:  # type: ignore
@@ -128,13 +134,14 @@ class LiveReplay:
         return line
 
     def summary(self, config_name: str | None) -> dict[str, Any]:
-        """The run at a glance (`cockpit ps`), from the newest records; before run_started
-        (still loading) its preset is `config_name`, its config's name, when it has one."""
+        """The run at a glance (`cockpit ps`), from the newest records (its length the one in
+        force, not the one it started with); before run_started (still loading) its preset is
+        `config_name`, its config's name, when it has one."""
         started, last = self.run_started, self.last_step
         return {
             "preset": getattr(started, "preset", None) or config_name,
             "started": getattr(started, "time", None),
-            "max_steps": getattr(started, "max_steps", None),
+            "max_steps": self.max_steps,
             "step": getattr(last, "step", getattr(started, "start_step", 0)),
             "loss": _finite(getattr(last, "loss", None)),
             "tokens_per_s": _finite(getattr(last, "tokens_per_s", None)),

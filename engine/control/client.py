@@ -220,7 +220,8 @@ class RemoteEngine:
         self._send("stop", checkpoint=checkpoint, reason=reason)
 
     def rollback(self, lr_factor: float = 0.5, checkpoint: str | None = None) -> None:
-        named = {} if checkpoint is None else {"checkpoint": checkpoint}
+        # the wire takes the checkpoint's file name (the run compares names, in its directory)
+        named = {} if checkpoint is None else {"checkpoint": os.path.basename(checkpoint)}
         self._send("rollback", lr_factor=lr_factor, **named)
 
     # the wire ---------------------------------------------------------------------------------

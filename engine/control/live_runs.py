@@ -4,7 +4,9 @@ A run is live when its `control.sock` greets a connection with the wire protocol
 socket left by a killed run refuses the connection and is skipped, and so is one served by
 another uid than ours (check_server: not our run's, whatever it says).
 The probe reads the hello line only (the run at a glance: state, step, loss, tokens/s, who else
-is attached) and hangs up.
+is attached) and hangs up. A run serving all the viewers it takes refuses one more with a line
+that still carries the hello's fields (`run`): the probe lists it from those, so `cockpit ps`
+answers during a flood of clients too.
 
 Torch-free and textual-free: `cockpit ps` imports only this and the wire protocol.
 """
@@ -107,7 +109,11 @@ def _probe(run_dir: Path, timeout_s: float) -> LiveRun | None:
         hello = wire.decode(line) if line is not None else None
     except wire.WireError:
         return None
-    if not hello or hello.get("kind") != "hello":
+    if hello is not None and hello.get("kind") == "reply" and isinstance(hello.get("run"), dict):
+        hello = hello["run"]  # refused, as one viewer too many: what the run is comes with it
+        if hello.get("protocol") != wire.PROTOCOL:
+            return None
+    elif not hello or hello.get("kind") != "hello":
         return None
     return LiveRun.from_hello(run_dir, hello)
 

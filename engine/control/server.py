@@ -7,6 +7,13 @@ commands and hands them to the run's thread-safe command methods. A viewer that 
 resynchronised (its queue cleared, then `{"kind": "resync", ...}` and the replay again), never
 waited for.
 
+What a flood of clients can take is bounded: at most MAX_VIEWERS viewers at once (one more is
+sent one refusal line that still says what the run is, so `cockpit ps` lists it, and is hung
+up on, by the accept thread: no thread of its own); a viewer's writer sends in pieces of
+SEND_CHUNK_BYTES (one that does not read holds one piece, not a copy of the replay); a viewer
+that sends and does not read its replies is no longer read from (viewer.REPLY_BACKLOG_BYTES).
+A viewer's two threads end when it hangs up.
+
 Torch-free: it needs only the run's command methods, its `state`, an alert callback and the
 run's `emit` (a viewer's attach, detach and commands are recorded: the run's journal reads them).
 """
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import shutil
 import socket
@@ -22,10 +30,11 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.config.live import keys_refusal
 from engine.control import wire
 from engine.control.catch_up import LiveReplay
 from engine.control.unix_socket import bind_unix, peer_uid
@@ -35,6 +44,13 @@ from engine.rundir.journal import viewer_name
 from engine.rundir.lock import RunLock
 
 CLOSE_GRACE_S = 1.0  # time the viewers get to take the last records when the run ends
+MAX_VIEWERS = 32  # viewers served at once (two threads each); one more is refused in one line
+LISTEN_BACKLOG = 128  # connections waiting to be accepted: a flood's are refused at once
+SEND_CHUNK_BYTES = 256 * 1024  # a writer sends its lines in pieces of about this size
+REFUSAL_TIMEOUT_S = 1.0  # a refused peer's one line goes out within this, or not at all
+LIVE_LINE = wire.encode({"kind": "live"})
+# the commands that say who asked: config.toml's timeline and the events record the viewer
+ATTRIBUTED = ("set_lr", "scale_lr")
 WRITE_INTERVAL_S = 0.02  # a viewer's writer sends at most this often (a batch of events)
 
 
@@ -55,6 +71,7 @@ class ControlServer:
         history: Iterable[Event] = (),
         queue_size: int = VIEWER_QUEUE,
         emit: Callable[[Event], None] | None = None,
+        max_viewers: int = MAX_VIEWERS,
     ) -> None:
         self.run_dir = run_dir
         self.path = run_dir / wire.SOCKET_NAME
@@ -62,6 +79,7 @@ class ControlServer:
         self.alert = alert
         self.emit = emit
         self.queue_size = queue_size
+        self.max_viewers = max_viewers
         self._lock = threading.Lock()  # viewers and the replay: taken by every event
         self._viewers: list[Viewer] = []
         self._replay = LiveReplay(self._lock, history)
@@ -98,7 +116,7 @@ class ControlServer:
                 os.replace(bound, self.path)
             finally:
                 shutil.rmtree(private, ignore_errors=True)
-            listener.listen(16)
+            listener.listen(LISTEN_BACKLOG)
         except OSError as e:
             return f"control socket {self.path} not served ({e.strerror or e}); attach won't work"
         self._listener = listener
@@ -153,7 +171,20 @@ class ControlServer:
             for viewer in self._viewers:
                 viewer.offer(event, self.queue_size)
 
-    def _others(self, viewer: Viewer) -> list[dict[str, Any]]:
+    def _facts(self, viewer: Viewer | None) -> dict[str, Any]:
+        """What a hello says of the run (under the lock): the run at a glance, with the length
+        in force (a live `set train.max_steps` included), and the viewers besides `viewer`."""
+        name = getattr(getattr(self.handle, "cfg", None), "name", None)
+        return {
+            "protocol": wire.PROTOCOL,
+            "run_dir": str(self.run_dir),
+            "pid": os.getpid(),
+            "state": str(self.handle.state),
+            "summary": self._replay.summary(name),
+            "viewers": self._others(viewer),
+        }
+
+    def _others(self, viewer: Viewer | None) -> list[dict[str, Any]]:
         """The viewers attached besides `viewer` (under the lock)."""
         return [
             {"viewer": v.number, "who": v.who, "read_only": v.read_only}
@@ -176,21 +207,30 @@ class ControlServer:
 
     def _admit(self, conn: socket.socket) -> None:
         uid = peer_uid(conn)
-        if uid != os.getuid():
-            error = f"refused: this run belongs to uid {os.getuid()}, you are uid {uid}"
-            conn.sendall(wire.encode({"kind": "reply", "id": None, "ok": False, "error": error}))
-            _shutdown(conn)
-            conn.close()
+        if uid != os.getuid():  # told nothing of the run
+            _turn_away(conn, f"refused: this run belongs to uid {os.getuid()}, you are uid {uid}")
             return
         with self._lock:
             if self._closing:
                 conn.close()
                 return
-            self._count += 1
-            viewer = Viewer(self._count, conn)
-            viewer.resync = True  # the first replay is the hello's
-            viewer.wake.set()  # sent at once, even by a paused run that emits nothing
-            self._viewers.append(viewer)
+            if len(self._viewers) >= self.max_viewers:
+                run = self._facts(None)
+                full = True
+            else:
+                full = False
+                self._count += 1
+                viewer = Viewer(self._count, conn)
+                viewer.resync = True  # the first replay is the hello's
+                viewer.wake.set()  # sent at once, even by a paused run that emits nothing
+                self._viewers.append(viewer)
+        if full:  # what the run is goes with the refusal: `cockpit ps` lists it all the same
+            error = (
+                f"too many viewers ({len(run['viewers'])} attached, the most one run serves): "
+                "detach one (`cockpit ps` names them) and attach again"
+            )
+            _turn_away(conn, error, run)
+            return
         viewer.writer = threading.Thread(
             target=self._write_loop, args=(viewer,), name=f"control-writer-{viewer.number}",
             daemon=True,
@@ -209,6 +249,7 @@ class ControlServer:
             detached = viewer.announced
             viewer.announced = False  # both the reader and the writer may drop it: once
         viewer.wake.set()
+        viewer.room.set()  # a reader waiting for its replies to be taken ends
         _shutdown(viewer.conn)
         if detached:
             self._record(
@@ -243,31 +284,23 @@ class ControlServer:
                 viewer.wake.clear()
                 with self._lock:
                     replay = self._replay.events() if viewer.take_resync() else None
+                    head = None
+                    if replay is not None:
+                        head = {
+                            "kind": "hello" if first else "resync",
+                            **self._facts(viewer),
+                            "viewer": viewer.number,
+                            "read_only": viewer.read_only,
+                            "replay": len(replay),
+                        }
                     items = viewer.drain()
                     done = self._closing or viewer.closed
-                out: list[bytes] = []
-                if replay is not None:
-                    head = {
-                        "kind": "hello" if first else "resync",
-                        "protocol": wire.PROTOCOL,
-                        "run_dir": str(self.run_dir),
-                        "pid": os.getpid(),
-                        "state": str(self.handle.state),
-                        "viewer": viewer.number,
-                        "read_only": viewer.read_only,
-                        "replay": len(replay),
-                        "summary": self._replay.summary(
-                            getattr(getattr(self.handle, "cfg", None), "name", None)
-                        ),
-                        "viewers": self._others(viewer),
-                    }
+                if head is not None and replay is not None:
                     first = False
                     viewer.conn.sendall(wire.encode(head))  # a viewer waits for it: at once
-                    out.extend(self._replay.encoded(e) for e in replay)
-                    out.append(wire.encode({"kind": "live"}))
-                out.extend(wire.encode(_record(e)) for e in items)
-                if out:
-                    viewer.conn.sendall(b"".join(out))
+                    replayed = (self._replay.encoded(e) for e in replay)
+                    _send_lines(viewer.conn, itertools.chain(replayed, [LIVE_LINE]))
+                _send_lines(viewer.conn, (wire.encode(_record(e)) for e in items))
                 if done:
                     break
                 # at most one wake-up per interval: events in between go out as one batch,
@@ -283,9 +316,14 @@ class ControlServer:
         stream = viewer.conn.makefile("rb")
         try:
             while not viewer.closed:
+                viewer.room.wait()  # its replies taken by the writer (or the viewer dropped)
+                if viewer.closed:
+                    break
                 line = stream.readline(wire.MAX_LINE_BYTES + 1)
                 if not line:
                     break
+                with self._lock:
+                    viewer.owe(len(line))  # its reply echoes its id: about its size
                 if len(line) > wire.MAX_LINE_BYTES:
                     error = f"a line over the {wire.MAX_LINE_BYTES:,}-byte limit: disconnected"
                     self._refuse(viewer, None, error, "huge")
@@ -334,6 +372,9 @@ class ControlServer:
         if viewer.read_only:
             self._refuse(viewer, ident, f"{name}: this viewer is read-only", "read-only")
             return
+        if name == "set" and (why := keys_refusal(arguments["settings"])) is not None:
+            self._refuse(viewer, ident, why, "command")  # no run takes that key: said now
+            return
         # recorded before it is queued, so its acknowledgement always follows it in the file
         recorded = self._record(
             CommandReceived(
@@ -344,9 +385,12 @@ class ControlServer:
             error = f"{name}: the run has {self._ended}; it takes no more commands"
             self._refuse(viewer, ident, error, "ended")
             return
-        if name == "set":  # who asked goes with it: the SettingsChanged and the timeline say
-            by = viewer_name(viewer.number, viewer.who)
+        # who asked goes with a change: the SettingsChanged and config.toml's timeline say
+        by = viewer_name(viewer.number, viewer.who)
+        if name == "set":
             self.handle.set_settings(arguments["settings"], by=by)
+        elif name in ATTRIBUTED:
+            getattr(self.handle, name)(**arguments, by=by)
         else:
             getattr(self.handle, name)(**arguments)
         self._reply(viewer, {"kind": "reply", "id": ident, "ok": True})
@@ -367,6 +411,38 @@ class ControlServer:
 
 def _record(item: Event | dict[str, Any]) -> dict[str, Any]:
     return item.to_record() if isinstance(item, Event) else item
+
+
+def _send_lines(conn: socket.socket, lines: Iterator[bytes]) -> None:
+    """Send `lines` in pieces of about SEND_CHUNK_BYTES: a viewer that does not read holds up
+    one piece, not a copy of all of them."""
+    piece: list[bytes] = []
+    size = 0
+    for line in lines:
+        piece.append(line)
+        size += len(line)
+        if size >= SEND_CHUNK_BYTES:
+            conn.sendall(b"".join(piece))
+            piece, size = [], 0
+    if piece:
+        conn.sendall(b"".join(piece))
+
+
+def _turn_away(conn: socket.socket, error: str, run: dict[str, Any] | None = None) -> None:
+    """One refusal line to a peer that is not served, then hang up (on the accept thread: a
+    peer that does not read gets REFUSAL_TIMEOUT_S, not a thread). `run`: what the run is (a
+    hello's fields), for a peer of the run's own user."""
+    refusal: dict[str, Any] = {"kind": "reply", "id": None, "ok": False, "error": error}
+    if run is not None:
+        refusal["run"] = run
+    conn.settimeout(REFUSAL_TIMEOUT_S)
+    try:
+        conn.sendall(wire.encode(refusal))
+    except OSError:
+        pass  # gone already, or not reading: the hang-up says the rest
+    finally:
+        _shutdown(conn)
+        conn.close()
 
 
 def _shutdown(sock: socket.socket) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 from pathlib import Path
 
 AF_UNIX_MAX = 107  # bytes of a socket path (sun_path is 108 with its NUL)
+BUSY_RETRY_S = 0.01  # how often a connection to a listener with a full backlog is tried again
 
 
 def bind_unix(sock: socket.socket, path: Path) -> None:
@@ -21,7 +23,22 @@ def bind_unix(sock: socket.socket, path: Path) -> None:
 
 
 def connect_unix(sock: socket.socket, path: Path) -> None:
-    """Connect `sock` to `path` (a client's side of bind_unix: long paths work too)."""
+    """Connect `sock` to `path` (a client's side of bind_unix: long paths work too). A listener
+    whose backlog is full (a flood of clients) refuses a socket with a timeout at once (EAGAIN):
+    it is tried again until that timeout has passed, as a blocking socket would wait."""
+    timeout = sock.gettimeout()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            _connect_once(sock, path)
+            return
+        except BlockingIOError:
+            if deadline is None or time.monotonic() >= deadline:
+                raise
+            time.sleep(BUSY_RETRY_S)
+
+
+def _connect_once(sock: socket.socket, path: Path) -> None:
     if len(os.fsencode(path)) <= AF_UNIX_MAX:
         sock.connect(os.fsencode(path))
         return

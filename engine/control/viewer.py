@@ -4,6 +4,10 @@ The run's thread appends each event to every viewer's queue and never waits for 
 that reaches its bound is cleared and the viewer marked for a resync (its writer then sends
 `{"kind": "resync", ...}` and the replay again). The queue is guarded by the server's lock:
 `offer`, `push`, `take_resync` and `drain` are called under it.
+
+Replies are bounded too, by the size of the lines they answer: a viewer that sends and never
+reads is no longer read from once REPLY_BACKLOG_BYTES of its lines wait for their replies to be
+taken (`room` is set again when the writer takes them): the kernel's buffers push back on it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from typing import Any
 from engine.events import Event
 
 VIEWER_QUEUE = 10_000  # events a viewer may fall behind by before it is resynchronised
+# the lines a viewer sent whose replies it has not taken yet: past this, its reader waits (a
+# reply echoes its line's id, so the replies waiting are at most about this size)
+REPLY_BACKLOG_BYTES = 1 << 20
 
 
 class Viewer:
@@ -33,29 +40,45 @@ class Viewer:
         self.warned: set[str] = set()  # kinds of mistake already logged for this viewer
         self.announced = False  # its attach was recorded (at its client hello: probes say none)
         self.writer: threading.Thread | None = None
+        self.owed_bytes = 0  # the lines whose replies are queued, not yet taken by the writer
+        self.room = threading.Event()  # set while the reader may read on (see module doc)
+        self.room.set()
 
     def push(self, item: Event | dict[str, Any]) -> None:
         """Queue an event or a reply for the writer and wake it."""
         self.queue.append(item)
         self.wake.set()
 
+    def owe(self, line_bytes: int) -> None:
+        """A line of `line_bytes` was read, whose reply is about to be queued; the reader waits
+        on `room` once the replies queued answer more than REPLY_BACKLOG_BYTES."""
+        self.owed_bytes += line_bytes
+        if self.owed_bytes > REPLY_BACKLOG_BYTES:
+            self.room.clear()
+
     def offer(self, event: Event, limit: int) -> None:
         """Queue one of the run's events; a viewer `limit` behind gets the replay again instead."""
         if len(self.queue) >= limit:
-            self.queue.clear()  # fallen behind: it gets the replay again instead
+            self._clear()  # fallen behind: it gets the replay again instead
             self.resync = True
         self.push(event)
+
+    def _clear(self) -> None:
+        """Empty the queue (its replies with it): the reader may read on."""
+        self.queue.clear()
+        self.owed_bytes = 0
+        self.room.set()
 
     def take_resync(self) -> bool:
         """Whether the writer owes a replay now (its queue dropped: the replay covers it)."""
         if not self.resync:
             return False
         self.resync = False
-        self.queue.clear()
+        self._clear()
         return True
 
     def drain(self) -> list[Event | dict[str, Any]]:
         """Everything queued since the writer last took it, oldest first."""
         items = list(self.queue)
-        self.queue.clear()
+        self._clear()
         return items

@@ -45,7 +45,11 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
+
+from engine.checkpoint.names import CHECKPOINT_NAME
+from engine.config.run_config import MAX_LR
 
 PROTOCOL = 1
 SOCKET_NAME = "control.sock"
@@ -70,6 +74,7 @@ COMMANDS: dict[str, dict[str, type]] = {
 }
 REQUIRED = {"set_lr": ("lr",), "scale_lr": ("factor",), "set": ("settings",)}
 MAX_KEY_CHARS = 100  # a setting's name ("optim.weight_decay"); a longer one is no setting
+MAX_REASON_CHARS = 200  # a stop's reason: it ends up in the final state record, on one line
 
 
 class WireError(ValueError):
@@ -158,7 +163,47 @@ def parse_command(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     missing = [key for key in REQUIRED.get(name, ()) if key not in arguments]
     if missing:
         raise WireError(f"{name}: missing {', '.join(missing)}")
+    for key, value in arguments.items():
+        check = VALUE_CHECKS.get((name, key))
+        problem = check(value) if check is not None else None
+        if problem is not None:
+            raise WireError(f"{name}: {key} {problem}")
     return name, arguments
+
+
+# What a value must be beyond its type, checked on receipt: a value no run could take is refused
+# in the reply, not acknowledged and then refused by an alert. What depends on the run (an LR
+# factor that takes the schedule past MAX_LR, a checkpoint that is no longer the newest) is
+# decided at the step boundary. Each check returns why the value is wrong, or None.
+def _an_lr(value: float) -> str | None:
+    return None if 0 < value <= MAX_LR else f"must be an LR in (0, {MAX_LR:g}], got {value:g}"
+
+
+def _a_factor(value: float) -> str | None:
+    return None if value > 0 else f"must be a factor greater than 0, got {value:g}"
+
+
+def _a_checkpoint_name(value: str) -> str | None:
+    if CHECKPOINT_NAME.match(value):
+        return None
+    return f"must be a checkpoint's file name, e.g. ckpt-00000100.pt, got {_short(value)}"
+
+
+def _a_reason(value: str) -> str | None:
+    if len(value) > MAX_REASON_CHARS:
+        return f"must be at most {MAX_REASON_CHARS} characters, got {len(value):,}"
+    if not value.isprintable():
+        return f"must be printable text on one line, got {_short(value)}"
+    return None
+
+
+VALUE_CHECKS: dict[tuple[str, str], Callable[[Any], str | None]] = {
+    ("set_lr", "lr"): _an_lr,
+    ("scale_lr", "factor"): _a_factor,
+    ("rollback", "lr_factor"): _a_factor,
+    ("rollback", "checkpoint"): _a_checkpoint_name,
+    ("stop", "reason"): _a_reason,
+}
 
 
 def settings_of(settings: dict[str, Any]) -> dict[str, Any]:

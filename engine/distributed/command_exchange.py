@@ -9,7 +9,7 @@ so a pause of any length never trips the collective timeout. The last slot says 
 wants every rank's report after this exchange: `report_due`.
 
 A command whose argument is not a number (a `set`'s settings, a rollback's factor with the
-checkpoint it names) holds its payload's length in its slot; at a boundary that has one, rank 0
+checkpoint it names, an LR change with who asked for it) holds its payload's length in its slot; at a boundary that has one, rank 0
 then broadcasts the payloads' bytes (JSON). A boundary without one makes the one all-reduce as
 before.
 """
@@ -32,7 +32,9 @@ CODES = {
     "disk_full": 10, "disk_retry": 11,  # the run's own, for a full disk
     "set": 12,  # its argument rides in the payload: its slot holds the payload's length
 }  # fmt: skip
-PAYLOADS = frozenset({"set", "rollback"})  # commands whose argument is a pair, not a number
+# commands whose argument is a pair, not a number: a set's (settings, by), a rollback's (LR
+# factor, checkpoint named), an LR change's (value, by: who asked, as config.toml records it)
+PAYLOADS = frozenset({"set", "rollback", "set_lr", "scale_lr"})
 NAMES = {code: name for name, code in CODES.items()}
 MAX_COMMANDS = 8  # per boundary; more are carried to the next one
 USER_STOP = 100  # a stop slot's value for a stop that is not a signal (checkpoint first)
@@ -154,7 +156,7 @@ def payload_of(arg: Any) -> bytes:
 
 def arg_of(payload: bytes) -> Any:
     """The argument back from its bytes, the pair the queue holds: a `set`'s (settings, by), a
-    rollback's (LR factor, checkpoint named or None)."""
+    rollback's (LR factor, checkpoint named or None), an LR change's (value, by)."""
     first, second = json.loads(payload.decode("utf-8"))
     return (first, second)
 
@@ -170,6 +172,4 @@ def _command(code: int, value: float) -> Command:
     name = NAMES[code]
     if name == "stop":
         return ("stop", (bool(value), "stopped by rank 0"))
-    if name in ("set_lr", "scale_lr", "rollback"):
-        return (name, value)
-    return (name, None)
+    return (name, None)  # the others without an argument (PAYLOADS carry theirs)

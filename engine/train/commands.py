@@ -127,7 +127,7 @@ class CommandHandler:
             self.flush()
             self.checkpointer.save_manual()
         elif name in ("set_lr", "scale_lr"):
-            self.change_lr(name, arg)
+            self.change_lr(name, *arg)  # (the LR or factor, who asked)
         elif name == "set":
             self.change_settings(*arg)
         elif name == "sample":
@@ -168,9 +168,10 @@ class CommandHandler:
             return
         report.emit(live.apply(change, by))
 
-    def change_lr(self, name: str, value: float) -> None:
+    def change_lr(self, name: str, value: float, by: str = "app") -> None:
         """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on; a
-        typed LR is the LR once warmup is over (the schedule decides, as the dialog does)."""
+        typed LR is the LR once warmup is over (the schedule decides, as the dialog does).
+        `by` (who asked) is what the timeline records: config.toml's `by`."""
         counters, report, cfg = self.counters, self.reporter, self.cfg
         change = lr_change(name, value, lr_plan(counters.step, cfg, counters.lr_scale))
         if isinstance(change, str):
@@ -187,7 +188,7 @@ class CommandHandler:
         set_lr_factor(optimizer, lr_multiplied(counters.step, cfg, counters.lr_scale))
         counters.current_lr = applied_lr(optimizer)
         if self.live is not None:  # a change of the timeline (config.toml, the checkpoints)
-            self.live.timeline.add(counters.step, {LR_SCALE: change.scale}, "app")
+            self.live.timeline.add(counters.step, {LR_SCALE: change.scale}, by)
         in_warmup = change.settled_step > counters.step
         report.emit(
             LrChanged(

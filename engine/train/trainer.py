@@ -182,12 +182,13 @@ class Trainer:
     def checkpoint(self) -> None:
         self._commands.put("checkpoint")
 
-    def set_lr(self, lr: float) -> None:
-        """Apply `lr` from the next step; kept as a multiplier so the schedule's shape goes on."""
-        self._commands.put("set_lr", float(lr))
+    def set_lr(self, lr: float, by: str = "app") -> None:
+        """Apply `lr` from the next step; kept as a multiplier so the schedule's shape goes on.
+        `by` names who asked (config.toml's timeline says it), as for set_settings."""
+        self._commands.put("set_lr", (float(lr), str(by)))
 
-    def scale_lr(self, factor: float) -> None:
-        self._commands.put("scale_lr", float(factor))
+    def scale_lr(self, factor: float, by: str = "app") -> None:
+        self._commands.put("scale_lr", (float(factor), str(by)))
 
     def set_settings(self, settings: dict[str, Any], by: str = "app") -> None:
         """Change live settings at the next step boundary (engine.contract.EngineHandle);

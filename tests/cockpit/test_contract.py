@@ -101,9 +101,10 @@ def test_every_engine_is_an_engine_handle(tmp_path: Any) -> None:
         assert isinstance(engine, EngineHandle), type(engine).__name__
 
 
-# Who asked for a `set`: an in-process engine may be told (the control server names the viewer);
-# the protocol's callers never pass it.
-EXTRA_KEYWORDS = {"set_settings": {("by", inspect.Parameter.POSITIONAL_OR_KEYWORD, "app", str)}}
+# Who asked for a `set` or an LR change: an in-process engine may be told (the control server
+# names the viewer); the protocol's callers never pass it.
+BY = {("by", inspect.Parameter.POSITIONAL_OR_KEYWORD, "app", str)}
+EXTRA_KEYWORDS = {"set_settings": BY, "set_lr": BY, "scale_lr": BY}
 
 
 def signature(function: Any, extra: set[tuple[Any, ...]] = frozenset()) -> list[tuple[Any, ...]]:

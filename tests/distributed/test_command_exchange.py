@@ -1,6 +1,6 @@
 """The per-boundary command exchange between 2 gloo ranks (two processes of this test, no
 torchrun, no Trainer): a `set`'s settings reach rank 1 whole, among the other commands and in
-their order, a rollback's named checkpoint too, and a boundary without either makes no
+their order, a rollback's named checkpoint and who asked for an LR change too, and a boundary without either makes no
 broadcast."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ SETTINGS = {"optim.weight_decay": 0.0, "train.max_steps": 5000, "sample.prompts"
 BY = "viewer 2 alice@gpu1 (pts/3)"
 RANK_0_ASKS = [
     [
-        ("pause", None), ("set", (SETTINGS, BY)), ("set_lr", 1e-3),
+        ("pause", None), ("set", (SETTINGS, BY)), ("set_lr", (1e-3, BY)),
         ("set", ({"eval.interval": 7}, "app")),
     ],  # fmt: skip
     [("checkpoint", None)],  # no set: no broadcast
@@ -49,7 +49,8 @@ def test_a_set_reaches_every_rank_whole_and_only_its_boundary_broadcasts(tmp_pat
     assert fourth["commands"] == [["rollback", [0.5, "ckpt-00000010.pt"]], ["rollback", [0.25, None]]]
     assert fourth["broadcasts"] == 3
     assert first["commands"] == [
-        ["pause", None], ["set", [SETTINGS, BY]], ["set_lr", 1e-3], ["set", [{"eval.interval": 7}, "app"]],
+        ["pause", None], ["set", [SETTINGS, BY]], ["set_lr", [1e-3, BY]],
+        ["set", [{"eval.interval": 7}, "app"]],
     ]  # fmt: skip
     assert [first["broadcasts"], second["broadcasts"], third["broadcasts"]] == [1, 1, 2]
     assert second["commands"] == [["checkpoint", None]]

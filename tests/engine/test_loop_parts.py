@@ -316,7 +316,7 @@ def test_commands_change_the_lr_and_stop_with_the_first_reason(tmp_path: Path) -
     parts = Parts(tmp_path)
     handler = handler_for(parts)
     parts.counters.step = parts.cfg.schedule.warmup_steps + 1  # past warmup: no "after warmup"
-    parts.queue.put("scale_lr", 0.5)
+    parts.queue.put("scale_lr", (0.5, "app"))
     parts.queue.put("stop", (False, "quit"))
     parts.queue.put("stop", (True, "SIGTERM"))  # later: the first stop asked for wins
     handler.apply_queued()

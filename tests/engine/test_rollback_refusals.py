@@ -4,51 +4,15 @@ the automatic rollback after a NaN)."""
 
 from __future__ import annotations
 
-import json
-import socket
 from pathlib import Path
 from typing import Any
 
+from raw_viewer import RawViewer as Viewer
+from raw_viewer import kind
+
 from engine.checkpoint.store import list_checkpoints, load_checkpoint
 from engine.config.presets import load_preset
-from engine.control import wire
-from engine.control.unix_socket import connect_unix
 from engine.train.trainer import Trainer
-
-TIMEOUT_S = 60.0
-
-
-class Viewer:
-    """A client of a live run's control socket: reads its lines, sends commands."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(TIMEOUT_S)
-        connect_unix(self.sock, run_dir / wire.SOCKET_NAME)
-        self.stream = self.sock.makefile("rb")
-        self.until(lambda m: m == {"kind": "live"})
-
-    def until(self, check: Any) -> dict[str, Any]:
-        """The first message from now that `check` accepts."""
-        while True:
-            line = self.stream.readline()
-            assert line, "the run closed the connection"
-            message = json.loads(line)
-            if check(message):
-                return message
-
-    def command(self, name: str, id: int, **arguments: Any) -> dict[str, Any]:
-        """Send a command; its reply."""
-        self.sock.sendall(wire.encode({"cmd": name, "id": id, **arguments}))
-        return self.until(lambda m: m.get("kind") == "reply" and m.get("id") == id)
-
-    def close(self) -> None:
-        self.stream.close()
-        self.sock.close()
-
-
-def kind(name: str, **fields: Any) -> Any:
-    return lambda m: m.get("kind") == name and all(m.get(k) == v for k, v in fields.items())
 
 
 def saved_checkpoint(viewer: Viewer) -> Path:
@@ -59,15 +23,17 @@ def saved_checkpoint(viewer: Viewer) -> Path:
 def test_rollback_with_a_factor_out_of_range_is_refused_in_one_line_and_training_goes_on(live):
     viewer = Viewer(live.run_dir)
     saved_checkpoint(viewer)  # something to roll back to: only the factor is wrong
-    for id, factor in enumerate((-2, 0, 1e300), start=10):
-        assert viewer.command("rollback", id, lr_factor=factor)["ok"] is True
-        refusal = viewer.until(kind("alert", code="rollback"))
-        assert refusal["level"] == "warning", refusal
-        assert refusal["message"].startswith("rollback refused: ") and "\n" not in refusal["message"]
-        assert "goes on" in refusal["message"]
-    reply = viewer.command("rollback", 20, lr_factor="x")
-    assert reply["ok"] is False and "lr_factor must be a number" in reply["error"]
-    assert "\n" not in reply["error"]
+    # no run takes these: refused in the reply itself, never acknowledged with ok
+    for id, factor in enumerate((-2, 0, "x"), start=10):
+        reply = viewer.command("rollback", id, lr_factor=factor)
+        assert reply["ok"] is False and "\n" not in reply["error"], reply
+        assert reply["error"].startswith("rollback: lr_factor must be a"), reply
+    # one that depends on the schedule (its LR past the maximum) is the run's to refuse
+    assert viewer.command("rollback", 13, lr_factor=1e300)["ok"] is True
+    refusal = viewer.until(kind("alert", code="rollback"))
+    assert refusal["level"] == "warning", refusal
+    assert refusal["message"].startswith("rollback refused: ") and "\n" not in refusal["message"]
+    assert "goes on" in refusal["message"]
     assert live.steps_grow(5)
     # nothing was rolled back: no LR change, the step counter never went back
     assert live.records("lr_changed") == []
