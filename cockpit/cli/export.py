@@ -35,15 +35,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to write (default: RUN_DIR/export/NAME, NAME depending on the format)",
     )
     parser.add_argument(
-        "--force", action="store_true", help="write even if --out already exists and is not empty"
+        "--force",
+        action="store_true",
+        help="write even if --out already exists and is not empty (a file or folder of yours, "
+        "never a link)",
     )
 
 
 def refuse_existing(out: Path, force: bool) -> None:
-    """An ExportError when `out` holds something and --force was not given."""
+    """An ExportError when `out` holds something and --force was not given (a link is refused
+    whatever --force says: see engine.export.place)."""
     from engine.export import ExportError
 
-    if force or not out.exists():
+    if force or out.is_symlink() or not out.exists():
         return
     holds_something = any(out.iterdir()) if out.is_dir() else out.stat().st_size > 0
     if holds_something:
@@ -61,13 +65,19 @@ def _missing_package_line(fmt: str, e: ImportError) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from engine.checkpoint import CheckpointError
-    from engine.export import ExportError, default_out, refuse_run_files
+    from engine.export import ExportError, default_out, refuse_run_files, run_dir_of
+    from engine.export.place import check_export_folder, check_out
 
     target = Path(args.target).expanduser()
     try:
         if not target.exists():
             raise ExportError(f"{target}: no such run directory or checkpoint file; give one")
-        out = Path(args.out).expanduser() if args.out else default_out(target, args.format)
+        if args.out:
+            out = Path(args.out).expanduser()
+        else:
+            check_export_folder(run_dir_of(target))
+            out = default_out(target, args.format)
+        check_out(out)  # never a link, ours, below folders no one else can change
         refuse_run_files(out)  # even with --force: a run's own files are never replaced
         refuse_existing(out, args.force)
         from engine.export import format_module
@@ -77,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(e))
     except ImportError as e:
         return _fail(_missing_package_line(args.format, e))
-    except OSError as e:  # a disk that is full, read-only or not ours
+    except OSError as e:  # what the export's own checks did not turn into one line
         where = e.filename or "the output"
         return _fail(
             f"cannot write {where} ({e.strerror or e}); free space or choose another --out"

@@ -25,7 +25,8 @@ from typing import Any
 
 from engine.export import ExportError, ExportResult
 from engine.export.metrics_records import BranchScan, metrics_path
-from engine.files import atomic_file
+from engine.export.place import staged_dir
+from engine.files import create_new
 
 DEFAULT_NAME = "csv"
 LEFT_OUT = frozenset({"run_started"})
@@ -84,38 +85,31 @@ def _headers(scan: BranchScan) -> dict[str, list[str]]:
 def export(target: Path, out: Path) -> ExportResult:
     """Write `target`'s metrics as KIND.csv files in the folder `out` (replacing those)."""
     metrics = metrics_path(target)
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} is a file; give --out a folder for the CSV files")
     scan = BranchScan(metrics)
     headers = _headers(scan)
     if not headers:
         raise ExportError(f"{metrics} holds no metrics yet; export the run once it has trained")
     rows = dict.fromkeys(headers, 0)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        # each file written under a temporary name and renamed over KIND.csv once all are
-        # written (a link planted at the name is replaced, never written through)
-        with contextlib.ExitStack() as files:
-            writers = {}
-            for kind, header in headers.items():
-                text = io.TextIOWrapper(
-                    files.enter_context(atomic_file(out / f"{kind}.csv")),
-                    encoding="utf-8",
-                    newline="",
-                )
-                files.callback(_flush_and_detach, text)  # runs before its file is renamed
-                writers[kind] = csv.DictWriter(text, fieldnames=header, restval="")
-                writers[kind].writeheader()
-            for record in scan.records():
-                row = row_of(record)
-                if row is None or row[0] not in writers:
-                    continue  # a kind first seen after the header pass (a live run)
-                kind, columns = row
-                cells = {k: cell(v) for k, v in columns.items() if k in headers[kind]}
-                writers[kind].writerow(cells)
-                rows[kind] += 1
-    except OSError as e:
-        raise ExportError(f"cannot write {out}: {e.strerror or e}; check the disk") from None
+    # every table written in a new private folder, then renamed into `out` whole (see place)
+    with staged_dir(out) as stage, contextlib.ExitStack() as files:
+        writers = {}
+        for kind, header in headers.items():
+            text = io.TextIOWrapper(
+                files.enter_context(create_new(stage / f"{kind}.csv")),
+                encoding="utf-8",
+                newline="",
+            )
+            files.callback(_flush_and_detach, text)  # runs before its file is closed
+            writers[kind] = csv.DictWriter(text, fieldnames=header, restval="")
+            writers[kind].writeheader()
+        for record in scan.records():
+            row = row_of(record)
+            if row is None or row[0] not in writers:
+                continue  # a kind first seen after the header pass (a live run)
+            kind, columns = row
+            cells = {k: cell(v) for k, v in columns.items() if k in headers[kind]}
+            writers[kind].writerow(cells)
+            rows[kind] += 1
     notes = [", ".join(f"{kind}.csv {n} row{'' if n == 1 else 's'}" for kind, n in rows.items())]
     if scan.abandoned:
         notes.append(f"{scan.abandoned} records of abandoned branches (resume, rollback) left out")
@@ -125,6 +119,6 @@ def export(target: Path, out: Path) -> ExportResult:
 
 
 def _flush_and_detach(text: io.TextIOWrapper) -> None:
-    """Hand the text's last bytes to its binary file, which atomic_file then closes."""
+    """Hand the text's last bytes to its binary file, which the exit stack then closes."""
     text.flush()
     text.detach()

@@ -10,10 +10,7 @@ left is the pair that the token was made from.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
-
-from engine.files import atomic_write_text
 
 END_OF_TEXT = "<|endoftext|>"
 # The encodings built on GPT-2's byte-level BPE and its pre-tokenizer pattern.
@@ -112,11 +109,3 @@ def tokenizer_files(encoding: Any, model_max_length: int) -> dict[str, str]:
         "tokenizer_config.json": json.dumps(config, indent=2) + "\n",
         "special_tokens_map.json": json.dumps(special, indent=2) + "\n",
     }
-
-
-def write_tokenizer_files(encoding: Any, model_max_length: int, out: Path) -> list[Path]:
-    written = []
-    for name, text in tokenizer_files(encoding, model_max_length).items():
-        atomic_write_text(out / name, text)
-        written.append(out / name)
-    return written

@@ -17,8 +17,8 @@ import torch
 
 from engine.checkpoint.trained import TrainedModel
 from engine.export import ExportResult
+from engine.export.place import staged_dir
 from engine.export.weights_source import (
-    check_directory_out,
     cockpit_name,
     cockpit_version,
     gpt2_name,
@@ -31,6 +31,8 @@ from engine.files import atomic_write_by_name, atomic_write_text
 DEFAULT_NAME = "hf"
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 CHARS_FILE = "cockpit_chars.json"
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
 # Linear layers inside a block: their weights are transposed into Conv1D's layout.
 _CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 # Layers with a bias in GPT-2, whatever the run had.
@@ -106,19 +108,23 @@ def _bpe_encoding(name: str) -> Any:
     return tiktoken.get_encoding(name)  # the run's tokenizer loaded it, so it is cached
 
 
-def _write_tokenizer(trained: TrainedModel, out: Path) -> tuple[list[Path], list[str], int | None]:
-    """The tokenizer files for a GPT-2-style BPE run, or the reason there are none."""
-    from engine.export.gpt2_tokenizer import END_OF_TEXT, uses_gpt2_bpe, write_tokenizer_files
+def _write_tokenizer(
+    trained: TrainedModel, stage: Path, out: Path
+) -> tuple[list[str], list[str], int | None]:
+    """The tokenizer files for a GPT-2-style BPE run, written in `stage` (they end up in `out`),
+    or the reason there are none: (their names, notes, the end-of-text id)."""
+    from engine.export.gpt2_tokenizer import END_OF_TEXT, tokenizer_files, uses_gpt2_bpe
 
     name = trained.tokenizer.name
     if name == "char":
-        chars = out / CHARS_FILE
-        atomic_write_text(chars, json.dumps(list(trained.tokenizer.chars), ensure_ascii=False))
+        atomic_write_text(
+            stage / CHARS_FILE, json.dumps(list(trained.tokenizer.chars), ensure_ascii=False)
+        )
         note = (
             f"no tokenizer files: transformers has no character-level GPT-2 tokenizer; the run's "
-            f"characters (token id = position in the list) are in {chars}"
+            f"characters (token id = position in the list) are in {out / CHARS_FILE}"
         )
-        return [chars], [note], None
+        return [CHARS_FILE], [note], None
     encoding = _bpe_encoding(name)
     eot = encoding._special_tokens.get(END_OF_TEXT)
     if not uses_gpt2_bpe(encoding) or eot is None:
@@ -127,27 +133,29 @@ def _write_tokenizer(trained: TrainedModel, out: Path) -> tuple[list[Path], list
             f"tiktoken.get_encoding({name!r}) and pass its ids to the model"
         )
         return [], [note], eot
-    written = write_tokenizer_files(encoding, trained.cfg.model.block_size, out)
+    files = tokenizer_files(encoding, trained.cfg.model.block_size)
+    for file_name, text in files.items():
+        atomic_write_text(stage / file_name, text)
     note = f"tokenizer: GPT2TokenizerFast.from_pretrained reads the {name} vocabulary from here"
-    return written, [note], eot
+    return list(files), [note], eot
 
 
 def export(target: Path, out: Path) -> ExportResult:
     from safetensors.torch import save_file
 
-    check_directory_out(out)
     trained = load_gpt2_shaped(target, "Hugging Face's GPT-2")
     tensors = hf_tensors(true_vocab_state(trained), trained.cfg.model.n_layer)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in (*TOKENIZER_FILES, CHARS_FILE):  # from an earlier export into this directory
-        (out / stale).unlink(missing_ok=True)
-    weights = out / "model.safetensors"
-    # each file replaced whole with FILE_MODE (save_file alone makes it 0600 and follows links)
-    atomic_write_by_name(weights, lambda tmp: save_file(tensors, str(tmp), {"format": "pt"}))
-    tokenizer_written, tokenizer_notes, eot = _write_tokenizer(trained, out)
-    config = out / "config.json"
-    atomic_write_text(config, json.dumps(hf_config(trained, eot), indent=2) + "\n")
+    # written in a new private folder, renamed into `out` once all are (see place); an earlier
+    # export's tokenizer files this one has no new version of are removed then
+    with staged_dir(out, stale=(*TOKENIZER_FILES, CHARS_FILE)) as stage:
+        # each file with FILE_MODE (save_file alone makes it 0600)
+        atomic_write_by_name(
+            stage / WEIGHTS_NAME, lambda tmp: save_file(tensors, str(tmp), {"format": "pt"})
+        )
+        tokenizer_names, tokenizer_notes, eot = _write_tokenizer(trained, stage, out)
+        atomic_write_text(stage / CONFIG_NAME, json.dumps(hf_config(trained, eot), indent=2) + "\n")
     notes = [source_note(trained), *tokenizer_notes]
     if not trained.cfg.model.bias:
         notes.append("biases written as zeros: GPT-2 always has them, this run had none")
-    return ExportResult(written=[config, weights, *tokenizer_written], notes=notes)
+    written = [out / name for name in (CONFIG_NAME, WEIGHTS_NAME, *tokenizer_names)]
+    return ExportResult(written=written, notes=notes)

@@ -17,8 +17,8 @@ import torch
 
 from engine.checkpoint.trained import TrainedModel
 from engine.export import ExportError, ExportResult
+from engine.export.place import staged_dir
 from engine.export.weights_source import (
-    check_directory_out,
     cockpit_name,
     cockpit_version,
     gpt2_name,
@@ -111,7 +111,6 @@ def char_meta(chars: str) -> dict[str, Any]:
 
 
 def export(target: Path, out: Path) -> ExportResult:
-    check_directory_out(out)
     trained = load_gpt2_shaped(target, "nanoGPT's GPT")
     if trained.cfg.model.mlp == "gelu_tanh":
         raise ExportError(
@@ -119,15 +118,17 @@ def export(target: Path, out: Path) -> ExportResult:
             "would change; export --format hf (its gelu_new) or safetensors instead"
         )
     checkpoint = nanogpt_checkpoint(trained)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / META_NAME).unlink(missing_ok=True)  # from an earlier export into this directory
-    ckpt_file = out / CKPT_NAME
-    atomic_write(ckpt_file, lambda f: torch.save(checkpoint, f))
-    written, notes = [ckpt_file], [source_note(trained)]
     name = trained.tokenizer.name
+    # written in a new private folder, renamed into `out` once all are (see place); an earlier
+    # export's meta.pkl is removed then when this one has none
+    with staged_dir(out, stale=(META_NAME,)) as stage:
+        atomic_write(stage / CKPT_NAME, lambda f: torch.save(checkpoint, f))
+        if name == "char":
+            chars = trained.tokenizer.chars
+            atomic_write(stage / META_NAME, lambda f: pickle.dump(char_meta(chars), f))
+    ckpt_file, meta = out / CKPT_NAME, out / META_NAME
+    written, notes = [ckpt_file], [source_note(trained)]
     if name == "char":
-        meta = out / META_NAME
-        atomic_write(meta, lambda f: pickle.dump(char_meta(trained.tokenizer.chars), f))
         written.append(meta)
         dataset = checkpoint["config"]["dataset"]
         notes.append(

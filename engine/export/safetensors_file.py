@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 
 from engine.checkpoint.trained import TrainedModel
-from engine.export import ExportError, ExportResult
+from engine.export import ExportResult
+from engine.export.place import file_place
 from engine.export.weights_source import (
     cockpit_version,
     distinct_tensors,
@@ -49,19 +50,15 @@ def metadata_of(trained: TrainedModel) -> dict[str, str]:
 def export(target: Path, out: Path) -> ExportResult:
     from safetensors.torch import save_file
 
-    if out.is_dir():
-        raise ExportError(
-            f"--out {out}: a directory is there and this format writes one file; "
-            f"give a file path such as {out / DEFAULT_NAME}"
-        )
     trained = load_for_export(target)
     tensors, tied = distinct_tensors(true_vocab_state(trained))
     metadata = metadata_of(trained)
     metadata["tied_weights"] = json.dumps(tied)
-    out.parent.mkdir(parents=True, exist_ok=True)
     contiguous = {k: v.detach().contiguous() for k, v in tensors.items()}
-    # a crash never leaves a half-written file under the real name; FILE_MODE, never a link
-    atomic_write_by_name(out, lambda tmp: save_file(contiguous, str(tmp), metadata))
+    # written in a private folder beside `out`, then renamed over it: never through a link,
+    # with FILE_MODE, never half-written; the folders made for it go again if it fails
+    with file_place(out):
+        atomic_write_by_name(out, lambda tmp: save_file(contiguous, str(tmp), metadata))
     notes = [source_note(trained)]
     if tied:
         pairs = ", ".join(f"{name} is {kept}" for name, kept in tied.items())

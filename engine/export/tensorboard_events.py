@@ -10,34 +10,32 @@ started. The file is read line by line; memory stays small however long the run.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from engine.config.run_config import ConfigError
 from engine.export import ExportError, ExportResult
 from engine.export.metrics_records import BranchScan, metrics_path
+from engine.export.place import staged_dir
 from engine.rundir.tensorboard_scalars import write_record
 
 DEFAULT_NAME = "tensorboard"
 EVENT_FILE_PREFIX = "events.out.tfevents."
 
 
-def _clear_previous(out: Path) -> int:
-    """Remove event files an earlier export left in `out` (TensorBoard would show both);
-    refuse a file in the way or a folder holding anything else."""
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} is a file; give --out a folder (new or an earlier export)")
-    if not out.exists():
-        return 0
-    entries = list(out.iterdir())
-    others = [p.name for p in entries if not p.name.startswith(EVENT_FILE_PREFIX)]
+def _previous_event_files(out: Path) -> list[str]:
+    """The event files an earlier export left in `out` (TensorBoard would show both: they are
+    replaced); a folder holding anything else is refused."""
+    if not out.is_dir() or out.is_symlink():
+        return []  # nothing there yet, or what staged_dir refuses in one line
+    entries = os.listdir(out)
+    others = [name for name in entries if not name.startswith(EVENT_FILE_PREFIX)]
     if others:
         raise ExportError(
             f"{out} holds other files ({', '.join(sorted(others)[:3])}); "
             "give --out a new folder or an earlier TensorBoard export"
         )
-    for path in entries:
-        path.unlink()
-    return len(entries)
+    return entries
 
 
 def export(target: Path, out: Path) -> ExportResult:
@@ -46,27 +44,29 @@ def export(target: Path, out: Path) -> ExportResult:
     from engine.rundir.sinks import summary_writer_class  # torch and tensorboard: only here
 
     try:
-        writer_class = summary_writer_class()
+        summary_writer_class()
     except ConfigError:
         raise ExportError(
             "the tensorboard package is not installed; pip install 'cockpit[tensorboard]'"
         ) from None
+    from engine.rundir.event_file import EventFile
+
     scan = BranchScan(metrics)
-    replaced = _clear_previous(out)
-    out.mkdir(parents=True, exist_ok=True)
-    writer = writer_class(log_dir=str(out))
+    previous = _previous_event_files(out)
     written = 0
     last_step = None
-    try:
-        for record in scan.records():
-            n = write_record(writer, record)
-            if n:
-                written += n
-                last_step = record["step"]
-    except OSError as e:
-        raise ExportError(f"cannot write {out}: {e.strerror or e}; check the disk") from None
-    finally:
-        writer.close()
+    # written on this thread in a new private folder (a full disk is an OSError here, never a
+    # traceback from a writer's thread), then renamed into `out` with the earlier files removed
+    with staged_dir(out, stale=previous) as stage:
+        events = EventFile(stage)
+        try:
+            for record in scan.records():
+                n = write_record(events, record)
+                if n:
+                    written += n
+                    last_step = record["step"]
+        finally:
+            events.close()
     view = f"view: tensorboard --logdir {out}"
     if written:
         notes = [f"{written} scalars and texts up to step {last_step}; {view}"]
@@ -76,6 +76,6 @@ def export(target: Path, out: Path) -> ExportResult:
         notes.append(f"{scan.abandoned} records of abandoned branches (resume, rollback) left out")
     if scan.damaged:
         notes.append(scan.damaged)
-    if replaced:
+    if previous:
         notes.append(f"replaced the earlier export in {out}")
     return ExportResult(written=[out], notes=notes)

@@ -165,11 +165,3 @@ def true_vocab_state(trained: TrainedModel) -> dict[str, torch.Tensor]:
                 cut[where] = full[: model.vocab_size].clone()
             state[name] = cut[where]
     return state
-
-
-def check_directory_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ExportError(
-            f"--out {out}: a file is there and this format writes a directory; "
-            "give a directory path"
-        )
