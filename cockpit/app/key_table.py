@@ -239,8 +239,8 @@ COMMANDS: tuple[Command, ...] = (
         "m",
         "smoothing",
         show=False,
-        help="EMA 0.9/0.99/off",
-        joins_row=True,
+        # its own row, in the words of the panel's title (ema:heavy): joined to t / g it wrapped
+        help="loss EMA: light 0.9 / heavy 0.99 / off",
         title="Loss smoothing: light / heavy / off",
         summary="Cycle the loss curve's EMA",
     ),
@@ -329,8 +329,13 @@ COMMANDS: tuple[Command, ...] = (
         priority=True,
         help_keys="ctrl+c ctrl+q",
         # as action_request_quit does: the second press answers the dialog with what loses
-        # nothing, a third (while it waits to save) leaves without waiting
-        help="quit, in dialogs too; twice: yes, saving (a viewer detaches); thrice: unsaved",
+        # nothing, a third (while it waits to save) leaves without waiting; one line each
+        help=(
+            "quit from any screen, dialogs too: it asks\n"
+            "again: yes, save a checkpoint and quit\n"
+            "  (attached to a run: detach, the run goes on)\n"
+            "a third time: quit at once, without the checkpoint"
+        ),
         palette_as="quit",
         main_only=False,
     ),
