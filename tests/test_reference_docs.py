@@ -194,7 +194,7 @@ def test_the_wire_page_lists_every_command_with_its_arguments() -> None:
 
 
 def test_the_wire_page_states_the_limits_the_server_enforces() -> None:
-    from engine.control import catch_up, viewer, wire
+    from engine.control import catch_up, server, viewer, wire
     from engine.rundir import metrics_log
 
     page = " ".join((REFERENCE / "wire.md").read_text(encoding="utf-8").split())
@@ -202,6 +202,9 @@ def test_the_wire_page_states_the_limits_the_server_enforces() -> None:
     assert f"at most {wire.MAX_DEPTH} arrays or objects deep" in page
     assert f"`protocol` ({wire.PROTOCOL})" in page
     assert f"passes {viewer.VIEWER_QUEUE:,} has it cleared" in page
+    assert f"At most {server.MAX_VIEWERS} viewers at once (`MAX_VIEWERS`)" in page
+    assert viewer.REPLY_BACKLOG_BYTES == 1 << 20 and "once 1 MiB of its lines wait" in page
+    assert server.SEND_CHUNK_BYTES == 256 * 1024 and "one 256 KiB piece" in page
     assert f"thinned evenly to at most {metrics_log.REPLAY_STEPS:,}" in page
     assert f"the newest {catch_up.REPLAY_JOURNAL} `viewer` and `command` records" in page
     assert f"`RUN_DIR/{wire.SOCKET_NAME}`" in page
