@@ -65,8 +65,14 @@ def _missing_package_line(fmt: str, e: ImportError) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from engine.checkpoint import CheckpointError
-    from engine.export import ExportError, default_out, refuse_run_files, run_dir_of
-    from engine.export.place import check_export_folder, check_out
+    from engine.export import (
+        ExportError,
+        check_export_folder,
+        check_out,
+        default_out,
+        refuse_run_files,
+        run_dir_of,
+    )
 
     target = Path(args.target).expanduser()
     try:

@@ -13,15 +13,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from engine import lazy_exports
+
 __all__ = [
     "FORMATS",
     "ExportError",
     "ExportResult",
+    "check_export_folder",
+    "check_out",
     "default_out",
     "format_module",
     "refuse_run_files",
     "run_dir_of",
 ]
+# where an export may write (engine.export.place, which imports this module): on first use
+_EXPORTS = {"engine.export.place": ("check_export_folder", "check_out")}
+_, __getattr__, _ = lazy_exports(__name__, _EXPORTS)
 
 # format -> (module, what it reads, one line for --help)
 FORMATS: dict[str, tuple[str, str, str]] = {
