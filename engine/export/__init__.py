@@ -3,7 +3,8 @@
 One module per format, each with `export(target: Path, out: Path) -> ExportResult` and a
 `DEFAULT_NAME` (where the output goes inside the run directory's `export/` folder when no
 --out is given). Weight formats read a checkpoint (a RUN_DIR means its best, else its latest);
-metric formats read the run directory's metrics.jsonl.
+metric formats read the run directory's metrics.jsonl. Each writes through `place`: never through
+a link, only where no other user can write, whole or not at all (a full disk is one line).
 """
 
 from __future__ import annotations
