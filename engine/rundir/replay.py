@@ -143,6 +143,6 @@ def _config(run_dir: Path) -> dict[str, Any]:
     """The run's resolved config (the metrics file leaves it to config.json); {} without one."""
     try:
         config = json.loads((run_dir / "config.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past json's depth
         return {}
     return config if isinstance(config, dict) else {}

@@ -147,7 +147,7 @@ def fork_parent(run_dir: Path) -> dict[str, Any] | None:
 def load_summary_file(run_dir: Path) -> RunSummary | None:
     try:
         return from_json(json.loads((run_dir / SUMMARY_NAME).read_bytes()))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # damaged (nested past json's depth): rebuilt
         return None
 
 

@@ -133,7 +133,7 @@ def test_the_listing_replay_and_journal_read_past_them(malformed: Path, tmp_path
     from engine.rundir.summary import read_summary
 
     run = copy_run(malformed, tmp_path / "run")
-    (run / "summary.json").unlink()  # rebuilt from metrics.jsonl, as `cockpit runs` does
+    (run / "summary.json").write_text(DEEP)  # damaged too: rebuilt from metrics.jsonl
     assert read_summary(run, write_back=False).facts["step"] >= 20
     for fast in (True, False):
         steps = [e.step for e in read_replay(run, fast=fast).events if e.kind == "step"]
