@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.ablation.spec import BASELINE, AblationSpec, settled
-from engine.config import ConfigError, load_preset
+from engine.config import ConfigError, load_preset, read_small_text
 from engine.events import RunState
 from engine.files import atomic_write_text
 
@@ -192,9 +192,11 @@ def read_record(directory: Path) -> dict[str, Any] | None:
     """series.json of `directory`, or None when there is none; ConfigError when unreadable."""
     path = directory / SERIES_FILE
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(read_small_text(path, "a series record"))
     except (FileNotFoundError, NotADirectoryError):  # no series there yet (--runs is checked on writing)
         return None
+    except ConfigError as e:  # not a regular file, or far too large
+        raise ConfigError(f"{e}; move it away to start the series afresh") from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: cannot be read ({e}); move it away to start the series afresh") from None
     if not isinstance(record, dict) or record.get("version") != VERSION:

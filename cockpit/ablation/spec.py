@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.config import ConfigError, load_preset, parse_override
+from engine.config import ConfigError, load_preset, parse_override, read_small_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -205,7 +205,7 @@ def spec_from_file(path: Path) -> AblationSpec:
     """The series a TOML file describes; ConfigError (one line) for one that cannot be read or
     holds what a series has not."""
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(read_small_text(path, "a series file"))  # no FIFO, no /dev/zero
     except FileNotFoundError:
         hint = "" if path.suffix == ".toml" else f"; a baseline preset is --preset {path}"
         raise ConfigError(f"{path}: no such file; give the series' TOML file (see cockpit ablate --help){hint}") from None

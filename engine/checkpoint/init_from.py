@@ -35,6 +35,7 @@ from engine.checkpoint.init_source import (
     REQUIRED,
     WHAT_IT_MAY_BE,
     refusal,
+    refuse_unless_regular,
     required_refusal,
     source_path,
 )
@@ -60,6 +61,7 @@ def open_source(given: str) -> WeightsSource:
             "a directory with no config.json (not a Hugging Face model), no ckpt.pt (nanoGPT) and "
             f"no checkpoint (not a cockpit run); give {WHAT_IT_MAY_BE}",
         )
+    refuse_unless_regular(given, path)  # a FIFO, a device: refused before it is opened
     if path.suffix == ".safetensors" or sniffs_safetensors(path):  # an export named otherwise too
         if (path.parent / "config.json").is_file() and not is_cockpit_export(path):
             return hf_directory(given, path, path.parent, path)

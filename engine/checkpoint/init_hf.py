@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from engine.checkpoint.init_files import load_safetensors, load_torch_file
 from engine.checkpoint.init_source import InitFromError, refusal
 from engine.checkpoint.init_weights import GPT2_VOCAB, WeightsSource, gpt2_shape
+from engine.config.user_files import UserFileError, read_small_text
 from engine.export.hf import CHARS_FILE  # a char run's characters, beside its HF export
 from engine.export.nanogpt import SAME_AS_GPT2 as GPT2_BPE  # tiktoken's names for GPT-2's BPE
 
@@ -29,7 +30,9 @@ def hf_directory(
     given: str, where: Path, folder: Path, weights: Path | None = None
 ) -> WeightsSource:
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(read_small_text(folder / "config.json", "a model config"))
+    except UserFileError as e:  # a FIFO, a device, far too large: refused unread
+        raise refusal(given, str(e)) from None
     except (OSError, ValueError, UnicodeDecodeError) as e:
         raise refusal(given, f"{folder / 'config.json'} does not read as JSON ({type(e).__name__})") from None
     if not isinstance(config, dict):
@@ -108,7 +111,9 @@ def _hf_tokenizer(given: str, folder: Path, config: dict[str, Any], vocab: int) 
     chars_file = folder / CHARS_FILE
     if chars_file.is_file():
         try:
-            chars = "".join(json.loads(chars_file.read_text(encoding="utf-8")))
+            chars = "".join(json.loads(read_small_text(chars_file, "a list of characters")))
+        except UserFileError as e:
+            raise refusal(given, str(e)) from None
         except (OSError, ValueError, TypeError):
             raise refusal(given, f"{chars_file} does not read as a list of characters") from None
         if len(chars) != vocab:

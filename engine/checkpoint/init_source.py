@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from engine.config.run_config import ConfigError
+from engine.config.user_files import UserFileError, check_regular_file
 
 REQUIRED = "required"  # a preset's init_from: the run needs --init-from to start
 WHAT_IT_MAY_BE = (
@@ -83,6 +84,15 @@ def source_path(given: str) -> Path:
     raise refusal(
         given, f"no such file or directory{cache}; give {WHAT_IT_MAY_BE} (cockpit downloads nothing)"
     )
+
+
+def refuse_unless_regular(given: str, file: Path) -> None:
+    """Refuse a source file that is not a regular file (a FIFO would block its read for ever,
+    past the first SIGTERM; a device never ends), in one line and without opening it."""
+    try:
+        check_regular_file(file, "a weights file")
+    except UserFileError as e:
+        raise refusal(given, str(e)) from None
 
 
 def same_source(recorded: str, given: str) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
 from engine.config.run_config import SECTIONS, TOP_LEVEL_KEYS, ConfigError, RunConfig
+from engine.config.user_files import read_small_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -284,8 +285,8 @@ def merge_tables(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        # a FIFO or a device (--preset /dev/zero) is refused, and a file only read so far
+        return tomllib.loads(read_small_text(path, "a preset"))
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such preset file; check the path or run `cockpit presets`"

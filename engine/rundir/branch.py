@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.config.user_files import UserFileError, check_regular_file, read_small_text
 from engine.files import DIR_MODE, atomic_write_text, create_new
 
 FORK_FILE = "fork.json"
@@ -90,7 +91,7 @@ def branch_overrides(resume: Path) -> list[str]:
     from engine.checkpoint import is_sharded, latest_checkpoint
     run_dir = resume if resume.is_dir() and not is_sharded(resume) else resume.parent
     try:
-        fork = json.loads((run_dir / FORK_FILE).read_text(encoding="utf-8"))
+        fork = json.loads(read_small_text(run_dir / FORK_FILE, "a fork record"))
         inherited, overrides = fork["checkpoint"], fork.get("overrides", [])
     except (OSError, ValueError, KeyError, TypeError):
         return []  # not a branch (or its fork.json is unreadable: the checkpoint's config rules)
@@ -103,7 +104,7 @@ def branch_overrides(resume: Path) -> list[str]:
 def carried_changes(branch: Path) -> list[dict[str, Any]]:
     """The changes of settings a branch goes on with (its fork.json's; [] when unreadable)."""
     try:
-        fork = json.loads((branch / FORK_FILE).read_text(encoding="utf-8"))
+        fork = json.loads(read_small_text(branch / FORK_FILE, "a fork record"))
     except (OSError, ValueError):
         return []
     changes = fork.get("settings_changes") if isinstance(fork, dict) else None
@@ -118,7 +119,12 @@ def _checkpoint_of(target: Path) -> Path:
         newest = latest_checkpoint(target)
         if newest is None:
             raise ForkError(f"{target}: no checkpoint to branch from (ckpt-*.pt)")
-        return newest
+        target = newest
+    if not target.is_dir():  # a FIFO would block the read for ever, a device never ends
+        try:
+            check_regular_file(target, "a checkpoint")
+        except UserFileError as e:
+            raise ForkError(str(e)) from None
     return target
 
 
