@@ -25,6 +25,7 @@ from cockpit.cli.terminal import (
     no_app_here,
     say_or_leave_quietly,
     warn_in_app,
+    watch_the_terminal,
 )
 
 NAME = "attach"
@@ -99,6 +100,7 @@ def attach(
 
     app = attached_app(engine, notify, runs_root)
     hung_up = _detach_on_signals(app)
+    watch_the_terminal()
     warn_in_app(app, glyph_problem_here())
     run_app(app, mouse=mouse)
     if hung_up.is_set():  # the terminal is gone: where the run is can no longer be said

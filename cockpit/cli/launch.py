@@ -18,7 +18,13 @@ from cockpit.cli.options import add_run_options, notify_settings
 from cockpit.cli.preflight import preflight, torchrun_rank
 from cockpit.cli.preset_fit import preset_fit_warning
 from cockpit.cli.stop_signals import StopSignals, exit_when_ended, signal_reason
-from cockpit.cli.terminal import glyph_problem_here, headless_line, no_app_here, warn_in_app
+from cockpit.cli.terminal import (
+    glyph_problem_here,
+    headless_line,
+    no_app_here,
+    warn_in_app,
+    watch_the_terminal,
+)
 from engine.config import DEFAULT_PRESET, ConfigError
 
 
@@ -233,6 +239,7 @@ def run_app(
             name = signal.Signals(signals.received[0]).name
             print(f"cockpit: {name} before the app started: no run was started", file=sys.stderr)
             return 0
+    watch_the_terminal()
     warn_in_app(app, glyph_problem_here())
     run_app(app, mouse=not args.no_mouse)
     # The terminal is restored: say where the run is and how to pick it up again.

@@ -4,10 +4,14 @@ leaving quietly once it is gone (an SSH link dropped)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +19,7 @@ from typing import Any
 # What the app draws that ASCII has not: the braille of the charts and the rounded borders.
 GLYPHS = "⣿╭"
 GOOD_TERM = "xterm-256color"
+TERMINAL_POLL_S = 1.0  # how often the controlling terminal is looked for (watch_the_terminal)
 
 
 @dataclass(frozen=True)
@@ -129,3 +134,31 @@ def forget_terminal() -> None:
         except (OSError, ValueError, AttributeError):  # not a real file: nothing to redirect
             pass
     os.close(null)
+
+
+def watch_the_terminal(poll_s: float = TERMINAL_POLL_S) -> None:
+    """Raise SIGHUP in this process once its controlling terminal is gone, if it has one.
+
+    A hang-up signals the session's leader only. When that is a shell that catches it (a
+    wrapper's `trap`), no SIGHUP reaches the app, whose input then reads end-of-file in a loop
+    at full CPU, forever. The app and the viewer leave on SIGHUP (a checkpoint, a detach), so
+    the same signal makes them leave here too; a second one after the kernel's is harmless."""
+    if not hasattr(signal, "SIGHUP") or not _has_controlling_terminal():
+        return  # nothing to watch (Textual's web driver, a batch job), or no hang-ups here
+    threading.Thread(
+        target=_hang_up_when_gone, args=(poll_s,), daemon=True, name="terminal-watch"
+    ).start()
+
+
+def _has_controlling_terminal() -> bool:
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError as e:  # ENXIO: none (or it hung up); anything else (EMFILE...): not known
+        return e.errno not in (errno.ENXIO, errno.EIO)
+    return True
+
+
+def _hang_up_when_gone(poll_s: float) -> None:
+    while _has_controlling_terminal():
+        time.sleep(poll_s)
+    os.kill(os.getpid(), signal.SIGHUP)

@@ -106,6 +106,19 @@ def sshd(tmp_path: Path) -> Iterator[SshServer]:
         yield server
     finally:
         server.stop()
+        end_remote_jobs(tmp_path)
+
+
+def end_remote_jobs(tmp_path: Path) -> None:
+    """A remote job that never ended (a failed test) must not outlive it: the processes whose
+    command line names `tmp_path`, bar the headless run a viewer attached to (`live` ends it)."""
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or ())
+        if str(tmp_path) in line and "--headless" not in line and process.pid != os.getpid():
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
 
 
 def free_port() -> int:
@@ -121,11 +134,11 @@ def wait(condition: Callable[[], bool], timeout_s: float, why: Callable[[], str]
         time.sleep(0.1)
 
 
-def remote_job(tmp_path: Path, argv: str) -> tuple[str, Path]:
-    """The remote command line running `python ARGV` (a shell line) as a login shell's job in
-    `tmp_path`, with this test's environment, and the file its exit status will be in."""
-    shell = tmp_path / "login_shell.py"
-    shell.write_text(LOGIN_SHELL)
+def remote_job(tmp_path: Path, argv: str, shell: str = "passes") -> tuple[str, Path]:
+    """The remote command line running `python ARGV` (a shell line) in `tmp_path` with this
+    test's environment, and the file its exit status will be in. The login shell `passes` the
+    hang-up on to its job, as bash does, or `keeps` it (a wrapper's `trap`): then no SIGHUP
+    reaches the job, only a terminal gone."""
     status = tmp_path / "status"
     # sshd gives the session a fresh environment: the test's own settings go along
     names = (
@@ -135,9 +148,14 @@ def remote_job(tmp_path: Path, argv: str) -> tuple[str, Path]:
         "TIKTOKEN_CACHE_DIR",
     )
     env = [f"{n}={os.environ[n]}" for n in names if n in os.environ]
-    env += [f"PYTHONPATH={REPO}", "LANG=C.UTF-8"]
-    line = f"cd {shlex.quote(str(tmp_path))} && env {shlex.join(env)} {PY} {shlex.quote(str(shell))} {shlex.quote(str(status))} {PY} {argv}"
-    return line, status
+    job = f"env {shlex.join([*env, f'PYTHONPATH={REPO}', 'LANG=C.UTF-8'])} {PY} {argv}"
+    if shell == "passes":
+        login_shell = tmp_path / "login_shell.py"
+        login_shell.write_text(LOGIN_SHELL)
+        run = f"{PY} {shlex.quote(str(login_shell))} {shlex.quote(str(status))} {job}"
+    else:  # bash runs the trap once its job has ended, then writes the job's status
+        run = f"trap : HUP; {job}; echo $? > {shlex.quote(str(status))}"
+    return f"cd {shlex.quote(str(tmp_path))} && {run}", status
 
 
 def drop_the_link(term: Tmux) -> None:
@@ -158,12 +176,16 @@ def exit_status(status: Path, timeout_s: float = 20) -> int:
     return int(status.read_text())
 
 
+@pytest.mark.parametrize("shell", ["passes", "keeps"])
 def test_a_viewer_whose_ssh_link_drops_leaves_quietly_and_the_run_goes_on(
-    tmp_path: Path, sshd: SshServer, live
+    tmp_path: Path, sshd: SshServer, live, shell: str
 ) -> None:
-    """`cockpit attach` over SSH, the link dropped: status 0 (it was 120, the exit report's line
-    hitting EIO on the gone terminal, then a traceback), and the run trains on without it."""
-    remote, status = remote_job(tmp_path, f"-m cockpit attach {shlex.quote(str(live.run_dir))}")
+    """`cockpit attach` over SSH, the link dropped: status 0, and the run trains on without it.
+    It was 120 when the hang-up reached it (the exit report's line hit EIO on the gone
+    terminal, then a traceback), and it never ended when it did not (reading end-of-file from
+    the gone terminal at full CPU)."""
+    argv = f"-m cockpit attach {shlex.quote(str(live.run_dir))}"
+    remote, status = remote_job(tmp_path, argv, shell)
     with Tmux(sshd.command(remote), 120, 36) as term:
         term.wait_for("RUNNING", timeout=60)
         wait(lambda: len(probe(live.run_dir).viewers) == 1, 30)
@@ -191,7 +213,8 @@ def test_the_app_whose_ssh_link_drops_saves_the_step_it_was_at(
             *set_args(overrides),
         ]
     )
-    remote, status = remote_job(tmp_path, argv)
+    # a shell that keeps the hang-up: the app finds its terminal gone by itself
+    remote, status = remote_job(tmp_path, argv, shell="keeps")
     metrics = run_dir / "metrics.jsonl"
 
     def records() -> list[dict]:
