@@ -86,7 +86,7 @@ def malformed(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, 
     lines = metrics.read_text().splitlines()
     lines[5:5] = [
         DEEP,
-        '{"kind":"state","time":5.0,"step":3,"state":"running","x":%s}' % DEEP,
+        '{"kind":"state","time":5.0,"step":3,"state":"running","x":' + DEEP + "}",
         json.dumps({"kind": "step", "time": 5.0, "loss": 1.0}),  # no step
     ]
     # the newest eval at step 20 (it would win) but without its time
