@@ -598,6 +598,7 @@ METRICS_FIELDS: dict[tuple[str, str], str] = {
     ("telemetry", "ram_total"): "bytes of RAM",
     ("telemetry", "process_rss"): "the run's resident memory, bytes",
     ("telemetry", "reason"): "with `unavailable`: why",
+    ("telemetry", "process_cpu_percent"): "the run's own process's CPU use (100 = one core)",
     ("memory", "step"): "the step measured at",
     ("memory", "device"): "the training device",
     ("memory", "capacity"): "the device's memory (RAM on CPU)",

@@ -300,6 +300,7 @@ class Telemetry(Event):
     ram_total: int | None = None
     process_rss: int | None = None
     reason: str = ""
+    process_cpu_percent: float | None = None  # the run's own process (100 = one core)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 - nvml: per GPU a header (name, temperature, power/limit, SM clock, throttle reasons) and two
   strip charts (utilisation, memory);
 - psutil: CPU% (overall strip chart and one bar per core), RAM and the process' RSS, and a note
-  that there is no GPU telemetry;
+  that there is no GPU telemetry; zoomed, their history too: the run's own CPU and RSS, and one
+  strip chart per core;
 - unavailable: the reason;
 - under torchrun, from `RankReport` events (every ~2 s): one row per rank and its GPU (or CPU
   process), and the mean and slowest step times (`RanksView`). Rank 0's own
@@ -124,8 +125,60 @@ class GpuView(Vertical):
         self.mem_meter.set(self.mem, fmt_gib_pair(r.mem_used, r.mem_total))
 
 
+class CpuHistory(Vertical):
+    """The zoomed CPU panel's history (hidden unless zoomed): the run's own CPU and resident
+    memory over time, then one strip chart per core."""
+
+    def __init__(self) -> None:
+        super().__init__(classes="cpu-history")
+        self.run_cpu: deque[float | None] = deque(maxlen=HISTORY)
+        self.run_rss: deque[float | None] = deque(maxlen=HISTORY)
+        self.per_core: list[deque[float]] = []
+        self.title = Static(
+            Content.styled(
+                "history, newest on the right: the run's own process, each core",
+                "$foreground-muted",
+            ), classes="note"
+        )
+        self.run_meter = Meter("run")
+        self.rss_meter = Meter("rss")
+        self.core_meters: list[Meter] = []
+
+    def compose(self) -> ComposeResult:
+        yield self.title
+        yield self.run_meter
+        yield self.rss_meter
+
+    def add(self, ev: Any) -> None:
+        cores = ev.cpu_per_core or ()
+        if cores and len(cores) != len(self.per_core):  # another machine: its own history
+            self.per_core = [deque(maxlen=HISTORY) for _ in cores]
+        for history, value in zip(self.per_core, cores, strict=False):
+            history.append(value)
+        self.run_cpu.append(ev.process_cpu_percent)
+        rss, total = ev.process_rss, ev.ram_total
+        self.run_rss.append(100.0 * rss / total if rss is not None and total else None)
+
+    def apply(self, ev: Any) -> None:
+        if len(self.core_meters) != len(self.per_core):
+            for meter in self.core_meters:
+                meter.remove()
+            self.core_meters = [Meter(f"cpu{i}") for i in range(len(self.per_core))]
+            self.mount_all(self.core_meters)
+        n = max(1, len(self.per_core))
+        # the run's CPU on the scale of the whole machine (100% a core, n cores): as the cpu row
+        self.run_meter.spark.hi = 100.0 * n
+        own = ev.process_cpu_percent
+        self.run_meter.set(self.run_cpu, "-" if own is None else f"{own / 100:.1f} cores")
+        # its memory on the scale of the machine's RAM, as the ram row
+        self.rss_meter.set(self.run_rss, fmt_bytes(ev.process_rss))
+        for meter, history in zip(self.core_meters, self.per_core, strict=True):
+            meter.set(history, fmt_pct(history[-1] if history else None))
+
+
 class CpuView(Vertical):
-    """CPU-only telemetry: overall CPU%, per-core bars, RAM and the process RSS."""
+    """CPU-only telemetry: overall CPU%, per-core bars, RAM and the process RSS; zoomed, their
+    history too (`CpuHistory`)."""
 
     def __init__(self) -> None:
         super().__init__(classes="cpu-view")
@@ -138,6 +191,7 @@ class CpuView(Vertical):
         self.cores = Static("", classes="cores")
         self.ram_meter = Meter("ram")
         self.rss = Static("", classes="rss")
+        self.history = CpuHistory()
 
     def compose(self) -> ComposeResult:
         yield Static(
@@ -147,6 +201,7 @@ class CpuView(Vertical):
         yield self.cores
         yield self.ram_meter
         yield self.rss
+        yield self.history
 
     def on_mount(self) -> None:
         self._ready = True  # composed: the meters exist
@@ -159,11 +214,13 @@ class CpuView(Vertical):
             self.cpu.append(ev.cpu_percent)
         if ev.ram_used is not None and ev.ram_total:
             self.ram.append(100.0 * ev.ram_used / ev.ram_total)
+        self.history.add(ev)
 
     def apply(self) -> None:
         ev = self._event
         if ev is None or not self._ready:
             return
+        self.history.apply(ev)
         self.cpu_meter.set(self.cpu, fmt_pct(ev.cpu_percent))
         cores = ev.cpu_per_core or ()
         bars = "".join(BARS[min(int(max(c, 0) / 100 * len(BARS)), len(BARS) - 1)] for c in cores)

@@ -1,4 +1,5 @@
-"""Host telemetry through psutil: CPU overall and per core, RAM, this process's resident memory.
+"""Host telemetry through psutil: CPU overall and per core, RAM, this process's CPU and resident
+memory.
 
 `PsutilBackend` is the backend of machines without an NVIDIA driver (source "psutil") and the
 host half of every NVML reading.
@@ -41,10 +42,11 @@ class PsutilBackend:
         # Prime the baselines so the first real read measures the time since construction.
         self._psutil.cpu_percent(interval=None)
         self._psutil.cpu_percent(interval=None, percpu=True)
+        self._process.cpu_percent(interval=None)
         self._last_cpu_sample = time.monotonic()
 
     def read(self) -> Telemetry:
-        cpu, per_core = self._read_cpu()
+        cpu, per_core, own = self._read_cpu()
         ram_used, ram_total = self._read_ram()
         return Telemetry(
             source="psutil",
@@ -54,23 +56,30 @@ class PsutilBackend:
             ram_total=ram_total,
             process_rss=self._read_rss(),
             reason=self._reason,
+            process_cpu_percent=own,
         )
 
     def close(self) -> None:
         pass  # nothing held
 
-    def _read_cpu(self) -> tuple[float | None, tuple[float, ...]]:
+    def _read_cpu(self) -> tuple[float | None, tuple[float, ...], float | None]:
+        """(the machine's CPU%, per core, this process's CPU% where 100 is one core)."""
         now = time.monotonic()
         if now - self._last_cpu_sample < self._MIN_CPU_SAMPLE_S:
-            return None, ()
+            return None, (), None
         self._last_cpu_sample = now
         try:
             cpu = float(self._psutil.cpu_percent(interval=None))
             per_core = tuple(float(c) for c in self._psutil.cpu_percent(interval=None, percpu=True))
         except Exception:  # host stats are best effort; never fail the GPU reading for them
             log.debug("cpu_percent failed", exc_info=True)
-            return None, ()
-        return cpu, per_core
+            return None, (), None
+        try:
+            own = float(self._process.cpu_percent(interval=None))
+        except Exception:
+            log.debug("process cpu_percent failed", exc_info=True)
+            own = None
+        return cpu, per_core, own
 
     def _read_ram(self) -> tuple[int | None, int | None]:
         try:

@@ -105,6 +105,7 @@ def telemetry_event(kind: str, t: float, k: int) -> Telemetry:
         ram_used=int((5.1 + 0.01 * (k % 5)) * GiB),
         ram_total=int(15.6 * GiB),
         process_rss=int(1.23 * GiB),
+        process_cpu_percent=float(150 + (k * 23) % 60),
         time=t,
     )
 

@@ -86,3 +86,30 @@ async def test_a_failed_preset_switch_leaves_no_panel_showing_the_old_run_or_wai
     await wait_for(pilot, lambda: len(factory.trainers) == 2)
     assert app.main_screen.lr_panel.empty_message == app.main_screen.lr_panel.EMPTY_MESSAGE
     assert app.main_screen.memory_panel.empty_message == app.main_screen.memory_panel.EMPTY_MESSAGE
+
+
+def screen_lines(app: CockpitApp) -> list[str]:
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+@pilot_test(size=(80, 24))
+async def test_the_zoomed_cpu_panel_shows_history_the_run_s_own_and_each_core_s(
+    pilot: Pilot, app: CockpitApp
+) -> None:
+    """Zoomed on a CPU run the panel was 5 lines and 30 blank rows: it shows the history there
+    (the run's own CPU and RSS, one strip chart per core); unzoomed, as before."""
+    unzoomed = "\n".join(screen_lines(app))
+    assert "cpu0" not in unzoomed and "│ run " not in unzoomed  # no room for it there
+    await pilot.press("3")
+    await pilot.pause(0.3)
+    app.pump(force=True)
+    await pilot.pause(0.3)
+    lines = screen_lines(app)
+    run = next(line for line in lines if "│ run " in line)
+    assert "cores" in run and any(bar in run for bar in "▁▂▃▄▅▆▇█")  # 150-210% of a core
+    assert any("│ rss " in line and "GiB" in line for line in lines)
+    per_core = [line for line in lines if any(f"│ cpu{i} " in line for i in range(8))]
+    assert len(per_core) == 8  # the scripted machine's 8 cores, one strip chart each
+    inside = [line for line in lines if line.startswith("│")]
+    blank = [line for line in inside if not line.strip("│ ")]
+    assert len(blank) <= len(inside) // 3, "\n".join(lines)

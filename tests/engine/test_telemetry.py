@@ -389,3 +389,13 @@ def test_every_name_the_nvml_backend_can_emit_has_one_table_entry() -> None:
     assert not THROTTLE_BY_NAME["idle"].warning
     assert not THROTTLE_BY_NAME["app_clocks"].warning
     assert THROTTLE_BY_NAME["power"].warning and THROTTLE_BY_NAME["hw_thermal"].warning
+
+
+def test_psutil_backend_reads_the_run_s_own_cpu() -> None:
+    """The zoomed Device panel draws the run's own CPU over time: each reading carries it."""
+    backend = PsutilBackend()
+    deadline = time.monotonic() + 0.2
+    while time.monotonic() < deadline:  # some CPU of our own to measure
+        sum(i * i for i in range(1000))
+    t = backend.read()
+    assert t.process_cpu_percent is not None and t.process_cpu_percent > 0.0
