@@ -12,12 +12,19 @@ import os
 import shlex
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cockpit.app.key_table import COMMANDS, LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, Command, help_rows
 from cockpit.figures.numbers import fmt_int
 from cockpit.screens.cooldown import CooldownScreen
-from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, run_lr_plan
+from cockpit.screens.dialogs import (
+    ConfirmScreen,
+    HelpScreen,
+    LrNow,
+    LrScreen,
+    PutBack,
+    run_lr_plan,
+)
 from cockpit.screens.live_decisions import (
     cooldown_refusal,
     run_config,
@@ -25,6 +32,7 @@ from cockpit.screens.live_decisions import (
     shown_value,
 )
 from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
+from engine.config import describe
 from engine.contract import EngineHandle
 from engine.events import RunState
 
@@ -231,21 +239,30 @@ class CommandActions(_AppBase):
         if paused_here:
             self.session.view.requested = RunState.PAUSED
         shown: list[str] = []  # the checkpoint the question names now
+        put_back = PutBack()
 
         def question() -> str:
-            step, path, _ = self.session.view.last_checkpoint or ckpt
+            view = self.session.view
+            step, path, _ = view.last_checkpoint or ckpt
             shown[:] = [path]
-            lost = max(0, self.session.view.step - step)
+            lost = max(0, view.step - step)
             if self.session.state == RunState.PAUSED:
                 waiting = "paused while you decide" + (": Cancel resumes it" if paused_here else "")
             elif paused_here:
                 waiting = "pausing while you decide"
             else:
                 waiting = self.session.state
+            # what the engine restores with the checkpoint: changes made since are undone
+            changes = put_back(view.info.config if view.info else None, view.checkpoint_config)
+            settings = (
+                f"\n\nSettings go back to those at step {fmt_int(step)}: {describe(changes)}."
+                if changes
+                else ""
+            )
             return (
                 f"Roll back to [b]{os.path.basename(path)}[/b] at step {fmt_int(step)}?\n\n"
                 f"This discards the {fmt_int(lost)} step{'' if lost == 1 else 's'} trained since "
-                f"(the run is {waiting}) and halves the LR for the rest of the run."
+                f"(the run is {waiting}) and halves the LR for the rest of the run.{settings}"
             )
 
         self.push_screen(
@@ -297,8 +314,18 @@ class CommandActions(_AppBase):
     def action_lr_dialog(self) -> None:
         if not self.engine_running:
             return
-        plan = run_lr_plan(self.session.view.info, self.session.view.step, self.session.view.scale)
-        self.push_screen(LrScreen(self.session.view.lr, self.session.view.scale, plan), self._lr_chosen)
+        seen: list[Any] = [None, -1, 0.0, None]  # the config, step and multiplier planned at
+
+        def lr_now() -> LrNow:
+            """The run's LR, multiplier and LR plan as the app sees them now (the plan made
+            again only when the step, the multiplier or the config moved: it parses the config)."""
+            view = self.session.view
+            if seen[0] is not view.info or seen[1:3] != [view.step, view.scale]:
+                seen[:] = [view.info, view.step, view.scale, run_lr_plan(view.info, view.step, view.scale)]
+            return LrNow(view.lr, view.scale, seen[3])
+
+        now = lr_now()
+        self.push_screen(LrScreen(now.lr, now.scale, now.plan, follow=lr_now), self._lr_chosen)
 
     def _lr_chosen(self, result: tuple[str, float] | None) -> None:
         if result is None:

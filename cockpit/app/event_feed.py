@@ -54,6 +54,11 @@ URGENT_EVENTS = (  # drawn at once
 )  # fmt: skip
 
 
+def is_rollback(ev: Event) -> bool:
+    """The alert that says the run is back at its checkpoint's step."""
+    return isinstance(ev, Alert) and ev.code == "rollback" and ev.level == "info"
+
+
 class EventsArrived(Message):
     """Posted by the waking thread: events a person waits to see arrived, drain them now."""
 
@@ -112,11 +117,14 @@ class EventFeed(_AppBase):
             screen.samples_panel.finish_batch()
         now = time.monotonic()
         # What the user did or must see (state, alerts, LR changes, checkpoints) shows at once;
-        # the counters about once a second.
+        # the counters about once a second. Under a dialog the drains are seconds apart and the
+        # dialog may show the run's figures too: each drain redraws the status line, so the two
+        # never disagree (held back by the load, it froze while the dialog went on).
         urgent = force or any(isinstance(ev, URGENT_EVENTS) for ev in events)
-        if screen.status_due(now, urgent):
+        if screen.status_due(now, urgent or self.screen is not screen):
             self.refresh_status()
-        screen.flush(now, force)
+        # a rollback is drawn at once: the branch it discarded leaves the plots now
+        screen.flush(now, force or any(is_rollback(ev) for ev in events))
 
     def route(self, ev: Event) -> None:
         screen = self.main_screen
@@ -189,11 +197,19 @@ class EventFeed(_AppBase):
                     view.info = dataclasses.replace(info, config=config_after(info.config, ev.changes))
                     self.settings_changed(ev, announce=not history)
             case Alert():
-                if ev.code == "rollback" and ev.level == "info":
+                if is_rollback(ev):
+                    self._rolled_back(ev.step)
                     screen.loss_panel.add_marker(ev.step, "rollback")
                 self.alert_raised(ev, announce=not history)
         if isinstance(ev, (StateChanged, Alert)) and not history:
             self.notice(ev)  # finished, failed, paused on a fault: a desktop notification
+
+    def _rolled_back(self, step: int) -> None:
+        """The run is back at its checkpoint of `step`: the steps it discarded leave the status
+        line and the plots now, not when the next step arrives (seconds away on a big model)."""
+        self.session.view.step = step
+        self.main_screen.loss_panel.drop_from(step + 1)
+        self.main_screen.lr_panel.drop_from(step + 1)
 
     def _on_step(self, ev: Step, history: bool) -> None:
         session = self.session

@@ -71,6 +71,7 @@ class RunEvents(_AppBase):
         if ev.resumed_from:
             # the checkpoint it resumed from is one to roll back to (replayed saves follow)
             view.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
+            view.checkpoint_config = ev.config  # what a rollback to it puts back
             # what the resume changed, set aside or kept (also in metrics.jsonl and headless)
             notes = tuple(getattr(ev, "notes", ()) or ())
             if not announce:
@@ -179,6 +180,9 @@ class RunEvents(_AppBase):
         view = self.session.view
         again = view.last_checkpoint is not None and view.last_checkpoint[:2] == (ev.step, ev.path)
         view.last_checkpoint = (ev.step, ev.path, ev.reason)
+        # the settings it was saved with, which a rollback to it puts back (the events arrive in
+        # the engine's order: the config now is the one in force at that save)
+        view.checkpoint_config = view.info.config if view.info is not None else None
         said, view.checkpoint_said = view.checkpoint_said, False
         if ev.reason == "manual":
             view.checkpoint_pending = False

@@ -190,10 +190,11 @@ class RunOpening(_AppBase):
             return
         self.call_from_thread(self._leave_for, run_dir.name, engine, "opening another run")
 
-    def _leave_for(self, label: str, engine: EngineHandle, reason: str) -> None:
-        """Switch to `engine` once the user agrees to leave the run on screen."""
+    def _leave_for(self, label: str, engine: EngineHandle, reason: str, asked: bool = False) -> None:
+        """Switch to `engine` once the user agrees to leave the run on screen (`asked`: the
+        dialog that led here said what leaving does, and enter was the yes)."""
         self._not_busy()
-        question = self._leave_question(label)
+        question = None if asked else self._leave_question(label)
 
         def switch() -> None:
             self._drop_overlay(engine.run_dir)  # now it is the run itself
@@ -216,16 +217,22 @@ class RunOpening(_AppBase):
 
     def _leave_question(self, label: str) -> str | None:
         """What leaving the run on screen does, as a question; None when nothing is lost."""
+        note = self.leaving_note()
+        return f"Open {label}? {note}" if note else None
+
+    def leaving_note(self) -> str:
+        """What leaving the run on screen for another does to it, in a sentence; "" when
+        nothing is lost (no run trains here)."""
         if not self.engine_running or self.session.trainer is None:
-            return None
+            return ""
         here = f"{self.session.preset} (step {fmt_int(self.session.view.step)})"
         if self.attached:
-            return f"Open {label}? This cockpit detaches from {here}: that run goes on."
+            return f"This cockpit detaches from {here}: that run goes on."
         if self.session.state in RunState.ENDED:
-            return None
+            return ""
         return (
-            f"Open {label}? {here} is saved (a checkpoint) and stopped first; resume it later "
-            "from the runs screen (h)."
+            f"{here} is saved (a checkpoint) and stopped first; resume it later from the runs "
+            "screen (h)."
         )
 
     def _busy(self, note: str) -> None:

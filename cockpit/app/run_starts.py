@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -70,6 +71,7 @@ class RunStarts(_AppBase):
     session: Session
     resume_factory: ResumeFactory | None  # given to the app
     leaving_series_note: Callable[[], str]  # Switching's: a series' note for the dialogs
+    leaving_note: Callable[[], str]  # RunOpening's: what leaving the run on screen does to it
 
     def action_resume_run(self) -> None:
         """`r` on a finished run's view: train it on from its last checkpoint."""
@@ -123,11 +125,13 @@ class RunStarts(_AppBase):
         assert self.resume_factory is not None
         run_dir = target if target.is_dir() else target.parent
         title = f"Cannot {'fork' if branch_of is not None else 'resume'} {run_dir.name}"
+        branch: Path | None = None  # the branch made here, until it trains
         try:
             if branch_of is not None:
                 from engine.rundir import make_fork
 
-                run_dir, _ = make_fork(branch_of, overrides, None)
+                branch, source = make_fork(branch_of, overrides, None)
+                run_dir = branch
             engine = self.resume_factory(str(run_dir), overrides)
         except ResumeFinished:
             self.call_from_thread(self._ask_train_on, run_dir)
@@ -137,9 +141,25 @@ class RunStarts(_AppBase):
             self.call_from_thread(self._ask_fork_again, target, more, str(e))
             return
         except Exception as e:  # noqa: BLE001 - one line, whatever went wrong
+            if branch is not None:  # made, never trained: nothing half-made is left to list
+                shutil.rmtree(branch, ignore_errors=True)
             self.call_from_thread(self._cannot, title, str(e))
             return
+        if branch is not None:
+            self.call_from_thread(self._train_branch, branch, source, engine)
+            return
         self.call_from_thread(self._leave_for, run_dir.name, engine, "resuming another run")
+
+    def _train_branch(self, branch: Path, source: Path, engine: EngineHandle) -> None:
+        """The branch is made and its engine built: it trains here now (the dialog that asked
+        for it said what happens to the run on screen), and a toast names it."""
+        leaving = self.leaving_note()
+        self.notify(
+            "\n".join((f"{branch}", f"from {source.name}", *([leaving] if leaving else []))),
+            title=f"Forked: training {branch.name}",
+            timeout=8,
+        )
+        self._leave_for(branch.name, engine, "starting a branch", asked=True)
 
     def _ask_train_on(self, run_dir: Path) -> None:
         """A finished run resumes only to train further: ask for its new max_steps."""
@@ -200,6 +220,7 @@ class RunStarts(_AppBase):
                 f"Fork {run_dir.name}",
                 "A new run from a checkpoint of this one, with changed settings (the LR and "
                 "its schedule, batch, optimizer...); its curves continue this run's."
+                + self._fork_enter_note()
                 + (f"\n{self.leaving_series_note()}" if self.leaving_series_note() else ""),
                 checkpoints=checkpoints,
                 required=True,
@@ -208,12 +229,19 @@ class RunStarts(_AppBase):
             lambda s: self._fork_chosen(run_dir, s),
         )
 
+    def _fork_enter_note(self) -> str:
+        """What enter in a fork dialog does, as its own paragraph: the branch trains here, and
+        the run on screen is left first."""
+        leaving = self.leaving_note()
+        return f"\nEnter trains the branch here{': ' + leaving if leaving else '.'}"
+
     def _ask_fork_again(self, target: Path, overrides: list[str], why: str) -> None:
         self._not_busy()
         self.push_screen(
             SettingsScreen(
                 f"Fork {target.parent.name if target.is_file() else target.name}",
-                f"{why.split(';')[0]}: raise train.max_steps to give the branch steps to train.",
+                f"{why.split(';')[0]}: raise train.max_steps to give the branch steps to train."
+                + self._fork_enter_note(),
                 initial=shlex.join(overrides),
                 required=True,
                 check=lambda s: branch_settings_error(
@@ -222,18 +250,34 @@ class RunStarts(_AppBase):
                     s.overrides,
                 ),
             ),
-            lambda s: self.fork_run(target, s.overrides) if s is not None else None,
+            lambda s: self.fork_run(target, s.overrides, asked=True) if s is not None else None,
         )
 
     def _fork_chosen(self, run_dir: Path, settings: Settings | None) -> None:
         if settings is None:
             return
         target = run_dir / settings.checkpoint if settings.checkpoint else run_dir
-        self.fork_run(target, settings.overrides)
+        self.fork_run(target, settings.overrides, asked=True)
 
-    def fork_run(self, target: Path, overrides: Sequence[str]) -> None:
-        """Branch from `target` (a checkpoint, or a run dir: its newest) and train the branch."""
+    def fork_run(self, target: Path, overrides: Sequence[str], asked: bool = False) -> None:
+        """Branch from `target` (a checkpoint, or a run dir: its newest) and train the branch
+        here. Leaving the run on screen is asked first, before anything is made, unless the
+        dialog that led here said what happens to it (`asked`)."""
         if self._no_in_process_runs():
             return
+        leaving = "" if asked else self.leaving_note()
+        if not leaving:
+            self._make_branch(target, overrides)
+            return
+        name = target.parent.name if target.is_file() else target.name
+        self.push_screen(
+            ConfirmScreen(
+                "Fork", f"Train a branch of {name} here? {leaving}", yes="Fork", no="Cancel",
+                purpose="switch",
+            ),  # fmt: skip
+            lambda yes: self._make_branch(target, overrides) if yes else None,
+        )
+
+    def _make_branch(self, target: Path, overrides: Sequence[str]) -> None:
         self._busy(f"forking {target.name}...")
         self._resume_in_worker(target, list(overrides), target)

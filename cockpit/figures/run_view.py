@@ -7,7 +7,9 @@ everything at once, so no field can be forgotten in a reset. The status line is 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from cockpit.figures.anomaly import Anomaly
 from cockpit.figures.progress import ProgressTracker
@@ -27,6 +29,8 @@ class RunView:
     lr: float | None = None
     scale: float = 1.0
     last_checkpoint: tuple[int, str, str] | None = None  # step, path, reason
+    # the run's config (RunStarted's, with the changes since) when that checkpoint was saved
+    checkpoint_config: Mapping[str, Any] | None = None
     tracker: ProgressTracker = field(default_factory=ProgressTracker)
     alert: tuple[str, str, int | None] | None = None  # level, message, expires at step
     anomaly: Anomaly | None = None  # a NaN or spike the run is stopped at, until resumed

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from cockpit.figures.numbers import fmt_lr
-from engine.config import MAX_LR, config_from_dict
+from engine.config import LIVE_SETTINGS, MAX_LR, config_from_dict, setting_value
 from engine.events import RunStarted
 from engine.model import LrChange, LrPlan, lr_change, lr_plan
 
@@ -86,6 +86,15 @@ def lr_decision(text: str, plan: LrPlan | None) -> tuple[str, float, LrChange | 
     return op, value, change
 
 
+@dataclass(frozen=True)
+class LrNow:
+    """What the LR dialog shows of the run: its LR now, its multiplier, its plan at its step."""
+
+    lr: float | None
+    scale: float
+    plan: LrPlan | None
+
+
 def run_lr_plan(info: RunStarted | None, step: int, scale: float) -> LrPlan | None:
     """The LR plan at `step` of the run `info` started (its resolved config), as the engine
     builds it; None before the run started or for a config this version cannot read."""
@@ -96,6 +105,39 @@ def run_lr_plan(info: RunStarted | None, step: int, scale: float) -> LrPlan | No
     except (ValueError, TypeError, KeyError):  # ConfigError is a ValueError
         return None
     return lr_plan(step, cfg, scale)
+
+
+def settings_put_back(
+    now: Mapping[str, Any] | None, saved: Mapping[str, Any] | None
+) -> dict[str, tuple[Any, Any]]:
+    """The live settings a rollback puts back (the engine restores those its checkpoint was
+    saved with): each one that differs between the run's config `now` and the config in force
+    when the checkpoint was `saved`, as (now, then). {} when either is not known here."""
+    if now is None or saved is None:
+        return {}
+    try:
+        current = config_from_dict(dict(now), "the run's config")
+        then = config_from_dict(dict(saved), "the checkpoint's config")
+    except (ValueError, TypeError, KeyError):  # ConfigError is a ValueError
+        return {}
+    pairs = {key: (setting_value(current, key), setting_value(then, key)) for key in LIVE_SETTINGS}
+    return {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
+
+
+class PutBack:
+    """`settings_put_back`, asked again only when either config changed (the rollback question
+    is asked a few times a second; a config is a new object at each change)."""
+
+    def __init__(self) -> None:
+        self._asked: tuple[object, object] | None = None
+        self._answer: dict[str, tuple[Any, Any]] = {}
+
+    def __call__(
+        self, now: Mapping[str, Any] | None, saved: Mapping[str, Any] | None
+    ) -> dict[str, tuple[Any, Any]]:
+        if self._asked is None or self._asked[0] is not now or self._asked[1] is not saved:
+            self._asked, self._answer = (now, saved), settings_put_back(now, saved)
+        return self._answer
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -235,31 +277,27 @@ class LrScreen(InputDialog):
 
     ERROR_ID = "lr-error"
 
-    def __init__(self, current_lr: float | None, scale: float, plan: LrPlan | None) -> None:
+    def __init__(
+        self,
+        current_lr: float | None,
+        scale: float,
+        plan: LrPlan | None,
+        follow: Callable[[], LrNow] | None = None,
+    ) -> None:
         super().__init__(classes="dialog-screen")
         self.current_lr, self.scale, self.plan = current_lr, scale, plan
+        # the run's LR, multiplier and plan as they are now: asked a few times a second, so the
+        # figures shown (and what enter would do) stay the run's while the dialog is open
+        self.follow = follow
 
     def compose(self) -> ComposeResult:
-        plan = self.plan
         with Vertical(classes="dialog", id="lr-dialog") as box:
             box.border_title = "Learning rate"
             box.border_subtitle = "enter apply · esc cancel"
-            parts = [("now ", "$foreground-muted"), (fmt_lr(self.current_lr), "bold")]
-            mult_style = "bold $warning" if abs(self.scale - 1.0) > 1e-9 else ""
-            parts += [("   multiplier ", "$foreground-muted"), (f"×{self.scale:.3g}", mult_style)]
-            if plan is not None:
-                parts += [("   planned ", "$foreground-muted"), fmt_lr(plan.scheduled)]
-            yield Static(Content.assemble(*parts), id="lr-current")
-            if plan is not None and plan.in_warmup:
-                yield Static(
-                    Content.styled(
-                        f"Warming up until step {plan.settled_step:,}: the LR you type is the LR "
-                        f"from there on (set to reach {fmt_lr(plan.settled * self.scale)} now); "
-                        "the ramp leads up to it.",
-                        "$warning",
-                    ),
-                    id="lr-warmup",
-                )
+            yield Static(self._current_line(), id="lr-current")
+            warmup = Static(self._warmup_line(), id="lr-warmup")
+            warmup.display = self.plan is not None and self.plan.in_warmup
+            yield warmup
             yield Input(placeholder=LR_HINT, id="lr-input", select_on_focus=False)
             yield Label("", id="lr-error")
             yield Static(
@@ -271,6 +309,46 @@ class LrScreen(InputDialog):
                 ),
                 id="lr-help",
             )
+
+    def _current_line(self) -> Content:
+        parts = [("now ", "$foreground-muted"), (fmt_lr(self.current_lr), "bold")]
+        mult_style = "bold $warning" if abs(self.scale - 1.0) > 1e-9 else ""
+        parts += [("   multiplier ", "$foreground-muted"), (f"×{self.scale:.3g}", mult_style)]
+        if self.plan is not None:
+            parts += [("   planned ", "$foreground-muted"), fmt_lr(self.plan.scheduled)]
+        return Content.assemble(*parts)
+
+    def _warmup_line(self) -> Content:
+        plan = self.plan
+        if plan is None or not plan.in_warmup:
+            return Content("")
+        return Content.styled(
+            f"Warming up until step {plan.settled_step:,}: the LR you type is the LR "
+            f"from there on (set to reach {fmt_lr(plan.settled * self.scale)} now); "
+            "the ramp leads up to it.",
+            "$warning",
+        )
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        if self.follow is not None:
+            self.set_interval(LIVE_REFRESH_S, self.refresh_figures)
+
+    def refresh_figures(self) -> None:
+        """The run's LR, multiplier and plan as they are now (`follow`), redrawn when changed,
+        and the preview of what is typed recomputed with them."""
+        if self.follow is None:
+            return
+        now = self.follow()
+        if (now.lr, now.scale, now.plan) == (self.current_lr, self.scale, self.plan):
+            return
+        self.current_lr, self.scale, self.plan = now.lr, now.scale, now.plan
+        self.query_one("#lr-current", Static).update(self._current_line())
+        warmup = self.query_one("#lr-warmup", Static)
+        warmup.update(self._warmup_line())
+        warmup.display = self.plan is not None and self.plan.in_warmup
+        if not self.error:  # an error shown after enter stays until typing clears it
+            self._show_preview(self.query_one(Input).value)
 
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
@@ -289,9 +367,12 @@ class LrScreen(InputDialog):
     def _changed(self, event: Input.Changed) -> None:
         """Preview what enter would do; errors wait for enter (half-typed input is normal)."""
         self.error = ""
+        self._show_preview(event.value)
+
+    def _show_preview(self, text: str) -> None:
         label = self.query_one("#lr-error", Label)
         try:
-            op, value, change = lr_decision(event.value, self.plan)
+            op, value, change = lr_decision(text, self.plan)
         except ValueError:
             label.update("")
             return

@@ -106,16 +106,22 @@ class LrPanel(ThrottledPlot):
     def add_step(self, step: int, lr: float) -> None:
         changed_lr = self.lr is None or abs(lr - self.lr) > 1e-3 * max(abs(self.lr), 1e-30)
         if self.applied.last is not None and step <= self.applied.last[0]:
-            # trained again after a rollback: the abandoned branch's LRs go (as in the loss panel)
-            self.applied.drop_from(step)
-            self.changes = [c for c in self.changes if c[0] < step]
-            self.touch()
+            self.drop_from(step)  # trained again after a rollback
         self.step, self.lr = step, lr
         self.applied.append(step, lr)
         col = self._column(step)
         if col != self._col or (changed_lr and not self.applied_follows_plan(step, lr)):
             self._col = col
             self.touch()
+
+    def drop_from(self, step: int) -> None:
+        """Forget the LRs applied from `step` on: a branch the run abandoned (a rollback to an
+        earlier checkpoint), as the loss panel forgets its losses."""
+        if self.applied.last is None or step > self.applied.last[0]:
+            return
+        self.applied.drop_from(step)
+        self.changes = [c for c in self.changes if c[0] < step]
+        self.touch()
 
     def applied_follows_plan(self, step: int, lr: float) -> bool:
         """Whether lr is what the plan times the multiplier predicts (then no redraw needed)."""

@@ -77,3 +77,23 @@ async def test_a_yes_before_the_pause_is_seen_rolls_nothing_back_and_says_so(
     await pilot.press("y")
     await wait_for(pilot, lambda: any("not rolled back: the run had not paused yet" in t.message for t in toasts))
     assert not [c for c in trainer.calls if c[0] == "rollback"]
+
+
+@pilot_test()  # step 300, last checkpoint at 250 (saved with every setting its default)
+async def test_the_question_names_the_settings_a_rollback_puts_back(
+    pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
+) -> None:
+    trainer = factory.trainer
+    trainer.set_settings({"optim.weight_decay": 0.05, "train.max_steps": 4000})  # after the save
+    await wait_for(pilot, lambda: app.view.max_steps == 4000)
+    await pilot.press("r")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+    assert "Settings go back to those at step 250: optim.weight_decay 0.05 -> 0.1, " in question(app)
+    assert "train.max_steps 4000 -> 2000." in question(app)
+    await pilot.press("n")
+    # saved again now: a rollback to that checkpoint keeps them, and the question says nothing of it
+    trainer.checkpoint()
+    await wait_for(pilot, lambda: app.view.last_checkpoint is not None and app.view.last_checkpoint[0] == 300)
+    await pilot.press("r")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "ckpt-000300" in question(app))
+    assert "Settings go back" not in question(app)

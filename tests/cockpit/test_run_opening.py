@@ -4,6 +4,7 @@ resume and fork started from the app."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from pilot import TINY, Toasts, alert_text, run_pilot, wait_for, wait_for_engine
 from run_copies import copy_run
 from run_dirs import three_runs, write_run
-from scripted import ScriptedFactory
+from scripted import ScriptedFactory, ScriptedTrainer, build_script
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Label
 
@@ -364,12 +365,14 @@ def test_fork_from_the_runs_screen(finished_tiny_run: Path) -> None:
     async def scenario(pilot: Pilot) -> None:
         await wait_for(pilot, lambda: app.trainer is not None and app.view.step >= 10)
         await pick_in_runs_screen(pilot, app, "f", *"optim.lr=1e-4 schedule.min_lr=1e-5", "enter")
+        # the app's own run is saved and stopped first: asked before the branch is made
+        await wait_for_engine(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await pilot.press("y")
         # from its last checkpoint (step 30 of 30): the app asks again with more steps
         await wait_for_engine(pilot, lambda: isinstance(app.screen, SettingsScreen), timeout=60)
         assert app.screen.initial.endswith(f"train.max_steps={2 * TINY_STEPS}")
+        assert "Enter trains the branch here: default (step 10) is saved" in app.screen.message
         await pilot.press("enter")
-        await wait_for_engine(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
-        await pilot.press("y")
         await wait_for_engine(pilot, lambda: app.view.info is not None and app.view.info.start_step == TINY_STEPS)
         info = app.view.info
         assert info.config["optim"]["lr"] == pytest.approx(1e-4)
@@ -434,3 +437,73 @@ def test_an_overlaid_live_run_grows(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         run_pilot(app, scenario, size=SIZE)
     finally:
         live.close()
+
+
+def live_app_on(run_dir: Path) -> tuple[CockpitApp, list[ScriptedTrainer]]:
+    """The app on a run still training (scripted, at step 300), whose directory is `run_dir`:
+    its checkpoints are the ones `f` offers; a branch trains in the real engine."""
+    from cockpit.cli.launch import resume_trainer, train_arguments
+
+    made: list[ScriptedTrainer] = []
+
+    def factory(name: str) -> ScriptedTrainer:
+        script = build_script(name)
+        script[0] = dataclasses.replace(script[0], run_dir=str(run_dir))  # its RunStarted
+        made.append(ScriptedTrainer(name, script=script))
+        return made[-1]
+
+    app = CockpitApp(
+        factory,
+        "default",
+        resume_factory=lambda target, sets: resume_trainer(train_arguments(no_telemetry=True), target, sets),
+    )
+    return app, made
+
+
+def test_enter_in_the_fork_dialog_of_a_live_run_starts_the_branch(finished_tiny_run: Path) -> None:
+    """`f` on a run that trains: the dialog says what enter does to it, and enter saves and stops
+    it and trains the branch here, with a toast naming the branch (it made the branch, then
+    asked again; a Cancel there left an untrained branch behind with not a word)."""
+    app, made = live_app_on(finished_tiny_run)
+    toasts = Toasts()
+
+    async def scenario(pilot: Pilot) -> str:
+        await wait_for(pilot, lambda: app.state == "running" and app.view.step == 300)
+        await pilot.press("f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        message = app.screen.message
+        from textual.widgets import Select
+
+        app.screen.query_one(Select).value = "ckpt-00000020.pt"
+        await pilot.press(*"optim.lr=1e-3", "enter")
+        await wait_for_engine(pilot, lambda: app.view.info is not None and app.view.info.start_step == 20)
+        await wait_for_engine(pilot, lambda: app.view.step > 21)
+        return message
+
+    message = run_pilot(app, scenario, size=SIZE, toasts=toasts)
+    assert (
+        "Enter trains the branch here: default (step 300) is saved (a checkpoint) and stopped "
+        "first; resume it later from the runs screen (h)." in message
+    )
+    assert ("stop", True) in made[0].calls  # saved and stopped, as a switch does
+    (branch,) = [p for p in finished_tiny_run.parent.iterdir() if p.name.startswith("tiny-run-fork-20-")]
+    forked = [t for t in toasts if t.title == f"Forked: training {branch.name}"]
+    assert forked and str(branch) in forked[0].message, [(t.title, t.message) for t in toasts]
+    assert "lr" in json.loads((branch / "fork.json").read_text())["overrides"][0]
+
+
+def test_a_fork_from_the_runs_screen_asks_before_it_makes_the_branch(finished_tiny_run: Path) -> None:
+    """From the runs screen (whose fork line does not say what happens to the run on screen) the
+    app asks first: Cancel leaves nothing made."""
+    app, made = live_app_on(finished_tiny_run)
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.state == "running" and app.view.step == 300)
+        app.fork_run(finished_tiny_run / "ckpt-00000020.pt", ["optim.lr=1e-3"])
+        await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await pilot.press("n")
+        await pilot.pause(0.5)
+
+    run_pilot(app, scenario, size=SIZE)
+    assert sorted(p.name for p in finished_tiny_run.parent.iterdir()) == ["tiny-run"]  # no branch
+    assert not [c for c in made[0].calls if c[0] == "stop"]
