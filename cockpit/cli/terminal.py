@@ -72,7 +72,7 @@ def glyph_problem(encoding: str | None, tmux_client_utf8: str | None) -> str | N
     if tmux_client_utf8 == "0":
         return (
             "tmux draws the charts and borders as _ and q here: its client was started without "
-            "a UTF-8 locale; start tmux with `tmux -u`, or with LANG=C.UTF-8 set"
+            "a UTF-8 locale; reattach with `tmux -u attach`, or set LANG=C.UTF-8 before tmux starts"
         )
     try:
         GLYPHS.encode(encoding or "ascii")
@@ -100,7 +100,10 @@ def tmux_client_utf8(environ: Mapping[str, str] = os.environ) -> str | None:
 
 
 def glyph_problem_here() -> str | None:
-    """`glyph_problem` for the stream the app draws on (Textual writes to stderr)."""
+    """`glyph_problem` for the stream the app draws on (Textual writes to stderr); None where
+    Textual's own driver draws elsewhere (textual-serve's web page)."""
+    if os.environ.get("TEXTUAL_DRIVER"):
+        return None
     stream = sys.__stderr__
     encoding = getattr(stream, "encoding", None) if stream is not None else None
     return glyph_problem(encoding, tmux_client_utf8())

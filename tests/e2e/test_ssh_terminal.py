@@ -46,6 +46,15 @@ def test_the_glyph_check_warns_where_braille_and_borders_cannot_be_shown() -> No
     assert inside_tmux.isascii() and latin.isascii()  # readable where the glyphs are not
 
 
+def test_a_browser_viewer_is_not_warned_about_the_terminal_of_cockpit_serve(monkeypatch) -> None:
+    from cockpit.cli import terminal
+
+    monkeypatch.setattr(terminal, "tmux_client_utf8", lambda: "0")  # serve runs in such a tmux
+    assert terminal.glyph_problem_here() is not None
+    monkeypatch.setenv("TEXTUAL_DRIVER", "textual_serve.driver:WebDriver")  # the page draws it
+    assert terminal.glyph_problem_here() is None
+
+
 def run_in(term: str, command: str, tmp_path: Path, name: str) -> tuple[Tmux, Path]:
     """`command` in a tmux pane whose TERM is `term`; its exit status goes to a file."""
     status = tmp_path / f"{name}.status"
