@@ -30,7 +30,9 @@ def cockpit(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def damaged(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
     where = tmp_path_factory.mktemp("damaged")  # trained here (what reads it: real processes)
-    train_here(Path("runs/run"), ["train.max_steps=40", "checkpoint.interval=20"], isolated_env, cwd=where)
+    train_here(
+        Path("runs/run"), ["train.max_steps=40", "checkpoint.interval=20"], isolated_env, cwd=where
+    )
     metrics = where / "runs" / "run" / "metrics.jsonl"
     lines = metrics.read_bytes().split(b"\n")
     assert lines[DAMAGED_LINE - 1].startswith(b'{"kind":"step"')
@@ -81,7 +83,9 @@ TIMELESS_VAL_LOSS = 9.875  # the eval record without its time: in no table, no c
 @pytest.fixture(scope="module")
 def malformed(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
     where = tmp_path_factory.mktemp("malformed")
-    train_here(Path("runs/run"), ["train.max_steps=20", "eval.interval=10"], isolated_env, cwd=where)
+    train_here(
+        Path("runs/run"), ["train.max_steps=20", "eval.interval=10"], isolated_env, cwd=where
+    )
     metrics = where / "runs" / "run" / "metrics.jsonl"
     lines = metrics.read_text().splitlines()
     lines[5:5] = [
@@ -96,7 +100,9 @@ def malformed(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, 
     return where / "runs" / "run"
 
 
-MALFORMED = "metrics.jsonl: 4 lines damaged, the first line 6 (nested too deeply to read): read past"
+MALFORMED = (
+    "metrics.jsonl: 4 lines damaged, the first line 6 (nested too deeply to read): read past"
+)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tensorboard"])
