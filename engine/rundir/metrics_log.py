@@ -127,7 +127,10 @@ class MetricsWriter:
             if self.failure is None and not self.lost:
                 return None
             unwritten = self._unwritten.count(b"\n") + self.lost
-            why = self.failure or f"the disk was full past the {self.MAX_UNWRITTEN_BYTES >> 20} MiB kept"
+            why = (
+                self.failure
+                or f"the disk was full past the {self.MAX_UNWRITTEN_BYTES >> 20} MiB kept"
+            )
             return f"{self.path}: {unwritten} records could not be written ({why})"
 
 
