@@ -60,7 +60,6 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
             "_foreach_sub",
         )
     },
-    ("engine/rundir/sinks.py", "_get_file_writer"): "SummaryWriter: writing a purge marker",
 }
 
 
