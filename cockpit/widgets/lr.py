@@ -8,7 +8,8 @@ ahead of the run in its own colour, labelled "preview", until it is cleared.
 
 A run with a batch-size schedule or sequence-length warmup (`RunStarted.tokens_schedule`) also
 draws its tokens a step on the same step axis, as a staircase scaled so that the full size is
-the peak LR's height, labelled "tokens/step"; a run without one draws only its LR.
+the peak LR's height, labelled "tokens/step", with its own scale on the right (the smallest and
+largest step sizes); a run without one draws only its LR.
 """
 
 from __future__ import annotations
@@ -249,3 +250,33 @@ class LrPanel(ThrottledPlot):
             self.points(plt, [self.step], [self.lr], "●", pal["primary"])
         self.set_x_ticks(plt, 0, x_hi, width - Y_AXIS_COLS, fmt_tick)
         self.set_y_ticks(plt, 0, hi, height, fmt_lr_tick)
+        if self.tokens_schedule and self.planned:
+            self._tokens_axis(plt, hi, float(self._planned_ys.max()))
+
+    def _tokens_axis(self, plt: Any, hi: float, top: float) -> None:
+        """The staircase's own scale, on the right: it is drawn with its full size at `top` (the
+        peak LR) of an axis to `hi`, so the right axis runs to hi/top of the full size, and its
+        ticks are the smallest and the largest step sizes (drawn on the LR's scale alone, the
+        staircase had no figure anywhere)."""
+        sizes = tokens_axis_ticks(self.tokens_schedule)
+        if not sizes or top <= 0:
+            return
+        full = sizes[-1]
+        plt.scatter([0.0], [0.0], marker=" ", yside="right")  # plotext draws a side it plots on
+        plt.ylim(0, hi / top * full, yside="right")
+        labels = [fmt_tokens(t) for t in sizes]
+        if self.size.width >= 56:  # narrower, the columns are the plot's (the legend says it)
+            labels[-1] += " tok"
+        plt.yticks(sizes, labels, yside="right")
+
+
+def tokens_axis_ticks(schedule: Any) -> list[int]:
+    """The right axis' ticks for a tokens-a-step schedule: its smallest and largest step sizes
+    (one tick when they are the same; none without a schedule)."""
+    sizes = sorted({int(t) for _, t in schedule or () if int(t) > 0})
+    return sorted({sizes[0], sizes[-1]}) if sizes else []
+
+
+def fmt_tokens(tokens: int) -> str:
+    """A step's tokens as a tick: exact below 10k (1,024 is not '1k'), compact above."""
+    return f"{tokens:,}" if tokens < 10_000 else fmt_tick(tokens)

@@ -74,3 +74,25 @@ def test_the_loss_panel_places_evals_and_markers_at_the_tokens_trained() -> None
     assert panel.markers[-1] == (4, 32, "lr")
     panel.add_marker(2, "rollback")  # not the newest step: at tokens_per_step each, as before
     assert panel.markers[-1] == (2, 128, "rollback")
+
+
+def test_the_staircase_has_its_own_scale_on_the_right() -> None:
+    """speedrun-cpu's staircase was drawn on the LR's axis with no figure of its own: the right
+    axis now names its smallest and largest step sizes, level with them."""
+    app = LrApp()
+
+    async def scenario(pilot: Pilot) -> list[str]:
+        panel = app.query_one(LrPanel)
+        panel.set_plan(PLAN, 100)
+        panel.set_tokens_schedule(((0, 256), (3, 512), (6, 1024)))
+        panel.flush(force=True)
+        await pilot.pause()
+        return text_of(panel).splitlines()
+
+    rows = run_pilot(app, scenario, size=(80, 20))
+    top = next(i for i, r in enumerate(rows) if r.rstrip().endswith("├1,024 tok"))
+    low = next(i for i, r in enumerate(rows) if r.rstrip().endswith("├256"))
+    assert top < low
+    # the right axis is the staircase's: 256 sits a quarter of the way from 0 to 1,024
+    zero = next(i for i, r in enumerate(rows) if r.lstrip().startswith("0┤"))
+    assert abs((zero - low) - (zero - top) / 4) <= 1, "\n".join(rows)
