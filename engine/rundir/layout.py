@@ -30,6 +30,7 @@ from engine.private_dir import (
     parents_problem,
     remove_made,
 )
+from engine.rundir.lock import check_not_in_use
 
 # what a run leaves in its directory (a run's lock, engine.log and error.log say nothing alone)
 RUN_FILES = (
@@ -124,6 +125,7 @@ def check_new_run_dir(run_dir: Path) -> None:
         _refuse(future_parents_problem(run_dir), run_dir, _NEW_RUN_FIX)
         return
     check_run_dir(run_dir, fix=_NEW_RUN_FIX)
+    check_not_in_use(run_dir)  # a live engine's directory: say whose, not just "holds a run"
     held = run_files(run_dir)
     if held:
         raise ConfigError(

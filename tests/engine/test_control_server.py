@@ -290,7 +290,8 @@ def test_a_run_directory_too_long_for_af_unix_is_served(tmp_path: Path) -> None:
 def test_a_peer_of_another_uid_is_refused(live) -> None:
     trainer, run_dir = live
     sock = run_dir / wire.SOCKET_NAME
-    os.chmod(sock, 0o666)  # let the other user reach it: the peer check must still refuse
+    os.chmod(run_dir, 0o711)  # a run directory is 0700: let the other user reach the socket
+    os.chmod(sock, 0o666)  # ...and open it: the peer check must still refuse
     code = (
         "import os, socket\n"
         f"fd = os.open({str(run_dir)!r}, os.O_RDONLY | os.O_DIRECTORY)\n"
