@@ -120,7 +120,11 @@ def status_segments(
                 Content.assemble(("trained ", "$foreground-muted"), fmt_duration(trained_s)), 4
             )
         )
-    if state in LIVE_STATES:
+    if state == RunState.RUNNING and view.max_steps and view.step >= view.max_steps:
+        # every step trained: the engine evaluates, samples and saves before it says finished
+        # (tens of seconds on a big eval), and 'ETA 0s' all that while read as a hang
+        segs.append(Segment(Content.styled("final evaluation…", "bold $accent"), 0))
+    elif state in LIVE_STATES:
         eta = view.tracker.eta(view.step, view.max_steps) if view.max_steps else None
         if eta is not None:
             segs.append(
