@@ -26,6 +26,7 @@ from engine.rundir.metrics_scan import (
     scan_metrics,
 )
 from engine.rundir.records import parse_record
+from engine.rundir.summary_facts import ROLLED_BACK
 
 
 @dataclass(frozen=True)
@@ -84,14 +85,24 @@ def _float(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) else math.nan
 
 
+def _anchor_time(record: dict[str, Any]) -> Any:
+    """The exact training time a record gives at its row: a run_started's (at its start, 0 when
+    not recorded), an eval's, a rollback's (at the checkpoint it went back to); None for others."""
+    kind = record.get("kind")
+    if kind == "run_started":
+        return record.get("train_time_s") or 0.0
+    if kind == "eval" or (kind == "state" and record.get("reason") == ROLLED_BACK):
+        return record.get("train_time_s")
+    return None
+
+
 def _train_clock(scan: Scan) -> np.ndarray:
-    """Training time at every row: anchored at each run_started (its train_time_s, at its start)
-    and each eval (its train_time_s), plus the step_time_s of every step record since."""
+    """Training time at every row: anchored at each run_started, eval and rollback (its
+    train_time_s), plus the step_time_s of every step record since."""
     step_time = np.nan_to_num(scan.columns["step_time_s"], nan=0.0)
     step_time[~scan.is_step] = 0.0
     total = np.cumsum(step_time)
-    anchors = [(row, r.get("train_time_s") if r["kind"] == "eval" else r.get("train_time_s") or 0.0)
-               for row, r in scan.others if r.get("kind") in ("run_started", "eval")]
+    anchors = [(row, _anchor_time(r)) for row, r in scan.others]
     anchors = [(row, float(s)) for row, s in anchors if isinstance(s, (int, float)) and math.isfinite(s)]
     if not anchors:
         return total

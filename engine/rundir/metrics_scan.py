@@ -4,7 +4,7 @@ finished run's replay are both read with.
 `scan_metrics(run_dir, replay)` gives one row per line, in file order (the resume semantics need
 it): the step records' numbers as numpy columns, every other record parsed. `kept_steps` and
 `kept_others` pick the records that count as read_history counts them
-(the later record of a step wins, a resume drops the branch it abandoned). Torch-free and
+(the later record of a step wins, a resume or a rollback drops the branch it abandoned). Torch-free and
 textual-free.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from engine.rundir.records import parse_record
+from engine.rundir.summary_facts import ROLLED_BACK
 
 
 class RunHistoryError(Exception):
@@ -262,11 +263,24 @@ def newest_run_started(scan: Scan, run_dir: Path) -> tuple[int, dict[str, Any]]:
     )
 
 
-def _drop_limits(scan: Scan, rows: np.ndarray) -> np.ndarray:
-    """For each row, the highest step a record there may have and survive: a run_started later
-    in the file, at start step S, drops every earlier record after S (an abandoned branch)."""
-    starts = [(row, r["start_step"]) for row, r in scan.others
-              if r.get("kind") == "run_started" and isinstance(r.get("start_step"), int)]
+def _branch_point(record: dict[str, Any], rollbacks: bool) -> int | None:
+    """The step a record says the run goes on from, abandoning what it recorded after it: a
+    resume's run_started (its start step), a rollback's state record (its checkpoint's step;
+    only when `rollbacks`)."""
+    kind = record.get("kind")
+    if kind == "run_started" and isinstance(record.get("start_step"), int):
+        return record["start_step"]
+    rolled_back = kind == "state" and record.get("reason") == ROLLED_BACK
+    if rollbacks and rolled_back and isinstance(record.get("step"), int):
+        return record["step"]
+    return None
+
+
+def _drop_limits(scan: Scan, rows: np.ndarray, rollbacks: bool = True) -> np.ndarray:
+    """For each row, the highest step a record there may have and survive: a resume or (when
+    `rollbacks`) a rollback later in the file, from step S, drops every earlier record after S
+    (an abandoned branch)."""
+    starts = [(row, step) for row, r in scan.others if (step := _branch_point(r, rollbacks)) is not None]
     if not starts:
         return np.full(len(rows), np.iinfo(np.int64).max, np.int64)
     start_rows = np.array([row for row, _ in starts], np.int64)
@@ -286,11 +300,14 @@ def kept_steps(scan: Scan) -> np.ndarray:
 
 
 def kept_others(scan: Scan, kinds: tuple[str, ...], key: Callable[[dict[str, Any]], Any] | None) -> list[tuple[int, dict[str, Any]]]:
-    """The other records of `kinds` that count (same semantics; `key` None: no latest-wins)."""
+    """The other records of `kinds` that count (same semantics; `key` None: no latest-wins).
+    An alert stays through a rollback: the fault that caused it is what happened, and the
+    rollback's own alert names it."""
     chosen = [(row, r) for row, r in scan.others if r.get("kind") in kinds and isinstance(r.get("step"), int)]
     if not chosen:
         return []
-    limits = _drop_limits(scan, np.array([row for row, _ in chosen], np.int64))
+    rows = np.array([row for row, _ in chosen], np.int64)
+    limits = _drop_limits(scan, rows, rollbacks="alert" not in kinds)
     alive = [(row, r) for (row, r), limit in zip(chosen, limits.tolist(), strict=True) if r["step"] <= limit]
     if key is None:
         return alive

@@ -135,6 +135,11 @@ def reference_curves(run_dir: Path) -> dict[str, Any]:
             steps = {k: v for k, v in steps.items() if k <= s}
             evals = {k: v for k, v in evals.items() if k <= s}
             clock = r["train_time_s"]
+        elif kind == "state" and r.get("reason") == "rolled back":  # back at a checkpoint
+            s = r["step"]
+            steps = {k: v for k, v in steps.items() if k <= s}
+            evals = {k: v for k, v in evals.items() if k <= s}
+            clock = r["train_time_s"]
         elif kind == "step":
             clock += r["step_time_s"]
             loss = math.nan if r["loss"] is None else r["loss"]
@@ -219,6 +224,23 @@ def test_a_rollback_retrains_steps_and_the_later_records_win(tmp_path: Path) -> 
     run = write(tmp_path / "rolled", lines)
     assert_same_as_reference(run)
     assert read_curves(run).loss[100:].tolist() == [1.0] * 50
+
+
+def test_a_rollback_drops_the_branch_it_discarded(tmp_path: Path) -> None:
+    """Trained to 140 (evals at 50 and 100), rolled back to the checkpoint of step 60 and trained
+    on to 80: the steps 81..140 and the eval at 100 were another branch's."""
+    clock = Clock()
+    lines = session(clock, 1, 140, ending=None)
+    at_60 = sum(step(Clock(), n).step_time_s for n in range(1, 61))
+    lines.append(line(StateChanged(state="running", step=60, reason="rolled back", train_time_s=at_60, time=clock())))
+    lines += [line(step(clock, n, loss=1.0)) for n in range(61, 81)]
+    lines.append(line(StateChanged(state="finished", step=80, time=clock())))
+    run = write(tmp_path / "rolled-back", lines)
+    assert_same_as_reference(run)
+    curves = read_curves(run)
+    assert curves.step.tolist() == list(range(1, 81)) and curves.val_step.tolist() == [50]
+    replayed = [e for e in read_replay(run).events if isinstance(e, (Step, Eval))]
+    assert max(e.step for e in replayed) == 80 and [e.step for e in replayed if isinstance(e, Eval)] == [50]
 
 
 def test_what_is_not_a_run_is_refused_in_one_line(tmp_path: Path) -> None:
