@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.config.run_config import ConfigError
 from engine.config.user_files import UserFileError, check_regular_file, read_small_text
-from engine.files import DIR_MODE, atomic_write_text, create_new
+from engine.files import atomic_write_text, create_new
 
 FORK_FILE = "fork.json"
 
@@ -57,15 +58,8 @@ def make_fork(
             step,
         )
     parent = source.parent
-    branch = Path(run_dir) if run_dir else parent.with_name(
-        f"{parent.name}-fork-{step}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    if branch.exists():
-        raise ForkError(f"{branch} exists already; pick another with --run-dir")
-    made = False
+    branch = _make_branch_dir(parent, step, run_dir)
     try:
-        branch.mkdir(mode=DIR_MODE, parents=True)  # never 0777, whatever the umask
-        made = True
         _link(source, branch / source.name)
         _copy_history(parent / "metrics.jsonl", branch / "metrics.jsonl", step, on_damaged)
         record = {"parent": str(parent.resolve()), "checkpoint": source.name, "step": step,
@@ -73,13 +67,31 @@ def make_fork(
                   "settings_changes": list(state.get("settings_changes") or [])}  # fmt: skip
         atomic_write_text(branch / FORK_FILE, json.dumps(record, indent=2))
     except OSError as e:  # a read-only or full disk: nothing half-made is left to list
-        if made:
-            shutil.rmtree(branch, ignore_errors=True)
+        shutil.rmtree(branch, ignore_errors=True)
         where = "--run-dir" if run_dir else "beside the parent (or give --run-dir)"
         raise ForkError(
             f"cannot make {branch}: {e.strerror or e}; pick a writable place {where}"
         ) from None
     return branch, source
+
+
+def _make_branch_dir(parent: Path, step: int, run_dir: str | None) -> Path:
+    """The branch's directory, made private as a run's (engine.rundir.layout): at --run-dir,
+    which must not exist (a link included), or beside the parent, where a name taken (a link
+    another user planted at the predictable name) gives way to NAME.2, NAME.3..."""
+    from engine.rundir.layout import create_free_run_dir, create_run_dir
+
+    try:
+        if not run_dir:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            return create_free_run_dir(parent.with_name(f"{parent.name}-fork-{step}-{stamp}"))
+        branch = Path(run_dir)
+        if os.path.lexists(branch):
+            raise ForkError(f"{branch} exists already; pick another with --run-dir")
+        create_run_dir(branch)
+        return branch
+    except ConfigError as e:  # not a safe place for a run: one line, nothing made
+        raise ForkError(str(e)) from None
 
 
 def branch_overrides(resume: Path) -> list[str]:

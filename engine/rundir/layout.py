@@ -59,7 +59,13 @@ def create_default_run_dir(cfg: RunConfig, root: str | Path = "runs") -> Path:
     that is taken (two runs in the same second, or a link planted there) NAME.2, NAME.3...;
     never through what is at a taken name. ConfigError (one line) when `root` is not a safe
     place for runs."""
-    first = default_run_dir(cfg, root)
+    return create_free_run_dir(default_run_dir(cfg, root))
+
+
+def create_free_run_dir(first: Path) -> Path:
+    """Make a new run directory at the generated name `first` (a default run's, a fork's
+    branch) or, when that is taken, at the next free one of FIRST.2, FIRST.3...; returns it.
+    ConfigError (one line) when the directories above it are not a safe place for runs."""
     _refuse(future_parents_problem(first), first, _NEW_RUN_FIX)
     made = _make_dirs_above(first)
     for suffix in range(1, _MAX_SUFFIX + 1):

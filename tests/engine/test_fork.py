@@ -119,5 +119,5 @@ def test_a_fork_into_a_read_only_place_is_one_line_and_leaves_nothing(
     assert done.returncode == 2, done
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
-    assert f"cannot make {place / 'b'}: Read-only file system" in lines[0]
+    assert f"run directory {place / 'b'} is not writable (Read-only file system)" in lines[0]
     assert list(place.iterdir()) == []

@@ -423,3 +423,63 @@ def test_planted_temporary_names_do_not_break_a_checkpoint(tmp_path: Path, victi
     assert remove_partial_saves(run_dir) == 5
     assert not list(run_dir.glob(".*.tmp"))
     assert listing(victim.parent) == before
+
+
+# ---------------------------------------------------------------------- a fork's branch
+@pytest.fixture
+def sticky_parent(area: Path) -> Path:
+    """A finished run of ours (step 3, one checkpoint) in a sticky 1777 runs root."""
+    runs = area / "runs"
+    runs.mkdir()
+    runs.chmod(0o1777)
+    parent = runs / "parent"
+    _, state, alerts = train(parent)
+    assert state == "finished", alerts
+    return parent
+
+
+@needs_root
+def test_planted_branch_names_give_way_to_a_private_branch(sticky_parent: Path, area: Path):
+    """`cockpit fork RUN` names its branch RUN-fork-STEP-<time>, known in advance: the other
+    user links each such name of the next two minutes to a folder of theirs. The fork gives
+    way to NAME.2 (0700, ours) and writes nothing through the links; it used to stop with
+    'cannot make ...: File exists'."""
+    theirs = area / "theirs"
+    theirs.mkdir(mode=0o777)
+    theirs.chmod(0o777)
+    os.chown(theirs, OTHER, OTHER)
+
+    def plant() -> None:
+        now = time.time()
+        for s in range(120):
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
+            (sticky_parent.parent / f"parent-fork-3-{stamp}").symlink_to(theirs)
+
+    as_other_user(plant)
+    done = cockpit("fork", str(sticky_parent), "--no-start", "--set", "train.max_steps=5")
+    assert done.returncode == 0, done.stderr
+    branch = Path(done.stdout.strip().rsplit(" ", 1)[-1])
+    assert branch.name.startswith("parent-fork-3-") and branch.name.endswith(".2")
+    assert not branch.is_symlink() and branch.parent == sticky_parent.parent
+    assert os.stat(branch).st_uid == 0 and (os.stat(branch).st_mode & 0o777) == 0o700
+    assert {p.name for p in branch.iterdir()} == {"ckpt-00000003.pt", "metrics.jsonl", "fork.json"}
+    assert list(theirs.iterdir()) == []
+
+
+@needs_root
+def test_a_branch_below_a_world_writable_directory_is_refused(sticky_parent: Path, area: Path):
+    """`cockpit fork RUN --run-dir /open/branch` with /open at 0777: refused in one line
+    before anything is made (the branch was made 0755 there, for anyone to swap)."""
+    open_dir = area / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    branch = open_dir / "branch"
+    done = cockpit("fork", str(sticky_parent), "--no-start", "--run-dir", str(branch),
+                   "--set", "train.max_steps=5")  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"cockpit fork: run directory {branch} is below {open_dir}, which can be written by "
+        f"other users (mode 0777): another user could swap what the run writes; chmod go-w "
+        f"{open_dir}, or pass --run-dir DIR of your own\n"
+    )
+    assert list(open_dir.iterdir()) == []

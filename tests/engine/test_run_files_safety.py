@@ -285,7 +285,7 @@ def test_best_pt_copy_never_goes_through_a_link_at_its_name(tmp_path: Path, vict
 
 def test_a_fork_under_umask_0_makes_no_world_writable_branch(finished_run: Path, tmp_path: Path):
     """`cockpit fork` made its branch 0777 and its files 0666 under umask 0 (any user could
-    then plant links in it); now 0755 and 0644, as a run's."""
+    then plant links in it); now 0700 and 0644, as a run's."""
     import subprocess
     import sys
 
@@ -297,7 +297,7 @@ def test_a_fork_under_umask_0_makes_no_world_writable_branch(finished_run: Path,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    assert stat.S_IMODE(branch.stat().st_mode) == 0o755
+    assert stat.S_IMODE(branch.stat().st_mode) == 0o700
     found = modes(branch)
     assert {"metrics.jsonl", "fork.json"} <= set(found)
     assert found["metrics.jsonl"] == found["fork.json"] == 0o644
