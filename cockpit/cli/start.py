@@ -88,14 +88,16 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
-    print(started_report(run_dir, process.pid, nproc))
     from cockpit.cli.attach import AttachError, attach
     from cockpit.cli.options import notify_settings
     from cockpit.cli.terminal import no_app_here
 
+    why = None if args.no_attach else no_app_here()
+    # With the app opened, this report is still on the terminal when the app's own exit
+    # report comes, maybe after the run ended: the pid to kill is named only without the app.
+    print(started_report(run_dir, process.pid, nproc, kill=args.no_attach or why is not None))
     if args.no_attach:
         return 0
-    why = no_app_here()
     if why is not None:  # the run goes on; the line above says how to watch it
         print(f"cockpit start: {why.reason}: not opening the app; {why.fix} to watch the run", file=sys.stderr)
         return 0
@@ -319,14 +321,17 @@ def rank_error_line(path: Path) -> str:
     return ""
 
 
-def started_report(run_dir: Path, pid: int, nproc: int = 1) -> str:
+def started_report(run_dir: Path, pid: int, nproc: int = 1, kill: bool = True) -> str:
+    """What `cockpit start` prints once the run serves; `kill`: the stop line names the pid
+    (not when the app opens next: its exit report may come after the process is gone)."""
     what = f"torchrun, {nproc} processes, " if nproc > 1 else ""
     stop = f"kill -TERM {pid}" + (": torchrun passes it to every rank" if nproc > 1 else "")
+    also = f" (or: {stop})" if kill else ""
     return "\n".join(
         [
             f"started in the background ({what}pid {pid}): {run_dir}",
             f"  log:    {run_dir / LOG_NAME}",
             f"  attach: cockpit attach {shlex.quote(str(run_dir))}",
-            f"  stop:   q in an attached cockpit, then s (or: {stop})",
+            f"  stop:   q in an attached cockpit, then s{also}",
         ]
     )
