@@ -209,6 +209,8 @@ class RunStarts(_AppBase):
 
     def ask_fork(self, run_dir: Path) -> None:
         """The branch dialog: which checkpoint, which settings change."""
+        if self._no_in_process_runs():  # a viewer: said before anything is typed
+            return
         checkpoints = checkpoints_of(run_dir)
         if not checkpoints:
             self.notify(

@@ -507,3 +507,18 @@ def test_a_fork_from_the_runs_screen_asks_before_it_makes_the_branch(finished_ti
     run_pilot(app, scenario, size=SIZE)
     assert sorted(p.name for p in finished_tiny_run.parent.iterdir()) == ["tiny-run"]  # no branch
     assert not [c for c in made[0].calls if c[0] == "stop"]
+
+
+def test_f_in_a_viewer_says_at_once_that_it_starts_no_run() -> None:
+    """A viewer (`cockpit attach`: no runs start in it) says so at f, not after the dialog."""
+    app = CockpitApp(ScriptedFactory(), "default")
+    toasts = Toasts()
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.state == "running" and app.view.step == 300)
+        await pilot.press("f")
+        await pilot.pause()
+        assert app.screen is app.main_screen
+
+    run_pilot(app, scenario, size=SIZE, toasts=toasts)
+    assert [t.title for t in toasts if t.title.startswith("Cannot")] == ["Cannot start a run here"]
