@@ -55,7 +55,9 @@ async def test_the_lr_dialog_follows_the_run_s_lr(
     assert text(app, "#lr-current").startswith(f"now {fmt_lr(8.55e-4)}")
     # what enter does is said at the run's step now
     change = lr_change("scale_lr", 2.0, run_lr_plan(app.view.info, 320, app.view.scale))
-    assert f"→ {fmt_lr(change.new_lr)} from the next step" in str(app.screen.query_one("#lr-error").render())
+    assert f"→ {fmt_lr(change.new_lr)} from the next step" in str(
+        app.screen.query_one("#lr-error").render()
+    )
 
 
 @pilot_test()  # step 300, last checkpoint at 250

@@ -4,7 +4,9 @@ what arrives meanwhile (a checkpoint saved before the pause took hold is the one
 
 from __future__ import annotations
 
-from pilot import Toasts, pilot_test, wait_for
+from pathlib import Path
+
+from pilot import REAL_SIZE, Toasts, pilot_test, real_app, run_pilot, wait_for, wait_for_engine
 from scripted import ScriptedFactory, step_event
 from textual.pilot import Pilot
 
@@ -97,3 +99,31 @@ async def test_the_question_names_the_settings_a_rollback_puts_back(
     await pilot.press("r")
     await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen) and "ckpt-000300" in question(app))
     assert "Settings go back" not in question(app)
+
+
+def test_the_real_engine_puts_back_the_settings_the_question_names(tmp_path: Path) -> None:
+    app, _ = real_app(tmp_path)
+    toasts = Toasts()
+
+    async def scenario(pilot: Pilot) -> str:
+        await wait_for_engine(pilot, lambda: app.view.step >= 3)
+        await pilot.press("c")
+        await wait_for_engine(pilot, lambda: app.view.last_checkpoint is not None)
+        step = app.view.last_checkpoint[0]
+        app.trainer.set_settings({"optim.weight_decay": 0.05, "train.max_steps": 2_000_000})
+        await wait_for_engine(pilot, lambda: app.view.max_steps == 2_000_000)
+        await pilot.press("r")
+        await wait_for_engine(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.state == "paused")
+        asked = question(app)
+        assert f"Settings go back to those at step {step}: " in asked
+        await pilot.press("y")
+        await wait_for_engine(pilot, lambda: any(t.title == "Rolled back" for t in toasts))
+        assert app.view.max_steps == 1_000_000  # the engine put it back, as the question said
+        return asked
+
+    asked = run_pilot(app, scenario, size=REAL_SIZE, toasts=toasts)
+    (rolled,) = [t.message for t in toasts if t.title == "Rolled back"]
+    # "optim.weight_decay 0.05 -> 0.1, train.max_steps 2000000 -> 1000000", in the engine's words
+    put_back = asked.rsplit("Settings go back to those at step ", 1)[1].split(": ", 1)[1].rstrip(".")
+    assert "optim.weight_decay 0.05 -> 0.1" in put_back and "settings back to those at step" in rolled
+    assert put_back in rolled, (asked, rolled)
