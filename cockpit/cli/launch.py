@@ -90,15 +90,14 @@ def make_trainer(
     # When resuming, the checkpoint's config is the base and --set applies on top of it; a
     # run's config.toml also holds the changes it made, made again at their steps.
     replay = load_replay(name, [] if resume else overrides, args.presets_dir)
-    run_dir = args.run_dir if first else None
-    if not first and runs_root is not None:
-        from engine.rundir import default_run_dir
-
-        run_dir = str(default_run_dir(replay.config, runs_root))
+    # a later run gets a new directory under the runs root, made by the engine: a name taken
+    # there (a link another user planted) gives way to the next free one
+    later_root = runs_root if not first and runs_root is not None else "runs"
     return Trainer(
         replay.config,
         planned_changes=replay.changes,
-        run_dir=run_dir,
+        run_dir=args.run_dir if first else None,
+        runs_root=later_root,
         data_path=data_for(args, name, first),
         resume=resume,
         resume_overrides=overrides if resume else (),

@@ -110,15 +110,17 @@ def create_run_dir(run_dir: Path) -> None:
     _checked_after_making(run_dir, [run_dir])
 
 
-def open_run_dir(run_dir: Path | None, cfg: RunConfig, resuming: bool) -> Path:
+def open_run_dir(
+    run_dir: Path | None, cfg: RunConfig, resuming: bool, runs_root: str | Path = "runs"
+) -> Path:
     """The directory a run writes in, made or checked as above (and proved writable): the one
-    resumed, the one named (made when absent), or a new one under `runs/`."""
+    resumed, the one named (made when absent), or a new one under `runs_root`."""
     if resuming and run_dir is not None:
         check_run_dir(run_dir)
         _probe_writable(run_dir)
         return run_dir
     if run_dir is None:
-        return create_default_run_dir(cfg)
+        return create_default_run_dir(cfg, runs_root)
     create_run_dir(run_dir)
     return run_dir
 

@@ -97,6 +97,7 @@ class Trainer:
         cfg: RunConfig,
         *,
         run_dir: str | Path | None = None,
+        runs_root: str | Path = "runs",
         data_path: str | None = None,
         resume: str | Path | None = None,
         resume_overrides: Iterable[str] = (),
@@ -119,6 +120,7 @@ class Trainer:
             if run_dir
             else (Path(resume) if resume and Path(resume).is_dir() else None)
         )
+        self.runs_root = Path(runs_root)  # where a new run without run_dir gets its directory
         self.data_path = data_path
         self.allow_data_change = allow_data_change  # resume on a corpus whose sha256 changed
         self.resume_from = Path(resume) if resume else None
@@ -434,7 +436,9 @@ class Trainer:
         made, problem = None, None
         if self.world.is_main:  # a new one is made now (its name may give way to a free one)
             try:
-                made = open_run_dir(self.run_dir, self.cfg, resuming=self.resume_from is not None)
+                made = open_run_dir(
+                    self.run_dir, self.cfg, self.resume_from is not None, self.runs_root
+                )
             except ConfigError as e:
                 problem = str(e)
         # every rank learns the name, or the refusal (and stops with it, not in a collective)

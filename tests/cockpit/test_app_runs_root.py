@@ -33,9 +33,8 @@ def test_a_preset_picked_in_the_app_trains_under_its_runs_root(tmp_path: Path, m
     factory = app_factory(str(root))
     factory("tiny")  # the run named on the command line: its own --run-dir rules
     picked = factory("tiny")  # p (a preset) or n (a run's config.toml): built the same way
-    assert picked.run_dir is not None
-    assert Path(picked.run_dir).parent == root
-    assert Path(picked.run_dir).name.startswith("tiny-")
+    assert picked.run_dir is None  # made when it starts: a taken name gives way to a free one
+    assert picked.runs_root == root
     assert not (tmp_path / "runs").exists()
 
 
@@ -43,4 +42,4 @@ def test_the_plain_app_s_picks_still_go_to_runs(tmp_path: Path, monkeypatch) -> 
     monkeypatch.chdir(tmp_path)
     factory = app_factory("runs")
     factory("tiny")
-    assert Path(factory("tiny").run_dir).parent == Path("runs")
+    assert factory("tiny").runs_root == Path("runs")

@@ -483,3 +483,54 @@ def test_a_branch_below_a_world_writable_directory_is_refused(sticky_parent: Pat
         f"{open_dir}, or pass --run-dir DIR of your own\n"
     )
     assert list(open_dir.iterdir()) == []
+
+
+# ---------------------------------------------------------------------- the app's later runs
+@needs_root
+def test_planted_names_in_the_apps_runs_root_never_receive_a_picked_run(
+    area: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A preset picked in the app (p, n) trains under the app's runs root (`cockpit ablate
+    --runs DIR`): with DIR at 1777 and the other user's links at DIR/tiny-<each second of the
+    next two minutes>, the run makes DIR/tiny-<stamp>.2 of its own. The app used to name the
+    directory itself and hand it over as a --run-dir: the link was refused ('belongs to uid
+    65534') and the run failed, where a default name gives way."""
+    from cockpit.cli.launch import run_app, train_arguments
+
+    runs = area / "series"
+    runs.mkdir()
+    runs.chmod(0o1777)
+    theirs = area / "theirs"
+    theirs.mkdir()
+    theirs.chmod(0o777)
+    os.chown(theirs, OTHER, OTHER)
+
+    def plant() -> None:
+        now = time.time()
+        for s in range(120):
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
+            (runs / f"tiny-{stamp}").symlink_to(theirs)
+
+    as_other_user(plant)
+    monkeypatch.chdir(area)
+
+    class Built(Exception):  # the trainer factory the app is given (the app is not run)
+        pass
+
+    def app_class(factory: Callable[[str], Trainer], *_args: object, **_kwargs: object) -> None:
+        raise Built(factory)
+
+    with pytest.raises(Built) as built:
+        args = train_arguments(preset="tiny", no_telemetry=True)
+        run_app(args, runs_root=str(runs), app_class=app_class)
+    factory = built.value.args[0]
+    factory("tiny")  # the run named on the command line
+    picked = factory("tiny")  # one picked later in the app
+    alerts = Alerts()
+    picked.sinks.append(alerts)
+    assert picked.run() == "finished", alerts.messages
+    run_dir = Path(picked.run_dir)
+    assert run_dir.parent == runs and not run_dir.is_symlink() and run_dir.name.endswith(".2")
+    assert (run_dir / "metrics.jsonl").exists()
+    assert os.stat(run_dir).st_uid == 0 and (os.stat(run_dir).st_mode & 0o777) == 0o700
+    assert list(theirs.iterdir()) == []
