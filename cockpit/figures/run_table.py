@@ -122,14 +122,14 @@ def row(listed: ListedRun, now: float) -> dict[str, str]:
 
 
 def table(runs: Sequence[ListedRun], now: float, width: int = 80) -> list[str]:
-    """A header and one row per run, no wider than `width`: the checkpoint, size and tokens give
-    way before a run's name is shortened (in the middle: its preset and its date both stay),
-    the training time and preset after."""
+    """A header and one row per run, fitted to `width` by leaving columns out (the checkpoint,
+    size, tokens, weights, bits per byte, training time, preset, in that order). A run's name
+    is never cut: it is what `cockpit attach`, `--resume`, `fork` and `compare` are given, and
+    a name cut in the middle cannot be copied; a name too long for `width` makes the row wider."""
     rows = [row(r, now) for r in runs]
-    columns, widths = fit_columns(rows, width)
+    columns, widths = fit_columns(rows, width, cut_name=False)
     lines = [_line({h: h for h in columns}, columns, widths)]
     for listed, cells in zip(runs, rows, strict=True):
-        cells["RUN"] = shorten_run_name(cells["RUN"], widths["RUN"])
         if listed.problem is not None:
             lines.append(problem_line(cells, columns, widths, listed.problem, width))
         else:
@@ -149,9 +149,13 @@ def problem_line(
     return start + (text if len(text) <= room else text[: room - 3] + "...")
 
 
-def fit_columns(rows: Sequence[dict[str, str]], width: int) -> tuple[list[str], dict[str, int]]:
-    """The columns kept and each one's width (the name's, shortened) for `rows` to fit in `width`
-    characters, a GAP between columns; the runs screen fits its table with it too."""
+def fit_columns(
+    rows: Sequence[dict[str, str]], width: int, cut_name: bool = True
+) -> tuple[list[str], dict[str, int]]:
+    """The columns kept and each one's width for `rows` to fit in `width` characters, a GAP
+    between columns; the runs screen fits its table with it too. With `cut_name` the name's
+    width may be less than the longest name's (`shorten_run_name` then cuts the names to it);
+    without, every optional column goes before a name is cut, and then none is."""
     columns = [h for h in HEADERS if h not in SHOWN_IF_ANY or any(r[h] != "-" for r in rows)]
     widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in HEADERS}
     full_name = widths["RUN"]
@@ -161,11 +165,13 @@ def fit_columns(rows: Sequence[dict[str, str]], width: int) -> tuple[list[str], 
         return others + name_width + len(GAP) * (len(columns) - 1) - width
 
     for header, name_floor in DROP_ORDER:
-        if excess(min(full_name, name_floor or full_name)) <= 0:
+        floor = name_floor if cut_name and name_floor else full_name
+        if excess(min(full_name, floor)) <= 0:
             break
         if header in columns:
             columns.remove(header)
-    widths["RUN"] = max(min(full_name, MIN_NAME_WIDTH), full_name - max(0, excess(full_name)))
+    if cut_name:
+        widths["RUN"] = max(min(full_name, MIN_NAME_WIDTH), full_name - max(0, excess(full_name)))
     return columns, widths
 
 

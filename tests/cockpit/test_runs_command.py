@@ -182,14 +182,17 @@ def test_the_table_gives_way_to_the_width_and_sanitises_names() -> None:
                    best_val={"value": 2.5, "step": 12_000}, tokens=6_300_000,
                    last_checkpoint={"path": "/r/ckpt-00012000.pt", "step": 12_000})  # fmt: skip
     run = ListedRun(Path("/r"), "a-very-long-project-name/" + "x" * 60, summary, "live", 3 << 30, NOW)
+    name = "a-very-long-project-name/" + "x" * 60
     for width in (200, 80, 60):
         lines = table([run], NOW, width)
-        assert all(len(line) <= width for line in lines), (width, lines)
         assert all(line.isprintable() for line in lines)
+        assert lines[1].split()[0] == name  # never cut: it is another command's argument
     wide, narrow = table([run], NOW, 200), table([run], NOW, 80)
+    assert all(len(line) <= 200 for line in wide)
     assert "CKPT" in wide[0] and "ckpt-00012000.pt" in wide[1] and "3.0G" in wide[1]
-    assert "CKPT" not in narrow[0] and "1m ago" in narrow[1]
-    assert narrow[1].startswith("a-very-lo") and "...xxxx" in narrow[1]  # cut in the middle
+    # at 80 columns every optional column gave way to the name; the row is as wide as it needs
+    assert narrow[0].split() == ["RUN", "STATE", "STEP", "BEST", "VAL", "WHEN"]
+    assert "1m ago" in narrow[1]
     assert [fmt_ago(s) for s in (None, 0.4, 42, 3600 * 5, 86_400 * 3)] == ["-", "just now", "42s ago", "5h ago", "3d ago"]
 
 
@@ -205,3 +208,25 @@ def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
     err = process.stderr.read().decode()
     assert process.wait(timeout=60) in (0, 141)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_piped_at_80_columns_every_run_name_is_whole_and_works_as_an_argument(
+    tmp_path: Path,
+) -> None:
+    """`cockpit runs | ...` at 80 columns cut long names in the middle ('shakespear...0-213600'),
+    so they could not be copied into the next command; now each one is whole."""
+    root = tmp_path / "runs"
+    names = [
+        "sweeps/learning-rate-and-weight-decay-grid/lr-3e-4-wd-0.1-20261205-004500",
+        "shakespeare-char-20261205-004501",
+    ]
+    for i, name in enumerate(names):
+        hand_built(root / name, hours_ago=i + 1, steps=300, final="finished")
+    done = runs(str(root))  # COLUMNS=80, stdout a pipe
+    assert done.returncode == 0, done.stderr
+    _header, *rows = done.stdout.splitlines()
+    listed = [line.split()[0] for line in rows]
+    assert listed == names, done.stdout
+    for name in listed:  # what a user copies from the table is a run directory
+        assert (root / name / "metrics.jsonl").is_file()
+
