@@ -442,13 +442,18 @@ def _allowed(meta: dict[str, Any]) -> str:
     """The key's checks in words: the choices, or its range."""
     if "choices" in meta:
         return ", ".join(code(f'"{c}"') for c in meta["choices"])
-    low = f"&ge; {meta['min']:g}" if "min" in meta else ""
+    low = f"&ge; {_bound(meta['min'])}" if "min" in meta else ""
     if "min_excl" in meta:
-        low = f"&gt; {meta['min_excl']:g}"
-    high = f"&le; {meta['max']:g}" if "max" in meta else ""
+        low = f"&gt; {_bound(meta['min_excl'])}"
+    high = f"&le; {_bound(meta['max'])}" if "max" in meta else ""
     if "below" in meta:
-        high = f"&lt; {meta['below']:g}"
+        high = f"&lt; {_bound(meta['below'])}"
     return ", ".join(p for p in (low, high) if p)
+
+
+def _bound(value: float) -> str:
+    """A range's end: a whole number whole (a seed's 4294967295, not 4.29497e+09)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -149,10 +149,13 @@ def test_every_config_key_is_in_the_config_page_with_its_type_default_and_help()
             assert meaning == " ".join(meta["help"].split()), f"{name}.{key}"
             for choice in meta.get("choices", ()):
                 assert f'"{choice}"' in allowed, f"{name}.{key}: choice {choice}"
+            def bound(v: float) -> str:  # a whole number whole: 4294967295, not 4.29497e+09
+                return str(v) if isinstance(v, int) else f"{v:g}"
+
             if "min" in meta:
-                assert f"≥ {meta['min']:g}" in allowed, f"{name}.{key}: min"
+                assert f"≥ {bound(meta['min'])}" in allowed, f"{name}.{key}: min"
             if "max" in meta:
-                assert f"≤ {meta['max']:g}" in allowed, f"{name}.{key}: max"
+                assert f"≤ {bound(meta['max'])}" in allowed, f"{name}.{key}: max"
 
 
 def test_the_metrics_page_has_every_record_kind_and_field() -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.ablation.spec import BASELINE, AblationSpec, settled
+from cockpit.ablation.spec import BASELINE, AblationSpec, plain_label, settled
 from engine.config import ConfigError, load_preset, read_small_text
 from engine.events import RunState
 from engine.files import atomic_write_text
@@ -104,7 +104,7 @@ class Series:
                 )
             for entry in [*record.get("runs", []), *record.get("dropped", [])]:
                 run = SeriesRun(
-                    label=str(entry["label"]), settings=tuple(entry["settings"]),
+                    label=plain_label(str(entry["label"])), settings=tuple(entry["settings"]),
                     repeat=int(entry["repeat"]), run_dir=directory / str(entry["run_dir"]),
                     status=str(entry.get("status", "pending")),
                 )  # fmt: skip

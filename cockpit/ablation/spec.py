@@ -33,6 +33,13 @@ FINE_PER_INTERVAL = 10  # with a target, evaluations near it are 10 times as fre
 FILE_KEYS = ("preset", "target", "steps", "repeat_baseline", "name", "description", "settings", "change")
 
 
+def plain_label(text: str) -> str:
+    """A label as it may be printed: its control characters (a terminal's escape sequences,
+    which could recolour, move or retitle the terminal it is printed on) written as escapes,
+    `\\x1b` for ESC."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 @dataclass(frozen=True)
 class Change:
     """One change of the baseline: its label (the settings as given, or the TOML's `name`) and
@@ -138,7 +145,7 @@ def parse_change(text: str, where: str = "--change") -> Change:
                 "(several keys in one change: --change 'a=1 b=2')"
             )
         settings.append(canonical_setting(word, f"{where} {text!r}"))
-    return Change(label=" ".join(words), settings=tuple(settings))
+    return Change(label=plain_label(" ".join(words)), settings=tuple(settings))
 
 
 def canonical_setting(text: str, where: str) -> str:
@@ -244,7 +251,7 @@ def spec_from_file(path: Path) -> AblationSpec:
         if not made:
             raise ConfigError(f"{where}: no settings; add key = value lines, e.g. optim.name = \"adamw\"")
         shown = label if isinstance(label, str) else " ".join(shown_setting(t) for t in made)
-        changes.append(Change(label=shown, settings=tuple(made)))
+        changes.append(Change(label=plain_label(shown), settings=tuple(made)))
     repeats = _number(raw, "repeat_baseline", int, path)
     return AblationSpec(
         preset=preset,

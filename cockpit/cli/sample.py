@@ -21,6 +21,7 @@ EPILOG = (
     "Defaults come from the run's [sample] settings; --temperature 0 is greedy."
 )
 QUIT_WORDS = ("", ":q")
+MAX_SEED = 2**64 - 1  # the largest seed torch's generator takes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--temperature", type=float, default=None, metavar="T",
-        help="0 = greedy (the most likely token); default: the run's sample.temperature",
+        help="0 = greedy (the most likely token), else at least 1e-06; default: the run's "
+        "sample.temperature",
     )  # fmt: skip
     parser.add_argument(
         "--top-k", type=int, default=None, metavar="K",
@@ -48,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--seed", type=int, default=None, metavar="S",
-        help="make sampling repeatable (default: a fresh seed, printed at the end)",
+        help="make sampling repeatable, 0 to 2**64 - 1 (default: a fresh seed, printed at the "
+        "end)",
     )  # fmt: skip
     parser.add_argument(
         "--device", default="auto", metavar="D",
@@ -67,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_numbers(args: argparse.Namespace) -> None:
     """Refuse out-of-range numbers before anything slow is loaded."""
-    from engine.config import ConfigError
+    from engine.config import MIN_TEMPERATURE, ConfigError
 
     if args.tokens is not None and args.tokens < 1:
         raise ConfigError(f"--tokens {args.tokens}: generate at least 1 token; e.g. --tokens 200")
@@ -77,6 +80,13 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"--temperature {args.temperature}: must be 0 (greedy) or more; e.g. --temperature 0.8"
         )
+    if args.temperature is not None and 0 < args.temperature < MIN_TEMPERATURE:
+        raise ConfigError(
+            f"--temperature {args.temperature:g}: too small to sample with (the logits divided by "
+            f"it are not finite in float32); give 0 for greedy, or at least {MIN_TEMPERATURE:g}"
+        )
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise ConfigError(f"--seed {args.seed}: must be 0 to {MAX_SEED} (2**64 - 1); e.g. --seed 1")
     if args.top_k is not None and args.top_k < 0:
         raise ConfigError(f"--top-k {args.top_k}: must be 0 (no top-k) or more; e.g. --top-k 200")
     if args.threads is not None and not 0 <= args.threads <= 1024:
@@ -187,8 +197,19 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except RuntimeError as e:  # torch: out of memory, a device that went away
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"cockpit: sampling failed ({first}); try --device cpu", file=sys.stderr)
+        print(f"cockpit: sampling failed ({first}){other_device(args.device)}", file=sys.stderr)
         return 1
+
+
+def other_device(requested: str) -> str:
+    """'; try --device cpu' after a failure on another device; nothing after one on the CPU."""
+    from engine.config import ConfigError
+
+    try:
+        on_cpu = pick_device(requested).type == "cpu"
+    except ConfigError:
+        on_cpu = False
+    return "" if on_cpu else "; try --device cpu"
 
 
 def _sample(args: argparse.Namespace) -> int:

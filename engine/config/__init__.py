@@ -4,7 +4,7 @@ from engine import lazy_exports
 
 # module -> the names it gives the rest of the code; each is imported when first asked for
 _EXPORTS = {
-    "engine.config.run_config": ("RunConfig", "DataConfig", "ModelConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "EvalConfig", "SampleConfig", "CheckpointConfig", "LogConfig", "ConfigError", "MAX_LR"),
+    "engine.config.run_config": ("RunConfig", "DataConfig", "ModelConfig", "OptimConfig", "ScheduleConfig", "TrainConfig", "EvalConfig", "SampleConfig", "CheckpointConfig", "LogConfig", "ConfigError", "MAX_LR", "MIN_TEMPERATURE"),
     "engine.config.loading": ("config_from_dict", "parse_override", "recorded_config", "split_micro_batch"),
     "engine.config.presets": ("DEFAULT_PRESET", "discover", "extends_chain", "load_preset", "load_replay", "Replay", "search_dirs"),
     "engine.config.replay": ("check_replay", "replayed_change", "ReplayedChange"),

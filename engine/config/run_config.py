@@ -135,6 +135,9 @@ class ModelConfig:
 # The highest LR a config, the LR dialog or a running run accepts: a larger LR is a typo, not a
 # choice. One constant for all three (torch-free, so the cockpit's dialog can import it).
 MAX_LR = 10.0
+# Below this the logits divided by the temperature overflow float32 (from about 1e-36; 1e-300
+# is 0 in float32) and sampling fails; a temperature this low already picks as greedy (0) does.
+MIN_TEMPERATURE = 1e-6
 
 
 @dataclass
@@ -268,7 +271,9 @@ class TrainConfig:
         help="under torchrun: ddp (a replica per rank), fsdp (sharded) or auto (ddp when the model fits one device)",
         choices=("auto", "ddp", "fsdp"),
     )
-    seed: int = _opt(1337, help="random seed: initial weights, batch order, dropout")
+    seed: int = _opt(
+        1337, help="random seed: initial weights, batch order, dropout", min=0, max=2**32 - 1
+    )  # numpy's generator takes no other
     log_every: int = _opt(0, help="steps between loss read-backs (0 = 1 on CPU, 10 on GPU)", min=0)
     check_finite: bool = _opt(
         True, help="refuse a step whose gradient norm is not finite (on the device, no sync)"
@@ -312,7 +317,7 @@ class SampleConfig:
     prompts: list[str] = _opt(["\n"], help="texts to continue, one sample each")
     max_new_tokens: int = _opt(200, help="tokens generated per sample", min=1)
     temperature: float = _opt(
-        0.8, help="sampling temperature (lower is more predictable)", min_excl=0.0
+        0.8, help="sampling temperature (lower is more predictable)", min=MIN_TEMPERATURE
     )
     top_k: int = _opt(200, help="0 = no top-k", min=0)
 

@@ -134,30 +134,85 @@ def token_splits(out: Path, meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarra
 def exclusive(
     out: Path, on_wait: Callable[[], None], should_stop: Callable[[], bool] | None
 ) -> Iterator[None]:
-    """Hold the prepared directory's lock; another process holding it is waited for."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Hold the prepared directory's lock; another process holding it is waited for. A directory
+    this call made and that holds nothing but the lock when the preparation fails (a corpus
+    refused, a stop) is removed: a refusal leaves no empty corpus in the cache."""
+    made = _made(out)
     try:
         import fcntl
     except ImportError:  # no flock on this platform: one process at a time is up to the user
-        yield
+        with _removed_if_left_empty(out, made):
+            yield
         return
-    fd = open_kept_file(out / LOCK_FILE, os.O_RDWR)  # never through a planted link
+    while True:
+        fd = open_kept_file(out / LOCK_FILE, os.O_RDWR)  # never through a planted link
+        try:
+            _wait_for_lock(fd, fcntl, on_wait, should_stop)
+            if _still_in_place(fd, out / LOCK_FILE):
+                with _removed_if_left_empty(out, made):
+                    yield
+                return
+        finally:
+            os.close(fd)  # closing releases the lock
+        # the process waited for removed the directory it had made (its corpus was refused):
+        # make it again and prepare here
+        made = _made(out)
+
+
+def _wait_for_lock(
+    fd: int, fcntl: Any, on_wait: Callable[[], None], should_stop: Callable[[], bool] | None
+) -> None:
+    waited = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if not waited:
+                on_wait()
+                waited = True
+            if should_stop is not None and should_stop():
+                raise PreparationStopped() from None
+            time.sleep(LOCK_POLL_S)
+
+
+def _still_in_place(fd: int, lock: Path) -> bool:
+    """Whether the lock file held is still the one at its path (not removed meanwhile)."""
     try:
-        waited = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not waited:
-                    on_wait()
-                    waited = True
-                if should_stop is not None and should_stop():
-                    raise PreparationStopped() from None
-                time.sleep(LOCK_POLL_S)
+        held, named = os.fstat(fd), os.stat(lock, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+
+def _made(out: Path) -> bool:
+    try:
+        out.mkdir(parents=True)
+        return True
+    except FileExistsError:
+        return False
+
+
+@contextmanager
+def _removed_if_left_empty(out: Path, made: bool) -> Iterator[None]:
+    """On a failure inside, remove `out` if this preparation made it and it holds only the
+    lock (its partial files are already gone): the lock first, so a waiter sees it removed."""
+    done = False
+    try:
         yield
+        done = True
     finally:
-        os.close(fd)  # closing releases the lock
+        if made and not done:
+            _remove_if_empty(out)
+
+
+def _remove_if_empty(out: Path) -> None:
+    try:
+        if set(os.listdir(out)) <= {LOCK_FILE}:
+            (out / LOCK_FILE).unlink(missing_ok=True)
+            out.rmdir()
+    except OSError:
+        pass  # something else is in it now, or it is gone: leave it
 
 
 class TokenWriter:

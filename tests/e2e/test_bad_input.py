@@ -67,6 +67,20 @@ PRESET_CASES = [
         "train.max_steps: expected an integer",
     ),
     ("set ambiguous key", "", ["--set", "interval=5"], "ambiguous key"),
+    # numpy's "ValueError: Seed must be between 0 and 2**32 - 1", exit 1, once the run had started
+    ("negative seed", "[train]\nseed = -1\n", [], "train.seed: expected a value >= 0, got -1"),
+    (
+        "seed too large",
+        "",
+        ["--set", "train.seed=4294967296"],
+        "train.seed: expected a value <= 4294967295, got 4294967296",
+    ),
+    (
+        "temperature too small",
+        "[sample]\ntemperature = 1e-300\n",
+        [],
+        "sample.temperature: expected a value >= 1e-06",
+    ),
 ]
 
 
@@ -92,7 +106,9 @@ DATA_CASES = [
 
 
 @pytest.mark.parametrize("name, content, expected", DATA_CASES, ids=[c[0] for c in DATA_CASES])
-def test_bad_corpora(tmp_path, capsys, name, content, expected):
+def test_bad_corpora(tmp_path, capsys, monkeypatch, name, content, expected):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(cache))
     corpus = tmp_path / "corpus.txt"
     if content is not None:
         write(corpus, content)
@@ -104,6 +120,9 @@ def test_bad_corpora(tmp_path, capsys, name, content, expected):
     assert code == 2 and "failed at step" not in text
     assert expected.lower() in text.lower()
     assert str(corpus) in text
+    # a corpus refused while it was read left an empty directory (its lock alone) in the cache
+    left = sorted(p.name for p in cache.iterdir()) if cache.exists() else []
+    assert all((cache / name / "meta.json").is_file() for name in left), left
 
 
 def train_tiny(tmp_path, capsys) -> str:

@@ -177,6 +177,15 @@ def test_bad_inputs_are_one_line_and_exit_2(run_dir, env, tmp_path):
         ([str(run_dir), "--tokens", "0"], "--tokens 0: generate at least 1 token"),
         ([str(run_dir), "--temperature", "-0.5"], "--temperature -0.5: must be 0 (greedy) or more"),
         ([str(run_dir), "--top-k", "-1"], "--top-k -1: must be 0 (no top-k) or more"),
+        (  # it said "sampling failed (probability tensor contains inf...); try --device cpu"
+            [str(run_dir), "--temperature", "1e-300"],
+            "--temperature 1e-300: too small to sample with (the logits divided by it are not "
+            "finite in float32); give 0 for greedy, or at least 1e-06",
+        ),
+        (  # it said "Overflow when unpacking long long"
+            [str(run_dir), "--seed", "99999999999999999999999"],
+            "--seed 99999999999999999999999: must be 0 to 18446744073709551615 (2**64 - 1)",
+        ),
         ([str(run_dir), "--threads", "-1"], "--threads -1: must be 0 (auto) to 1024"),
         ([str(run_dir), "--device", "abacus"], "--device abacus: unknown device 'abacus'"),
         (
@@ -343,3 +352,12 @@ def test_generate_at_temperature_zero_is_argmax_and_draws_nothing(run_dir):
             idx = torch.cat((idx, logits[:, -1, :].argmax(-1, keepdim=True)), dim=1)
     assert torch.equal(out, idx)
     assert torch.equal(generator.get_state(), before)
+
+
+def test_a_failure_on_the_cpu_does_not_suggest_the_cpu():
+    """A sampling failure said "try --device cpu" while it ran on the CPU."""
+    from cockpit.cli.sample import other_device
+
+    assert other_device("cpu") == ""
+    if not torch.cuda.is_available() and not torch.backends.mps.is_available():
+        assert other_device("auto") == ""  # auto is the CPU here
