@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cockpit.figures.numbers import fmt_loss
+from cockpit.figures.numbers import fmt_loss, fmt_tick
 from cockpit.figures.series import downsample_minmax
 from engine.rundir import RunCurves
 
@@ -150,6 +150,33 @@ class Overlay:
             return None  # never a made-up value: it recorded no bits per byte
         return float(self.train(smoothing, unit)[at])
 
+    @property
+    def last_step(self) -> int | None:
+        """Its last step with a finite loss (None: it has none)."""
+        steps = self._x["steps"]
+        return int(steps[-1]) if len(steps) else None
+
+    def past_end(self, x: float, axis: str) -> bool:
+        """Whether `x` on `axis` lies beyond its last step (it ended before getting there)."""
+        xs = self._x[axis]
+        return bool(len(xs)) and math.isfinite(x) and x > xs[-1]
+
+    def end_value(self, smoothing: float, unit: str = "loss") -> float | None:
+        """Its (smoothed) train loss in `unit` at its last step (None: none in that unit)."""
+        train = self.train(smoothing, unit) if self.has_unit(unit) else np.zeros(0)
+        return float(train[-1]) if len(train) else None
+
+    def same_curve_as(self, other: Overlay) -> bool:
+        """Whether its losses are `other`'s, step for step, over its whole length: two runs of
+        one preset and seed (one maybe shorter) draw one line, the later one over the other."""
+        n = len(self)
+        if n == 0 or n > len(other):
+            return False
+        return bool(
+            np.array_equal(self._x["steps"], other._x["steps"][:n])
+            and np.allclose(self._loss, other._loss[:n], rtol=1e-6, atol=0.0)
+        )
+
     def downsampled(
         self, axis: str, smoothing: float, x0: float, x1: float, columns: int, unit: str = "loss"
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -216,6 +243,12 @@ class LegendEntry:
     name: str
     colour: RGB
     value: float | None  # its loss at the current run's x (None: it has none there)
+    # the step it ended at, when the current run's x is past its end: `value` is its last loss
+    ended_at: int | None = None
+    # the overlay whose curve is its own (the same preset and seed), up to `same_until` (the
+    # shorter one's last step; None: both as long): drawn as one line, it is named instead
+    same_as: str | None = None
+    same_until: int | None = None
 
 
 def shorten(name: str, width: int) -> str:
@@ -256,10 +289,19 @@ def legend(current: float | None, entries: list[LegendEntry], width: int) -> str
 
 
 def _entry(entry: LegendEntry, current: float | None, name_width: int) -> tuple[str, str]:
-    """(plain text, markup) of one overlay in the legend."""
+    """(plain text, markup) of one overlay in the legend: `name 2.398 +0.053` (its loss at the
+    current run's x and the difference), `name 2.401@300` (it ended at step 300: its last loss,
+    no difference at another x), `name ≡ other to 300` (its curve is the other's)."""
     name = shorten(entry.name, name_width)
-    value = _fmt(entry.value)
     colour = "#{:02x}{:02x}{:02x}".format(*entry.colour)
+    if entry.same_as is not None:
+        until = f" to {fmt_tick(entry.same_until)}" if entry.same_until is not None else ""
+        text = f"{name} ≡ {shorten(entry.same_as, name_width)}{until}"
+        return text, f"[{colour}]{_escape(text)}[/]"
+    value = _fmt(entry.value)
+    if entry.ended_at is not None and entry.value is not None:
+        text = f"{name} {value}@{fmt_tick(entry.ended_at)}"
+        return text, f"[{colour}]{_escape(text)}[/]"
     text, markup = f"{name} {value}", f"[{colour}]{_escape(name)} {value}[/]"
     if entry.value is not None and current is not None:
         diff = current - entry.value

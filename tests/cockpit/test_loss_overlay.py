@@ -271,3 +271,28 @@ def test_a_resumed_runs_replay_is_timed_from_its_anchors() -> None:
     panel.cycle_x_axis()
     panel.cycle_x_axis()
     assert panel.x_axis == "time" and panel._x_of(200, 0) == 110.0  # markers move with it
+
+
+def test_twin_runs_are_named_as_one_line_and_a_shorter_run_shows_where_it_ended() -> None:
+    """Two runs of one preset and seed drew one line (the later over the other: one colour
+    never showed), and a run shorter than the current one said `-` in the legend. Now the later
+    twin names the earlier ('≡'), and a run that ended shows its last loss at its last step."""
+    app = LossApp(160)
+    seed_1 = noisy_losses(800, seed=1)
+    long_run = run_curves("lr3e-4-seed1", seed_1)
+    same_but_shorter = run_curves("lr3e-4-seed1-again", seed_1[:300])
+    short_other = run_curves("lr1e-3", noisy_losses(400, seed=3))
+
+    async def scenario(pilot: Pilot) -> str:
+        panel = app.query_one(RecordingPanel)
+        feed(panel, range(1, 601))
+        panel.set_overlays([Overlay(c) for c in (long_run, same_but_shorter, short_other)])
+        panel.flush(force=True)
+        await pilot.pause()
+        return bottom_border(panel)
+
+    border = run_pilot(app, scenario, size=(170, 24))
+    assert "lr3e-4-seed1-again ≡ lr3e-4-seed1 to 300" in border, border
+    last = loop_ema(short_other.loss.tolist(), 0.9)[-1]
+    assert f"lr1e-3 {last:.3f}@400" in border, border
+    assert " - " not in border.replace("─", " ")
