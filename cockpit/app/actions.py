@@ -12,7 +12,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cockpit.app.key_table import COMMANDS, LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, Command, help_rows
 from cockpit.figures.numbers import fmt_int
@@ -20,10 +20,9 @@ from cockpit.screens.cooldown import CooldownScreen
 from cockpit.screens.dialogs import (
     ConfirmScreen,
     HelpScreen,
-    LrNow,
+    LrFollow,
     LrScreen,
     PutBack,
-    run_lr_plan,
 )
 from cockpit.screens.live_decisions import (
     cooldown_refusal,
@@ -34,7 +33,7 @@ from cockpit.screens.live_decisions import (
 from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
 from engine.config import describe
 from engine.contract import EngineHandle
-from engine.events import RunState
+from engine.events import RunStarted, RunState
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -314,18 +313,14 @@ class CommandActions(_AppBase):
     def action_lr_dialog(self) -> None:
         if not self.engine_running:
             return
-        seen: list[Any] = [None, -1, 0.0, None]  # the config, step and multiplier planned at
 
-        def lr_now() -> LrNow:
-            """The run's LR, multiplier and LR plan as the app sees them now (the plan made
-            again only when the step, the multiplier or the config moved: it parses the config)."""
+        def run_now() -> tuple[RunStarted | None, int, float, float | None]:
             view = self.session.view
-            if seen[0] is not view.info or seen[1:3] != [view.step, view.scale]:
-                seen[:] = [view.info, view.step, view.scale, run_lr_plan(view.info, view.step, view.scale)]
-            return LrNow(view.lr, view.scale, seen[3])
+            return view.info, view.step, view.scale, view.lr
 
-        now = lr_now()
-        self.push_screen(LrScreen(now.lr, now.scale, now.plan, follow=lr_now), self._lr_chosen)
+        follow = LrFollow(run_now)
+        now = follow()
+        self.push_screen(LrScreen(now.lr, now.scale, now.plan, follow=follow), self._lr_chosen)
 
     def _lr_chosen(self, result: tuple[str, float] | None) -> None:
         if result is None:

@@ -95,6 +95,24 @@ class LrNow:
     plan: LrPlan | None
 
 
+class LrFollow:
+    """The LR dialog's `follow`: what `read()` says of the run now (its RunStarted, step,
+    multiplier and LR) as an `LrNow`, the plan made again only when the step, the multiplier or
+    the config moved (it parses the config; the dialog asks a few times a second)."""
+
+    def __init__(self, read: Callable[[], tuple[RunStarted | None, int, float, float | None]]) -> None:
+        self.read = read
+        self._planned: tuple[RunStarted | None, int, float] | None = None
+        self._plan: LrPlan | None = None
+
+    def __call__(self) -> LrNow:
+        info, step, scale, lr = self.read()
+        planned = self._planned
+        if planned is None or planned[0] is not info or planned[1:] != (step, scale):
+            self._planned, self._plan = (info, step, scale), run_lr_plan(info, step, scale)
+        return LrNow(lr, scale, self._plan)
+
+
 def run_lr_plan(info: RunStarted | None, step: int, scale: float) -> LrPlan | None:
     """The LR plan at `step` of the run `info` started (its resolved config), as the engine
     builds it; None before the run started or for a config this version cannot read."""
