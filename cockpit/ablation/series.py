@@ -20,8 +20,11 @@ from cockpit.ablation.spec import BASELINE, AblationSpec, plain_label, settled
 from engine.config import ConfigError, load_preset, read_small_text
 from engine.events import RunState
 from engine.files import atomic_write_text
+from engine.rundir import check_private_place, make_private_place
 
 SERIES_FILE = "series.json"
+# the series' directory is as private as a run's: its results are written there by name
+SERIES_DIR_FIX = "pass another --name, or --runs DIR of your own"
 VERSION = 1
 
 # what a run of the series needs next
@@ -93,6 +96,7 @@ class Series:
         """The series of `spec` under `root`: its record read back (a rerun) or a new one (not
         written until `save`). ConfigError when the directory holds another series."""
         directory = root / spec.series_name()
+        check_private_place(directory, "series directory", SERIES_DIR_FIX)  # before reading it
         known: dict[tuple[tuple[str, ...], int], SeriesRun] = {}
         record = read_record(directory)
         if record is not None:
@@ -105,7 +109,7 @@ class Series:
             for entry in [*record.get("runs", []), *record.get("dropped", [])]:
                 run = SeriesRun(
                     label=plain_label(str(entry["label"])), settings=tuple(entry["settings"]),
-                    repeat=int(entry["repeat"]), run_dir=directory / str(entry["run_dir"]),
+                    repeat=int(entry["repeat"]), run_dir=directory / run_dir_name(directory, entry),
                     status=str(entry.get("status", "pending")),
                 )  # fmt: skip
                 known[run.key] = run
@@ -164,7 +168,7 @@ class Series:
 
     def save(self) -> None:
         """Write series.json (atomically): the spec and every run with its directory and status."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_private_place(self.directory, "series directory", SERIES_DIR_FIX)
         record = {
             "version": VERSION,
             **self.spec.identity(),
@@ -202,6 +206,18 @@ def read_record(directory: Path) -> dict[str, Any] | None:
     if not isinstance(record, dict) or record.get("version") != VERSION:
         raise ConfigError(f"{path}: not a series record this cockpit reads; pass another --name")
     return record
+
+
+def run_dir_name(directory: Path, entry: dict[str, Any]) -> str:
+    """A run's directory as the record names it: a name inside the series' directory, never
+    a path leading out of it (to another run, which the series would then resume)."""
+    name = str(entry["run_dir"])
+    if name in ("", ".", "..") or Path(name).name != name:
+        raise ConfigError(
+            f"{directory / SERIES_FILE}: run_dir {name!r} is not a folder of the series; move "
+            "it away to start the series afresh"
+        )
+    return name
 
 
 def describe(identity: dict[str, Any]) -> str:

@@ -252,6 +252,7 @@ class SeriesDriver:
         """The results, written as results.csv and results.md in the series' directory."""
         from cockpit.ablation.results import build_table, read_result, to_csv, to_markdown
         from cockpit.ablation.series import run_status
+        from engine.files import atomic_write_text
 
         spec = self.series.spec
         results = [
@@ -260,8 +261,9 @@ class SeriesDriver:
         ]
         title = f"Ablation of {spec.preset} to {spec.measure()}: {self.series.directory}"
         table = build_table(results, spec.target, title)
-        (self.series.directory / "results.csv").write_text(to_csv(table), encoding="utf-8")
-        (self.series.directory / "results.md").write_text(to_markdown(table), encoding="utf-8")
+        # written new and renamed into place: a link at the name is replaced, never followed
+        atomic_write_text(self.series.directory / "results.csv", to_csv(table))
+        atomic_write_text(self.series.directory / "results.md", to_markdown(table))
         return table
 
     def run_dirs(self) -> list[Path]:

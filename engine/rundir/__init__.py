@@ -5,8 +5,8 @@ from engine import lazy_exports
 # module -> the names it gives the rest of the code; each is imported when first asked for
 _EXPORTS = {
     "engine.rundir.layout": (
-        "check_new_run_dir", "check_run_dir", "create_default_run_dir", "create_run_dir",
-        "default_run_dir", "open_run_dir",
+        "check_new_run_dir", "check_private_place", "check_run_dir", "create_default_run_dir",
+        "create_run_dir", "default_run_dir", "make_private_place", "open_run_dir",
     ),
     "engine.rundir.lock": ("check_not_in_use",),
     "engine.rundir.metrics_log": ("MetricsWriter", "read_records"),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from engine.checkpoint.names import BEST_NAME, BEST_SHARDED, list_checkpoints
 from engine.config.run_config import ConfigError, RunConfig
-from engine.files import atomic_file, atomic_write_text
+from engine.files import DIR_MODE, atomic_file, atomic_write_text
 from engine.private_dir import (
     Unsafe,
     future_parents_problem,
@@ -167,14 +167,46 @@ def _is_plain(path: Path) -> bool:
     return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
 
 
-def _refuse(problem: Unsafe | None, run_dir: Path, fix: str) -> None:
+def check_private_place(directory: Path, what: str, fix: str) -> None:
+    """`directory` (made or still to be made) is as private as a run directory: one that holds
+    runs or what cockpit writes by name (an ablation series' folder). ConfigError, "{what}
+    DIRECTORY belongs to uid 65534, ...; {fix}", otherwise."""
+    if os.path.lexists(directory):
+        problem = own_dir_problem(directory) or parents_problem(directory)
+    else:
+        problem = future_parents_problem(directory)
+    _refuse(problem, directory, fix, what)
+
+
+def make_private_place(directory: Path, what: str, fix: str, mode: int = DIR_MODE) -> None:
+    """Make `directory` (and the directories above it) with mkdir when absent, then check it
+    as check_private_place does; on a refusal what was made is removed. OSError (for the
+    caller to word) when it cannot be made."""
+    check_private_place(directory, what, fix)
+    made = make_dirs_above(directory)
+    try:
+        make_private_dir(directory, mode)
+        made.append(directory)
+    except FileExistsError:
+        pass  # ours already (checked above), or made meanwhile: checked again below
+    except OSError:
+        remove_made(made)
+        raise
+    try:
+        check_private_place(directory, what, fix)
+    except ConfigError:
+        remove_made(made)
+        raise
+
+
+def _refuse(problem: Unsafe | None, run_dir: Path, fix: str, what: str = "run directory") -> None:
     if problem is None:
         return
     fixes = f"{problem.chmod}, or {fix}" if problem.chmod else fix
     if Path(os.path.abspath(problem.path)) == Path(os.path.abspath(run_dir)):
-        raise ConfigError(f"run directory {run_dir} {problem.reason}; {fixes}")
+        raise ConfigError(f"{what} {run_dir} {problem.reason}; {fixes}")
     raise ConfigError(
-        f"run directory {run_dir} is below {problem.path}, which {problem.reason}: another "
+        f"{what} {run_dir} is below {problem.path}, which {problem.reason}: another "
         f"user could swap what the run writes; {fixes}"
     )
 

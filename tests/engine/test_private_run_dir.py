@@ -534,3 +534,76 @@ def test_planted_names_in_the_apps_runs_root_never_receive_a_picked_run(
     assert (run_dir / "metrics.jsonl").exists()
     assert os.stat(run_dir).st_uid == 0 and (os.stat(run_dir).st_mode & 0o777) == 0o700
     assert list(theirs.iterdir()) == []
+
+
+# ---------------------------------------------------------------------- an ablation series
+def ablate(runs: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`cockpit ablate` of two tiny runs (the baseline and one change), headless, as --name s."""
+    overrides = [o for o in SMALL if not o.startswith("train.max_steps")]
+    return cockpit("ablate", "--preset", "tiny", "--steps", "3", "--change", "optim.lr=0.002",
+                   "--name", "s", "--runs", str(runs), "--headless", "--no-telemetry",
+                   *set_args(overrides), *extra)  # fmt: skip
+
+
+@pytest.fixture
+def finished_series(area: Path) -> Path:
+    """A finished series of ours (runs/s: series.json, two runs, results), in a private runs."""
+    done = ablate(area / "mine")
+    assert done.returncode == 0, done.stderr
+    return area / "mine" / "s"
+
+
+@needs_root
+def test_another_users_series_directory_is_refused_and_nothing_written_through_it(
+    finished_series: Path, area: Path, victim: Path
+):
+    """`cockpit ablate --runs SHARED` (1777): the other user made SHARED/s first (its name is
+    --name's, or a hash of the command) with a series.json naming our finished runs elsewhere
+    and results.csv linked to a file of ours. The series used to take their folder and record
+    as its own, report our other runs as its results and write the table through the link."""
+    import json
+
+    shared = area / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    record = json.loads((finished_series / "series.json").read_text())
+    for run in record["runs"]:
+        run["run_dir"] = str(finished_series / run["run_dir"])  # our runs, out of the series
+    planted = area / "planted.json"
+    planted.write_text(json.dumps(record))
+    planted.chmod(0o644)
+
+    def plant() -> None:
+        (shared / "s").mkdir(mode=0o777)
+        (shared / "s").chmod(0o777)
+        (shared / "s" / "series.json").write_text(planted.read_text())
+        (shared / "s" / "results.csv").symlink_to(victim)
+
+    as_other_user(plant)
+    done = ablate(shared)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"cockpit ablate: series directory {shared / 's'} belongs to uid {OTHER}, not to you "
+        "(uid 0); pass another --name, or --runs DIR of your own\n"
+    )
+    assert victim.read_text() == VICTIM_TEXT
+    assert {p.name for p in (shared / "s").iterdir()} == {"series.json", "results.csv"}
+
+
+def test_a_series_record_naming_a_run_outside_the_series_is_refused(finished_series: Path):
+    """A series.json whose run_dir leads out of the series (another run of ours, which a rerun
+    would then resume with the series' settings) is refused in one line."""
+    import json
+
+    record_path = finished_series / "series.json"
+    record = json.loads(record_path.read_text())
+    outside = finished_series.parent / "elsewhere"
+    shutil.copytree(finished_series / record["runs"][0]["run_dir"], outside)
+    record["runs"][0]["run_dir"] = "../elsewhere"
+    record_path.write_text(json.dumps(record))
+    done = ablate(finished_series.parent)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"cockpit ablate: {record_path}: run_dir '../elsewhere' is not a folder of the series; "
+        "move it away to start the series afresh\n"
+    )
