@@ -81,6 +81,24 @@ def own_dir_problem(path: Path) -> Unsafe | None:
     return None
 
 
+def trusted_dir_problem(path: Path) -> Unsafe | None:
+    """`path` (followed, if a link) is not a directory that only we or root can write in, below
+    directories others cannot swap: a folder cockpit reads and writes entries of by name that
+    root may share with everyone (the data cache: a corpus there is trusted as it is)."""
+    real = Path(os.path.realpath(path))
+    try:
+        info = os.stat(real)
+    except FileNotFoundError:
+        return Unsafe(path, "does not exist")
+    if not stat.S_ISDIR(info.st_mode):
+        return Unsafe(path, "is not a directory")
+    if info.st_uid not in (os.geteuid(), 0):
+        return Unsafe(path, f"belongs to uid {info.st_uid}")
+    if info.st_mode & _OTHERS_WRITE:  # sticky too: another user could plant a corpus in it
+        return Unsafe(path, _writable(info), f"chmod go-w {real}")
+    return parents_problem(path)
+
+
 def parents_problem(path: Path) -> Unsafe | None:
     """A directory above the existing `path` that another user could use to swap it or what it
     leads to: one not owned by us or root, or writable by group or others (unless sticky and

@@ -15,6 +15,7 @@ from pathlib import Path
 from engine.config.run_config import DataConfig
 from engine.data.errors import DataError
 from engine.data.prepared import FORMAT_VERSION
+from engine.private_dir import future_parents_problem, trusted_dir_problem
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,6 +29,28 @@ def default_cache_dir() -> Path:
         return _REPO_ROOT / "data" / "cache"
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "cockpit"
+
+
+def check_cache_dir(cache_dir: Path) -> None:
+    """The cache folder (made or still to be made) is one no other user can plant a corpus in
+    (a corpus there is trained on as it is) or swap for a link (where cockpit writes token
+    files): it and every folder above it belong to us or root and are not writable by others
+    (engine.private_dir, the rule for a run directory's parents). DataError (one line) naming
+    the fix otherwise, before anything there is read or written."""
+    if os.path.lexists(cache_dir):
+        problem = trusted_dir_problem(cache_dir)
+    else:
+        problem = future_parents_problem(cache_dir)
+    if problem is None:
+        return
+    fix = "set COCKPIT_CACHE_DIR to a folder of your own"
+    fixes = f"{problem.chmod}, or {fix}" if problem.chmod else fix
+    if Path(os.path.abspath(problem.path)) == Path(os.path.abspath(cache_dir)):
+        raise DataError(f"the data cache {cache_dir} {problem.reason}; {fixes}")
+    raise DataError(
+        f"the data cache {cache_dir} is below {problem.path}, which {problem.reason}: another "
+        f"user could plant a corpus there; {fixes}"
+    )
 
 
 def prepared_dir(identity: str, slug: str, cfg: DataConfig, cache_dir: Path) -> Path:

@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.config.run_config import DataConfig
 from engine.data.build import build_token_file
-from engine.data.cache_dirs import default_cache_dir, prepared_dir, write_error
+from engine.data.cache_dirs import check_cache_dir, default_cache_dir, prepared_dir, write_error
 from engine.data.errors import DataError
 from engine.data.locator import path_source, resolve_source
 from engine.data.prepared import (
@@ -94,6 +94,7 @@ def prepare(
     """
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     check_tokenizer_name(cfg.tokenizer)
+    check_cache_dir(cache_dir)  # before a download or a corpus there is read
     source = resolve_source(cfg, data_path, cache_dir, download)
     out = prepared_dir(source.identity, source.slug, cfg, cache_dir)
     report = Reporter(progress, source.description, source_bytes(source), cfg.tokenizer)
@@ -110,6 +111,7 @@ def prepare(
 
     try:
         with exclusive(out, on_wait, should_stop):
+            check_cache_dir(cache_dir)  # made by now: a link planted at its name is refused
             meta = read_meta(out)  # the process waited for may have prepared it
             if meta is not None and meta.get("source_signature") == signature:
                 return _reused(out, meta, source, cfg, report)

@@ -607,3 +607,56 @@ def test_a_series_record_naming_a_run_outside_the_series_is_refused(finished_ser
         f"cockpit ablate: {record_path}: run_dir '../elsewhere' is not a folder of the series; "
         "move it away to start the series afresh\n"
     )
+
+
+# ---------------------------------------------------------------------- the data cache
+@pytest.fixture
+def prepared(area: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The tiny preset's corpus, prepared in a cache of ours; COCKPIT_CACHE_DIR is then
+    area/shared, a 1777 folder (a cache on a shared disk)."""
+    own = area / "own-cache"
+    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(own))
+    _, state, alerts = train(area / "first")
+    assert state == "finished", alerts
+    (corpus,) = own.iterdir()
+    shared = area / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setenv("COCKPIT_CACHE_DIR", str(shared))
+    return corpus
+
+
+@needs_root
+def test_a_corpus_link_planted_in_a_shared_cache_is_refused_and_nothing_written(
+    prepared: Path, area: Path
+):
+    """The corpus' folder name is known in advance (the source, the tokenizer and a hash of
+    the settings): the other user links it, in a 1777 cache, to a folder of ours. The run
+    wrote its token file and meta.json there, over ours."""
+    ours = area / "ours"
+    ours.mkdir()
+    (ours / "meta.json").write_text(VICTIM_TEXT)
+    as_other_user(lambda: (area / "shared" / prepared.name).symlink_to(ours))
+    done = cockpit("train", "--headless", "--preset", "tiny", "--run-dir", str(area / "run"),
+                   "--no-telemetry", *set_args(SMALL))  # fmt: skip
+    assert done.returncode == 2
+    shared = area / "shared"
+    assert done.stderr == (
+        f"cockpit: the data cache {shared} can be written by other users (mode 1777); "
+        f"chmod go-w {shared}, or set COCKPIT_CACHE_DIR to a folder of your own\n"
+    )
+    assert listing(ours) == {"meta.json": VICTIM_TEXT.encode()}
+
+
+@needs_root
+def test_a_corpus_another_user_prepared_is_not_trained_on(prepared: Path, area: Path):
+    """The other user puts a prepared corpus of theirs (tokens of their choosing) at the name
+    in the shared cache: it was reused as is. Refused, and nothing is trained."""
+    planted = area / "shared" / prepared.name
+    shutil.copytree(prepared, planted)
+    for path in [planted, *planted.rglob("*")]:
+        os.chown(path, OTHER, OTHER)
+    _, state, alerts = train(area / "run")
+    assert state == "failed"
+    assert alerts[-1].startswith(f"the data cache {area / 'shared'} can be written by other users")
+    assert not (area / "run" / "metrics.jsonl").exists()
