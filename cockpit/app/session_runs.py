@@ -60,7 +60,7 @@ def format_exit_report(runs: Sequence[SessionRun], forced: bool = False) -> str:
             # resuming a finished run only says so: the command that trains on is an extension
             lines.append(
                 f"finished; to train on: cockpit --resume {shlex.quote(run.run_dir)} "
-                f"--set train.max_steps={2 * run.step}"
+                f"--set train.max_steps={train_on_steps(run)}"
             )
         elif run.checkpoint is not None:
             lines.append(f"resume: cockpit --resume {shlex.quote(run.run_dir)}")
@@ -71,6 +71,14 @@ def format_exit_report(runs: Sequence[SessionRun], forced: bool = False) -> str:
             lines.append(f"start again: cockpit --preset {shlex.quote(preset)}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) if blocks else "no run was started"
+
+
+def train_on_steps(run: SessionRun) -> int:
+    """The train.max_steps the exit report suggests to train a finished run on: twice the step
+    its resume starts from, the newest checkpoint's, which a resume requires max_steps to
+    exceed (a branch's start step, doubled, was refused: 'finished at step 3000/600')."""
+    saved = run.checkpoint[0] if run.checkpoint is not None else 0
+    return 2 * max(saved, run.step, 1)
 
 
 def _left_running(run: SessionRun, forced: bool) -> list[str]:

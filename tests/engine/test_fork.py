@@ -121,3 +121,26 @@ def test_a_fork_into_a_read_only_place_is_one_line_and_leaves_nothing(
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"run directory {place / 'b'} is not writable (Read-only file system)" in lines[0]
     assert list(place.iterdir()) == []
+
+
+def test_the_exit_reports_train_on_command_for_a_finished_branch_is_accepted(parent: Path) -> None:
+    """A branch from step 40 finished at 100; the app's exit report said 'to train on: cockpit
+    --resume BRANCH --set train.max_steps=80' (its start step doubled), which the resume refused
+    ('finished at step 100/80'). The suggestion doubles the step the resume starts from, the
+    newest checkpoint's, whatever step the app's view drew last: run as printed, it trains."""
+    from cockpit.app.session_runs import SessionRun, format_exit_report
+
+    here = parent.parent.parent
+    branch = parent.parent / "branch-finished"
+    made = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--set", "train.max_steps=100",
+                   "--run-dir", str(branch), "--headless", "--no-telemetry", cwd=here)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    final = (100, str(branch / "ckpt-00000100.pt"))
+    for drawn in (40, 100):  # the branch's start step (as reported), and its end
+        run = SessionRun("tiny", str(branch), "finished", drawn, 40, final)
+        hint = format_exit_report([run]).splitlines()[-1]
+        assert hint == f"finished; to train on: cockpit --resume {branch} --set train.max_steps=200"
+    argv = hint.removeprefix("finished; to train on: cockpit ").split()
+    done = cockpit(*argv, "--headless", "--no-telemetry", cwd=here)  # the command, as printed
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "finished at step 200" in done.stdout
