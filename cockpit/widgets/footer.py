@@ -4,7 +4,9 @@ Textual's footer lays its keys out in a row that scrolls sideways and docks the 
 key over its right end: when the row is wider than the terminal, the palette key hides the keys
 under it and the last letters of the key beside it stick out ("^p paletteu" at 60 columns). Here
 a key is shown whole or not at all: the palette key goes first (ctrl+p still opens the palette,
-and the help lists it), then the keys at the end of the row, as many as it takes.
+and the help lists it), then the keys at the end of the row, as many as it takes. Under a dialog
+the footer is blank: its keys wait for the dialog to close, and what showed of it beside the
+dialog was a word's end at the dialog's corner ("╯e").
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
 
 PALETTE_CLASS = "-command-palette"
 # the palette key is drawn compact in either footer ('^p palette'), after a one-cell border and
@@ -32,6 +33,15 @@ def key_width(key_display: str, description: str, compact: bool) -> int:
     'k Desc' and a one-cell margin; otherwise ' k Desc ' with none."""
     described = f" {description}" if description else ""
     return cell_len(key_display) + cell_len(described) + (1 if compact else 2)
+
+
+def key_texts(item: Widget) -> tuple[str, str] | None:
+    """A footer key's (key as shown, description); None for anything else in the footer.
+    (Textual's FooterKey is not exported: it is known by what it holds.)"""
+    display, description = getattr(item, "key_display", None), getattr(item, "description", None)
+    if isinstance(display, str) and isinstance(description, str):
+        return display, description
+    return None
 
 
 def keys_that_fit(widths: Sequence[int], palette_width: int | None, room: int) -> tuple[int, bool]:
@@ -67,18 +77,17 @@ class KeyFooter(Footer):
         widths = [self._width_of(w) for w in keys]
         palette_width = None
         if palette:
-            key = palette[0]
-            assert isinstance(key, FooterKey)
-            drawn = cell_len(key.key_display) + 1 + cell_len(key.description)
-            palette_width = drawn + PALETTE_FRAME
+            display, description = key_texts(palette[0]) or ("", "")
+            palette_width = cell_len(display) + 1 + cell_len(description) + PALETTE_FRAME
         shown, with_palette = keys_that_fit(widths, palette_width, room)
         yield from keys[:shown]
         if with_palette:
             yield from palette
 
     def _width_of(self, item: Widget) -> int:
-        if isinstance(item, FooterKey):
-            return key_width(item.key_display, item.description, self.compact)
+        texts = key_texts(item)
+        if texts is not None:
+            return key_width(*texts, self.compact)
         # a group of keys or its label (the app's bindings have no groups): too wide to
         # measure here, so it is left out rather than cut
         return UNMEASURED
@@ -90,10 +99,8 @@ class KeyFooter(Footer):
         self.app.screen_change_signal.unsubscribe(self)
 
     def _screen_changed(self, screen: Screen[Any]) -> None:
-        # Under a dialog the screen's keys do not work, and what showed of the footer beside
-        # the dialog was a word's end at its corner ('╯e'): the row is left blank instead.
         self.visible = screen is self.screen
 
     def on_resize(self, event: Resize) -> None:
-        if event.size.width != self._composed_width and self._bindings_ready:
+        if event.size.width != self._composed_width:  # before the bindings: an empty compose
             self.call_after_refresh(self.recompose)
