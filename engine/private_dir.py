@@ -99,6 +99,23 @@ def trusted_dir_problem(path: Path) -> Unsafe | None:
     return parents_problem(path)
 
 
+def foreign_entry_problem(path: Path) -> Unsafe | None:
+    """An entry anywhere under the directory `path` (links not followed) that belongs to
+    another user, not us or root: planted while others could write there (before a `chmod
+    go-w`), and read or trusted as the run's own (a checkpoint of theirs resumed)."""
+    me = os.geteuid()
+    for folder, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            entry = Path(folder) / name
+            try:
+                owner = os.lstat(entry).st_uid
+            except FileNotFoundError:
+                continue  # removed meanwhile (a save's temporary renamed)
+            if owner not in (me, 0):
+                return Unsafe(entry, f"belongs to uid {owner}: another user put it there")
+    return None
+
+
 def parents_problem(path: Path) -> Unsafe | None:
     """A directory above the existing `path` that another user could use to swap it or what it
     leads to: one not owned by us or root, or writable by group or others (unless sticky and

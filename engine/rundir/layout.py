@@ -23,6 +23,7 @@ from engine.config.run_config import ConfigError, RunConfig
 from engine.files import DIR_MODE, atomic_file, atomic_write_text
 from engine.private_dir import (
     Unsafe,
+    foreign_entry_problem,
     future_parents_problem,
     make_dirs_above,
     make_private_dir,
@@ -144,9 +145,17 @@ def check_new_run_dir(run_dir: Path) -> None:
 
 def check_run_dir(run_dir: Path, fix: str = _RESUMED_FIX) -> None:
     """`run_dir` (a run to resume, or one given for a new run) is a private place: a directory
-    of ours that no one else can write in, below directories no one else can swap. ConfigError
-    (one line, ending with `fix` when the problem is the owner) otherwise."""
+    of ours that no one else can write in, below directories no one else can swap, holding
+    nothing another user put there. ConfigError (one line, ending with `fix` when the problem
+    is the owner) otherwise."""
     _refuse(own_dir_problem(run_dir) or parents_problem(run_dir), run_dir, fix)
+    planted = foreign_entry_problem(run_dir)
+    if planted is not None:
+        raise ConfigError(
+            f"run directory {run_dir} holds {planted.path.relative_to(run_dir)}, which "
+            f"{planted.reason} while they could write in the directory; remove it, and look "
+            "over the run's other files before using it"
+        )
 
 
 def run_files(run_dir: Path) -> list[str]:

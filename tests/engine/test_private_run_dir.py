@@ -660,3 +660,31 @@ def test_a_corpus_another_user_prepared_is_not_trained_on(prepared: Path, area: 
     assert state == "failed"
     assert alerts[-1].startswith(f"the data cache {area / 'shared'} can be written by other users")
     assert not (area / "run" / "metrics.jsonl").exists()
+
+
+# ---------------------------------------------------------------------- what was planted before
+@needs_root
+def test_a_checkpoint_planted_before_chmod_go_w_is_not_resumed(area: Path):
+    """A run directory that others could write in (1777, as the docs once allowed) is refused
+    with 'chmod go-w DIR': the other user had put ckpt-00000100.pt (a checkpoint of theirs) in
+    it first. After the chmod, the resume trained from their checkpoint, as if it were the
+    run's newest. Now refused in one line, nothing changed."""
+    run_dir = area / "run"
+    _, state, alerts = train(run_dir)
+    assert state == "finished", alerts
+    theirs = area / "theirs.pt"
+    shutil.copy(run_dir / "ckpt-00000003.pt", theirs)
+    theirs.chmod(0o644)
+    run_dir.chmod(0o1777)
+    as_other_user(lambda: shutil.copyfile(theirs, run_dir / "ckpt-00000100.pt"))
+    run_dir.chmod(0o755)  # what the refusal says to do
+    before = listing(run_dir)
+    done = cockpit("train", "--headless", "--resume", str(run_dir), "--no-telemetry",
+                   "--set", "train.max_steps=105")  # fmt: skip
+    assert done.returncode == 2, done.stdout
+    assert done.stderr == (
+        f"cockpit: run directory {run_dir} holds ckpt-00000100.pt, which belongs to uid {OTHER}: "
+        "another user put it there while they could write in the directory; remove it, and "
+        "look over the run's other files before using it\n"
+    )
+    assert listing(run_dir) == before
