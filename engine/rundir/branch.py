@@ -141,12 +141,16 @@ def _checkpoint_of(target: Path) -> Path:
 
 
 def _link(source: Path, target: Path) -> None:
-    """The checkpoint in the branch without a copy (hard links; a copy where they fail)."""
+    """The checkpoint in the branch without a copy (hard links; a copy where they fail, and of
+    another user's file: a link to it would stay theirs to rewrite under the branch)."""
     def link(a: Any, b: Any) -> None:
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
+        if os.stat(a).st_uid == os.geteuid():
+            try:
+                os.link(a, b)
+                return
+            except OSError:
+                pass  # another file system: copied
+        shutil.copy2(a, b)
 
     if source.is_dir():  # a sharded checkpoint
         shutil.copytree(source, target, copy_function=link)

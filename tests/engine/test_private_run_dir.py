@@ -688,3 +688,24 @@ def test_a_checkpoint_planted_before_chmod_go_w_is_not_resumed(area: Path):
         "look over the run's other files before using it\n"
     )
     assert listing(run_dir) == before
+
+
+@needs_root
+def test_a_fork_of_another_users_run_copies_their_checkpoint(area: Path):
+    """Root forks a run another user shares (0755, theirs): the branch's checkpoint was a hard
+    link to their file, which they could rewrite in place under the branch before it trained
+    (and which the branch's run directory then held as theirs). Now a copy of ours; the
+    branch trains."""
+    theirs = area / "theirs"
+    _, state, alerts = train(theirs)
+    assert state == "finished", alerts
+    for path in [theirs, *theirs.rglob("*")]:
+        os.chown(path, OTHER, OTHER, follow_symlinks=False)
+    theirs.chmod(0o755)
+    branch = area / "branch"
+    done = cockpit("fork", str(theirs), "--headless", "--no-telemetry", "--run-dir", str(branch),
+                   "--set", "train.max_steps=5")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    copied = branch / "ckpt-00000003.pt"
+    assert os.lstat(copied).st_uid == 0 and not copied.samefile(theirs / "ckpt-00000003.pt")
+    assert (branch / "ckpt-00000005.pt").exists()
