@@ -143,6 +143,7 @@ class CpuHistory(Vertical):
         self.run_meter = Meter("run")
         self.rss_meter = Meter("rss")
         self.core_meters: list[Meter] = []
+        self._unapplied: Any = None
 
     def compose(self) -> ComposeResult:
         yield self.title
@@ -159,7 +160,15 @@ class CpuHistory(Vertical):
         rss, total = ev.process_rss, ev.ram_total
         self.run_rss.append(100.0 * rss / total if rss is not None and total else None)
 
+    def on_mount(self) -> None:
+        if self._unapplied is not None:  # a reading that came before this was mounted
+            self.apply(self._unapplied)
+
     def apply(self, ev: Any) -> None:
+        if not self.is_mounted:  # its meters cannot be mounted in it yet: drawn on mount
+            self._unapplied = ev
+            return
+        self._unapplied = None
         if len(self.core_meters) != len(self.per_core):
             for meter in self.core_meters:
                 meter.remove()
