@@ -154,8 +154,8 @@ def weights_from(run_dir: Path) -> str | None:
     try:
         config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
         source = config["model"].get("init_from")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None  # RecursionError: nested past json's depth
     return source if isinstance(source, str) and source else None
 
 

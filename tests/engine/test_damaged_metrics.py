@@ -146,3 +146,13 @@ def test_the_listing_replay_and_journal_read_past_them(malformed: Path, tmp_path
         assert steps[-1] >= 20
     assert any(entry for entry in read_journal(run / "metrics.jsonl"))
     assert run_tokenizer(run) == "char"
+
+
+def test_runs_lists_a_run_whose_config_json_is_nested_past_jsons_depth(
+    malformed: Path, tmp_path: Path
+) -> None:
+    run = copy_run(malformed, tmp_path / "runs" / "deep")
+    (run / "config.json").write_text('{"model": ' + DEEP + "}")
+    done = cockpit("runs", str(tmp_path / "runs"), cwd=tmp_path)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "deep" in done.stdout
