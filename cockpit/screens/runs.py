@@ -23,12 +23,13 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 from textual.worker import Worker, WorkerState
 
 from cockpit.figures.run_table import RIGHT_ALIGNED, fit_columns, row, shorten_run_name
 from cockpit.screens.settings import parse_settings
+from cockpit.widgets.footer import KeyFooter
 from engine.checkpoint import latest_checkpoint, step_of
 from engine.rundir import LIVE, UNREADABLE, ListedRun, find_run_dirs, list_run
 
@@ -145,14 +146,15 @@ class RunsScreen(Screen["RunsChoice | None"]):
     RunsScreen #runs-fork-error { height: auto; color: $error; }
     """
 
+    # the footer's order; a narrow footer drops keys from the end, so the way out comes first
     BINDINGS = [
         Binding("enter", "open", "Open"),
+        Binding("escape", "back", "Back"),
         Binding("space", "toggle_select", "Select"),
         Binding("o", "overlay", "Overlay"),
         Binding("r", "resume", "Resume"),
         Binding("n", "new", "New run"),
         Binding("f", "fork", "Fork"),
-        Binding("escape", "back", "Back"),
     ]
 
     def __init__(
@@ -179,7 +181,7 @@ class RunsScreen(Screen["RunsChoice | None"]):
             yield Static("", id="runs-fork-label")
             yield Input(placeholder=FORK_EXAMPLE, id="runs-fork-input", select_on_focus=False)
             yield Static("", id="runs-fork-error")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one(RunsTable).focus()
@@ -215,7 +217,7 @@ class RunsScreen(Screen["RunsChoice | None"]):
     # ---------------------------------------------------------------- drawing
 
     def on_resize(self) -> None:
-        self.query_one(Footer).compact = self.size.width < COMPACT_WIDTH
+        self.query_one(KeyFooter).compact = self.size.width < COMPACT_WIDTH
         if self._read_once:
             self._draw()
 

@@ -7,10 +7,15 @@ over the footer's row, left a word's end beside its corner ('╯e').
 
 from __future__ import annotations
 
-import pytest
-from pilot import run_pilot, scripted_app, settle
-from textual.pilot import Pilot
+from pathlib import Path
 
+import pytest
+from pilot import run_pilot, scripted_app, settle, wait_for
+from run_dirs import three_runs
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Footer
+
+from cockpit.screens.runs import RunsScreen
 from cockpit.widgets.footer import KeyFooter, key_width, keys_that_fit
 
 
@@ -58,3 +63,28 @@ def test_help_at_60x20_leaves_nothing_beside_its_corners() -> None:
     left, _, rest = bottom.partition("╰")
     _, _, right = rest.rpartition("╯")
     assert (left + right).strip() == "", bottom
+
+
+@pytest.mark.parametrize("size", [(60, 20), (80, 24)])
+def test_the_runs_screen_footer_shows_whole_keys(
+    size: tuple[int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`h` at 60 columns: the runs screen's footer had the same stray letters ('^p paletteu')."""
+    monkeypatch.chdir(tmp_path)
+    three_runs(Path("runs"))
+    app, factory = scripted_app()
+
+    async def play(pilot: Pilot) -> tuple[str, list[str]]:
+        await settle(pilot, factory)
+        await pilot.press("h")
+        await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen))
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.query_one(DataTable).row_count == 3)
+        await pilot.pause(0.2)
+        footer = screen.query_one(Footer)
+        labels = [str(key.render()).strip() for key in footer.children]
+        return screen_lines(pilot)[-1], labels
+
+    row, labels = run_pilot(app, play, size=size)
+    assert "esc Back" in labels, labels  # the way out is never hidden
+    assert row.replace("▏", " ").split() == " ".join(labels).replace("▏", " ").split(), row
