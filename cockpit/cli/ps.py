@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.cli.options import add_runs_root_option, runs_root_problem
-from cockpit.figures.run_table import fmt_steps, fmt_uptime, printable
+from cockpit.figures.run_table import aligned_line, fmt_steps, fmt_uptime, printable
 
 NAME = "ps"
 HELP = (
@@ -34,7 +34,9 @@ DEFAULT_ROOT = "runs"
 HEADERS = ("RUN", "PRESET", "STATE", "STEP", "LOSS", "TOK/S", "UP", "WHO")
 RIGHT_ALIGNED = {"STEP", "LOSS", "TOK/S", "UP"}
 GAP = "  "  # between columns
-MIN_RUN_WIDTH = 16  # a run directory is shortened to fit the width, never below this
+# the columns that give way, first to last, when a row is wider than the terminal: the count of
+# viewers (each is named below the row anyway), the session's age, its speed, its preset
+DROP_ORDER = ("WHO", "UP", "TOK/S", "PRESET")
 VIEWER_INDENT = "  - "  # each attached viewer on a line of its own below its run's row
 
 
@@ -85,8 +87,6 @@ def viewer_label(viewer: dict[str, Any]) -> str:
     return printable(f"{name}, read-only" if viewer.get("read_only") else name)
 
 
-
-
 def as_json(live: Any, now: float) -> dict[str, Any]:
     """One live run for --json: the table's facts, unrounded, null when unknown."""
     up = uptime_s(live, now)
@@ -116,23 +116,19 @@ def as_json(live: Any, now: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- the table
 
 
-
-
-
-
-def row(live: Any, now: float, run_name: str) -> list[str]:
+def row(live: Any, now: float) -> dict[str, str]:
     from cockpit.figures.numbers import fmt_loss, fmt_si
 
-    return [
-        run_name,
-        printable(live.preset or "-"),
-        printable(live.state),
-        fmt_steps(live.step, live.max_steps),
-        fmt_loss(live.loss),
-        fmt_si(live.tokens_per_s),
-        fmt_uptime(uptime_s(live, now)),
-        str(len(live.viewers)) if live.viewers else "-",
-    ]
+    return {
+        "RUN": printable(display_path(live.run_dir)),
+        "PRESET": printable(live.preset or "-"),
+        "STATE": printable(live.state),
+        "STEP": fmt_steps(live.step, live.max_steps),
+        "LOSS": fmt_loss(live.loss),
+        "TOK/S": fmt_si(live.tokens_per_s),
+        "UP": fmt_uptime(uptime_s(live, now)),
+        "WHO": str(len(live.viewers)) if live.viewers else "-",
+    }
 
 
 def display_path(path: Path) -> str:
@@ -146,33 +142,27 @@ def display_path(path: Path) -> str:
     return min(candidates, key=len)
 
 
-def shorten(text: str, width: int) -> str:
-    """`text` in `width` characters, its end kept (a run's name is at the end of its path)."""
-    if len(text) <= width:
-        return text
-    return "..." + text[len(text) - width + 3 :] if width > 3 else text[len(text) - width :]
+def fit_columns(widths: dict[str, int], width: int) -> list[str]:
+    """The columns kept for rows of these column widths to fit in `width`: the optional ones
+    give way in DROP_ORDER; when the rest is still too wide, the rows are wider than `width`."""
+    columns = list(HEADERS)
+    for header in DROP_ORDER:
+        if sum(widths[h] for h in columns) + len(GAP) * (len(columns) - 1) <= width:
+            break
+        columns.remove(header)
+    return columns
 
 
 def table(runs: Sequence[Any], now: float, width: int = 80) -> list[str]:
-    """The listing's lines: a header, one row per run, its viewers on lines below it. The run
-    directory gives way first when the rows are wider than `width`."""
-    names = [printable(display_path(live.run_dir)) for live in runs]
-    rows = [row(live, now, name) for live, name in zip(runs, names, strict=True)]
-    widths = [max(len(r[i]) for r in [list(HEADERS), *rows]) for i in range(len(HEADERS))]
-    excess = sum(widths) + len(GAP) * (len(widths) - 1) - width
-    if excess > 0:
-        widths[0] = max(min(widths[0], MIN_RUN_WIDTH), widths[0] - excess)
-    lines = [_line(list(HEADERS), widths)]
+    """The listing's lines: a header, one row per run, its viewers on lines below it. A run's
+    directory is never cut: it is what `cockpit attach`, `--resume` and `compare` are given, and
+    a path cut short cannot be copied; the optional columns give way first, then the row is
+    wider than `width`."""
+    rows = [row(live, now) for live in runs]
+    widths = {h: max(len(h), *(len(r[h]) for r in rows)) for h in HEADERS}
+    columns = fit_columns(widths, width)
+    lines = [aligned_line({h: h for h in HEADERS}, columns, widths, RIGHT_ALIGNED)]
     for live, cells in zip(runs, rows, strict=True):
-        cells[0] = shorten(cells[0], widths[0])
-        lines.append(_line(cells, widths))
+        lines.append(aligned_line(cells, columns, widths, RIGHT_ALIGNED))
         lines.extend(VIEWER_INDENT + viewer_label(v) for v in live.viewers)
     return lines
-
-
-def _line(cells: list[str], widths: list[int]) -> str:
-    padded = [
-        cell.rjust(w) if header in RIGHT_ALIGNED else cell.ljust(w)
-        for cell, w, header in zip(cells, widths, HEADERS, strict=True)
-    ]
-    return GAP.join(padded).rstrip()

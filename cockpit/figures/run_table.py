@@ -4,7 +4,7 @@ runs screen). Pure text, no Textual."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from cockpit.figures.durations import fmt_duration
@@ -128,12 +128,12 @@ def table(runs: Sequence[ListedRun], now: float, width: int = 80) -> list[str]:
     a name cut in the middle cannot be copied; a name too long for `width` makes the row wider."""
     rows = [row(r, now) for r in runs]
     columns, widths = fit_columns(rows, width, cut_name=False)
-    lines = [_line({h: h for h in columns}, columns, widths)]
+    lines = [aligned_line({h: h for h in columns}, columns, widths)]
     for listed, cells in zip(runs, rows, strict=True):
         if listed.problem is not None:
             lines.append(problem_line(cells, columns, widths, listed.problem, width))
         else:
-            lines.append(_line(cells, columns, widths))
+            lines.append(aligned_line(cells, columns, widths))
     return lines
 
 
@@ -143,7 +143,7 @@ def problem_line(
     """An unreadable run's row: its name and state as every row has them, then what is wrong
     in place of the figures it does not have."""
     upto = columns[: columns.index("STATE") + 1]
-    start = _line(cells, upto, widths) + GAP
+    start = aligned_line(cells, upto, widths) + GAP
     text = printable(problem)
     room = max(width - len(start), 30)
     return start + (text if len(text) <= room else text[: room - 3] + "...")
@@ -200,9 +200,16 @@ def shorten_middle(text: str, width: int) -> str:
     return text[: width - 3 - tail] + "..." + text[len(text) - tail :]
 
 
-def _line(cells: dict[str, str], columns: list[str], widths: dict[str, int]) -> str:
+def aligned_line(
+    cells: Mapping[str, str],
+    columns: Sequence[str],
+    widths: Mapping[str, int],
+    right_aligned: Collection[str] = RIGHT_ALIGNED,
+) -> str:
+    """A table's line: the `columns` of `cells`, each padded to its width (the numbers' to the
+    right), a GAP between them; `cockpit ps` lays its table out with it too."""
     padded = [
-        cells[h].rjust(widths[h]) if h in RIGHT_ALIGNED else cells[h].ljust(widths[h])
+        cells[h].rjust(widths[h]) if h in right_aligned else cells[h].ljust(widths[h])
         for h in columns
     ]
     return GAP.join(padded).rstrip()

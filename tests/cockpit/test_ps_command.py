@@ -29,8 +29,10 @@ BOB = "bob@gpu2 (pts/7)"
 
 
 def ps(*args: str, cwd: Path = REPO, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """`cockpit ps` piped, as a script reads it: 80 columns (no COLUMNS, no terminal)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     return subprocess.run([sys.executable, "-m", "cockpit", "ps", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=timeout, env={**os.environ, "COLUMNS": "80"})  # fmt: skip
+                          capture_output=True, timeout=timeout, env=env)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +80,7 @@ def wait_for_viewers(run_dir: Path, count: int) -> None:
 def test_ps_lists_the_live_run_and_who_watches_it(watched: LiveRun) -> None:
     root = watched.run_dir.parent
     started = time.monotonic()
-    result = ps(str(root))
+    result = ps("runs", cwd=root.parent)  # as from a project's folder: runs/tiny-live
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
@@ -87,7 +89,7 @@ def test_ps_lists_the_live_run_and_who_watches_it(watched: LiveRun) -> None:
     rows = [line for line in lines[1:] if not line.startswith(" ")]
     assert len(rows) == 1, result.stdout  # the dead and the silent sockets are not runs
     run_name, preset, state, steps, loss, tokens_per_s, *up, viewers = rows[0].split()
-    assert run_name.endswith("tiny-live")
+    assert run_name == "runs/tiny-live"
     # the run checkpoints on its interval, so ps may catch it saving: both are a live run
     assert (preset, viewers) == ("tiny", "2") and state in ("running", "saving"), rows[0]
     step, max_steps = steps.split("/")
@@ -98,6 +100,22 @@ def test_ps_lists_the_live_run_and_who_watches_it(watched: LiveRun) -> None:
     assert max(len(line) for line in lines) <= 80
     # the silent socket costs one probe timeout at most (2 s), and nothing waits on the dead one
     assert elapsed < 15.0
+
+
+def test_a_run_directory_is_never_cut_piped_at_80_columns(watched: LiveRun) -> None:
+    """From elsewhere the run's directory is its absolute path, too long for 80 columns with
+    every figure: the figures give way, and what is printed is what `cockpit attach` takes."""
+    result = ps(str(watched.run_dir.parent), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header, run_row = lines[0].split(), lines[1]
+    assert header[0] == "RUN" and {"STATE", "STEP", "LOSS"} <= set(header), header
+    assert len(header) < 8, result.stdout  # an optional column gave way to the directory
+    shown = run_row.split()[0]
+    assert shown == str(watched.run_dir.absolute()), result.stdout
+    assert Path(shown).is_dir() and (Path(shown) / wire.SOCKET_NAME).exists()
+    assert len(run_row) <= 80 or header == ["RUN", "STATE", "STEP", "LOSS"], result.stdout
+    assert lines[2:] == [f"  - {ALICE}", f"  - {BOB}, read-only"]
 
 
 def test_ps_json_agrees_with_the_run(watched: LiveRun) -> None:
@@ -182,21 +200,31 @@ def found(
     )  # fmt: skip
 
 
-def test_a_long_run_directory_is_shortened_from_the_left_to_fit_80_columns() -> None:
-    long = "/data/experiments/2026/november/sweeps/learning-rate/speedrun-cpu-20261130-151500"
-    lines = table([found(long, viewers=2, preset="speedrun-cpu"), found("runs/b")], 1000.0 + 3725)
+LONG = "/data/experiments/2026/november/sweeps/learning-rate/speedrun-cpu-20261130-151500"
+
+
+def test_at_80_columns_the_optional_columns_give_way_before_a_directory_is_cut() -> None:
+    short = "runs/sweep/lr-3e-4-wd-0.1"
+    lines = table([found(short, viewers=2, preset="speedrun-cpu"), found("runs/b")], 1000.0 + 3725)
+    # the viewers' count goes first (they are named below), then the session's age
+    assert lines[0].split() == ["RUN", "PRESET", "STATE", "STEP", "LOSS", "TOK/S"]
     assert max(len(line) for line in lines) <= 80
-    shown = lines[1].split()[0]
-    assert shown.startswith("...") and long.endswith(shown[3:]) and len(shown) >= 16
-    assert lines[2:4] == ["  - viewer 1", "  - viewer 2, read-only"]
-    assert lines[4].split()[0] == "runs/b" and lines[4].split()[-1] == "-"
-    assert "1h 02m" in lines[1] and "123,456/2M" in lines[1] and "123k" in lines[1]
+    assert lines[1].split() == [short, "speedrun-cpu", "running", "123,456/2M", "2.3456", "123k"]
+    assert lines[2:4] == ["  - viewer 1", "  - viewer 2, read-only"]  # who watches, named
+    assert lines[4].split()[0] == "runs/b"
 
 
-def test_a_wider_terminal_shows_the_whole_directory() -> None:
-    long = "/data/experiments/2026/november/sweeps/learning-rate/speedrun-cpu-20261130-151500"
-    lines = table([found(long)], 1000.0, width=200)
-    assert lines[1].startswith(long + " ")
+def test_a_directory_too_long_for_80_columns_is_whole_and_the_row_wider() -> None:
+    lines = table([found(LONG, viewers=2, preset="speedrun-cpu"), found("runs/b")], 1000.0 + 3725)
+    assert lines[0].split() == ["RUN", "STATE", "STEP", "LOSS"]
+    assert lines[1].split() == [LONG, "running", "123,456/2M", "2.3456"]
+    assert lines[4].split()[0] == "runs/b"
+
+
+def test_a_wider_terminal_shows_every_column() -> None:
+    lines = table([found(LONG)], 1000.0, width=200)
+    assert lines[0].split() == ["RUN", "PRESET", "STATE", "STEP", "LOSS", "TOK/S", "UP", "WHO"]
+    assert lines[1].startswith(LONG + " ")
 
 
 def test_how_long_reads_like_a_clock_of_two_units() -> None:
