@@ -45,6 +45,7 @@ from engine.checkpoint.state import restore_global_rng as restore_global_rng
 from engine.checkpoint.state import state_fingerprint as state_fingerprint
 from engine.config.live import timed_change
 from engine.config.loading import recorded_config
+from engine.config.user_files import UserFileError, check_regular_file
 from engine.files import atomic_write, create_new, fsync_dir, make_temp, make_temp_dir
 
 # 2: everything loads with torch.load(weights_only=True); 1: numpy's RNG state was an ndarray
@@ -200,6 +201,10 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
             return _load_sharded_meta(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    try:  # a FIFO would block the read for ever (past the first SIGTERM), a device never ends
+        check_regular_file(path, "a checkpoint")
+    except UserFileError as e:
+        raise CheckpointError(str(e)) from None
     try:
         state = _torch_load(path, mmap)
     except pickle.UnpicklingError as e:  # torch's weights-only unpickler refused something

@@ -14,7 +14,6 @@ from typing import Any
 from engine.checkpoint import store as ckpt
 from engine.config.loading import config_from_dict
 from engine.config.run_config import ConfigError, RunConfig
-from engine.config.user_files import UserFileError, check_regular_file
 from engine.data.preparation import DataError
 from engine.data.tokenizers import Tokenizer, tokenizer_from_meta
 
@@ -26,29 +25,18 @@ def resolve_checkpoint(path: str | Path) -> Path:
         for name in (ckpt.BEST_NAME, ckpt.BEST_SHARDED):
             best = path / name
             if best.exists():
-                return _readable(best)
+                return best
         latest = ckpt.latest_checkpoint(path)
         if latest is None:
             raise ckpt.CheckpointError(
                 f"{path}: no checkpoint in this directory (best.pt or ckpt-*.pt); give a run "
                 "directory under runs/ or a checkpoint file"
             )
-        return _readable(latest)
+        return latest
     if not path.exists():
         raise ckpt.CheckpointError(f"{path}: no such run directory or checkpoint file")
-    return _readable(path)
+    return path
 
-
-def _readable(file: Path) -> Path:
-    """`file`, unless it is neither a checkpoint file nor a sharded checkpoint's directory: a
-    FIFO would block its read for ever (past the first SIGTERM), a device never ends."""
-    if file.is_dir():  # a sharded checkpoint, ckpt-N.dcp
-        return file
-    try:
-        check_regular_file(file, "a checkpoint")
-    except UserFileError as e:
-        raise ckpt.CheckpointError(str(e)) from None
-    return file
 
 
 @dataclass

@@ -76,8 +76,9 @@ def test_a_preset_far_too_large_is_refused_by_its_size(tmp_path: Path) -> None:
 
 
 def test_a_fifo_as_weights_or_a_checkpoint_is_refused_unread(tmp_path: Path) -> None:
-    """--init-from a FIFO hung (and ignored the first SIGTERM); so did `sample` and `fork` of
-    one, and of a run directory whose newest checkpoint is one. Nothing is left on disk."""
+    """--init-from a FIFO hung (and ignored the first SIGTERM); so did `sample`, `fork` and
+    `--resume` of one, and of a run directory whose newest checkpoint is one. Nothing is left on
+    disk."""
     os.mkfifo(tmp_path / "weights.pt")
     run = tmp_path / "run"
     run.mkdir()
@@ -99,4 +100,9 @@ def test_a_fifo_as_weights_or_a_checkpoint_is_refused_unread(tmp_path: Path) -> 
         "cockpit: weights.pt is not a regular file (a FIFO); a checkpoint must be one"
     )
     assert refused(tmp_path, "fork", "run") == f"cockpit fork: {fifo_checkpoint}"
+    resumed = ["train", "--headless", "--no-telemetry", "--resume"]
+    assert refused(tmp_path, *resumed, "run") == f"cockpit: {fifo_checkpoint}"
+    assert refused(tmp_path, *resumed, "weights.pt") == (
+        "cockpit: weights.pt is not a regular file (a FIFO); a checkpoint must be one"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "weights.pt"]
