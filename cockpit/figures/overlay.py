@@ -170,7 +170,7 @@ class Overlay:
         """Whether its losses are `other`'s, step for step, over its whole length: two runs of
         one preset and seed (one maybe shorter) draw one line, the later one over the other."""
         n = len(self)
-        if n == 0 or n > len(other):
+        if n == 0 or n > len(other) or self.tokenizer != other.tokenizer:  # other tokens: not one line
             return False
         return bool(
             np.array_equal(self._x["steps"], other._x["steps"][:n])
