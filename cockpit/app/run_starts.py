@@ -22,6 +22,7 @@ from textual import work
 from cockpit.app.run_opening import checkpoints_of
 from cockpit.screens.dialogs import ConfirmScreen
 from cockpit.screens.settings import Settings, SettingsScreen
+from engine.config import read_small_text
 from engine.contract import EngineHandle
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequ
     from engine.config import ConfigError
 
     try:
-        config = json.loads((run_dir / "config.json").read_text())
+        config = json.loads(read_small_text(run_dir / "config.json", "a run's config"))
     except (OSError, ValueError):
         return None
     step = step_of(checkpoint or "")

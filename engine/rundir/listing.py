@@ -151,8 +151,10 @@ def weights_from(run_dir: Path) -> str | None:
     scratch, or a config.json that does not say."""
     import json
 
+    from engine.config.user_files import read_small_text  # a FIFO or a device: no source
+
     try:
-        config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(read_small_text(run_dir / "config.json", "a run's config"))
         source = config["model"].get("init_from")
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None  # RecursionError: nested past json's depth

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.config.run_config import ConfigError
+from engine.config.user_files import read_small_text
 from engine.events import Event, RunState, StateChanged, Step
 from engine.rundir.lock import check_not_in_use
 from engine.rundir.metrics_log import REPLAY_STEPS
@@ -142,7 +143,7 @@ def _event(record: dict[str, Any]) -> Event | None:
 def _config(run_dir: Path) -> dict[str, Any]:
     """The run's resolved config (the metrics file leaves it to config.json); {} without one."""
     try:
-        config = json.loads((run_dir / "config.json").read_text())
+        config = json.loads(read_small_text(run_dir / "config.json", "a run's config"))
     except (OSError, ValueError, RecursionError):  # RecursionError: nested past json's depth
         return {}
     return config if isinstance(config, dict) else {}

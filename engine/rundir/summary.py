@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.config.user_files import read_small_text
 from engine.events import Event, RunState
 from engine.files import atomic_write
 from engine.rundir.branch import FORK_FILE
@@ -129,7 +130,7 @@ def fork_parent(run_dir: Path) -> dict[str, Any] | None:
     (its fork.json), or None; also for a fork.json not of `cockpit fork`'s shape (damaged or
     edited: it names no parent, and the run lists as itself)."""
     try:
-        fork = json.loads((run_dir / FORK_FILE).read_text())
+        fork = json.loads(read_small_text(run_dir / FORK_FILE, "a fork record"))
     except (OSError, ValueError):
         return None
     if not isinstance(fork, dict):
@@ -146,7 +147,7 @@ def fork_parent(run_dir: Path) -> dict[str, Any] | None:
 
 def load_summary_file(run_dir: Path) -> RunSummary | None:
     try:
-        return from_json(json.loads((run_dir / SUMMARY_NAME).read_bytes()))
+        return from_json(json.loads(read_small_text(run_dir / SUMMARY_NAME, "a run summary")))
     except (OSError, ValueError, RecursionError):  # damaged (nested past json's depth): rebuilt
         return None
 

@@ -106,3 +106,18 @@ def test_a_fifo_as_weights_or_a_checkpoint_is_refused_unread(tmp_path: Path) -> 
         "cockpit: weights.pt is not a regular file (a FIFO); a checkpoint must be one"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "weights.pt"]
+
+
+def test_a_run_whose_small_files_are_fifos_still_lists(tmp_path: Path, isolated_env) -> None:
+    """`cockpit runs` hung on a run directory whose config.json was a FIFO (anyone's, in a
+    shared runs/); so would its fork.json and summary.json. Each is read as unreadable."""
+    from run_copies import train_here
+    from tiny import tiny_overrides
+
+    run = train_here(tmp_path / "runs" / "odd", tiny_overrides("train.max_steps=2"), isolated_env)
+    for name in ("config.json", "fork.json", "summary.json"):
+        (run / name).unlink(missing_ok=True)
+        os.mkfifo(run / name)
+    code, lines = cockpit(tmp_path, "runs")
+    assert code == 0, lines
+    assert any(line.startswith("odd ") for line in lines), lines
