@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from engine.config.run_config import DataConfig
@@ -51,6 +52,22 @@ def check_cache_dir(cache_dir: Path) -> None:
         f"the data cache {cache_dir} is below {problem.path}, which {problem.reason}: another "
         f"user could plant a corpus there; {fixes}"
     )
+
+
+def keep_tiktoken_cache_private() -> None:
+    """tiktoken keeps its encoding files in $TMPDIR/data-gym-cache unless told otherwise: a
+    folder any local user can make first and fill (a FIFO at an encoding's name hung a run,
+    deaf to SIGTERM; a link to /dev/zero reads until memory runs out). Unless the user names
+    one (TIKTOKEN_CACHE_DIR, DATA_GYM_CACHE_DIR), or that folder is already one only we or root
+    can write in, tiktoken is pointed at DATA_CACHE/tiktoken, checked as the data cache is."""
+    if "TIKTOKEN_CACHE_DIR" in os.environ or "DATA_GYM_CACHE_DIR" in os.environ:
+        return
+    shared = Path(tempfile.gettempdir()) / "data-gym-cache"
+    if os.path.lexists(shared) and trusted_dir_problem(shared) is None:
+        return  # made by us (or root) earlier: its files are what we downloaded
+    cache_dir = default_cache_dir()
+    check_cache_dir(cache_dir)
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir / "tiktoken")
 
 
 def prepared_dir(identity: str, slug: str, cfg: DataConfig, cache_dir: Path) -> Path:

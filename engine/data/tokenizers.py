@@ -318,6 +318,10 @@ def _load_encoding(name: str) -> Any:
     check_tokenizer_name(name)
     import tiktoken
 
+    from engine.data.cache_dirs import keep_tiktoken_cache_private
+
+    keep_tiktoken_cache_private()  # before tiktoken reads its cache: not a folder in /tmp
+
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:  # tiktoken raises requests errors, OSError or ValueError when offline

@@ -709,3 +709,42 @@ def test_a_fork_of_another_users_run_copies_their_checkpoint(area: Path):
     copied = branch / "ckpt-00000003.pt"
     assert os.lstat(copied).st_uid == 0 and not copied.samefile(theirs / "ckpt-00000003.pt")
     assert (branch / "ckpt-00000005.pt").exists()
+
+
+# ---------------------------------------------------------------------- tiktoken's cache
+@needs_root
+def test_a_fifo_planted_in_tiktokens_default_cache_does_not_hang_a_run(
+    area: Path, tiktoken_cache: Path
+):
+    """tiktoken keeps its encoding files in $TMPDIR/data-gym-cache unless TIKTOKEN_CACHE_DIR
+    says otherwise: the other user makes that folder first (TMPDIR is world-writable) and puts
+    a FIFO at r50k_base's name. Loading the encoding opened it and hung for ever, deaf to
+    SIGTERM. Now tiktoken is pointed at the data cache's tiktoken/ (filled here from the
+    test's copy of the files, as a first download would)."""
+    import hashlib
+
+    tmpdir = area / "tmp"
+    tmpdir.mkdir()
+    tmpdir.chmod(0o1777)
+    url = b"https://openaipublic.blob.core.windows.net/encodings/r50k_base.tiktoken"
+    key = hashlib.sha1(url).hexdigest()
+
+    def plant() -> None:
+        (tmpdir / "data-gym-cache").mkdir(mode=0o755)
+        os.mkfifo(tmpdir / "data-gym-cache" / key)
+
+    as_other_user(plant)
+    cache = area / "cache"
+    cache.mkdir()
+    shutil.copytree(tiktoken_cache, cache / "tiktoken")
+    unset = ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env.update(TMPDIR=str(tmpdir), COCKPIT_CACHE_DIR=str(cache), PYTHONPATH=str(REPO))
+    code = "from engine.data.tokenizers import check_tokenizer_loads; check_tokenizer_loads"
+    code += "('r50k_base'); print('ok')"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=30, env=env)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("loading r50k_base hung on the FIFO another user planted")
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
