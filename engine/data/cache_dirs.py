@@ -6,6 +6,7 @@ A corpus's directory is `{source slug}-{tokenizer slug}-{12 hex digits of its ca
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import os
@@ -57,17 +58,40 @@ def check_cache_dir(cache_dir: Path) -> None:
 def keep_tiktoken_cache_private() -> None:
     """tiktoken keeps its encoding files in $TMPDIR/data-gym-cache unless told otherwise: a
     folder any local user can make first and fill (a FIFO at an encoding's name hung a run,
-    deaf to SIGTERM; a link to /dev/zero reads until memory runs out). Unless the user names
-    one (TIKTOKEN_CACHE_DIR, DATA_GYM_CACHE_DIR), or that folder is already one only we or root
-    can write in, tiktoken is pointed at DATA_CACHE/tiktoken, checked as the data cache is."""
-    if "TIKTOKEN_CACHE_DIR" in os.environ or "DATA_GYM_CACHE_DIR" in os.environ:
+    deaf to SIGTERM; a link to /dev/zero reads until memory runs out)."""
+    keep_tool_cache_private(
+        ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"),
+        Path(tempfile.gettempdir()) / "data-gym-cache",
+        "tiktoken",
+    )
+
+
+def keep_compile_cache_private() -> None:
+    """torch.compile (inductor) keeps the code it generates, and imports it back, in
+    $TMPDIR/torchinductor_USER unless TORCHINDUCTOR_CACHE_DIR says otherwise: another user who
+    made that folder first could replace the modules in it and run code as us."""
+    try:  # torch's default (torch._inductor.runtime.cache_dir_utils), without importing it
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    shared = Path(tempfile.gettempdir()) / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") == os.path.abspath(shared):
+        del os.environ["TORCHINDUCTOR_CACHE_DIR"]  # put there by torch's import: not the user's
+    keep_tool_cache_private(("TORCHINDUCTOR_CACHE_DIR",), shared, "torchinductor")
+
+
+def keep_tool_cache_private(names: tuple[str, ...], shared: Path, folder: str) -> None:
+    """Point the environment variable names[0] at DATA_CACHE/`folder` (the data cache, checked
+    as check_cache_dir does) for a library whose cache would otherwise be `shared`, a folder
+    in /tmp: unless the user set one of `names`, or `shared` is already a folder only we or
+    root can write in (made by us earlier: what it holds is ours)."""
+    if any(name in os.environ for name in names):
         return
-    shared = Path(tempfile.gettempdir()) / "data-gym-cache"
     if os.path.lexists(shared) and trusted_dir_problem(shared) is None:
-        return  # made by us (or root) earlier: its files are what we downloaded
+        return
     cache_dir = default_cache_dir()
     check_cache_dir(cache_dir)
-    os.environ["TIKTOKEN_CACHE_DIR"] = str(cache_dir / "tiktoken")
+    os.environ[names[0]] = str(cache_dir / folder)
 
 
 def prepared_dir(identity: str, slug: str, cfg: DataConfig, cache_dir: Path) -> Path:

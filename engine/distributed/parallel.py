@@ -175,6 +175,10 @@ def wrap_for_training(
     model: torch.nn.Module, plan: ParallelPlan, device: torch.device, compile_model: bool
 ) -> Wrapped:
     """Wrap `model` for `plan` (FSDP must already have been applied: `shard_model`)."""
+    if compile_model:  # its generated code is imported back: never from a folder in /tmp
+        from engine.data.cache_dirs import keep_compile_cache_private
+
+        keep_compile_cache_private()
     eval_forward: Callable[..., Any] = torch.compile(model) if compile_model else model
     if plan.mode != "ddp":
         # single process: as before; FSDP: the sharded module is its own forward, and it

@@ -748,3 +748,34 @@ def test_a_fifo_planted_in_tiktokens_default_cache_does_not_hang_a_run(
     except subprocess.TimeoutExpired:
         pytest.fail("loading r50k_base hung on the FIFO another user planted")
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
+
+
+# ---------------------------------------------------------------------- torch.compile's cache
+@needs_root
+def test_compiled_code_is_not_imported_from_a_folder_another_user_made(area: Path):
+    """torch.compile (train.compile) writes the code it generates to $TMPDIR/torchinductor_USER
+    and imports it back from there on the next run. The other user made that folder first
+    (0777): after a run had filled it, they replaced its modules, and the next compiled run
+    ran their code as root. Now a compiled run's inductor cache is the data cache's
+    torchinductor/ (what inductor would import from is asked of inductor itself)."""
+    tmpdir = area / "tmp"
+    tmpdir.mkdir()
+    tmpdir.chmod(0o1777)
+    theirs = tmpdir / "torchinductor_root"
+    as_other_user(lambda: (theirs.mkdir(), theirs.chmod(0o777)))
+    cache = area / "cache"
+    cache.mkdir()
+    code = "\n".join([
+        "import torch",
+        "from engine.distributed.parallel import ParallelPlan, wrap_for_training",
+        "wrap_for_training(torch.nn.Linear(2, 2), ParallelPlan('single', 1), torch.device('cpu'), True)",
+        "from torch._inductor.runtime.cache_dir_utils import cache_dir",
+        "print(cache_dir())",
+    ])  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env.update(TMPDIR=str(tmpdir), COCKPIT_CACHE_DIR=str(cache), PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{cache / 'torchinductor'}\n"
+    assert list(theirs.iterdir()) == []
