@@ -66,6 +66,17 @@ def remove_made(made: list[Path]) -> None:
 
 def own_dir_problem(path: Path) -> Unsafe | None:
     """`path` (followed, if a link) is not a directory of ours that only we can write in."""
+    return _dir_problem(path, (os.geteuid(),))
+
+
+def trusted_dir_problem(path: Path) -> Unsafe | None:
+    """`path` (followed, if a link) is not a directory that only we or root can write in (sticky
+    or not), below directories others cannot swap: a folder cockpit reads and writes entries of
+    by name that root may share with everyone (the data cache: a corpus there is used as is)."""
+    return _dir_problem(path, (os.geteuid(), 0)) or parents_problem(path)
+
+
+def _dir_problem(path: Path, owners: tuple[int, ...]) -> Unsafe | None:
     real = Path(os.path.realpath(path))
     try:
         info = os.stat(real)
@@ -73,30 +84,23 @@ def own_dir_problem(path: Path) -> Unsafe | None:
         return Unsafe(path, "does not exist")
     if not stat.S_ISDIR(info.st_mode):
         return Unsafe(path, "is not a directory")
-    me = os.geteuid()
-    if info.st_uid != me:
-        return Unsafe(path, f"belongs to uid {info.st_uid}, not to you (uid {me})")
+    if info.st_uid not in owners:
+        me = os.geteuid()
+        yours = f", not to you (uid {me})" if owners == (me,) else ""
+        return Unsafe(path, f"belongs to uid {info.st_uid}{yours}")
     if info.st_mode & _OTHERS_WRITE:
         return Unsafe(path, _writable(info), f"chmod go-w {real}")
     return None
 
 
-def trusted_dir_problem(path: Path) -> Unsafe | None:
-    """`path` (followed, if a link) is not a directory that only we or root can write in, below
-    directories others cannot swap: a folder cockpit reads and writes entries of by name that
-    root may share with everyone (the data cache: a corpus there is trusted as it is)."""
-    real = Path(os.path.realpath(path))
-    try:
-        info = os.stat(real)
-    except FileNotFoundError:
-        return Unsafe(path, "does not exist")
-    if not stat.S_ISDIR(info.st_mode):
-        return Unsafe(path, "is not a directory")
-    if info.st_uid not in (os.geteuid(), 0):
-        return Unsafe(path, f"belongs to uid {info.st_uid}")
-    if info.st_mode & _OTHERS_WRITE:  # sticky too: another user could plant a corpus in it
-        return Unsafe(path, _writable(info), f"chmod go-w {real}")
-    return parents_problem(path)
+def refusal_line(problem: Unsafe, what: str, path: Path, fix: str, risk: str) -> str:
+    """The one line that refuses `path` for `problem`: "{what} PATH REASON; CHMOD, or FIX", or,
+    when the problem is a directory above it, "{what} PATH is below DIR, which REASON: {risk};
+    CHMOD, or FIX"."""
+    fixes = f"{problem.chmod}, or {fix}" if problem.chmod else fix
+    if Path(os.path.abspath(problem.path)) == Path(os.path.abspath(path)):
+        return f"{what} {path} {problem.reason}; {fixes}"
+    return f"{what} {path} is below {problem.path}, which {problem.reason}: {risk}; {fixes}"
 
 
 def foreign_entry_problem(path: Path) -> Unsafe | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from engine.config.run_config import DataConfig
 from engine.data.errors import DataError
 from engine.data.prepared import FORMAT_VERSION
-from engine.private_dir import future_parents_problem, trusted_dir_problem
+from engine.private_dir import future_parents_problem, refusal_line, trusted_dir_problem
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,16 +43,10 @@ def check_cache_dir(cache_dir: Path) -> None:
         problem = trusted_dir_problem(cache_dir)
     else:
         problem = future_parents_problem(cache_dir)
-    if problem is None:
-        return
-    fix = "set COCKPIT_CACHE_DIR to a folder of your own"
-    fixes = f"{problem.chmod}, or {fix}" if problem.chmod else fix
-    if Path(os.path.abspath(problem.path)) == Path(os.path.abspath(cache_dir)):
-        raise DataError(f"the data cache {cache_dir} {problem.reason}; {fixes}")
-    raise DataError(
-        f"the data cache {cache_dir} is below {problem.path}, which {problem.reason}: another "
-        f"user could plant a corpus there; {fixes}"
-    )
+    if problem is not None:
+        fix = "set COCKPIT_CACHE_DIR to a folder of your own"
+        risk = "another user could plant a corpus there"
+        raise DataError(refusal_line(problem, "the data cache", cache_dir, fix, risk))
 
 
 def keep_tiktoken_cache_private() -> None:

@@ -29,6 +29,7 @@ from engine.private_dir import (
     make_private_dir,
     own_dir_problem,
     parents_problem,
+    refusal_line,
     remove_made,
 )
 from engine.rundir.lock import check_not_in_use
@@ -209,15 +210,9 @@ def make_private_place(directory: Path, what: str, fix: str, mode: int = DIR_MOD
 
 
 def _refuse(problem: Unsafe | None, run_dir: Path, fix: str, what: str = "run directory") -> None:
-    if problem is None:
-        return
-    fixes = f"{problem.chmod}, or {fix}" if problem.chmod else fix
-    if Path(os.path.abspath(problem.path)) == Path(os.path.abspath(run_dir)):
-        raise ConfigError(f"{what} {run_dir} {problem.reason}; {fixes}")
-    raise ConfigError(
-        f"{what} {run_dir} is below {problem.path}, which {problem.reason}: another "
-        f"user could swap what the run writes; {fixes}"
-    )
+    if problem is not None:
+        risk = "another user could swap what the run writes"
+        raise ConfigError(refusal_line(problem, what, run_dir, fix, risk))
 
 
 def _make_dirs_above(run_dir: Path) -> list[Path]:

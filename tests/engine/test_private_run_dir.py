@@ -57,6 +57,19 @@ def as_other_user(action: Callable[[], object]) -> None:
     assert os.waitstatus_to_exitcode(status) == 0, "the other user's action failed"
 
 
+def plant_stamped_links(prefix: Path, target: Path) -> None:
+    """As the other user: a link PREFIX-<stamp> to `target` for each second of the next two
+    minutes (the names cockpit generates for a default run or a fork's branch)."""
+
+    def plant() -> None:
+        now = time.time()
+        for s in range(120):
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
+            prefix.with_name(f"{prefix.name}-{stamp}").symlink_to(target)
+
+    as_other_user(plant)
+
+
 @pytest.fixture
 def area() -> Iterator[Path]:
     """A directory of ours directly in /tmp (sticky), 0755: the other user can reach what is
@@ -241,13 +254,7 @@ def test_planted_default_names_in_a_sticky_runs_root_never_receive_the_run(
     theirs.chmod(0o777)
     os.chown(theirs, OTHER, OTHER)
 
-    def plant() -> None:
-        now = time.time()
-        for s in range(120):
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
-            (runs / f"tiny-{stamp}").symlink_to(theirs)
-
-    as_other_user(plant)
+    plant_stamped_links(runs / "tiny", theirs)
     monkeypatch.chdir(area)
     trainer, state, alerts = train(None)
     assert state == "finished", alerts
@@ -449,13 +456,7 @@ def test_planted_branch_names_give_way_to_a_private_branch(sticky_parent: Path, 
     theirs.chmod(0o777)
     os.chown(theirs, OTHER, OTHER)
 
-    def plant() -> None:
-        now = time.time()
-        for s in range(120):
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
-            (sticky_parent.parent / f"parent-fork-3-{stamp}").symlink_to(theirs)
-
-    as_other_user(plant)
+    plant_stamped_links(sticky_parent.parent / "parent-fork-3", theirs)
     done = cockpit("fork", str(sticky_parent), "--no-start", "--set", "train.max_steps=5")
     assert done.returncode == 0, done.stderr
     branch = Path(done.stdout.strip().rsplit(" ", 1)[-1])
@@ -505,13 +506,7 @@ def test_planted_names_in_the_apps_runs_root_never_receive_a_picked_run(
     theirs.chmod(0o777)
     os.chown(theirs, OTHER, OTHER)
 
-    def plant() -> None:
-        now = time.time()
-        for s in range(120):
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
-            (runs / f"tiny-{stamp}").symlink_to(theirs)
-
-    as_other_user(plant)
+    plant_stamped_links(runs / "tiny", theirs)
     monkeypatch.chdir(area)
 
     class Built(Exception):  # the trainer factory the app is given (the app is not run)
