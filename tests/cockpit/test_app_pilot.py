@@ -280,7 +280,9 @@ async def test_ctrl_c_asks_like_q_and_twice_confirms(
     assert factory.trainer.calls == [("stop", True)]
     assert app.return_code == 0 and not app.quit_forced  # saved, as the help says it does
     (ctrl_c,) = [d for k, d in help_rows() if k.startswith("ctrl+c")]
-    assert "twice: yes, saving" in ctrl_c and "unsaved" not in ctrl_c.split(";")[1]
+    second_press = ctrl_c.splitlines()[1]  # the help's row: one line for each press
+    assert second_press.startswith("again") and "save a checkpoint" in second_press
+    assert "without" not in second_press
 
 
 def offered_now(app: CockpitApp) -> dict[str, list[str]]:
