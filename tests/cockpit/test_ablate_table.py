@@ -35,7 +35,7 @@ def test_the_notes_say_how_far_apart_the_evaluations_around_the_crossings_were(t
     def run(name: str, curve: list[tuple[int, float, float]]) -> RunResult:
         (tmp_path / name).mkdir()
         lines = [
-            json.dumps({"kind": "eval", "step": s, "train_time_s": t, "val_loss": v, "train_loss": v})
+            json.dumps({"kind": "eval", "time": 1e9 + t, "step": s, "train_time_s": t, "val_loss": v, "train_loss": v})
             for s, t, v in curve
         ]
         (tmp_path / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
@@ -159,10 +159,10 @@ def test_a_run_changed_while_it_trained_is_marked_with_what_was_changed(tmp_path
     # QA: + pressed twice during a series' run; its row read as the change's alone
     (tmp_path / "run").mkdir()
     lines = [
-        {"kind": "eval", "step": 50, "train_time_s": 1.0, "val_loss": 3.0, "train_loss": 3.0},
-        {"kind": "lr_changed", "step": 1005, "old_lr": 1e-3, "new_lr": 1.5625e-3, "scale": 1.5625},
-        {"kind": "settings_changed", "step": 1200, "changes": {"optim.weight_decay": [0.1, 0.0]}, "by": "app"},
-        {"kind": "settings_changed", "step": 1300, "changes": {"optim.lr": [1, 2]}, "replayed": True},
+        {"kind": "eval", "time": 1e9, "step": 50, "train_time_s": 1.0, "val_loss": 3.0, "train_loss": 3.0},
+        {"kind": "lr_changed", "time": 1e9, "step": 1005, "old_lr": 1e-3, "new_lr": 1.5625e-3, "scale": 1.5625},
+        {"kind": "settings_changed", "time": 1e9, "step": 1200, "changes": {"optim.weight_decay": [0.1, 0.0]}, "by": "app"},
+        {"kind": "settings_changed", "time": 1e9, "step": 1300, "changes": {"optim.lr": [1, 2]}, "replayed": True},
     ]
     (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     changed = read_result("lion", tmp_path / "run", "finished", None)
@@ -180,8 +180,8 @@ def test_a_run_changed_while_it_trained_is_marked_with_what_was_changed(tmp_path
 def test_a_rollback_is_said_as_one(tmp_path):
     (tmp_path / "run").mkdir()
     lines = [
-        {"kind": "lr_changed", "step": 1750, "old_lr": 1e-3, "new_lr": 5e-4, "scale": 0.5},
-        {"kind": "alert", "step": 1750, "level": "info", "code": "rollback", "message": "rolled back to step 1750"},
+        {"kind": "lr_changed", "time": 1e9, "step": 1750, "old_lr": 1e-3, "new_lr": 5e-4, "scale": 0.5},
+        {"kind": "alert", "time": 1e9, "step": 1750, "level": "info", "code": "rollback", "message": "rolled back to step 1750"},
     ]
     (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     assert read_result("b", tmp_path / "run", "finished", None).changed_live == ("rolled back to step 1750 (LR x0.5)",)
