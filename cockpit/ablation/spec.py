@@ -304,7 +304,9 @@ def check_spec(spec: AblationSpec) -> None:
         raise ConfigError(f"--repeat-baseline {spec.repeat_baseline}: at least 1 (2 or more measure the noise)")
     if not spec.changes:
         raise ConfigError("no change to measure: add --change KEY=VALUE (repeatable), or [[change]] tables in the file")
-    if spec.name is not None and (not spec.name or "/" in spec.name or spec.name.startswith(".")):
+    if spec.name is not None and (
+        not spec.name or "/" in spec.name or spec.name.startswith(".") or not spec.name.isprintable()
+    ):  # printed in every progress line: no terminal escapes in it
         raise ConfigError(f"--name {spec.name!r}: a plain directory name, e.g. --name muon-vs-adamw")
     # what every run is measured to is the series' own: a run of its own steps or target is another series
     measured = {"train.max_steps": ("--steps", spec.steps), "train.stop_at_val": ("--target", spec.target)}

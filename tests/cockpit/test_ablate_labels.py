@@ -26,3 +26,15 @@ def test_a_change_name_with_escape_sequences_is_printed_as_escapes(tmp_path: Pat
     assert code == 0, said
     assert "\x1b" not in said and "\x07" not in said
     assert "\\x1b[31mred\\x1b]0;owned\\x07" in said  # the label, still recognisable
+
+
+def test_a_series_name_with_escape_sequences_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    """--name is the series' directory, printed in every progress line: refused, shown escaped."""
+    argv = ["ablate", "--preset", "tiny", "--change", "optim.lr=2e-3", "--name", "a\x1b[31mb"]
+    code = main([*argv, "--runs", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        "cockpit ablate: --name 'a\\x1b[31mb': a plain directory name, e.g. --name muon-vs-adamw\n"
+    )
+    assert not (tmp_path / "runs").exists()
