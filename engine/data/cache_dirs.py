@@ -17,7 +17,7 @@ from pathlib import Path
 from engine.config.run_config import DataConfig
 from engine.data.errors import DataError
 from engine.data.prepared import FORMAT_VERSION
-from engine.private_dir import future_parents_problem, refusal_line, trusted_dir_problem
+from engine.files import future_parents_problem, refusal_line, trusted_dir_problem
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def check_cache_dir(cache_dir: Path) -> None:
     """The cache folder (made or still to be made) is one no other user can plant a corpus in
     (a corpus there is trained on as it is) or swap for a link (where cockpit writes token
     files): it and every folder above it belong to us or root and are not writable by others
-    (engine.private_dir, the rule for a run directory's parents). DataError (one line) naming
+    (engine.files, the rule for a run directory's parents). DataError (one line) naming
     the fix otherwise, before anything there is read or written."""
     if os.path.lexists(cache_dir):
         problem = trusted_dir_problem(cache_dir)

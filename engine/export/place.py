@@ -4,7 +4,7 @@
   writes through no name someone else planted, even with --force. What is already there is
   replaced only when it is a plain file or directory of ours (and a directory only other users
   cannot write in); the directories above it must be ones no other user can swap (the run
-  directory's rule, engine.private_dir).
+  directory's rule, engine.files).
 - The directories it lacks are made with mkdir, never through a name already taken.
 - The files are written into a new private directory first (a random name, 0700: no one else can
   plant anything in it) with the safe writers of engine.files, then renamed into place once all
@@ -26,9 +26,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from engine.export import EXPORT_FOLDER, ExportError
-from engine.files import DIR_MODE, fsync_dir
-from engine.private_dir import (
+from engine.files import (
+    DIR_MODE,
     Unsafe,
+    fsync_dir,
     future_parents_problem,
     make_dirs_above,
     make_private_dir,

@@ -1,7 +1,7 @@
 """The run directory: its default name, its creation and the checks that keep it private, and the
 error log a crash leaves in it.
 
-A run directory is a private place (engine.private_dir): cockpit makes a new one itself with
+A run directory is a private place (engine.files): cockpit makes a new one itself with
 `mkdir` (0700), never through a name already taken; a generated name that is taken (by another
 run, or a link someone planted) gives way to the next free one. A directory given by name, new or
 resumed, must be ours, writable by no one else, and below directories no one else can swap;
@@ -20,9 +20,11 @@ from pathlib import Path
 
 from engine.checkpoint.names import BEST_NAME, BEST_SHARDED, list_checkpoints
 from engine.config.run_config import ConfigError, RunConfig
-from engine.files import DIR_MODE, atomic_file, atomic_write_text
-from engine.private_dir import (
+from engine.files import (
+    DIR_MODE,
     Unsafe,
+    atomic_file,
+    atomic_write_text,
     foreign_entry_problem,
     future_parents_problem,
     make_dirs_above,

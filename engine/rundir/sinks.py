@@ -19,8 +19,7 @@ from typing import Any
 from engine.config.run_config import ConfigError, RunConfig
 from engine.events import Event
 from engine.export.metrics_records import BranchTracker
-from engine.files import DIR_MODE, refusal
-from engine.private_dir import make_private_dir, own_dir_problem
+from engine.files import DIR_MODE, make_private_dir, own_dir_problem, refusal
 from engine.rundir.event_file import EventFile
 from engine.rundir.tensorboard_scalars import KINDS, ScalarWriter, write_record
 
