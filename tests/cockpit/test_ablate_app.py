@@ -6,6 +6,7 @@ run on its way with a checkpoint, and the series' record says what a rerun does 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pilot import REAL_SIZE, Toasts, run_pilot, status_text, wait_for_engine
@@ -16,6 +17,7 @@ from cockpit.ablation.spec import check_spec
 from cockpit.app.ablating import AblationApp
 from cockpit.cli import build_parser
 from cockpit.cli.ablate import SeriesDriver, spec_from_args
+from cockpit.cli.launch import make_trainer, train_arguments
 
 
 def series_app(tmp_path: Path, steps: int) -> tuple[AblationApp, SeriesDriver]:
@@ -33,7 +35,18 @@ def series_app(tmp_path: Path, steps: int) -> tuple[AblationApp, SeriesDriver]:
     first = driver.next_run()
     assert first is not None
     label, make = first
-    app = AblationApp(lambda _preset: make(), "tiny", series=driver, first_label=label)
+    made_first = []
+
+    def factory(preset: str) -> Any:
+        # as `cockpit ablate` (run_app) builds them: the series' first run once, then a run
+        # picked in the app (p, n) as a new run of that preset under the runs root; never the
+        # series' run again (its directory holds a run: a new one there is refused)
+        if not made_first:
+            made_first.append(preset)
+            return make()
+        return make_trainer(train_arguments(no_telemetry=True), preset, first=False, runs_root=args.runs_root)
+
+    app = AblationApp(factory, "tiny", series=driver, first_label=label)
     return app, driver
 
 
@@ -100,5 +113,7 @@ def test_picking_another_run_mid_series_says_the_series_stopped_and_how_to_conti
     said = next(t.message for t in toasts if t.title == "Ablation stopped")
     assert said.startswith("ablate stopped: 0 of 3 runs done") and "run the same command again" in said
     assert said.endswith("tiny is not part of it")
+    assert not [t.message for t in toasts if t.title == "Error"]
+    assert [d.name for d in (tmp_path / "runs").iterdir() if d.name.startswith("tiny")]  # the picked run, on its own
     again = Series.open(driver.series.spec, tmp_path / "runs")
     assert [again.next_step(r) for r in again.runs] == [RESUME, START, START]  # nothing lost
