@@ -107,7 +107,7 @@ COMMANDS: tuple[Command, ...] = (
         "lr_dialog",
         "l",
         "LR",
-        help="set the learning rate (3e-4, x2, /2 ...)",
+        help="set the LR (3e-4, x2, /2 ...)",
         title="Set learning rate",
         summary="Set or scale the LR",
         needs_engine=True,
@@ -117,7 +117,8 @@ COMMANDS: tuple[Command, ...] = (
         "plus,equals_sign",
         f"LR×{LR_STEP:g}",
         show=False,
-        help=f"learning rate ×{LR_STEP:g}",
+        help=f"×{LR_STEP:g}",
+        joins_row=True,  # l's row: the help fits 80x24 with ctrl+c's row a line per press
         title=f"LR ×{LR_STEP:g}",
         summary="Scale the learning rate up",
         needs_engine=True,

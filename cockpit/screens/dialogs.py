@@ -481,8 +481,8 @@ class PresetScreen(ModalScreen["str | None"]):
 
 
 HELP_NOTE = (
-    "Commands apply at the next step. Notifications confirm checkpoints, samples, evaluations "
-    "and LR changes; the status line shows pause and resume."
+    "Commands apply at the next step. Notifications confirm them; the status line shows pause "
+    "and resume."
 )
 
 
