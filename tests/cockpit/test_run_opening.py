@@ -132,10 +132,15 @@ def test_two_overlaid_runs_show_their_values_from_the_files(tmp_path: Path) -> N
         entries = {e.name: e.value for e in app.main_screen.loss_panel.legend_entries()}
         # the EMA of each run at the current run's step, as the file's losses give it
         assert entries["lower-lr"] == pytest.approx(ema_at(lower, 300), abs=1e-9)
-        assert entries["crashed"] is None  # it never got to step 300
+        # it never got to step 300: its last loss, at the step it ended at (not '-')
+        crashed_end = file_losses(crashed)[-1][0]
+        ended = next(e for e in app.main_screen.loss_panel.legend_entries() if e.name == "crashed")
+        assert ended.ended_at == crashed_end == 180
+        assert entries["crashed"] == pytest.approx(ema_at(crashed, crashed_end), abs=1e-9)
         assert app.main_screen.loss_panel.current_value() == pytest.approx(ema_at(base, 300), abs=1e-9)
         legend = str(app.main_screen.loss_panel.border_subtitle)
         assert "lower-lr" in legend and "-0.150" in legend  # 0.15 better than lower-lr
+        assert f"crashed {entries['crashed']:.3f}@180" in legend  # no difference: another x
         await pilot.press("t")  # tokens: the same runs, the same values at the same point
         app.pump(force=True)
         entries = {e.name: e.value for e in app.main_screen.loss_panel.legend_entries()}
