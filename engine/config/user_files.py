@@ -15,6 +15,7 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from engine.config.run_config import ConfigError
 
@@ -55,6 +56,22 @@ def check_regular_file(path: str | os.PathLike[str], what: str) -> None:
     _checked(path, os.stat(path).st_mode, what)
 
 
+def open_regular_file(path: str | os.PathLike[str], what: str) -> BinaryIO:
+    """The regular file `path` open for reading (of any size: a metrics log), refused in one
+    line (UserFileError) when it is not one; OSError as `open` raises it."""
+    path = Path(path)
+    check_regular_file(path, what)
+    # O_NONBLOCK: a FIFO swapped in since the look above opens at once instead of waiting
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        _checked(path, os.fstat(fd).st_mode, what)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
 def read_small_file(
     path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE_LIMIT
 ) -> bytes:
@@ -62,13 +79,8 @@ def read_small_file(
     one or holds more than `limit` bytes; OSError as `open` raises it (no such file, a
     directory, no permission)."""
     path = Path(path)
-    check_regular_file(path, what)
-    # O_NONBLOCK: a FIFO swapped in since the look above opens at once instead of waiting
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        opened = os.fstat(fd)
-        _checked(path, opened.st_mode, what)
-        os.set_blocking(fd, True)
+    with open_regular_file(path, what) as f:
+        opened = os.fstat(f.fileno())
         # read one byte past the limit: a file that grows meanwhile is still read only this far
         data = f.read(limit + 1) if opened.st_size <= limit else b""
     if opened.st_size > limit or len(data) > limit:

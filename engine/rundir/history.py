@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.config import ConfigError, open_regular_file
 from engine.data.shape_schedule import recorded_changes, tokens_through
 from engine.rundir.metrics_scan import (
     METRICS_NAME,
@@ -58,7 +59,7 @@ def run_tokenizer(run_dir: Path) -> str | None:
     """The tokenizer the run's first readable run_started record names, read up to that line
     only (a fork's first records are its parent's: the same corpus); None when none is."""
     try:
-        with (run_dir / METRICS_NAME).open("rb") as f:
+        with open_regular_file(run_dir / METRICS_NAME, "a metrics log") as f:
             for line in f:
                 if line.startswith(b'{"kind":"run_started"'):
                     try:
@@ -66,7 +67,7 @@ def run_tokenizer(run_dir: Path) -> str | None:
                     except ValueError:
                         continue  # cut short by a crash, or damaged: the next one says it
                     return tokenizer if isinstance(tokenizer, str) else None
-    except OSError:
+    except (OSError, ConfigError):  # missing, unreadable, or not a regular file
         pass
     return None
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from engine.config import open_regular_file
 from engine.events import Event
 from engine.files import open_for_append
 from engine.rundir.records import DamagedLines, DamagedRecord, parse_record
@@ -152,7 +153,7 @@ def read_records(
     file is read `on_damaged` gets one line saying how many there were, so the records around
     them are never lost to one bad line."""
     damaged = DamagedLines(metrics)
-    with metrics.open("rb") as f:
+    with open_regular_file(metrics, "a metrics log") as f:  # a FIFO would wait for ever
         for number, line in enumerate(f, 1):
             try:
                 record = parse_record(line)

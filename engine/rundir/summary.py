@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.config.user_files import read_small_text
+from engine.config import open_regular_file, read_small_text
 from engine.events import Event, RunState
 from engine.files import atomic_write
 from engine.rundir.branch import FORK_FILE
@@ -51,7 +51,7 @@ def fold_metrics(summary: RunSummary, metrics: Path) -> bool:
     offset moved. A line cut mid-write is left for the next read; a line that does not parse
     (the start of a resumed writer glued to a cut line) is skipped."""
     offset = summary.facts["offset"]
-    with metrics.open("rb") as f:
+    with open_regular_file(metrics, "a metrics log") as f:
         f.seek(offset)
         for block in _whole_lines(f):
             _fold_block(summary, block)

@@ -121,3 +121,24 @@ def test_a_run_whose_small_files_are_fifos_still_lists(tmp_path: Path, isolated_
     code, lines = cockpit(tmp_path, "runs")
     assert code == 0, lines
     assert any(line.startswith("odd ") for line in lines), lines
+
+
+def test_a_run_whose_metrics_log_is_a_fifo_is_refused_on_resume(
+    tmp_path: Path, isolated_env
+) -> None:
+    """--resume read the metrics log (for the run's past curves) and waited on a FIFO there for
+    ever; `cockpit runs` reads it too. The resume says so in one line; runs does not wait on it."""
+    from run_copies import train_here
+    from tiny import tiny_overrides
+
+    run = train_here(tmp_path / "runs" / "odd", tiny_overrides("train.max_steps=2"), isolated_env)
+    (run / "metrics.jsonl").unlink()
+    os.mkfifo(run / "metrics.jsonl")
+    code, lines = cockpit(tmp_path, "train", "--headless", "--no-telemetry", "--resume",
+                          "runs/odd", "--set", "train.max_steps=4")  # fmt: skip
+    assert code == 2 and not any("Traceback" in line for line in lines), lines
+    assert lines[-1] == (
+        "cockpit: runs/odd/metrics.jsonl is not a regular file (a FIFO); a metrics log must be one"
+    )
+    code, lines = cockpit(tmp_path, "runs")  # not a run any more: listed as none, not waited on
+    assert code == 0 and not any("Traceback" in line for line in lines), lines
