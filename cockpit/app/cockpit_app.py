@@ -240,7 +240,7 @@ class CockpitApp(
         result = worker.result if event.state == WorkerState.SUCCESS else None
         if self.session.detaching:  # a cancelled worker has no result: leaving was the reason
             result = DETACHED
-        if not self.screen_stack:  # the app has shut down: nothing to draw, keep the state
+        if not self.can_draw():  # the app shuts down: nothing to draw, keep the state
             if self.session.state not in RunState.ENDED and result != DETACHED:
                 self.session.state = result if result in RunState.ENDED else RunState.STOPPED
             return

@@ -75,8 +75,8 @@ class EventFeed(_AppBase):
         `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
         The tick and the waking thread come here too: the one seam tests hold the events back at.
         """
-        if not self.screen_stack:
-            return 0  # the app has shut down: nothing left to draw on
+        if not self.can_draw():
+            return 0
         # One screen update for everything this drain changes, not one per widget touched.
         with self.batch_update():
             return self._pump(force)
@@ -84,9 +84,15 @@ class EventFeed(_AppBase):
     def redraw_due(self) -> None:
         """What the tick does when no event arrived: draw what is due of what came before (a
         plot its pace held back), draining nothing."""
-        if self.screen_stack:
+        if self.can_draw():
             with self.batch_update():
                 self._redraw([], force=False)
+
+    def can_draw(self) -> bool:
+        """Whether the main screen is there to draw on: not once the app shuts down. Textual's
+        run_test prunes the screens while the app's loop still dispatches (a drain asked for
+        then met a panel already pruned, its screen still on the stack)."""
+        return self.is_running and bool(self.screen_stack)
 
     def events_arrived(self) -> None:
         """Called on the waking thread: ask the UI thread for a drain now."""
