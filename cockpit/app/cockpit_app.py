@@ -361,9 +361,9 @@ class CockpitApp(
         self.main_screen.reset_panels()
 
 
-def run_app(app: CockpitApp, mouse: bool = True) -> None:
+def run_in_terminal(app: CockpitApp, mouse: bool = True) -> None:
     """Run the cockpit in the terminal (`mouse=False` for slow SSH links)."""
     app.run(mouse=mouse)
 
 
-__all__ = ["CockpitApp", "run_app"]
+__all__ = ["CockpitApp", "run_in_terminal"]

@@ -95,14 +95,14 @@ def attach(
     if why is not None:
         engine.close()
         raise AttachError(no_app_line(why))
-    from cockpit.app.cockpit_app import run_app
+    from cockpit.app.cockpit_app import run_in_terminal
     from cockpit.app.session_runs import format_exit_report
 
     app = attached_app(engine, notify, runs_root)
     hung_up = _detach_on_signals(app)
     watch_the_terminal()
     warn_in_app(app, glyph_problem_here())
-    run_app(app, mouse=mouse)
+    run_in_terminal(app, mouse=mouse)
     if hung_up.is_set():  # the terminal is gone: where the run is can no longer be said
         forget_terminal()
         return 0

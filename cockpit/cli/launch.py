@@ -182,7 +182,7 @@ def run_app(
     a run opened by `cockpit compare`), with `overlays` drawn over its loss curve, in
     `loss_unit` (loss, or bpb: bits per byte); `current_tokenizer` is the first run's.
     `app_class` builds the app instead of CockpitApp (with its arguments: `cockpit ablate`'s)."""
-    from cockpit.app.cockpit_app import CockpitApp, run_app
+    from cockpit.app.cockpit_app import CockpitApp, run_in_terminal
     from cockpit.app.session_runs import format_exit_report
     def fit_warning(preset: str, known_peak: tuple[str, float] | None) -> str:
         return preset_fit_warning(preset, args.presets_dir, known_peak)
@@ -240,7 +240,7 @@ def run_app(
             return 0
     watch_the_terminal()
     warn_in_app(app, glyph_problem_here())
-    run_app(app, mouse=not args.no_mouse)
+    run_in_terminal(app, mouse=not args.no_mouse)
     # The terminal is restored: say where the run is and how to pick it up again.
     runs = app.exit_summary()
     print(format_exit_report(runs, forced=app.quit_forced))

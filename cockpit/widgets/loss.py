@@ -64,15 +64,6 @@ class LossPanel(ThrottledPlot):
         self.reset()
 
     @property
-    def x_tokens(self) -> bool:
-        """The x axis is tokens (kept for callers of the old steps/tokens toggle)."""
-        return self.x_axis == "tokens"
-
-    @x_tokens.setter
-    def x_tokens(self, on: bool) -> None:
-        self.x_axis = "tokens" if on else "steps"
-
-    @property
     def ema_beta(self) -> float:
         return SMOOTHING[self.smoothing][0]
 
@@ -236,10 +227,6 @@ class LossPanel(ThrottledPlot):
         self.update_labels()
         return self.x_axis
 
-    def toggle_x(self) -> str:
-        """The `t` key: cycles the x axis (it was a steps/tokens toggle)."""
-        return self.cycle_x_axis()
-
     def set_y_unit(self, unit: str) -> None:
         """Draw the losses (and the overlays, and the legend) in `unit`: one of Y_UNITS."""
         if unit not in Y_UNITS:
@@ -247,11 +234,6 @@ class LossPanel(ThrottledPlot):
         self.y_unit = unit
         self.touch()
         self.update_labels()
-
-    def cycle_y_unit(self) -> str:
-        """loss -> bits per byte -> loss; returns the new unit."""
-        self.set_y_unit(Y_UNITS[(Y_UNITS.index(self.y_unit) + 1) % len(Y_UNITS)])
-        return self.y_unit
 
     def scale(self, split: str) -> float | None:
         """What the `split` (train or val) losses are multiplied by in the unit shown; None in

@@ -292,14 +292,6 @@ def _safe_cuts() -> Any:
 _split_at_safe_newlines = split_at_safe_points  # its older name
 
 
-def _is_safe_cut(text: str, newline: int) -> bool:
-    return (
-        0 < newline < len(text) - 1
-        and not text[newline - 1].isspace()
-        and text[newline + 1].isalnum()
-    )
-
-
 def check_tokenizer_name(name: str) -> None:
     """A one-line DataError unless name is 'char' or a tiktoken encoding."""
     if name == "char":

@@ -21,7 +21,6 @@ from engine.config import split_micro_batch
 from engine.config.run_config import ConfigError, RunConfig
 from engine.distributed.world import World
 
-PARALLEL_MODES = ("auto", "ddp", "fsdp")
 # FSDP shards every matrix across ranks: an optimizer that needs a whole matrix at once (Muon's
 # orthogonalisation, Adafactor's row and column factors) would see only its rank's rows.
 FSDP_OPTIMIZERS = ("adamw", "lion")

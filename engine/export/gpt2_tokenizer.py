@@ -13,8 +13,6 @@ import json
 from typing import Any
 
 END_OF_TEXT = "<|endoftext|>"
-# The encodings built on GPT-2's byte-level BPE and its pre-tokenizer pattern.
-GPT2_FAMILY = ("r50k_base", "gpt2", "p50k_base", "p50k_edit")
 
 
 def bytes_to_unicode() -> dict[int, str]:

@@ -24,8 +24,6 @@ POLAR_EXPRESS_COEFFICIENTS: tuple[tuple[float, float, float], ...] = (
 # the coefficients assume singular values at most 1 after normalising, with this margin
 POLAR_EXPRESS_SAFETY = 2e-2
 
-ORTHOGONALIZERS = ("newton_schulz", "polar_express")
-VARIANTS = ("muon", "normuon")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SAVED_KEYS = ("step", "lr_scale", "train_time_s", "tokens", "best_val")  # in checkpoint order
-
 
 @dataclass
 class Counters:

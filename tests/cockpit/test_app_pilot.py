@@ -810,7 +810,7 @@ async def test_command_palette_lists_the_actions(pilot: Pilot, app: CockpitApp) 
 @pilot_test()
 async def test_toggles_and_zoom(pilot: Pilot, app: CockpitApp) -> None:
     await pilot.press("t", "g")
-    assert app.main_screen.loss_panel.x_tokens and app.main_screen.loss_panel.log_y
+    assert app.main_screen.loss_panel.x_axis == "tokens" and app.main_screen.loss_panel.log_y
     assert "tokens" in str(app.main_screen.loss_panel.border_title)
     await pilot.press("4")
     await pilot.pause()

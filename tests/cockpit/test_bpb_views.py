@@ -202,7 +202,8 @@ def test_the_loss_panel_draws_itself_and_its_overlays_in_bits_per_byte(tmp_path:
         assert "old -" in border  # recorded no bits per byte
         assert "bits/byte" in str(panel.border_title)
         assert panel.ylims[-1] != loss_range  # the y axis is in the other unit
-        assert panel.cycle_y_unit() == "loss"
+        panel.set_y_unit("loss")
+        assert panel.y_unit == "loss" and "bits/byte" not in str(panel.border_title)
 
     run_pilot(app, scenario, size=(120, 24))
 

@@ -195,8 +195,8 @@ def test_the_x_axis_cycles_steps_tokens_time_with_durations_on_the_time_axis() -
         panel = app.query_one(RecordingPanel)
         feed(panel, range(1, 1001))  # 250 s of training
         assert [panel.cycle_x_axis() for _ in range(3)] == ["tokens", "time", "steps"]
-        assert panel.cycle_x_axis() == "tokens" and panel.x_tokens  # the old flag still reads
-        assert panel.toggle_x() == "time" and "x:time" in panel.border_title
+        assert panel.cycle_x_axis() == "tokens" and panel.x_axis == "tokens"
+        assert panel.cycle_x_axis() == "time" and "x:time" in panel.border_title
         panel.flush(force=True)
         await pilot.pause()
         drawn = text_of(panel)
