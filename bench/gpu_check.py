@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from engine.config import ModelConfig, OptimConfig, load_preset
-from engine.model import GPT, build_optimizer
+from engine.model import GPT
+from engine.optim import build_optimizer
 from engine.plan import memory
 from engine.telemetry import select_backend
 from engine.train import Trainer

@@ -55,7 +55,7 @@ import json, resource, sys
 import psutil, torch
 from engine.config.run_config import ModelConfig, OptimConfig
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.plan.memory import activation_bytes_estimate, layer_activation_bytes, mlp_recompute_saving
 
 n_layer, n_head, n_embd, block, batch, vocab, ckpt, *rest = json.loads(sys.argv[1])
@@ -97,7 +97,7 @@ import dataclasses, json, resource, sys
 import psutil, torch
 from engine.config import load_preset
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.plan.memory import activation_bytes_estimate, head_loss_bytes
 
 batch, block, full = json.loads(sys.argv[1])

@@ -19,7 +19,7 @@ import torch
 
 from engine.config import load_preset
 from engine.model import GPT
-from engine.model.muon import gram_is_cheaper, quintic_steps
+from engine.optim.muon import gram_is_cheaper, quintic_steps
 
 JORDAN = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's Newton-Schulz coefficients
 STEPS = 5

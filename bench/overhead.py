@@ -62,7 +62,7 @@ from engine.events import (  # noqa: E402
     Step,
     Telemetry,
 )
-from engine.model import planned_curve  # noqa: E402
+from engine.optim import planned_curve  # noqa: E402
 from engine.train import Trainer  # noqa: E402
 from engine.train.garbage import settle_garbage_collector  # noqa: E402
 

@@ -2,7 +2,7 @@
 number of intra-op threads, on a quiet machine and with a competing CPU load the bench starts.
 
 Each measurement is its own process (torch's thread pool is set once per process), training the
-`default` preset's model (engine.model.gpt.GPT, AdamW from engine.model.optimizers, random batches of its
+`default` preset's model (engine.model.gpt.GPT, AdamW from engine.optim.optimizers, random batches of its
 shape: the threads change the arithmetic, not the data) for `--seconds` after a few warm-up
 steps, then generating `--tokens` tokens as `cockpit sample` does (engine.model.sampling; stopped after
 3x `--seconds`, the time for all of them extrapolated, marked `~`). The load is
@@ -46,7 +46,8 @@ def child(threads: int, seconds: float, tokens: int) -> dict[str, float]:
     if threads:
         torch.set_num_threads(threads)
     from engine.config import load_preset
-    from engine.model import GPT, SamplingOptions, build_optimizer, generate_tokens
+    from engine.model import GPT, SamplingOptions, generate_tokens
+    from engine.optim import build_optimizer
 
     cfg = load_preset("default", [])
     vocab = 65  # Tiny Shakespeare's characters: the default preset's char tokenizer

@@ -24,7 +24,8 @@ import torch
 from engine.config import load_preset
 from engine.data import prepare
 from engine.data.batches import BatchSampler
-from engine.model import GPT, build_optimizer
+from engine.model import GPT
+from engine.optim import build_optimizer
 from engine.train import Trainer
 
 SHAKESPEARE = (

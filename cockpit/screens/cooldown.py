@@ -16,7 +16,7 @@ from cockpit.screens.dialogs import InputDialog
 from cockpit.screens.live_decisions import cooldown_span, decide_cooldown, shown_refusal
 from cockpit.screens.live_settings import SchedulePreview
 from engine.config import COOLDOWN, RunConfig, wsd_decay_start
-from engine.model import planned_curve
+from engine.optim import planned_curve
 
 
 class CooldownScreen(InputDialog):

@@ -22,7 +22,7 @@ from textual.widgets.option_list import Option
 from cockpit.figures.numbers import fmt_lr
 from engine.config import LIVE_SETTINGS, MAX_LR, config_from_dict, setting_value
 from engine.events import RunStarted
-from engine.model import LrChange, LrPlan, lr_change, lr_plan
+from engine.optim import LrChange, LrPlan, lr_change, lr_plan
 
 MAX_FACTOR = 100.0
 LIVE_REFRESH_S = 0.25  # how often a live question (ConfirmScreen(live=...)) is asked again
@@ -36,7 +36,7 @@ def parse_lr_input(text: str) -> tuple[str, float]:
     Raises ValueError with a message meant for the user for anything else: not a number, not
     finite, zero or negative, an LR above MAX_LR or a factor outside /100..x100. Whether the
     result keeps the LR within MAX_LR at the run's step is the plan's to say
-    (engine.model.schedule.lr_change, as the engine decides it).
+    (engine.optim.schedule.lr_change, as the engine decides it).
     """
     typed = text.strip()
     s = typed.lower().replace(" ", "")
@@ -291,7 +291,7 @@ class LrScreen(InputDialog):
     """Set or scale the learning rate. Returns ("set", lr), ("scale", factor) or None.
 
     A typed LR is the LR once warmup is over; the preview says what enter will do at the run's
-    step (`plan`, engine.model.schedule.lr_plan: None when the run's config is not known here)."""
+    step (`plan`, engine.optim.schedule.lr_plan: None when the run's config is not known here)."""
 
     ERROR_ID = "lr-error"
 

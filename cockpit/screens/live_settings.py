@@ -36,7 +36,7 @@ from cockpit.screens.live_decisions import (
     shown_value,
 )
 from engine.config import COOLDOWN, LIVE_SETTINGS, RunConfig, setting_value, wsd_decay_start
-from engine.model import planned_curve
+from engine.optim import planned_curve
 
 
 def placement(avoid: Region | None, screen: Size) -> tuple[str, str, int, int]:

@@ -26,8 +26,8 @@ from engine.distributed.sharded import (
 )
 from engine.distributed.world import World, from_main
 from engine.events import CheckpointSaved, Eval, RunState
-from engine.model.adafactor import legacy_state_notes
-from engine.model.optimizers import build_optimizer
+from engine.optim.adafactor import legacy_state_notes
+from engine.optim.optimizers import build_optimizer
 from engine.train.disk_full import write_failure
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from engine.checkpoint.init_source import same_source
 from engine.config.loading import apply_overrides, config_from_dict, parse_override, recorded_config
 from engine.config.run_config import SECTIONS, ConfigError, OptimConfig, RunConfig
-from engine.model.schedule import lr_at
+from engine.optim.schedule import lr_at
 
 if TYPE_CHECKING:  # torch is imported by the Trainer, not by the CLI's resume check
     import torch
@@ -187,7 +187,7 @@ def restore_optimizer(
     `load_state_dict` would restore the old ones. Another optimizer than the checkpoint's
     starts fresh (its state would not fit: Lion's moments are not AdamW's)."""
     from engine.checkpoint.errors import CheckpointError
-    from engine.model.optimizers import build_optimizer
+    from engine.optim.optimizers import build_optimizer
 
     saved_name = state["config"].get("optim", {}).get("name", "adamw")
     if saved_name != cfg.name:

@@ -1,4 +1,4 @@
-"""The GPT and what trains and measures it: optimizers, LR schedules, sampling, evaluation."""
+"""The GPT, its chunked head loss, and what runs it: sampling and evaluation."""
 
 from engine import lazy_exports
 
@@ -6,8 +6,6 @@ from engine import lazy_exports
 _EXPORTS = {
     "engine.model.gpt": ("GPT", "padded_vocab_size"),
     "engine.model.head_loss": ("chunk_tokens_for",),
-    "engine.model.optimizers": ("build_optimizer",),
-    "engine.model.schedule": ("LrChange", "LrPlan", "lr_change", "lr_plan", "planned_curve"),
     "engine.model.sampling": ("PromptError", "SamplingOptions", "encode_prompt", "generate_tokens", "stream_text"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -43,7 +43,7 @@ def optimizer_state_bytes(
     shapes: list[tuple[str, tuple[int, ...]]], optimizer: str, first_moment: bool = True
 ) -> int:
     """Bytes of optimizer state for fp32 parameters, matching the implementations' (torch's,
-    and cockpit's own in engine.model). `first_moment`: Adafactor keeps one (optim.beta1 > 0)."""
+    and cockpit's own in engine.optim). `first_moment`: Adafactor keeps one (optim.beta1 > 0)."""
     total = 0
     for name, shape in shapes:
         n = prod(shape)

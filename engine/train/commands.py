@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from engine.config.live import LR_SCALE, TimedChange, live_change
 from engine.config.replay import replayed_change
 from engine.events import LrChanged, RunState
-from engine.model.optimizers import applied_lr, set_lr_factor
-from engine.model.schedule import lr_change, lr_multiplied, lr_plan
+from engine.optim.optimizers import applied_lr, set_lr_factor
+from engine.optim.schedule import lr_change, lr_multiplied, lr_plan
 
 if TYPE_CHECKING:
     from engine.checkpoint.checkpointer import Checkpointer, OptimizerHolder

@@ -17,7 +17,7 @@ import torch
 from engine.checkpoint import store as ckpt
 from engine.distributed.world import World
 from engine.events import LrChanged, RunState
-from engine.model.schedule import LrChange, lr_change, lr_plan
+from engine.optim.schedule import LrChange, lr_change, lr_plan
 from engine.train.faults import (
     ROLLBACK_LR_FACTOR,
     AnomalyDecision,

@@ -39,8 +39,8 @@ from engine.config.loading import config_from_dict, recorded_config
 from engine.config.run_config import SECTIONS, RunConfig
 from engine.data.shape_schedule import ShapeSchedule
 from engine.events import Event, SettingsChanged
-from engine.model.optimizers import applied_lr, build_optimizer, set_lr_factor
-from engine.model.schedule import lr_at, lr_multiplied, planned_curve
+from engine.optim.optimizers import applied_lr, build_optimizer, set_lr_factor
+from engine.optim.schedule import lr_at, lr_multiplied, planned_curve
 from engine.train.setup import Instruments, read_back_every
 
 if TYPE_CHECKING:

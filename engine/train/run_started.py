@@ -12,7 +12,7 @@ from engine.data.preparation import PreparedData
 from engine.data.shape_schedule import ShapeSchedule
 from engine.events import RunStarted
 from engine.model.gpt import GPT
-from engine.model.schedule import planned_curve
+from engine.optim.schedule import planned_curve
 from engine.plan.flops import Peak
 from engine.plan.planner import MemoryPlan
 

@@ -42,7 +42,7 @@ from engine.events import Event
 from engine.files import atomic_write_text
 from engine.model.evaluation import Evaluator
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.plan.fixes import check_fits
 from engine.plan.flops import Peak, PeakMeter, flops_per_token, peak_meter
 from engine.plan.planner import MemoryPlan, plan_memory

@@ -24,8 +24,8 @@ import torch
 from engine.config.run_config import RunConfig
 from engine.data.batches import BatchSampler
 from engine.events import MemoryBreakdown
-from engine.model.optimizers import applied_lr, set_lr_factor
-from engine.model.refused_step import step_unless_refused
+from engine.optim.optimizers import applied_lr, set_lr_factor
+from engine.optim.refused_step import step_unless_refused
 from engine.plan import memory
 from engine.train.health import ratio_after_step, watch_before_step
 from engine.train.readback import PendingStep

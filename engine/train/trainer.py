@@ -44,7 +44,7 @@ from engine.distributed.world import (
 )
 from engine.events import Eval, Event, EventQueue, RunState
 from engine.model.gpt import GPT
-from engine.model.schedule import lr_multiplied
+from engine.optim.schedule import lr_multiplied
 from engine.plan.flops import PeakMeter
 from engine.rundir.layout import check_new_run_dir, check_run_dir, open_run_dir, write_error_log
 from engine.rundir.metrics_log import MetricsWriter, read_history

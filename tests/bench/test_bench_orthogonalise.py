@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.model.muon import gram_is_cheaper
+from engine.optim.muon import gram_is_cheaper
 
 ROOT = Path(__file__).resolve().parents[2]
 SHAPE = re.compile(

@@ -35,7 +35,7 @@ from engine.events import (
     Step,
     Telemetry,
 )
-from engine.model.schedule import planned_curve
+from engine.optim.schedule import planned_curve
 
 T0 = 1_700_000_000.0  # the fixed clock every scripted event is stamped from
 STEP_S = 0.2

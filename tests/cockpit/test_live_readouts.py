@@ -14,7 +14,7 @@ from cockpit.app.cockpit_app import CockpitApp
 from cockpit.figures.numbers import fmt_lr
 from cockpit.screens.dialogs import ConfirmScreen, LrScreen, run_lr_plan
 from cockpit.screens.live_settings import LiveSettingsScreen
-from engine.model import lr_change
+from engine.optim import lr_change
 
 
 def steps(factory: ScriptedFactory, first: int, last: int, lr: float = 8e-4) -> None:

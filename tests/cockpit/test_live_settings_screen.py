@@ -30,7 +30,7 @@ from cockpit.screens.live_decisions import (
 from cockpit.screens.live_settings import LiveSettingsScreen, placement
 from cockpit.widgets.lr import LrPanel
 from engine.config import COOLDOWN, LIVE_SETTINGS, config_from_dict
-from engine.model import planned_curve
+from engine.optim import planned_curve
 
 WSD = {"schedule": {"kind": "wsd", "decay_fraction": 0.2}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cockpit.screens.dialogs import lr_decision, parse_lr_input
-from engine.model.schedule import LrPlan
+from engine.optim.schedule import LrPlan
 
 
 @pytest.mark.parametrize(

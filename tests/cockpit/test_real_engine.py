@@ -14,7 +14,7 @@ from cockpit.figures.numbers import fmt_lr
 from cockpit.screens.dialogs import ConfirmScreen
 from engine.checkpoint.store import list_checkpoints, load_checkpoint
 from engine.config.presets import load_preset
-from engine.model.schedule import lr_at
+from engine.optim.schedule import lr_at
 from engine.train.trainer import Trainer
 
 

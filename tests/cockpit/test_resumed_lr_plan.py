@@ -12,7 +12,7 @@ from textual.pilot import Pilot
 from cockpit.app.cockpit_app import CockpitApp
 from engine.config.presets import load_preset
 from engine.events import Event
-from engine.model.schedule import lr_at
+from engine.optim.schedule import lr_at
 from engine.train.trainer import Trainer
 
 FIRST = [*TINY, "train.max_steps=40", "train.log_every=1", "schedule.warmup_steps=2"]

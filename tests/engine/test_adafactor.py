@@ -13,9 +13,9 @@ import torch
 from engine.checkpoint.resume import restore_optimizer
 from engine.config.presets import load_preset
 from engine.config.run_config import ModelConfig, OptimConfig
-from engine.model.adafactor import Adafactor
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.adafactor import Adafactor
+from engine.optim.optimizers import build_optimizer
 from engine.plan import memory
 from engine.plan.planner import optimizer_state_bytes, param_shapes, plan_memory
 from engine.train.trainer import Trainer
@@ -231,7 +231,7 @@ def test_a_checkpoint_of_torchs_adafactor_resumes_with_its_statistics():
 def test_resuming_a_run_of_torchs_adafactor_says_the_step_size_changed(tmp_path, monkeypatch):
     small = ["model.n_layer=1", "model.n_embd=16", "train.batch_size=4", "eval.interval=0"]
     small += ["sample.interval=0", "optim.name=adafactor"]
-    from engine.model import optimizers
+    from engine.optim import optimizers
 
     with monkeypatch.context() as patch:  # the run as it was trained before this Adafactor
         patch.setattr(

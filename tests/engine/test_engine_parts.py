@@ -24,7 +24,7 @@ from engine.data.tokenizers import CharTokenizer
 from engine.events import Eval, Step
 from engine.model.evaluation import Evaluator
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.plan.memory import memory_breakdown, step_start_allocated, weight_bytes
 from engine.rundir.metrics_log import MetricsWriter, read_history
 from engine.train.device import (

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from engine.model import muon
-from engine.model.muon import gram_is_cheaper, newton_schulz, polar_express
+from engine.optim import muon
+from engine.optim.muon import gram_is_cheaper, newton_schulz, polar_express
 
 JORDAN = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's Newton-Schulz coefficients
 

@@ -16,8 +16,8 @@ from tiny import tiny_overrides
 from engine.config.presets import load_preset
 from engine.data.batches import BatchSampler
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
-from engine.model.refused_step import skips_on_device
+from engine.optim.optimizers import build_optimizer
+from engine.optim.refused_step import skips_on_device
 from engine.train.device import autocast_context
 from engine.train.step import StepParts, train_step
 from engine.train.trainer import Trainer

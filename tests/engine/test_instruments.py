@@ -13,7 +13,7 @@ from engine.config.byte_sizes import GIB, parse_size
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError, ModelConfig, OptimConfig
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.plan import flops, memory
 from engine.plan.fixes import check_fits, suggest_fixes
 from engine.plan.flops import Peak, PeakMeter, flops_per_token, measure_peak, mfu, table_peak

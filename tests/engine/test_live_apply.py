@@ -17,8 +17,8 @@ from engine.config.run_config import RunConfig
 from engine.data.shape_schedule import tokens_through
 from engine.events import Alert, Event, SettingsChanged, Step
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
-from engine.model.schedule import lr_at, planned_curve
+from engine.optim.optimizers import build_optimizer
+from engine.optim.schedule import lr_at, planned_curve
 from engine.train.counters import Counters
 from engine.train.live import LiveSettings, micro_steps_per_rank, rank_share_refusal
 from engine.train.trainer import Trainer

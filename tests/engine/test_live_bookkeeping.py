@@ -12,7 +12,7 @@ import torch
 from engine.config import live_change, load_preset
 from engine.events import Event, SettingsChanged
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.train.counters import Counters
 from engine.train.faults import SpikeDetector
 from engine.train.live import DerivedValues, LiveSettings

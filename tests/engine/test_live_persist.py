@@ -279,7 +279,7 @@ class Holder:
 
 def live_alone(cfg):
     from engine.model.gpt import GPT
-    from engine.model.optimizers import build_optimizer
+    from engine.optim.optimizers import build_optimizer
     from engine.train.counters import Counters
     from engine.train.live import LiveSettings
 

@@ -12,7 +12,7 @@ from engine.config import (
     live_change,
     wsd_decay_start,
 )
-from engine.model.schedule import lr_at
+from engine.optim.schedule import lr_at
 
 
 def _cfg(**schedule):

@@ -28,7 +28,7 @@ from engine.events import (
     StateChanged,
 )
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.rundir.metrics_log import MetricsWriter
 from engine.train.command_queue import CommandQueue
 from engine.train.commands import CommandHandler, StopRequest

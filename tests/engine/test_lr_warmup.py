@@ -12,7 +12,7 @@ import pytest
 from cockpit.screens.dialogs import lr_decision
 from engine.config.run_config import MAX_LR
 from engine.events import Event
-from engine.model.schedule import lr_plan
+from engine.optim.schedule import lr_plan
 from engine.rundir.journal import read_journal
 from engine.train.trainer import Trainer
 from tests.engine.test_trainer import Recorder, start, tiny_cfg

@@ -10,8 +10,8 @@ import torch
 
 from engine.config import ConfigError, load_preset
 from engine.config.run_config import OptimConfig
-from engine.model.muon import POLAR_EXPRESS_COEFFICIENTS, newton_schulz, polar_express
-from engine.model.optimizers import build_optimizer
+from engine.optim.muon import POLAR_EXPRESS_COEFFICIENTS, newton_schulz, polar_express
+from engine.optim.optimizers import build_optimizer
 
 JORDAN = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's Newton-Schulz coefficients
 

@@ -23,7 +23,7 @@ from engine.data.shape_schedule import (
     tokens_through,
 )
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.rundir.summary import load_summary_file
 from engine.train.step import StepParts, train_step
 from engine.train.trainer import Trainer

@@ -11,9 +11,9 @@ import torch
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError, OptimConfig
 from engine.model.gpt import GPT
-from engine.model.muon import BatchedMuon
-from engine.model.optimizers import MultiOptimizer, build_optimizer, set_lr_factor
-from engine.model.refused_step import skips_on_device, step_unless_refused
+from engine.optim.muon import BatchedMuon
+from engine.optim.optimizers import MultiOptimizer, build_optimizer, set_lr_factor
+from engine.optim.refused_step import skips_on_device, step_unless_refused
 
 NAMES = ("adamw", "muon", "lion", "adafactor")
 

@@ -14,8 +14,8 @@ from engine.config.live import LIVE_SETTINGS
 from engine.config.presets import load_preset
 from engine.config.run_config import OptimConfig
 from engine.model.gpt import GPT
-from engine.model.optimizers import CautiousFusedAdamW, build_optimizer, set_lr_factor
-from engine.model.refused_step import FusedAdamW, skips_on_device, step_unless_refused
+from engine.optim.optimizers import CautiousFusedAdamW, build_optimizer, set_lr_factor
+from engine.optim.refused_step import FusedAdamW, skips_on_device, step_unless_refused
 
 
 def untied_model(seed: int = 0) -> GPT:

@@ -178,7 +178,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.config.presets import load_preset
 
 dist.init_process_group("gloo")

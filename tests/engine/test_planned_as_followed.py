@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.config import SettingsTimeline, load_preset
-from engine.model.schedule import lr_at, planned_curve
+from engine.optim.schedule import lr_at, planned_curve
 from engine.train.live import planned_as_followed
 
 

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from engine.config.run_config import OptimConfig
-from engine.model.muon import (
+from engine.optim.muon import (
     POLAR_EXPRESS_COEFFICIENTS,
     BatchedMuon,
     newton_schulz,
     polar_express,
 )
-from engine.model.optimizers import build_optimizer
-from engine.model.refused_step import skips_on_device, step_unless_refused
+from engine.optim.optimizers import build_optimizer
+from engine.optim.refused_step import skips_on_device, step_unless_refused
 
 JORDAN = (3.4445, -4.7750, 2.0315)  # torch.optim.Muon's Newton-Schulz coefficients
 

@@ -22,7 +22,7 @@ from engine.data.preparation import PreparedData
 from engine.data.tokenizers import CharTokenizer
 from engine.model.evaluation import Evaluator
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.train.step import StepParts, train_step
 from engine.train.trainer import Trainer
 

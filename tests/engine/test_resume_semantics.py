@@ -15,7 +15,7 @@ from cockpit.cli import main
 from engine.checkpoint.store import latest_checkpoint, list_checkpoints
 from engine.config.presets import load_preset
 from engine.events import Event
-from engine.model.schedule import lr_at
+from engine.optim.schedule import lr_at
 from engine.rundir.metrics_log import read_history
 from engine.train.trainer import Trainer
 

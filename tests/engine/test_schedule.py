@@ -3,7 +3,7 @@ import math
 import pytest
 
 from engine.config.presets import load_preset
-from engine.model.schedule import constant_lr, cosine_lr, lr_at, planned_curve, wsd_lr
+from engine.optim.schedule import constant_lr, cosine_lr, lr_at, planned_curve, wsd_lr
 
 
 def test_cosine_matches_nanogpt_by_hand():

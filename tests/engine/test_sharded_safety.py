@@ -26,7 +26,7 @@ from engine.data.tokenizers import tokenizer_from_meta
 from engine.distributed.sharded import dcp_model_state, load_sharded, save_sharded
 from engine.distributed.world import World
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.train.trainer import Trainer
 
 SMALL = tiny_overrides(

@@ -13,7 +13,7 @@ import torch
 from engine.config.loading import config_from_dict
 from engine.config.run_config import ConfigError, ModelConfig, OptimConfig, RunConfig
 from engine.model.gpt import GPT, value_embed_tables
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.plan.flops import flops_per_token, matmul_params
 from engine.plan.memory import activation_bytes_estimate, speedrun_parts_bytes
 from engine.plan.planner import plan_memory

@@ -11,7 +11,7 @@ import torch
 from engine.config.presets import load_preset
 from engine.data.batches import BatchSampler
 from engine.model.gpt import GPT
-from engine.model.optimizers import build_optimizer
+from engine.optim.optimizers import build_optimizer
 from engine.train.device import autocast_context
 from engine.train.step import StepParts, train_step
 

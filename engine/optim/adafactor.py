@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from engine.config.run_config import OptimConfig
-from engine.model.refused_step import found_inf_mask
+from engine.optim.refused_step import found_inf_mask
 
 
 class Adafactor(torch.optim.Optimizer):

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from engine.model.refused_step import assign_unless_refused, found_inf_mask
+from engine.optim.refused_step import assign_unless_refused, found_inf_mask
 
 # Polar Express (Amsel, Persson, Musco, Gower 2025, arXiv:2505.16932): one (a, b, c) per step,
 # each the minimax-optimal odd quintic for the singular values left by the steps before. These

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from engine.model.refused_step import assign_unless_refused, found_inf_mask
+from engine.optim.refused_step import assign_unless_refused, found_inf_mask
 
 
 class Lion(torch.optim.Optimizer):

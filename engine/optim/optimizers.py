@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from engine.config.run_config import OptimConfig
-from engine.model.adafactor import Adafactor
-from engine.model.lion import Lion
-from engine.model.muon import BatchedMuon
-from engine.model.refused_step import FusedAdamW, found_inf_mask
+from engine.optim.adafactor import Adafactor
+from engine.optim.lion import Lion
+from engine.optim.muon import BatchedMuon
+from engine.optim.refused_step import FusedAdamW, found_inf_mask
 
 # the groups' order; the flattened parameter order is the one checkpoints number them in
 ROLES = ("embed", "matrix", "head", "scalar")
