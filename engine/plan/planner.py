@@ -24,7 +24,12 @@ from engine.plan.memory import (
     layer_activation_bytes,
     mlp_recompute_saving,
 )
-from engine.plan.parallel import check_plan_mode, ddp_bucket_bytes, shard_shapes, unsharded_bytes
+from engine.plan.per_rank_memory import (
+    check_plan_mode,
+    ddp_bucket_bytes,
+    shard_shapes,
+    unsharded_bytes,
+)
 
 CUDA_OVERHEAD = int(0.6 * GIB)  # CUDA context, cuBLAS workspaces and kernels: not torch tensors
 CPU_OVERHEAD = int(0.35 * GIB)  # the Python process with torch loaded
