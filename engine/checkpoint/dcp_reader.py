@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.default_planner import (
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, StorageMeta
 
-from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.checkpoint_error import CheckpointError
 
 INDEX_NAME = ".metadata"  # DCP's name for the index of a checkpoint directory
 _USE_ANOTHER = "use another checkpoint of this run (an older ckpt-*.dcp)"

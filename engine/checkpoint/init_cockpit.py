@@ -28,7 +28,7 @@ def holds_checkpoints(path: Path) -> bool:
 
 
 def run_checkpoint(given: str, run_dir: Path) -> Path:
-    from engine.checkpoint.errors import CheckpointError
+    from engine.checkpoint.checkpoint_error import CheckpointError
     from engine.checkpoint.trained import resolve_checkpoint
 
     try:
@@ -69,7 +69,7 @@ def _shape_and_tokenizer(
 
 
 def cockpit_checkpoint(given: str, where: Path, file: Path) -> WeightsSource:
-    from engine.checkpoint.errors import CheckpointError
+    from engine.checkpoint.checkpoint_error import CheckpointError
     from engine.checkpoint.store import load_checkpoint
 
     try:

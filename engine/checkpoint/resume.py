@@ -186,7 +186,7 @@ def restore_optimizer(
     momentum) are written back into the parameter groups after loading, since
     `load_state_dict` would restore the old ones. Another optimizer than the checkpoint's
     starts fresh (its state would not fit: Lion's moments are not AdamW's)."""
-    from engine.checkpoint.errors import CheckpointError
+    from engine.checkpoint.checkpoint_error import CheckpointError
     from engine.optim.optimizers import build_optimizer
 
     saved_name = state["config"].get("optim", {}).get("name", "adamw")

@@ -30,7 +30,7 @@ import torch
 
 # The error, the checkpoint names (torch-free: a viewer lists them) and the state's plain parts,
 # as the engine reads them: through the store.
-from engine.checkpoint.errors import CheckpointError as CheckpointError
+from engine.checkpoint.checkpoint_error import CheckpointError as CheckpointError
 from engine.checkpoint.names import BEST_NAME as BEST_NAME
 from engine.checkpoint.names import BEST_SHARDED as BEST_SHARDED
 from engine.checkpoint.names import META_NAME

@@ -135,7 +135,7 @@ def load_whole_into_sharded(
         set_optimizer_state_dict,
     )
 
-    from engine.checkpoint.errors import CheckpointError
+    from engine.checkpoint.checkpoint_error import CheckpointError
 
     options = StateDictOptions(full_state_dict=True)
     try:
