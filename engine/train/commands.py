@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from engine.train.command_queue import CommandQueue
     from engine.train.counters import Counters
     from engine.train.disk_full import DiskWait
-    from engine.train.live import LiveSettings
+    from engine.train.live_settings import LiveSettings
     from engine.train.reporter import Reporter
 
 

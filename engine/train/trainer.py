@@ -59,7 +59,12 @@ from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
 from engine.train.fault_handler import FaultHandler
 from engine.train.garbage import settle_garbage_collector
-from engine.train.live import DerivedValues, LiveSettings, planned_as_followed, tokens_as_followed
+from engine.train.live_settings import (
+    DerivedValues,
+    LiveSettings,
+    planned_as_followed,
+    tokens_as_followed,
+)
 from engine.train.readback import PendingSteps
 from engine.train.replay import ConfigFile, ReplayPlan, start_config
 from engine.train.reporter import Reporter

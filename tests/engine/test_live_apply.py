@@ -20,7 +20,7 @@ from engine.model.gpt import GPT
 from engine.optim.optimizers import build_optimizer
 from engine.optim.schedule import lr_at, planned_curve
 from engine.train.counters import Counters
-from engine.train.live import LiveSettings, micro_steps_per_rank, rank_share_refusal
+from engine.train.live_settings import LiveSettings, micro_steps_per_rank, rank_share_refusal
 from engine.train.trainer import Trainer
 from tests.engine.test_trainer import tiny_cfg
 

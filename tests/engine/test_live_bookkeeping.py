@@ -15,7 +15,7 @@ from engine.model.gpt import GPT
 from engine.optim.optimizers import build_optimizer
 from engine.train.counters import Counters
 from engine.train.faults import SpikeDetector
-from engine.train.live import DerivedValues, LiveSettings
+from engine.train.live_settings import DerivedValues, LiveSettings
 
 SMALL = ["model.n_layer=1", "model.n_head=2", "model.n_embd=16", "model.block_size=8",
          "train.batch_size=4", "train.max_steps=100"]  # fmt: skip

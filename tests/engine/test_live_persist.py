@@ -19,7 +19,7 @@ from engine.checkpoint.store import checkpoint_path, latest_checkpoint, load_che
 from engine.config import ConfigError, SettingsTimeline, config_to_toml, load_preset, load_replay
 from engine.events import Event
 from engine.rundir.branch import branch_overrides
-from engine.train.live import resumed_settings, settings_back
+from engine.train.live_settings import resumed_settings, settings_back
 from engine.train.replay import ReplayPlan
 from engine.train.trainer import Trainer
 
@@ -281,7 +281,7 @@ def live_alone(cfg):
     from engine.model.gpt import GPT
     from engine.optim.optimizers import build_optimizer
     from engine.train.counters import Counters
-    from engine.train.live import LiveSettings
+    from engine.train.live_settings import LiveSettings
 
     model = GPT(cfg.model, 64)
     return LiveSettings(cfg=cfg, counters=Counters(step=9), model=model, device_type="cpu",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.config import SettingsTimeline, load_preset
 from engine.optim.schedule import lr_at, planned_curve
-from engine.train.live import planned_as_followed
+from engine.train.live_settings import planned_as_followed
 
 
 def test_changes_that_do_not_re_plan_keep_the_plan_of_the_settings_in_force() -> None:
