@@ -48,10 +48,10 @@ from engine.plan.flops import Peak, PeakMeter, flops_per_token, peak_meter
 from engine.plan.planner import MemoryPlan, plan_memory
 from engine.rundir.metrics_log import read_history
 from engine.rundir.sinks import summary_writer_class
+from engine.train.config_file import start_config
 from engine.train.counters import Counters
 from engine.train.device import allow_tf32, autocast_context, device_capacity, select_dtype
 from engine.train.faults import SpikeDetector
-from engine.train.replay import start_config
 from engine.train.reporter import Reporter
 from engine.train.run_started import run_started
 from engine.train.step import StepParts

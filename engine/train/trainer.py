@@ -54,6 +54,7 @@ from engine.train.cadence import ValPoint, evaluate, sample, val_target_note, wo
 from engine.train.closing import close_sinks, weights_finite
 from engine.train.command_queue import CommandQueue
 from engine.train.commands import CommandHandler, StopRequest
+from engine.train.config_file import ConfigFile, ReplayPlan, start_config
 from engine.train.counters import Counters
 from engine.train.device import select_device
 from engine.train.disk_full import DiskWait
@@ -66,7 +67,6 @@ from engine.train.live_settings import (
     tokens_as_followed,
 )
 from engine.train.readback import PendingSteps
-from engine.train.replay import ConfigFile, ReplayPlan, start_config
 from engine.train.reporter import Reporter
 from engine.train.setup import (
     Instruments,

@@ -19,8 +19,8 @@ from engine.checkpoint.store import checkpoint_path, latest_checkpoint, load_che
 from engine.config import ConfigError, SettingsTimeline, config_to_toml, load_preset, load_replay
 from engine.events import Event
 from engine.rundir.branch import branch_overrides
+from engine.train.config_file import ReplayPlan
 from engine.train.live_settings import resumed_settings, settings_back
-from engine.train.replay import ReplayPlan
 from engine.train.trainer import Trainer
 
 SMALL = tiny_overrides(
