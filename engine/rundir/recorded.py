@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import Alert, Event
-from engine.rundir.replay import read_replay
+from engine.rundir.replay_reader import read_replay
 
 
 class RecordedRun:

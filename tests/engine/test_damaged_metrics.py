@@ -135,7 +135,7 @@ def test_a_resume_reads_past_them_with_one_warning_and_trains_on(malformed: Path
 def test_the_listing_replay_and_journal_read_past_them(malformed: Path, tmp_path: Path) -> None:
     from engine.rundir.history import run_tokenizer
     from engine.rundir.journal import read_journal
-    from engine.rundir.replay import read_replay
+    from engine.rundir.replay_reader import read_replay
     from engine.rundir.summary import read_summary
 
     run = copy_run(malformed, tmp_path / "run")

@@ -198,7 +198,7 @@ def test_the_change_is_replayed_wherever_the_run_is_drawn_again(tmp_path):
 
     from engine.control.catch_up import LiveReplay
     from engine.rundir.metrics_log import read_history
-    from engine.rundir.replay import read_replay
+    from engine.rundir.replay_reader import read_replay
 
     run = Run(tmp_path, "train.max_steps=4", sets={2: {"train.max_steps": 5}}).run()
     (ack,) = run.of(SettingsChanged)

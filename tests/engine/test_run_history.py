@@ -33,7 +33,7 @@ from engine.events import (
 from engine.rundir.history import read_curves
 from engine.rundir.metrics_log import REPLAY_STEPS
 from engine.rundir.metrics_scan import RunHistoryError, read_metrics, scan_replay_fast
-from engine.rundir.replay import Replay, read_replay
+from engine.rundir.replay_reader import Replay, read_replay
 
 REPO = Path(__file__).resolve().parents[2]
 TPS = 256  # tokens per step
