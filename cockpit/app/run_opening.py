@@ -143,7 +143,7 @@ class RunOpening(_AppBase):
     # the runs screen ---------------------------------------------------------------------------
     def action_runs(self) -> None:
         """`h`: every run under the runs directory; what is picked there comes back here."""
-        from cockpit.screens.runs import RunsScreen
+        from cockpit.screens.runs_screen import RunsScreen
 
         overlaid = [o.key for o in self.main_screen.loss_panel.overlays]
         self.push_screen(

@@ -15,7 +15,7 @@ from run_dirs import three_runs
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Footer
 
-from cockpit.screens.runs import RunsScreen
+from cockpit.screens.runs_screen import RunsScreen
 from cockpit.widgets.footer import KeyFooter, key_width, keys_that_fit
 
 

@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Input, Label
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.figures.series import DebiasedEMA
-from cockpit.screens.runs import RunsScreen
+from cockpit.screens.runs_screen import RunsScreen
 from cockpit.screens.settings import SettingsScreen
 from engine.rundir.recorded import RecordedRun
 

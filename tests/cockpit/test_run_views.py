@@ -18,7 +18,7 @@ from run_dirs import three_runs
 from textual.widgets import DataTable
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.screens.runs import RunsScreen
+from cockpit.screens.runs_screen import RunsScreen
 from engine.rundir.recorded import RecordedRun
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}

@@ -19,7 +19,7 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
-from cockpit.screens.runs import RunsChoice, RunsScreen
+from cockpit.screens.runs_screen import RunsChoice, RunsScreen
 from cockpit.screens.settings import parse_settings
 
 NOW = time.time()
@@ -374,7 +374,7 @@ def test_a_live_run_is_listed_live_opens_and_refuses_a_resume(tmp_path: Path) ->
 def test_the_screen_imports_no_torch() -> None:
     import subprocess
 
-    code = "import sys, cockpit.screens.runs; print('torch' in sys.modules)"
+    code = "import sys, cockpit.screens.runs_screen; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
 
