@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.ablation.series import RESULT_STATES
+from cockpit.ablation.series_record import RESULT_STATES
 
 Point = tuple[int, float, float]  # step, train time (s), val loss
 

@@ -23,7 +23,7 @@ from engine.config import ConfigError
 
 if TYPE_CHECKING:  # the series' modules are imported when the subcommand runs, not to parse
     from cockpit.ablation.results import AblationTable
-    from cockpit.ablation.series import Series, SeriesRun
+    from cockpit.ablation.series_record import Series, SeriesRun
     from cockpit.ablation.spec import AblationSpec
 
 NAME = "ablate"
@@ -171,7 +171,7 @@ class SeriesDriver:
         return plans
 
     def _plan(self, run: SeriesRun) -> PlannedRun:
-        from cockpit.ablation.series import BUSY, DONE, RESTART, RESUME
+        from cockpit.ablation.series_record import BUSY, DONE, RESTART, RESUME
         from cockpit.cli.launch import train_arguments
         from cockpit.cli.preflight import preflight
 
@@ -231,7 +231,7 @@ class SeriesDriver:
 
     def run_ended(self) -> None:
         """Record the status of the run that just ended."""
-        from cockpit.ablation.series import RESULT_STATES, run_status
+        from cockpit.ablation.series_record import RESULT_STATES, run_status
 
         plan = self.plans[self.index]
         plan.run.status = run_status(plan.run.run_dir)
@@ -241,7 +241,7 @@ class SeriesDriver:
 
     def complete(self) -> bool:
         """Every run is done: finished, failed, or stopped with no step left to train."""
-        from cockpit.ablation.series import RESULT_STATES, run_status
+        from cockpit.ablation.series_record import RESULT_STATES, run_status
 
         return all(
             r.run_dir in self.at_end or run_status(r.run_dir) in RESULT_STATES
@@ -251,7 +251,7 @@ class SeriesDriver:
     def table(self) -> AblationTable:
         """The results, written as results.csv and results.md in the series' directory."""
         from cockpit.ablation.results import build_table, read_result, to_csv, to_markdown
-        from cockpit.ablation.series import run_status
+        from cockpit.ablation.series_record import run_status
         from engine.files import atomic_write_text
 
         spec = self.series.spec
@@ -283,7 +283,7 @@ class SeriesDriver:
         return f"ablate done: {len(self.series.runs)} runs, table in {self.series.directory / 'results.md'}"
 
     def stopped_note(self) -> str:
-        from cockpit.ablation.series import RESULT_STATES, run_status
+        from cockpit.ablation.series_record import RESULT_STATES, run_status
 
         done = sum(run_status(r.run_dir) in RESULT_STATES for r in self.series.runs)
         return (
@@ -295,7 +295,7 @@ class SeriesDriver:
 def new_series_note(series: Series) -> str | None:
     """A word when this command starts a series of its own beside another of its preset: a
     changed command (another change, target, --set) is another series, its runs not reused."""
-    from cockpit.ablation.series import SERIES_FILE
+    from cockpit.ablation.series_record import SERIES_FILE
 
     if series.spec.name or (series.directory / SERIES_FILE).exists():
         return None
@@ -310,7 +310,7 @@ def new_series_note(series: Series) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.ablation.series import Series
+    from cockpit.ablation.series_record import Series
     from cockpit.ablation.spec import check_spec
 
     root = Path(args.runs_root)

@@ -12,7 +12,7 @@ import pytest
 from pilot import REAL_SIZE, Toasts, run_pilot, status_text, wait_for_engine
 from textual.pilot import Pilot
 
-from cockpit.ablation.series import DONE, RESUME, START, Series
+from cockpit.ablation.series_record import DONE, RESUME, START, Series
 from cockpit.ablation.spec import check_spec
 from cockpit.app.ablating import AblationApp
 from cockpit.cli import build_parser

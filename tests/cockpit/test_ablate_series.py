@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.ablation.series import DONE, RESTART, RESUME, START, Series, dir_name
+from cockpit.ablation.series_record import DONE, RESTART, RESUME, START, Series, dir_name
 from cockpit.ablation.spec import AblationSpec, Change, check_spec, parse_change, spec_from_file
 from engine.config import ConfigError
 

@@ -69,7 +69,7 @@ def test_a_run_stopped_from_elsewhere_ends_the_headless_series(tmp_path, monkeyp
     args = parse_args(["ablate", *SERIES, "--change", "model.norm=rmsnorm", "--name", "s"])
     spec = spec_from_args(args)
     check_spec(spec)
-    from cockpit.ablation.series import Series
+    from cockpit.ablation.series_record import Series
 
     driver = SeriesDriver(Series.open(spec, Path(args.runs_root)), args)
     built: list = []
@@ -125,7 +125,7 @@ def test_a_change_dropped_and_another_of_the_same_name_never_takes_its_run(tmp_p
     """--name n with a TOML change "x" = lion, then "x" = adafactor, then "x" = muon: muon was
     given lion's directory (01-x, dropped from the record by the adafactor command) and its
     finished run was reported as muon's. Now every run of the record is kept, lion's found again."""
-    from cockpit.ablation.series import Series
+    from cockpit.ablation.series_record import Series
     from cockpit.ablation.spec import AblationSpec, Change
 
     def series(optim: str) -> Series:
@@ -165,7 +165,7 @@ def test_the_notes_say_when_a_baseline_run_never_reached_the_target():
 def test_a_changed_command_says_it_starts_a_new_series_beside_the_last_one(tmp_path):
     """Without --name, another change (or target, --set) is another series in a directory of
     its own, the baseline trained again: said in a line, not left to be found in runs/."""
-    from cockpit.ablation.series import Series
+    from cockpit.ablation.series_record import Series
     from cockpit.ablation.spec import AblationSpec, Change
     from cockpit.cli.ablate import new_series_note
 
@@ -201,7 +201,7 @@ def test_a_change_giving_a_key_twice_or_no_key_is_one_line_naming_it(change, sai
 
 def test_a_file_change_without_a_name_is_labelled_as_a_change_is_typed(tmp_path):
     """Its label and directory were `model.norm="rmsnorm"` and `02-model.norm=_rmsnorm_+...`."""
-    from cockpit.ablation.series import dir_name
+    from cockpit.ablation.series_record import dir_name
 
     path = tmp_path / "s.toml"
     path.write_text(
