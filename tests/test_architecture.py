@@ -495,6 +495,28 @@ def test_the_top_level_stays_small(root: str) -> None:
     assert len(entries) <= MAX_TOP_LEVEL_ENTRIES, f"{root}/ has {len(entries)}: {entries}"
 
 
+def shared_basenames(paths: list[str]) -> dict[str, list[str]]:
+    """Module file names (other than __init__.py) that more than one of `paths` has."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(paths):
+        name = path.rsplit("/", 1)[-1]
+        if name != "__init__.py":
+            by_name.setdefault(name, []).append(path)
+    return {name: where for name, where in by_name.items() if len(where) > 1}
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_every_module_basename_is_unique_in_its_package_tree(root: str) -> None:
+    # a name met in a traceback, an import or a search leads to one module, not to three
+    paths = [p.relative_to(REPO).as_posix() for p in (REPO / root).rglob("*.py")]
+    assert not shared_basenames(paths), f"rename one of each: {shared_basenames(paths)}"
+
+
+def test_a_shared_basename_is_found() -> None:
+    paths = ["engine/__init__.py", "engine/a/__init__.py", "engine/a/live.py", "engine/b/live.py"]
+    assert shared_basenames(paths) == {"live.py": ["engine/a/live.py", "engine/b/live.py"]}
+
+
 def test_every_package_has_an_init_with_a_docstring() -> None:
     problems = []
     for root in ROOTS:
