@@ -24,13 +24,13 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
-from cockpit.figures.pacing import LoadGovernor
 from cockpit.widgets.data_progress import DataProgressPanel
 from cockpit.widgets.device import DevicePanel
 from cockpit.widgets.footer import KeyFooter
 from cockpit.widgets.loss import LossPanel
 from cockpit.widgets.lr import LrPanel
 from cockpit.widgets.memory import MemoryPanel
+from cockpit.widgets.pacing import LoadGovernor
 from cockpit.widgets.samples import SamplesPanel
 from cockpit.widgets.status import AlertLine, StatusLine
 

@@ -1,1 +1,1 @@
-"""Pure helpers behind what is drawn (no Textual, no torch): series maths, axes, pacing, text."""
+"""Pure helpers behind what is drawn (no Textual, no torch): series maths, axes, text."""

@@ -32,8 +32,8 @@ from textual_plotext import PlotextPlot
 
 from cockpit.figures.axes import nice_ticks
 from cockpit.figures.numbers import fmt_tick
-from cockpit.figures.pacing import RedrawGovernor
 from cockpit.widgets._repaint import QuietBorderLabels, RowStrips
+from cockpit.widgets.pacing import RedrawGovernor
 from cockpit.widgets.plotext_frame import (
     Frame,
     PlotextChanged,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.figures.pacing import LoadGovernor, RedrawGovernor
+from cockpit.widgets.pacing import LoadGovernor, RedrawGovernor
 
 # RedrawGovernor -------------------------------------------------------------------------------------
 
