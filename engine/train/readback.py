@@ -9,6 +9,7 @@ and their throughput window, and turns them into Step events and anomaly checks.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,13 +18,41 @@ import torch
 
 from engine.events import Event, Step
 from engine.plan.flops import flops_per_token_at
-from engine.train.throughput import ThroughputWindow
 
 if TYPE_CHECKING:
     from engine.config.run_config import RunConfig
     from engine.plan.flops import PeakMeter
     from engine.train.counters import Counters
     from engine.train.faults import SpikeDetector
+
+
+# The loss is read back only every few steps: the steps in between form a window whose wall
+# time, less what was not training (evaluations, samples, pauses, commands), gives the throughput
+# and step time of every Step read back at its end. The clock is passed in for the tests.
+class ThroughputWindow:
+    """Wall time since the window started, minus the time excluded from it."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self.restart()
+
+    def restart(self) -> None:
+        """Start a new, empty window now."""
+        self._start = self._clock()
+        self._excluded = 0.0
+
+    def exclude(self, since: float, has_steps: bool) -> None:
+        """Leave the time from `since` to now out of the window; with no step in the window
+        yet (`has_steps` False), the window simply starts now."""
+        if has_steps:
+            self._excluded += self._clock() - since
+        else:
+            self.restart()
+
+    def rates(self, steps: int, tokens_per_step: int) -> tuple[float, float]:
+        """(tokens per second, seconds per step) for `steps` steps trained in the window."""
+        window = max(self._clock() - self._start - self._excluded, 1e-9)
+        return steps * tokens_per_step / window, window / steps
 
 
 @dataclass

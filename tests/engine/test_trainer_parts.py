@@ -16,8 +16,13 @@ from engine.events import Eval
 from engine.rundir.layout import create_run_dir, write_error_log
 from engine.train.command_queue import CommandQueue
 from engine.train.health import HEALTH_EVERY, ratio_after_step, update_ratio, watch_before_step
-from engine.train.readback import PendingStep, read_back, refusal_message, step_events
-from engine.train.throughput import ThroughputWindow
+from engine.train.readback import (
+    PendingStep,
+    ThroughputWindow,
+    read_back,
+    refusal_message,
+    step_events,
+)
 
 
 class FakeClock:
