@@ -8,6 +8,7 @@ run; a manual save that would repeat the last one is acknowledged, not written a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from engine.checkpoint import store as ckpt
-from engine.checkpoint.best import is_new_best
 from engine.checkpoint.resume import optimizer_settings, put_settings, restore_optimizer
 from engine.config.run_config import CheckpointConfig, OptimConfig
 from engine.distributed.sharded import (
@@ -39,6 +39,18 @@ if TYPE_CHECKING:
 
 # Not of the states: the weights go apart in a sharded run, is_best is the save's own
 HEAVY_KEYS = ("model", "optimizer", "scaler", "is_best")
+
+
+def is_new_best(last_eval: Eval | None, step: int, best_val: float) -> bool:
+    """True when a checkpoint saved at `step` should become best.pt: the evaluation at its own
+    step beat the best val loss so far. An evaluation between checkpoints marks nothing: its
+    weights are not on disk, and the next checkpoint's weights are not the ones it measured."""
+    return (
+        last_eval is not None
+        and last_eval.step == step
+        and math.isfinite(last_eval.val_loss)
+        and last_eval.val_loss < best_val
+    )
 
 
 class Stateful(Protocol):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.checkpoint.best import is_new_best
+from engine.checkpoint.checkpointer import is_new_best
 from engine.config.run_config import ConfigError
 from engine.events import Eval
 from engine.rundir.layout import create_run_dir, write_error_log
