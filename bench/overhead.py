@@ -64,7 +64,7 @@ from engine.events import (  # noqa: E402
 )
 from engine.optim import planned_curve  # noqa: E402
 from engine.train import Trainer  # noqa: E402
-from engine.train.garbage import settle_garbage_collector  # noqa: E402
+from engine.train.trainer import settle_garbage_collector  # noqa: E402
 
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 SIZE = (160, 48)
