@@ -15,7 +15,6 @@ from engine.config.run_config import ConfigError
 from engine.events import Eval
 from engine.rundir.layout import create_run_dir, write_error_log
 from engine.train.command_queue import CommandQueue
-from engine.train.health import HEALTH_EVERY, ratio_after_step, update_ratio, watch_before_step
 from engine.train.readback import (
     PendingStep,
     ThroughputWindow,
@@ -23,6 +22,7 @@ from engine.train.readback import (
     refusal_message,
     step_events,
 )
+from engine.train.step import HEALTH_EVERY, ratio_after_step, update_ratio, watch_before_step
 
 
 class FakeClock:
