@@ -15,6 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cockpit.app.key_table import COMMANDS, LR_STEP, MAIN_ACTIONS, RUN_ACTIONS, Command, help_rows
+from cockpit.figures.live_decisions import (
+    cooldown_refusal,
+    run_config,
+    shown_refusal,
+    shown_value,
+)
 from cockpit.figures.numbers import fmt_int
 from cockpit.screens.cooldown import CooldownScreen
 from cockpit.screens.dialogs import (
@@ -23,12 +29,6 @@ from cockpit.screens.dialogs import (
     LrFollow,
     LrScreen,
     PutBack,
-)
-from cockpit.screens.live_decisions import (
-    cooldown_refusal,
-    run_config,
-    shown_refusal,
-    shown_value,
 )
 from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
 from engine.config import describe

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 from cockpit.app.event_wake import EventWake
+from cockpit.figures.live_decisions import config_after
 from cockpit.figures.numbers import fmt_int, fmt_lr
-from cockpit.screens.live_decisions import config_after
 from engine.events import (
     Alert,
     CheckpointSaved,

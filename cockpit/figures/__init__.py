@@ -1,1 +1,1 @@
-"""Pure helpers behind what is drawn (no Textual, no torch): series maths, axes, text."""
+"""Pure helpers behind the app (no Textual, no torch): series maths, axes, text, live settings."""

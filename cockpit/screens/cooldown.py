@@ -12,8 +12,8 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, Label, Static
 
+from cockpit.figures.live_decisions import cooldown_span, decide_cooldown, shown_refusal
 from cockpit.screens.dialogs import InputDialog
-from cockpit.screens.live_decisions import cooldown_span, decide_cooldown, shown_refusal
 from cockpit.screens.live_settings import SchedulePreview
 from engine.config import COOLDOWN, RunConfig, wsd_decay_start
 from engine.optim import planned_curve

@@ -23,9 +23,7 @@ from textual.geometry import Region, Size
 from textual.message import Message
 from textual.widgets import Button, Input, Label, Static
 
-from cockpit.figures.numbers import fmt_lr
-from cockpit.screens.dialogs import InputDialog
-from cockpit.screens.live_decisions import (
+from cockpit.figures.live_decisions import (
     Curve,
     cooldown_refusal,
     cooldown_span,
@@ -35,6 +33,8 @@ from cockpit.screens.live_decisions import (
     shown_refusal,
     shown_value,
 )
+from cockpit.figures.numbers import fmt_lr
+from cockpit.screens.dialogs import InputDialog
 from engine.config import COOLDOWN, LIVE_SETTINGS, RunConfig, setting_value, wsd_decay_start
 from engine.optim import planned_curve
 

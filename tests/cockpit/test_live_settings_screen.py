@@ -19,14 +19,14 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input, Label
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.screens.cooldown import CooldownScreen
-from cockpit.screens.live_decisions import (
+from cockpit.figures.live_decisions import (
     config_after,
     decide,
     decide_cooldown,
     field_help,
     shown_value,
 )
+from cockpit.screens.cooldown import CooldownScreen
 from cockpit.screens.live_settings import LiveSettingsScreen, placement
 from cockpit.widgets.lr import LrPanel
 from engine.config import COOLDOWN, LIVE_SETTINGS, config_from_dict
