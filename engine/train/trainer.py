@@ -52,7 +52,6 @@ from engine.rundir.metrics_log import MetricsWriter, read_history
 from engine.rundir.sinks import log_sinks
 from engine.rundir.summary import SummarySink
 from engine.train.cadence import ValPoint, evaluate, sample, val_target_note, work_due
-from engine.train.closing import close_sinks, weights_finite
 from engine.train.command_queue import CommandQueue
 from engine.train.commands import CommandHandler, StopRequest
 from engine.train.config_file import ConfigFile, ReplayPlan, start_config
@@ -82,6 +81,22 @@ if TYPE_CHECKING:
     from engine.telemetry.poller import TelemetryPoller  # imported when a run polls (run())
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
+
+
+# A sink may say something on closing (a TensorBoard writer that could not flush): that becomes
+# a warning, reported before the final state where the final state has yet to come.
+def close_sinks(sinks: Iterable[Callable[..., Any]], report: Reporter) -> None:
+    """Close each sink that can be closed, in order; what one says on closing is a warning."""
+    for sink in sinks:
+        close = getattr(sink, "close", None)
+        problem = close() if close else None
+        if isinstance(problem, str):
+            report.alert("warning", problem, "log")
+
+
+def weights_finite(model: torch.nn.Module) -> bool:
+    """No NaN or infinity in any weight: weights fit to be saved as the newest checkpoint."""
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
 
 
 def settle_garbage_collector() -> None:
