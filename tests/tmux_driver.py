@@ -34,22 +34,17 @@ class Tmux:
     ) -> None:
         self.name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         environment = ["-e", f"TERM={term}"] if term else []
-        subprocess.run(
-            [
-                "tmux",
-                "new-session",
-                "-d",
-                "-s",
-                self.name,
-                "-x",
-                str(width),
-                "-y",
-                str(height),
-                *environment,
-                command,
-            ],
-            check=True,
-        )
+        argv = ["tmux", "new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height),
+                *environment, command]  # fmt: skip
+        # A session started while the tmux server is exiting (another test just killed its last
+        # session) fails with "server exited unexpectedly": the next try starts a new server.
+        for attempt in range(3):
+            started = subprocess.run(argv, capture_output=True, text=True)
+            if started.returncode == 0:
+                break
+            time.sleep(0.5 * (attempt + 1))
+        else:
+            raise RuntimeError(f"tmux new-session failed: {started.stderr.strip()}")
 
     def screen(self) -> str:
         """The visible pane, as text."""
