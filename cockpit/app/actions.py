@@ -23,14 +23,9 @@ from cockpit.figures.live_decisions import (
 )
 from cockpit.figures.numbers import fmt_int
 from cockpit.screens.cooldown import CooldownScreen
-from cockpit.screens.dialogs import (
-    ConfirmScreen,
-    HelpScreen,
-    LrFollow,
-    LrScreen,
-    PutBack,
-)
+from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, PutBack
 from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
+from cockpit.screens.lr_dialog import LrFollow, LrScreen
 from engine.config import describe
 from engine.contract import EngineHandle
 from engine.events import RunStarted, RunState

@@ -32,7 +32,8 @@ from textual.widgets import Input
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.app.key_table import COMMANDS, PANEL_IDS, help_rows
 from cockpit.app.session_runs import SessionRun, format_exit_report
-from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, LrScreen, PresetScreen
+from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, PresetScreen
+from cockpit.screens.lr_dialog import LrScreen
 from cockpit.widgets.status import AlertLine
 from engine.events import Alert, CheckpointSaved, StateChanged, Step
 

@@ -12,8 +12,9 @@ from textual.widgets import Static
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.figures.numbers import fmt_lr
-from cockpit.screens.dialogs import ConfirmScreen, LrScreen, run_lr_plan
+from cockpit.screens.dialogs import ConfirmScreen
 from cockpit.screens.live_settings import LiveSettingsScreen
+from cockpit.screens.lr_dialog import LrScreen, run_lr_plan
 from engine.optim import lr_change
 
 

@@ -8,7 +8,7 @@ from scripted import ScriptedFactory
 from textual.pilot import Pilot
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.screens.dialogs import LrScreen
+from cockpit.screens.lr_dialog import LrScreen
 
 
 async def open_dialog(pilot: Pilot, app: CockpitApp) -> LrScreen:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.screens.dialogs import lr_decision, parse_lr_input
+from cockpit.screens.lr_dialog import lr_decision, parse_lr_input
 from engine.optim.schedule import LrPlan
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cockpit.screens.dialogs import parse_lr_input
+from cockpit.screens.lr_dialog import parse_lr_input
 from engine.config.presets import load_preset
 from engine.config.run_config import MAX_LR, ConfigError
 from engine.optim.schedule import LrChange, LrPlan, lr_change, lr_plan
@@ -216,7 +216,7 @@ def test_one_ceiling_for_the_config_the_dialog_and_the_running_engine() -> None:
 
 def test_the_lr_dialog_and_the_rules_load_without_torch() -> None:
     code = (
-        "import sys, cockpit.screens.dialogs, engine.train.faults, engine.files, engine.optim.schedule, engine.checkpoint.resume;"
+        "import sys, cockpit.screens.lr_dialog, engine.train.faults, engine.files, engine.optim.schedule, engine.checkpoint.resume;"
         "sys.exit(1 if 'torch' in sys.modules else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -1,6 +1,6 @@
 """A hand-set LR during warmup, on a real engine: the LR typed is the LR once warmup is over,
 the ramp leads up to it, the optimizer never applies more than MAX_LR, and what the LR dialog
-says (cockpit.screens.dialogs.lr_decision, the same rule) is what the optimizer applies."""
+says (cockpit.screens.lr_dialog.lr_decision, the same rule) is what the optimizer applies."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from cockpit.screens.dialogs import lr_decision
+from cockpit.screens.lr_dialog import lr_decision
 from engine.config.run_config import MAX_LR
 from engine.events import Event
 from engine.optim.schedule import lr_plan
