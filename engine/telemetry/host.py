@@ -37,12 +37,18 @@ class PsutilBackend:
             except ImportError as exc:  # a declared dependency, but keep the cockpit alive
                 raise TelemetryUnavailable(f"psutil not importable: {exc}") from exc
         self._psutil = psutil_module
+        # what psutil raises for a process it cannot see (NoSuchProcess, AccessDenied) or a
+        # /proc it cannot read
+        self._errors = (psutil_module.Error, OSError)
         self._reason = reason
-        self._process = psutil_module.Process(os.getpid())
-        # Prime the baselines so the first real read measures the time since construction.
-        self._psutil.cpu_percent(interval=None)
-        self._psutil.cpu_percent(interval=None, percpu=True)
-        self._process.cpu_percent(interval=None)
+        try:
+            self._process = psutil_module.Process(os.getpid())
+            # Prime the baselines so the first real read measures the time since construction.
+            self._psutil.cpu_percent(interval=None)
+            self._psutil.cpu_percent(interval=None, percpu=True)
+            self._process.cpu_percent(interval=None)
+        except self._errors as exc:
+            raise TelemetryUnavailable(str(exc)) from exc
         self._last_cpu_sample = time.monotonic()
 
     def read(self) -> Telemetry:
@@ -71,12 +77,12 @@ class PsutilBackend:
         try:
             cpu = float(self._psutil.cpu_percent(interval=None))
             per_core = tuple(float(c) for c in self._psutil.cpu_percent(interval=None, percpu=True))
-        except Exception:  # host stats are best effort; never fail the GPU reading for them
+        except self._errors:  # host stats are best effort; never fail the GPU reading for them
             log.debug("cpu_percent failed", exc_info=True)
             return None, (), None
         try:
             own = float(self._process.cpu_percent(interval=None))
-        except Exception:
+        except self._errors:
             log.debug("process cpu_percent failed", exc_info=True)
             own = None
         return cpu, per_core, own
@@ -84,7 +90,7 @@ class PsutilBackend:
     def _read_ram(self) -> tuple[int | None, int | None]:
         try:
             vm = self._psutil.virtual_memory()
-        except Exception:
+        except self._errors:
             log.debug("virtual_memory failed", exc_info=True)
             return None, None
         # total - available, not vm.used: "used" excludes reclaimable caches differently on each
@@ -94,6 +100,6 @@ class PsutilBackend:
     def _read_rss(self) -> int | None:
         try:
             return int(self._process.memory_info().rss)
-        except Exception:
+        except self._errors:
             log.debug("memory_info failed", exc_info=True)
             return None

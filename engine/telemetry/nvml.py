@@ -51,9 +51,10 @@ class NvmlBackend:
                 raise TelemetryUnavailable(f"pynvml not importable: {exc}") from exc
         self._nvml = nvml
         self._closed = False
+        self._nvml_error: type[BaseException] = nvml.NVMLError
         try:
             nvml.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        except (nvml.NVMLError, OSError) as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
             raise TelemetryUnavailable(f"NVML init failed: {short_error(exc)}") from exc
         try:
             count = int(nvml.nvmlDeviceGetCount())
@@ -65,10 +66,9 @@ class NvmlBackend:
         except TelemetryUnavailable:
             self.close()
             raise
-        except Exception as exc:
+        except (nvml.NVMLError, OSError) as exc:
             self.close()
             raise TelemetryUnavailable(f"NVML device query failed: {short_error(exc)}") from exc
-        self._nvml_error: type[BaseException] = getattr(nvml, "NVMLError", Exception)
         self._fatal = tuple(
             cls
             for cls in (getattr(nvml, n, None) for n in _FATAL_NVML_ERRORS)
@@ -93,7 +93,7 @@ class NvmlBackend:
         self._closed = True
         try:
             self._nvml.nvmlShutdown()
-        except Exception:  # already torn down or the driver went away: nothing left to release
+        except self._nvml_error:  # already torn down or the driver went away: nothing to release
             log.debug("nvmlShutdown failed", exc_info=True)
 
     def _read_device(self, index: int, handle: Any) -> DeviceReading:

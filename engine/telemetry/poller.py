@@ -1,13 +1,7 @@
-"""Machine telemetry on a poller thread: the best backend for this machine, read every second.
+"""Machine telemetry on a poller thread: the best backend (NVML, else psutil) read every second.
 
-The poller runs beside the training loop, never inside it: NVML calls take a few milliseconds
-each and can block when a device misbehaves, so nothing in the hot loop may wait on them. Each
-poll becomes one `Telemetry` event handed to a callback (usually `EventQueue.put`).
-
-Backends (one interface):
-- `NvmlBackend`: every visible GPU plus the host stats, source "nvml".
-- `PsutilBackend`: host stats only, source "psutil". The fallback on
-  machines without an NVIDIA driver.
+The poller runs beside the training loop, never inside it: NVML calls can block when a device
+misbehaves. Each poll becomes one `Telemetry` event handed to a callback.
 """
 
 from __future__ import annotations
@@ -116,7 +110,7 @@ class TelemetryPoller:
         """One read-and-emit cycle; returns what was emitted (None when nothing was)."""
         try:
             reading = self.backend.read()
-        except Exception as exc:  # NVML error mid-run, GPU fell off the bus, ...
+        except Exception as exc:  # the thread's boundary: a driver's error becomes a reading
             if self._failing:
                 return None  # already reported; stay quiet until it recovers
             self._failing = True
@@ -144,7 +138,7 @@ class TelemetryPoller:
             return  # stopped during the read: the run may have recorded its final state
         try:
             self._emit(reading)
-        except Exception:
+        except Exception:  # the thread's boundary: the callback is the run's, its failure not ours
             self._emit_failures += 1
             # Log the first one with its traceback; repeating it every second helps nobody.
             if self._emit_failures == 1:
@@ -155,10 +149,7 @@ class TelemetryPoller:
             if self._backend_closed:
                 return
             self._backend_closed = True
-        try:
-            self.backend.close()
-        except Exception:
-            log.debug("telemetry backend close failed", exc_info=True)
+        self.backend.close()  # a backend's close swallows its own driver's errors
 
 
 def start_telemetry(
@@ -169,7 +160,7 @@ def start_telemetry(
     try:
         poller = TelemetryPoller(emit, backend=select_backend(), interval_s=POLL_INTERVAL_S)
         poller.start()
-    except Exception as e:
+    except RuntimeError as e:  # TelemetryUnavailable, or no thread to be had
         warn(f"telemetry unavailable: {e}")
         return None
     return poller
