@@ -231,7 +231,7 @@ class Checkpointer:
                 # on disk whole (written aside, then renamed): the last checkpoint even if the
                 # ranks' agreement below fails because one of them is gone
                 self.last_checkpoint = path
-            except Exception as e:  # torch.save raises RuntimeError from a full disk's OSError
+            except (OSError, RuntimeError) as e:  # torch.save's RuntimeError over a disk's OSError
                 failure = write_failure(e)
                 if failure is None:
                     raise  # not the disk: a bug, with its traceback in error.log

@@ -1,13 +1,7 @@
-"""Reading a sharded checkpoint (a DCP directory) that someone else could have written,
-without running any of its pickle code.
-
-torch's own FileSystemReader unpickles the directory's index (`.metadata`) with plain
-`pickle.load`, and its default planners load every non-tensor value (an optimizer's
-param_groups) with `torch.load(weights_only=False)`: either would run whatever code the file
-names. Here the index is unpickled by an Unpickler that builds only DCP's own index classes
-(and torch.Size, dtypes, layouts, paths), every value loads weights-only, and the index is
-checked against the directory (each file inside it and long enough) before DCP reads a byte,
-so a damaged or foreign checkpoint is one CheckpointError that names the file.
+"""Reading a sharded checkpoint (a DCP directory) someone else could have written, without
+running its pickle code: torch's reader unpickles the index with plain `pickle.load`; here an
+Unpickler builds only DCP's index classes, every value loads weights-only, and the index is
+checked against the directory first, so a damaged or foreign checkpoint is one CheckpointError.
 """
 
 from __future__ import annotations
@@ -30,7 +24,7 @@ from torch.distributed.checkpoint.default_planner import (
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, StorageMeta
 
-from engine.checkpoint.checkpoint_error import CheckpointError
+from engine.checkpoint.checkpoint_error import DAMAGED_FILE_ERRORS, CheckpointError
 
 INDEX_NAME = ".metadata"  # DCP's name for the index of a checkpoint directory
 _USE_ANOTHER = "use another checkpoint of this run (an older ckpt-*.dcp)"
@@ -123,7 +117,7 @@ def read_index(dcp: Path) -> Metadata:
             f"{index_path}: this index holds objects a sharded checkpoint's index never holds "
             f"({e}) and cockpit will not run its code; {_TRUSTED_ONLY}"
         ) from None
-    except Exception as e:  # truncated or not a pickle: many types
+    except DAMAGED_FILE_ERRORS as e:  # truncated, or not a pickle
         raise _damaged_index(index_path, e) from None
     if not isinstance(metadata, Metadata) or not isinstance(metadata.storage_data, dict):
         raise _damaged_index(index_path, TypeError(type(metadata).__name__))
@@ -189,7 +183,7 @@ def weights_only_value(data: bytes, fqn: str, shard: Path) -> Any:
             return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
             foreign = _unsafe_globals(data)
-        except Exception as e:  # truncated or garbled bytes
+        except DAMAGED_FILE_ERRORS as e:  # truncated or garbled bytes
             raise CheckpointError(
                 f"{shard}: cannot read the value {fqn} ({type(e).__name__}); it is damaged: "
                 f"{_USE_ANOTHER}"
@@ -204,7 +198,7 @@ def _unsafe_globals(data: bytes) -> str:
     """What torch's weights-only unpickler refused, listed from the pickle's opcodes (not run)."""
     try:
         named = torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data))
-    except Exception:
+    except DAMAGED_FILE_ERRORS:
         named = []
     return ", ".join(sorted(named)) or "objects torch does not load weights-only"
 
@@ -295,7 +289,7 @@ def _one_line(dcp: Path) -> Iterator[None]:
             if isinstance(cause, CheckpointError):
                 raise cause from None
             raise _unloadable(dcp, cause) from None
-        except Exception as e:
+        except DAMAGED_FILE_ERRORS as e:
             raise _unloadable(dcp, e) from None
 
 

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.checkpoint.checkpoint_error import DAMAGED_FILE_ERRORS
 from engine.checkpoint.init_source import WHAT_IT_MAY_BE, refusal
 
 if TYPE_CHECKING:
@@ -31,10 +32,10 @@ def load_torch_file(given: str, file: Path) -> Any:
                 f"{file.name} holds objects a checkpoint never holds and cockpit will not run "
                 f"its code; give {WHAT_IT_MAY_BE}",
             ) from None
-        except Exception as e:  # torch raises many types for a file that is not its own
+        except DAMAGED_FILE_ERRORS as e:  # not a file of torch's, or one it cannot map
             try:  # a file torch cannot map (an old serialisation format): read it whole
                 return torch.load(file, map_location="cpu", weights_only=True)
-            except Exception:
+            except DAMAGED_FILE_ERRORS:
                 raise refusal(
                     given,
                     f"{file.name} is not a checkpoint torch can read ({type(e).__name__}); give "
@@ -81,11 +82,12 @@ def load_safetensors(given: str, file: Path, lazy: bool = False) -> dict[str, to
             }
         except (KeyError, TypeError, ValueError):
             raise refusal(given, f"{file.name}: its header's tensor shapes do not read") from None
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     try:
         return load_file(str(file))
-    except Exception as e:
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise refusal(given, f"{file.name} does not read as safetensors ({type(e).__name__})") from None
 
 

@@ -1,19 +1,7 @@
-"""Starting a run from weights that already exist (`model.init_from`, `--init-from SOURCE`).
-
-A source is a Hugging Face GPT-2 directory (config.json with model.safetensors or
-pytorch_model.bin), a nanoGPT ckpt.pt (its `model_args` and `model`), a cockpit run directory
-(its best checkpoint, else its latest, as `cockpit sample` picks), a cockpit checkpoint, or a
-cockpit .safetensors export. A bare name such as `gpt2` is looked up in the Hugging Face cache
-already on disk; nothing is ever downloaded.
-
-The weights fix the model's shape (`SHAPE_KEYS`) and its tokenizer; everything else is the
-run's own. The run starts at step 0 with a fresh optimizer. `open_source` tells which kind a
-source is and has its reader (a module each) read it into a `WeightsSource`: its kind, shape,
-tokenizer and a reader of its tensors. The names and layouts are the exporters' own mappings,
-inverted beside them (engine.export.hf, engine.export.nanogpt), so that a model exported and
-read back is the same model. Every file is read with `weights_only` (torch) or as
-safetensors: a source's pickle code never runs. Each problem is one line (an InitFromError, a
-ConfigError: the CLI's exit 2).
+"""Starting a run from weights that already exist (`model.init_from`, `--init-from SOURCE`): a
+Hugging Face GPT-2 directory or cached name (never downloaded), a nanoGPT ckpt.pt, a cockpit run,
+checkpoint or .safetensors export. The weights fix the model's shape and tokenizer; the run
+starts at step 0. Files are read weights-only or as safetensors: a source's code never runs.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.checkpoint.checkpoint_error import DAMAGED_FILE_ERRORS
 from engine.checkpoint.init_source import refusal
 from engine.checkpoint.init_weights import GPT2_VOCAB, WeightsSource, gpt2_shape
 from engine.export.nanogpt import SAME_AS_GPT2 as GPT2_BPE  # tiktoken's names for GPT-2's BPE
@@ -72,7 +73,7 @@ def _nanogpt_tokenizer(given: str, file: Path, config: dict[str, Any], vocab: in
                 loaded = _PlainData(f).load()
             itos = loaded["itos"]
             chars = "".join(itos[i] for i in range(len(itos)))
-        except Exception as e:
+        except DAMAGED_FILE_ERRORS as e:  # not a pickle, or not a dict of characters
             raise refusal(given, f"{meta} is not nanoGPT's meta.pkl of characters ({type(e).__name__})") from None
         if len(chars) > vocab:
             raise refusal(given, f"{meta} has {len(chars)} characters, more than the model's {vocab} rows")

@@ -1,12 +1,6 @@
-"""Checkpoint names in a run directory, and the one listing of them.
-
-A checkpoint is `ckpt-STEP.pt` (one file) or `ckpt-STEP.dcp/` (a sharded run's directory), STEP
-written with at least 8 digits; `best.pt` (or `best.dcp`) is a link to the one with the lowest
-val loss (a copy where links fail), not a checkpoint of its own. Any other name (a temporary `.ckpt-*.tmp`, an
-`abandoned-*` folder, a stray file) is not a checkpoint.
-
-Torch-free: a viewer, `cockpit ps`, `cockpit runs` and `cockpit serve` list checkpoints without
-importing torch.
+"""Checkpoint names in a run directory (`ckpt-STEP.pt`, a sharded `ckpt-STEP.dcp/`, `best.pt` or
+`best.dcp` a link to the best), and the one listing of them. Torch-free: a viewer, `cockpit ps`,
+`runs` and `serve` list checkpoints without importing torch.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """What a resume may change, and what it must say: the checkpoint's config plus --set overrides.
 
-`plan_resume` is the one place that decides, shared by the CLI (which checks before anything
-starts, so a refusal is exit 2 with nothing touched) and the Trainer (which applies it). Rules:
-
-- the model and the corpus belong to the weights: any `model.*` key but `grad_checkpoint`,
-  `recompute_blocks` and `dropout`, any `data.*` key and `train.seed` are refused (start a new
-  run instead); `model.init_from` too: a resumed run's weights are its checkpoint's, and the
-  source it started from is not read again (naming the same source again is no change);
-- everything else applies, and each change becomes a note (RunStarted.notes, printed first);
-- optimizer hyperparameters apply to the restored optimizer (`restore_optimizer` writes the
-  config's values into its parameter groups after loading its state);
-- another optimizer (`optim.name`) starts fresh from the checkpoint's weights, with a note;
-- a cosine decay horizon that was implicit (`schedule.decay_steps = 0`, i.e. `max_steps`) is
-  kept when `train.max_steps` changes, so extending a run does not make the LR jump; setting
-  `schedule.decay_steps` re-plans it, and any LR jump at the resume step is announced;
-- a run already at `max_steps` is finished: nothing to do, and the message says how to extend it.
+`plan_resume` is the one place that decides, shared by the CLI (which refuses before anything
+starts) and the Trainer (which applies it); the rules are in docs/guide/checkpoints.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Atomic checkpoints: write to a temporary file, fsync, rename; keep the last N and the best.
-
-A checkpoint is one `torch.save` file `ckpt-STEP.pt` in the run directory. `best.pt` is a hard
-link to the checkpoint with the lowest val loss (a copy where links are not supported), so it
-costs no extra disk. Killing the process at any moment leaves every complete checkpoint intact:
-a partial write only ever exists under a temporary name.
-
-A checkpoint holds tensors and plain data only (format 2), so `torch.load(path)` opens it with
-its default `weights_only=True`, and cockpit loads it no other way: a file holding anything
-else is refused without running its pickle code. Format 1 (numpy's RNG state as an ndarray)
-is read with numpy's array globals allowed, and converted.
+"""Atomic checkpoints (`ckpt-STEP.pt`, written aside then renamed; the last N kept, `best.pt` a
+hard link to the best), loaded with `weights_only=True` so a file's pickle code never runs.
+Format 1 (numpy's RNG state as an ndarray) loads with numpy's array globals and is converted.
 """
 
 from __future__ import annotations
@@ -30,6 +22,7 @@ import torch
 
 # The error, the checkpoint names (torch-free: a viewer lists them) and the state's plain parts,
 # as the engine reads them: through the store.
+from engine.checkpoint.checkpoint_error import DAMAGED_FILE_ERRORS
 from engine.checkpoint.checkpoint_error import CheckpointError as CheckpointError
 from engine.checkpoint.names import BEST_NAME as BEST_NAME
 from engine.checkpoint.names import BEST_SHARDED as BEST_SHARDED
@@ -209,7 +202,7 @@ def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:
         state = _torch_load(path, mmap)
     except pickle.UnpicklingError as e:  # torch's weights-only unpickler refused something
         state = _load_refused(path, mmap, str(e))
-    except Exception as e:  # torch raises many types for truncated or foreign files
+    except DAMAGED_FILE_ERRORS as e:  # truncated or foreign bytes
         raise _unreadable(path, e) from None
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise CheckpointError(f"{path}: not a cockpit checkpoint (no model/config inside)")
@@ -235,7 +228,7 @@ def _load_sharded_meta(path: Path) -> dict[str, Any]:
         state = torch.load(path / META_NAME, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no {META_NAME} (an incomplete sharded checkpoint)") from None
-    except Exception as e:
+    except DAMAGED_FILE_ERRORS as e:
         raise _unreadable(path / META_NAME, e) from None
     if not isinstance(state, dict) or "config" not in state:
         raise CheckpointError(f"{path}: not a cockpit checkpoint (no config inside)")
@@ -339,7 +332,7 @@ def _load_refused(path: Path, mmap: bool, message: str) -> Any:
     try:
         with torch.serialization.safe_globals(NUMPY_ARRAY_GLOBALS):
             return _torch_load(path, mmap)
-    except Exception as e:
+    except DAMAGED_FILE_ERRORS as e:
         raise _unreadable(path, e) from None
 
 
@@ -357,7 +350,7 @@ def _refused_globals(path: Path, message: str) -> set[str]:
     try:
         if zipfile.is_zipfile(path):  # torch.save's format: torch lists them itself
             return set(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-    except Exception:
+    except DAMAGED_FILE_ERRORS:
         return set()
     named = set(re.findall(r"Unsupported global: GLOBAL (\S+)", message))
     return named or _pickle_globals(path)
@@ -377,7 +370,7 @@ def _pickle_globals(path: Path) -> set[str]:
                     found.add(".".join(strings[-2:]) or "an unnamed global")
                 elif isinstance(arg, str):
                     strings.append(arg)
-    except Exception:
+    except DAMAGED_FILE_ERRORS:
         return set()
     return {name for name in found if not name.startswith(("torch.", "collections."))}
 

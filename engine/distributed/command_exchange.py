@@ -1,17 +1,9 @@
 """Every command on every rank at the same step: the exchange the ranks make at each boundary.
 
-Rank 0 takes the commands (keys, the control socket); at each step boundary every rank calls
-`RankSync.exchange` with what it has: rank 0 its commands, every rank a stop it was asked for
-(a signal: a scheduler may signal one rank or all). One all-reduce of a small fixed-size tensor
-on the gloo group carries them (so it never waits behind NCCL traffic), and every rank gets the
-same list to apply before the next step. While paused the ranks exchange every PAUSED_POLL_S,
-so a pause of any length never trips the collective timeout. The last slot says that rank 0
-wants every rank's report after this exchange: `report_due`.
-
-A command whose argument is not a number (a `set`'s settings, a rollback's factor with the
-checkpoint it names, an LR change with who asked for it) holds its payload's length in its slot; at a boundary that has one, rank 0
-then broadcasts the payloads' bytes (JSON). A boundary without one makes the one all-reduce as
-before.
+Rank 0 takes the commands; at each step boundary every rank calls `RankSync.exchange`, and one
+all-reduce of a small fixed-size tensor on the gloo group (never behind NCCL traffic) gives every
+rank the same list, plus any rank's stop and `report_due`. A command with a payload (a `set`'s
+settings) holds its length in its slot, and rank 0 then broadcasts the payloads as JSON.
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def wrap_for_training(
         keep_compile_cache_private()
     eval_forward: Callable[..., Any] = torch.compile(model) if compile_model else model
     if plan.mode != "ddp":
-        # single process: as before; FSDP: the sharded module is its own forward, and it
+        # single process: the model itself; FSDP: the sharded module is its own forward, and it
         # reduces gradients after each backward (the micro-steps' reduce-scatters are kept
         # for the memory they save)
         return Wrapped(eval_forward, eval_forward, _always_sync)

@@ -1,11 +1,7 @@
-"""What every rank of a torchrun world is doing, gathered by rank 0 every few seconds.
-
-Each rank runs its own telemetry poller, but only rank 0 has sinks that reach the metrics file,
-the control socket and the app. So each rank keeps a `RankReporter`: a sink that remembers its
-newest `Telemetry` and `MemoryBreakdown`, and accumulators of its own step times. Rank 0 decides
-when a report is due (every RANK_REPORT_INTERVAL_S) and says so in the per-step command
-exchange; every rank then hands its `RankReading` to one all_gather_object
-on the gloo group, and rank 0 emits the `RankReport`. A single process never reports.
+"""What every rank of a torchrun world is doing, gathered by rank 0 every few seconds: each rank's
+`RankReporter` keeps its newest telemetry, memory and step times; when the command exchange says
+a report is due, one all_gather_object on the gloo group brings them to rank 0, which emits the
+`RankReport`. A single process never reports.
 """
 
 from __future__ import annotations

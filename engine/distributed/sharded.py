@@ -1,13 +1,6 @@
-"""Sharded training (FSDP2) and its checkpoints (torch.distributed.checkpoint, DCP).
-
-`shard_model` applies `fully_shard` to every block and to the root, in the run's dtype
-(parameters gathered in the autocast dtype, gradients reduced in float32). A sharded run saves
-`ckpt-STEP.dcp/`: every rank writes its shards of the weights and optimizer state, rank 0 adds
-`meta.pt` (everything else a checkpoint holds: step, config, RNGs, tokenizer...), and the
-directory appears under its final name only when complete. DCP reshards on load, so a run saved
-on N ranks resumes on M (or on one process, unsharded); `dcp_model_state` reads the whole
-model back into one process for `cockpit sample` and `cockpit export`. Every load goes through
-the checkpoint package's DCP reader, which reads a checkpoint someone else wrote without running its code.
+"""Sharded training (FSDP2) and its checkpoints (DCP): `ckpt-STEP.dcp/` holds every rank's shards
+and rank 0's `meta.pt`, and appears under its name only when complete. DCP reshards on load, so
+a run saved on N ranks resumes on M; every load goes through the checkpoint package's DCP reader.
 """
 
 from __future__ import annotations
@@ -65,7 +58,7 @@ def save_sharded(
     dcp_error = checkpoint_exception_type() or Exception
     try:
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
-    except (Exception, dcp_error) as e:  # noqa: BLE001 - whatever a rank's write raised
+    except (Exception, dcp_error) as e:  # noqa: BLE001 - every rank must reach the agreement below
         # a full disk in the OS's words, found in the rank's failure
         failure = write_failure(e) or short_write_failure(e, tmp) or last_line(e)
     failure = from_main(failure, world, group)  # every rank's shards are written, or none
@@ -74,7 +67,7 @@ def save_sharded(
             torch.save(meta, tmp / META_NAME)
             shutil.rmtree(path, ignore_errors=True)
             os.replace(tmp, path)
-        except Exception as e:  # torch.save raises RuntimeError from a full disk's OSError
+        except (OSError, RuntimeError) as e:  # torch.save's RuntimeError over a disk's OSError
             failure = write_failure(e)
             if failure is None:
                 raise

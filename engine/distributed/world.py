@@ -1,11 +1,8 @@
-"""The run's place among ranks under `torchrun`: who this process is, and the collectives the
-loop needs (a mean of losses, a sum for evaluations, gathering small objects to rank 0).
+"""The run's place among ranks under `torchrun`, and the collectives the loop needs.
 
-A world of one, whether started without torchrun or by `torchrun --nproc-per-node 1`, is a
-single process: no process group, and every helper here is a no-op, so it trains exactly as a
-plain run (the same losses, run directory, metrics and checkpoints). With more ranks the default
-process group is NCCL on CUDA and gloo on CPU; a second, gloo group carries the
-cockpit's own small messages (commands, telemetry), so they never queue behind NCCL traffic.
+A world of one is a single process: no process group, every helper a no-op. With more ranks the
+default group is NCCL on CUDA and gloo on CPU; a second, gloo group carries cockpit's own small
+messages (commands, telemetry), so they never queue behind NCCL traffic.
 """
 
 from __future__ import annotations
