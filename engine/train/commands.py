@@ -1,8 +1,10 @@
 """Carrying out a run's commands at a step boundary, and waiting there while paused.
 
-The run's public methods (pause, set_lr, stop, ...) only queue a command, from any thread; the
-loop calls `apply_queued` between steps, where each command is carried out and acknowledged by
-an event. Under torchrun every rank carries out the same commands at the same step.
+The run's public methods (pause, set_lr, stop, ...) only queue a command (a dataclass of
+engine.train.command_queue), from any thread; the loop calls `apply_queued` between steps,
+where each is carried out by its type and acknowledged by an event. An LR change moves the
+multiplier in the counters; the next step applies it. Under torchrun every rank carries out the
+same commands at the same step.
 """
 
 from __future__ import annotations
@@ -14,8 +16,24 @@ from typing import TYPE_CHECKING, Any
 from engine.config.live import LR_SCALE, TimedChange, live_change
 from engine.config.replay import replayed_change
 from engine.events import LrChanged, RunState
-from engine.optim.optimizers import applied_lr, set_lr_factor
 from engine.optim.schedule import lr_change, lr_multiplied, lr_plan
+from engine.train.command_queue import (
+    Checkpoint,
+    Command,
+    DiskFull,
+    DiskRetry,
+    Evaluate,
+    Pause,
+    Resume,
+    Rollback,
+    Sample,
+    ScaleLr,
+    SetLr,
+    SetSettings,
+    Stop,
+    from_wire,
+)
+from engine.train.step import lr_at_factor
 
 if TYPE_CHECKING:
     from engine.checkpoint.checkpointer import Checkpointer, OptimizerHolder
@@ -97,7 +115,7 @@ class CommandHandler:
             return
         paused = lambda: self.reporter.state == RunState.PAUSED  # noqa: E731
         while command := self.queue.take(paused(), self.should_stop):
-            self.carry_out(*command)
+            self.carry_out(command)
             if self.stopping.requested:
                 return
 
@@ -105,43 +123,44 @@ class CommandHandler:
         """The same commands at the same step on every rank; while paused, the ranks exchange
         every PAUSED_POLL_S until resumed or stopped."""
         while True:
-            for command in ranks.take(self.reporter.state == RunState.PAUSED):
-                self.carry_out(*command)
+            for name, arg in ranks.take(self.reporter.state == RunState.PAUSED):
+                self.carry_out(from_wire(name, arg))
                 if self.stopping.requested:
                     return
             if self.reporter.state != RunState.PAUSED:
                 return
 
-    def carry_out(self, name: str, arg: Any) -> None:
+    def carry_out(self, command: Command) -> None:
         """One command; one that does not fit the state (resume while running) does nothing."""
         report, disk = self.reporter, self.disk
-        if name in ("resume", "checkpoint") and disk.waiting:
+        if isinstance(command, (Resume, Checkpoint)) and disk.waiting:
             if not disk.retry(self.checkpointer, by_user=True):
                 return  # paused for a full disk, still no room: said in one line
-        if name == "pause" and report.state == RunState.RUNNING:
-            self.flush()
-            report.set_state(RunState.PAUSED, "paused by user")
-        elif name == "resume" and report.state == RunState.PAUSED:
-            report.set_state(RunState.RUNNING, "resumed by user")
-        elif name == "checkpoint":
-            self.flush()
-            self.checkpointer.save_manual()
-        elif name in ("set_lr", "scale_lr"):
-            self.change_lr(name, *arg)  # (the LR or factor, who asked)
-        elif name == "set":
-            self.change_settings(*arg)
-        elif name == "sample":
-            self.sample()
-        elif name == "evaluate":
-            self.evaluate()
-        elif name == "stop":
-            self.stopping.ask(*arg)  # the first stop asked for wins
-        elif name == "rollback":
-            self.rollback(*arg)  # (the LR factor, the checkpoint named or None)
-        elif name == "disk_full":  # queued by the metrics writer
-            disk.metrics_failed()
-        elif name == "disk_retry":  # queued by the disk's retry timer
-            disk.retry(self.checkpointer)
+        match command:
+            case Pause() if report.state == RunState.RUNNING:
+                self.flush()
+                report.set_state(RunState.PAUSED, "paused by user")
+            case Resume() if report.state == RunState.PAUSED:
+                report.set_state(RunState.RUNNING, "resumed by user")
+            case Checkpoint():
+                self.flush()
+                self.checkpointer.save_manual()
+            case SetLr() | ScaleLr():
+                self.change_lr(command)
+            case SetSettings(settings, by):
+                self.change_settings(settings, by)
+            case Sample():
+                self.sample()
+            case Evaluate():
+                self.evaluate()
+            case Stop(checkpoint, reason):
+                self.stopping.ask(checkpoint, reason)  # the first stop asked for wins
+            case Rollback(lr_factor, checkpoint):
+                self.rollback(lr_factor, checkpoint)
+            case DiskFull():
+                disk.metrics_failed()
+            case DiskRetry():
+                disk.retry(self.checkpointer)
 
     def change_settings(self, settings: Mapping[str, Any], by: str) -> None:
         """A `set`: decided at this boundary from the config, the step and the world's shape
@@ -168,12 +187,12 @@ class CommandHandler:
             return
         report.emit(live.apply(change, by))
 
-    def change_lr(self, name: str, value: float, by: str = "app") -> None:
-        """set_lr or scale_lr: kept as a multiplier of the schedule, so its shape goes on; a
-        typed LR is the LR once warmup is over (the schedule decides, as the dialog does).
-        `by` (who asked) is what the timeline records: config.toml's `by`."""
-        counters, report, cfg = self.counters, self.reporter, self.cfg
-        change = lr_change(name, value, lr_plan(counters.step, cfg, counters.lr_scale))
+    def change_lr(self, command: SetLr | ScaleLr) -> None:
+        """Kept as a multiplier of the schedule, so its shape goes on; a typed LR is the LR
+        once warmup is over (the schedule decides, as the dialog does)."""
+        counters, report = self.counters, self.reporter
+        name, value = ("set_lr", command.lr) if isinstance(command, SetLr) else ("scale_lr", command.factor)
+        change = lr_change(name, value, lr_plan(counters.step, self.cfg, counters.lr_scale))
         if isinstance(change, str):
             report.alert("warning", change, "lr")
             return
@@ -183,14 +202,10 @@ class CommandHandler:
                 after = f" from step {change.settled_step} (after warmup)"
             report.alert("info", f"LR unchanged: it is {change.settled_lr:.3g}{after} already", "lr")
             return
-        counters.lr_scale = change.scale
-        optimizer = self.holder.optimizer
-        set_lr_factor(optimizer, lr_multiplied(counters.step, cfg, counters.lr_scale))
-        counters.current_lr = applied_lr(optimizer)
-        if self.live is not None:  # a change of the timeline (config.toml, the checkpoints)
-            self.live.timeline.add(counters.step, {LR_SCALE: change.scale}, by)
         in_warmup = change.settled_step > counters.step
-        report.emit(
+        self.put_lr_scale(
+            change.scale,
+            command.by,
             LrChanged(
                 step=counters.step,
                 old_lr=change.old_lr,
@@ -198,8 +213,19 @@ class CommandHandler:
                 scale=change.scale,
                 after_warmup_lr=change.settled_lr if in_warmup else None,
                 warmup_ends=change.settled_step if in_warmup else None,
-            )
+            ),
         )
+
+    def put_lr_scale(self, scale: float, by: str, acknowledged: LrChanged) -> None:
+        """The LR multiplier `scale` in force from the next step (which writes the optimizer's
+        LRs), in the timeline as made by `by`, acknowledged by `acknowledged`."""
+        counters = self.counters
+        counters.lr_scale = scale
+        factor = lr_multiplied(counters.step, self.cfg, scale)
+        counters.current_lr = lr_at_factor(self.holder.optimizer, factor)
+        if self.live is not None:  # a change of the timeline (config.toml, the checkpoints)
+            self.live.timeline.add(counters.step, {LR_SCALE: scale}, by)
+        self.reporter.emit(acknowledged)
 
     def replay(self, entry: TimedChange) -> None:
         """A change of the config.toml this run replays, made at its step as it was made then
@@ -217,17 +243,9 @@ class CommandHandler:
             self.flush()  # the steps on the device counted with the tokens per step they had
             report.emit(live.apply(made.change, entry.by, replayed=True))
         if made.lr_scale is not None:
-            optimizer = self.holder.optimizer
-            old_lr = applied_lr(optimizer)
-            counters.lr_scale = made.lr_scale
-            set_lr_factor(optimizer, lr_multiplied(counters.step, self.cfg, counters.lr_scale))
-            counters.current_lr = applied_lr(optimizer)
-            live.timeline.add(counters.step, {LR_SCALE: made.lr_scale}, entry.by)
-            report.emit(
-                LrChanged(
-                    step=counters.step,
-                    old_lr=old_lr,
-                    new_lr=counters.current_lr,
-                    scale=made.lr_scale,
-                )
+            factor = lr_multiplied(counters.step, self.cfg, made.lr_scale)
+            new_lr = lr_at_factor(self.holder.optimizer, factor)
+            acknowledged = LrChanged(
+                step=counters.step, old_lr=counters.current_lr, new_lr=new_lr, scale=made.lr_scale
             )
+            self.put_lr_scale(made.lr_scale, entry.by, acknowledged)

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.distributed.world import World, from_main
 from engine.events import RunState
 from engine.rundir.summary import size_on_disk
+from engine.train.command_queue import CommandQueue, DiskRetry
 
 if TYPE_CHECKING:
     from engine.rundir.metrics_log import MetricsWriter
-    from engine.train.command_queue import CommandQueue
     from engine.train.counters import Counters
     from engine.train.reporter import Reporter
 
@@ -200,7 +200,7 @@ class DiskWait:
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = threading.Timer(RETRY_S, self.queue.put, ("disk_retry",))
+        self._timer = threading.Timer(RETRY_S, self.queue.put, (DiskRetry(),))
         self._timer.daemon = True
         self._timer.start()
 

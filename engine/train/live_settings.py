@@ -39,9 +39,10 @@ from engine.config.loading import config_from_dict, recorded_config
 from engine.config.run_config import SECTIONS, RunConfig
 from engine.data.shape_schedule import ShapeSchedule
 from engine.events import Event, SettingsChanged
-from engine.optim.optimizers import applied_lr, build_optimizer, set_lr_factor
+from engine.optim.optimizers import build_optimizer
 from engine.optim.schedule import lr_at, lr_multiplied, planned_curve
 from engine.train.setup import Instruments, read_back_every
+from engine.train.step import lr_at_factor
 
 if TYPE_CHECKING:
     import torch
@@ -148,11 +149,12 @@ class LiveSettings:
         if OPTIMIZER_KEYS & change.changes.keys():
             # the groups a fresh optimizer of this config would have (a group that does not
             # decay keeps 0), written as a resume writes them: the moments so far are kept
+            # (the LR itself is the next step's to write, from the new peaks)
             fresh = build_optimizer(self.model, cfg.optim, self.device_type)
-            put_settings(self.holder.optimizer, optimizer_settings(fresh))
-        optimizer = self.holder.optimizer
-        set_lr_factor(optimizer, lr_multiplied(counters.step, cfg, counters.lr_scale))
-        counters.current_lr = applied_lr(optimizer)
+            settings = [{k: v for k, v in g.items() if k != "lr"} for g in optimizer_settings(fresh)]
+            put_settings(self.holder.optimizer, settings)
+        factor = lr_multiplied(counters.step, cfg, counters.lr_scale)
+        counters.current_lr = lr_at_factor(self.holder.optimizer, factor)
         self.follow(cfg)
         self.timeline.add(change.step, change.settings, by)
         planned = planned_curve(cfg)

@@ -38,6 +38,15 @@ HEALTH_EVERY = 50  # steps between update-to-weight ratio samples (each clones a
 Watch = tuple[list[torch.Tensor], list[torch.Tensor]]
 
 
+def lr_at_factor(optimizer: Any, factor: float) -> float:
+    """The LR `applied_lr` reads once a step applied `factor` (the LR the app shows)."""
+    groups = optimizer.param_groups
+    if not groups:
+        return 0.0
+    plain = [g for g in groups if g.get("lr_setting") == "optim.lr"]
+    return float((plain or groups)[-1]["base_lr"] * factor)
+
+
 def update_ratio(before: list[torch.Tensor], after: list[torch.Tensor]) -> torch.Tensor:
     """||w_after - w_before|| / ||w_before|| over a set of tensors, on their device."""
     delta = torch.stack(

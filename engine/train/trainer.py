@@ -45,6 +45,7 @@ from engine.distributed.world import (
 )
 from engine.events import Eval, Event, EventQueue, RunState
 from engine.model.gpt import GPT
+from engine.optim.optimizers import applied_lr
 from engine.optim.schedule import lr_multiplied
 from engine.plan.flops import PeakMeter
 from engine.rundir.layout import check_new_run_dir, check_run_dir, open_run_dir, write_error_log
@@ -52,7 +53,20 @@ from engine.rundir.metrics_log import MetricsWriter, read_history
 from engine.rundir.sinks import log_sinks
 from engine.rundir.summary import SummarySink
 from engine.train.cadence import ValPoint, evaluate, sample, val_target_note, work_due
-from engine.train.command_queue import CommandQueue
+from engine.train.command_queue import (
+    Checkpoint,
+    CommandQueue,
+    DiskFull,
+    Evaluate,
+    Pause,
+    Resume,
+    Rollback,
+    Sample,
+    ScaleLr,
+    SetLr,
+    SetSettings,
+    Stop,
+)
 from engine.train.commands import CommandHandler, StopRequest
 from engine.train.config_file import ConfigFile, ReplayPlan, start_config
 from engine.train.counters import Counters
@@ -170,7 +184,7 @@ class Trainer:
         self.events = EventQueue(event_capacity)
         # opened once the run has a directory (set_up); a write that fails (a full disk) keeps
         # its records and queues the pause
-        self.metrics = MetricsWriter(on_failure=lambda: self._commands.put("disk_full"))
+        self.metrics = MetricsWriter(on_failure=lambda: self._commands.put(DiskFull()))
         self.sinks = [self.metrics, *sinks] if self.world.is_main else list(sinks)
         # every rank's readings and step times, gathered by rank 0
         self.rank_report = RankReporter(self.world)
@@ -211,32 +225,32 @@ class Trainer:
 
     # ------------------------------------------------------------------ commands (any thread)
     def pause(self) -> None:
-        self._commands.put("pause")
+        self._commands.put(Pause())
 
     def resume(self) -> None:
-        self._commands.put("resume")
+        self._commands.put(Resume())
 
     def checkpoint(self) -> None:
-        self._commands.put("checkpoint")
+        self._commands.put(Checkpoint())
 
     def set_lr(self, lr: float, by: str = "app") -> None:
         """Apply `lr` from the next step; kept as a multiplier so the schedule's shape goes on.
         `by` names who asked (config.toml's timeline says it), as for set_settings."""
-        self._commands.put("set_lr", (float(lr), str(by)))
+        self._commands.put(SetLr(float(lr), str(by)))
 
     def scale_lr(self, factor: float, by: str = "app") -> None:
-        self._commands.put("scale_lr", (float(factor), str(by)))
+        self._commands.put(ScaleLr(float(factor), str(by)))
 
     def set_settings(self, settings: dict[str, Any], by: str = "app") -> None:
         """Change live settings at the next step boundary (engine.contract.EngineHandle);
         `by` names who asked, as the journal names viewers."""
-        self._commands.put("set", (dict(settings), str(by)))
+        self._commands.put(SetSettings(dict(settings), str(by)))
 
     def sample(self) -> None:
-        self._commands.put("sample")
+        self._commands.put(Sample())
 
     def evaluate(self) -> None:
-        self._commands.put("evaluate")
+        self._commands.put(Evaluate())
 
     def stop(self, checkpoint: bool = True, reason: str = "stopped by user") -> None:
         """Stop at the next step boundary, saving a checkpoint first unless told not to (or
@@ -245,12 +259,12 @@ class Trainer:
         preparation at once, and the run ends with nothing on disk."""
         if self._stop_asked is None:
             self._stop_asked = reason
-        self._commands.put("stop", (bool(checkpoint), reason))
+        self._commands.put(Stop(bool(checkpoint), reason))
 
     def rollback(self, lr_factor: float = 0.5, checkpoint: str | None = None) -> None:
         """Reload the last checkpoint (only if it is `checkpoint`, when named) and continue with
         the LR multiplied by `lr_factor`."""
-        self._commands.put("rollback", (float(lr_factor), checkpoint))
+        self._commands.put(Rollback(float(lr_factor), checkpoint))
 
     # ------------------------------------------------------------------ events
     def drain_events(self) -> list[Event]:
@@ -436,6 +450,8 @@ class Trainer:
                     f"resumed at step {self.counters.step} from an older checkpoint: "
                     f"{', '.join(moved)} moved to {aside} (kept); this run continues the new branch"
                 )
+        # the LR the optimizer holds until the first step writes its own (a replay's old LR)
+        self.counters.current_lr = applied_lr(parts.optimizer)
         self._open_run_dir()
         self._loop_parts.checkpointer.run_dir = self.run_dir  # a fresh run's, created just now
         self.instruments = instrument(cfg, parts, world=world, report=self.reporter)

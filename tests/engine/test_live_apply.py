@@ -18,7 +18,7 @@ from engine.data.shape_schedule import tokens_through
 from engine.events import Alert, Event, SettingsChanged, Step
 from engine.model.gpt import GPT
 from engine.optim.optimizers import build_optimizer
-from engine.optim.schedule import lr_at, planned_curve
+from engine.optim.schedule import lr_at, lr_multiplied, planned_curve
 from engine.train.counters import Counters
 from engine.train.live_settings import LiveSettings, micro_steps_per_rank, rank_share_refusal
 from engine.train.trainer import Trainer
@@ -251,8 +251,9 @@ def test_muon_groups_take_muon_lr_and_momentum_and_adamw_groups_the_rest() -> No
     assert [g["betas"] for g in adam] == [(0.9, 0.99)] * len(adam)
     assert [g["weight_decay"] for g in adam] == [0.2, 0.0]  # the no-decay group stays 0
     assert [g["base_lr"] for g in adam] == [cfg.optim.lr] * 2
-    # the LR of the next step is set already: the schedule at step 10 times each peak
-    assert muon["lr"] == pytest.approx(0.05 * lr_at(10, cfg) / cfg.optim.lr)
+    # the LR the next step writes (the step alone writes LRs): the schedule at step 10 times each peak
+    factor = lr_multiplied(10, cfg, live.counters.lr_scale)
+    assert muon["base_lr"] * factor == pytest.approx(0.05 * lr_at(10, cfg) / cfg.optim.lr)
     assert followed == [cfg] and cfg.optim.muon_lr == 0.05
     assert event.planned_lr == ()  # muon_lr is no part of the drawn schedule
     assert live.state_dict() == [

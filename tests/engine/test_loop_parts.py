@@ -30,7 +30,7 @@ from engine.events import (
 from engine.model.gpt import GPT
 from engine.optim.optimizers import build_optimizer
 from engine.rundir.metrics_log import MetricsWriter
-from engine.train.command_queue import CommandQueue
+from engine.train.command_queue import CommandQueue, Pause, Resume, ScaleLr, Stop
 from engine.train.commands import CommandHandler, StopRequest
 from engine.train.counters import Counters
 from engine.train.disk_full import DiskWait
@@ -301,12 +301,12 @@ def test_a_paused_run_holds_its_step_until_resumed(tmp_path: Path) -> None:
                 counters.step += 1
                 trained.set()
 
-    parts.queue.put("pause")
+    parts.queue.put(Pause())
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     time.sleep(0.6)  # a few of the paused queue's polls
     assert thread.is_alive() and counters.step == 0 and report.state == RunState.PAUSED
-    parts.queue.put("resume")
+    parts.queue.put(Resume())
     thread.join(5)
     assert not thread.is_alive() and counters.step == 3
     assert parts.states() == ["paused", "running"]
@@ -316,9 +316,9 @@ def test_commands_change_the_lr_and_stop_with_the_first_reason(tmp_path: Path) -
     parts = Parts(tmp_path)
     handler = handler_for(parts)
     parts.counters.step = parts.cfg.schedule.warmup_steps + 1  # past warmup: no "after warmup"
-    parts.queue.put("scale_lr", (0.5, "app"))
-    parts.queue.put("stop", (False, "quit"))
-    parts.queue.put("stop", (True, "SIGTERM"))  # later: the first stop asked for wins
+    parts.queue.put(ScaleLr(0.5, "app"))
+    parts.queue.put(Stop(False, "quit"))
+    parts.queue.put(Stop(True, "SIGTERM"))  # later: the first stop asked for wins
     handler.apply_queued()
     assert parts.counters.lr_scale == 0.5
     lr = [e for e in parts.events if isinstance(e, LrChanged)]

@@ -14,7 +14,7 @@ from engine.checkpoint.checkpointer import is_new_best
 from engine.config.run_config import ConfigError
 from engine.events import Eval
 from engine.rundir.layout import create_run_dir, write_error_log
-from engine.train.command_queue import CommandQueue
+from engine.train.command_queue import CommandQueue, Pause, Resume, SetLr
 from engine.train.readback import (
     PendingStep,
     ThroughputWindow,
@@ -176,11 +176,11 @@ def test_the_first_step_held_back_is_the_refused_one_and_its_loss_is_in_the_aler
 # ---------------------------------------------------------------------- command queue
 def test_commands_come_out_in_order_and_none_when_empty() -> None:
     commands = CommandQueue()
-    commands.put("pause")
-    commands.put("set_lr", 0.001)
+    commands.put(Pause())
+    commands.put(SetLr(0.001))
     never = lambda: False  # noqa: E731
-    assert commands.take(False, never) == ("pause", None)
-    assert commands.take(False, never) == ("set_lr", 0.001)
+    assert commands.take(False, never) == Pause()
+    assert commands.take(False, never) == SetLr(0.001)
     assert commands.take(False, never) is None
 
 
@@ -195,5 +195,5 @@ def test_a_paused_queue_waits_for_a_command_until_the_run_is_closing() -> None:
     assert commands.take(True, closing) is None
     assert len(checks) == 2  # it waited through one empty poll before giving up
 
-    threading.Timer(0.05, commands.put, args=("resume",)).start()
-    assert commands.take(True, lambda: False) == ("resume", None)
+    threading.Timer(0.05, commands.put, args=(Resume(),)).start()
+    assert commands.take(True, lambda: False) == Resume()
