@@ -1,12 +1,8 @@
 """One TensorBoard event file, written in place: what the live TensorBoard sink writes through.
 
-torch's SummaryWriter reopens its event file by name at every flush (in a directory someone
-else can write in, a link swapped in there is appended to) and writes from a thread of its own
-that prints a traceback when a write fails. This writer makes its file new (O_EXCL, O_NOFOLLOW)
-under a name with a random part, keeps the one descriptor, and writes on the caller's thread
-(the sink's), so a full disk is an OSError there: counted and said in one line at the end. The
-records are the same protobufs SummaryWriter writes (torch's `scalar` and `text` summaries), so
-TensorBoard reads the file as it reads SummaryWriter's.
+Unlike torch's SummaryWriter (which reopens its file by name and writes from a thread of its
+own), this makes its file new (O_EXCL, O_NOFOLLOW), keeps the one descriptor and writes on the
+caller's thread, so a full disk is an OSError there. The records are SummaryWriter's protobufs.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A run's loss curves read back from its files, fast enough for a million steps.
-
-`read_curves(run_dir)` gives every step's loss with its tokens and training time, and every
-eval, as numpy arrays (`RunCurves`): what an overlay of that run on another's loss curve draws.
-It reads a run as read_history does, from one pass over metrics.jsonl's bytes (a million steps
-in about 1.5 s on two cores: bench/open_run.py); a finished run's replay is read with the same
-scanner. Torch-free and textual-free.
+"""A run's loss curves read back from its files, fast enough for a million steps: `read_curves`
+gives every step's loss with its tokens and time, and every eval, as numpy arrays (`RunCurves`),
+from one pass over metrics.jsonl's bytes. Torch-free and textual-free.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
-"""The intervention journal: every pause, resume, LR change, change of live settings, manual
-checkpoint, rollback, preset switch, resume, alert, attach and detach of a run, one entry each,
-rebuilt from its records.
-
-`Journal.add(record)` takes the run's records one at a time, as `metrics.jsonl` holds them (or
-as the control socket sends them) and keeps the entries; a viewer's command (a `command`
-record) and the engine's acknowledgement of it (`lr_changed`, `state`, `checkpoint`...) make
-one entry: "viewer 2 alice@gpu1 (pts/3): LR x0.5 (3.0e-3 -> 1.5e-3)", "viewer 2 alice@gpu1
-(pts/3): set optim.weight_decay 0.1 -> 0" (a `set` and its `settings_changed`). `read_journal(path)`
-streams a metrics file; `JournalTail` follows one that is still written.
-
-Who did it: `viewer N WHO` for a command that came over the control socket, `app` for a
-command with no viewer's record before it (the cockpit that runs the engine, or a signal),
-`engine` for what the run did by itself (alerts, automatic checkpoints, finishing, the changes
-a replayed config.toml makes at their steps).
-
+"""The intervention journal: every pause, LR change, settings change, checkpoint, rollback, alert,
+attach and detach of a run, one entry each, rebuilt from its records. A viewer's `command` record
+and the engine's acknowledgement make one entry, credited to `viewer N WHO`, `app` or `engine`.
 Pure and torch-free: records in, entries out.
 """
 

@@ -1,12 +1,7 @@
 """The run directory: its default name, its creation and the checks that keep it private, and the
-error log a crash leaves in it.
-
-A run directory is a private place (engine.files): cockpit makes a new one itself with
-`mkdir` (0700), never through a name already taken; a generated name that is taken (by another
-run, or a link someone planted) gives way to the next free one. A directory given by name, new or
-resumed, must be ours, writable by no one else, and below directories no one else can swap;
-and a directory that holds a run never receives another (resume it, fork it, or pick another).
-Every refusal is a ConfigError of one line naming the fix, made before anything is written.
+error log a crash leaves in it. A run directory is made new with mkdir (0700), never through a
+name already taken; one given by name must be ours and hold no other run. Every refusal is a
+one-line ConfigError made before anything is written.
 """
 
 from __future__ import annotations

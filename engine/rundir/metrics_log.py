@@ -17,23 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import open_regular_file
-from engine.events import Event
+from engine.events import DataProgress, Event
 from engine.files import open_for_append
 from engine.rundir.records import DamagedLines, DamagedRecord, parse_record
 
 
 class MetricsWriter:
-    """Appends every event to metrics.jsonl; writes at least once a second and on key events.
-
-    Without a path it holds the lines in memory until `open(path)`: a run that fails before
-    its directory is made (a bad corpus, a refused resume) leaves nothing on disk, and one that
-    gets there still records its start. Lines are strict JSON (no NaN: see Event.to_record).
-
-    A write that fails (a full disk) loses nothing: the bytes not written stay in memory, up to
-    MAX_UNWRITTEN_BYTES (beyond that new lines are counted in `lost`), `failure` says why, and
-    `on_failure()` is called once, from whichever thread emitted (the run queues its pause);
-    `retry()` writes them once there is room again.
-    """
+    """Appends every event to metrics.jsonl as strict JSON; writes at least once a second and on key
+    events. Without a path it holds the lines until `open(path)`. A failed write (a full disk) keeps
+    the unwritten bytes (up to MAX_UNWRITTEN_BYTES, then counts `lost`), calls `on_failure()` once,
+    and `retry()` writes them once there is room."""
 
     FLUSH_ON = {
         "eval", "checkpoint", "state", "alert", "run_started", "lr_changed", "settings_changed",
@@ -69,7 +62,7 @@ class MetricsWriter:
             self.on_failure()
 
     def __call__(self, event: Event) -> None:
-        if event.kind == "data_progress" and not getattr(event, "done", True):
+        if isinstance(event, DataProgress) and not event.done:
             return  # a few a second while the corpus is prepared: only the final one is kept
         record = event.to_record()
         record.pop("config", None)  # run_started's config lives in config.json
@@ -144,14 +137,9 @@ REPLAY_STEPS = 8000
 def read_records(
     metrics: Path, on_damaged: Callable[[str], None] | None = None
 ) -> Iterator[dict[str, Any]]:
-    """Every record of a metrics file, line by line, in file order, each line through the one
-    tolerant parser (`parse_record`).
-
-    A line that is not a record is read past: one cut short by a crash (and the next writer's
-    first line glued to it) quietly, as always; a damaged one (bytes that are not UTF-8,
-    brackets nested too deep to read, a record without its time or step) too, and once the
-    file is read `on_damaged` gets one line saying how many there were, so the records around
-    them are never lost to one bad line."""
+    """Every record of a metrics file, in file order, through the one tolerant parser (`parse_record`).
+    A line cut short by a crash is read past quietly; damaged lines too, and `on_damaged` then gets
+    one line saying how many there were."""
     damaged = DamagedLines(metrics)
     with open_regular_file(metrics, "a metrics log") as f:  # a FIFO would wait for ever
         for number, line in enumerate(f, 1):

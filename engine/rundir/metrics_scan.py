@@ -1,11 +1,6 @@
-"""metrics.jsonl taken apart in one pass over its bytes: the scanner that a run's loss curves and a
-finished run's replay are both read with.
-
-`scan_metrics(run_dir, replay)` gives one row per line, in file order (the resume semantics need
-it): the step records' numbers as numpy columns, every other record parsed. `kept_steps` and
-`kept_others` pick the records that count as read_history counts them
-(the later record of a step wins, a resume or a rollback drops the branch it abandoned). Torch-free and
-textual-free.
+"""metrics.jsonl taken apart in one pass over its bytes, for a run's loss curves and a finished
+run's replay: one row per line in file order, step records as numpy columns; `kept_steps` and
+`kept_others` keep what read_history keeps. Torch-free and textual-free.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""One line of metrics.jsonl read as a record: the one tolerant parser every reader of the file
-goes through (a resume's history, the exports, `cockpit runs`, the curves, the replay, a fork).
+"""One line of metrics.jsonl read as a record: the one tolerant parser every reader goes through.
 
-A line is one of three things:
-
-- a record: a JSON object with a `kind` (text), a `time` (a number) and, for the kinds that
-  happen at a step (their event's `step` has no default), a `step` (an integer): the fields
-  the readers sort, group and cut branches by;
-- a line cut short by a crash (maybe with the next writer's first line glued to it): a
-  `ValueError`, read past quietly, as it always was (a crash is not damage);
-- a damaged line: a `DamagedRecord` (a `ValueError` too, so a reader that skips cut lines
-  skips it as well) saying what is wrong, which a reader that warns collects in
-  `DamagedLines` and reports in one line once the file is read.
-
-Torch-free and textual-free (the runs screen and the curves read the file too).
+A line is a record (a JSON object with `kind`, `time` and, for kinds at a step, `step`), a line
+cut short by a crash (a ValueError, read past quietly), or a damaged line (a `DamagedRecord`, a
+ValueError too, which `DamagedLines` counts for one line at the end). Torch-free and textual-free.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The run's optional log sinks beside metrics.jsonl (TensorBoard), chosen by `[log]`.
-
-A sink is called on the training thread for every event, so the TensorBoard sink only puts
-the event on a bounded queue (never blocking: when the queue is full the event is dropped and
-counted) and a daemon thread turns it into scalars and writes them, through an EventFile (one
-file made new in the run's own `tensorboard/`, never reopened by name); what it could not write
-(a full disk) is one line when the run closes it, never a traceback.
+"""The run's optional log sinks beside metrics.jsonl (TensorBoard), chosen by `[log]`. The sink
+only queues each event (full: dropped and counted); a daemon thread writes it through an
+EventFile, and what it could not write is one line when the run closes it, never a traceback.
 """
 
 from __future__ import annotations
@@ -111,19 +107,19 @@ class TensorBoardSink:
                 break
             try:
                 self._write(event)
-            except Exception as e:  # a full disk, a closed file: never the training's problem
+            except Exception as e:  # the thread's boundary: a write's failure is counted, not raised
                 self.failed += 1
                 self._keep(e)
         self._flush()
         try:
             self._writer.close()  # type: ignore[attr-defined]
-        except Exception as e:
+        except (OSError, ValueError) as e:  # a full disk; a file closed already
             self._keep(e)
 
     def _flush(self) -> None:
         try:
             self._writer.flush()  # type: ignore[attr-defined]
-        except Exception as e:  # the events buffered are lost: said at the end, not raised
+        except (OSError, ValueError) as e:  # what was buffered is lost: said at the end
             self.unflushed = True
             self._keep(e)
 

@@ -1,15 +1,7 @@
 """RUN_DIR/summary.json: a run's facts (`RunSummary`) in a few kilobytes, so listing runs never
-parses a whole metrics.jsonl (`cockpit runs`).
-
-`SummarySink` keeps the file up to date while the run goes: a step is a dict update, and the file
-is written (atomically) only when due: every few seconds, and soon after a key event (the run's
-start, an eval, a checkpoint, a state change). `read_summary` is the reader: when the file is
-missing, or behind the end of metrics.jsonl (a crash killed the writer, or the run is live), it
-reads metrics.jsonl from the offset the summary records (from the start when there is none),
-line by line, and stops before a last line cut mid-write. Torch-free: the CLI imports it.
-
-Reading skips what a summary does not need: only the lines of the kinds below are parsed, and of
-the step records only the newest before each of those (a run is mostly step records).
+parses a whole metrics.jsonl. `SummarySink` writes it atomically every few seconds and after key
+events; `read_summary` reads it and, when it is missing or behind, the rest of metrics.jsonl from
+the offset it records. Torch-free: the CLI imports it.
 """
 
 from __future__ import annotations

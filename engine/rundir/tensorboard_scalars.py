@@ -1,13 +1,6 @@
-"""The one mapping from cockpit's records to TensorBoard scalars and texts.
-
-The live sink and `cockpit export --format tensorboard` both write
-through `write_record`, so a run logged live and the same run exported from metrics.jsonl
-show the same tags, values, steps and wall times. The input is a metrics.jsonl record
-(`Event.to_record()`); x is always the record's step.
-
-A value that is null in metrics.jsonl (NaN or infinite when it happened, or update_ratio on a
-step that did not sample it) is not written: the file cannot tell NaN from infinity, and
-both writers must agree. Records without a step (telemetry) are not written either.
+"""The one mapping from cockpit's records to TensorBoard scalars and texts, shared by the live sink
+and `cockpit export --format tensorboard`, so both show the same tags, values, steps and times.
+A null value (NaN or infinite in the run) and a record without a step are not written.
 """
 
 from __future__ import annotations
