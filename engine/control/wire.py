@@ -1,47 +1,8 @@
 """The wire protocol of a run's control socket: JSON lines, one object per line, UTF-8.
 
-Server to client, in order:
-1. `{"kind": "hello", "protocol": 1, "run_dir": ..., "pid": ..., "state": ..., "viewer": N,
-   "read_only": bool, "replay": R, "summary": {preset, started, max_steps, step, loss,
-   tokens_per_s, step_time_s}, "viewers": [{viewer, who, read_only}, ...]}` (the summary is
-   the run at a glance, for `cockpit ps`, its max_steps the length in force; the viewers are
-   the others attached now);
-2. R records replaying the run so far, each as `metrics.jsonl` holds it (the `run_started`
-   record first, which on the wire also carries the `config` the file keeps in config.json,
-   then the history, its step records thinned evenly to at most 8,000);
-3. `{"kind": "live"}`, then every event as it happens, as `Event.to_record()` writes it;
-4. replies to commands: `{"kind": "reply", "id": ID, "ok": true}` once a command is queued
-   (the engine's event is its real acknowledgement), or `{"kind": "reply", "id": ID, "ok":
-   false, "error": "one line"}` for a command refused (unknown, malformed, a value no run takes:
-   VALUE_CHECKS, read-only viewer).
-A viewer that falls so far behind that its queue (10,000 events) overflows is never waited
-for: its queue is cleared and it is sent `{"kind": "resync", ...}` (the hello's fields), the
-replay again and `{"kind": "live"}`; a client keeps what it already has and skips repeats.
-A viewer's attach and detach (kind "viewer") and each command it sends (kind "command", just
-before the command is queued) are records of the run too: in metrics.jsonl, in the live stream,
-and the newest 500 in every replay (the intervention journal: who did what).
-When the run ends the server sends the final records and closes the connection; from its
-final state on, a command is refused ("the run has stopped; it takes no more commands") and
-nothing of the viewers' is recorded: the final state is the run's last record. A peer of
-another user is sent one refusal, `{"kind": "reply", "id": null, "ok": false, "error": ...}`,
-before any hello, and the connection is closed; a client in turn talks only to a server of
-its own uid (check_server, before it sends anything). A run serves at most 32 viewers at once
-(server.MAX_VIEWERS): one more of its own user is sent one refusal, `{"kind": "reply", "id":
-null, "ok": false, "error": "too many viewers (32 attached, ...)", "run": {the hello's fields}}`
-(what `cockpit ps` lists the run from), and the connection is closed.
-
-Client to server: `{"cmd": NAME, "id": ID, ...arguments}`; the commands are the
-EngineHandle's (the engine's contract) with their keyword arguments: pause, resume, checkpoint,
-sample, evaluate, set_lr (lr), scale_lr (factor), stop (checkpoint, reason), rollback
-(lr_factor), and set (settings: an object of keys as `--set` spells them to JSON scalars or
-lists of strings), which calls set_settings: acknowledged by a `settings_changed` event, or
-refused by an `alert` with code "set" naming why. `id` is any JSON value the client chooses,
-echoed in the reply. A message is at most 32 arrays or objects deep (MAX_DEPTH), its integers
-at most 4,300 digits (Python's limit); any other is refused as malformed. A client that only
-watches sends `{"hello": {"read_only": true}}` first: its commands are then refused. A client
-hello may also say who it is, `{"hello": {"who": "alice@gpu1 (pts/3)"}}`, which others see in
-`viewers` (and `cockpit ps` shows).
-
+The server sends a hello, the replay of the run so far, `{"kind": "live"}`, then every event as
+`Event.to_record()` writes it and a reply to each command; a client sends `{"cmd": NAME, "id":
+ID, ...arguments}`, the EngineHandle's commands. docs/reference/wire.md is the full protocol.
 Torch-free and textual-free, like engine.events: a client needs only this and the events.
 """
 
