@@ -1,11 +1,8 @@
-"""The app of `cockpit ablate`: the series' runs one after another in the normal cockpit, the
-run on screen titled with its place in the series ("ablate 2/5: optim.name=adamw").
+"""The app of `cockpit ablate`: the series' runs one after another in the normal cockpit, the run
+on screen titled with its place in the series ("ablate 2/5: optim.name=adamw").
 
-When a run of the series ends on its own (finished, or failed: a result too) the next one
-starts; once the last has ended, the other runs' loss curves are overlaid on it (the comparison)
-and the table is written. `q` quits as it always does: the run on its way is checkpointed and
-stopped, and the series waits for a rerun of its command. What a series is, and which run comes
-next, is the driver's (the CLI's); this app only starts what it is given.
+When a run ends on its own the next starts; after the last, every run's loss is overlaid and the
+table written. What a series is, and which run comes next, is the driver's (the CLI's).
 """
 
 from __future__ import annotations
@@ -53,8 +50,8 @@ class AblationApp(CockpitApp):
         trainer = self.session.trainer
         return trainer is not None and trainer is self.series.current_engine
 
-    def run_started(self, ev: RunStarted, announce: bool = True) -> None:
-        super().run_started(ev, announce)
+    def retitle(self, ev: RunStarted) -> None:
+        super().retitle(ev)
         if self._ours():
             self.session.preset = self.series_label  # the status line's first words
             self.sub_title = self.series_label
@@ -70,7 +67,7 @@ class AblationApp(CockpitApp):
             "it later (the runs done are kept)."
         )
 
-    def _engine_finished(self) -> None:
+    def engine_finished(self) -> None:
         if self._ours():
             self.series.run_ended()
             ended_by_itself = self.session.state in (RunState.FINISHED, RunState.FAILED)
@@ -90,12 +87,12 @@ class AblationApp(CockpitApp):
                     severity="warning",
                     timeout=15,
                 )
-        super()._engine_finished()
+        super().engine_finished()
 
     def _series_finished(self) -> None:
         self.series_done = True
         note = self.series.finish()
-        others = [d for d in self.series.run_dirs() if d.is_dir() and not self._is_current(d)][:8]
+        others = [d for d in self.series.run_dirs() if d.is_dir() and not self.session.is_current(d)][:8]
         if others:
             self.overlay_runs(others)  # the comparison: every run's loss over the last one's
         self.session.status_note = f"✓ {note} · q: quit"

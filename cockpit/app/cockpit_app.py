@@ -1,14 +1,8 @@
 """The cockpit: a Textual app that runs one training engine in a thread worker and shows it.
 
-Threads: the engine's `run()` blocks in a Textual thread worker; the UI thread never touches
-torch. The app starts, switches and stops runs and handles quitting; `MainScreen` lays out the
-panels and says, by message, when a drain of the engine's events is due; the app routes them to
-the panels and to its run-wide handlers. What the session knows is one record, `Session`.
-Nothing drawn comes from the wall clock: the training time comes from the run's records
-(TrainingClock), the rate and ETA from event timestamps.
-
-The key and palette commands (pause, checkpoint, LR, sample, eval, roll back...) go to the
-engine's thread-safe methods and show up when the engine acknowledges them with an event.
+The app composes its parts (the run's commands, quitting, switching, opening and starting runs,
+comparing, the event feed and the run-wide events), each with the app as its `Host`, and
+handles the screen's messages with `@on`. The UI thread never touches torch.
 """
 
 from __future__ import annotations
@@ -25,54 +19,40 @@ from textual import on, work
 from textual.actions import parse as parse_action
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.events import Key
+from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from cockpit.app.actions import CommandActions
 from cockpit.app.comparing import Comparing
 from cockpit.app.event_feed import EventFeed
 from cockpit.app.event_wake import EventWake
-from cockpit.app.key_table import (
-    key_bindings,
-    palette_entries,
-)
-from cockpit.app.leaving import Leaving
+from cockpit.app.key_table import help_rows, key_bindings, palette_entries
 from cockpit.app.main_screen import MainScreen
 from cockpit.app.notifications import Notifier, NotifySettings, StallWatch
+from cockpit.app.offers import Offers
 from cockpit.app.preset_switch import data_always_available
 from cockpit.app.quitting import Quitting
+from cockpit.app.run_commands import RunCommands
 from cockpit.app.run_events import RunEvents
 from cockpit.app.run_opening import RunOpening
 from cockpit.app.run_starts import ResumeFactory, RunStarts
+from cockpit.app.run_view import RunView
 from cockpit.app.session import Session
 from cockpit.app.session_runs import SessionRun, resumed_preset, run_dir_of
 from cockpit.app.stop_wait import BoundaryWork
 from cockpit.app.switching import Switching
-from cockpit.figures.run_view import RunView
+from cockpit.screens.cooldown import CooldownScreen
+from cockpit.screens.dialogs import HelpScreen
+from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
 from engine.config import DEFAULT_PRESET, ConfigError
 from engine.contract import EngineHandle
 from engine.control import DETACHED
-from engine.events import (
-    CheckpointSaved,
-    RunStarted,
-    RunState,
-    Step,
-)
+from engine.events import CheckpointSaved, Event, RunStarted, RunState, Step
 
 
-class CockpitApp(
-    RunOpening,
-    RunStarts,
-    Comparing,
-    Switching,
-    Quitting,
-    Leaving,
-    RunEvents,
-    EventFeed,
-    CommandActions,
-    App[None],
-):
+class CockpitApp(App[None]):
     """Watch and steer one training run at a time; `p` switches to another preset."""
 
     CSS_PATH = "cockpit.tcss"
@@ -86,6 +66,9 @@ class CockpitApp(
         Binding("w", "read_only_note", "read-only viewer"),
         Binding("w", "run_over_note", "why read-only"),
     ]
+
+    class EventsArrived(Message):
+        """Posted by the waking thread: events a person waits to see arrived, drain them now."""
 
     def __init__(
         self,
@@ -108,10 +91,6 @@ class CockpitApp(
         loss curves are drawn over the first run's from the start (`cockpit compare`)."""
         super().__init__()
         self.trainer_factory = trainer_factory
-        self.preset_dirs = list(preset_dirs)
-        self.data_available = data_available or data_always_available
-        self.fit_warning = fit_warning
-        self.resume_factory = resume_factory
         self.runs_root = runs_root
         self._initial_overlays = [Path(d) for d in overlays]
         self.session = Session(preset=preset)
@@ -122,6 +101,21 @@ class CockpitApp(
         # desktop notifications and the bell, through the driver
         self.notifier = Notifier(notify or NotifySettings(), self._write_to_terminal, self.bell)
         self.stall_watch = StallWatch()
+        # the app's parts, each with the app as its host
+        self.commands = RunCommands(self)
+        self.offers = Offers(self, self.commands.pause_target_state, resume_factory is not None)
+        self.quitting = Quitting(self, self.commands)
+        self.switching = Switching(
+            self, self.commands, self.quitting, list(preset_dirs),
+            data_available or data_always_available, fit_warning,
+        )  # fmt: skip
+        self.comparing = Comparing(self)
+        self.opening = RunOpening(self, self.switching, self.comparing)
+        self.starts = RunStarts(self, self.opening, self.switching, resume_factory)
+        self.run_events = RunEvents(
+            self, self.commands, self.quitting, self.switching, self.notifier, self.stall_watch
+        )
+        self.feed = EventFeed(self, self.event_wake.inbox, self.run_events)
 
     def _write_to_terminal(self, text: str) -> None:
         driver = self._driver
@@ -138,17 +132,64 @@ class CockpitApp(
         runs to compare it with)."""
         self.main_screen.status_line.set_state(self.session.state)
         self.event_wake.start()
-        self._start_run(self.session.preset)
+        self.start_run(self.session.preset)
         if self._initial_overlays:
-            self.overlay_runs(self._initial_overlays)
+            self.comparing.overlay_runs(self._initial_overlays)
 
     @on(MainScreen.DrainDue)
-    def _drain(self) -> None:
+    def drain(self) -> None:
         if self.event_wake.inbox:  # events arrived since the last drain (an idle run drains nothing)
             self.pump()
         else:
             self.redraw_due()
-        self.check_stall()
+        self.run_events.check_stall()
+
+    @on(EventsArrived)
+    def drain_now(self) -> None:
+        self.pump()
+
+    def on_unmount(self) -> None:
+        self.event_wake.stop()
+
+    def events_arrived(self) -> None:
+        """Called on the waking thread: ask the UI thread for a drain now."""
+        try:
+            self.post_message(self.EventsArrived())  # thread-safe; refused once the app has closed
+        except RuntimeError:  # its event loop is closed: nothing left to draw on
+            pass
+
+    # drawing the run's events --------------------------------------------------------------------
+    def pump(self, force: bool = False) -> int:
+        """Drain the engine's events, route them, update text at once and plots when due.
+
+        `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
+        """
+        if not self.can_draw():
+            return 0
+        with self.batch_update():  # one screen update for everything this drain changes
+            return self.feed.pump(force)
+
+    def redraw_due(self) -> None:
+        """What the tick does when no event arrived: draw what is due, draining nothing."""
+        if self.can_draw():
+            with self.batch_update():
+                self.feed.redraw([], force=False)
+
+    def can_draw(self) -> bool:
+        """Whether the main screen is there to draw on: not once the app shuts down (Textual's
+        run_test prunes the screens while the app's loop still dispatches)."""
+        return self.is_running and bool(self.screen_stack)
+
+    def route(self, ev: Event) -> None:
+        self.feed.route(ev)
+
+    def refresh_status(self) -> None:
+        self.run_events.refresh_status()
+
+    def retitle(self, ev: RunStarted) -> None:
+        """A run started: its name leads the status line and is the app's subtitle."""
+        self.session.preset = ev.preset or self.session.preset
+        self.sub_title = ev.preset
 
     @on(MainScreen.ZoomChanged)
     def _zoom_changed(self) -> None:
@@ -172,13 +213,65 @@ class CockpitApp(
     def preset(self) -> str:
         return self.session.preset
 
-    # running the engine -------------------------------------------------------------------------
     @property
     def engine_running(self) -> bool:
-        w = self.session.engine_worker
-        return w is not None and not w.is_finished
+        return self.session.engine_running
 
-    def _start_run(self, preset: str, make: Callable[[], EngineHandle] | None = None) -> None:
+    @property
+    def attached(self) -> bool:
+        return self.session.attached
+
+    @property
+    def read_only(self) -> bool:
+        return self.session.read_only
+
+    @property
+    def viewing_record(self) -> bool:
+        return self.session.viewing_record
+
+    @property
+    def current_run_dir(self) -> str | None:
+        return self.session.run_dir
+
+    @property
+    def detached(self) -> bool:
+        """The app left a run that goes on (attach again to come back)."""
+        return self.session.detaching
+
+    @property
+    def quit_forced(self) -> bool:
+        """The user quit without waiting for the final checkpoint."""
+        return self.session.quit_forced
+
+    # what the parts do, for the CLI, the series app and tests -----------------------------------
+    def detach(self) -> None:
+        self.quitting.detach()
+
+    def quit_saving(self) -> None:
+        self.quitting.quit_saving()
+
+    def switch_to(
+        self, label: str, make: Callable[[], EngineHandle] | None = None, reason: str = "switching preset"
+    ) -> None:
+        self.switching.switch_to(label, make, reason)
+
+    def switch_preset(self, name: str) -> None:
+        """Checkpoint and stop the current run (without blocking), then start `name`."""
+        self.switching.switch_to(name)
+
+    def overlay_runs(self, run_dirs: Sequence[Path]) -> None:
+        self.comparing.overlay_runs(run_dirs)
+
+    def fork_run(self, target: Path, overrides: Sequence[str], asked: bool = False) -> None:
+        self.starts.fork_run(target, overrides, asked)
+
+    def leaving_series_note(self) -> str:
+        """One line for a dialog whose yes ends what the app is doing beyond the run on screen
+        (`cockpit ablate`'s series); "" for the plain app."""
+        return ""
+
+    # running the engine -------------------------------------------------------------------------
+    def start_run(self, preset: str, make: Callable[[], EngineHandle] | None = None) -> None:
         """Build the engine handle (`make()`, by default the factory's trainer for `preset`)
         and run it in a thread worker."""
         make = make or partial(self.trainer_factory, preset)
@@ -187,20 +280,20 @@ class CockpitApp(
         self._remember_run()
         self.session.detaching = False  # a viewer that left its run for this one is now this one's
         self._reset_run_view()
-        self._set_state(RunState.STARTING)
+        self.run_events.set_state(RunState.STARTING)
         self.session.status_note = f"starting {preset}..."
         try:
             trainer = make()
-        except Exception as e:  # noqa: BLE001 - ConfigError or anything: show it, never crash
+        except Exception as e:  # noqa: BLE001 - the engine's constructor: whatever it raises is shown
             self.session.trainer = None
-            self._set_state(RunState.FAILED)
+            self.run_events.set_state(RunState.FAILED)
             kind = "config error" if isinstance(e, ConfigError) else type(e).__name__
             self.session.status_note = ""
-            self._set_alert("error", f"✗ {kind}: {e}")
+            self.run_events.set_alert("error", f"✗ {kind}: {e}")
             self.main_screen.loss_panel.set_empty_message(
                 f"{preset} could not start (see above).\np: pick another preset   q: quit"
             )
-            self._show_no_run(f"no run: {preset} could not start")
+            self.show_no_run(f"no run: {preset} could not start")
             self.notify(str(e), title=f"Cannot start {preset}", severity="error", timeout=10)
             self.refresh_status()
             return
@@ -221,7 +314,7 @@ class CockpitApp(
         self.session.engine_worker = self._run_engine(trainer)
         self.refresh_status()
 
-    def _show_no_run(self, why: str) -> None:
+    def show_no_run(self, why: str) -> None:
         """The run panels say there is no run (and why), not "waiting for..." nor the last run."""
         self.main_screen.lr_panel.set_empty_message(why)
         self.main_screen.memory_panel.set_empty_message(why)
@@ -247,16 +340,17 @@ class CockpitApp(
         self.pump()  # whatever the engine said last
         if event.state == WorkerState.ERROR:
             err = worker.error
-            self._set_state(RunState.FAILED)
-            self._set_alert("error", f"✗ engine crashed: {type(err).__name__}: {err}")
+            self.run_events.set_state(RunState.FAILED)
+            self.run_events.set_alert("error", f"✗ engine crashed: {type(err).__name__}: {err}")
             self.notify(f"{type(err).__name__}: {err}", title="Engine crashed", severity="error")
         elif result == DETACHED:
             pass  # the run goes on without this viewer: its state is the last one seen
         elif self.session.state not in RunState.ENDED:
-            self._set_state(result if result in RunState.ENDED else RunState.STOPPED)
-        self._engine_finished()
+            self.run_events.set_state(result if result in RunState.ENDED else RunState.STOPPED)
+        self.engine_finished()
 
-    def _engine_finished(self) -> None:
+    def engine_finished(self) -> None:
+        """The run's engine worker has ended: quit, or start the run a switch waits for."""
         # its telemetry poller is gone, or this viewer left it
         self.main_screen.device_panel.readings_stopped("detached" if self.session.detaching else "run ended")
         if self.session.switch_timer is not None:
@@ -266,7 +360,7 @@ class CockpitApp(
         if self.session.quitting:
             self.exit()
         elif self.session.pending_preset is not None:
-            self._start_run(self.session.pending_preset, self.session.pending_make)
+            self.start_run(self.session.pending_preset, self.session.pending_make)
         self.refresh_status()
 
     # toasts --------------------------------------------------------------------------------------
@@ -279,12 +373,9 @@ class CockpitApp(
         timeout: float | None = None,
         markup: bool = True,
     ) -> None:
-        """Textual's toast, and a full repaint of the screen once it has gone.
-
-        When more toasts are up than the screen is tall, Textual scrolls its toast rack and,
-        as they expire, leaves the rows the rack covered unpainted; the panels repaint only
-        rows whose content changed, so a toast's ghost stayed on screen (for good while paused).
-        """
+        """Textual's toast, and a full repaint of the screen once it has gone: Textual's toast
+        rack can leave rows unpainted as toasts expire, and the panels repaint only rows that
+        changed."""
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
         shown_for = self.NOTIFICATION_TIMEOUT if timeout is None else timeout
         self.set_timer(shown_for + 0.25, self._repaint_after_toast)
@@ -296,7 +387,7 @@ class CockpitApp(
     def _summary(self) -> SessionRun | None:
         """The run on screen as the exit report describes it, or None if it never started."""
         info = self.session.view.info
-        run_dir = self.current_run_dir
+        run_dir = self.session.run_dir
         if run_dir is None or (info is None and not os.path.isdir(run_dir)):
             return None  # refused before anything was written: nothing to report
         ckpt = self.session.view.last_checkpoint
@@ -304,7 +395,7 @@ class CockpitApp(
             preset=self.session.preset,
             run_dir=str(run_dir),
             state=self.session.state,
-            attached=self.attached,
+            attached=self.session.attached,
             detached=self.session.detaching and self.session.state not in RunState.ENDED,
             step=self.session.view.step,
             start_step=info.start_step if info is not None else 0,
@@ -336,11 +427,164 @@ class CockpitApp(
         current = self._summary()
         return [*self.session.past_runs, *([current] if current is not None else [])]
 
+    # keys and the palette ----------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.offers.check_action(action)
+
+    def offered(self, action: str) -> bool | None:
+        return self.offers.offered(action)
+
+    def refresh_offers(self) -> None:
+        """What is offered changed (the run's state, its engine, the viewer): the footer and the
+        palette follow, and the samples panel names s only while a press would sample."""
+        self.refresh_bindings()
+        self.main_screen.samples_panel.offer_sampling(self.offered("sample") is True)
+
+    def on_key(self, event: Key) -> None:
+        self.offers.key_pressed(event.key)
+
+    def action_pause(self) -> None:
+        self.commands.pause()
+
+    def action_resume(self) -> None:
+        self.commands.resume()
+
+    def action_toggle_pause(self) -> None:
+        self.commands.toggle_pause()
+
+    def action_checkpoint(self) -> None:
+        self.commands.checkpoint()
+
+    def action_lr_up(self) -> None:
+        self.commands.lr_up()
+
+    def action_lr_down(self) -> None:
+        self.commands.lr_down()
+
+    def action_lr_dialog(self) -> None:
+        self.commands.open_lr_dialog()
+
+    def action_sample(self) -> None:
+        self.commands.sample()
+
+    def action_evaluate(self) -> None:
+        self.commands.evaluate()
+
+    def action_rollback(self) -> None:
+        self.commands.rollback()
+
+    def action_live_settings(self) -> None:
+        self.commands.open_live_settings()
+
+    def action_cool_down(self) -> None:
+        self.commands.open_cool_down()
+
+    def action_read_only_note(self) -> None:
+        self.offers.read_only_note()
+
+    def action_run_over_note(self) -> None:
+        self.offers.run_over_note()
+
+    async def action_quit(self) -> None:
+        """`q` on the main screen (and the palette's Quit)."""
+        self.quitting.request_quit()
+
+    async def action_request_quit(self) -> None:
+        """ctrl+c / ctrl+q (priority bindings, so they work in every dialog)."""
+        self.quitting.request_quit()
+
+    def action_presets(self) -> None:
+        self.switching.open_presets()
+
+    def action_clear_overlays(self) -> None:
+        self.comparing.clear_overlays()
+
+    def action_runs(self) -> None:
+        """`h`: every run under the runs directory; what is picked there comes back here."""
+        from cockpit.screens.runs_screen import RunsScreen
+
+        overlaid = [o.key for o in self.main_screen.loss_panel.overlays]
+        current = self.session.run_dir
+        self.push_screen(
+            RunsScreen(Path(self.runs_root), current=current, selected=overlaid), self.runs_chosen
+        )
+
+    def runs_chosen(self, choice: Any) -> None:
+        """What the runs screen asked for: open, overlay, resume, a new run, a fork."""
+        if choice is None:
+            return
+        dirs = [Path(d) for d in choice.run_dirs]
+        if not dirs:
+            return
+        match choice.action:
+            case "open":
+                self.opening.open_run(dirs[0])
+            case "overlay":
+                self.comparing.overlay_runs(dirs)
+            case "resume":
+                self.starts.resume_run(dirs[0])
+            case "new":
+                self.starts.new_from_config(dirs[0])
+            case "fork":
+                self.starts.fork_run(dirs[0], list(choice.overrides))
+
+    def action_resume_run(self) -> None:
+        """`r` on a finished run's view: train it on from its last checkpoint."""
+        if self.session.run_dir:
+            self.starts.resume_run(Path(self.session.run_dir))
+
+    def action_new_from_config(self) -> None:
+        """`n`: a new run (step 0) with the whole config of the run on screen."""
+        if self.session.run_dir:
+            self.starts.new_from_config(Path(self.session.run_dir))
+
+    def action_fork_run(self) -> None:
+        """`f`: a branch of the run on screen from one of its checkpoints, changed settings."""
+        if self.session.run_dir:
+            self.starts.ask_fork(Path(self.session.run_dir))
+
+    @on(SchedulePreview)
+    def show_schedule_preview(self, message: SchedulePreview) -> None:
+        """A settings screen's schedule, drawn on the LR panel before it is applied."""
+        panel = self.main_screen.lr_panel
+        open_here = isinstance(self.screen, (LiveSettingsScreen, CooldownScreen))
+        if message.curve is None or not open_here:  # a late preview of a closed screen: none
+            changed = panel.clear_preview()
+        else:
+            changed = panel.set_preview(message.curve, message.max_steps)
+        if changed:  # drawn at once: a plot redraw per change typed, none for the same curve
+            panel.flush(force=True)
+
+    # the loss panel's keys, bound here too: they work whichever panel has the focus
+    def action_toggle_x(self) -> None:
+        self.main_screen.loss_panel.action_toggle_x()
+
+    def action_toggle_log(self) -> None:
+        self.main_screen.loss_panel.action_toggle_log()
+
+    def action_cycle_smoothing(self) -> None:
+        self.main_screen.loss_panel.action_cycle_smoothing()
+
+    def action_cycle_x_window(self) -> None:
+        self.main_screen.loss_panel.action_cycle_x_window()
+
+    def action_toggle_y_all(self) -> None:
+        self.main_screen.loss_panel.action_toggle_y_all()
+
+    def action_zoom(self) -> None:
+        self.main_screen.zoom()
+
+    def action_zoom_panel(self, panel_id: str) -> None:
+        self.main_screen.zoom_panel(panel_id)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(help_rows(self.offered)))  # the keys that do something now
+
     def action_journal(self) -> None:
         """`j`: the run's interventions, read from its metrics.jsonl."""
         from cockpit.screens.journal import JournalScreen
 
-        self.push_screen(JournalScreen(self.current_run_dir))
+        self.push_screen(JournalScreen(self.session.run_dir))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for title, description, action in palette_entries():

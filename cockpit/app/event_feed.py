@@ -1,13 +1,8 @@
 """Draining the engine's events and sending each where it shows.
 
-The events come through the app's `EventInbox`: a thread waits on the engine handle and asks
-for a drain as soon as something a person waits to see arrives (an acknowledgement, an alert);
-the screen's tick drains the routine readings, and drains nothing while nothing arrives.
-
-The panels take the readings (steps, evaluations, samples, telemetry, memory) at once; what
-concerns the run as a whole (it started, changed state, saved, hit an alert) goes to the run-wide
-handlers. The run's past is drawn, never announced again (no toast, no notice) nor counted in
-the current session's speed.
+The events come through the `EventInbox` (see event_wake). The panels take the readings at once;
+what concerns the run as a whole goes to `RunEvents`. The run's past is drawn, never announced
+again (no toast, no notice) nor counted in the current session's speed.
 """
 
 from __future__ import annotations
@@ -15,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING
 
-from textual.message import Message
-
-from cockpit.app.event_wake import EventWake
+from cockpit.app.event_wake import EventInbox
+from cockpit.app.host import Host
+from cockpit.app.run_events import RunEvents
 from cockpit.figures.live_decisions import config_after
 from cockpit.figures.numbers import fmt_int, fmt_lr
 from engine.events import (
@@ -40,15 +34,6 @@ from engine.events import (
     Telemetry,
 )
 
-if TYPE_CHECKING:
-    from textual.app import App
-
-    from cockpit.app.main_screen import MainScreen
-
-    _AppBase = App[None]  # for type checkers only: at run time a plain mixin
-else:
-    _AppBase = object
-
 URGENT_EVENTS = (  # drawn at once
     RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved, SettingsChanged,
 )  # fmt: skip
@@ -59,66 +44,28 @@ def is_rollback(ev: Event) -> bool:
     return isinstance(ev, Alert) and ev.code == "rollback" and ev.level == "info"
 
 
-class EventsArrived(Message):
-    """Posted by the waking thread: events a person waits to see arrived, drain them now."""
+class EventFeed:
+    """Routes the run's events into the main screen's panels and to `RunEvents`."""
 
-
-class EventFeed(_AppBase):
-    """The app's drain of the run's events into the main screen's panels and its own handlers."""
-
-    main_screen: MainScreen
-    event_wake: EventWake  # the thread that wakes the drain, and its inbox of the run's events
+    def __init__(self, host: Host, inbox: EventInbox, run_events: RunEvents) -> None:
+        self.host = host
+        self.inbox = inbox
+        self.run_events = run_events
 
     def pump(self, force: bool = False) -> int:
-        """Drain the engine's events, route them, update text at once and plots when due.
-
-        `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
-        The tick and the waking thread come here too: the one seam tests hold the events back at.
-        """
-        if not self.can_draw():
-            return 0
-        # One screen update for everything this drain changes, not one per widget touched.
-        with self.batch_update():
-            return self._pump(force)
-
-    def redraw_due(self) -> None:
-        """What the tick does when no event arrived: draw what is due of what came before (a
-        plot its pace held back), draining nothing."""
-        if self.can_draw():
-            with self.batch_update():
-                self._redraw([], force=False)
-
-    def can_draw(self) -> bool:
-        """Whether the main screen is there to draw on: not once the app shuts down. Textual's
-        run_test prunes the screens while the app's loop still dispatches (a drain asked for
-        then met a panel already pruned, its screen still on the stack)."""
-        return self.is_running and bool(self.screen_stack)
-
-    def events_arrived(self) -> None:
-        """Called on the waking thread: ask the UI thread for a drain now."""
-        try:
-            self.post_message(EventsArrived())  # thread-safe; refused once the app has closed
-        except RuntimeError:  # its event loop is closed: nothing left to draw on
-            pass
-
-    def on_events_arrived(self, _message: EventsArrived) -> None:
-        self.pump()
-
-    def on_unmount(self) -> None:
-        self.event_wake.stop()
-
-    def _pump(self, force: bool) -> int:
-        events = self.event_wake.inbox.take(self.session.trainer)
+        """Drain the engine's events, route them, update text at once and plots when due
+        (`force`: the plots now). Returns the events routed."""
+        events = self.inbox.take(self.host.session.trainer)
         for ev in events:
             try:
                 self.route(ev)
-            except Exception as e:  # noqa: BLE001 - a malformed event must not kill the UI
-                self.log.error(f"cannot route {ev!r}: {e}")
-        self._redraw(events, force)
+            except Exception as e:  # noqa: BLE001 - events cross from the engine (a process perhaps): never kill the UI
+                self.host.log.error(f"cannot route {ev!r}: {e}")
+        self.redraw(events, force)
         return len(events)
 
-    def _redraw(self, events: list[Event], force: bool) -> None:
-        screen = self.main_screen
+    def redraw(self, events: list[Event], force: bool) -> None:
+        screen = self.host.main_screen
         if events:
             screen.samples_panel.finish_batch()
         now = time.monotonic()
@@ -127,14 +74,14 @@ class EventFeed(_AppBase):
         # dialog may show the run's figures too: each drain redraws the status line, so the two
         # never disagree (held back by the load, it froze while the dialog went on).
         urgent = force or any(isinstance(ev, URGENT_EVENTS) for ev in events)
-        if screen.status_due(now, urgent or self.screen is not screen):
-            self.refresh_status()
+        if screen.status_due(now, urgent or self.host.screen is not screen):
+            self.run_events.refresh_status()
         # a rollback is drawn at once: the branch it discarded leaves the plots now
         screen.flush(now, force or any(is_rollback(ev) for ev in events))
 
     def route(self, ev: Event) -> None:
-        screen = self.main_screen
-        session = self.session
+        screen = self.host.main_screen
+        session = self.host.session
         view = session.view
         # The run's past: a resumed run's history, replayed right after its RunStarted with the
         # original timestamps, and whatever the engine handle says it replayed (a finished
@@ -144,7 +91,7 @@ class EventFeed(_AppBase):
         replayed_until = trainer.replayed_until if trainer is not None else 0.0
         history = (info is not None and ev.time < info.time) or ev.time <= replayed_until
         if isinstance(ev, Step):
-            self._on_step(ev, history)
+            self.on_step(ev, history)
             return
         if not isinstance(ev, RunStarted) and not history:
             view.tracker.observe(ev.time)
@@ -169,13 +116,13 @@ class EventFeed(_AppBase):
             case RunStarted():
                 screen.data_panel.finish()  # prepared: the run's panels take over
                 session.boundary_work.configure(ev.config or {}, ev.max_steps)
-                self.run_started(ev, announce=not history)
+                self.run_events.run_started(ev, announce=not history)
             case StateChanged():
                 if ev.state in RunState.ENDED:
                     screen.data_panel.finish()  # stopped or failed while preparing
-                self.state_changed(ev, announce=not history)
+                self.run_events.state_changed(ev, announce=not history)
             case CheckpointSaved():
-                self.checkpoint_saved(ev, announce=not history)
+                self.run_events.checkpoint_saved(ev, announce=not history)
                 if ev.reason == "interval":
                     session.boundary_work.done("checkpoint", ev.step, ev.time)
             case LrChanged():
@@ -189,7 +136,7 @@ class EventFeed(_AppBase):
                         if ev.warmup_ends is not None
                         else ""
                     )
-                    self.notify(
+                    self.host.notify(
                         f"{fmt_lr(ev.old_lr)} → {fmt_lr(ev.new_lr)} (multiplier ×{ev.scale:.3g})"
                         f"{ramp}",
                         title=f"LR changed at step {fmt_int(ev.step)}",
@@ -201,27 +148,27 @@ class EventFeed(_AppBase):
                 if info is not None and ev.time >= info.time:
                     # the app's view of the run's config, which the settings screen reads
                     view.info = dataclasses.replace(info, config=config_after(info.config, ev.changes))
-                    self.settings_changed(ev, announce=not history)
+                    self.run_events.settings_changed(ev, announce=not history)
             case Alert():
                 if is_rollback(ev):
-                    self._rolled_back(ev.step)
+                    self.rolled_back(ev.step)
                     screen.loss_panel.add_marker(ev.step, "rollback")
-                self.alert_raised(ev, announce=not history)
+                self.run_events.alert_raised(ev, announce=not history)
         if isinstance(ev, (StateChanged, Alert)) and not history:
-            self.notice(ev)  # finished, failed, paused on a fault: a desktop notification
+            self.run_events.notice(ev)  # finished, failed, paused on a fault: a desktop notification
 
-    def _rolled_back(self, step: int) -> None:
+    def rolled_back(self, step: int) -> None:
         """The run is back at its checkpoint of `step`: the steps it discarded leave the status
         line and the plots now, not when the next step arrives (seconds away on a big model)."""
-        self.session.view.step = step
-        self.main_screen.loss_panel.drop_from(step + 1)
-        self.main_screen.lr_panel.drop_from(step + 1)
+        self.host.session.view.step = step
+        self.host.main_screen.loss_panel.drop_from(step + 1)
+        self.host.main_screen.lr_panel.drop_from(step + 1)
 
-    def _on_step(self, ev: Step, history: bool) -> None:
-        session = self.session
+    def on_step(self, ev: Step, history: bool) -> None:
+        session = self.host.session
         view = session.view
         if not history:
-            self.stall_watch.step(ev, self.clock())
+            self.run_events.stall_watch.step(ev, self.host.clock())
         if view.anomaly is not None and ev.step > view.anomaly.step:
             # the run trained on past the fault (resumed; in a replay, the steps after it): the
             # fault is behind it, and so is what the alert line says of it
@@ -237,10 +184,10 @@ class EventFeed(_AppBase):
         if math.isfinite(ev.update_ratio):
             view.update_ratio = ev.update_ratio
         view.lr = ev.lr
-        self.main_screen.loss_panel.add_step(ev.step, ev.loss, ev.tokens, step_time_s=ev.step_time_s)
-        self.main_screen.lr_panel.add_step(ev.step, ev.lr)
+        self.host.main_screen.loss_panel.add_step(ev.step, ev.loss, ev.tokens, step_time_s=ev.step_time_s)
+        self.host.main_screen.lr_panel.add_step(ev.step, ev.lr)
         if not history:
             view.tracker.add_step(ev.time, ev.step)
             session.last_step_seen = (ev.time, ev.step_time_s or 0.0)
             session.boundary_work.step(ev.time, ev.step)
-        self.expire_alert()
+        self.run_events.expire_alert()

@@ -1,14 +1,8 @@
 """Waking the app's drain when the run's events arrive, rather than polling the queue faster.
 
-A thread of the app (a daemon: leaving never waits for it) waits on the engine handle (`EngineHandle.wait_for_events`) and moves what
-arrived into the app's `EventInbox`. What a person waits to see (the acknowledgement of a
-command, an alert, an evaluation, a sample, a state) asks the UI thread for a drain at once; the
-routine readings (steps, telemetry, memory, rank reports, corpus progress) wait for the screen's
-next tick, about 4 Hz, as before. So a burst of steps is still one drain, the UI thread draws no
-more often than with the timer alone, and an idle run costs it nothing: the thread waits on the
-handle, the ticks find the inbox empty and drain nothing. The thread moves events at most every
-`COALESCE_S`, so the training loop's emits wake it at most that often. `EventWake` is that thread
-and the inbox it fills; `wake_on_events` its loop, which the tests drive alone.
+A daemon thread waits on the engine handle (`wait_for_events`) and moves what arrived into the
+`EventInbox`; what a person waits to see (an acknowledgement, an alert, a state) asks for a drain
+at once, the routine readings wait for the screen's tick (about 4 Hz). An idle run costs nothing.
 """
 
 from __future__ import annotations
@@ -28,17 +22,15 @@ WAIT_S = 0.5  # the longest wait on one handle: then the thread looks for a new 
 # Events are moved at most this often (a burst of steps is one batch): an acknowledgement that
 # follows a step's event by microseconds, as a pause at the step boundary does, waits this long.
 COALESCE_S = 0.02
-FAILED_WAIT_S = 0.25  # a handle whose wait fails is drained on this period instead (the old tick)
+FAILED_WAIT_S = 0.25  # a handle whose wait fails is drained on this period instead
 INBOX_LIMIT = 20_000  # past this the events stay in the handle's bounded queue (which counts drops)
 
 
 class EventInbox:
     """The run's events between its engine handle and the screen, oldest first (thread-safe).
 
-    The waking thread moves them in as they arrive (`pull`); the UI thread takes them to route
-    (`take`, which also drains the handle, so an explicit drain misses nothing). Both drain the
-    handle under one lock, so the events stay in order. The events of a handle the app no
-    longer holds (it switched runs) are dropped, as its queue was before.
+    The waking thread moves them in (`pull`); the UI thread takes them (`take`, which drains the
+    handle too), both under one lock. The events of a handle the app switched away from are dropped.
     """
 
     def __init__(self) -> None:
@@ -122,7 +114,7 @@ def wake_on_events(
                 moved = inbox.pull(handle)
                 if any(not isinstance(ev, ROUTINE_EVENTS) for ev in moved):
                     ask_drain()
-        except Exception:  # noqa: BLE001 - a handle that cannot wait: drain it on a timer
+        except Exception:  # noqa: BLE001 - the waking thread: a handle that cannot wait is drained on a timer
             ask_drain()
             stop.wait(FAILED_WAIT_S)
             continue

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from textual.actions import parse as parse_action
 from textual.binding import Binding
 
+from cockpit.widgets.loss import LossPanel
+
 LR_STEP = 1.25  # + and - scale the learning rate by this factor
 PANEL_IDS = ("loss", "lr", "device", "memory", "samples")
 PANEL_TITLES = {
@@ -57,6 +59,18 @@ class Command:
     def key_symbol(self) -> str:
         first = self.keys.split(",")[0]
         return KEY_SYMBOLS.get(first, first)
+
+
+# the loss panel's own keys (its BINDINGS): the table adds their help and palette lines
+LOSS_KEYS = {binding.action: binding for binding in LossPanel.BINDINGS if isinstance(binding, Binding)}
+
+
+def _loss_command(action: str, *, help: str, title: str, summary: str, joins_row: bool = False) -> Command:
+    binding = LOSS_KEYS[action]
+    return Command(
+        action, binding.key, binding.description, show=binding.show, help=help,
+        joins_row=joins_row, title=title, summary=summary,
+    )  # fmt: skip
 
 
 def _zoom_panel(number: int, panel_id: str) -> Command:
@@ -216,49 +230,34 @@ COMMANDS: tuple[Command, ...] = (
         title="Switch preset",
         summary="Checkpoint this run and start another",
     ),
-    Command(
+    _loss_command(
         "toggle_x",
-        "t",
-        "x: steps/tokens/time",
-        show=False,
         help="loss x: steps/tokens/time",
         title="Loss x axis: steps / tokens / time",
         summary="Cycle the loss x axis: steps, tokens, training time",
     ),
-    Command(
+    _loss_command(
         "toggle_log",
-        "g",
-        "log y",
-        show=False,
         help="log y",
         joins_row=True,
         title="Loss y axis: linear / log",
         summary="Toggle log-y on the loss",
     ),
-    Command(
+    _loss_command(
         "cycle_smoothing",
-        "m",
-        "smoothing",
-        show=False,
         # its own row, in the words of the panel's title (ema:heavy): joined to t / g it wrapped
         help="loss EMA: light 0.9 / heavy 0.99 / off",
         title="Loss smoothing: light / heavy / off",
         summary="Cycle the loss curve's EMA",
     ),
-    Command(
+    _loss_command(
         "cycle_x_window",
-        "x",
-        "x range",
-        show=False,
         help="loss x: all or last 1k-100k steps",
         title="Loss x range: whole run / last N steps",
         summary="Zoom the loss to the last steps",
     ),
-    Command(
+    _loss_command(
         "toggle_y_all",
-        "y",
-        "y range",
-        show=False,
         help="y: all steps",
         joins_row=True,
         title="Loss y range: skip / include the first steps",

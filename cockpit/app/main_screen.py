@@ -1,15 +1,9 @@
 """The main screen: the layout, the panels and when they redraw.
 
-The screen shows the run; it knows nothing of the app. It tells the app, with messages, that it
-is up (`Ready`: start the first run), that a drain of the engine's events is due (`DrainDue`,
-about 4 Hz) and that a panel was zoomed in or out (`ZoomChanged`); the app hands the panels their
-readings. Text updates at once, plots at most about once a second (see `RedrawGovernor`),
-stretched further when the UI thread is busy.
-
-Sizes: the classes below (compact, narrow, short, too-small) are set by hand in `apply_size`.
-Textual's screen breakpoints give one class per axis, but `compact` is "narrower than 120 OR
-shorter than 34" and the footer and the too-small notice need the size itself, so they would
-not give the same classes at the same sizes.
+It knows nothing of the app: it says by message that it is up (`Ready`), that a drain is due
+(`DrainDue`, about 4 Hz) and that a panel was zoomed (`ZoomChanged`). Text updates at once, plots
+at most about once a second. The size classes are set by hand in `apply_size` (`compact` is
+"narrower than 120 OR shorter than 34", which Textual's per-axis breakpoints cannot say).
 """
 
 from __future__ import annotations

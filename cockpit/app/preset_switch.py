@@ -31,13 +31,13 @@ def preset_menu_rows(
 
     try:
         found = discover(list(preset_dirs))
-    except Exception as e:  # noqa: BLE001 - a broken preset dir must not crash the menu
+    except (ValueError, OSError) as e:  # a broken preset dir must not crash the menu
         return [], str(e)
     rows = []
     for name, info in found.items():
         try:
             ok, note, *more = data_available(name)
-        except Exception as e:  # noqa: BLE001
+        except (ValueError, OSError) as e:  # unreadable data: said on its row
             ok, note, more = False, f"cannot check data: {e}", []
         rows.append(
             PresetRow(

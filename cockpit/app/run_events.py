@@ -1,22 +1,23 @@
-"""What the run as a whole said, and the alert and status lines that show it.
+"""What the run as a whole said (it started, changed state, saved, raised an alert), and the
+alert and status lines that show it.
 
-The drain hands the panels their readings and sends what concerns the whole run here: it
-started, changed state, saved a checkpoint, raised an alert. These handlers are the app's
-because they read and steer the session: the run's state, the quit and switch notes, the
-preset. The texts with rules of their own are
-plain functions elsewhere (`anomaly_banner`, `status_segments`).
+The texts with rules of their own are plain functions elsewhere (`anomaly_banner`,
+`status_segments`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-from cockpit.app.notifications import notice_for
+from cockpit.app.host import Host
+from cockpit.app.notifications import Notifier, StallWatch, notice_for
+from cockpit.app.quitting import Quitting
+from cockpit.app.run_commands import RunCommands
+from cockpit.app.run_view import status_segments
+from cockpit.app.switching import Switching
 from cockpit.figures.anomaly import ANOMALY_CODES, Anomaly, anomaly_banner, with_keys
 from cockpit.figures.numbers import fmt_int, fmt_loss
 from cockpit.figures.progress import scaled_from, size_at
-from cockpit.widgets.status import status_segments
 from engine.config import describe
 from engine.events import (
     Alert,
@@ -28,15 +29,6 @@ from engine.events import (
     StateChanged,
 )
 
-if TYPE_CHECKING:
-    from textual.app import App
-
-    from cockpit.app.session import Session
-
-    _AppBase = App[None]  # for type checkers only: at run time a plain mixin
-else:
-    _AppBase = object
-
 WARNING_TTL_STEPS = 200  # a warning alert stays this many steps
 NOTICE_MAX_AGE_S = 30.0  # older events (an attach's replay of the run's present) notify nobody
 
@@ -45,38 +37,51 @@ def _drawn_only(*_args: object, **_kwargs: object) -> None:
     """In place of `notify` for what is from the run's past: drawn, not toasted."""
 
 
-class RunEvents(_AppBase):
-    """`CockpitApp`'s handlers for the run-wide events, its alert and its status line."""
+class RunEvents:
+    """The handlers of the run-wide events, the alert and the status line."""
 
-    session: Session  # the app's one record of the run on screen and the session
+    def __init__(
+        self,
+        host: Host,
+        commands: RunCommands,
+        quitting: Quitting,
+        switching: Switching,
+        notifier: Notifier,
+        stall_watch: StallWatch,
+    ) -> None:
+        self.host = host
+        self.commands = commands
+        self.quitting = quitting
+        self.switching = switching
+        self.notifier = notifier  # desktop notifications and the bell
+        self.stall_watch = stall_watch
 
     def run_started(self, ev: RunStarted, announce: bool = True) -> None:
         """`announce=False` for a RunStarted from the run's past (a finished run's files, an
         attach's replay): its resume is old news, drawn, not toasted."""
-        view = self.session.view
+        view = self.host.session.view
         view.info = ev
-        self.session.preset = ev.preset or self.session.preset
         view.max_steps = ev.max_steps
         view.step = ev.start_step
         view.tracker.start(ev.time)  # this session's rate; the training time is the clock's
         view.tracker.tokens_schedule = ev.tokens_schedule  # steps that grow: the ETA weighs them
-        loss = self.main_screen.loss_panel
+        loss = self.host.main_screen.loss_panel
         loss.tokens_per_step = ev.tokens_per_step
         loss.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time
-        self.main_screen.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
-        self.main_screen.lr_panel.set_tokens_schedule(ev.tokens_schedule)  # () without one
-        self.sub_title = ev.preset
-        if self.session.status_note.startswith(("starting", "resuming")):
-            self.session.status_note = ""
+        self.host.main_screen.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
+        self.host.main_screen.lr_panel.set_tokens_schedule(ev.tokens_schedule)  # () without one
+        self.host.retitle(ev)  # the status line's first words and the app's subtitle
+        if self.host.session.status_note.startswith(("starting", "resuming")):
+            self.host.session.status_note = ""
         if ev.resumed_from:
             # the checkpoint it resumed from is one to roll back to (replayed saves follow)
             view.last_checkpoint = (ev.start_step, ev.resumed_from, "resume")
             view.checkpoint_config = ev.config  # what a rollback to it puts back
             # what the resume changed, set aside or kept (also in metrics.jsonl and headless)
-            notes = tuple(getattr(ev, "notes", ()) or ())
+            notes = ev.notes
             if not announce:
                 return
-            self.notify(
+            self.host.notify(
                 "\n".join((f"from {ev.resumed_from}", *(f"• {n}" for n in notes))),
                 title=f"Resumed at step {fmt_int(ev.start_step)}",
                 timeout=6 + 4 * len(notes),
@@ -85,7 +90,7 @@ class RunEvents(_AppBase):
     def settings_changed(self, ev: SettingsChanged, announce: bool = True) -> None:
         """A `set` acknowledged (or replayed): the run's length, its tokens a step and its
         schedule ahead are the new ones; `announce=False` for one from the run's past."""
-        view, screen = self.session.view, self.main_screen
+        view, screen = self.host.session.view, self.host.main_screen
         if ev.max_steps:
             view.max_steps = ev.max_steps  # the status line's step count, bar and ETA
         tokens_note = ""
@@ -107,11 +112,11 @@ class RunEvents(_AppBase):
             if announce:  # the acknowledgement, drawn now (not at the panel's next slow redraw)
                 screen.lr_panel.flush(force=True)
         if view.info is not None:  # the intervals a stop waits for
-            self.session.boundary_work.configure(view.info.config or {}, view.max_steps)
+            self.host.session.boundary_work.configure(view.info.config or {}, view.max_steps)
         if announce:
             who = f" by {ev.by}" if ev.by and ev.by != "app" else ""
             how = "replayed" if ev.replayed else "changed"
-            self.notify(
+            self.host.notify(
                 describe({key: tuple(pair) for key, pair in ev.changes.items()}) + tokens_note,
                 title=f"Settings {how} at step {fmt_int(ev.step)}{who}",
                 timeout=6,
@@ -120,15 +125,15 @@ class RunEvents(_AppBase):
     def state_changed(self, ev: StateChanged, announce: bool = True) -> None:
         """`announce=False` for a state from the run's past (a finished run's files): drawn,
         not toasted."""
-        view = self.session.view
-        previous = self.session.state
+        view = self.host.session.view
+        previous = self.host.session.state
         view.requested = None  # space now toggles from the engine's live state
-        self._set_state(ev.state)
+        self.set_state(ev.state)
         if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
             view.tracker.forget_rate()
-        train_s = getattr(ev, "train_time_s", None)  # exact where it paused, saved or ended
+        train_s = ev.train_time_s  # exact where it paused, saved or ended
         if train_s is not None and ev.state != RunState.STARTING:
-            self.main_screen.loss_panel.set_time_anchor(ev.step, train_s)
+            self.host.main_screen.loss_panel.set_time_anchor(ev.step, train_s)
         if view.anomaly is not None and ev.state != RunState.SAVING:
             if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
                 # resumed (or rolled back): the fault is behind the run, and so is its banner
@@ -136,48 +141,48 @@ class RunEvents(_AppBase):
                 if view.alert and view.alert[0] == "nan":
                     view.alert = None
             else:
-                self._set_alert("nan", self._anomaly_banner())
+                self.set_alert("nan", self.fault_banner())
         if ev.state in RunState.ENDED:
             view.checkpoint_pending = False
         if ev.state == RunState.FAILED:
             reason = ev.reason or "the run failed"
             if not view.alert or view.alert[0] != "error":
-                self._set_alert("error", f"✗ FAILED at step {fmt_int(ev.step)}: {reason}")
-            if not self.main_screen.loss_panel.has_data():
-                self.main_screen.loss_panel.set_empty_message(
+                self.set_alert("error", f"✗ FAILED at step {fmt_int(ev.step)}: {reason}")
+            if not self.host.main_screen.loss_panel.has_data():
+                self.host.main_screen.loss_panel.set_empty_message(
                     "the run failed before its first step (see above).\n"
                     "p: pick another preset   q: quit"
                 )
-                self._show_no_run("the run failed before its first step")
+                self.host.show_no_run("the run failed before its first step")
         if ev.state in RunState.ENDED:
-            self.session.status_note = ""
+            self.host.session.status_note = ""
             if ev.state == RunState.FINISHED:
                 if announce:
-                    self.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
+                    self.host.notify(f"{fmt_int(ev.step)} steps", title="Run finished")
                 if not view.alert:
-                    self.session.status_note = self._finished_note(ev.step)
-            if self.session.quitting and not self.engine_running:
-                self.exit()
-        if self.session.quitting:
-            self.session.status_note = self._quit_note()
-        elif self.session.pending_preset is not None:
-            self.session.status_note = self._switch_note()
+                    self.host.session.status_note = self._finished_note(ev.step)
+            if self.host.session.quitting and not self.host.session.engine_running:
+                self.host.exit()
+        if self.host.session.quitting:
+            self.host.session.status_note = self.quitting.note()
+        elif self.host.session.pending_preset is not None:
+            self.host.session.status_note = self.switching.note()
 
     def _finished_note(self, step: int) -> str:
         parts = [f"✓ finished at step {fmt_int(step)}"]
-        best = self.main_screen.loss_panel.best_val
+        best = self.host.main_screen.loss_panel.best_val
         if best is not None:
             parts.append(f"best val {fmt_loss(best)}")
-        if self.session.view.last_checkpoint is not None:
-            parts.append(f"checkpoint {self.session.view.last_checkpoint[1]}")
-        if self.viewing_record:
+        if self.host.session.view.last_checkpoint is not None:
+            parts.append(f"checkpoint {self.host.session.view.last_checkpoint[1]}")
+        if self.host.session.viewing_record:
             parts.append("r: train on · f: fork · h: runs · q: quit")
         else:
-            parts.append("q: quit" if self.attached else "p: another preset · q: quit")
+            parts.append("q: quit" if self.host.session.attached else "p: another preset · q: quit")
         return " · ".join(parts)
 
     def checkpoint_saved(self, ev: CheckpointSaved, announce: bool = True) -> None:
-        view = self.session.view
+        view = self.host.session.view
         again = view.last_checkpoint is not None and view.last_checkpoint[:2] == (ev.step, ev.path)
         view.last_checkpoint = (ev.step, ev.path, ev.reason)
         # the settings it was saved with, which a rollback to it puts back (the events arrive in
@@ -191,41 +196,41 @@ class RunEvents(_AppBase):
             # when its "saving..." was: otherwise a toast about that file is still on screen
             title = f"Checkpoint {'already ' if again else ''}saved at step {fmt_int(ev.step)}"
             if not again or ev.reason != "manual" or said:
-                self._checkpoint_toast(ev.path, title, 6, new=True)
+                self.commands.checkpoint_toast(ev.path, title, 6, new=True)
         if view.anomaly is not None:  # the banner names the checkpoint r goes back to
-            self._set_alert("nan", self._anomaly_banner())
+            self.set_alert("nan", self.fault_banner())
 
     def alert_raised(self, ev: Alert, announce: bool = True) -> None:
         """`announce=False` for an alert from the run's past (a finished run's files, an
         attach's replay): drawn (the banner, the markers) but not toasted; a past warning or
         error leaves the alert line as the steps after it are drawn."""
-        view = self.session.view
-        code = getattr(ev, "code", "")
+        view = self.host.session.view
+        code = ev.code
         ev = dataclasses.replace(ev, message=with_keys(ev.message))  # the engine's advice, keyed
         step = f" at step {fmt_int(ev.step)}" if ev.step else ""
-        notify = self.notify if announce else _drawn_only
+        notify = self.host.notify if announce else _drawn_only
         if code in ANOMALY_CODES and ev.level in ("error", "warning"):
             # The banner names the real fault and offers what works in the state the run is in
             # (paused, rolling back, given up): it is rebuilt as that state arrives, and goes
             # once the run trains past it (a later step).
             view.anomaly = Anomaly.from_message(code, ev.message, max(view.step, ev.step))
             if ev.level == "warning":  # unattended: the engine rolls back on its own
-                self._set_alert("warning", f"⚠ {view.anomaly.fault}: rolling back...")
+                self.set_alert("warning", f"⚠ {view.anomaly.fault}: rolling back...")
             else:
-                self._set_alert("nan", self._anomaly_banner())
+                self.set_alert("nan", self.fault_banner())
             title = "Loss spike" if code == "spike" else "Not a number"
             notify(ev.message, title=f"{title}{step}", severity="error", timeout=10)
         elif code == "rollback" and ev.level == "info":
             fault = view.anomaly.fault if view.anomaly is not None else ""
             view.anomaly = None
             text = f"↺ {fault} → {ev.message}" if fault else f"↺ {ev.message}"
-            self._set_alert("warning", text, ttl=WARNING_TTL_STEPS, at_step=ev.step)
+            self.set_alert("warning", text, ttl=WARNING_TTL_STEPS, at_step=ev.step)
             # the alert line's 200 steps can pass in a second on a small model: a toast stays
             notify(ev.message, title="Rolled back", timeout=6)
         elif code == "rollback":  # e.g. nothing to roll back to: a short notice, not a banner
             notify(ev.message, title="Roll back", severity="warning", timeout=5)
             if view.anomaly is not None:  # not "rolling back..." any more
-                self._set_alert("nan", self._anomaly_banner())
+                self.set_alert("nan", self.fault_banner())
         elif code == "disk" and ev.level == "info":  # what waited for room is written
             if view.alert and view.alert[0] == "error":
                 view.alert = None  # the failure it named is over
@@ -234,14 +239,14 @@ class RunEvents(_AppBase):
             if code == "disk":
                 view.checkpoint_pending = False  # that save failed: c may try again
             if announce:
-                self._set_alert("error", f"✗ {ev.message}")
+                self.set_alert("error", f"✗ {ev.message}")
             else:  # from the past: until the run went on past it
-                self._set_alert("error", f"✗ {ev.message}", WARNING_TTL_STEPS, ev.step or None)
+                self.set_alert("error", f"✗ {ev.message}", WARNING_TTL_STEPS, ev.step or None)
             notify(ev.message, title="Error", severity="error", timeout=10)
         elif ev.level == "warning":
             if not view.alert or view.alert[0] not in ("error", "nan"):
                 at = None if announce else ev.step or None  # one from the past: from its step
-                self._set_alert("warning", f"⚠ {ev.message}{step}", WARNING_TTL_STEPS, at)
+                self.set_alert("warning", f"⚠ {ev.message}{step}", WARNING_TTL_STEPS, at)
             notify(ev.message, title="Warning", severity="warning", timeout=6)
         else:
             notify(ev.message, timeout=4)
@@ -250,60 +255,54 @@ class RunEvents(_AppBase):
     def notice(self, ev: Event) -> None:
         """A desktop notification (and the bell, if asked for) for what deserves one now."""
         if isinstance(ev, StateChanged):
-            self.stall_watch.reset(self.clock())  # paused, resumed, ended: the wait restarts
-        if self.clock() - ev.time > NOTICE_MAX_AGE_S:
+            self.stall_watch.reset(self.host.clock())  # paused, resumed, ended: the wait restarts
+        if self.host.clock() - ev.time > NOTICE_MAX_AGE_S:
             return
-        notice = notice_for(ev, self.session.preset)
+        notice = notice_for(ev, self.host.session.preset)
         if notice is not None:
             self.notifier.notify(notice)
 
     def check_stall(self) -> None:
-        notice = self.stall_watch.check(self.clock(), self.session.state, self.session.preset)
+        notice = self.stall_watch.check(self.host.clock(), self.host.session.state, self.host.session.preset)
         if notice is not None:
             self.notifier.notify(notice)
 
     # state, alerts, status -------------------------------------------------------------------------
-    def _set_state(self, state: str) -> None:
-        changed = state != self.session.state
-        self.session.state = state
+    def set_state(self, state: str) -> None:
+        changed = state != self.host.session.state
+        self.host.session.state = state
         if changed:
-            self.refresh_offers()
-        try:
-            self.main_screen.status_line.set_state(state)
-        except Exception:  # noqa: BLE001 - before compose
-            pass
+            self.host.refresh_offers()
+        self.host.main_screen.status_line.set_state(state)
 
-    def _set_alert(
+    def set_alert(
         self, level: str, message: str, ttl: int | None = None, at_step: int | None = None
     ) -> None:
         """Show `message` until replaced, or for `ttl` steps from `at_step` (default: now)."""
-        start = self.session.view.step if at_step is None else at_step
+        start = self.host.session.view.step if at_step is None else at_step
         expires = start + ttl if ttl is not None else None
-        self.session.view.alert = (level, message, expires)
+        self.host.session.view.alert = (level, message, expires)
 
-    def _anomaly_banner(self) -> str:
-        view = self.session.view
+    def fault_banner(self) -> str:
+        view = self.host.session.view
         if view.anomaly is None:
             return ""
         ckpt = view.last_checkpoint
-        vocab = getattr(view.info, "vocab_size", 0) or 0
-        losses = self.main_screen.loss_panel.raw.ys
+        vocab = (view.info.vocab_size or 0) if view.info is not None else 0
+        losses = self.host.main_screen.loss_panel.raw.ys
         return anomaly_banner(
-            view.anomaly, self.session.state, ckpt[1] if ckpt else None, vocab, losses
+            view.anomaly, self.host.session.state, ckpt[1] if ckpt else None, vocab, losses
         )
 
     def expire_alert(self) -> None:
-        view = self.session.view
+        view = self.host.session.view
         if view.alert and view.alert[2] is not None and view.step >= view.alert[2]:
             view.alert = None
 
     def refresh_status(self) -> None:
-        session, screen = self.session, self.main_screen
+        session, screen = self.host.session, self.host.main_screen
         view, note = session.view, session.status_note
-        try:
-            status, alert = screen.status_line, screen.alert_line
-        except Exception:  # noqa: BLE001 - not composed yet
-            return
+        status, alert = screen.status_line, screen.alert_line
         dropped = session.trainer.dropped_events if session.trainer is not None else 0
         loss = screen.loss_panel
         status.set_segments(
@@ -317,7 +316,7 @@ class RunEvents(_AppBase):
             alert.show("error" if level in ("error", "nan") else level, message)
         elif note:
             alert.show("info", note)
-        elif self.main_screen.maximized is not None:
+        elif self.host.main_screen.maximized is not None:
             alert.show("info", "zoomed in: esc to go back")
         else:
             alert.clear()

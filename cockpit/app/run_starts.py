@@ -1,11 +1,8 @@
-"""New runs from a run: resume it, start afresh from its config, or branch it from a
-checkpoint.
+"""New runs from a run: resume it, start afresh from its config, or branch it from a checkpoint.
 
-From a finished run's view (r, n, f) or the runs screen. The resumed or branched run trains in
-this app, built off the UI thread (its checks read the checkpoint with torch), then replaces the
-run on screen through `switch_to`. A finished run resumes only to train
-further, so the app asks how far; a branch from a run's last checkpoint likewise. A viewer app
-(`cockpit attach`) has no `resume_factory`: it starts no run and says so.
+The resumed or branched run is built off the UI thread (its checks read the checkpoint with
+torch), then replaces the run on screen through `switch_to`. A finished run resumes only to train
+further, so the app asks how far. A viewer app (no `resume_factory`) starts no run and says so.
 """
 
 from __future__ import annotations
@@ -14,25 +11,16 @@ import json
 import shlex
 import shutil
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from textual import work
-
-from cockpit.app.run_opening import checkpoints_of
+from cockpit.app.host import Host
+from cockpit.app.run_opening import RunOpening, checkpoints_of
+from cockpit.app.switching import Switching
 from cockpit.screens.dialogs import ConfirmScreen
 from cockpit.screens.settings import Settings, SettingsScreen
 from engine.config import read_small_text
 from engine.contract import EngineHandle
-
-if TYPE_CHECKING:
-    from textual.app import App
-
-    from cockpit.app.session import Session
-
-    _AppBase = App[None]  # for type checkers only: at run time a plain mixin
-else:
-    _AppBase = object
 
 ResumeFactory = Callable[[str, Sequence[str]], EngineHandle]
 BRANCH = "the branch"  # how a refusal of the fork dialog's settings starts (then cut off)
@@ -66,33 +54,25 @@ def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequ
     return None
 
 
-class RunStarts(_AppBase):
+class RunStarts:
     """Resume, new run from a config, fork."""
 
-    session: Session
-    resume_factory: ResumeFactory | None  # given to the app
-    leaving_series_note: Callable[[], str]  # Switching's: a series' note for the dialogs
-    leaving_note: Callable[[], str]  # RunOpening's: what leaving the run on screen does to it
+    def __init__(
+        self,
+        host: Host,
+        opening: RunOpening,
+        switching: Switching,
+        resume_factory: ResumeFactory | None,
+    ) -> None:
+        self.host = host
+        self.opening = opening
+        self.switching = switching
+        self.resume_factory = resume_factory
 
-    def action_resume_run(self) -> None:
-        """`r` on a finished run's view: train it on from its last checkpoint."""
-        if self.current_run_dir:
-            self.resume_run(Path(self.current_run_dir))
-
-    def action_new_from_config(self) -> None:
-        """`n`: a new run (step 0) with the whole config of the run on screen."""
-        if self.current_run_dir:
-            self.new_from_config(Path(self.current_run_dir))
-
-    def action_fork_run(self) -> None:
-        """`f`: a branch of the run on screen from one of its checkpoints, changed settings."""
-        if self.current_run_dir:
-            self.ask_fork(Path(self.current_run_dir))
-
-    def _no_in_process_runs(self) -> bool:
+    def no_in_process_runs(self) -> bool:
         if self.resume_factory is not None:
             return False
-        self.notify(
+        self.host.notify(
             "this cockpit is a viewer and starts no run; train in a run of its own: "
             "cockpit start --resume RUN_DIR (or cockpit start --preset NAME)",
             title="Cannot start a run here",
@@ -103,22 +83,27 @@ class RunStarts(_AppBase):
 
     def resume_run(self, run_dir: Path, overrides: Sequence[str] = ()) -> None:
         """Train the run in `run_dir` on from its newest checkpoint (in this app)."""
-        if self._no_in_process_runs():
+        if self.no_in_process_runs():
             return
         if not checkpoints_of(run_dir):
-            self.notify(
+            self.host.notify(
                 f"{run_dir.name} has no checkpoint to resume from; n starts a new run from its config",
                 title="Cannot resume",
                 severity="warning",
                 timeout=8,
             )
             return
-        self._busy(f"checking {run_dir.name}...")
-        self._resume_in_worker(run_dir, list(overrides), None)
+        self.opening.busy(f"checking {run_dir.name}...")
+        self.start_worker(run_dir, list(overrides), None)
 
-    @work(thread=True, exit_on_error=False, group="open-run", exclusive=True)
-    def _resume_in_worker(self, target: Path, overrides: list[str], branch_of: Path | None) -> None:
-        """Build the resumed engine off the UI thread (its checks read the checkpoint with
+    def start_worker(self, target: Path, overrides: list[str], branch_of: Path | None) -> None:
+        self.host.run_worker(
+            partial(self.resume_in_worker, target, overrides, branch_of),
+            thread=True, group="open-run", exclusive=True, exit_on_error=False,
+        )  # fmt: skip
+
+    def resume_in_worker(self, target: Path, overrides: list[str], branch_of: Path | None) -> None:
+        """On a worker thread: build the resumed engine (its checks read the checkpoint with
         torch); a finished run asks how far to train on."""
         from engine.checkpoint import ResumeFinished
         from engine.rundir import NothingToTrain
@@ -135,42 +120,42 @@ class RunStarts(_AppBase):
                 run_dir = branch
             engine = self.resume_factory(str(run_dir), overrides)
         except ResumeFinished:
-            self.call_from_thread(self._ask_train_on, run_dir)
+            self.host.call_from_thread(self._ask_train_on, run_dir)
             return
         except NothingToTrain as e:  # a branch from the last checkpoint: ask again, with more steps
             more = [*overrides, f"train.max_steps={2 * e.step}"]
-            self.call_from_thread(self._ask_fork_again, target, more, str(e))
+            self.host.call_from_thread(self._ask_fork_again, target, more, str(e))
             return
-        except Exception as e:  # noqa: BLE001 - one line, whatever went wrong
+        except Exception as e:  # noqa: BLE001 - on a worker thread: whatever went wrong, one line
             if branch is not None:  # made, never trained: nothing half-made is left to list
                 shutil.rmtree(branch, ignore_errors=True)
-            self.call_from_thread(self._cannot, title, str(e))
+            self.host.call_from_thread(self.opening.cannot, title, str(e))
             return
         if branch is not None:
-            self.call_from_thread(self._train_branch, branch, source, engine)
+            self.host.call_from_thread(self._train_branch, branch, source, engine)
             return
-        self.call_from_thread(self._leave_for, run_dir.name, engine, "resuming another run")
+        self.host.call_from_thread(self.opening.leave_for, run_dir.name, engine, "resuming another run")
 
     def _train_branch(self, branch: Path, source: Path, engine: EngineHandle) -> None:
         """The branch is made and its engine built: it trains here now (the dialog that asked
         for it said what happens to the run on screen), and a toast names it."""
-        leaving = self.leaving_note()
-        self.notify(
+        leaving = self.opening.leaving_note()
+        self.host.notify(
             "\n".join((f"{branch}", f"from {source.name}", *([leaving] if leaving else []))),
             title=f"Forked: training {branch.name}",
             timeout=8,
         )
-        self._leave_for(branch.name, engine, "starting a branch", asked=True)
+        self.opening.leave_for(branch.name, engine, "starting a branch", asked=True)
 
     def _ask_train_on(self, run_dir: Path) -> None:
         """A finished run resumes only to train further: ask for its new max_steps."""
-        self._not_busy()
+        self.opening.not_busy()
         from engine.checkpoint import list_checkpoints
 
         saved = list_checkpoints(run_dir)  # the resume starts from the newest: its step is the run's
         step = saved[-1][0] if saved else 0
         initial = f"train.max_steps={2 * step}" if step else "train.max_steps="
-        self.push_screen(
+        self.host.push_screen(
             SettingsScreen(
                 f"Train {run_dir.name} on",
                 f"{run_dir.name} is finished at step {step}, its train.max_steps.\nTo train "
@@ -185,46 +170,46 @@ class RunStarts(_AppBase):
         """A new run from step 0 with the config the run in `run_dir` was started with."""
         config = run_dir / "config.toml"
         if not config.is_file():
-            self.notify(
+            self.host.notify(
                 f"{run_dir.name} has no config.toml (an older run); start one: cockpit --preset NAME",
                 title="Cannot start from its config",
                 severity="warning",
                 timeout=8,
             )
             return
-        if self._no_in_process_runs():
+        if self.no_in_process_runs():
             return
         label = str(config)
-        question = self._leave_question(f"a new run of {run_dir.name}'s config")
-        if question is None and self.leaving_series_note():
+        question = self.opening.leave_question(f"a new run of {run_dir.name}'s config")
+        if question is None and self.host.leaving_series_note():
             question = f"Start a new run of {run_dir.name}'s config?"
-        if question is not None and self.leaving_series_note():
-            question = f"{question}\n\n{self.leaving_series_note()}"
+        if question is not None and self.host.leaving_series_note():
+            question = f"{question}\n\n{self.host.leaving_series_note()}"
         if question is None:
-            self.switch_to(label, reason="starting another run")
+            self.switching.switch_to(label, reason="starting another run")
             return
-        self.push_screen(
+        self.host.push_screen(
             ConfirmScreen("New run", question, yes="Start", no="Cancel", purpose="switch"),
-            lambda yes: self.switch_to(label, reason="starting another run") if yes else None,
+            lambda yes: self.switching.switch_to(label, reason="starting another run") if yes else None,
         )
 
     def ask_fork(self, run_dir: Path) -> None:
         """The branch dialog: which checkpoint, which settings change."""
-        if self._no_in_process_runs():  # a viewer: said before anything is typed
+        if self.no_in_process_runs():  # a viewer: said before anything is typed
             return
         checkpoints = checkpoints_of(run_dir)
         if not checkpoints:
-            self.notify(
+            self.host.notify(
                 f"{run_dir.name} has no checkpoint to branch from", title="Cannot fork", timeout=6
             )
             return
-        self.push_screen(
+        self.host.push_screen(
             SettingsScreen(
                 f"Fork {run_dir.name}",
                 "A new run from a checkpoint of this one, with changed settings (the LR and "
                 "its schedule, batch, optimizer...); its curves continue this run's."
                 + self._fork_enter_note()
-                + (f"\n{self.leaving_series_note()}" if self.leaving_series_note() else ""),
+                + (f"\n{self.host.leaving_series_note()}" if self.host.leaving_series_note() else ""),
                 checkpoints=checkpoints,
                 required=True,
                 check=lambda s: branch_settings_error(run_dir, s.checkpoint, s.overrides),
@@ -235,12 +220,12 @@ class RunStarts(_AppBase):
     def _fork_enter_note(self) -> str:
         """What enter in a fork dialog does, as its own paragraph: the branch trains here, and
         the run on screen is left first."""
-        leaving = self.leaving_note()
+        leaving = self.opening.leaving_note()
         return f"\nEnter trains the branch here{': ' + leaving if leaving else '.'}"
 
     def _ask_fork_again(self, target: Path, overrides: list[str], why: str) -> None:
-        self._not_busy()
-        self.push_screen(
+        self.opening.not_busy()
+        self.host.push_screen(
             SettingsScreen(
                 f"Fork {target.parent.name if target.is_file() else target.name}",
                 f"{why.split(';')[0]}: raise train.max_steps to give the branch steps to train."
@@ -266,14 +251,14 @@ class RunStarts(_AppBase):
         """Branch from `target` (a checkpoint, or a run dir: its newest) and train the branch
         here. Leaving the run on screen is asked first, before anything is made, unless the
         dialog that led here said what happens to it (`asked`)."""
-        if self._no_in_process_runs():
+        if self.no_in_process_runs():
             return
-        leaving = "" if asked else self.leaving_note()
+        leaving = "" if asked else self.opening.leaving_note()
         if not leaving:
             self._make_branch(target, overrides)
             return
         name = target.parent.name if target.is_file() else target.name
-        self.push_screen(
+        self.host.push_screen(
             ConfirmScreen(
                 "Fork", f"Train a branch of {name} here? {leaving}", yes="Fork", no="Cancel",
                 purpose="switch",
@@ -282,5 +267,5 @@ class RunStarts(_AppBase):
         )
 
     def _make_branch(self, target: Path, overrides: Sequence[str]) -> None:
-        self._busy(f"forking {target.name}...")
-        self._resume_in_worker(target, list(overrides), target)
+        self.opening.busy(f"forking {target.name}...")
+        self.start_worker(target, list(overrides), target)

@@ -1,23 +1,25 @@
-"""One cockpit session's state: the run on screen, its engine, the runs before it, and whether
-the app is quitting, leaving or switching runs.
+"""One cockpit session's state: the run on screen, its engine handle, the runs before it, and
+whether the app is quitting, leaving or switching runs.
 
-The app's parts read and change this one record instead of each keeping attributes of its own;
-what is drawn about the run on screen is its `view` (a new run, a new one).
+The app's parts read and change this one record; what is drawn about the run on screen is its
+`view` (a new run, a new one).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from textual.timer import Timer
 from textual.worker import Worker
 
+from cockpit.app.run_view import RunView
 from cockpit.app.session_runs import SessionRun
 from cockpit.app.stop_wait import BoundaryWork
-from cockpit.figures.run_view import RunView
 from engine.contract import EngineHandle
 
 
@@ -56,3 +58,50 @@ class Session:
     pending_make: Callable[[], EngineHandle] | None = None
     switch_started: float | None = None  # clock() when the switch began
     switch_timer: Timer | None = None  # the switch note's countdown
+
+    # the run on screen and its handle ------------------------------------------------------------
+    @property
+    def engine_running(self) -> bool:
+        """The run's engine is in its thread worker (not ended, not left)."""
+        worker = self.engine_worker
+        return worker is not None and not worker.is_finished
+
+    @property
+    def attached(self) -> bool:
+        """The run outlives this app (it was attached to over its socket): leaving detaches."""
+        return self.trainer is not None and self.trainer.outlives_viewer
+
+    @property
+    def read_only(self) -> bool:
+        """This viewer only watches: the run refuses its commands."""
+        return self.trainer is not None and self.trainer.read_only
+
+    @property
+    def viewing_record(self) -> bool:
+        """The run on screen is over and drawn from its files: nothing runs to steer."""
+        return self.trainer is not None and self.trainer.recorded
+
+    @property
+    def run_dir(self) -> str | None:
+        """The run on screen's directory (None before it has one)."""
+        info, trainer = self.view.info, self.trainer
+        run_dir = (info.run_dir if info is not None else None) or (
+            trainer.run_dir if trainer is not None else None
+        )
+        return str(run_dir) if run_dir else None
+
+    def is_current(self, run_dir: Path) -> bool:
+        """`run_dir` is the run on screen's directory."""
+        current = self.run_dir
+        return current is not None and os.path.realpath(current) == os.path.realpath(run_dir)
+
+    def busy(self, note: str) -> None:
+        """Say what a worker is reading or building until `not_busy` (unless replaced)."""
+        self.busy_note = note
+        self.status_note = note
+
+    def not_busy(self) -> None:
+        """The worker is done: its note goes, but not a note said since (finished, quitting)."""
+        if self.status_note == self.busy_note:
+            self.status_note = ""
+        self.busy_note = None

@@ -1,13 +1,8 @@
-"""The live settings screen: every setting a run may change while it trains, with its value in
-force, its help and a field to change it; and "cool down now" for a WSD schedule.
+"""The live settings screen: every setting a run may change while it trains, with its value, its
+help and a field to change it; and "cool down now" for a WSD schedule.
 
-A refusal is one line under its field, the screen open, nothing sent. The screen returns the
-settings to send; the app sends them as one `set_settings` through the engine contract, so an
-attached viewer steers the same way as the app that trains. A read-only viewer sees the values
-with every field disabled and a line saying why.
-
-While a field's value would re-plan the schedule, the screen posts `SchedulePreview` with the
-new curve (the LR panel draws it beside the planned one); `SchedulePreview(None)` clears it.
+It returns the settings to send (one `set_settings`); a read-only viewer sees them disabled. A
+field that would re-plan the schedule posts `SchedulePreview` for the LR panel to draw.
 """
 
 from __future__ import annotations

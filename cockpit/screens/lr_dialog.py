@@ -25,14 +25,10 @@ LR_HINT = "an LR (3e-4, 0.0003) or a factor (x2, *2, /2)"
 
 
 def parse_lr_input(text: str) -> tuple[str, float]:
-    """Parse what the user typed in the LR dialog.
-
-    Returns ("set", lr) for an absolute LR or ("scale", factor) for `x2`, `*2`, `2x`, `/2`.
-    Raises ValueError with a message meant for the user for anything else: not a number, not
-    finite, zero or negative, an LR above MAX_LR or a factor outside /100..x100. Whether the
-    result keeps the LR within MAX_LR at the run's step is the plan's to say
-    (engine.optim.schedule.lr_change, as the engine decides it).
-    """
+    """What the user typed in the LR dialog: ("set", lr), or ("scale", factor) for `x2`, `*2`,
+    `2x`, `/2`. Anything else (not a finite number > 0, an LR above MAX_LR, a factor outside
+    /100..x100) raises ValueError with a message for the user; whether the LR stays within
+    MAX_LR at the run's step is the plan's to say (engine.optim.schedule.lr_change)."""
     typed = text.strip()
     s = typed.lower().replace(" ", "")
     if not s:

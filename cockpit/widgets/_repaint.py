@@ -1,15 +1,8 @@
 """Repainting only what changed: the border row that holds a label, the content rows that differ.
 
-Assigning `widget.border_title` or `border_subtitle` repaints every row of the widget, and
-reading them back gives markup that need not equal the string that was set, so a naive
-"set if changed" sets them every time. Panels whose titles carry live figures (a loss, the
-memory in use) use `QuietBorderLabels.set_border_labels` instead: it compares with the string
-it set last and repaints only the border row that holds the label.
-
-Line-API panels (`RowStrips`) keep their rows as Strips and, when new data arrives, ask Textual
-to repaint only the rows whose Strip changed.
-
-Both are mixins for Textual widgets: list them before the widget class.
+`QuietBorderLabels` sets a border title and repaints only its row (assigning `border_title`
+repaints the whole widget); `RowStrips` repaints only the rows whose Strip changed. Both are
+mixins for Textual widgets: list them before the widget class.
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ class QuietBorderLabels:
         try:
             # what Textual's border-title descriptor stores, set without its full refresh
             label = widget.render_str(text).expand_tabs(4).split()[0]
-        except Exception:  # noqa: BLE001 - Textual changed: the public, dearer way
+        except (AttributeError, IndexError, TypeError):  # Textual changed: the public, dearer way
             setattr(widget, f"border_{which}", text)
             return
         setattr(widget, f"_border_{which}", label)

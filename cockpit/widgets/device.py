@@ -1,14 +1,8 @@
 """The Device panel: what the machine is doing, from `Telemetry` events (about 1 Hz).
 
-- nvml: per GPU a header (name, temperature, power/limit, SM clock, throttle reasons) and two
-  strip charts (utilisation, memory);
-- psutil: CPU% (overall strip chart and one bar per core), RAM and the process' RSS, and a note
-  that there is no GPU telemetry; zoomed, their history too: the run's own CPU and RSS, and one
-  strip chart per core;
-- unavailable: the reason;
-- under torchrun, from `RankReport` events (every ~2 s): one row per rank and its GPU (or CPU
-  process), and the mean and slowest step times (`RanksView`). Rank 0's own
-  Telemetry then no longer draws.
+nvml: per GPU a header and strip charts of utilisation and memory; psutil: CPU% (and per core),
+RAM and the process' RSS; unavailable: the reason. Under torchrun, `RankReport` events draw one
+row per rank instead (`RanksView`).
 """
 
 from __future__ import annotations

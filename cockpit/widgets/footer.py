@@ -1,12 +1,8 @@
 """The footer: Textual's, showing only the keys that fit whole.
 
-Textual's footer lays its keys out in a row that scrolls sideways and docks the command palette's
-key over its right end: when the row is wider than the terminal, the palette key hides the keys
-under it and the last letters of the key beside it stick out ("^p paletteu" at 60 columns). Here
-a key is shown whole or not at all: the palette key goes first (ctrl+p still opens the palette,
-and the help lists it), then the keys at the end of the row, as many as it takes. Under a dialog
-the footer is blank: its keys wait for the dialog to close, and what showed of it beside the
-dialog was a word's end at the dialog's corner ("╯e").
+Textual's row scrolls sideways under the palette key, which then hides keys and leaves letters
+sticking out ("^p paletteu"). Here a key is shown whole or not at all: the palette key first, then
+as many keys as fit. Under a dialog the footer is blank.
 """
 
 from __future__ import annotations

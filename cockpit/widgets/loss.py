@@ -7,6 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from textual.binding import Binding
+from textual.reactive import var
+
 from cockpit.figures.axes import nice_ticks, steady_limits
 from cockpit.figures.durations import fmt_duration
 from cockpit.figures.numbers import fmt_loss, fmt_tick
@@ -35,27 +38,34 @@ MARKS = {kind: (glyph, colour) for kind, (glyph, colour, _) in MARK_LEGEND.items
 
 
 class LossPanel(ThrottledPlot):
-    """Loss vs steps, tokens or training time (`t` cycles), linear or log y (`g`).
-
-    Training time of the live run: `set_time_anchor(step,
-    train_time_s)` where it is known exactly (RunStarted: start_step, train_time_s; every Eval,
-    through `add_eval(..., train_time_s=)`), and from there each step's `step_time_s`
-    (`add_step(..., step_time_s=)`). Steps given without a step time are not on the time
-    axis. Other runs' curves lie under its own."""
+    """Loss vs steps, tokens or training time (`t` cycles), linear or log y (`g`); other runs'
+    curves lie under its own. The time axis is anchored where the training time is known
+    exactly (`set_time_anchor`) and follows each step's `step_time_s` from there."""
 
     BORDER_TITLE = "Loss"
     ALLOW_MAXIMIZE = True
     can_focus = True
     EMPTY_MESSAGE = "waiting for the first step..."
+    # The panel's own keys (the key table gives them their help and palette lines; the app binds
+    # them too, so they work whichever panel has the focus).
+    BINDINGS = [
+        Binding("t", "toggle_x", "x: steps/tokens/time", show=False),
+        Binding("g", "toggle_log", "log y", show=False),
+        Binding("m", "cycle_smoothing", "smoothing", show=False),
+        Binding("x", "cycle_x_window", "x range", show=False),
+        Binding("y", "toggle_y_all", "y range", show=False),
+    ]
+
+    # how the curves are drawn: each change redraws the labels and, at the next flush, the plot
+    smoothing = var(0, init=False)  # index into SMOOTHING
+    x_window: var[int | None] = var(None, init=False)  # None: the whole run; N: the last N steps
+    y_all = var(False, init=False)  # True: the y range takes the first steps' losses too
+    x_axis = var("steps", init=False)  # one of AXES
+    y_unit = var("loss", init=False)  # one of Y_UNITS
+    log_y = var(False, init=False)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.smoothing = 0  # index into SMOOTHING
-        self.x_window: int | None = None  # None: the whole run; N: the last N steps
-        self.y_all = False  # True: the y range takes the first steps' losses too
-        self.x_axis = "steps"  # one of AXES
-        self.y_unit = "loss"  # one of Y_UNITS
-        self.log_y = False
         # the run's tokenizer where the opener knows it (`cockpit compare`): a tokenizer other
         # than its overlays' makes their losses per token incomparable (once the run recorded
         # bits per byte, its measured tokens per byte say so instead)
@@ -220,11 +230,16 @@ class LossPanel(ThrottledPlot):
             self.best_val = val_loss
         self.touch()
 
+    def _drawing_changed(self) -> None:
+        self.touch()
+        self.update_labels()
+
+    watch_smoothing = watch_x_window = watch_y_all = _drawing_changed
+    watch_x_axis = watch_y_unit = watch_log_y = _drawing_changed
+
     def cycle_x_axis(self) -> str:
         """steps -> tokens -> training time -> steps; returns the new axis' name."""
         self.x_axis = AXES[(AXES.index(self.x_axis) + 1) % len(AXES)]
-        self.touch()
-        self.update_labels()
         return self.x_axis
 
     def set_y_unit(self, unit: str) -> None:
@@ -232,8 +247,6 @@ class LossPanel(ThrottledPlot):
         if unit not in Y_UNITS:
             raise ValueError(f"unknown y unit {unit!r}: one of {', '.join(Y_UNITS)}")
         self.y_unit = unit
-        self.touch()
-        self.update_labels()
 
     def scale(self, split: str) -> float | None:
         """What the `split` (train or val) losses are multiplied by in the unit shown; None in
@@ -283,8 +296,6 @@ class LossPanel(ThrottledPlot):
     def cycle_smoothing(self) -> str:
         """light (0.9) -> heavy (0.99) -> off -> light; returns the new setting's name."""
         self.smoothing = (self.smoothing + 1) % len(SMOOTHING)
-        self.touch()
-        self.update_labels()
         return SMOOTHING[self.smoothing][1]
 
     def cycle_x_window(self) -> int | None:
@@ -294,21 +305,38 @@ class LossPanel(ThrottledPlot):
         windows = [None, *(n for n in X_WINDOWS if n < span)]
         at = windows.index(self.x_window) if self.x_window in windows else 0
         self.x_window = windows[(at + 1) % len(windows)]
-        self.touch()
-        self.update_labels()
         return self.x_window
 
     def toggle_y_all(self) -> bool:
         self.y_all = not self.y_all
-        self.touch()
-        self.update_labels()
         return self.y_all
 
     def toggle_log(self) -> bool:
         self.log_y = not self.log_y
-        self.touch()
-        self.update_labels()
         return self.log_y
+
+    # the panel's keys: drawn at once ---------------------------------------------------------
+    def action_toggle_x(self) -> None:
+        """`t`: the x axis cycles steps -> tokens -> training time."""
+        self.cycle_x_axis()
+        self.flush(force=True)
+
+    def action_toggle_log(self) -> None:
+        self.toggle_log()
+        self.flush(force=True)
+
+    def action_cycle_smoothing(self) -> None:
+        self.cycle_smoothing()
+        self.flush(force=True)
+
+    def action_cycle_x_window(self) -> None:
+        if self.cycle_x_window() is None and not self.x_window:
+            self.notify("the whole run is shown", timeout=2)  # too short for a window yet
+        self.flush(force=True)
+
+    def action_toggle_y_all(self) -> None:
+        self.toggle_y_all()
+        self.flush(force=True)
 
     def has_data(self) -> bool:
         return bool(self.raw) or bool(self.val)

@@ -1,15 +1,8 @@
-"""The Learning-rate panel: the planned schedule over the whole run, the LR actually applied so
-far, markers where it was changed by hand, and where the run is now.
+"""The Learning-rate panel: the planned schedule, the LR applied so far, hand changes and now.
 
-The planned curve is data from `RunStarted.planned_lr`; the panel only asks for a redraw when the
-"now" marker moves by a column or the LR was changed, so it costs next to nothing per step.
-A preview (`set_preview`: the schedule a settings change would give, not yet applied) is drawn
-ahead of the run in its own colour, labelled "preview", until it is cleared.
-
-A run with a batch-size schedule or sequence-length warmup (`RunStarted.tokens_schedule`) also
-draws its tokens a step on the same step axis, as a staircase scaled so that the full size is
-the peak LR's height, labelled "tokens/step", with its own scale on the right (the smallest and
-largest step sizes); a run without one draws only its LR.
+The planned curve is drawn once; only the "now" marker moves. A settings change's schedule can
+be previewed ahead of the run (`set_preview`); a run whose tokens a step change draws them too,
+as a staircase with its own scale on the right.
 """
 
 from __future__ import annotations

@@ -41,14 +41,10 @@ class RedrawGovernor:
 
 
 class LoadGovernor:
-    """Keeps the UI thread's CPU share near a target by slowing every periodic redraw.
-
-    Feed it the UI thread's CPU time (`time.thread_time()` read on that thread) and the wall
-    clock; every `window` seconds it compares the share used with `target` and moves `factor`
-    (>= 1, <= max_factor): up by 1.5x when over target, back down by 1.25x when under half of
-    it. Redraw intervals are multiplied by `factor`. Everything the UI thread does counts,
-    Textual's own rendering included, which the per-plot RedrawGovernor cannot see.
-    """
+    """Keeps the UI thread's CPU share near `target` by slowing every periodic redraw: every
+    `window` seconds `factor` (1 to max_factor, the redraw intervals' multiplier) goes up 1.5x
+    when over target, down 1.25x when under half of it. Fed `time.thread_time()` of the UI
+    thread, it counts Textual's own rendering too."""
 
     def __init__(self, target: float = 0.02, window: float = 5.0, max_factor: float = 8.0) -> None:
         self.target = target

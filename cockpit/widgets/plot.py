@@ -1,18 +1,8 @@
 """A plotext plot that redraws on the cockpit's terms, not on every refresh.
 
-`PlotextPlot` rebuilds its plot in every `render()`. Here panels bump a version when their data
-changes; the app's timer calls `flush()`, which lets a redraw through only when the data changed
-and the `RedrawGovernor` says it is time (about once a second, slower if drawing is expensive:
-the UI thread shares the GIL with training). The plot is drawn through Textual's line API
-(`render_line`), cached by (size, version, theme), so resizes and screen changes never rebuild
-an unchanged plot.
-
-Drawing is split: plotext draws the frame (axes, ticks, labels) from the calls a panel makes on
-`plt`, and that frame is kept until those calls change; the data (`line`, `points`, `vline`) is
-laid over a copy of it with numpy (braille.py), using plotext's own value-to-cell mapping. A
-redraw with new data but the same axes therefore never runs plotext. What relies on plotext's
-internals lives in plotext_frame.py; if they ever differ from what it expects, the panel falls
-back to drawing everything with plotext.
+Panels bump a version when their data changes; `flush()` redraws only then, when the
+`RedrawGovernor` says it is time (the UI thread shares the GIL with training). plotext draws the
+frame, kept until its calls change; the data is laid over it with numpy (braille.py).
 """
 
 from __future__ import annotations
@@ -22,7 +12,7 @@ from typing import Any
 
 import numpy as np
 from rich.style import Style as RichStyle
-from textual.color import Color
+from textual.color import Color, ColorParseError
 from textual.content import Content
 from textual.geometry import Size
 from textual.strip import Strip
@@ -61,7 +51,7 @@ def _make_palette(v: dict[str, str]) -> dict[str, RGB]:
     def rgb(name: str, fallback: str) -> Color:
         try:
             return Color.parse(v.get(name, fallback))
-        except Exception:  # noqa: BLE001 - a theme without the variable
+        except ColorParseError:  # a theme without the variable
             return Color.parse(fallback)
 
     surface = rgb("surface", "#1e1e1e")

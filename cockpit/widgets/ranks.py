@@ -1,11 +1,7 @@
 """Every rank of a torchrun world in the Device panel, from `RankReport` events (every ~2 s).
 
-One line of step times (the mean over ranks and the slowest rank: a straggler is the first
-thing to look for), then one row per rank: its host and its GPU (utilisation, memory, power,
-temperature, throttling) or, on CPU ranks, its process's CPU% and RSS, and its own step time
-and time waiting for data.
-Columns are dropped or shortened, least important first, until a row fits the panel; when the
-ranks do not all fit its height, the slowest and fastest are shown and "+N more".
+A line of step times (the mean and the slowest rank), then one row per rank: its GPU or process
+and its step and data times. Columns are dropped least important first until a row fits.
 """
 
 from __future__ import annotations

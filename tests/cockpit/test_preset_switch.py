@@ -58,7 +58,7 @@ def test_the_menu_finds_the_local_copy_its_preset_was_started_with(
     args = parse_args(["--preset", "shakespeare-char", "--data", str(copy)])
     app, _factory = scripted_app()
 
-    app.data_available = partial(menu_data_check, args)
+    app.switching.data_available = partial(menu_data_check, args)
 
     async def scenario(pilot: Pilot) -> dict[str, PresetRow]:
         await settle(pilot)

@@ -34,7 +34,7 @@ async def test_a_grad_accum_change_mid_ramp_says_the_tokens_the_steps_train(
     ack = SettingsChanged(
         step=60, changes={"train.grad_accum": [1, 2]}, max_steps=view.max_steps, tokens_per_step=512
     )
-    app.settings_changed(ack)
+    app.run_events.settings_changed(ack)
     await pilot.pause()
     (toast,) = [t for t in toasts if t.title.startswith("Settings changed")]
     assert "128 tokens a step (was 64), 512 once the ramps end" in toast.message

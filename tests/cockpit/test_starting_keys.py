@@ -12,8 +12,8 @@ from slow_prepare import slow_prepare
 from textual.pilot import Pilot
 
 import engine.train.setup
-from cockpit.app.actions import STEERING_BY_KEY
 from cockpit.app.cockpit_app import CockpitApp
+from cockpit.app.offers import STEERING_BY_KEY
 from engine.config.presets import load_preset
 from engine.train.trainer import Trainer
 

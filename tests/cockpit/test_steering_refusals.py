@@ -9,8 +9,8 @@ from pilot import Toasts, pilot_test
 from scripted import ScriptedFactory
 from textual.pilot import Pilot
 
-from cockpit.app.actions import STEERING_BY_KEY
 from cockpit.app.cockpit_app import CockpitApp
+from cockpit.app.offers import STEERING_BY_KEY
 
 # every key of every command that needs a running engine: space, c, C, l, + =, - _, s, e, r
 KEYS = sorted(STEERING_BY_KEY)

@@ -82,8 +82,8 @@ def test_status_badge_has_a_label_for_each_state_the_engine_sends_and_no_other()
 
 
 def test_status_segments_from_the_run_view() -> None:
-    from cockpit.figures.run_view import RunView
-    from cockpit.widgets.status import fit_segments, status_segments
+    from cockpit.app.run_view import RunView, status_segments
+    from cockpit.widgets.status import fit_segments
 
     view = RunView(step=250, max_steps=1000, tokens_per_s=12_300.0, grad_norm=0.91, mfu=0.412)
     view.last_checkpoint = (200, "runs/x/ckpt-000200.pt", "interval")
