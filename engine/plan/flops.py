@@ -1,14 +1,8 @@
 """FLOPs per token, peak FLOP/s of the device, and model FLOPs utilisation (MFU).
 
-FLOPs per token = 6N + 12*L*H*Q*T (Chowdhery et al. 2022, PaLM, appendix B), where
-- N counts every parameter except the position embeddings and the value embeddings
-  (model.value_embeds: tables looked up, never multiplied); the token embedding is counted
-  because, tied to the output head, it is a vocab x d matrix multiply in every forward pass.
-  The speedrun parts' scalars (value-embedding lambdas, U-net skip weights) are in N like the
-  norms' gains; their elementwise products, like the norms', are not counted;
-- 12*L*H*Q*T is attention's score and value products (L layers, H heads, Q head size,
-  T context), forward and backward, NOT halved for causal masking: the same convention as
-  nanoGPT's `estimate_mfu`, so figures compare with its and with PaLM's.
+FLOPs per token = 6N + 12*L*H*Q*T (PaLM, appendix B): N counts every parameter but the position
+and value embeddings (tables looked up, never multiplied; the tied token embedding is the head's
+matmul), and attention's 12*L*H*Q*T is not halved for causal masking, as nanoGPT's `estimate_mfu`.
 """
 
 from __future__ import annotations
@@ -265,16 +259,10 @@ def mfu(tokens_per_s: float, flops_per_tok: float, peak_flops: float) -> float:
 class PeakMeter:
     """The peak MFU is measured against, corrected while the run goes on.
 
-    A measured peak can only have been deflated (by load while it was taken). When the model's
-    own FLOP/s exceeds it, the device is measured again and the peak becomes the best of the old
-    figure, the new measurement and what the model just did (which the device evidently can
-    do), so MFU never reads above 100%. A re-measurement costs `measure_peak`'s 0.3 s, taken
-    between steps and kept out of the throughput; they are spaced `remeasure_every_s` apart,
-    doubling each time, and in between the peak just follows the model's rate. A datasheet
-    peak (`remeasure=None`) is not second-guessed: the figure is capped at 100%.
-    `on_change(message)` hears each correction of 10% or more (the trainer records it as an
-    info alert); smaller ones are noise in the throughput, not news.
-    """
+    A measured peak can only be deflated (by load), so when the model's FLOP/s exceeds it the device
+    is measured again (0.3 s between steps, spaced `remeasure_every_s` apart, doubling) and the peak
+    becomes the best figure seen: MFU never reads above 100%. A datasheet peak (`remeasure=None`)
+    is capped instead. `on_change(message)` hears each correction of 10% or more."""
 
     ANNOUNCE_RATIO = 1.1
 

@@ -106,17 +106,12 @@ def recomputed_layers_bytes(
     mode: str | bool = "none",
     recompute_blocks: int = 0,
 ) -> int:
-    """The blocks' activations at the peak of a step when backward recomputes `mode` ("none",
-    "mlp" or "full"; True/False: full/none) in the first `recompute_blocks` blocks (0: all).
+    """The blocks' activations at the peak of a step when backward recomputes `mode` ("none", "mlp"
+    or "full"; True/False: full/none) in the first `recompute_blocks` blocks (0: all).
 
-    Each block keeps P = `layer_activation_bytes`; a recomputed one keeps less: its input
-    (2*s*b*h at 16-bit) under "full", P less `mlp_recompute_saving` under "mlp". The
-    recomputed blocks are the first, so backward reaches them last: the peak is either at the
-    start of backward (every kept activation, as without recompute) or at the last recomputed
-    block, where the others are freed and one block is rebuilt: its recomputed part, and under
-    "full" that block's backward temporaries, the gradients flowing through it (about 3*s*b*h
-    values; measured on the CPU by bench/memory_cpu.py, the figure without them was 10% short).
-    """
+    The peak is at the start of backward (every kept activation) or at the last recomputed block,
+    where one block is rebuilt: its recomputed part and, under "full", its backward temporaries
+    (about 3*s*b*h values; bench/memory_cpu.py found the figure 10% short without them)."""
     if isinstance(mode, bool):
         mode = "full" if mode else "none"
     sbh = seq * batch * n_embd
@@ -152,19 +147,10 @@ def speedrun_parts_bytes(
 ) -> int:
     """What value embeddings and U-net skips add to the blocks' kept activations, in bytes.
 
-    Value embeddings: each table's lookup (b*s*h float32 values: the table's dtype, autocast
-    or not) is kept for its scalars' gradients, once for the two blocks it feeds; each of those
-    blocks keeps its new values (v plus the scaled lookup: b*s*h at the compute dtype) for
-    attention's backward, while the projections' output, which the queries and keys are views
-    of, stays too. A block among the first `full_recompute_blocks` keeps only its inputs, the
-    lookup among them. Counted from the tensors autograd saves; with rotary positions and no
-    QK-norm the queries and keys are new tensors and the projections' output is freed instead,
-    so there the figure is high by the blocks' share.
-    U-net skips: with an even number of blocks, the first block of the second half takes the
-    last of the first half's output twice (itself, and scaled as its mirror's skip), so both
-    it and the sum are kept (b*s*h float32: the residual stream's dtype); every other skip's
-    source is kept anyway as the next block's input.
-    """
+    Counted from the tensors autograd saves: each value-embedding lookup (b*s*h fp32) once for its
+    two blocks, and each such block's new values at the compute dtype (a fully recomputed block
+    keeps only its inputs); with an even number of blocks, the middle skip's source and sum
+    (b*s*h fp32). With rotary and no QK-norm the figure is high by the blocks' share."""
     sbh = batch * seq * n_embd
     total = 0
     if value_embeds:
@@ -224,20 +210,13 @@ def activation_bytes_estimate(
 
 
 def head_loss_bytes(batch: int, seq: int, n_embd: int, vocab: int, bytes_per_value: int) -> int:
-    """What the head and the cross-entropy add to a step's peak, in bytes, as `head_loss`
-    computes them: in chunks of `chunk_tokens_for` tokens when the logits would not fit one.
+    """What the head and the cross-entropy add to a step's peak, in bytes, as `head_loss` computes
+    them (in chunks of `chunk_tokens_for` tokens when the logits would not fit one).
 
-    One chunk: the plain loss, whose backward holds three fp32 b*s*vocab tensors at its peak
-    (the saved log-softmax, its gradient and the logits' gradient: 12 bytes per logit,
-    measured on CPU and on an H200 alike). Several: while the blocks' activations are all live,
-    one chunk's fp32 logits and their gradient (8 bytes per logit of the chunk, the soft-cap's
-    tanh included) beside the fp32 gradients of the hidden states and of the head's weight that
-    the forward pass computes (4*(b*s + vocab)*n_embd bytes); at 16-bit also a chunk's 16-bit
-    weight-gradient product (vocab*n_embd values; the weight's 16-bit copy is autocast's, which
-    the planner counts for every weight). Backward's start
-    holds those gradients twice (scaled by the loss's gradient into new tensors), which is
-    the larger figure when the chunk is small beside the weight.
-    """
+    One chunk: 12 bytes per logit (the saved log-softmax, its gradient, the logits' gradient; as
+    measured on CPU and an H200). Several: one chunk's fp32 logits and gradient (8 bytes per logit)
+    beside the fp32 gradients of the hidden states and the head's weight, held twice at backward's
+    start (the larger figure when the chunk is small beside the weight)."""
     tokens = batch * seq
     chunk = chunk_tokens_for(vocab, tokens)
     if chunk >= tokens:
@@ -318,15 +297,17 @@ def _driver_process_memory(device: torch.device) -> int | None:
     """This process's memory on a CUDA device as the driver sees it; None when NVML can't tell."""
     try:
         import pynvml
-
+    except ImportError:  # no pynvml: no "other" figure
+        return None
+    try:
         pynvml.nvmlInit()
-    except Exception:  # no pynvml, or no driver: no "other" figure
+    except pynvml.NVMLError:  # no driver: no "other" figure
         return None
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
         return process_gpu_memory(pynvml, handle, os.getpid())
-    except Exception:  # the query failed: report no "other" rather than a wrong one
+    except pynvml.NVMLError:  # the query failed: report no "other" rather than a wrong one
         return None
     finally:
-        with contextlib.suppress(Exception):  # balances the init above; nothing to act on
+        with contextlib.suppress(pynvml.NVMLError):  # balances the init above; nothing to act on
             pynvml.nvmlShutdown()

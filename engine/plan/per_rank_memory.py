@@ -32,28 +32,17 @@ def shard_shapes(
 
 
 def unsharded_bytes(shapes: list[tuple[str, tuple[int, ...]]], gather_bytes: int) -> int:
-    """FSDP's transient working set at the start of backward (the activations' peak), in the
-    all-gather dtype (the compute dtype under FSDP's mixed precision, fp32 without it).
-
-    An estimate for `fully_shard` on each block and on the root: the root group (embeddings,
-    final norm, the tied head) stays whole from forward to the end of backward (FSDP2's default
-    for the root), with its gradient (the head's comes first in backward and waits for the root's
-    reduce-scatter at the end); two blocks whole (the one computing and the next, prefetched);
-    and the computing block's whole gradient before its reduce-scatter. Not counted: the
-    collectives' own buffers, and an fp32 copy of a block's gradient when reduce_dtype is fp32.
-    """
+    """FSDP's transient working set at the start of backward, in the all-gather dtype: the root group
+    (embeddings, final norm, tied head) whole with its gradient, two blocks whole (the one computing
+    and the next, prefetched) and the computing block's whole gradient. The collectives' own buffers
+    are not counted."""
     root = sum(prod(s) for name, s in shapes if not name.startswith("blocks."))
     block = sum(prod(s) for name, s in shapes if name.startswith("blocks.0."))
     return gather_bytes * (2 * root + 3 * block)
 
 
 def ddp_bucket_bytes(gradient_bytes: int) -> int:
-    """DDP's gradient buckets at their peak, for a replica whose gradients take `gradient_bytes`.
-
-    DDP (torch's defaults: gradient_as_bucket_view=False, 25 MiB buckets) copies every
-    gradient into flat bucket tensors for the all-reduce: the gradients' size again. Torch
-    rebuilds its buckets once, in the order the gradients arrived, and the step where it does
-    (the second) peaks one more such copy higher: measured on an H200 (local-300m, bf16):
-    +1.22 GB over a single process at step 3, +2.43 GB at step 2. The plan keeps that peak.
-    """
+    """DDP's gradient buckets at their peak: the gradients' size, twice (torch rebuilds its buckets at
+    the second step while the first set is held; measured on an H200, local-300m bf16: +2.43 GB at
+    step 2, +1.22 GB at step 3)."""
     return 2 * gradient_bytes

@@ -1,12 +1,8 @@
 """The pre-flight memory plan: the peak memory of one device of a run, before anything is allocated.
 
-Weights, gradients and optimizer state are computed exactly from the parameter shapes (the
-model is built on the meta device, so nothing is allocated). Activations are estimated.
-
-Under torchrun the plan is per device: FSDP divides weights, gradients and optimizer state by
-the world size and adds the all-gathered working set; DDP divides nothing and adds its gradient
-buckets. Each rank's micro-batch, and so its
-activations, is the single process's.
+Weights, gradients and optimizer state are exact (the model is built on the meta device);
+activations are estimated. Under torchrun the plan is per device: FSDP divides the states by the
+world size and adds its working set; DDP adds its gradient buckets.
 """
 
 from __future__ import annotations
@@ -216,7 +212,7 @@ def vocab_size_for(cfg: RunConfig, data_path: str | None = None) -> tuple[int, s
             import tiktoken
 
             return tiktoken.get_encoding(cfg.data.tokenizer).n_vocab, cfg.data.tokenizer
-        except Exception:
+        except (ImportError, OSError, ValueError):  # offline (requests' errors are OSErrors)
             return (
                 50257,
                 f"{cfg.data.tokenizer} (assumed GPT-2 size: encoding not available offline)",

@@ -1,11 +1,6 @@
-"""What selective recompute (model.grad_checkpoint, model.recompute_blocks) costs in compute.
-
-Recompute trades memory for a second forward pass through part of the model. Its cost is the
-share of the forward's matmul FLOPs done again in backward; a training step is about three
-forwards (backward is two), so a step slows by about a third of that share. Per token and
-block, the forward's matmuls are 24*h^2 + 4*s*h FLOPs: the attention projections 8*h^2, the
-scores and values 4*s*h (not halved for causal masking, as in `flops_per_token`) and the MLP
-16*h^2; the head adds 2*h*vocab. Elementwise work (norms, activations) is not counted.
+"""What selective recompute (model.grad_checkpoint, model.recompute_blocks) costs in compute: the
+share of the forward's matmul FLOPs done again in backward (per token and block 24*h^2 + 4*s*h;
+the head 2*h*vocab), and a step, about three forwards, slows by a third of that share.
 """
 
 from __future__ import annotations
