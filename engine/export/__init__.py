@@ -1,10 +1,6 @@
-"""`cockpit export`: a run's model or metrics in the formats other tools read.
-
-One module per format, each with `export(target: Path, out: Path) -> ExportResult` and a
-`DEFAULT_NAME` (where the output goes inside the run directory's `export/` folder when no
---out is given). Weight formats read a checkpoint (a RUN_DIR means its best, else its latest);
-metric formats read the run directory's metrics.jsonl. Each writes through `place`: never through
-a link, only where no other user can write, whole or not at all (a full disk is one line).
+"""`cockpit export`: a run's model or metrics in the formats other tools read (the formats are in
+docs/guide/checkpoints.md). One module per format, each with `export(target, out)` and a
+`DEFAULT_NAME`; each writes through `place`: never through a link, whole or not at all.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""`cockpit export --format csv`: a run's metrics.jsonl as one CSV file per record kind.
-
-`step.csv` (loss, lr, grad norm, throughput... per logged step), `eval.csv`, and the others
-the run has: `lr_changed.csv`, `checkpoint.csv`, `alert.csv`, `sample.csv`, `state.csv`,
-`memory.csv`, `telemetry.csv`. The header is the union of the kind's keys, `step` first (then
-`time`: seconds since the epoch); a missing or null value (NaN or infinite in the run) is an
-empty cell. Nested values are flattened: `gpus.0.util_percent`, `cpu_per_core.3`; a list of
-strings is one cell joined by "; ". run_started is left out: config.json and config.toml hold
-the run's configuration.
-
-Only the branch the run ended on is written (points a resume from an older checkpoint or a
-rollback abandoned are left out). The file is read line by line
-(one pass for the branches, one for the headers, one to write): memory stays small.
+"""`cockpit export --format csv`: a run's metrics.jsonl as one CSV file per record kind, on the
+branch the run ended on: `step` first, nested values as dotted columns (`gpus.0.util_percent`),
+an empty cell for a missing or non-finite value. Read line by line: memory stays small.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """GPT-2's tokenizer files (vocab.json, merges.txt) rebuilt from a tiktoken encoding's ranks, so
-that transformers' GPT2TokenizerFast encodes exactly as the run's tiktoken encoding did.
-
-tiktoken stores a byte-level BPE as {token bytes: rank}; GPT-2's files store the same thing as
-token strings (each byte shown as one printable character) and the ordered list of merges. A
-token's merge is recovered by running BPE on its bytes with only the lower-ranked tokens: what is
-left is the pair that the token was made from.
+that transformers' GPT2TokenizerFast encodes exactly as the run did. A token's merge is found by
+running BPE on its bytes with only the lower-ranked tokens: the pair left is the one it came from.
 """
 
 from __future__ import annotations

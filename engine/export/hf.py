@@ -1,10 +1,6 @@
 """`cockpit export --format hf`: a Hugging Face transformers GPT-2 directory that
-`GPT2LMHeadModel.from_pretrained(dir)` loads with the run's logits.
-
-GPT-2 in transformers stores its projections as Conv1D, (in, out): the transpose of nn.Linear's
-(out, in). It always has biases, so a run without them gets zeros (the same function). Its
-activation is named: "gelu" is the exact GELU cockpit trains with by default, "gelu_new" (GPT-2's
-default) the tanh approximation, which cockpit's model.mlp = "gelu_tanh" computes.
+`GPT2LMHeadModel.from_pretrained(dir)` loads with the run's logits (Conv1D weights transposed,
+zero biases where the run has none, "gelu" exact and "gelu_new" for cockpit's gelu_tanh).
 """
 
 from __future__ import annotations

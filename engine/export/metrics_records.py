@@ -1,16 +1,9 @@
 """A run's metrics.jsonl as a stream of records, on the branch the run ended on.
 
-Shared by the metric exports (csv, tensorboard) and the live TensorBoard sink, so all of them
-drop the same abandoned points. A run goes back in time in two ways:
-
-- a resume from the checkpoint at step S (its `run_started` record has `start_step` S): every
-  earlier record after step S belongs to an abandoned branch (read_history's rule);
-- a rollback inside one session (an anomaly reloads the last checkpoint): the next `step`
-  record repeats a step already recorded; every earlier record after the step before it is
-  abandoned (TensorBoard itself drops such out-of-order points when it reads).
-
-Unlike read_history, a step recorded twice without going back in time (an extra evaluation
-at the same step) keeps both records: they are both what the run did.
+Shared by the metric exports and the live TensorBoard sink, so all drop the same abandoned
+points: those after step S before a resume from S, and those a rollback went back over (a
+`step` record that repeats a recorded step). A step recorded twice without going back in time
+(an extra evaluation) keeps both records.
 """
 
 from __future__ import annotations

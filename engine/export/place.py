@@ -1,16 +1,8 @@
 """Where an export is written: a place cockpit makes itself, checks, and fills whole or not at all.
 
-- The output (`--out`, or RUN_DIR/export/NAME) is never a link, nor is RUN_DIR/export: an export
-  writes through no name someone else planted, even with --force. What is already there is
-  replaced only when it is a plain file or directory of ours (and a directory only other users
-  cannot write in); the directories above it must be ones no other user can swap (the run
-  directory's rule, engine.files).
-- The directories it lacks are made with mkdir, never through a name already taken.
-- The files are written into a new private directory first (a random name, 0700: no one else can
-  plant anything in it) with the safe writers of engine.files, then renamed into place once all
-  of them are written. A write that fails (a full disk) removes the staged files and every
-  directory this export made: nothing half-made is left, an earlier export is left as it was,
-  and the error is one line (ExportError) naming the problem and the fix.
+The output is never a link, and is replaced only when it is a plain file or directory of ours;
+the files are written into a new private directory first, then renamed into place. A failed
+write (a full disk) removes what this export made and is one line (ExportError).
 """
 
 from __future__ import annotations
@@ -149,9 +141,9 @@ def file_place(out: Path) -> Iterator[None]:
     made = _make_dirs_above(out)
     try:
         yield
-    except Exception as e:
+    except BaseException as e:  # removed again whatever stopped the write, then raised on
         remove_made(made)
-        failure = write_failure(out, e)
+        failure = write_failure(out, e) if isinstance(e, Exception) else None
         if failure is not None:
             raise failure from None
         raise

@@ -1,11 +1,7 @@
 """`cockpit export --format safetensors`: the weights as one .safetensors file under cockpit's own
-names, with what it takes to rebuild the model in its metadata (strings only, as the format asks).
-
-Any model shape exports: `GPT(ModelConfig(**json.loads(meta["model_config"])),
-int(meta["vocab_size"]))` rebuilds it, once the tied names in meta["tied_weights"] point at the
-tensor they share (safetensors refuses to store one tensor under two names). The embedding and
-head hold the tokenizer's rows only (a run's padded rows are cut), so model_config says
-vocab_multiple = 1.
+names, with the model config in its metadata: `GPT(ModelConfig(**json.loads(meta["model_config"])),
+int(meta["vocab_size"]))` rebuilds any shape, once the tied names in meta["tied_weights"] point at
+the tensor they share. Padded vocabulary rows are cut, so model_config says vocab_multiple = 1.
 """
 
 from __future__ import annotations

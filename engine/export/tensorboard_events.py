@@ -1,11 +1,6 @@
-"""`cockpit export --format tensorboard`: a run's metrics.jsonl as TensorBoard event files.
-
-The same scalars and texts as the live sink (`[log] tensorboard`), through the same mapping, at
-the records' own steps and wall times. Only the branch the run ended on is written: points of a
-branch abandoned by a
-resume from an older checkpoint or by a rollback are left out, which is what TensorBoard shows
-of the live log too. A live run is exported as far as its metrics file went when the export
-started. The file is read line by line; memory stays small however long the run.
+"""`cockpit export --format tensorboard`: a run's metrics.jsonl as TensorBoard event files, with
+the live sink's mapping, at the records' own steps and wall times, on the branch the run ended
+on. A live run is exported as far as its metrics file went; memory stays small.
 """
 
 from __future__ import annotations
