@@ -1,20 +1,7 @@
-"""Where a run's (x, y) batches come from: random training windows, and evaluation windows.
-
-Both cut `block_size + 1` tokens at a set of start positions: x is the first block_size tokens,
-y the same shifted by one. Training draws its starts from its own generator (saved in the
-checkpoint, so a resume draws the very batches the run would have drawn); evaluation uses the
-same windows at every eval, so its curve compares like with like.
-
-Training batches from a memory-mapped corpus are made ahead by a background thread (sampling,
-gathering from the memmap, int64, and on CUDA pinned memory and a non-blocking copy), so the
-training loop does not wait on the disk. The thread draws ahead from the generator, so what a
-checkpoint saves (`BatchSampler.generator.get_state()`) is the state before the next batch the
-loop will consume, never the thread's: resume stays exact.
-
-With a batch-size schedule or a sequence-length warmup (a `ShapeSchedule`), the loop names each
-step before drawing its batches (`at_step`), and the batches of that step have the schedule's
-shape: a change of shape discards what was made ahead at the old one and draws again from the
-loop's position, so the batches are the ones a sampler without prefetching would draw.
+"""Where a run's (x, y) batches come from: random training windows, and evaluation windows (the
+same at every eval). Training draws from its own generator, saved in the checkpoint, so a resume
+draws the very batches the run would have; batches made ahead by a background thread never move
+that saved state. Under a `ShapeSchedule` a change of shape discards what was made ahead.
 """
 
 from __future__ import annotations
@@ -144,12 +131,8 @@ class _ConsumedRng:
 class BatchSampler:
     """Random (x, y) windows from a token array, from its own generator so resume is exact.
 
-    `prefetch`: batches made ahead by a background thread; None: PREFETCH_DEPTH for a
-    memory-mapped corpus, none for an array in memory; 0: none. Call `close()` when done (the
-    Trainer does at the end of its run); a sampler left unclosed stops its thread when
-    garbage-collected. `schedule`: the shape of each step's batches (`at_step`); None, or one
-    that is off, draws every batch at `batch_size` x `block_size`.
-    """
+    `prefetch`: batches made ahead by a thread (None: PREFETCH_DEPTH for a memory-mapped corpus,
+    none in memory; 0: none); `close()` stops it. `schedule`: each step's shape (`at_step`)."""
 
     def __init__(
         self,

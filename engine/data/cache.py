@@ -1,10 +1,7 @@
-"""The prepared corpora in the cache folder: list them with their figures, find one by name or
-prefix, remove one safely. Pure functions over the file system, for `cockpit data ls|rm`.
-
-A prepared corpus is a directory directly inside the cache folder, named
-`{source}-{tokenizer}-{12 hex digits}`, holding meta.json and its token files.
-meta.json is written last, so a directory without a readable one is an interrupted preparation.
-meta.json is read tolerantly: keys that an older or newer format lacks are None, never an error.
+"""The prepared corpora in the cache folder, for `cockpit data ls|rm`: list them with their
+figures, find one by name or prefix, remove one safely. A prepared corpus is a directory
+`{source}-{tokenizer}-{12 hex digits}` whose meta.json is written last (a directory without one
+is an interrupted preparation) and read tolerantly (a key a format lacks is None).
 """
 
 from __future__ import annotations

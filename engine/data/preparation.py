@@ -1,10 +1,7 @@
-"""Preparing a run's corpus: prepare() finds the source, reuses its token file or builds it
-once (under the directory's lock), and loads the run's train/val split of it, memory-mapped.
-
-The source is the offline Python docs, Tiny Shakespeare, or the user's own text, JSON lines or
-Parquet files; its prepared directory is in a cache folder, keyed by the source and the
-tokenizer; the token file is built once and written atomically. Every problem a user can
-cause is a DataError whose one-line message names the problem and the fix.
+"""Preparing a run's corpus: prepare() finds the source, reuses its token file or builds it once
+(under the directory's lock, written atomically, in a cache folder keyed by source and
+tokenizer), and loads the run's train/val split, memory-mapped. Every problem a user can cause
+is a one-line DataError naming the fix.
 """
 
 from __future__ import annotations

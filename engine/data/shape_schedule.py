@@ -1,15 +1,9 @@
 """The batch-size schedule and the sequence-length warmup: the shape of each step's batches.
 
-The modded-nanogpt speedrun trains its first steps on fewer, shorter sequences and grows both
-as training goes on: early updates are cheap, and the gradient noise a small batch brings does
-no harm while the loss falls fast. Here each grows linearly from its start to the configured
-size (train.batch_size sequences, model.block_size tokens) over its ramp, rounded down to a
-multiple of its start, so that a run sees a handful of shapes rather than one a step
-(torch.compile compiles again at the first change of each size, which is dynamic from then on).
-
-Both are pure functions of the step: a resume, a replay or a rollback draws every step at the
-shape it had, and every rank of a world at the same one. A start of 0 is off: every step has
-the configured shape, as before these existed.
+As in the modded-nanogpt speedrun, each grows linearly from its start to the configured size
+over its ramp, rounded down to a multiple of its start (a handful of shapes for torch.compile).
+Pure functions of the step, so a resume, replay, rollback or rank sees the same shapes; a start
+of 0 is off.
 """
 
 from __future__ import annotations

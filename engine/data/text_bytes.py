@@ -1,11 +1,6 @@
-"""How many bytes of text a split's tokens stand for: what bits per byte divide by.
-
-Each token id stands for fixed bytes (a char tokenizer's character in UTF-8, a BPE token's
-bytes, none for the end-of-text marker BPE puts between documents), so a split's byte count is
-a sum over its ids. The split point is chosen when a run loads the corpus, so the preparation
-writes a `ByteIndex` beside the token file: the bytes before every STRIDE-th token. Any split
-then costs at most STRIDE lookups. A corpus prepared before the index existed gets one on first
-need, from its tokens (one pass over the token file; nothing is read from the source again).
+"""How many bytes of text a split's tokens stand for: what bits per byte divide by. Each token id
+stands for fixed bytes, and a `ByteIndex` beside the token file (the bytes before every STRIDE-th
+token) makes any split cost at most STRIDE lookups; a corpus without one gets it on first need.
 """
 
 from __future__ import annotations

@@ -162,15 +162,10 @@ class TiktokenTokenizer(Tokenizer):
     def join_at_cut(
         self, left: np.ndarray, right: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, bool]:
-        """The tokens of a text cut inside a word (left's end, right's start: a CutPiece's end)
-        as encoding it whole gives them, and whether that was checked.
-
-        A BPE encoding is the text's own exactly when each two neighbouring tokens, encoded
-        together, come back as themselves (the pair property GitHub's `bpe` crate builds on;
-        tested here against whole encodings). The tokens around the cut are re-encoded, a few
-        more each time, until the re-encoding starts and ends with the tokens it replaces: its
-        pairs with the tokens outside it are then pairs the pieces' own encodings already had.
-        """
+        """The tokens of a text cut inside a word (left's end, right's start) as encoding it whole gives
+        them, and whether that was checked. The tokens around the cut are re-encoded, a few more each
+        time, until the re-encoding starts and ends with the tokens it replaces: by BPE's pair property
+        (GitHub's `bpe` crate), the result is then the whole text's encoding."""
         eot = self.end_of_text
         ends = np.flatnonzero(right[:JOIN_TOKENS] == eot) if eot is not None else ()
         right_end = int(ends[0]) if len(ends) else None  # the document ends there: a boundary
@@ -316,7 +311,7 @@ def _load_encoding(name: str) -> Any:
 
     try:
         return tiktoken.get_encoding(name)
-    except Exception as e:  # tiktoken raises requests errors, OSError or ValueError when offline
+    except (OSError, ValueError, ImportError) as e:  # offline: requests' errors are OSErrors
         hint = (
             " (or use r50k_base, the same encoding, whose file may already be cached)"
             if name == "gpt2"
