@@ -48,12 +48,8 @@ class Event:
     def from_record(cls, record: Mapping[str, Any]) -> Event:
         """The event that `to_record` made `record` from, once it went through JSON and back.
 
-        Exact for every type in EVENT_TYPES: lists become the declared tuples, nested readings
-        their dataclass, and null in a `float` field NaN again (a null in a `float | None` field
-        stays None: an infinity comes back as NaN or None). Fields a record lacks take their
-        defaults (older records). Raises ValueError for a record that is not one of these
-        events: an unknown kind, unknown or missing fields, or a kind other than `cls`'s.
-        """
+        Exact for every type in EVENT_TYPES (a null `float` is NaN again; a missing field takes its
+        default). ValueError for a record that is not one of these events or not of `cls`'s kind."""
         kind = record.get("kind")
         event_type = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
         if event_type is None or not issubclass(event_type, cls):

@@ -1,20 +1,9 @@
 """Settings a run may change while it trains, and the timeline of the changes made.
 
-`live_change(cfg, settings, step)` decides a `set` command at a step boundary: each key as
-`--set` spells it, each value typed or as `--set` writes it, checked as `--set` checks it; the
-answer is the config from the next step on, or the one line that says why not. What it refuses
-belongs to the weights or to the run's identity (the model's shape, the corpus, the seed) or is
-built into the running process (device, dtype, compile, micro-batch size): those change on
-resume, where the same key is allowed.
-
-`SettingsTimeline` is what a run changed and when: each entry the step it applies from (the
-step counter at the boundary: it shapes step `step + 1` on), who asked and the new values.
-A checkpoint keeps the entries up to its step, config.toml keeps all of them beside the
-starting values, and a run started from that config.toml makes the same changes at the same
-steps. The hand-set LR multiplier (set_lr, scale_lr, rollback) is one more key of it,
-`LR_SCALE`, which is not a config setting.
-
-Pure and torch-free: the app's settings screen checks its fields with it too.
+`live_change(cfg, settings, step)` decides a `set` command at a step boundary, as `--set` checks
+it: the config from the next step on, or the one line why not (the model's shape, corpus, seed
+and process settings change only on resume). `SettingsTimeline` is what a run changed, when and
+by whom, with the hand-set LR multiplier as one more key, `LR_SCALE`. Pure and torch-free.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""Finding and loading presets: TOML files that describe a run.
-
-Where presets come from, in increasing priority (a later source wins a name clash):
-1. built in: the `presets/` package shipped with cockpit;
-2. the user's directory: `$COCKPIT_PRESETS_DIR`, else `$XDG_CONFIG_HOME/cockpit/presets`
-   (default `~/.config/cockpit/presets`);
-3. directories given with `--presets-dir` (later ones win).
-A preset may say `extends = "other"` and override a few keys; `--set` overrides apply last.
-A run directory's config.toml is a preset too: its `[[changes]]` (the changes the run made
-while it trained) are the run's to make again at their steps (`load_replay`).
+"""Finding and loading presets: TOML files that describe a run, from the built-in `presets/`, the
+user's directory (`$COCKPIT_PRESETS_DIR`, else `$XDG_CONFIG_HOME/cockpit/presets`) and each
+`--presets-dir`, a later source winning a name clash. A preset may `extends = "other"`; `--set`
+applies last. A run directory's config.toml is a preset too, with its `[[changes]]` to replay.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A RunConfig written back as TOML: the run directory's replayable `config.toml` and
-`cockpit presets show`.
-
-Only the value types a config holds are written (strings, integers, finite floats, booleans,
-lists of strings), so the writer is a few lines; every file it writes reads back with
-`tomllib` into the same config (a test holds it to that). A run's file also keeps the changes
-made while it trained, as `[[changes]]` tables after the starting values.
+"""A RunConfig written back as TOML: the run directory's replayable `config.toml` (with the changes
+made while it trained, as `[[changes]]`) and `cockpit presets show`. Every file it writes reads
+back with `tomllib` into the same config.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The files a person names on the command line (a preset, a series file, a checkpoint, weights
-to start from), read only when they are regular files, and the small ones only up to a size.
-
-A FIFO blocks its reader until someone writes to it (for ever, and past the first SIGTERM), and
-a device such as /dev/zero never ends (`--preset /dev/zero` read 24 GB before the kernel killed
-it). Each is refused in one line before a byte is read: the path is looked at first, and a file
-that is read is opened without blocking and looked at again through its descriptor (a FIFO put
-in its place meanwhile is still refused). A directory is left to each reader's own message
-(IsADirectoryError, as `open` raises), as a missing file is (FileNotFoundError).
+"""The files a person names on the command line (a preset, a series file, a checkpoint, weights),
+read only when they are regular files, and the small ones only up to a size: a FIFO would block
+the reader for ever and /dev/zero never ends, so each is refused in one line before a byte is
+read (looked at by path, then again through the descriptor opened without blocking).
 """
 
 from __future__ import annotations

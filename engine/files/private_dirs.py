@@ -1,16 +1,9 @@
 """Private directories: a run directory is one that no other user can write in or swap (torch-free).
 
-A file written by name is only as safe as the directory it is in: another user who can create
-entries there can plant a link where the run writes, or swap a file the run reopens (as
-TensorBoard's writer does). So a directory the run writes in is made here with `mkdir` (never
-through a name already taken, a link included), owned by us and writable by no one else, and
-every directory above it passes the rule OpenSSH applies to `~/.ssh`: each is owned by us or
-root and not writable by group or others, except a sticky one (`/tmp`, 1777) directly above an
-entry that is ours (the sticky bit stops others removing or renaming it). Both the path as given
-and the one its links lead to are checked: a link is an entry of the directory it is in.
-
-Each check returns what is wrong as an `Unsafe` (the directory, why, the chmod that fixes it
-when one does), or None; the callers word the line a user reads.
+A directory the run writes in is made with `mkdir` (never through a name already taken), ours and
+writable by no one else, and every directory above it passes OpenSSH's rule for `~/.ssh` (ours or
+root's, not group- or world-writable, except a sticky one directly above an entry of ours), for
+the path as given and as its links lead. A check returns what is wrong as an `Unsafe`, or None.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Safe file writes for run directories, exports and prepared data (torch-free).
 
-A file is written under a temporary name beside its destination, fsynced, then renamed over
-it: a crash at any moment leaves either the old file or the new one, never a partial one. The
-temporary name is `.NAME.XXXX.tmp` (a run's leftovers, `.ckpt-*.tmp`, are cleared by
-`remove_partial_saves` when the run directory is next used).
-
-Nothing is written through a link someone planted: the temporary file is created new
-(O_EXCL, O_NOFOLLOW), and the rename replaces a link at the name rather than following it; a
-file that is kept and appended to (the metrics log, the run lock) is opened O_NOFOLLOW and
-refused, in one line, unless it is a plain file with no other hard links. Modes are asked for
-per file at its creation (FILE_MODE, PRIVATE_MODE) and only narrowed by the umask the process
-already has: the umask itself is never changed, since that is process-wide and would race with
-every other thread creating a file.
+A file is written under a temporary name beside it (`.NAME.XXXX.tmp`, created O_EXCL and
+O_NOFOLLOW), fsynced, then renamed over it: a crash leaves the old file or the new, and nothing
+is written through a planted link. A file kept and appended to is opened O_NOFOLLOW and must be
+a plain file with one link. Modes are set per file, never through the process-wide umask.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""A GPT language model in the spirit of nanoGPT's model.py, with switchable modern parts.
-
-With the defaults of `ModelConfig` it is nanoGPT's GPT: learned positions, LayerNorm, GELU MLP,
-tied embeddings, causal scaled-dot-product attention, dropout and nanoGPT's initialisation.
-Switches turn on rotary positions, RMSNorm, QK-norm, ReLU^2 (or GPT-2's tanh GELU), an untied
-head, zero-initialised output projections, tanh logit soft-capping, and two of the modded-nanogpt
-speedrun's parts: value embeddings (token embedding tables mixed into the attention values of
-the first and last blocks) and U-net skips (the first half's block outputs added to the inputs of
-their mirror blocks in the second half).
+"""A GPT language model in the spirit of nanoGPT's model.py, with switchable modern parts: with
+`ModelConfig`'s defaults it is nanoGPT's GPT; switches turn on rotary positions, RMSNorm,
+QK-norm, ReLU^2 or tanh GELU, an untied head, zero-initialised projections, logit soft-capping,
+and the modded-nanogpt speedrun's value embeddings and U-net skips.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """The language-model head and its cross-entropy, in chunks of tokens, never holding the full logits.
 
-Computed whole, the logits of a micro-batch are b*t*vocab values, and cross-entropy in fp32
-keeps three fp32 tensors of that shape alive at the peak of backward (the saved log-softmax,
-its gradient and the logits' gradient: 12 bytes per logit, 9 GiB for 16 x 1024 tokens of a
-50k vocabulary, more than a 300M model's weights, gradients and optimizer state together).
-Here the tokens are taken `chunk_tokens` at a time. For each chunk the forward pass computes
-the logits (tanh soft-capped when asked), the fp32 log-softmax loss and, at once, the
-gradients of that loss with respect to the chunk's hidden states and the head's weight, then
-drops the chunk's logits. Backward only scales the two stored gradients by the gradient of the
-loss (which carries GradScaler's scale and the accumulation's 1/n). The FLOPs are those of the
-unchunked head and loss, with no recompute: the design of Liger-Kernel's fused linear
-cross-entropy, in plain torch ops so that it runs on any device and under torch.compile.
-
-The loss is the mean over targets other than IGNORE_INDEX (F.cross_entropy's convention).
+Whole, fp32 cross-entropy keeps three b*t*vocab tensors at backward's peak (12 bytes per logit:
+9 GiB for 16 x 1024 tokens of a 50k vocabulary). Here each chunk's forward computes its loss and,
+at once, the gradients for its hidden states and the head's weight, then drops its logits;
+backward only scales them. Liger-Kernel's fused linear cross-entropy, in plain torch ops.
 """
 
 from __future__ import annotations
@@ -43,17 +34,11 @@ def head_loss(
     chunk_tokens: int | None = None,
     vocab: int | None = None,
 ) -> torch.Tensor:
-    """Mean cross-entropy of `F.linear(hidden, weight)` (soft-capped when `softcap` > 0)
-    against `targets`, computed `chunk_tokens` tokens at a time (`chunk_tokens_for` when None).
-    `vocab`: the tokenizer's size when the weight has padded rows past it; those rows' logits
-    take no part in the softmax (the matmul keeps the padded, aligned width), so a padded model
-    learns exactly what an unpadded one would and starts at the loss of a uniform guess, ln(vocab).
-
-    hidden: (..., n_embd); weight: (vocab, n_embd); targets: hidden's leading shape, with
-    IGNORE_INDEX for positions that count for nothing. A scalar fp32 loss. With gradients
-    enabled its graph holds each input's gradient, not the logits; without, only one chunk's
-    logits ever exist. When all the tokens make one chunk, it is F.cross_entropy of the logits.
-    """
+    """Mean cross-entropy of `F.linear(hidden, weight)` (soft-capped when `softcap` > 0) against
+    `targets` (IGNORE_INDEX counts for nothing), `chunk_tokens` tokens at a time (`chunk_tokens_for`
+    when None); a scalar fp32 loss. `vocab`: the tokenizer's size when the weight has padded rows,
+    whose logits take no part in the softmax. When all the tokens make one chunk, it is
+    F.cross_entropy of the logits."""
     hidden = hidden.reshape(-1, hidden.size(-1))
     targets = targets.reshape(-1)
     chunk = chunk_tokens or chunk_tokens_for(weight.size(0), hidden.size(0))

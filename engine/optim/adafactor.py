@@ -14,24 +14,12 @@ from engine.optim.refused_step import found_inf_mask
 
 
 class Adafactor(torch.optim.Optimizer):
-    """Adafactor (Shazeer & Stern, 2018) with an absolute LR: `lr` is the step size, as AdamW's,
-    so a run switches between the two at the same LR.
-
-    The second moment of a matrix is factored (an average of g^2 per row and per column, their
-    outer product over their total estimating it), of a vector kept whole; both are exponential
-    averages with `beta2`, bias-corrected as AdamW's. The normalised gradient g / (sqrt(v) + eps)
-    is clipped to an RMS of at most `clip_threshold`, then averaged with `beta1` into a first
-    moment (bias-corrected; beta1 = 0 keeps none, the paper's memory-saving form). Weight decay
-    is decoupled, lr * weight_decay per step. There is no relative step and no scaling by the
-    parameter's RMS (torch.optim.Adafactor's `lr` is relative to the weight's scale: with weights
-    of RMS 0.02 its 3e-4 moves them about 50x less than AdamW's).
-
-    The step reads nothing back to the host: the step count is a tensor beside the parameter,
-    and the clipping divides by a tensor. A `found_inf` tensor attribute (1.0: the gradients are
-    not finite), as torch's fused AdamW reads it, turns the step into a no-op for every weight,
-    moment and step count, still without a host read. State names (`step`, `row_var`,
-    `col_var`, `variance`) and shapes are torch.optim.Adafactor's, so its checkpoints load; the
-    first moment (`exp_avg`) of such a state starts at zero."""
+    """Adafactor (Shazeer & Stern, 2018) with an absolute LR: `lr` is the step size, as AdamW's, so a
+    run switches between the two at the same LR (torch.optim.Adafactor's is relative to the weight's
+    scale). A matrix's second moment is factored per row and column; the normalised gradient is
+    clipped to an RMS of `clip_threshold`, then averaged with `beta1` (0: no first moment). It reads
+    `found_inf` as torch's fused AdamW does, with no host read; state names are torch's, so its
+    checkpoints load."""
 
     skips_on_found_inf = True
 

@@ -143,22 +143,11 @@ def cautious_decay_(
 
 
 class BatchedMuon(torch.optim.Muon):
-    """torch.optim.Muon with its orthogonalisation in float32 (or bfloat16), batched over the
-    matrices of one shape (a model's blocks repeat the same few shapes).
-
-    The library runs Newton-Schulz matrix by matrix in bfloat16, the right choice on a GPU; on
-    a CPU without bfloat16 matrix units that is the slowest part of a small model's step. Same
-    state ("momentum_buffer"), coefficients, Nesterov momentum, decoupled weight decay and LR
-    adjustment, so checkpoints move freely between the two.
-
-    Its groups' own settings (all optional, defaults torch's Muon): `orthogonalizer`
-    ("newton_schulz" or "polar_express"), `ns_dtype` ("float32" or "bfloat16"), `variant`
-    ("muon" or "normuon", whose per-neuron second moment is kept as "second_moment" state and
-    decays by `normuon_beta2`) and `cautious_wd` (decay only where update and weight agree).
-
-    Unlike torch.optim.Muon it reads a `found_inf` tensor attribute (1.0: the gradients are not
-    finite), as torch's fused AdamW does, and then leaves every weight and momentum buffer as it
-    was, without a host read."""
+    """torch.optim.Muon with its orthogonalisation in float32 (or bfloat16), batched over the matrices
+    of one shape: on a CPU, bfloat16 Newton-Schulz matrix by matrix is a small model's slowest part.
+    Same state, coefficients and LR adjustment as torch's, so checkpoints move between the two. Its
+    groups may set `orthogonalizer`, `ns_dtype`, `variant` ("muon" or "normuon") and `cautious_wd`;
+    it reads `found_inf` as torch's fused AdamW does, with no host read."""
 
     skips_on_found_inf = True
 

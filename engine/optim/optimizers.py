@@ -1,13 +1,8 @@
 """Optimizers: AdamW, Muon (+AdamW for the rest), Lion and Adafactor behind one interface.
 
-Parameters are grouped by their role (`param_role`): embeddings, the blocks' matrices, the
-head and the scalars (norm gains, biases, lambdas), in that order, each group with its own
-peak LR (optim.embed_lr, optim.lr or Muon's optim.muon_lr, optim.head_lr, optim.scalar_lr;
-0 = optim.lr). The groups depend on the model only, never on the LR values, so a live change
-of a group's LR writes into the groups a run has. Every group carries `base_lr`, its LR at
-the schedule's peak: the trainer sets `group["lr"] = group["base_lr"] * schedule_factor *
-user_multiplier` before each step, so the schedule and the cockpit's LR control scale every
-group consistently.
+Parameters are grouped by role (`param_role`: embeddings, the blocks' matrices, the head, the
+scalars), each group with its own peak LR kept as `base_lr`; the groups depend on the model only,
+so the schedule and the cockpit's LR control scale every group alike.
 """
 
 from __future__ import annotations
@@ -247,7 +242,7 @@ def set_lr_factor(optimizer: Any, factor: float) -> None:
 
 def applied_lr(optimizer: Any) -> float:
     """What the cockpit shows as "the" LR: optim.lr's, times the factor applied (the last
-    group's where no group follows optim.lr: AdamW's in a Muon run, as before the roles)."""
+    group's where no group follows optim.lr: AdamW's in a Muon run)."""
     groups = optimizer.param_groups
     if not groups:
         return 0.0

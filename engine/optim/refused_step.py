@@ -1,10 +1,7 @@
-"""A refused optimizer step, decided on the device: no host read in the step.
-
-The trainer refuses a step whose gradients are not finite. Torch's fused AdamW takes that
-decision as a `found_inf` tensor attribute (1.0: refuse), as GradScaler sets it; cockpit's
-optimizers read the same attribute (`skips_on_found_inf = True`) and then leave every weight,
-moment and step count as it was. Only optimizers that cannot (torch's Muon, the foreach AdamW)
-cost one host read, and only for themselves.
+"""A refused optimizer step, decided on the device: no host read in the step. An optimizer whose
+gradients are not finite gets a `found_inf` tensor attribute (1.0: refuse), as torch's fused
+AdamW reads it; cockpit's optimizers (`skips_on_found_inf = True`) then leave every weight,
+moment and step count as it was. Those that cannot cost one host read, for themselves only.
 """
 
 from __future__ import annotations

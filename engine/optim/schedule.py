@@ -1,10 +1,7 @@
-"""Learning-rate schedules as pure functions of the step, and the rule for changing the LR.
-
-`lr_at(step, ...)` is the LR the optimizer applies for optimizer step `step` (0-based), before
-any hand-set multiplier. `planned_curve` samples the whole run for the cockpit's LR panel.
-`lr_change` decides a hand-set LR (set_lr, scale_lr) on the `lr_plan` of its step: the new
-multiplier, or why not. A typed LR is the LR once warmup is over; `lr_multiplied` is the factor
-the optimizer applies, never past MAX_LR.
+"""Learning-rate schedules as pure functions of the step, and the rule for changing the LR:
+`lr_at(step, ...)` is the LR of optimizer step `step` before any hand-set multiplier,
+`planned_curve` the whole run's for the LR panel, and `lr_change` decides a hand-set LR on its
+step's `lr_plan` (a typed LR is the LR once warmup is over; never past MAX_LR).
 """
 
 from __future__ import annotations
