@@ -1,13 +1,7 @@
-"""The results of a series: per run the time to the target val loss, the final val loss and
-the throughput, read from its metrics.jsonl, and the table of differences from the baseline,
-with the baseline's spread over its repeats as the noise (printed, and written as CSV and
-Markdown).
-
-The time is the run's own training wall time (`Eval.train_time_s`: evaluation excluded), linear
-between the last evaluation above the target and the first at or below it, as the speedrun's
-bench measures it; the notes say how many steps apart those were (a series with a target
-evaluates every `eval.fine_interval` steps near it). Without a target the time is the whole
-run's training time.
+"""The results of a series: per run the time to the target val loss, the final val loss and the
+throughput, from its metrics.jsonl, and the table of differences from the baseline, with the
+baseline's spread over its repeats as the noise. The time is the run's training wall time,
+linear between the evaluations either side of the target, as the speedrun's bench measures it.
 """
 
 from __future__ import annotations

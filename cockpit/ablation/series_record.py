@@ -1,11 +1,6 @@
-"""A series' record under runs/: RUNS/NAME/series.json lists its runs (the baseline, its
-repeats, each change), their settings and their run directories, which are normal run
-directories inside the series' (listed by `cockpit runs`, resumable, attachable).
-
-What a run needs next is read from its own directory, never trusted to the record: a finished
-(or failed) run is done, one stopped or cut short resumes from its last checkpoint, one that
-never got to a checkpoint starts again in a directory of its own (the old one is left as it is).
-A rerun of the same command therefore skips what is done and continues where it stopped.
+"""A series' record under runs/: RUNS/NAME/series.json lists its runs, their settings and their
+(normal) run directories. What a run needs next is read from its own directory, never trusted
+to the record, so a rerun of the same command skips what is done and continues where it stopped.
 """
 
 from __future__ import annotations

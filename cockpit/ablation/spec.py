@@ -1,11 +1,7 @@
-"""What an ablation series is: a baseline preset, the changes measured against it, and what
-every run is measured to (a target val loss, or a number of steps).
-
-A change is one or more settings, each `KEY=VALUE` as `--set` takes it, given on the command
-line (`--change 'optim.name=adamw'`, `--change 'model.qk_norm=false model.norm=rmsnorm'`) or as
-a `[[change]]` table of a small TOML file. Every key and value is checked as `--set` checks it
-(the preset loaded with the run's settings) before anything runs: a bad one is one line, a
-ConfigError that names the change and the fix.
+"""What an ablation series is: a baseline preset, the changes measured against it (`--change
+'KEY=VALUE ...'` or `[[change]]` tables of a TOML file), and what every run is measured to (a
+target val loss, or a number of steps). Every setting is checked as `--set` checks it before
+anything runs: a bad one is a one-line ConfigError.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""`cockpit ablate`: the speedrun's method for users. A baseline preset and a list of changes,
-each run one after another to the same target val loss (or the same number of steps), each a
-normal run in RUNS/SERIES/ (live in the app, attachable, resumable), then a table of the time to
-the target, the final val loss, the throughput and the differences from the baseline.
-
-The series is recorded in RUNS/SERIES/series.json: a rerun of the same command skips the runs
-that are done and resumes one stopped mid-way from its last checkpoint.
+"""`cockpit ablate`: the speedrun's method for users. A baseline preset and a list of changes, each
+run in turn to the same target val loss (or number of steps) as a normal run in RUNS/SERIES/,
+then a table of the differences from the baseline. series.json records the series, so a rerun
+of the same command skips what is done.
 """
 
 from __future__ import annotations

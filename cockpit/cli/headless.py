@@ -65,7 +65,7 @@ class ProgressPrinter:
         if kind == "run_started":
             self._started = True
             self._max_steps, self._start_step = event.max_steps, event.start_step
-            self._tokens_schedule = tuple(getattr(event, "tokens_schedule", ()))
+            self._tokens_schedule = tuple(event.tokens_schedule)
             self._t0 = time.monotonic()
             self._schedule_times.start(self._t0)
             self._schedule_times.tokens_schedule = self._tokens_schedule
@@ -76,7 +76,7 @@ class ProgressPrinter:
                 f"run dir {event.run_dir}{resumed}"
             )
             label = "resume" if event.resumed_from else "note"  # e.g. a batch split over ranks
-            for note in getattr(event, "notes", ()):
+            for note in event.notes:
                 self._say(f"{label}: {note}")
         elif kind == "data_progress":
             now = self.clock()

@@ -15,14 +15,9 @@ BPE_VOCAB = {"r50k_base": 50257, "p50k_base": 50281, "cl100k_base": 100277, "o20
 def preset_fit_warning(
     preset: str, presets_dir: list[str], known_peak: tuple[str, float] | None = None
 ) -> str:
-    """Why `preset` is far beyond this machine ("" when it is not): its memory plan does not
-    fit, or one optimizer step takes FAR_STEP_S or more even at the device's peak FLOP/s.
-
-    `known_peak` is (device, FLOP/s) of the run on screen, reused when it ran on the same kind
-    of device (measuring again while it trains would understate the peak). Uses torch (the
-    meta-device model of `plan_memory`, a short matmul when no peak is known): call it off the
-    UI thread.
-    """
+    """Why `preset` is far beyond this machine ("" when it is not): its memory plan does not fit, or
+    one step takes FAR_STEP_S or more at the device's peak. `known_peak` is (device, FLOP/s) of the
+    run on screen, reused on the same kind of device. Uses torch: call it off the UI thread."""
     import torch
 
     from engine.config import format_bytes, load_preset

@@ -1,16 +1,9 @@
 """`cockpit serve [RUN_DIR]`: the cockpit of a live run in a web browser (textual-serve).
 
-textual-serve starts one process of its command per browser tab; the command here is
-`cockpit attach RUN_DIR`, so every tab is a viewer of the same run over its control socket,
-never a run of its own: closing a tab detaches that viewer and the run goes on. The server
-listens on 127.0.0.1 only; from another machine it is reached through an SSH tunnel.
-
-127.0.0.1 is not private on a shared machine: every local user can connect to it, and a web
-page can make a browser connect to it. So, as Jupyter does, serve makes a random token at start
-and prints the URL with it; a request without it (in the URL, or the cookie the first page load
-sets, which the page's own scripts and terminal connection carry) is refused with 403, and so is
-one whose Host is not this machine's loopback (DNS rebinding) or whose Origin is another site's
-(a cross-site websocket). The token is never on a command line nor in a tab's environment.
+Each browser tab runs `cockpit attach RUN_DIR`: a viewer of the run over its control socket.
+The server listens on 127.0.0.1, which every local user and any web page can reach, so, as
+Jupyter does, it prints a URL with a random token and refuses (403) a request without it, one
+whose Host is not loopback (DNS rebinding) and one whose Origin is another site's.
 """
 
 from __future__ import annotations

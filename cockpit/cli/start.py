@@ -1,14 +1,8 @@
 """`cockpit start` (and `cockpit --detach`): a run in the background that outlives the terminal.
 
-The engine runs as `cockpit train --headless` in a process of its own session (no controlling
-terminal: closing the SSH connection does not signal it), writing its progress lines to
-RUN_DIR/engine.log. Once its control socket answers, the app attaches to it, unless told not to
-(or there is no terminal): leaving the app then detaches, and the run goes on.
-
-With `--nproc N` (or `auto`: one per visible GPU) the background process is torch's own
-launcher, `python -m torch.distributed.run --standalone`, starting N ranks of that engine on this
-machine; rank 0 owns the run directory and serves the socket, and torchrun passes a SIGTERM on to
-every rank (each stops at the same step boundary, and rank 0 checkpoints).
+The engine runs as `cockpit train --headless` in a session of its own (closing SSH does not
+signal it), logging to RUN_DIR/engine.log; once its socket answers the app attaches, unless told
+not to. With `--nproc N` the process is torchrun (`--standalone`) starting N ranks on this machine.
 """
 
 from __future__ import annotations

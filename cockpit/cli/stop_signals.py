@@ -21,15 +21,10 @@ def signal_reason(signum: int) -> str:
 
 
 class StopSignals:
-    """SIGINT, SIGTERM and SIGHUP, caught from the start of `cockpit train`.
-
-    Each asks the run to stop at its next step boundary (checkpointing what was trained), with
-    the signal's name as the recorded reason. A SIGTERM or SIGHUP that comes before the run
-    exists (while torch is imported or the checkpoint read) is kept and handed to the run once
-    it is attached, which records it, rather than killing the process with nothing on disk. A
-    ctrl+c then is a person leaving before anything started: it aborts at once (KeyboardInterrupt:
-    `cockpit: interrupted`, exit status 130, no run directory made), as a second ctrl+c does.
-    """
+    """SIGINT, SIGTERM and SIGHUP, caught from the start of `cockpit train`: each asks the run to stop
+    at its next step boundary, checkpointing, with the signal's name as the reason. A SIGTERM or
+    SIGHUP before the run exists is kept for it; a ctrl+c then (or a second one) aborts at once
+    (KeyboardInterrupt: exit status 130, no run directory made)."""
 
     def __init__(self) -> None:
         self.received: list[int] = []

@@ -1,10 +1,6 @@
-"""The live settings as the app sees them and decides them, without a screen: the run's config
-from its RunStarted (`run_config`, kept up to date by `config_after`), a setting's texts, and
-what the fields ask for, checked as `--set` checks values.
-
-Each edited field is checked by the function the engine decides a `set` with
-(`engine.config.live.live_change`, on the app's view of the run's config at its step), so a
-refusal here is the engine's own line.
+"""The live settings as the app sees and decides them, without a screen: the run's config from its
+RunStarted (`run_config`, updated by `config_after`), a setting's texts, and each edited field
+checked by the engine's own `live_change`, so a refusal here is the engine's line.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Other runs' loss curves laid over the current run's (issue 16, item 3): pure, no Textual.
+"""Other runs' loss curves laid over the current run's: pure, no Textual.
 
-An `Overlay` is made once from a `RunCurves` (every step of a finished or running run, read
-from its files). It computes its train-loss EMAs over every step at once (numpy, a million
-steps in a few tens of milliseconds), keeps its curves against steps, tokens and training
-time, and caches the downsampling the loss panel draws for an (axis, smoothing, x range,
-columns): overlays are static data, so a redraw with the same axes costs a dict lookup.
-
-`ColourBook` gives each overlaid run a colour that stays its own while it stays overlaid, and
-`legend` writes the loss panel's legend (values at the current run's x, and the differences)
-to fit a given width.
+An `Overlay`, made once from a `RunCurves`, computes its EMAs over every step at once (numpy)
+and caches the downsampling the loss panel draws per axes and width, so a redraw costs a lookup.
+`ColourBook` keeps each overlaid run's colour; `legend` writes the panel's legend to a width.
 """
 
 from __future__ import annotations
