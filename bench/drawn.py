@@ -1,10 +1,8 @@
 """When a frame showing something reached the terminal: the "drawn" end of key-to-drawn.
 
-The benches run the app under Textual's headless driver, which computes every screen update
-and then drops it. `FrameWatch` wraps the app's display call: once armed with a condition and a
-text, the first screen update that is painted while the condition holds and whose terminal
-bytes (encoded as a terminal driver would write them) contain the text is the one that drew it,
-and its time is noted. Only armed frames are encoded, so the watch costs nothing in between.
+Under Textual's headless driver every screen update is computed, then dropped. `FrameWatch`
+wraps the app's display call: once armed, the first update painted while its condition holds
+whose terminal bytes contain its text is the one that drew it. Only armed frames are encoded.
 """
 
 from __future__ import annotations

@@ -449,16 +449,11 @@ def frame_events(step: int) -> list:
 
 
 async def redraw_cost(history: int, repeats: int) -> tuple[list[float], list[float]]:
-    """One frame per repeat, the worst a live run produces: every panel has new data at once
-    (`frame_events`), the app drains it as its timer does (`pump`, with every plot forced to
-    redraw), and Textual's own screen-update timer lays out, renders and composes the screen;
-    the update is encoded into the bytes a terminal would receive.
-
-    Returns per frame (UI-thread CPU seconds, wall seconds), both from handing over the events
-    to the end of the encoding. The CPU time is the frame's cost; the wall time also holds the
-    wait for Textual's next screen update (it repaints at most 60 times a second). The frame
-    is left to the app's own machinery: `pilot.pause()` would add a message round trip through
-    every widget, which only tests do."""
+    """One frame per repeat, the worst a live run produces: every panel has new data at once, the app
+    drains it as its timer does (every plot forced to redraw), and Textual lays out, renders and
+    encodes the screen. Returns per frame (UI-thread CPU seconds, wall seconds) from handing over
+    the events to the end of the encoding; the wall time also holds the wait for Textual's next
+    screen update (at most 60 a second)."""
     trainer = FrozenTrainer(history)
     app = CockpitApp(lambda _p: trainer, "nanogpt-cpu")
     cpus: list[float] = []
