@@ -1,18 +1,15 @@
-"""The work a run does between updates: evaluations, samples and checkpoints.
+"""The work a run does between updates: evaluations, samples and checkpoints, each at its
+interval (0: never) but none at the last step, which the end of the run does in its own way.
 
-Each is due at its interval (`eval.interval`, `sample.interval`, `checkpoint.interval`; 0: never),
-but none at the last step: the end of the run evaluates, samples and saves there in its own way.
-A run with a target val loss (`train.stop_at_val`) and `eval.fine_interval` evaluates every
-`eval.fine_interval` steps once the next periodic evaluation may reach the target (`eval_interval`),
-so that the first evaluation at or below it comes within that many steps of the crossing.
-`evaluate` and `sample` also answer the e and s commands. The measuring itself is the
-Evaluator's; here it becomes Eval and Sample events.
+With a target val loss (`train.stop_at_val`), `eval.fine_interval` takes over once the next
+periodic evaluation may reach it (`eval_interval`). `Readings` reads the steps back, evaluates
+and samples for the loop and the e and s commands; the measuring itself is the Evaluator's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
@@ -26,6 +23,7 @@ from engine.train.reporter import Reporter
 if TYPE_CHECKING:
     from engine.data.tokenizers import Tokenizer
     from engine.model.evaluation import Evaluator
+    from engine.train.readback import PendingSteps
 
 
 class DueWork(NamedTuple):
@@ -143,3 +141,52 @@ def sample(
         report.alert("info", note, "sample")  # once per run: characters left out of a prompt
     for prompt, text in evaluator.samples(tokenizer, generator):
         report.emit(Sample(step=step, prompt=prompt, text=text))
+
+
+class Readings:
+    """What the loop and the commands read off a run: the steps still on the device (`flush`,
+    their anomalies to `anomaly`), an evaluation, a sample. `val_points`: this run's
+    evaluations so far (a resume's from its metrics file), for eval.fine_interval."""
+
+    def __init__(
+        self,
+        *,
+        pending: PendingSteps,
+        anomaly: Callable[[str, str], None],
+        evaluator: Evaluator,
+        data: PreparedData,
+        sample_generator: torch.Generator,
+        counters: Counters,
+        reporter: Reporter,
+        val_points: list[ValPoint],
+    ) -> None:
+        self.pending = pending
+        self.anomaly = anomaly
+        self.evaluator = evaluator
+        self.data = data
+        self.sample_generator = sample_generator
+        self.counters = counters
+        self.reporter = reporter
+        self.val_points = val_points
+
+    def flush(self) -> None:
+        """Read the pending steps back from the device and emit their Step events."""
+        self.pending.flush(self.anomaly)
+
+    def evaluate(self) -> Eval:
+        """Measure the losses now (pending steps read back first, so the curves stay in order)."""
+        self.flush()
+        event = evaluate(self.evaluator, self.data, self.counters, self.reporter)
+        # a rollback trains steps again: their new evaluations replace the old ones
+        self.val_points[:] = [p for p in self.val_points if p[0] < event.step]
+        self.val_points.append((event.step, event.val_loss))
+        return event
+
+    def sample(self) -> None:
+        sample(
+            self.evaluator,
+            self.data.tokenizer,
+            self.sample_generator,
+            self.counters.step,
+            self.reporter,
+        )

@@ -92,14 +92,9 @@ def device_capacity(device: torch.device) -> int:
 
 
 def process_gpu_memory(nvml: Any, handle: Any, pid: int) -> int | None:
-    """Bytes process `pid` holds on the GPU behind the NVML `handle`; None when unknown.
-
-    `nvml` is the pynvml module (or a stand-in with the same names); its errors propagate, so
-    a caller decides which ones mean "cannot tell". None (not 0) when no entry carries the pid:
-    inside a container NVML reports host pids, so "no match" means "cannot tell" as often as
-    "not using this GPU"; and the driver reports usedGpuMemory as None where it cannot
-    attribute memory (Windows WDDM).
-    """
+    """Bytes process `pid` holds on the GPU behind the NVML `handle` (`nvml`: pynvml or a
+    stand-in; its errors propagate). None when unknown: no entry carries the pid (in a
+    container NVML reports host pids) or the driver cannot attribute memory (Windows WDDM)."""
     processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     used = [p.usedGpuMemory for p in processes or () if p.pid == pid]
     known = [int(u) for u in used if u is not None]

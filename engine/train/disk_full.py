@@ -1,11 +1,9 @@
 """A full disk pauses a run, never ends it: what could not be written waits, and is retried.
 
-A checkpoint or a metrics.jsonl write that fails (no space, a quota, any OSError) is one alert
-and a pause. The weights stay in memory and so do the metrics records (the metrics writer keeps
-them), and every RETRY_S the run tries again: once what waited is written it says so and goes
-on by itself. A checkpoint or resume command retries at once. Rank 0 decides when (a timer, the
-metrics writer's failure); each retry is a command, so under torchrun every rank makes it at
-the same step.
+A failed checkpoint or metrics.jsonl write is one alert and a pause; the weights and records
+wait in memory and every RETRY_S (or at a checkpoint or resume command) the run tries again,
+going on by itself once they are written. Each retry is a command, so under torchrun every
+rank makes it at the same step.
 """
 
 from __future__ import annotations

@@ -50,14 +50,10 @@ class Rollback:
 
 
 class FaultHandler:
-    """Anomalies, rollbacks and out-of-memory retries of one run.
-
-    `cfg`: the run's config (the anomaly policy, the LR schedule, the micro-batch an
-    out-of-memory retry halves); `interactive`: a person is watching (an anomaly pauses
-    rather than rolls back); `forget_pending`: drop the steps not read back yet (a rollback
-    undoes them); `settings_back(state, lr_scale)`: after a rollback to `state`, its settings
-    and timeline of changes in force again, the rollback's LR multiplier recorded; it returns
-    the settings it put back, as one line ('' for none)."""
+    """Anomalies, rollbacks and out-of-memory retries of one run. `interactive`: a person is
+    watching (an anomaly pauses rather than rolls back); `forget_pending`: drop the steps not
+    read back yet (a rollback undoes them); `settings_back(state, lr_scale)`: after a rollback
+    to `state`, its settings and timeline in force again; returns them as one line ('': none)."""
 
     def __init__(
         self,

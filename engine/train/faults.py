@@ -85,14 +85,11 @@ def decide_anomaly(
     checkpoint_name: str | None,
     checkpoint_problem: str | None = None,
 ) -> AnomalyDecision:
-    """The anomaly policy. `policy` is train.on_anomaly ("auto" pauses when a person is watching,
-    rolls back otherwise); `checkpoint_name` is the last checkpoint's file name, or None;
-    `checkpoint_problem` the one line saying why it cannot be read (decided as with none).
-
-    Rolling back stops helping after `max_rollbacks`: the run fails without saving (the last
-    checkpoint is the good state to resume from). With nothing to roll back to, a person decides
-    (pause); unattended, the run fails, keeping its weights.
-    """
+    """The anomaly policy `policy` (train.on_anomaly; "auto": pause when a person is watching,
+    else roll back) given the last checkpoint's name (None: none; `checkpoint_problem`: why it
+    cannot be read, decided as none). After `max_rollbacks` the run fails without saving; with
+    nothing to roll back to a person decides (pause); unattended, the run fails, keeping its
+    weights."""
     if policy == "auto":
         policy = "pause" if interactive else "rollback"
     if policy == "rollback" and rollbacks >= max_rollbacks:

@@ -1,21 +1,9 @@
 """Putting a mid-run change of settings in force: `LiveSettings`, one per run.
 
-`live_change` decides a `set`; `LiveSettings.apply` makes every part of the run train with the
-new config from the next step on. The run's config is one `RunConfig` object shared by its
-parts (the step, the evaluator, the checkpointer, the fault handler, the loop's bound and
-intervals), so the new values are written into its sections in place and each part reads them
-where it always did. What a part built from the config once is rebuilt here or by `follow`:
-the optimizer's parameter groups (written as a resume writes them), and the run's derived
-values (`DerivedValues`: micro-batches a step, read-back cadence, spike guard, the disk wait's
-bound).
-
-A resume's --set and a rollback are changes too: `resumed_settings` is what a resume's --set
-changed (`LiveSettings.record_resume` makes it a change by "resume" at the resume step, so a
-replay makes it too); `settings_back` puts a checkpoint's settings in force again after a
-rollback to it (`LiveSettings.roll_back_to`).
-
-Every rank decides and applies alike: the change depends only on the config, the step and the
-world's shape, which every rank holds the same.
+`LiveSettings.apply` writes a `set` into the run's one shared RunConfig, in place, and rebuilds
+what was built from it once: the optimizer's groups and `DerivedValues`. A resume's --set
+(`resume_as_change`) and a rollback (`settings_back`) are changes too. Every rank decides and
+applies alike: a change depends only on the config, the step and the world's shape.
 """
 
 from __future__ import annotations
@@ -48,6 +36,7 @@ if TYPE_CHECKING:
     import torch
 
     from engine.checkpoint.checkpointer import OptimizerHolder
+    from engine.data.batches import BatchSampler
     from engine.train.counters import Counters
     from engine.train.disk_full import DiskWait
     from engine.train.faults import SpikeDetector
@@ -95,13 +84,10 @@ def rank_share_refusal(cfg: RunConfig, ranks: int, micro_batch: int) -> str | No
 
 class LiveSettings:
     """The settings a run trains with, changed mid-run, and the timeline of the changes.
-
-    `cfg`: the run's config, shared by its parts (changed in place); `optimizer`: the holder
-    of the optimizer of the moment (a restore replaces it); `model` and `device_type`: what a
-    fresh optimizer's parameter groups are built from; `ranks` and `micro_batch` (the running
-    micro-batch, read when asked: an out-of-memory retry halves it): how a step is shared;
-    `follow(cfg)`: the owner re-reads what it built from the config; `emit`: where the event of
-    a rollback's change goes (a `set`'s is the caller's to emit)."""
+    `cfg` is shared by the run's parts (changed in place); `model` and `device_type` build a
+    fresh optimizer's groups; `ranks` and `micro_batch()` (an out-of-memory retry halves it):
+    how a step is shared; `follow(cfg)`: the owner re-reads what it built from the config;
+    `emit`: where a rollback's change goes (a `set`'s is the caller's to emit)."""
 
     def __init__(
         self,
@@ -115,6 +101,7 @@ class LiveSettings:
         micro_batch: Callable[[], int],
         follow: Callable[[RunConfig], None] = lambda cfg: None,
         emit: Callable[[Event], None] = lambda event: None,
+        timeline: SettingsTimeline | None = None,
     ) -> None:
         self.cfg = cfg
         self.counters = counters
@@ -125,18 +112,12 @@ class LiveSettings:
         self.micro_batch = micro_batch
         self.follow = follow
         self.emit = emit
-        self.timeline = SettingsTimeline()
+        # the changes so far: the run's checkpoints and config.toml keep the same object
+        self.timeline = timeline if timeline is not None else SettingsTimeline()
 
     def check(self, new: RunConfig) -> str | None:
         """live_change's check of a new config: each rank can take its share of a step."""
         return rank_share_refusal(new, self.ranks, self.micro_batch())
-
-    def micro_steps(self) -> int:
-        """Micro-batches a step takes on each rank under the config in force."""
-        steps = micro_steps_per_rank(self.cfg, self.ranks, self.micro_batch())
-        if steps is None:  # only a config live_change refused could say so
-            raise ValueError(rank_share_refusal(self.cfg, self.ranks, self.micro_batch()))
-        return steps
 
     def apply(self, change: SettingsChange, by: str, replayed: bool = False) -> SettingsChanged:
         """Put `change.config` in force from the next step on and record it in the timeline;
@@ -168,20 +149,6 @@ class LiveSettings:
             planned_lr=planned if planned != planned_before else (),
         )
 
-    def record_resume(self, state: Mapping[str, Any]) -> list[str]:
-        """A resume of the checkpoint `state`: its --set is a change at the resume step, by
-        "resume", in the timeline it continues (so a replay of config.toml makes it too).
-        Returns what the resume has to say of it (RunStarted's notes)."""
-        settings = resumed_settings(state["config"], self.cfg)
-        if settings:
-            self.timeline.add(self.counters.step, settings, "resume")
-        if "settings_changes" not in state and self.counters.lr_scale != 1.0:
-            return [
-                f"the LR multiplier x{self.counters.lr_scale:.3g} set by hand is kept; this "
-                "checkpoint predates the timeline of changes, so config.toml cannot say when it was set"
-            ]
-        return []
-
     def roll_back_to(self, state: Mapping[str, Any], lr_scale: float) -> str:
         """After a rollback to `state`: its live settings and timeline in force again, with the
         rollback's LR multiplier `lr_scale` a change of it; the settings put back, as one line
@@ -202,34 +169,55 @@ class LiveSettings:
         self.timeline.load_state_dict(records)
 
 
+def resume_as_change(
+    state: Mapping[str, Any], cfg: RunConfig, counters: Counters, timeline: SettingsTimeline
+) -> list[str]:
+    """A resume of the checkpoint `state`: its --set is a change at the resume step, by
+    "resume", in the `timeline` it continues (so a replay of config.toml makes it too).
+    Returns what the resume has to say of it (RunStarted's notes)."""
+    settings = resumed_settings(state["config"], cfg)
+    if settings:
+        timeline.add(counters.step, settings, "resume")
+    if "settings_changes" not in state and counters.lr_scale != 1.0:
+        return [
+            f"the LR multiplier x{counters.lr_scale:.3g} set by hand is kept; this "
+            "checkpoint predates the timeline of changes, so config.toml cannot say when it was set"
+        ]
+    return []
+
+
 class DerivedValues:
     """What a run derived from its config once, derived again after a live change (the parts
     that hold the config read it themselves): the spike guard's threshold, the disk wait's
-    bound and, once the loop is instrumented, the micro-batches a step takes (`micro_steps`,
-    read when asked) and the read-back cadence on `device`."""
+    bound, the micro-batches a step takes on each of `ranks` (of `batches`' running size) and
+    the read-back cadence on `device`."""
 
     def __init__(
         self,
         *,
         spikes: SpikeDetector,
         disk: DiskWait,
+        instruments: Instruments,
         device: torch.device,
-        micro_steps: Callable[[], int],
-        instruments: Callable[[], Instruments | None],
+        ranks: int,
+        batches: BatchSampler,
     ) -> None:
         self.spikes = spikes
         self.disk = disk
-        self.device = device
-        self.micro_steps = micro_steps
         self.instruments = instruments
+        self.device = device
+        self.ranks = ranks
+        self.batches = batches
 
     def __call__(self, cfg: RunConfig) -> None:
         self.spikes.sigma = cfg.train.spike_sigma
         self.disk.max_steps = cfg.train.max_steps
-        instruments = self.instruments()
-        if instruments is not None:
-            instruments.step.micro_steps = self.micro_steps()
-            instruments.log_every = read_back_every(cfg, self.device)
+        micro_batch = self.batches.batch_size
+        steps = micro_steps_per_rank(cfg, self.ranks, micro_batch)
+        if steps is None:  # only a config live_change refused could say so
+            raise ValueError(rank_share_refusal(cfg, self.ranks, micro_batch))
+        self.instruments.step.micro_steps = steps
+        self.instruments.log_every = read_back_every(cfg, self.device)
 
 
 def _flat(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -164,14 +164,9 @@ def step_events(
 
 class PendingSteps:
     """The steps trained since the last read-back, oldest first, and the throughput window
-    they were trained in.
-
-    `cfg`: the run's config (tokens a step, read when asked: a live change may change it);
-    `counters`: the run's, put back to before a step refused on the device; `reduce`: this
-    rank's losses to the world's; `spikes`: the loss spike guard; `peak_meter`,
-    `flops_per_token` and `ranks`: each device's share of the world's throughput against one
-    device's peak (MFU); `emit`: where the Step events go; `anomaly(message, code)`: what a
-    non-finite loss, a spike or a refused step is reported to (the fault handler)."""
+    they were trained in. `counters`: put back to before a step refused on the device;
+    `reduce`: this rank's losses to the world's; `peak_meter`, `flops_per_token` and `ranks`:
+    each device's share of the world's throughput against one device's peak (MFU)."""
 
     def __init__(
         self,
@@ -184,7 +179,6 @@ class PendingSteps:
         flops_per_token: float,
         ranks: int,
         emit: Callable[[Event], None],
-        anomaly: Callable[[str, str], None],
     ) -> None:
         self.cfg = cfg
         self.counters = counters
@@ -194,7 +188,6 @@ class PendingSteps:
         self.flops_per_token = flops_per_token
         self.ranks = ranks
         self.emit = emit
-        self.anomaly = anomaly
         self.steps: list[PendingStep] = []
         self.window = ThroughputWindow()
 
@@ -235,10 +228,10 @@ class PendingSteps:
         """Leave the time from `since` to now (not training) out of the next Step's throughput."""
         self.window.exclude(since, bool(self.steps))
 
-    def flush(self) -> None:
-        """Read the steps back from the device (one sync) and emit their Step events. A step
-        refused on the device for a non-finite gradient is an anomaly now: the updates after it
-        were held back for it, so the run goes back to the step before it, as if seen at once."""
+    def flush(self, anomaly: Callable[[str, str], None]) -> None:
+        """Read the steps back from the device (one sync) and emit their Step events; a
+        non-finite loss, a spike or a refused step goes to `anomaly(message, code)`. A refused
+        step's later updates were held back with it: the run goes back to the step before it."""
         pending, self.steps = self.steps, []
         if not pending:
             return
@@ -250,10 +243,10 @@ class PendingSteps:
             self._undo_held_back(pending, read.applied)
             pending = pending[: read.applied]
         if pending:
-            self._emit_steps(pending, read)
+            self._emit_steps(pending, read, anomaly)
         self.window.restart()
         if refused is not None:
-            self.anomaly(refused, "nan")
+            anomaly(refused, "nan")
 
     def _undo_held_back(self, pending: list[PendingStep], applied: int) -> None:
         """The counters as they were before the refused step `pending[applied]`: no update was
@@ -263,7 +256,9 @@ class PendingSteps:
         counters.tokens -= sum(self.tokens_of(p) for p in pending[applied:])
         counters.current_lr = pending[max(applied - 1, 0)].lr
 
-    def _emit_steps(self, pending: list[PendingStep], read: ReadBack) -> None:
+    def _emit_steps(
+        self, pending: list[PendingStep], read: ReadBack, anomaly: Callable[[str, str], None]
+    ) -> None:
         """The Step events of the applied steps read back, then their NaN and spike checks."""
         step_tokens = [self.tokens_of(p) for p in pending]
         tokens = sum(step_tokens)
@@ -283,10 +278,10 @@ class PendingSteps:
             self.emit(event)
         for p, loss in zip(pending, read.losses, strict=False):  # the applied ones come first
             if not math.isfinite(loss):
-                self.anomaly(f"loss is not finite at step {p.step}", "nan")
+                anomaly(f"loss is not finite at step {p.step}", "nan")
                 break
             if spikes.observe(loss):
-                self.anomaly(
+                anomaly(
                     f"loss spike at step {p.step}: {loss:.4f} against a moving average of {spikes.mean:.4f}",
                     "spike",
                 )

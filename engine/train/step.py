@@ -1,14 +1,9 @@
-"""One optimizer step with gradient accumulation, apart from the trainer's loop.
+"""One optimizer step with gradient accumulation; the one writer of the optimizer's LRs.
 
-The step only computes; the trainer decides what follows (emitting the memory breakdown,
-handling a refused step as an anomaly). The optimizer is passed per call, never kept: a
-rollback or resume replaces the trainer's optimizer.
-
-Nothing is read back to the host: a non-finite gradient refuses its update on the device (the
-optimizer is handed a `found_inf` flag, as GradScaler hands it to the fused AdamW), and the
-flag travels with the step's loss to the next read-back, where the trainer learns of it. Until
-then every later update is held back too, so the read-back finds the weights as they were
-before the refused step, and the run goes on from there as if it had been seen at once.
+The optimizer is passed per call (a rollback or resume replaces it). Nothing is read back to
+the host: a non-finite gradient refuses its update on the device (a `found_inf` flag, as
+GradScaler hands the fused AdamW), and every later update is held back with it until the
+read-back, which finds the weights as they were before the refused step.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """How many threads torch's CPU arithmetic uses: `train.threads`, or the measured default.
 
-Measured with bench/threads.py on a 2-core machine (docs/guide/plan.md, "CPU threads"): two threads train
-the default preset's model about 1.7x faster than one on a quiet machine, but with two other
-busy processes one thread is 2-4x faster than two, and sampling 3-4x faster: a thread per core
-collapses as soon as anything else wants a core (the app's own drawing, telemetry, another
-job). So the default on CPU leaves one core free: one fewer than the usable cores, at least one.
-An OMP_NUM_THREADS in the environment (torchrun sets it for several ranks) is someone's choice
-and is kept; on a GPU the CPU threads barely matter and torch's default is kept.
-
-Called on the thread that trains (or samples): torch's intra-op pool is set per process, and a
-thread takes the setting at its first parallel operation.
+On CPU the default leaves one core free (bench/threads.py, docs/guide/plan.md "CPU threads": a
+thread per core collapses as soon as anything else wants a core). OMP_NUM_THREADS is kept, and
+so is torch's default on a GPU. Called on the thread that trains (or samples): a thread takes
+the setting at its first parallel operation.
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def main() -> int:
         import torch.distributed as dist
 
         seen["process_group"] = dist.is_available() and dist.is_initialized()
-        seen["forward"] = type(trainer.instruments.step.forward).__name__
+        seen["forward"] = type(trainer.built.instruments.step.forward).__name__
     decays: list = []
     if "GROUPS_CHECK" in checks:
         record_weight_decay(trainer, decays)

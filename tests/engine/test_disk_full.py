@@ -230,7 +230,7 @@ def test_a_sharded_save_on_a_full_disk_is_the_disks_failure_not_a_crash(small_di
         telemetry=False,
     )
     assert trainer.run() == "finished"
-    meta = trainer.checkpointer.state(weights=False)
+    meta = trainer.built.checkpointer.state(weights=False)
     filler = fill(small_disk, leave_bytes=64 * 1024)  # room for a few shards, not for all
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=SHARDED_WARNING)
@@ -273,7 +273,7 @@ def test_a_sharded_checkpoint_on_a_full_disk_alerts_pauses_and_is_written_once_t
     monkeypatch.setattr(checkpointer, "save_sharded", save_and_see)
 
     run.trainer.set_up()
-    run.trainer.checkpointer.sharded = True  # it writes as an FSDP run's ranks do
+    run.trainer.built.checkpointer.sharded = True  # it writes as an FSDP run's ranks do
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=SHARDED_WARNING)
         assert run.run() == "finished"

@@ -105,14 +105,14 @@ def test_a_refusal_read_back_steps_later_leaves_the_run_at_the_step_before_it(tm
 
     def install(t: Trainer) -> None:
         t.forward = PoisonAt(t, {6})
-        real_step = t._train_step
+        real_step = t.built.train_one_step
 
         def step(*args) -> None:
             real_step(*args)
             if t.step == 5:
                 seen["after_5"] = state(t)
 
-        t._train_step = step
+        t.built.train_one_step = step
 
     def on_event(t: Trainer, e) -> None:
         if e.kind == "state" and e.state == "paused":

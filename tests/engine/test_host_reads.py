@@ -148,7 +148,10 @@ def test_a_run_reads_back_once_per_read_back_not_once_per_step(
     trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False)
     reads = HostReads(monkeypatch)
     in_steps, in_flushes, flushes = Counter(), Counter(), [0]
-    real_step, real_flush, real_finish = trainer._train_step, trainer._flush, trainer._finish
+    trainer.set_up()
+    run = trainer.built
+    assert run is not None
+    real_step, real_flush, real_finish = run.train_one_step, run.readings.flush, run.finish
 
     def counted_step(*args, **kwargs):
         before = reads.kinds.copy()
@@ -157,18 +160,17 @@ def test_a_run_reads_back_once_per_read_back_not_once_per_step(
 
     def counted_flush():
         before = reads.kinds.copy()
-        flushes[0] += bool(trainer._pending)
+        flushes[0] += bool(run.pending)
         real_flush()
         in_flushes.update(reads.kinds - before)
 
-    def finish() -> None:
+    def finish(*args) -> None:
         reads.counting = False  # the final evaluation and checkpoint are not the loop
-        real_finish()
+        real_finish(*args)
 
-    trainer.set_up()
     reads.counting = True  # from the loop's first step on
-    trainer._finish = finish
-    trainer._train_step, trainer._flush = counted_step, counted_flush
+    run.finish = finish
+    run.train_one_step, run.readings.flush = counted_step, counted_flush
     assert trainer.run() == "finished"
     assert trainer.step == 24 and flushes[0] == 4
     assert sum(in_steps.values()) == 0, in_steps

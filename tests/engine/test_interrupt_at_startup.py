@@ -100,13 +100,13 @@ def test_an_interrupt_inside_exec_d_source_still_exits_130(tmp_path: Path) -> No
 # (the step counter still 0), whatever the machine's speed.
 SIGTERM_IN_FIRST_STEP = """
 import os, signal, sys
-import engine.train.trainer as trainer_module
-real_step = trainer_module.train_step
+import engine.train.run as run_module
+real_step = run_module.train_step
 def first_step(*args, **kwargs):
-    trainer_module.train_step = real_step
+    run_module.train_step = real_step
     os.kill(os.getpid(), signal.SIGTERM)
     return real_step(*args, **kwargs)
-trainer_module.train_step = first_step
+run_module.train_step = first_step
 from cockpit.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -127,9 +127,9 @@ def test_what_the_loop_built_from_a_setting_follows_it(tmp_path):
         sets={2: {"train.log_every": 2, "train.spike_sigma": 4.5, "train.max_steps": 8}},
     ).run()  # fmt: skip
     trainer = run.trainer
-    assert trainer.instruments.log_every == 2  # losses read back every 2 steps from here
-    assert trainer.parts.spikes.sigma == 4.5  # the spike guard's threshold
-    assert trainer.disk.max_steps == 8  # a run paused for its disk at step 8 is at its end
+    assert trainer.built.instruments.log_every == 2  # losses read back every 2 steps from here
+    assert trainer.built.parts.spikes.sigma == 4.5  # the spike guard's threshold
+    assert trainer.built.disk.max_steps == 8  # a run paused for its disk at step 8 is at its end
 
 
 def test_eval_sample_and_checkpoint_intervals_follow(tmp_path):
@@ -286,4 +286,4 @@ def test_ranks_take_whole_micro_batches_of_a_new_grad_accum() -> None:
     assert live.cfg.train.grad_accum == 2 and followed == []
     accepted = live_change(live.cfg, {"train.grad_accum": 6}, 10, check=live.check)
     live.apply(accepted, by="app")
-    assert live.micro_steps() == 3  # each of the 2 ranks: 24 sequences / 2 / 4
+    assert micro_steps_per_rank(live.cfg, 2, 4) == 3  # each of the 2 ranks: 24 sequences / 2 / 4

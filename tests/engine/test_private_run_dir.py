@@ -411,7 +411,7 @@ def test_planted_temporary_names_do_not_break_a_checkpoint(tmp_path: Path, victi
     before = listing(victim.parent)
     best = mark_best(run_dir, run_dir / "ckpt-00000003.pt")
     assert best.samefile(run_dir / "ckpt-00000003.pt")
-    meta = trainer.checkpointer.state(weights=False)
+    meta = trainer.built.checkpointer.state(weights=False)
     with warnings.catch_warnings():  # DCP in one process says so
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         sharded = run_dir / "ckpt-00000003.dcp"

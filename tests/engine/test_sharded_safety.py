@@ -55,7 +55,7 @@ def sharded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, l
     run_dir = tmp_path_factory.mktemp("sharded") / "run"
     trainer = Trainer(load_preset("tiny", SMALL), run_dir=run_dir, sinks=[], telemetry=False)
     assert trainer.run() == "finished"
-    meta = trainer.checkpointer.state(weights=False)
+    meta = trainer.built.checkpointer.state(weights=False)
     with warnings.catch_warnings():  # DCP in one process says so: that is the point here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         failure = save_sharded(run_dir / SHARDED, meta, trainer.model, trainer.optimizer, World(), None)

@@ -20,9 +20,10 @@ from engine.train.cadence import DueWork, evaluate, sample, work_due
 from engine.train.config_file import ConfigFile
 from engine.train.counters import Counters
 from engine.train.reporter import Reporter
+from engine.train.run import weights_finite
 from engine.train.setup import announce, build, instrument
 from engine.train.step import train_step
-from engine.train.trainer import close_sinks, weights_finite
+from engine.train.trainer import close_sinks
 
 
 def test_counters_save_the_five_checkpoint_keys_and_load_them_back() -> None:
