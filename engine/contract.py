@@ -1,11 +1,9 @@
 """What the cockpit may ask of a run: the one interface the app is typed against.
 
-The in-process `engine.train.trainer.Trainer` satisfies it, and so must anything standing in for a
-run: the scripted test engine, and a client of a run in another process (attach). So every
-member is something that can be served over a transport: commands that take plain values and
-return nothing (each is acknowledged later by an event), events that are drained in batches
-(each one survives `Event.to_record` -> JSON -> `Event.from_record`), and the live state.
-Torch-free and textual-free, like `engine.events`.
+The Trainer, the scripted test engine and the client of a run in another process satisfy it,
+so every member can cross a transport: commands of plain values acknowledged later by an
+event, events drained in batches (each survives to_record -> JSON -> from_record), and the
+live state. Torch-free and textual-free, like `engine.events`.
 """
 
 from __future__ import annotations

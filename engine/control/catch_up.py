@@ -1,11 +1,9 @@
 """What a live run's viewer is sent when it attaches or falls behind: the run's replay.
 
-`LiveReplay` keeps, as the run emits them (the server hands it every event): run_started; the
-history records (HISTORY_KINDS, those a metrics log reads back), steps thinned in
-memory so a long run stays small; the newest viewer and command records (who attached and did
-what); and the run's present: the newest state, memory breakdown and rank rows, recent device
-readings and the faults since it last went running. History records are encoded to wire lines
-once, whatever the number of viewers. Torch-free; guarded by the server's lock (see the class).
+`LiveReplay` keeps, as the run emits them: run_started, the history records (steps thinned so
+a long run stays small, each encoded once whatever the number of viewers), the newest viewer
+and command records, and the run's present (state, memory, ranks, recent device readings, the
+faults since it last went running). Torch-free; guarded by the server's lock.
 """
 
 from __future__ import annotations

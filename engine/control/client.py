@@ -1,12 +1,8 @@
 """A client of a run's control socket: `RemoteEngine`, an `EngineHandle` over `control.sock`.
 
-The app holds it exactly as it holds an in-process Trainer: commands go out as wire lines and
-are acknowledged later by the run's events; a reader thread turns every record the server
-sends (the replay of the run so far, then the live stream) into events in a bounded queue
-that `drain_events()` empties and `wait_for_events()` waits on; `run()` blocks until the
-connection ends.
-
-Torch-free and textual-free, like the wire protocol and the events: a viewer needs neither.
+The app holds it as it holds an in-process Trainer: commands go out as wire lines, acknowledged
+later by events; a reader thread queues every record the server sends (the replay, then the
+live stream) as events. Torch-free and textual-free: a viewer needs neither.
 """
 
 from __future__ import annotations
@@ -52,26 +48,12 @@ def viewer_name() -> str:
     return f"{user}@{socket.gethostname()} ({tty})"
 
 class RemoteEngine:
-    """One run in another process (or thread), through its control socket.
-
-    Construction connects and reads the server's hello (EngineUnreachable on any failure, with
-    a one-line text); a reader thread then queues every event, replay first, so the app draws
-    the history before the live stream. `state` follows the hello and every StateChanged.
-
-    Commands never block the caller for more than `send_timeout_s`; one that cannot be
-    delivered (the connection is gone) is dropped and an Alert (warning, code "socket") says
-    so, as does a command the server refuses (its reply with ok false).
-
-    `run(should_stop)` returns:
-    - the final state (stopped, finished, failed) when the run ended and the server closed;
-    - `DETACHED` ("detached") when `should_stop()` said the app is closing: the viewer just
-      closes its connection, the run goes on (no stop is sent; `state` keeps the last known
-      live state);
-    - `RunState.FAILED` when the connection dropped without a final state (the engine was
-      killed): an Alert (error, code "engine_gone") names the run directory, its last
-      checkpoint on disk and the command to resume it, and a StateChanged "failed" follows,
-      so the app shows the run as failed and tells how to carry on.
-    """
+    """One run in another process (or thread), through its control socket: construction
+    reads the hello (EngineUnreachable on failure); `state` follows it and every StateChanged.
+    A command blocks at most `send_timeout_s`; one undelivered or refused is an Alert
+    ("socket"). `run(should_stop)` returns the final state, `DETACHED` when the app closes
+    (the run goes on), or FAILED when the connection dropped without a final state (an Alert
+    "engine_gone" then says how to resume)."""
 
     def __init__(
         self,

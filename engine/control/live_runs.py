@@ -1,14 +1,8 @@
 """The live runs under a directory: those whose control socket answers (`cockpit ps`, attach).
 
-A run is live when its `control.sock` greets a connection with the wire protocol's hello; a
-socket left by a killed run refuses the connection and is skipped, and so is one served by
-another uid than ours (check_server: not our run's, whatever it says).
-The probe reads the hello line only (the run at a glance: state, step, loss, tokens/s, who else
-is attached) and hangs up. A run serving all the viewers it takes refuses one more with a line
-that still carries the hello's fields (`run`): the probe lists it from those, so `cockpit ps`
-answers during a flood of clients too.
-
-Torch-free and textual-free: `cockpit ps` imports only this and the wire protocol.
+A run is live when its `control.sock`, served by our uid, greets a connection with the hello;
+the probe reads that line only and hangs up (a full run's refusal carries the same fields, so
+`cockpit ps` answers during a flood of clients too). Torch-free and textual-free.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
-"""A run's control socket: every run serves RUN_DIR/control.sock (the wire protocol).
+"""A run's control socket, RUN_DIR/control.sock: `ControlServer`, a sink of the run's events.
 
-`ControlServer` listens and accepts, and is a sink of the run's
-events: on the training thread it only appends each event to every viewer's bounded queue (no
-I/O, no JSON there); per viewer a writer thread encodes and sends, and a reader thread takes
-commands and hands them to the run's thread-safe command methods. A viewer that falls behind is
-resynchronised (its queue cleared, then `{"kind": "resync", ...}` and the replay again), never
-waited for.
-
-What a flood of clients can take is bounded: at most MAX_VIEWERS viewers at once (one more is
-sent one refusal line that still says what the run is, so `cockpit ps` lists it, and is hung
-up on, by the accept thread: no thread of its own); a viewer's writer sends in pieces of
-SEND_CHUNK_BYTES (one that does not read holds one piece, not a copy of the replay); a viewer
-that sends and does not read its replies is no longer read from (viewer.REPLY_BACKLOG_BYTES).
-A viewer's two threads end when it hangs up.
-
-Torch-free: it needs only the run's command methods, its `state`, an alert callback and the
-run's `emit` (a viewer's attach, detach and commands are recorded: the run's journal reads them).
+On the training thread it only appends each event to every viewer's bounded queue; per viewer
+a writer thread encodes and sends, a reader thread hands commands to the run's command
+methods. A viewer that falls behind is resynchronised, never waited for; MAX_VIEWERS,
+SEND_CHUNK_BYTES and viewer.REPLY_BACKLOG_BYTES bound what a flood of clients can take.
 """
 
 from __future__ import annotations

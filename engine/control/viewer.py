@@ -1,13 +1,8 @@
-"""One viewer of a run's control socket: its connection and its queue.
+"""One viewer of a run's control socket: its connection and its queue (under the server's lock).
 
-The run's thread appends each event to every viewer's queue and never waits for one: a queue
-that reaches its bound is cleared and the viewer marked for a resync (its writer then sends
-`{"kind": "resync", ...}` and the replay again). The queue is guarded by the server's lock:
-`offer`, `push`, `take_resync` and `drain` are called under it.
-
-Replies are bounded too, by the size of the lines they answer: a viewer that sends and never
-reads is no longer read from once REPLY_BACKLOG_BYTES of its lines wait for their replies to be
-taken (`room` is set again when the writer takes them): the kernel's buffers push back on it.
+A queue that reaches its bound is cleared and the viewer marked for a resync, never waited
+for. A viewer that sends and never reads is not read from once REPLY_BACKLOG_BYTES of its
+lines wait for replies (`room` is set again when the writer takes them).
 """
 
 from __future__ import annotations
