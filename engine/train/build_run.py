@@ -93,7 +93,7 @@ def build_run(
     }
     checkpointer = Checkpointer(
         run_dir=run_dir, world=world, group=group, settings=cfg.checkpoint,
-        sharded=parts.parallel.mode == "fsdp", model=parts.model, optimizer=parts,
+        sharded=parts.parallel.mode == "fsdp", model=parts.model, optimizer=parts.current_optimizer,
         optim=cfg.optim, device_type=device.type, states=states, counters=counters,
         reporter=reporter, disk=disk,
     )  # fmt: skip
@@ -115,7 +115,7 @@ def build_run(
     checkpointer.run_dir = opened  # a fresh run's, created just now
     instruments = instrument(cfg, parts, world=world, report=reporter)
     live = LiveSettings(
-        cfg=cfg, counters=counters, optimizer=parts, model=parts.model, device_type=device.type,
+        cfg=cfg, counters=counters, optimizer=parts.current_optimizer, model=parts.model, device_type=device.type,
         ranks=world.world_size, micro_batch=lambda: parts.train_batches.batch_size,
         # what the run derived from the config, derived again after a change of settings
         follow=DerivedValues(
@@ -132,7 +132,7 @@ def build_run(
     faults = FaultHandler(
         cfg=cfg, interactive=interactive, world=world, checkpointer=checkpointer,
         counters=counters, reporter=reporter, stopping=stopping, spikes=parts.spikes,
-        model=parts.model, optimizer=parts, batches=parts.train_batches,
+        model=parts.model, optimizer=parts.current_optimizer, batches=parts.train_batches,
         device_type=device.type, forget_pending=pending.forget, settings_back=live.roll_back_to,
     )  # fmt: skip
     readings = Readings(
@@ -148,7 +148,7 @@ def build_run(
         )  # fmt: skip
     commands = CommandHandler(
         queue=queue, reporter=reporter, counters=counters, stopping=stopping,
-        should_stop=should_stop, cfg=cfg, optimizer=parts, checkpointer=checkpointer, disk=disk,
+        should_stop=should_stop, cfg=cfg, optimizer=parts.current_optimizer, checkpointer=checkpointer, disk=disk,
         rollback=faults.rollback, flush=readings.flush, sample=readings.sample,
         evaluate=readings.evaluate, rank_commands=rank_commands, live=live,
     )  # fmt: skip

@@ -85,6 +85,14 @@ def accept_resume(resume_from: Path, overrides: Sequence[str]) -> AcceptedResume
 
 
 @dataclass
+class CurrentOptimizer:
+    """The run's optimizer of the moment: a restore replaces it, so the parts that use it hold
+    this and read `optimizer` each time (engine.checkpoint's OptimizerHolder)."""
+
+    optimizer: Any
+
+
+@dataclass
 class RunParts:
     """What a run trains with, built by `build`."""
 
@@ -94,14 +102,19 @@ class RunParts:
     parallel: ParallelPlan
     memory_plan: MemoryPlan
     model: GPT
-    optimizer: Any  # replaced by a restore: always read it from here
+    current_optimizer: CurrentOptimizer
     scaler: torch.amp.GradScaler
     autocast: contextlib.AbstractContextManager[Any]
     train_batches: BatchSampler
     sample_generator: torch.Generator
     spikes: SpikeDetector
+    shape_schedule: ShapeSchedule  # each step's shape
     weights_notes: tuple[str, ...] = ()  # init_from: where the weights came from (RunStarted)
-    shape_schedule: ShapeSchedule | None = None  # each step's shape (None: cfg's, as built)
+
+    @property
+    def optimizer(self) -> Any:
+        """The optimizer of the moment."""
+        return self.current_optimizer.optimizer
 
 
 def build(
@@ -174,7 +187,7 @@ def build(
         parallel=parallel,
         memory_plan=memory_plan,
         model=model,
-        optimizer=optimizer,
+        current_optimizer=CurrentOptimizer(optimizer),
         scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
         autocast=autocast_context(device, dtype),
         train_batches=BatchSampler(
