@@ -49,7 +49,7 @@ from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
 from engine.config import DEFAULT_PRESET, ConfigError
 from engine.contract import EngineHandle
 from engine.control import DETACHED
-from engine.events import CheckpointSaved, Event, RunStarted, RunState, Step
+from engine.events import CheckpointSaved, RunStarted, RunState, Step
 
 
 class CockpitApp(App[None]):
@@ -180,9 +180,6 @@ class CockpitApp(App[None]):
         run_test prunes the screens while the app's loop still dispatches)."""
         return self.is_running and bool(self.screen_stack)
 
-    def route(self, ev: Event) -> None:
-        self.feed.route(ev)
-
     def refresh_status(self) -> None:
         self.run_events.refresh_status()
 
@@ -214,31 +211,6 @@ class CockpitApp(App[None]):
         return self.session.preset
 
     @property
-    def engine_running(self) -> bool:
-        return self.session.engine_running
-
-    @property
-    def attached(self) -> bool:
-        return self.session.attached
-
-    @property
-    def read_only(self) -> bool:
-        return self.session.read_only
-
-    @property
-    def viewing_record(self) -> bool:
-        return self.session.viewing_record
-
-    @property
-    def current_run_dir(self) -> str | None:
-        return self.session.run_dir
-
-    @property
-    def detached(self) -> bool:
-        """The app left a run that goes on (attach again to come back)."""
-        return self.session.detaching
-
-    @property
     def quit_forced(self) -> bool:
         """The user quit without waiting for the final checkpoint."""
         return self.session.quit_forced
@@ -250,20 +222,8 @@ class CockpitApp(App[None]):
     def quit_saving(self) -> None:
         self.quitting.quit_saving()
 
-    def switch_to(
-        self, label: str, make: Callable[[], EngineHandle] | None = None, reason: str = "switching preset"
-    ) -> None:
-        self.switching.switch_to(label, make, reason)
-
-    def switch_preset(self, name: str) -> None:
-        """Checkpoint and stop the current run (without blocking), then start `name`."""
-        self.switching.switch_to(name)
-
     def overlay_runs(self, run_dirs: Sequence[Path]) -> None:
         self.comparing.overlay_runs(run_dirs)
-
-    def fork_run(self, target: Path, overrides: Sequence[str], asked: bool = False) -> None:
-        self.starts.fork_run(target, overrides, asked)
 
     def leaving_series_note(self) -> str:
         """One line for a dialog whose yes ends what the app is doing beyond the run on screen
@@ -290,10 +250,10 @@ class CockpitApp(App[None]):
             kind = "config error" if isinstance(e, ConfigError) else type(e).__name__
             self.session.status_note = ""
             self.run_events.set_alert("error", f"✗ {kind}: {e}")
-            self.main_screen.loss_panel.set_empty_message(
-                f"{preset} could not start (see above).\np: pick another preset   q: quit"
+            self.main_screen.show_no_run(
+                f"no run: {preset} could not start",
+                f"{preset} could not start (see above).\np: pick another preset   q: quit",
             )
-            self.show_no_run(f"no run: {preset} could not start")
             self.notify(str(e), title=f"Cannot start {preset}", severity="error", timeout=10)
             self.refresh_status()
             return
@@ -313,12 +273,6 @@ class CockpitApp(App[None]):
         )
         self.session.engine_worker = self._run_engine(trainer)
         self.refresh_status()
-
-    def show_no_run(self, why: str) -> None:
-        """The run panels say there is no run (and why), not "waiting for..." nor the last run."""
-        self.main_screen.lr_panel.set_empty_message(why)
-        self.main_screen.memory_panel.set_empty_message(why)
-        self.main_screen.device_panel.set_waiting_note("no telemetry: no run")
 
     @work(thread=True, exit_on_error=False, group="engine", name="engine")
     def _run_engine(self, trainer: EngineHandle) -> str:

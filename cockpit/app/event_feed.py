@@ -13,35 +13,26 @@ import time
 
 from cockpit.app.event_wake import EventInbox
 from cockpit.app.host import Host
+from cockpit.app.main_screen import is_rollback
 from cockpit.app.run_events import RunEvents
 from cockpit.figures.live_decisions import config_after
 from cockpit.figures.numbers import fmt_int, fmt_lr
 from engine.events import (
     Alert,
     CheckpointSaved,
-    DataProgress,
     Eval,
     Event,
     LrChanged,
-    MemoryBreakdown,
-    RankReport,
     RunStarted,
-    RunState,
     Sample,
     SettingsChanged,
     StateChanged,
     Step,
-    Telemetry,
 )
 
 URGENT_EVENTS = (  # drawn at once
     RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved, SettingsChanged,
 )  # fmt: skip
-
-
-def is_rollback(ev: Event) -> bool:
-    """The alert that says the run is back at its checkpoint's step."""
-    return isinstance(ev, Alert) and ev.code == "rollback" and ev.level == "info"
 
 
 class EventFeed:
@@ -90,36 +81,21 @@ class EventFeed:
         trainer = session.trainer
         replayed_until = trainer.replayed_until if trainer is not None else 0.0
         history = (info is not None and ev.time < info.time) or ev.time <= replayed_until
+        screen.take(ev)  # the panels draw it
         if isinstance(ev, Step):
             self.on_step(ev, history)
             return
         if not isinstance(ev, RunStarted) and not history:
             view.tracker.observe(ev.time)
         match ev:
-            case DataProgress():
-                screen.data_panel.add_progress(ev)
-            case Telemetry():
-                screen.device_panel.update_telemetry(ev)
-            case MemoryBreakdown():
-                screen.memory_panel.update_breakdown(ev)
-            case RankReport():  # under torchrun: every rank, gathered by rank 0
-                screen.device_panel.update_ranks(ev)
-                screen.memory_panel.update_ranks(ev)
             case Eval():
-                screen.loss_panel.add_eval(ev.step, ev.val_loss, train_time_s=ev.train_time_s,
-                                           train_loss=ev.train_loss, train_bpb=ev.train_bpb,
-                                           val_bpb=ev.val_bpb)  # fmt: skip
                 session.boundary_work.done("evaluate", ev.step, ev.time)
             case Sample():
-                screen.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
                 session.boundary_work.done("sample", ev.step, ev.time)
             case RunStarted():
-                screen.data_panel.finish()  # prepared: the run's panels take over
                 session.boundary_work.configure(ev.config or {}, ev.max_steps)
                 self.run_events.run_started(ev, announce=not history)
             case StateChanged():
-                if ev.state in RunState.ENDED:
-                    screen.data_panel.finish()  # stopped or failed while preparing
                 self.run_events.state_changed(ev, announce=not history)
             case CheckpointSaved():
                 self.run_events.checkpoint_saved(ev, announce=not history)
@@ -128,8 +104,6 @@ class EventFeed:
             case LrChanged():
                 view.scale = ev.scale
                 view.lr = ev.new_lr
-                screen.lr_panel.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
-                screen.loss_panel.add_marker(ev.step, "lr")  # and what followed, on the loss
                 if not history:
                     ramp = (
                         f"\nwarmup: {fmt_lr(ev.after_warmup_lr)} from step {fmt_int(ev.warmup_ends)}"
@@ -151,18 +125,10 @@ class EventFeed:
                     self.run_events.settings_changed(ev, announce=not history)
             case Alert():
                 if is_rollback(ev):
-                    self.rolled_back(ev.step)
-                    screen.loss_panel.add_marker(ev.step, "rollback")
+                    view.step = ev.step  # back at its checkpoint: the status line says so now
                 self.run_events.alert_raised(ev, announce=not history)
         if isinstance(ev, (StateChanged, Alert)) and not history:
             self.run_events.notice(ev)  # finished, failed, paused on a fault: a desktop notification
-
-    def rolled_back(self, step: int) -> None:
-        """The run is back at its checkpoint of `step`: the steps it discarded leave the status
-        line and the plots now, not when the next step arrives (seconds away on a big model)."""
-        self.host.session.view.step = step
-        self.host.main_screen.loss_panel.drop_from(step + 1)
-        self.host.main_screen.lr_panel.drop_from(step + 1)
 
     def on_step(self, ev: Step, history: bool) -> None:
         session = self.host.session
@@ -184,8 +150,6 @@ class EventFeed:
         if math.isfinite(ev.update_ratio):
             view.update_ratio = ev.update_ratio
         view.lr = ev.lr
-        self.host.main_screen.loss_panel.add_step(ev.step, ev.loss, ev.tokens, step_time_s=ev.step_time_s)
-        self.host.main_screen.lr_panel.add_step(ev.step, ev.lr)
         if not history:
             view.tracker.add_step(ev.time, ev.step)
             session.last_step_seen = (ev.time, ev.step_time_s or 0.0)

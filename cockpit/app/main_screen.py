@@ -27,6 +27,21 @@ from cockpit.widgets.memory import MemoryPanel
 from cockpit.widgets.pacing import LoadGovernor
 from cockpit.widgets.samples import SamplesPanel
 from cockpit.widgets.status import AlertLine, StatusLine
+from engine.events import (
+    Alert,
+    DataProgress,
+    Eval,
+    Event,
+    LrChanged,
+    MemoryBreakdown,
+    RankReport,
+    RunStarted,
+    RunState,
+    Sample,
+    StateChanged,
+    Step,
+    Telemetry,
+)
 
 TICK_S = 0.25  # the tick: routine readings are drained this often (news is drained at once)
 STATUS_REFRESH_S = 1.0  # counters in the status line redraw at most this often
@@ -38,6 +53,11 @@ DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 34
+
+
+def is_rollback(ev: Event) -> bool:
+    """The alert that says the run is back at its checkpoint's step."""
+    return isinstance(ev, Alert) and ev.code == "rollback" and ev.level == "info"
 
 
 class MainScreen(Screen[None]):
@@ -108,6 +128,55 @@ class MainScreen(Screen[None]):
                 )
         for footer in self.query(Footer):
             footer.compact = width < COMPACT_WIDTH
+
+    def take(self, ev: Event) -> None:
+        """Hand the run's event to the panels that draw it (they redraw at the next `flush`)."""
+        loss, lr = self.loss_panel, self.lr_panel
+        match ev:
+            case Step():
+                loss.add_step(ev.step, ev.loss, ev.tokens, step_time_s=ev.step_time_s)
+                lr.add_step(ev.step, ev.lr)
+            case DataProgress():
+                self.data_panel.add_progress(ev)
+            case Telemetry():
+                self.device_panel.update_telemetry(ev)
+            case MemoryBreakdown():
+                self.memory_panel.update_breakdown(ev)
+            case RankReport():  # under torchrun: every rank, gathered by rank 0
+                self.device_panel.update_ranks(ev)
+                self.memory_panel.update_ranks(ev)
+            case Eval():
+                loss.add_eval(ev.step, ev.val_loss, train_time_s=ev.train_time_s,
+                              train_loss=ev.train_loss, train_bpb=ev.train_bpb, val_bpb=ev.val_bpb)  # fmt: skip
+            case Sample():
+                self.samples_panel.add_sample(ev.step, ev.prompt, ev.text)
+            case RunStarted():
+                self.data_panel.finish()  # prepared: the run's panels take over
+                loss.tokens_per_step = ev.tokens_per_step
+                loss.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time
+                lr.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
+                lr.set_tokens_schedule(ev.tokens_schedule)  # () without one
+            case StateChanged():
+                if ev.state in RunState.ENDED:
+                    self.data_panel.finish()  # stopped or failed while preparing
+                if ev.train_time_s is not None and ev.state != RunState.STARTING:
+                    loss.set_time_anchor(ev.step, ev.train_time_s)  # exact where it paused or ended
+            case LrChanged():
+                lr.add_change(ev.step, ev.old_lr, ev.new_lr, ev.scale)
+                loss.add_marker(ev.step, "lr")  # and what followed, on the loss
+            case Alert() if is_rollback(ev):
+                # the steps the rollback discarded leave the plots now, not at the next step
+                loss.drop_from(ev.step + 1)
+                lr.drop_from(ev.step + 1)
+                loss.add_marker(ev.step, "rollback")
+
+    def show_no_run(self, why: str, loss_note: str | None = None) -> None:
+        """No run to draw: the run panels say so (and why), not "waiting for..." nor the last run."""
+        if loss_note is not None:
+            self.loss_panel.set_empty_message(loss_note)
+        self.lr_panel.set_empty_message(why)
+        self.memory_panel.set_empty_message(why)
+        self.device_panel.set_waiting_note("no telemetry: no run")
 
     def reset_panels(self) -> None:
         """A new run: the run's panels start empty (telemetry, about the machine, stays)."""

@@ -65,11 +65,6 @@ class RunEvents:
         view.step = ev.start_step
         view.tracker.start(ev.time)  # this session's rate; the training time is the clock's
         view.tracker.tokens_schedule = ev.tokens_schedule  # steps that grow: the ETA weighs them
-        loss = self.host.main_screen.loss_panel
-        loss.tokens_per_step = ev.tokens_per_step
-        loss.set_time_anchor(ev.start_step, ev.train_time_s)  # the x axis in time
-        self.host.main_screen.lr_panel.set_plan(ev.planned_lr, ev.max_steps, ev.start_step)
-        self.host.main_screen.lr_panel.set_tokens_schedule(ev.tokens_schedule)  # () without one
         self.host.retitle(ev)  # the status line's first words and the app's subtitle
         if self.host.session.status_note.startswith(("starting", "resuming")):
             self.host.session.status_note = ""
@@ -131,9 +126,6 @@ class RunEvents:
         self.set_state(ev.state)
         if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
             view.tracker.forget_rate()
-        train_s = ev.train_time_s  # exact where it paused, saved or ended
-        if train_s is not None and ev.state != RunState.STARTING:
-            self.host.main_screen.loss_panel.set_time_anchor(ev.step, train_s)
         if view.anomaly is not None and ev.state != RunState.SAVING:
             if ev.state == RunState.RUNNING and previous == RunState.PAUSED:
                 # resumed (or rolled back): the fault is behind the run, and so is its banner
@@ -149,11 +141,10 @@ class RunEvents:
             if not view.alert or view.alert[0] != "error":
                 self.set_alert("error", f"✗ FAILED at step {fmt_int(ev.step)}: {reason}")
             if not self.host.main_screen.loss_panel.has_data():
-                self.host.main_screen.loss_panel.set_empty_message(
-                    "the run failed before its first step (see above).\n"
-                    "p: pick another preset   q: quit"
+                self.host.main_screen.show_no_run(
+                    "the run failed before its first step",
+                    "the run failed before its first step (see above).\np: pick another preset   q: quit",
                 )
-                self.host.show_no_run("the run failed before its first step")
         if ev.state in RunState.ENDED:
             self.host.session.status_note = ""
             if ev.state == RunState.FINISHED:

@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
 from textual.widget import Widget
+from textual.reactive import var
 from textual.widgets import Label, Static
 
 from engine.events import RunState
@@ -116,9 +117,10 @@ class StatusLine(Horizontal):
     StatusLine > #badge.-idle { background: $foreground-darken-2; color: $text; }
     """
 
+    state = var("", init=False)  # the run's state the badge shows
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.state = ""
         self.badge = Label("", id="badge")
         self.text = StatusText(id="status-text")
 
@@ -127,14 +129,13 @@ class StatusLine(Horizontal):
         yield self.text
 
     def set_state(self, state: str) -> None:
-        if state == self.state:
-            return
-        badge = self.badge
-        if self.state:
-            badge.remove_class(f"-{self.state}")
         self.state = state
-        badge.add_class(f"-{state}")
-        badge.update(STATE_LABELS.get(state, state.upper()))
+
+    def watch_state(self, old: str, state: str) -> None:
+        if old:
+            self.badge.remove_class(f"-{old}")
+        self.badge.add_class(f"-{state}")
+        self.badge.update(STATE_LABELS.get(state, state.upper()))
 
     def set_segments(self, segments: list[Segment]) -> None:
         self.text.set_segments(segments)

@@ -88,7 +88,7 @@ def test_q_mid_series_stops_the_run_with_a_checkpoint_for_a_rerun(tmp_path: Path
         await pilot.press("q")
         await wait_for_engine(pilot, lambda: app.screen.query("#confirm-dialog"))
         await pilot.press("y")
-        await wait_for_engine(pilot, lambda: not app.engine_running, timeout=30)
+        await wait_for_engine(pilot, lambda: not app.session.engine_running, timeout=30)
 
     run_pilot(app, scenario, size=REAL_SIZE)
     assert not driver.complete()
@@ -106,7 +106,7 @@ def test_picking_another_run_mid_series_says_the_series_stopped_and_how_to_conti
 
     async def scenario(pilot: Pilot) -> None:
         await wait_for_engine(pilot, lambda: "ablate 1/3" in status_text(app) and app.session.view.step >= 3, timeout=60)
-        app.switch_to("tiny")  # what the preset menu (p) does once confirmed
+        app.switching.switch_to("tiny")  # what the preset menu (p) does once confirmed
         await wait_for_engine(pilot, lambda: any(t.title == "Ablation stopped" for t in toasts), timeout=30)
 
     run_pilot(app, scenario, size=REAL_SIZE, toasts=toasts)

@@ -100,9 +100,6 @@ class FakeHost:
     def leaving_series_note(self) -> str:
         return ""
 
-    def show_no_run(self, why: str) -> None:
-        pass
-
     def retitle(self, ev: Any) -> None:
         self.session.preset = ev.preset or self.session.preset
 
@@ -245,3 +242,28 @@ def test_the_feed_routes_steps_to_the_panels_and_alerts_to_the_alert_line() -> N
     feed.route(StateChanged(state=RunState.PAUSED, step=1, reason="user", time=90.2))
     assert host.session.state == RunState.PAUSED
     assert host.main_screen.status_line.state == RunState.PAUSED
+
+
+def test_the_main_screen_hands_each_event_to_the_panels_that_draw_it() -> None:
+    screen = MainScreen()
+    screen.take(step_event(1, 3.5, 1e-3, 0.5, 90.0))
+    screen.take(step_event(2, 3.4, 1e-3, 0.5, 90.1))
+    assert screen.loss_panel.last_loss == 3.4 and len(screen.lr_panel.applied) == 2
+    screen.take(Alert(level="info", message="rolled back to step 1", code="rollback", step=1, time=90.2))
+    assert list(screen.loss_panel.raw.xs) == [1.0] and screen.loss_panel.markers[-1][2] == "rollback"
+
+
+def test_the_loss_panel_owns_its_keys_and_the_one_table_shows_them() -> None:
+    from cockpit.app.key_table import COMMANDS, key_bindings
+    from cockpit.widgets.loss import LossPanel
+
+    panel_keys = {binding.action: binding.key for binding in LossPanel.BINDINGS}  # type: ignore[union-attr]
+    assert panel_keys == {"toggle_x": "t", "toggle_log": "g", "cycle_smoothing": "m",
+                          "cycle_x_window": "x", "toggle_y_all": "y"}  # fmt: skip
+    assert {c.action: c.keys for c in COMMANDS if c.action in panel_keys} == panel_keys
+    app_keys = {b.action: b.key for b in key_bindings()}  # the app binds them too: any focus
+    assert all(app_keys[action] == key for action, key in panel_keys.items())
+    panel = LossPanel()
+    panel.action_toggle_log()
+    panel.action_toggle_x()
+    assert panel.log_y and panel.x_axis == "tokens" and "log y" in str(panel.border_title)

@@ -194,7 +194,7 @@ async def test_preset_switch_checkpoints_then_starts_the_new_preset(
     await settle(pilot, factory)
     assert app.preset == "tiny"
     assert app.state == "running"
-    assert app.engine_running
+    assert app.session.engine_running
     # panels were reset and refilled by the new run (same script: 300 steps)
     assert app.main_screen.loss_panel.raw.total == 300
 
@@ -382,7 +382,7 @@ async def test_engine_failure_events_show_failed(app: CockpitApp) -> None:
 async def test_finished_run_shows_a_summary_and_disables_run_keys(
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
 ) -> None:
-    await wait_for(pilot, lambda: not app.engine_running)
+    await wait_for(pilot, lambda: not app.session.engine_running)
     await settle(pilot)
     assert app.state == "finished"
     note = alert_text(app)
@@ -1138,7 +1138,7 @@ def test_leaving_after_a_preset_switch_reports_both_runs() -> None:
 
     async def scenario(pilot: Pilot) -> None:
         await settle(pilot, factory)
-        app.switch_preset("tiny")
+        app.switching.switch_to("tiny")
         await wait_for(pilot, lambda: len(factory.trainers) == 2)
         await settle(pilot, factory)
         await pilot.press("q")
@@ -1243,7 +1243,7 @@ def test_switching_away_from_a_slow_run_waits_for_its_checkpoint(
     async def scenario(pilot: Pilot) -> None:
         await wait_for(pilot, lambda: slow.loaded.is_set())
         await settle(pilot)
-        app.switch_preset("tiny")
+        app.switching.switch_to("tiny")
         await pilot.pause()
         assert "switching to tiny: saving at the next step boundary, in ~1:30" in alert_text(app)
         await pilot.pause(0.3)

@@ -39,7 +39,7 @@ def test_attach_steer_detach_and_attach_again(live: LiveRun) -> None:
 
     async def scenario(pilot) -> dict[str, object]:
         await wait_for_engine(pilot, lambda: app.view.step > 0 and app.main_screen.loss_panel.has_data())
-        assert app.attached and not app.read_only
+        assert app.session.attached and not app.session.read_only
         await pilot.press("space")
         await wait_for_engine(pilot, lambda: app.state == "paused")
         live.wait_for_record("state", state="paused")
@@ -128,7 +128,7 @@ def test_a_read_only_viewer_watches_but_cannot_command(live: LiveRun) -> None:
 
     async def scenario(pilot) -> str:
         await wait_for_engine(pilot, lambda: app.view.step > 0)
-        assert app.read_only
+        assert app.session.read_only
         footer = " ".join(
             b.binding.description for b in app.active_bindings.values() if b.binding.show and b.enabled
         )
@@ -251,7 +251,7 @@ def test_the_apps_own_run_can_be_watched_and_steered_from_a_second_terminal(tmp_
 
     async def scenario(pilot) -> list[object]:
         await wait_for_engine(pilot, lambda: app.view.step > 2)
-        assert not app.attached  # its own run: quitting stops it
+        assert not app.session.attached  # its own run: quitting stops it
         other = RemoteEngine(made[0].run_dir)
         other.scale_lr(0.5)  # the second terminal lowers the LR: the app's panel shows it
         await wait_for_engine(pilot, lambda: app.main_screen.lr_panel.scale == pytest.approx(0.5))

@@ -54,7 +54,7 @@ def panel_text(widget: Any) -> str:
 async def test_after_the_run_ends_the_device_panel_says_its_readings_stopped(
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
 ) -> None:
-    await wait_for(pilot, lambda: not app.engine_running)
+    await wait_for(pilot, lambda: not app.session.engine_running)
     await pilot.pause()
     last = [ev for ev in factory.trainer.script if ev.kind == "telemetry"][-1]
     when = time.strftime("%H:%M:%S", time.localtime(last.time))
@@ -70,7 +70,7 @@ async def test_a_failed_preset_switch_leaves_no_panel_showing_the_old_run_or_wai
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
 ) -> None:
     assert "waiting" not in panel_text(app.main_screen.memory_panel)  # the run's breakdown is shown
-    app.switch_preset("broken")
+    app.switching.switch_to("broken")
     await wait_for(pilot, lambda: factory.names == ["default", "broken"])
     await wait_for(pilot, lambda: app.state == "failed")
     app.pump(force=True)
@@ -82,7 +82,7 @@ async def test_a_failed_preset_switch_leaves_no_panel_showing_the_old_run_or_wai
     assert "weights" not in memory  # not the old run's breakdown
     assert "readings stopped" in str(app.main_screen.device_panel.border_subtitle)
     # the next run that starts waits for its own schedule and breakdown again
-    app.switch_preset("default")
+    app.switching.switch_to("default")
     await wait_for(pilot, lambda: len(factory.trainers) == 2)
     assert app.main_screen.lr_panel.empty_message == app.main_screen.lr_panel.EMPTY_MESSAGE
     assert app.main_screen.memory_panel.empty_message == app.main_screen.memory_panel.EMPTY_MESSAGE

@@ -283,7 +283,7 @@ async def test_an_attached_viewer_steers_the_same_way(
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory
 ) -> None:
     factory.trainer.outlives_viewer = True  # type: ignore[misc]  # as a RemoteEngine: attached
-    assert app.attached
+    assert app.session.attached
     screen = await open_screen(pilot, app)
     assert not field(screen, "optim.grad_clip").disabled
     field(screen, "optim.grad_clip").value = "0.5"

@@ -166,7 +166,7 @@ async def test_a_finished_run_s_screen_names_the_command_that_changes_its_settin
 ) -> None:
     """'resume it with --set KEY=VALUE' named no command; the line is one to type now."""
     assert app.view.info is not None
-    app.route(StateChanged(state=RunState.FINISHED, step=300, time=app.view.info.time + 1))
+    app.feed.route(StateChanged(state=RunState.FINISHED, step=300, time=app.view.info.time + 1))
     screen = await open_screen(pilot, app)
     why = str(screen.query_one("#live-read-only").render())
     assert "cockpit train --resume runs/default-scripted --set KEY=VALUE" in why

@@ -63,7 +63,7 @@ def test_a_finished_run_opens_read_only_with_no_engine(tmp_path: Path) -> None:
     async def scenario(pilot: Pilot) -> None:
         await wait_for(pilot, lambda: app.state == "finished" and app.view.step == 300)
         app.pump(force=True)
-        assert app.viewing_record and not app.engine_running
+        assert app.session.viewing_record and not app.session.engine_running
         assert len(app.main_screen.loss_panel.raw) == 300  # every step of the file, drawn
         assert app.main_screen.loss_panel.best_val is not None
         assert app.view.last_checkpoint is not None
@@ -113,8 +113,8 @@ def test_the_runs_screen_opens_a_finished_run_in_place_of_the_app_s_own(
         await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
         assert "saved (a checkpoint) and stopped first" in str(app.screen.message)
         await pilot.press("y")
-        await wait_for(pilot, lambda: app.viewing_record and app.view.step == 300, timeout=10)
-        assert Path(app.current_run_dir or "").name == "lower-lr"
+        await wait_for(pilot, lambda: app.session.viewing_record and app.view.step == 300, timeout=10)
+        assert Path(app.session.run_dir or "").name == "lower-lr"
         assert ("stop", True) in factory.trainers[0].calls  # with a checkpoint
         assert len(factory.trainers) == 1  # no preset was started
 
@@ -254,7 +254,7 @@ def test_resume_a_finished_run_asks_how_far_and_trains_on(finished_tiny_run: Pat
         assert isinstance(app.screen, SettingsScreen), [t.message for t in toasts]
         assert app.screen.initial == f"train.max_steps={2 * TINY_STEPS}"
         await pilot.press("enter")
-        await wait_for_engine(pilot, lambda: not app.viewing_record and app.view.info is not None)
+        await wait_for_engine(pilot, lambda: not app.session.viewing_record and app.view.info is not None)
         await wait_for_engine(pilot, lambda: app.view.step > TINY_STEPS + 2)
         assert app.view.info.start_step == TINY_STEPS  # from its last checkpoint
         assert app.view.max_steps == 2 * TINY_STEPS
@@ -280,7 +280,7 @@ def test_fork_from_a_checkpoint_with_a_lower_lr(finished_tiny_run: Path) -> None
         older = next(name for name in screen.checkpoints if name.endswith("-00000020.pt"))
         screen.query_one(Select).value = older
         await pilot.press(*"optim.lr=1e-4 schedule.min_lr=1e-5", "enter")
-        await wait_for_engine(pilot, lambda: not app.viewing_record and app.view.info is not None)
+        await wait_for_engine(pilot, lambda: not app.session.viewing_record and app.view.info is not None)
         await wait_for_engine(pilot, lambda: app.view.step > 22)
         info = app.view.info
         branch = Path(info.run_dir)
@@ -358,7 +358,7 @@ def test_resume_from_the_runs_screen(finished_tiny_run: Path) -> None:
         await pilot.press("y")
         await wait_for_engine(pilot, lambda: app.view.info is not None and app.view.info.start_step == TINY_STEPS)
         await wait_for_engine(pilot, lambda: app.view.step > TINY_STEPS + 2)
-        assert app.current_run_dir == str(finished_tiny_run)
+        assert app.session.run_dir == str(finished_tiny_run)
         await wait_for_engine(pilot, lambda: app.state == "finished", timeout=120)
 
     run_pilot(app, scenario, size=SIZE)
@@ -407,9 +407,9 @@ def test_a_live_run_opened_from_the_runs_screen_is_attached_to(tmp_path: Path) -
             table = app.screen.query_one(DataTable)
             await wait_for(pilot, lambda: table.row_count == 2, timeout=10)
             await pilot.press("enter")  # the newest first: the live run
-            await wait_for_engine(pilot, lambda: app.attached and app.engine_running)
+            await wait_for_engine(pilot, lambda: app.session.attached and app.session.engine_running)
             await wait_for_engine(pilot, lambda: app.view.step > 2)
-            assert app.current_run_dir == str(live.run_dir)
+            assert app.session.run_dir == str(live.run_dir)
             await pilot.press("space")
             await wait_for_engine(pilot, lambda: app.state == "paused")
 
@@ -504,7 +504,7 @@ def test_a_fork_from_the_runs_screen_asks_before_it_makes_the_branch(finished_ti
 
     async def scenario(pilot: Pilot) -> None:
         await wait_for(pilot, lambda: app.state == "running" and app.view.step == 300)
-        app.fork_run(finished_tiny_run / "ckpt-00000020.pt", ["optim.lr=1e-3"])
+        app.starts.fork_run(finished_tiny_run / "ckpt-00000020.pt", ["optim.lr=1e-3"])
         await wait_for(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
         await pilot.press("n")
         await pilot.pause(0.5)
