@@ -21,7 +21,7 @@ class Counters:
     train_time_s: float = 0.0  # time spent training: not paused, evaluating or saving
     best_val: float = math.inf  # val loss of the best checkpoint (best.pt), not of any eval
     rollbacks: int = 0  # rollbacks in this process (the fault rules' limit)
-    current_lr: float = 0.0  # the LR the last step applied
+    current_lr: float = 0.0  # the LR the last step applied, or the next one after an LR change
 
     def state_dict(self) -> dict[str, Any]:
         """The counters a checkpoint keeps, in the order it has always kept them."""

@@ -451,40 +451,40 @@ class Trainer:
 
     # ------------------------------------------------------------------ the built run
     # For tests and benches that look into a run once set_up built it.
-    def _run(self) -> Run:
+    def _built_run(self) -> Run:
         if self.built is None:
             raise AttributeError("the run is not built yet (Trainer.set_up)")
         return self.built
 
     @property
     def model(self) -> GPT:
-        return self._run().parts.model
+        return self._built_run().parts.model
 
     @property
     def optimizer(self) -> Any:
         """The optimizer of the moment (a restore replaces it)."""
-        return self._run().parts.optimizer
+        return self._built_run().parts.optimizer
 
     @property
     def train_batches(self) -> BatchSampler:
-        return self._run().parts.train_batches
+        return self._built_run().parts.train_batches
 
     @property
     def forward(self) -> Callable[..., Any]:
         """The forward pass each step trains with; tests wrap it after `set_up()`."""
-        return self._run().instruments.step.forward
+        return self._built_run().instruments.step.forward
 
     @forward.setter
     def forward(self, forward: Callable[..., Any]) -> None:
-        self._run().instruments.step.forward = forward
+        self._built_run().instruments.step.forward = forward
 
     @property
     def micro_steps(self) -> int:
-        return self._run().instruments.step.micro_steps
+        return self._built_run().instruments.step.micro_steps
 
     @property
     def peak_meter(self) -> PeakMeter:
-        return self._run().instruments.peak_meter
+        return self._built_run().instruments.peak_meter
 
     @property
     def last_checkpoint(self) -> Path | None:
