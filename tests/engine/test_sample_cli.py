@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from command_here import cockpit_here
 from run_copies import train_here
 
 from engine.checkpoint.trained import load_trained
@@ -47,11 +48,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, st
 
 @pytest.fixture(scope="module")
 def sample(env: dict[str, str]):
-    def sample(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "cockpit", "sample", *args],
-            input=stdin, capture_output=True, text=True, timeout=60, env=env,
-        )  # fmt: skip
+    """`cockpit sample ARGS` in this process (the ctrl+c tests start a real one)."""
+
+    def sample(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return cockpit_here("sample", *args, stdin=stdin, env=env)
 
     return sample
 
@@ -159,13 +159,9 @@ def test_interactive_skips_a_bad_prompt_and_ends_at_an_empty_line_and_at_eof(run
 
 
 def run_all(env: dict[str, str], argvs: list[list[str]]) -> list[tuple[int, str, str]]:
-    """(exit status, stdout, stderr) of several `cockpit sample` at once: each pays for torch."""
-    procs = [popen_sample(env, *argv) for argv in argvs]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=60)
-        results.append((proc.returncode, out.decode(), err.decode()))
-    return results
+    """(exit status, stdout, stderr) of several `cockpit sample`, in this process."""
+    results = (cockpit_here("sample", *argv, env=env) for argv in argvs)
+    return [(r.returncode, r.stdout, r.stderr) for r in results]
 
 
 def test_bad_inputs_are_one_line_and_exit_2(run_dir, env, tmp_path):
