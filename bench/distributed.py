@@ -16,7 +16,7 @@ On CPU with gloo, every torchrun launch with OMP_NUM_THREADS=1.
    --warmup-steps), how many exchanges the run made (`RankSync.exchanges`) for how many steps,
    and the time inside each exchange during the run (which adds any wait for the other rank).
    Goal: the mean exchange (the slower rank's) < 1% of the step time. The loop leaves its
-   command time out of `step_time_s` (engine/train/trainer.py), so the step time does not already
+   command time out of `step_time_s` (engine/train/run.py), so the step time does not already
    hold the exchange. Both figures move with other load on the machine (the exchange's wall
    time is mostly the wake-ups of two processes on shared cores; a busier machine also makes
    the step slower), so the verdict can differ between a quiet and a busy machine. Each
