@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
+from command_here import cockpit_here
 
 from engine.config.byte_sizes import GIB, parse_size
 from engine.config.presets import load_preset
@@ -250,12 +249,7 @@ def test_parse_size():
 
 @pytest.mark.parametrize("size", ["0", "-1", "", "-24GB"])
 def test_cockpit_plan_refuses_a_device_memory_of_nothing(size):
-    result = subprocess.run(
-        [sys.executable, "-m", "cockpit", "plan", f"--device-memory={size}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = cockpit_here("plan", f"--device-memory={size}")
     assert result.returncode == 2, result.stdout
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -287,32 +281,24 @@ def test_plan_refuses_what_cannot_fit_and_names_the_fix():
 
 
 def test_cockpit_plan_cli_answers_with_figures():
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cockpit",
-            "plan",
-            "--device-memory",
-            "24GB",
-            *sum(
-                (
-                    ["--set", s]
-                    for s in [
-                        "model.n_layer=24",
-                        "model.n_embd=1024",
-                        "model.n_head=16",
-                        "model.block_size=1024",
-                        "train.batch_size=32",
-                        "data.tokenizer=r50k_base",
-                    ]
-                ),
-                [],
+    result = cockpit_here(
+        "plan",
+        "--device-memory",
+        "24GB",
+        *sum(
+            (
+                ["--set", s]
+                for s in [
+                    "model.n_layer=24",
+                    "model.n_embd=1024",
+                    "model.n_head=16",
+                    "model.block_size=1024",
+                    "train.batch_size=32",
+                    "data.tokenizer=r50k_base",
+                ]
             ),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+            [],
+        ),
     )
     assert result.returncode == 1  # does not fit
     assert "DOES NOT FIT" in result.stdout and "to lower peak memory" in result.stdout
