@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import tomllib
+from command_here import cockpit_here
 
 from engine.config.loading import config_from_dict
 from engine.config.presets import discover, load_preset
@@ -61,10 +61,7 @@ def _step_losses(run_dir: Path) -> list[tuple[int, float]]:
 def _cockpit(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "TERM": "dumb", "PYTHONPATH": str(repo)}  # runs from another cwd
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+    return cockpit_here(*args, env=env, cwd=cwd)
 
 
 def test_a_runs_config_toml_replays_the_run_from_another_directory(tmp_path, some_text):

@@ -11,12 +11,12 @@ import pickle
 import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from command_here import cockpit_here
 from tiny import tiny_overrides
 
 from engine.checkpoint import store as ckpt
@@ -44,13 +44,7 @@ def train(run_dir: Path, *extra: str) -> Trainer:
 
 
 def cockpit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TERM": "dumb"},
-    )
+    return cockpit_here(*args, env={**os.environ, "TERM": "dumb"})
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon", "lion", "adafactor"])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from command_here import cockpit_here
 
 from engine.config.presets import load_preset
 from engine.data.preparation import prepare
@@ -147,16 +148,13 @@ def test_a_checkpoint_field_cockpit_never_writes_is_refused_in_one_line(finished
 
 
 def test_sample_fork_and_resume_refuse_such_a_checkpoint_in_one_line(finished_run, tmp_path) -> None:
-    import subprocess
-    import sys
-
     run_dir, path = _with_field(finished_run, tmp_path, "step a string")
     for argv in (
         ["sample", str(path), "--tokens", "2"],
         ["fork", str(path), "--no-start", "--set", "train.max_steps=9", "--run-dir", str(tmp_path / "b")],
         ["train", "--headless", "--no-telemetry", "--resume", str(run_dir), "--set", "train.max_steps=4"],
     ):
-        done = subprocess.run([sys.executable, "-m", "cockpit", *argv], capture_output=True, text=True, timeout=120)
+        done = cockpit_here(*argv)
         lines = (done.stdout + done.stderr).strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1, (argv[0], lines)
         assert str(path) in lines[0] and "step is 'x'" in lines[0], lines
