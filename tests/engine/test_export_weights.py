@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from command_here import cockpit_here
 
 from cockpit.cli import main as cockpit_main
 from engine.checkpoint.trained import load_trained
@@ -39,13 +40,7 @@ def _env(base: Path) -> dict[str, str]:
 
 
 def cockpit(base: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(base),
-    )
+    return cockpit_here(*args, env=_env(base))
 
 
 def _train(factory: pytest.TempPathFactory, name: str, *sets: str) -> Path:
