@@ -69,14 +69,15 @@ def test_nan_with_no_checkpoint_to_roll_back_to_fails_with_the_reason(tmp_path):
     cfg = load_preset("default", [*SMALL, "train.max_steps=40", "checkpoint.interval=0"])
     trainer = Trainer(cfg, run_dir=tmp_path, telemetry=False, interactive=False)
     trainer.set_up()
-    inner, calls = trainer.forward, [0]
+    step_parts = trainer.built.instruments.step
+    inner, calls = step_parts.forward, [0]
 
     def forward(x, y=None):
         calls[0] += 1
         logits, loss = inner(x, y)
         return logits, loss * (float("nan") if calls[0] == 8 else 1.0)
 
-    trainer.forward = forward
+    step_parts.forward = forward
     assert trainer.run() == "failed"
     state = final_state(tmp_path)
     assert state["state"] == "failed"

@@ -88,7 +88,8 @@ def test_an_automatic_rollback_to_a_damaged_checkpoint_keeps_the_weights(tmp_pat
         if event.kind == "checkpoint" and event.step == 10:
             damaged = Path(event.path)
             damaged.write_bytes(damaged.read_bytes()[:1000])
-            forward = trainer.forward
+            step_parts = trainer.built.instruments.step
+            forward = step_parts.forward
             calls = {"n": 0}
 
             def poisoned(x: Any, y: Any = None) -> Any:
@@ -96,7 +97,7 @@ def test_an_automatic_rollback_to_a_damaged_checkpoint_keeps_the_weights(tmp_pat
                 logits, loss = forward(x, y)
                 return (logits, loss * float("nan")) if calls["n"] == 5 else (logits, loss)
 
-            trainer.forward = poisoned  # the 5th step from here (step 15) is a NaN
+            step_parts.forward = poisoned  # the 5th step from here (step 15) is a NaN
 
     trainer.sinks.append(on_event)
     assert trainer.run() == "failed"

@@ -96,7 +96,8 @@ def test_commands_are_applied_and_acknowledged(tmp_path):
     trainer.pause()
     paused2 = rec.wait_for(lambda e: e.kind == "state" and e.state == "paused" and e is not paused)
     last = [e for e in rec.of("step") if e.step == paused2.step][0]
-    assert {g["lr"] for g in trainer.optimizer.param_groups} == {last.lr}  # what AdamW applied
+    applied = {g["lr"] for g in trainer.built.parts.optimizer.param_groups}
+    assert applied == {last.lr}  # what AdamW applied
     trainer.resume()
 
     trainer.scale_lr(2.0)
@@ -187,7 +188,7 @@ def run_straight_or_split(tmp_path: Path, split_at: int | None, total: int = 24)
         trainer.run()
     assert trainer.state == "finished"
     losses = {e.step: e.loss for e in rec.of("step")}
-    return trainer.model.state_dict(), losses
+    return trainer.built.parts.model.state_dict(), losses
 
 
 def test_resume_is_bit_exact(tmp_path):
@@ -381,15 +382,16 @@ def test_set_up_before_run_builds_once_and_run_trains_what_it_built(tmp_path):
     trainer.set_up()
     assert trainer.state == "starting" and trainer.step == 0
     assert (tmp_path / "config.toml").exists()  # the directory is the run's already
-    model, forward, calls = trainer.model, trainer.forward, []
+    run = trainer.built
+    model, forward, calls = run.parts.model, run.instruments.step.forward, []
 
     def counted(x, y=None):
         calls.append(x.shape)
         return forward(x, y)
 
-    trainer.forward = counted
+    run.instruments.step.forward = counted
     trainer.set_up()  # again: nothing is rebuilt
-    assert trainer.model is model
+    assert trainer.built.parts.model is model
     assert trainer.run() == "finished" and trainer.step == 6
     assert len(calls) >= 6  # every step's forward (and the final evaluation's)
     assert [e.kind for e in events].count("run_started") == 1
