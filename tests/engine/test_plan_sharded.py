@@ -11,6 +11,7 @@ import sys
 from math import ceil
 
 import pytest
+from command_here import cockpit_here
 
 from cockpit.cli import main
 from engine.config.byte_sizes import GIB, format_bytes
@@ -76,12 +77,8 @@ def test_local_300m_fsdp_over_8_by_hand():
 
 
 def test_cockpit_plan_nproc_8_fsdp_prints_the_hand_computed_shards():
-    result = subprocess.run(
-        [sys.executable, "-m", "cockpit", "plan", "--preset", "local-300m", "--nproc", "8",
-         "--parallel", "fsdp", "--device-memory", "24GB"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = cockpit_here(
+        "plan", "--preset", "local-300m", "--nproc", "8", "--parallel", "fsdp", "--device-memory", "24GB"
     )
     assert result.returncode == 0, result.stderr  # fits
     out = result.stdout

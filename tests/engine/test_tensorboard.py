@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from command_here import cockpit_here
 
 from engine.config.run_config import ConfigError, RunConfig
 from engine.events import Alert, Eval, Sample, Step
@@ -35,13 +36,7 @@ RUN = ["--preset", "tiny", "--set", "eval.interval=10", "--set", "checkpoint.int
 
 
 def cockpit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "TERM": "dumb"},
-    )
+    return cockpit_here(*args, env={**os.environ, "TERM": "dumb"})
 
 
 def read_tensorboard(log_dir: Path) -> tuple[dict[str, list], dict[str, list]]:
