@@ -35,7 +35,6 @@ PRIVATE_ALLOWED: dict[tuple[str, str], str] = {
         ("cockpit/cli/completion.py", name): "argparse has no public way to walk a parser's options"
         for name in ("_actions", "_SubParsersAction", "_choices_actions")
     },
-    ("cockpit/widgets/_repaint.py", "_strips"): "Textual: the rows a widget last rendered",
     **{
         ("cockpit/widgets/plotext_frame.py", name): "plotext: drawing at a size without printing"
         for name in ("_set_size", "_set_sizes", "_build_matrix")

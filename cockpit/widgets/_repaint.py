@@ -41,11 +41,11 @@ class QuietBorderLabels:
 
 
 class RowStrips:
-    """The widget's rows are `self._strips()`, a list of Strips the widget builds and caches."""
+    """The widget's rows are `self.row_strips()`, a list of Strips the widget builds and caches."""
 
     def render_line(self, y: int) -> Strip:
         widget: Any = self
-        strips = widget._strips()
+        strips = widget.row_strips()
         if 0 <= y < len(strips):
             return strips[y]
         return Strip.blank(widget.size.width, widget.visual_style.rich_style)

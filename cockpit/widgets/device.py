@@ -21,6 +21,7 @@ from cockpit.widgets.ranks import RanksView
 from cockpit.widgets.sparkline import BARS, StripSparkline
 from cockpit.widgets.status import Segment, StatusText
 from cockpit.widgets.throttling import throttle_labels
+from engine.events import RankReport, Telemetry
 
 HISTORY = 240  # readings kept per series (about 4 minutes at 1 Hz)
 
@@ -324,11 +325,11 @@ class DevicePanel(VerticalScroll):
         if self.mode == "ranks":
             self._pending = True  # the rows follow the width and height
 
-    def update_ranks(self, report: Any) -> None:
+    def update_ranks(self, report: RankReport) -> None:
         """Record one RankReport: from now on the panel shows every rank, not this machine."""
         if len(report.ranks) < 2:
             return  # torchrun with one rank: its own Telemetry says more (the strip charts)
-        self._last_reading_time = getattr(report, "time", None)
+        self._last_reading_time = report.time
         if self._stopped_because:
             self._stopped_because = ""
             self.border_subtitle = ""
@@ -352,11 +353,11 @@ class DevicePanel(VerticalScroll):
             return None
         return self.scrollable_content_region.height or None
 
-    def update_telemetry(self, ev: Any) -> None:
+    def update_telemetry(self, ev: Telemetry) -> None:
         """Record one Telemetry event (switching views if the source changed)."""
         if self.mode == "ranks":
             return  # rank 0's machine is in its row of the rank report
-        self._last_reading_time = getattr(ev, "time", None)
+        self._last_reading_time = ev.time
         if self._stopped_because:  # readings come again (a new run)
             self._stopped_because = ""
             self.border_subtitle = ""

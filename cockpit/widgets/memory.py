@@ -143,7 +143,7 @@ class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
             self.refresh(layout=True)
             return
         # otherwise repaint only the rows that changed (a new reading moves a figure or two)
-        after = self._strips()
+        after = self.row_strips()
         self.repaint_changed_rows(before.strips if before.look == self._look() else None, after)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
@@ -152,7 +152,7 @@ class MemoryPanel(QuietBorderLabels, RowStrips, Widget):
     def _look(self) -> tuple[Any, ...]:
         return (self.size.width, self.app.theme, self.visual_style)
 
-    def _strips(self) -> list[Strip]:
+    def row_strips(self) -> list[Strip]:
         """The rows, built once per reading, width and theme. A line already on screen keeps
         its Strip (most of the legend does not change between readings); the others are
         rendered, one line each."""

@@ -131,7 +131,7 @@ class ThrottledPlot(QuietBorderLabels, RowStrips, PlotextPlot):
         if on_screen is None or key is None or key[:2] != tuple(self.size):
             self.refresh()  # nothing comparable on screen: draw when Textual renders
             return
-        self.repaint_changed_rows(on_screen, self._strips())
+        self.repaint_changed_rows(on_screen, self.row_strips())
 
     # drawing side ----------------------------------------------------------------------------
     def has_data(self) -> bool:
@@ -184,7 +184,7 @@ class ThrottledPlot(QuietBorderLabels, RowStrips, PlotextPlot):
         else:
             self._items.append(("axis_mark", np.array([float(x)]), np.array([0.0]), glyph, color))
 
-    def _strips(self) -> list[Strip]:
+    def row_strips(self) -> list[Strip]:
         width, height = self.size.width, self.size.height
         base = self.visual_style.rich_style
         key = (width, height, self._drawn_version, self.app.theme, base)

@@ -13,8 +13,8 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
-from textual.widget import Widget
 from textual.reactive import var
+from textual.widget import Widget
 from textual.widgets import Label, Static
 
 from engine.events import RunState

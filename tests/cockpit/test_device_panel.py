@@ -47,7 +47,7 @@ def test_scripted_telemetry_uses_names_the_engine_emits() -> None:
 
 def panel_text(widget: Any) -> str:
     """What a strip-drawn panel (plots, memory) shows inside its border."""
-    return "\n".join(strip.text for strip in widget._strips())
+    return "\n".join(strip.text for strip in widget.row_strips())
 
 
 @pilot_test(size=(160, 48), steps=60, finish=True)

@@ -146,7 +146,7 @@ def test_overlays_are_drawn_in_their_colours_under_the_run_and_widen_the_y_range
         assert panel.ylims[-1][1] < 8.0  # but not its first steps' ln(vocab) (first 5% cut)
         colours = {
             seg.style.color.get_truecolor()[:3]
-            for strip in panel._strips()
+            for strip in panel.row_strips()
             for seg in strip
             if seg.style is not None and seg.style.color is not None and seg.text.strip()
         }

@@ -132,7 +132,7 @@ async def _telemetry_after_a_report(pilot: Any, app: CockpitApp, factory: Script
     assert panel.mode == "ranks" and "2 ranks · GPU" in str(panel.border_title)
     panel.update_telemetry(telemetry_event("psutil", T0 + 999, 0))  # rank 0's own machine
     assert panel.mode == "ranks"
-    assert "max over 2 ranks" in "\n".join(s.text for s in app.main_screen.memory_panel._strips())
+    assert "max over 2 ranks" in "\n".join(s.text for s in app.main_screen.memory_panel.row_strips())
 
 
 def test_rank_0s_own_telemetry_does_not_replace_the_rank_rows() -> None:
