@@ -245,7 +245,7 @@ def test_resuming_a_run_of_torchs_adafactor_says_the_step_size_changed(tmp_path,
             telemetry=False,
         )
         assert first.run() == "finished"
-        assert type(first.optimizer) is torch.optim.Adafactor
+        assert type(first.built.parts.optimizer) is torch.optim.Adafactor
     events: list = []
     resumed = Trainer(
         load_preset("default"),
@@ -255,7 +255,7 @@ def test_resuming_a_run_of_torchs_adafactor_says_the_step_size_changed(tmp_path,
         telemetry=False,
     )
     assert resumed.run() == "finished"
-    assert isinstance(resumed.optimizer, Adafactor)
+    assert isinstance(resumed.built.parts.optimizer, Adafactor)
     (started,) = [e for e in events if e.kind == "run_started"]
     (note,) = [n for n in started.notes if "torch.optim.Adafactor" in n]
     assert "optim.lr=0.003 is now the step size itself" in note and "x larger steps" in note

@@ -231,22 +231,23 @@ def test_a_sharded_save_on_a_full_disk_is_the_disks_failure_not_a_crash(small_di
     )
     assert trainer.run() == "finished"
     meta = trainer.built.checkpointer.state(weights=False)
+    parts = trainer.built.parts
     filler = fill(small_disk, leave_bytes=64 * 1024)  # room for a few shards, not for all
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=SHARDED_WARNING)
         with pytest.raises(CheckpointException) as raised:  # what DCP itself raises
-            dcp.save({"model": trainer.model.state_dict()}, checkpoint_id=str(small_disk / "raw"))
+            dcp.save({"model": parts.model.state_dict()}, checkpoint_id=str(small_disk / "raw"))
         assert not isinstance(raised.value, Exception)  # so `except Exception` misses it
         assert is_disk_full(raised.value)  # found inside its per-rank failures
         assert write_failure(raised.value) == "No space left on device"
         shutil.rmtree(small_disk / "raw")
         path = small_disk / "ckpt-00000002.dcp"
-        failure = save_sharded(path, meta, trainer.model, trainer.optimizer, World(), None)
+        failure = save_sharded(path, meta, parts.model, parts.optimizer, World(), None)
         assert failure == "No space left on device"
         assert not path.exists()
         assert not list(small_disk.glob(".*.tmp"))  # the partial shards do not keep the space
         filler.unlink()
-        assert save_sharded(path, meta, trainer.model, trainer.optimizer, World(), None) is None
+        assert save_sharded(path, meta, parts.model, parts.optimizer, World(), None) is None
     assert load_checkpoint(path)["step"] == 2
 
 

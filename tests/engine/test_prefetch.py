@@ -271,7 +271,8 @@ def run_straight_or_split(run_dir: Path, split_at: int | None, total: int = 16):
             lambda e: e.kind == "step" and e.step == split_at and trainer.stop()
         )
     trainer.run()
-    assert trainer.train_batches.prefetch > 0  # the prepared corpus is memmapped: prefetched
+    # the prepared corpus is memmapped: prefetched
+    assert trainer.built.parts.train_batches.prefetch > 0
     if split_at is not None:
         assert trainer.state == "stopped" and trainer.step == split_at
         assert not prefetch_threads()
@@ -279,7 +280,7 @@ def run_straight_or_split(run_dir: Path, split_at: int | None, total: int = 16):
         trainer.run()
     assert trainer.state == "finished"
     assert not prefetch_threads()  # the run ended: so did its thread
-    return trainer.model.state_dict(), losses
+    return trainer.built.parts.model.state_dict(), losses
 
 
 def test_resume_with_prefetch_is_bit_exact(tmp_path) -> None:

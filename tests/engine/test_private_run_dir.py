@@ -412,10 +412,11 @@ def test_planted_temporary_names_do_not_break_a_checkpoint(tmp_path: Path, victi
     best = mark_best(run_dir, run_dir / "ckpt-00000003.pt")
     assert best.samefile(run_dir / "ckpt-00000003.pt")
     meta = trainer.built.checkpointer.state(weights=False)
+    parts = trainer.built.parts
     with warnings.catch_warnings():  # DCP in one process says so
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         sharded = run_dir / "ckpt-00000003.dcp"
-        assert save_sharded(sharded, meta, trainer.model, trainer.optimizer, World(), None) is None
+        assert save_sharded(sharded, meta, parts.model, parts.optimizer, World(), None) is None
     assert (sharded / "meta.pt").exists()
     assert mark_best(run_dir, sharded) == run_dir / "best.dcp"
     assert (run_dir / "best.dcp" / "meta.pt").samefile(sharded / "meta.pt")

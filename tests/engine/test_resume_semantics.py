@@ -89,7 +89,7 @@ def test_optimizer_settings_set_on_resume_are_the_ones_training(tmp_path):
     assert first.step == 21
     assert first.lr == pytest.approx(lr_at(20, trainer.cfg), rel=1e-9)
     assert first.lr == pytest.approx(1e-3 + 0.75 * 9e-3, rel=1e-9)  # a third into the decay
-    groups = trainer.optimizer.param_groups
+    groups = trainer.built.parts.optimizer.param_groups
     assert {g["betas"] for g in groups} == {(0.9, 0.9)}
     assert {g["weight_decay"] for g in groups} == {0.0, 0.05}
     assert {g["base_lr"] for g in groups} == {1e-2}
@@ -144,9 +144,8 @@ def test_another_optimizer_starts_fresh_with_a_notice(tmp_path, before, after):
     assert warnings and after in warnings[0].message and "fresh" in warnings[0].message
     assert not [a for a in of(events, "alert") if a.level == "error"]
     # the new optimizer's own state, nothing carried over from the old one
-    kinds = {
-        type(o).__name__ for o in getattr(trainer.optimizer, "optimizers", [trainer.optimizer])
-    }
+    optimizer = trainer.built.parts.optimizer
+    kinds = {type(o).__name__ for o in getattr(optimizer, "optimizers", [optimizer])}
     # AdamW is torch's fused kernel (it skips a refused step on the device)
     expected = {"adamw": {"FusedAdamW"}, "lion": {"Lion"}, "adafactor": {"Adafactor"}}
     assert kinds == expected.get(after, {"Muon", "FusedAdamW"})

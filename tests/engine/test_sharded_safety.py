@@ -56,14 +56,15 @@ def sharded_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, l
     trainer = Trainer(load_preset("tiny", SMALL), run_dir=run_dir, sinks=[], telemetry=False)
     assert trainer.run() == "finished"
     meta = trainer.built.checkpointer.state(weights=False)
+    parts = trainer.built.parts
     with warnings.catch_warnings():  # DCP in one process says so: that is the point here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        failure = save_sharded(run_dir / SHARDED, meta, trainer.model, trainer.optimizer, World(), None)
+        failure = save_sharded(run_dir / SHARDED, meta, parts.model, parts.optimizer, World(), None)
     assert failure is None
     for single in run_dir.glob("*.pt"):  # the run's one-file checkpoints: the .dcp is the one
         single.unlink()
-    weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
-    lrs = [group["lr"] for group in trainer.optimizer.param_groups]
+    weights = {k: v.detach().clone() for k, v in parts.model.state_dict().items()}
+    lrs = [group["lr"] for group in parts.optimizer.param_groups]
     return run_dir, weights, lrs
 
 
