@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from command_here import cockpit_here
 
 from engine.control.client import RemoteEngine
 from engine.control.live_runs import probe
@@ -123,7 +124,7 @@ def test_nproc_refusals_are_one_line_and_start_nothing(tmp_path: Path) -> None:
             "optim.name=muon needs whole matrices",
         ),
     ]:
-        result = cockpit(tmp_path, "start", "--preset", "tiny", "--no-attach", *argv)
+        result = cockpit_here("start", "--preset", "tiny", "--no-attach", *argv, cwd=tmp_path)  # refused: nothing starts
         assert result.returncode == 2, result
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0] and "Traceback" not in result.stderr
