@@ -29,7 +29,7 @@ class PoisonAt:
 
     def __init__(self, trainer: Trainer, at: set[int], kind: str = "nan") -> None:
         self.trainer, self.at, self.kind, self.calls = trainer, at, kind, 0
-        self.inner = trainer.forward
+        self.inner = trainer.built.instruments.step.forward
 
     def __call__(self, x, y=None):
         self.calls += 1
@@ -59,13 +59,15 @@ def test_nan_step_is_never_applied_and_the_run_pauses(tmp_path):
 
     def install(t: Trainer) -> None:
         poison = PoisonAt(t, {6})
-        t.forward = poison
+        t.built.instruments.step.forward = poison
 
     def on_event(t: Trainer, e) -> None:
         if e.kind == "step" and e.step == 5:
-            snapshot["weights"] = {k: v.clone() for k, v in t.model.state_dict().items()}
+            weights = t.built.parts.model.state_dict()
+            snapshot["weights"] = {k: v.clone() for k, v in weights.items()}
         if e.kind == "state" and e.state == "paused":
-            snapshot["paused_weights"] = {k: v.clone() for k, v in t.model.state_dict().items()}
+            weights = t.built.parts.model.state_dict()
+            snapshot["paused_weights"] = {k: v.clone() for k, v in weights.items()}
             snapshot["step"] = t.step
             t.stop(checkpoint=False)
 
@@ -85,7 +87,9 @@ def test_headless_nan_rolls_back_with_half_the_lr(tmp_path):
         telemetry=False,
         interactive=False,
     )
-    events = run_with(trainer, lambda t: setattr(t, "forward", PoisonAt(t, {15})))
+    events = run_with(
+        trainer, lambda t: setattr(t.built.instruments.step, "forward", PoisonAt(t, {15}))
+    )
     assert trainer.state == "finished"
     rolled = [e for e in events if e.kind == "alert" and e.code == "rollback"]
     assert rolled and "step 10" in rolled[0].message
@@ -100,11 +104,12 @@ def test_a_refusal_read_back_steps_later_leaves_the_run_at_the_step_before_it(tm
     seen: dict = {}
 
     def state(t: Trainer) -> list[torch.Tensor]:
-        moments = [v for s in t.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-        return [v.detach().clone() for v in [*t.model.state_dict().values(), *moments]]
+        model, optimizer = t.built.parts.model, t.built.parts.optimizer
+        moments = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+        return [v.detach().clone() for v in [*model.state_dict().values(), *moments]]
 
     def install(t: Trainer) -> None:
-        t.forward = PoisonAt(t, {6})
+        t.built.instruments.step.forward = PoisonAt(t, {6})
         real_step = t.built.train_one_step
 
         def step(*args) -> None:
@@ -134,7 +139,7 @@ def test_spike_detection_pauses(tmp_path):
 
     class Spike:
         def __init__(self, t):
-            self.inner, self.calls = t.forward, 0
+            self.inner, self.calls = t.built.instruments.step.forward, 0
 
         def __call__(self, x, y=None):
             self.calls += 1
@@ -146,7 +151,9 @@ def test_spike_detection_pauses(tmp_path):
             t.stop(checkpoint=False)
 
     events = run_with(
-        trainer, lambda t: setattr(t, "forward", Spike(t)), stop_after_events=on_event
+        trainer,
+        lambda t: setattr(t.built.instruments.step, "forward", Spike(t)),
+        stop_after_events=on_event,
     )
     spike = next(e for e in events if e.kind == "alert" and e.code == "spike")
     assert "step 120" in spike.message
@@ -162,7 +169,7 @@ def test_out_of_memory_halves_the_micro_batch_and_goes_on(tmp_path):
 
     def install(t: Trainer) -> None:
         poison.append(PoisonAt(t, {5}, kind="oom"))
-        t.forward = poison[0]
+        t.built.instruments.step.forward = poison[0]
 
     events = run_with(trainer, install)
     assert trainer.state == "finished" and trainer.step == 12
@@ -187,7 +194,7 @@ def test_out_of_memory_at_micro_batch_one_pauses_with_advice(tmp_path):
 
     events = run_with(
         trainer,
-        lambda t: setattr(t, "forward", PoisonAt(t, {3}, kind="oom")),
+        lambda t: setattr(t.built.instruments.step, "forward", PoisonAt(t, {3}, kind="oom")),
         stop_after_events=on_event,
     )
     oom = next(e for e in events if e.kind == "alert" and e.code == "oom")
@@ -268,7 +275,9 @@ def test_rollback_does_not_redo_the_restored_steps_eval_sample_and_checkpoint(tm
         interactive=False,
     )
     # forward calls: steps 1-10, then 4 for the eval at 10: call 19 is step 15
-    events = run_with(trainer, lambda t: setattr(t, "forward", PoisonAt(t, {19})))
+    events = run_with(
+        trainer, lambda t: setattr(t.built.instruments.step, "forward", PoisonAt(t, {19}))
+    )
     assert trainer.state == "finished"
     rolled = [e for e in events if e.kind == "alert" and e.code == "rollback"]
     assert rolled and "rolled back to step 10" in rolled[0].message
@@ -299,7 +308,7 @@ def test_a_nan_loss_is_written_as_null_not_bare_nan(tmp_path):
         telemetry=False,
         interactive=False,
     )
-    run_with(trainer, lambda t: setattr(t, "forward", PoisonAt(t, {8})))
+    run_with(trainer, lambda t: setattr(t.built.instruments.step, "forward", PoisonAt(t, {8})))
 
     def refuse(constant: str):
         raise ValueError(f"not JSON: {constant}")

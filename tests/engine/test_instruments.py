@@ -74,9 +74,10 @@ def test_memory_event_reports_exact_sizes(tmp_path):
     trainer = Trainer(cfg, run_dir=tmp_path, sinks=[events.append], telemetry=False)
     assert trainer.run() == "finished"
     (breakdown,) = [e for e in events if e.kind == "memory"]
-    n = sum(p.numel() for p in trainer.model.parameters())
+    model = trainer.built.parts.model
+    n = sum(p.numel() for p in model.parameters())
     assert breakdown.weights == 4 * n and breakdown.gradients == 4 * n
-    assert breakdown.optimizer == 8 * n + 4 * len(list(trainer.model.parameters()))  # AdamW + steps
+    assert breakdown.optimizer == 8 * n + 4 * len(list(model.parameters()))  # AdamW + steps
     assert breakdown.activations > 0 and not breakdown.activations_measured
     started = next(e for e in events if e.kind == "run_started")
     assert started.memory_plan["weights"] == breakdown.weights
@@ -225,7 +226,7 @@ def test_trainer_corrects_a_deflated_peak_and_records_it(tmp_path, monkeypatch, 
     corrections = [r for r in records if r["kind"] == "alert" and r["code"] == "peak"]
     assert corrections and corrections[0]["level"] == "info"
     assert "MFU peak corrected: 0.001 ->" in corrections[0]["message"]
-    assert trainer.peak_meter.peak.flops > 1e6
+    assert trainer.built.instruments.peak_meter.peak.flops > 1e6
 
 
 def test_peak_table_and_measured_fallback():

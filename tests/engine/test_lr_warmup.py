@@ -34,7 +34,7 @@ class AppliedLr:
     def __call__(self, event: Event) -> None:
         if event.kind != "step" or self.trainer is None:
             return
-        lrs = [float(g["lr"]) for g in self.trainer.optimizer.param_groups]
+        lrs = [float(g["lr"]) for g in self.trainer.built.parts.optimizer.param_groups]
         with self._lock:
             self.highest = max(self.highest, *lrs)
             self.by_step[event.step] = event.lr

@@ -62,7 +62,8 @@ class CountingOom:
     """The model's forward, recording each call's sequences; out of memory at call `at`."""
 
     def __init__(self, trainer: Trainer, at: int) -> None:
-        self.inner, self.at, self.calls, self.sequences = trainer.forward, at, 0, []
+        self.inner = trainer.built.instruments.step.forward
+        self.at, self.calls, self.sequences = at, 0, []
 
     def __call__(self, x, y=None):
         self.calls += 1
@@ -75,7 +76,7 @@ class CountingOom:
 def oom_once_set_up(trainer: Trainer, at: int) -> CountingOom:
     """The trainer set up, its forward replaced by a CountingOom out of memory at call `at`."""
     trainer.set_up()
-    trainer.forward = counter = CountingOom(trainer, at=at)
+    trainer.built.instruments.step.forward = counter = CountingOom(trainer, at=at)
     return counter
 
 

@@ -277,8 +277,8 @@ def test_a_resume_mid_ramp_is_bit_exact(tmp_path) -> None:
     split, _, b = run(tmp_path / "b", *RAMPS, split_at=4)
     assert [s.loss for s in straight.values()] == [split[s].loss for s in straight]
     assert [s.tokens for s in straight.values()] == [split[s].tokens for s in straight]
-    for name, tensor in a.model.state_dict().items():
-        assert torch.equal(tensor, b.model.state_dict()[name]), name
+    for name, tensor in a.built.parts.model.state_dict().items():
+        assert torch.equal(tensor, b.built.parts.model.state_dict()[name]), name
 
 
 # ---------------------------------------------------------------------- the plan and live settings
@@ -322,7 +322,7 @@ def test_a_rollback_mid_ramp_trains_the_same_steps_again(tmp_path) -> None:
 
     trainer.sinks.append(record)
     assert trainer.run() == "finished"
-    assert trainer.train_batches.prefetch > 0
+    assert trainer.built.parts.train_batches.prefetch > 0
     assert [s for s, _, _ in steps] == [*range(1, 8), *range(5, 10)]
     assert steps[7:10] == steps[4:7]  # the same losses and token counts
     assert steps[-1][2] == ShapeSchedule.of(cfg).tokens_before(9)
