@@ -44,7 +44,7 @@ class Run:
         if isinstance(event, Step):
             self.groups[event.step] = [
                 {k: v for k, v in g.items() if k != "params"}
-                for g in self.trainer.optimizer.param_groups
+                for g in self.trainer.built.parts.optimizer.param_groups
             ]
             if event.step in self.sets:
                 self.trainer.set_settings(self.sets[event.step], by="test")
@@ -95,7 +95,7 @@ def test_grad_accum_doubles_the_tokens_a_step_trains_on(tmp_path):
     per_step = 4 * 32  # train.batch_size x model.block_size
     assert tokens[2] - tokens[1] == per_step
     assert tokens[3] - tokens[2] == tokens[5] - tokens[4] == 2 * per_step
-    assert run.trainer.micro_steps == 2
+    assert run.trainer.built.instruments.step.micro_steps == 2
     assert run.of(SettingsChanged)[0].tokens_per_step == 2 * per_step
 
 

@@ -123,7 +123,7 @@ def test_a_resume_keeps_the_changes_in_force_at_its_checkpoint(stopped_at_10, tm
     state, events = run(trainer, {})
     assert state == "finished"
     assert trainer.cfg.optim.weight_decay == 0.0
-    decays = [g["weight_decay"] for g in trainer.optimizer.param_groups]
+    decays = [g["weight_decay"] for g in trainer.built.parts.optimizer.param_groups]
     assert decays and max(decays) == 0.0  # the optimizer trains with it, not the start's 0.1
     final = load_checkpoint(latest_checkpoint(run_dir))
     assert [c["step"] for c in final["settings_changes"]] == [7]
@@ -266,7 +266,7 @@ def test_a_rollback_past_a_change_undoes_it_and_says_so(tmp_path):
     assert alert.message.startswith("rolled back to step 5 (ckpt-00000005.pt), LR x0.5")
     assert "settings back to those at step 5: optim.weight_decay 0 -> 0.1" in alert.message
     assert trainer.cfg.optim.weight_decay == WD
-    assert max(g["weight_decay"] for g in trainer.optimizer.param_groups) == WD
+    assert max(g["weight_decay"] for g in trainer.built.parts.optimizer.param_groups) == WD
     # the undone change is gone from the timeline; the rollback's LR multiplier is one
     changes = tomllib.loads((tmp_path / "r" / "config.toml").read_text())["changes"]
     assert changes == [{"step": 5, "by": "rollback", "settings": {"lr_scale": 0.5}}]

@@ -63,7 +63,7 @@ def test_only_the_step_writes_the_lrs_once_a_step_through_set_lr_and_scale_lr(tm
     )  # fmt: skip
     trainer.set_up()
     writes: list[tuple[int, str]] = []
-    groups = trainer.optimizer.param_groups
+    groups = trainer.built.parts.optimizer.param_groups
     groups[:] = [CountedGroup(g, writes, trainer) for g in groups]
     assert trainer.run() == "finished"
 

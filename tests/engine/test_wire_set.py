@@ -98,7 +98,8 @@ def test_a_raw_client_sets_weight_decay_and_max_steps_and_is_refused_a_model_key
     # the optimizer applies it from the next step: every group's decay is 0 now
     later = client.until(lambda m: m.get("kind") == "step" and m["step"] > ack["step"] + 1)
     assert later["step"] > ack["step"]
-    assert {g["weight_decay"] for g in run.optimizer.param_groups} == {0.0}  # every group
+    groups = run.built.parts.optimizer.param_groups
+    assert {g["weight_decay"] for g in groups} == {0.0}  # every group
     assert run.cfg.train.max_steps == 5000
 
     # a key no run may change: refused in the reply itself, nothing queued
