@@ -75,7 +75,7 @@ def test_lr_dialog_changes_the_lr_the_optimizer_applies(tmp_path: Path) -> None:
         await wait_for_engine(pilot, lambda: trainer.step > warmup + 1)
         # typed during warmup or after it, the LR after warmup is the LR typed, the
         # schedule's shape going on from there (cosine: a little lower each step)
-        lr = trainer.optimizer.param_groups[0]["lr"]
+        lr = trainer.built.parts.optimizer.param_groups[0]["lr"]
         assert abs(lr - 5e-4) / 5e-4 < 0.02
         trainer.stop(checkpoint=False)
 
@@ -117,7 +117,7 @@ def test_lr_dialog_during_warmup_says_what_the_optimizer_then_applies(tmp_path: 
         await wait_for_engine(pilot, lambda: trainer.lr_scale != 1.0)
         await pilot.press("space")
         await wait_for_engine(pilot, lambda: trainer.step > warmup + 1)
-        lrs = [float(g["lr"]) for g in trainer.optimizer.param_groups]
+        lrs = [float(g["lr"]) for g in trainer.built.parts.optimizer.param_groups]
         assert lrs == [pytest.approx(1e-3, rel=1e-9)] * len(lrs)
         trainer.stop(checkpoint=False)
 

@@ -195,14 +195,15 @@ def rolled_back_run(tmp_path: Path) -> Path:
     sets = [*TINY, "train.max_steps=30", "checkpoint.interval=10", "train.on_anomaly=rollback"]
     trainer = Trainer(load_preset("tiny", sets), run_dir=run_dir, telemetry=False, interactive=False)
     trainer.set_up()
-    forward, calls = trainer.forward, []
+    step_parts = trainer.built.instruments.step
+    forward, calls = step_parts.forward, []
 
     def poisoned(x: torch.Tensor, y: torch.Tensor | None = None) -> Any:  # the 15th loss: NaN
         calls.append(1)
         logits, loss = forward(x, y)
         return logits, loss * float("nan") if len(calls) == 15 else loss
 
-    trainer.forward = poisoned
+    step_parts.forward = poisoned
     assert trainer.run() == "finished" and trainer.rollbacks == 1
     resumed = resume_trainer(train_arguments(no_telemetry=True), str(run_dir), ["train.max_steps=36"])
     assert resumed.run() == "finished"
