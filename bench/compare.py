@@ -105,7 +105,7 @@ class DrawClock:
                     self.cpu[self.label].append(time.thread_time() - cpu0)
                     self.wall[self.label].append(time.perf_counter() - wall0)
 
-        panel._draw = timed  # on the instance: _strips looks it up there first
+        panel._draw = timed  # on the instance: row_strips looks it up there first
 
 
 class StepLog:
