@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from command_here import cockpit_here
 from run_copies import train_here
 
 from engine.export import ExportError, csv_metrics
@@ -40,10 +39,7 @@ def run20(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]
 
 def test_step_and_eval_tables_are_the_metrics_files(run20, tmp_path):
     out = run20 / "export" / "csv"  # where `cockpit export` writes by default
-    done = subprocess.run(
-        [sys.executable, "-m", "cockpit", "export", str(run20), "--format", "csv"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = cockpit_here("export", str(run20), "--format", "csv")
     assert done.returncode == 0, done.stderr
     assert f"wrote {out / 'step.csv'}" in done.stdout
     assert "step.csv 20 rows, eval.csv 2 rows" in done.stdout

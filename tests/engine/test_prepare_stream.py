@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from command_here import cockpit_here
 
 from cockpit.figures.data_progress_text import progress_line
 from engine.config.run_config import DataConfig
@@ -332,12 +333,10 @@ def test_cli_reports_a_bad_corpus_in_one_line(tmp_path: Path) -> None:
     corpus.write_text(json.dumps({"content": "x"}) + "\n")
     env = {**os.environ, "COCKPIT_CACHE_DIR": str(tmp_path / "cache")}
     for path, expected in ((corpus, "no 'text' field"),):
-        result = subprocess.run(
-            [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
-             "--data", str(path), "--run-dir", str(tmp_path / "run"),
-             "--set", "train.max_steps=1"],
-            capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
-        )
+        result = cockpit_here(
+            "train", "--headless", "--preset", "tiny", "--data", str(path), "--run-dir", str(tmp_path / "run"),
+            "--set", "train.max_steps=1", cwd=REPO, env=env,
+        )  # fmt: skip
         # Whether the run phase or the command line reports it (exit 1 or 2), one line says it.
         output = result.stdout + result.stderr
         assert result.returncode != 0 and "Traceback" not in output, output
