@@ -47,28 +47,29 @@ def local(t: torch.Tensor) -> torch.Tensor:
 
 def record_first_step(trainer, run_dir: Path, rank: int) -> None:  # noqa: ANN001
     """Keep the batches and, at the first optimizer step, the gradients and initial weights."""
-    sampler = trainer.train_batches
+    run = trainer.built
+    sampler = run.parts.train_batches
     batches: list[tuple[torch.Tensor, torch.Tensor]] = []
     take = sampler.next
 
     def next_batch():  # noqa: ANN202
         x, y = take()
-        if len(batches) < trainer.micro_steps:
+        if len(batches) < run.instruments.step.micro_steps:
             batches.append((x.clone(), y.clone()))
         return x, y
 
     sampler.next = next_batch
-    initial = {k: full(v) for k, v in trainer.model.state_dict().items()}
-    optimizer = trainer.optimizer
+    initial = {k: full(v) for k, v in run.parts.model.state_dict().items()}
+    optimizer = run.parts.optimizer
     step = optimizer.step
     done = []
 
     def step_and_record(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         if not done:
             done.append(True)
-            grads = {n: full(p.grad) for n, p in trainer.model.named_parameters() if p.grad is not None}
+            grads = {n: full(p.grad) for n, p in run.parts.model.named_parameters() if p.grad is not None}
             torch.save({"grads": grads, "batches": batches, "initial": initial,
-                        "vocab_size": trainer.model.vocab_size}, run_dir / f"grads-{rank}.pt")  # fmt: skip
+                        "vocab_size": run.parts.model.vocab_size}, run_dir / f"grads-{rank}.pt")  # fmt: skip
         return step(*args, **kwargs)
 
     optimizer.step = step_and_record
@@ -76,7 +77,7 @@ def record_first_step(trainer, run_dir: Path, rank: int) -> None:  # noqa: ANN00
 
 def record_weight_decay(trainer, changes: list) -> None:  # noqa: ANN001
     """Note each optimizer step's group decays where they change (a live `set`)."""
-    optimizer = trainer.optimizer
+    optimizer = trainer.built.parts.optimizer
     step = optimizer.step
 
     def step_and_note(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -90,7 +91,7 @@ def record_weight_decay(trainer, changes: list) -> None:  # noqa: ANN001
 
 def record_batches(trainer, taken: list) -> None:  # noqa: ANN001
     """Note the shape of every training batch the rank takes, and the step it is for."""
-    sampler = trainer.train_batches
+    sampler = trainer.built.parts.train_batches
     take = sampler.next
 
     def next_and_note():  # noqa: ANN202
@@ -145,9 +146,9 @@ def main() -> int:
     if seen:
         seen["exchanges"] = trainer.sync.exchanges
         (run_dir / f"world-{rank}.json").write_text(json.dumps(seen))
-    if hasattr(trainer, "model") and state != "failed":
+    if trainer.built is not None and state != "failed":
         # the process group is gone by now: a sharded run's weights are this rank's shards
-        weights = {k: local(v) for k, v in trainer.model.state_dict().items()}
+        weights = {k: local(v) for k, v in trainer.built.parts.model.state_dict().items()}
         torch.save(weights, run_dir / f"weights-{rank}.pt")
     return 1 if state == "failed" else 0
 
