@@ -26,8 +26,7 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from cockpit.app.comparing import Comparing
-from cockpit.app.event_feed import EventFeed
-from cockpit.app.event_wake import EventWake
+from cockpit.app.event_feed import EventFeed, EventWake
 from cockpit.app.key_table import help_rows, key_bindings, palette_entries
 from cockpit.app.main_screen import MainScreen
 from cockpit.app.notifications import Notifier, NotifySettings, StallWatch

@@ -9,8 +9,7 @@ from typing import Any
 from scripted import ScriptedTrainer, step_event
 
 from cockpit.app.comparing import Comparing
-from cockpit.app.event_feed import EventFeed
-from cockpit.app.event_wake import EventInbox
+from cockpit.app.event_feed import EventFeed, EventInbox
 from cockpit.app.main_screen import MainScreen
 from cockpit.app.notifications import Notifier, NotifySettings, StallWatch
 from cockpit.app.offers import Offers

@@ -21,7 +21,7 @@ from scripted import T0, ScriptedTrainer, step_event
 from textual.pilot import Pilot
 
 import cockpit.app.main_screen as main_screen
-from cockpit.app.event_wake import COALESCE_S, WAIT_S, EventInbox, EventWake
+from cockpit.app.event_feed import COALESCE_S, WAIT_S, EventInbox, EventWake
 from engine.events import Alert, StateChanged
 from engine.rundir.recorded import RecordedRun
 
