@@ -7,14 +7,17 @@ import os
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+from run_copies import copy_run, train_here
 from tiny import set_args, tiny_overrides
 
 from cockpit.cli import main
 
-TINY = [*set_args(tiny_overrides("sample.max_new_tokens=4", "train.max_steps=4")), "--no-telemetry"]
+OVERRIDES = tiny_overrides("sample.max_new_tokens=4", "train.max_steps=4")
+TINY = [*set_args(OVERRIDES), "--no-telemetry"]
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str]:
@@ -125,15 +128,20 @@ def test_bad_corpora(tmp_path, capsys, monkeypatch, name, content, expected):
     assert all((cache / name / "meta.json").is_file() for name in left), left
 
 
-def train_tiny(tmp_path, capsys) -> str:
-    run_dir = tmp_path / "run"
-    code, _ = run_cli(capsys, "--preset", "tiny", "--run-dir", str(run_dir), *TINY)
-    assert code == 0
-    return str(run_dir)
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, isolated_env) -> Path:
+    """A finished tiny run, trained once for the module: the tests take up copies of it."""
+    run_dir = tmp_path_factory.mktemp("bad-input") / "run"
+    return train_here(run_dir, OVERRIDES, isolated_env)
 
 
-def test_truncated_checkpoint_is_refused_and_kept(tmp_path, capsys):
-    run_dir = train_tiny(tmp_path, capsys)
+@pytest.fixture
+def run_dir(tiny_run, tmp_path) -> str:
+    """This test's own copy of the module's tiny run, as if trained in `tmp_path / "run"`."""
+    return str(copy_run(tiny_run, tmp_path / "run"))
+
+
+def test_truncated_checkpoint_is_refused_and_kept(run_dir, capsys):
     latest = sorted(os.listdir(run_dir))
     path = os.path.join(run_dir, [p for p in latest if p.startswith("ckpt-")][-1])
     data = open(path, "rb").read()
@@ -165,8 +173,7 @@ RESUME_CASES = [
 
 
 @pytest.mark.parametrize("override, expected", RESUME_CASES, ids=[c[0] for c in RESUME_CASES])
-def test_refused_changes_on_resume(tmp_path, capsys, override, expected):
-    run_dir = train_tiny(tmp_path, capsys)
+def test_refused_changes_on_resume(run_dir, capsys, override, expected):
     before = {name: os.path.getmtime(os.path.join(run_dir, name)) for name in os.listdir(run_dir)}
     code, text = run_cli(
         capsys, "--resume", run_dir, "--set", "train.max_steps=8", "--set", override
@@ -176,8 +183,7 @@ def test_refused_changes_on_resume(tmp_path, capsys, override, expected):
     assert {n: os.path.getmtime(os.path.join(run_dir, n)) for n in os.listdir(run_dir)} == before
 
 
-def test_run_dir_with_resume_is_refused(tmp_path, capsys):
-    run_dir = train_tiny(tmp_path, capsys)
+def test_run_dir_with_resume_is_refused(run_dir, tmp_path, capsys):
     other = tmp_path / "other"
     code, text = run_cli(
         capsys, "--resume", run_dir, "--run-dir", str(other), "--set", "train.max_steps=8"
