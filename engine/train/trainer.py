@@ -19,7 +19,6 @@ from engine.checkpoint import store as ckpt
 from engine.config.live import SettingsTimeline
 from engine.config.run_config import ConfigError, RunConfig
 from engine.control.server import ControlServer, serve_run
-from engine.data.batches import BatchSampler
 from engine.data.errors import DataError, PreparationStopped
 from engine.data.resumed_corpus import resume_data_path
 from engine.distributed.command_exchange import RankSync
@@ -35,8 +34,6 @@ from engine.distributed.world import (
     roster,
 )
 from engine.events import Eval, Event, EventQueue, RunState
-from engine.model.gpt import GPT
-from engine.plan.flops import PeakMeter
 from engine.rundir.layout import check_new_run_dir, check_run_dir, open_run_dir, write_error_log
 from engine.rundir.metrics_log import MetricsWriter, read_history
 from engine.rundir.sinks import log_sinks
@@ -450,42 +447,6 @@ class Trainer:
         return made, [(e.step, e.val_loss) for e in history if isinstance(e, Eval)]
 
     # ------------------------------------------------------------------ the built run
-    # For tests and benches that look into a run once set_up built it.
-    def _built_run(self) -> Run:
-        if self.built is None:
-            raise AttributeError("the run is not built yet (Trainer.set_up)")
-        return self.built
-
-    @property
-    def model(self) -> GPT:
-        return self._built_run().parts.model
-
-    @property
-    def optimizer(self) -> Any:
-        """The optimizer of the moment (a restore replaces it)."""
-        return self._built_run().parts.optimizer
-
-    @property
-    def train_batches(self) -> BatchSampler:
-        return self._built_run().parts.train_batches
-
-    @property
-    def forward(self) -> Callable[..., Any]:
-        """The forward pass each step trains with; tests wrap it after `set_up()`."""
-        return self._built_run().instruments.step.forward
-
-    @forward.setter
-    def forward(self, forward: Callable[..., Any]) -> None:
-        self._built_run().instruments.step.forward = forward
-
-    @property
-    def micro_steps(self) -> int:
-        return self._built_run().instruments.step.micro_steps
-
-    @property
-    def peak_meter(self) -> PeakMeter:
-        return self._built_run().instruments.peak_meter
-
     @property
     def last_checkpoint(self) -> Path | None:
         """The newest checkpoint written or resumed from (None before setup)."""
