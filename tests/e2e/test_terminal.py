@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
 import time
 
 import psutil
 import pytest
+from command_here import cockpit_here
 from tiny import set_args, tiny_overrides
 from tmux_driver import TMUX_INSTALLED, Tmux
 
@@ -111,21 +111,6 @@ def test_dropped_terminal_checkpoints_and_resume_continues(tmp_path):
     step = newest()
     assert step >= 0, "a dropped terminal must leave a checkpoint"
     assert step == last_step(), "the checkpoint must be at the last step run: none lost"
-    resumed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cockpit",
-            "train",
-            "--headless",
-            "--resume",
-            str(run_dir),
-            "--set",
-            f"train.max_steps={step + 3}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    resumed = cockpit_here("train", "--headless", "--resume", str(run_dir), "--set", f"train.max_steps={step + 3}")
     assert resumed.returncode == 0, resumed.stderr
     assert f"finished at step {step + 3}" in resumed.stdout

@@ -27,7 +27,13 @@ def test_no_toast_outlives_its_timeout_at_80x24(tmp_path):
             term.send("+")
             time.sleep(0.1)
         term.wait_for("LR changed")
-        time.sleep(4.0 + 3.0)  # their timeout, and some slack for a loaded machine
+        deadline = time.monotonic() + 4.0 + 3.0  # their timeout, and some slack for a loaded machine
+        screen = term.screen()
+        while ("LR changed" in screen or TOAST_MARK in screen) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            screen = term.screen()
+        assert "LR changed" not in screen and TOAST_MARK not in screen, screen
+        time.sleep(0.5)  # gone, and nothing painted back
         screen = term.screen()
         assert "LR changed" not in screen and TOAST_MARK not in screen, screen
         assert "PAUSED" in screen
