@@ -131,21 +131,14 @@ class CockpitApp(App[None]):
         runs to compare it with)."""
         self.main_screen.status_line.set_state(self.session.state)
         self.event_wake.start()
+        self.feed.start()
         self.start_run(self.session.preset)
         if self._initial_overlays:
             self.comparing.overlay_runs(self._initial_overlays)
 
-    @on(MainScreen.DrainDue)
-    def drain(self) -> None:
-        if self.event_wake.inbox:  # events arrived since the last drain (an idle run drains nothing)
-            self.pump()
-        else:
-            self.redraw_due()
-        self.run_events.check_stall()
-
     @on(EventsArrived)
     def drain_now(self) -> None:
-        self.pump()
+        self.feed.pump()
 
     def on_unmount(self) -> None:
         self.event_wake.stop()
@@ -163,16 +156,7 @@ class CockpitApp(App[None]):
 
         `force` redraws the plots now (tests and snapshots use it). Returns the events routed.
         """
-        if not self.can_draw():
-            return 0
-        with self.batch_update():  # one screen update for everything this drain changes
-            return self.feed.pump(force)
-
-    def redraw_due(self) -> None:
-        """What the tick does when no event arrived: draw what is due, draining nothing."""
-        if self.can_draw():
-            with self.batch_update():
-                self.feed.redraw([], force=False)
+        return self.feed.pump(force)
 
     def can_draw(self) -> bool:
         """Whether the main screen is there to draw on: not once the app shuts down (Textual's

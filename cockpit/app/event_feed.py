@@ -3,7 +3,7 @@ drain and the routing of each to where it shows.
 
 A daemon thread waits on the engine handle (`wait_for_events`) and moves what arrived into the
 `EventInbox`; what a person waits to see (an acknowledgement, an alert, a state) asks for a drain
-at once, the routine readings wait for the screen's tick (about 4 Hz). An idle run costs nothing.
+at once, the routine readings wait for the feed's tick (about 4 Hz). An idle run costs nothing.
 The panels take the readings; what concerns the run as a whole goes to `RunEvents`. The run's past
 is drawn, never announced again (no toast, no notice) nor counted in the current session's speed.
 """
@@ -151,30 +151,69 @@ def wake_on_events(
 
 
 # the drain and the routing ------------------------------------------------------------------------
+TICK_S = 0.25  # the tick: routine readings are drained this often (news is drained at once)
+DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 URGENT_EVENTS = (  # drawn at once
     RunStarted, StateChanged, Alert, LrChanged, CheckpointSaved, SettingsChanged,
 )  # fmt: skip
 
 
 class EventFeed:
-    """Routes the run's events into the main screen's panels and to `RunEvents`."""
+    """Drains the run's events (on its tick, or at once when the waking thread asks) and routes
+    them into the main screen's panels and to `RunEvents`."""
 
     def __init__(self, host: Host, inbox: EventInbox, run_events: RunEvents) -> None:
         self.host = host
         self.inbox = inbox
         self.run_events = run_events
+        self._ticks_under_dialog = 0
+
+    def start(self) -> None:
+        """Drain the routine readings every TICK_S from now on."""
+        self.host.set_interval(TICK_S, self.tick, name="drain")
+
+    def tick(self) -> None:
+        """The routine drain: what arrived since the last one, else only the redraws due (an
+        idle run drains nothing); and the stall watch."""
+        host = self.host
+        if not host.screen_stack:
+            return  # the app is shutting down: nothing left to draw on
+        screen = host.main_screen
+        screen.adapt_to_load()
+        if host.screen is not screen:
+            # A dialog is open: Textual re-blends the dimmed main screen behind it on every
+            # change, which costs far more than the change itself. Catch up every 2 s only.
+            self._ticks_under_dialog += 1
+            if self._ticks_under_dialog % DIALOG_TICK_EVERY:
+                return
+        else:
+            self._ticks_under_dialog = 0
+        if self.inbox:
+            self.pump()
+        else:
+            self.redraw_due()
+        self.run_events.check_stall()
 
     def pump(self, force: bool = False) -> int:
         """Drain the engine's events, route them, update text at once and plots when due
         (`force`: the plots now). Returns the events routed."""
-        events = self.inbox.take(self.host.session.trainer)
-        for ev in events:
-            try:
-                self.route(ev)
-            except Exception as e:  # noqa: BLE001 - events cross from the engine (a process perhaps): never kill the UI
-                self.host.log.error(f"cannot route {ev!r}: {e}")
-        self.redraw(events, force)
+        if not self.host.can_draw():
+            return 0
+        with self.host.batch_update():  # one screen update for everything this drain changes
+            events = self.inbox.take(self.host.session.trainer)
+            for ev in events:
+                try:
+                    self.route(ev)
+                except Exception as e:  # noqa: BLE001 - events cross from the engine (a process perhaps): never kill the UI
+                    self.host.log.error(f"cannot route {ev!r}: {e}")
+            self.redraw(events, force)
         return len(events)
+
+    def redraw_due(self) -> None:
+        """Draw what is due, draining nothing."""
+        if self.host.can_draw():
+            with self.host.batch_update():
+                self.redraw([], force=False)
 
     def redraw(self, events: list[Event], force: bool) -> None:
         screen = self.host.main_screen

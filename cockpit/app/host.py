@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from textual import Logger
@@ -36,6 +37,11 @@ class Host(Protocol):
     @property
     def is_running(self) -> bool: ...
 
+    @property
+    def screen_stack(self) -> list[Screen[Any]]: ...
+
+    def batch_update(self) -> AbstractContextManager[None]: ...
+
     def notify(
         self,
         message: str,
@@ -48,7 +54,9 @@ class Host(Protocol):
 
     def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
 
-    def set_interval(self, interval: float, callback: Callable[[], Any]) -> Timer: ...
+    def set_interval(
+        self, interval: float, callback: Callable[[], Any], *, name: str | None = None
+    ) -> Timer: ...
 
     def set_timer(self, delay: float, callback: Callable[[], Any]) -> Timer: ...
 

@@ -1,9 +1,10 @@
 """The main screen: the layout, the panels and when they redraw.
 
-It knows nothing of the app: it says by message that it is up (`Ready`), that a drain is due
-(`DrainDue`, about 4 Hz) and that a panel was zoomed (`ZoomChanged`). Text updates at once, plots
-at most about once a second. The size classes are set by hand in `apply_size` (`compact` is
-"narrower than 120 OR shorter than 34", which Textual's per-axis breakpoints cannot say).
+It knows nothing of the app: it takes the run's events (`take`), redraws what is due (`flush`),
+and says by message that it is up (`Ready`) and that a panel was zoomed (`ZoomChanged`). Text
+updates at once, plots at most about once a second. The size classes are set by hand in
+`apply_size` (`compact` is "narrower than 120 OR shorter than 34", which Textual's per-axis
+breakpoints cannot say).
 """
 
 from __future__ import annotations
@@ -43,13 +44,11 @@ from engine.events import (
     Telemetry,
 )
 
-TICK_S = 0.25  # the tick: routine readings are drained this often (news is drained at once)
 STATUS_REFRESH_S = 1.0  # counters in the status line redraw at most this often
 LOSS_MIN_INTERVAL_S = 1.0  # plots redraw at most this often (more while the UI is busy)
 LR_MIN_INTERVAL_S = 2.0
 DEVICE_MIN_INTERVAL_S = 1.0
 UI_CPU_TARGET = 0.02  # the UI thread's share of one core that LoadGovernor aims for
-DIALOG_TICK_EVERY = 8  # while a dialog is open, drain every 8th tick (2 s)
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 COMPACT_WIDTH = 120
 COMPACT_HEIGHT = 34
@@ -67,9 +66,6 @@ class MainScreen(Screen[None]):
     class Ready(Message):
         """The screen is mounted: the run can start."""
 
-    class DrainDue(Message):
-        """Time to drain the engine's events (less often while a dialog covers the screen)."""
-
     class ZoomChanged(Message):
         """A panel was zoomed in or out (by key, palette or esc): the banner follows."""
 
@@ -84,7 +80,6 @@ class MainScreen(Screen[None]):
         self.samples_panel = SamplesPanel(id="samples", classes="panel")
         self.lr_panel = LrPanel(id="lr", classes="panel")
         self.load = LoadGovernor(target=UI_CPU_TARGET)
-        self._ticks_under_dialog = 0
         self._status_drawn_at = -1e9
 
     def compose(self) -> ComposeResult:
@@ -104,7 +99,6 @@ class MainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.apply_size(self.app.size.width, self.app.size.height)
-        self.set_interval(TICK_S, self._tick, name="drain")
         self.watch(self, "maximized", self._zoom_changed, init=False)
         self.post_message(self.Ready())
 
@@ -184,22 +178,6 @@ class MainScreen(Screen[None]):
             panel.reset()
         self.data_panel.finish()
 
-    # the drain timer -----------------------------------------------------------------------------
-    def _tick(self) -> None:
-        app = self.app
-        if not app.screen_stack:
-            return  # the app is shutting down: nothing left to draw on
-        self._adapt_to_load()
-        if app.screen is not self:
-            # A dialog is open: Textual re-blends the dimmed main screen behind it on every
-            # change, which costs far more than the change itself. Catch up every 2 s only.
-            self._ticks_under_dialog += 1
-            if self._ticks_under_dialog % DIALOG_TICK_EVERY:
-                return
-        else:
-            self._ticks_under_dialog = 0
-        self.post_message(self.DrainDue())
-
     @property
     def preparing_corpus(self) -> bool:
         """The run is still preparing its corpus: nothing trained, nothing to save."""
@@ -221,8 +199,9 @@ class MainScreen(Screen[None]):
         self.loss_panel.flush(now, force)
         self.lr_panel.flush(now, force)
 
-    def _adapt_to_load(self) -> None:
-        """Stretch every periodic redraw when the UI thread uses more than its share of CPU."""
+    def adapt_to_load(self) -> None:
+        """Stretch every periodic redraw when the UI thread uses more than its share of CPU
+        (called on each drain tick)."""
         factor = self.load.sample(time.monotonic(), time.thread_time())
         self.loss_panel.governor.min_interval = LOSS_MIN_INTERVAL_S * factor
         self.lr_panel.governor.min_interval = LR_MIN_INTERVAL_S * factor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 from scripted import ScriptedTrainer, step_event
 
 from cockpit.app.comparing import Comparing
-from cockpit.app.event_feed import EventFeed, EventInbox
+from cockpit.app.event_feed import DIALOG_TICK_EVERY, TICK_S, EventFeed, EventInbox
 from cockpit.app.main_screen import MainScreen
 from cockpit.app.notifications import Notifier, NotifySettings, StallWatch
 from cockpit.app.offers import Offers
@@ -57,6 +58,8 @@ class FakeHost:
         self.started: list[tuple[str, Any]] = []
         self.exited = False
         self.statuses = 0
+        self.screen_stack: list[Any] = [self.main_screen]
+        self.intervals: list[tuple[float, Any]] = []
         if trainer is not None:
             self.session.trainer = trainer
             self.session.engine_worker = FakeWorker()  # type: ignore[assignment]
@@ -69,8 +72,14 @@ class FakeHost:
     def push_screen(self, screen: Any, callback: Any = None) -> None:
         self.pushed.append((screen, callback))
 
-    def set_interval(self, interval: float, callback: Callable[[], Any]) -> FakeTimer:
+    def set_interval(
+        self, interval: float, callback: Callable[[], Any], *, name: str | None = None
+    ) -> FakeTimer:
+        self.intervals.append((interval, callback))
         return FakeTimer(callback)
+
+    def batch_update(self) -> Any:
+        return contextlib.nullcontext()
 
     def set_timer(self, delay: float, callback: Callable[[], Any]) -> FakeTimer:
         return FakeTimer(callback)
@@ -241,6 +250,29 @@ def test_the_feed_routes_steps_to_the_panels_and_alerts_to_the_alert_line() -> N
     feed.route(StateChanged(state=RunState.PAUSED, step=1, reason="user", time=90.2))
     assert host.session.state == RunState.PAUSED
     assert host.main_screen.status_line.state == RunState.PAUSED
+
+
+def test_the_feeds_tick_drains_four_times_a_second_and_under_a_dialog_every_2_s() -> None:
+    trainer = ScriptedTrainer("tiny", script=[])
+    host, commands, quitting, switching = parts(trainer)
+    notifier = Notifier(NotifySettings(), lambda _text: None, lambda: None)
+    run_events = RunEvents(host, commands, quitting, switching, notifier, StallWatch())  # type: ignore[arg-type]
+    feed = EventFeed(host, EventInbox(), run_events)  # type: ignore[arg-type]
+    feed.start()
+    assert host.intervals == [(TICK_S, feed.tick)] and TICK_S == 0.25
+    drains: list[str] = []
+    feed.pump = lambda force=False: drains.append("pump") or 0  # type: ignore[method-assign]
+    feed.redraw_due = lambda: drains.append("redraw")  # type: ignore[method-assign]
+    feed.tick()
+    assert drains == ["redraw"]  # nothing arrived: nothing drained
+    trainer._emit(step_event(1, 3.5, 1e-3, 0.5, 90.0))
+    feed.inbox.pull(trainer)
+    feed.tick()
+    assert drains == ["redraw", "pump"]
+    host.screen = ConfirmScreen("Roll back", "?")  # a dialog covers the main screen
+    for _ in range(2 * DIALOG_TICK_EVERY):
+        feed.tick()
+    assert len(drains) == 4  # every 8th tick only
 
 
 def test_the_main_screen_hands_each_event_to_the_panels_that_draw_it() -> None:

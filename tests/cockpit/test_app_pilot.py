@@ -74,7 +74,7 @@ async def test_space_acts_on_the_engine_state_even_before_its_event_is_drained(
     app.pump()  # drains "paused"
     assert app.state == "paused"
     await pilot.press("space")  # resume: the engine runs, its event not drained yet
-    app.pump = lambda force=False: 0  # type: ignore[method-assign] # the timer waits
+    app.feed.pump = lambda force=False: 0  # type: ignore[method-assign] # the timer waits
     app.view.requested = None  # as after draining the stale "paused" echo
     app.session.state = "paused"
     await pilot.press("space")
@@ -743,11 +743,11 @@ async def test_ten_c_presses_ask_for_one_save_and_show_three_toasts_at_most(
     pilot: Pilot, app: CockpitApp, factory: ScriptedFactory, toasts: Toasts
 ) -> None:
     toasts.clear()  # the script's own (an LR change)
-    pump = app.pump
-    app.pump = lambda force=False: 0  # type: ignore[method-assign] # the engine's answer waits
+    pump = app.feed.pump
+    app.feed.pump = lambda force=False: 0  # type: ignore[method-assign] # the engine's answer waits
     await pilot.press(*["c"] * 10)
     assert commands(factory.trainer) == ["checkpoint"]
-    app.pump = pump  # type: ignore[method-assign]
+    app.feed.pump = pump  # type: ignore[method-assign]
     await settle(pilot)
     titles = [t.title for t in toasts]
     # "saving..." is still on screen for the other nine: no "already saving" under it

@@ -1,13 +1,14 @@
 """Acknowledged at once: the app's drain is woken by the events, not by a fast timer.
 
 The parts alone first (the inbox, the waking loop against the scripted engine and a finished
-run's view, both real EngineHandles), then the app: a pause is drawn with the screen's tick
+run's view, both real EngineHandles), then the app: a pause is drawn with the feed's tick
 stopped (so only the wake can have drawn it), an idle run is not drained at all, and a burst of
 steps is drained by the tick in batches, not once per step.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from run_dirs import write_run
 from scripted import T0, ScriptedTrainer, step_event
 from textual.pilot import Pilot
 
-import cockpit.app.main_screen as main_screen
+import cockpit.app.event_feed as event_feed
 from cockpit.app.event_feed import COALESCE_S, WAIT_S, EventInbox, EventWake
 from engine.events import Alert, StateChanged
 from engine.rundir.recorded import RecordedRun
@@ -193,12 +194,12 @@ def test_the_scripted_engine_wakes_a_wait_at_its_event() -> None:
 
 
 # the app ----------------------------------------------------------------------------------------------
-def test_a_pause_is_drawn_by_the_wake_with_the_screens_tick_stopped(
+def test_a_pause_is_drawn_by_the_wake_with_the_feeds_tick_stopped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With the 4 Hz tick stopped, only the wake can drain and draw the engine's acknowledgement
     (the app before it drew nothing at all here); measured from the event being queued."""
-    monkeypatch.setattr(main_screen, "TICK_S", 3600.0)
+    monkeypatch.setattr(event_feed, "TICK_S", 3600.0)
     app, factory = scripted_app()
     queued: list[float] = []
 
@@ -232,12 +233,31 @@ def test_an_idle_app_drains_nothing_but_its_tick_still_runs() -> None:
         await pilot.pause(0.3)  # whatever the settle left
         drains = CountingDrains(factory.trainer)
         pumps: list[float] = []
-        pump, redraw = app.pump, app.redraw_due
-        app.pump = lambda force=False: (pumps.append(time.monotonic()), pump(force))[1]  # type: ignore[method-assign]
-        app.redraw_due = lambda: (redraws.append(time.monotonic()), redraw())[0]  # type: ignore[method-assign]
-        await pilot.pause(6 * main_screen.TICK_S)
+        feed = app.feed
+        pump, redraw = feed.pump, feed.redraw_due
+        feed.pump = lambda force=False: (pumps.append(time.monotonic()), pump(force))[1]  # type: ignore[method-assign]
+        feed.redraw_due = lambda: (redraws.append(time.monotonic()), redraw())[0]  # type: ignore[method-assign]
+        await pilot.pause(6 * event_feed.TICK_S)
         assert drains.calls == 0 and pumps == []
         assert len(redraws) >= 3  # the tick ran: it found nothing to drain
+
+    run_pilot(app, scenario)
+
+
+def test_the_feed_drains_about_four_times_a_second() -> None:
+    app, factory = scripted_app()
+    drains: list[float] = []
+
+    async def scenario(pilot: Pilot) -> None:
+        await settle(pilot, factory)
+        feed = app.feed
+        pump, redraw = feed.pump, feed.redraw_due
+        feed.pump = lambda force=False: (drains.append(time.monotonic()), pump(force))[1]  # type: ignore[method-assign]
+        feed.redraw_due = lambda: (drains.append(time.monotonic()), redraw())[0]  # type: ignore[method-assign]
+        before = len(drains)
+        await asyncio.sleep(event_feed.TICK_S * 6)
+        await pilot.pause()
+        assert len(drains) - before >= 3
 
     run_pilot(app, scenario)
 
@@ -249,8 +269,8 @@ def test_a_burst_of_steps_is_drained_by_the_tick_in_batches() -> None:
         await settle(pilot, factory)
         trainer = factory.trainer
         pumps: list[int] = []
-        pump = app.pump
-        app.pump = lambda force=False: (pumps.append(n := pump(force)), n)[1]  # type: ignore[method-assign]
+        pump = app.feed.pump
+        app.feed.pump = lambda force=False: (pumps.append(n := pump(force)), n)[1]  # type: ignore[method-assign]
         start = time.monotonic()
         burst = steps(301, 200)
 
@@ -265,7 +285,7 @@ def test_a_burst_of_steps_is_drained_by_the_tick_in_batches() -> None:
         thread.join()
         elapsed = time.monotonic() - start
         assert sum(pumps) == len(burst)
-        assert len(pumps) <= elapsed / main_screen.TICK_S + 2  # the tick's pace, not a step's
+        assert len(pumps) <= elapsed / event_feed.TICK_S + 2  # the tick's pace, not a step's
 
     run_pilot(app, scenario)
 
@@ -275,7 +295,7 @@ def test_a_command_answered_while_steps_stream_is_drawn_before_the_next_tick(
 ) -> None:
     """Steps keep coming (routine: left for the tick, stopped here) and a StateChanged among them
     is drawn at once, with the steps before it."""
-    monkeypatch.setattr(main_screen, "TICK_S", 3600.0)
+    monkeypatch.setattr(event_feed, "TICK_S", 3600.0)
     app, factory = scripted_app()
 
     async def scenario(pilot: Pilot) -> None:

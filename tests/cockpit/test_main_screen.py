@@ -1,5 +1,5 @@
 """The main screen alone, in a bare Textual app: it tells its app what happened by message
-(up, a drain due, a zoom) and never needs the cockpit app to draw its panels."""
+(up, a zoom) and never needs the cockpit app to draw its panels."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from textual import on
 from textual.app import App
 from textual.message import Message
 
-from cockpit.app.main_screen import STATUS_REFRESH_S, TICK_S, MainScreen
+from cockpit.app.main_screen import STATUS_REFRESH_S, MainScreen
 
 
 class Host(App[None]):
@@ -24,25 +24,20 @@ class Host(App[None]):
         return self.screen_under_test
 
     @on(MainScreen.Ready)
-    @on(MainScreen.DrainDue)
     @on(MainScreen.ZoomChanged)
     def _heard(self, message: Message) -> None:
         self.heard.append(type(message))
 
 
-def test_the_screen_says_it_is_up_then_asks_for_drains_about_four_times_a_second() -> None:
-    asyncio.run(_test_the_screen_says_it_is_up_then_asks_for_drains_about_four_times_a_second())
+def test_the_screen_says_it_is_up() -> None:
+    asyncio.run(_test_the_screen_says_it_is_up())
 
 
-async def _test_the_screen_says_it_is_up_then_asks_for_drains_about_four_times_a_second() -> None:
+async def _test_the_screen_says_it_is_up() -> None:
     app = Host()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert app.heard[:1] == [MainScreen.Ready]
-        before = app.heard.count(MainScreen.DrainDue)
-        await asyncio.sleep(TICK_S * 6)
-        await pilot.pause()
-        assert app.heard.count(MainScreen.DrainDue) - before >= 3
         assert MainScreen.ZoomChanged not in app.heard
 
 

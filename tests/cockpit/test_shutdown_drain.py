@@ -30,7 +30,7 @@ def test_a_drain_while_the_app_shuts_down_draws_nothing_and_raises_nothing() -> 
         assert panel.parent is None and app.screen_stack
         factory.trainer.events.put(Sample(step=400, prompt="The ", text="late", time=T0 + 999))
         assert app.pump() == 0  # nothing drawn, nothing raised
-        app.redraw_due()
+        app.feed.redraw_due()
         await closing
 
     run_pilot(app, scenario)
