@@ -398,8 +398,9 @@ class CockpitApp(App[None]):
     def action_lr_down(self) -> None:
         self.commands.lr_down()
 
-    def action_lr_dialog(self) -> None:
-        self.commands.open_lr_dialog()
+    @work
+    async def action_lr_dialog(self) -> None:
+        await self.commands.set_lr_by_dialog()
 
     def action_sample(self) -> None:
         self.commands.sample()

@@ -132,8 +132,9 @@ class RunCommands:
         return self.send("stop", lambda run: run.stop(checkpoint=checkpoint, reason=reason))
 
     # the LR dialog ---------------------------------------------------------------------------------
-    def open_lr_dialog(self) -> None:
-        """`l`: set or scale the LR, the plan ahead drawn as it is typed."""
+    async def set_lr_by_dialog(self) -> None:
+        """`l`: set or scale the LR, the plan ahead drawn as it is typed, and send what enter
+        chose (run in a worker: it waits for the dialog's answer)."""
         if not self.session.engine_running:
             return
 
@@ -143,12 +144,12 @@ class RunCommands:
 
         follow = LrFollow(run_now)
         now = follow()
-        self.host.push_screen(LrScreen(now.lr, now.scale, now.plan, follow=follow), self.lr_chosen)
-
-    def lr_chosen(self, result: tuple[str, float] | None) -> None:
-        if result is None:
+        chosen = await self.host.push_screen_wait(
+            LrScreen(now.lr, now.scale, now.plan, follow=follow)
+        )
+        if chosen is None:
             return
-        op, value = result
+        op, value = chosen
         if op == "set":
             self.send("set_lr", lambda run: run.set_lr(value))
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from cockpit.app.run_opening import RunOpening
 from cockpit.app.session import Session
 from cockpit.app.switching import Switching
 from cockpit.screens.dialogs import ChoiceScreen, ConfirmScreen
+from cockpit.screens.lr_dialog import LrScreen
 from engine.events import Alert, RunState, StateChanged
 
 
@@ -55,6 +57,7 @@ class FakeHost:
         self.is_running = True
         self.toasts: list[tuple[str, str, str]] = []
         self.pushed: list[tuple[Any, Any]] = []
+        self.answers: list[Any] = []  # what the dialogs awaited (push_screen_wait) answer
         self.started: list[tuple[str, Any]] = []
         self.exited = False
         self.statuses = 0
@@ -71,6 +74,10 @@ class FakeHost:
 
     def push_screen(self, screen: Any, callback: Any = None) -> None:
         self.pushed.append((screen, callback))
+
+    async def push_screen_wait(self, screen: Any) -> Any:
+        self.pushed.append((screen, "wait"))
+        return self.answers.pop(0)
 
     def set_interval(
         self, interval: float, callback: Callable[[], Any], *, name: str | None = None
@@ -250,6 +257,16 @@ def test_the_feed_routes_steps_to_the_panels_and_alerts_to_the_alert_line() -> N
     feed.route(StateChanged(state=RunState.PAUSED, step=1, reason="user", time=90.2))
     assert host.session.state == RunState.PAUSED
     assert host.main_screen.status_line.state == RunState.PAUSED
+
+
+def test_the_lr_dialog_sends_what_enter_chose_and_nothing_when_cancelled() -> None:
+    trainer = ScriptedTrainer("tiny", script=[])
+    host, commands, _, _ = parts(trainer)
+    host.answers = [("set", 5e-4), None, ("scale", 0.5)]
+    for _ in range(3):
+        asyncio.run(commands.set_lr_by_dialog())
+    assert trainer.calls == [("set_lr", 5e-4), ("scale_lr", 0.5)]
+    assert [type(screen) for screen, _ in host.pushed] == [LrScreen] * 3
 
 
 def test_the_feeds_tick_drains_four_times_a_second_and_under_a_dialog_every_2_s() -> None:
