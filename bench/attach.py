@@ -69,7 +69,7 @@ SIZE = (160, 48)
 QUIET = ["eval.interval=0", "sample.interval=0", "checkpoint.interval=0"]
 GOALS = {1: 0.97, 3: 0.95}  # viewers -> the least tokens/s ratio against no viewer
 DRAIN_S = 0.05  # how often a bare client empties its queue (the app's timer is as fast)
-DRAIN_TICK_S = 0.25  # the app's tick, which drains the routine readings (MainScreen's TICK_S)
+DRAIN_TICK_S = 0.25  # the app's tick, which drains the routine readings (event_feed.py's TICK_S)
 PY = shlex.quote(sys.executable)
 MIN_STEPS = 3  # a window is stretched until it holds at least this many steps
 TICKS = os.sysconf("SC_CLK_TCK")
