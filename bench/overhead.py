@@ -72,7 +72,7 @@ SIZE = (160, 48)
 
 UI_THREAD = "MainThread"  # Textual runs its event loop, so all drawing, on the main thread
 TELEMETRY_THREAD = "telemetry-poller"
-WAKE_THREAD = "event-wake"  # the app's thread that waits on the engine's events (event_wake.py)
+WAKE_THREAD = "event-wake"  # the app's thread that waits on the engine's events (cockpit/app/event_feed.py)
 
 
 def thread_cpu_seconds() -> dict[str, float]:
