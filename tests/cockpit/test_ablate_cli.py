@@ -1,8 +1,8 @@
-"""`cockpit ablate` end to end, in real processes on the tiny preset: a series of a baseline
-and two changes, headless and steps-bounded, writes its runs (normal run directories) and its
-table; a SIGINT mid-series stops it with the run on its way checkpointed, and the same command
-again skips the finished run, resumes that one and completes; a bad spec is one line and
-exit 2, before anything runs."""
+"""`cockpit ablate` end to end on the tiny preset: a series of a baseline and two changes,
+headless and steps-bounded, writes its runs (normal run directories) and its table; a SIGINT
+mid-series (to a real process) stops it with the run on its way checkpointed, and the same
+command again skips the finished run, resumes that one and completes; a bad spec is one line
+and exit 2, before anything runs."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from command_here import cockpit_here
 
 from engine.rundir import list_runs
 
@@ -32,17 +33,15 @@ def env() -> dict[str, str]:
     return {**os.environ, "TERM": "dumb", "PYTHONPATH": str(REPO)}
 
 
-def ablate(runs: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ablate_argv(runs, *args), capture_output=True, text=True, timeout=timeout, env=env(), cwd=runs.parent
-    )
+def ablate(runs: Path, *args: str) -> subprocess.CompletedProcess:
+    return cockpit_here("ablate", "--runs", str(runs), *args, env=env(), cwd=runs.parent)
 
 
 def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow  # real processes, each run a real (tiny) one
+@pytest.mark.slow  # each run a real (tiny) one
 def test_a_series_of_two_changes_runs_each_and_writes_its_table(tmp_path):
     runs = tmp_path / "runs"
     done = ablate(
@@ -86,7 +85,7 @@ def test_a_series_of_two_changes_runs_each_and_writes_its_table(tmp_path):
     assert [r["run"] for r in rows] == ["baseline", "lion", "model.mlp=relu2 model.norm=rmsnorm"]  # the new labels
 
 
-@pytest.mark.slow  # real processes, each run a real (tiny) one
+@pytest.mark.slow  # a real process to stop, each run a real (tiny) one
 def test_a_stopped_series_continues_where_it_stopped(tmp_path):
     runs = tmp_path / "runs"
     args = [
@@ -192,7 +191,7 @@ def test_an_unreadable_series_file_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2 and "not UTF-8 text" in done.stderr and done.stderr.count("\n") == 1
 
 
-@pytest.mark.slow  # real processes, each run a real (tiny) one
+@pytest.mark.slow  # each run a real (tiny) one
 def test_a_target_is_found_within_the_fine_cadence_near_it(tmp_path):
     # tiny evaluates every 50 steps: near 2.9, every 5 (a tenth), so the time to it is
     # interpolated between evaluations 5 steps apart, not 50
