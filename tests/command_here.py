@@ -5,13 +5,48 @@ tests of signals, terminals and exits of a real process keep starting one."""
 from __future__ import annotations
 
 import io
+import logging
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+# the signals the commands take over (the app, attach, data prepare, a headless run)
+SIGNALS = [
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGTSTP")
+    if hasattr(signal, name)
+]
+
+
+@contextmanager
+def process_state_kept() -> Iterator[None]:
+    """The process-wide state a command may change put back as it was: signal handlers, umask,
+    excepthooks, warning filters and the root logger (a later test must not inherit them)."""
+    handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    umask = os.umask(0o077)
+    os.umask(umask)
+    hooks = sys.excepthook, threading.excepthook
+    root = logging.getLogger()
+    root_handlers, root_level = list(root.handlers), root.level
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(sig, handler)
+        os.umask(umask)
+        sys.excepthook, threading.excepthook = hooks
+        root.handlers[:] = root_handlers
+        root.setLevel(root_level)
 
 
 def cockpit_here(
@@ -26,7 +61,7 @@ def cockpit_here(
 
     out, err = io.StringIO(), io.StringIO()
     threads = torch.get_num_threads()  # --threads and a run's auto setting change this process's
-    with pytest.MonkeyPatch.context() as patch:
+    with process_state_kept(), pytest.MonkeyPatch.context() as patch:
         if env is not None:
             for name in set(os.environ) - set(env):
                 patch.delenv(name)
