@@ -1,5 +1,5 @@
-"""`cockpit data prepare|ls|rm` as a user runs them (real subprocesses, a real cache folder),
-and the corpus recipes in data/corpora: every key there, every cockpit command they show parses."""
+"""`cockpit data prepare|ls|rm` as a user runs them (in this process, a real cache folder; ctrl+c,
+a terminal and FIFOs in real processes), and the corpus recipes in data/corpora: every key there, every cockpit command they show parses."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from command_here import cockpit_here
 
 from cockpit.cli import build_parser
 from cockpit.cli.data import ThrottledPrinter
@@ -27,7 +28,13 @@ RECIPE_KEYS = {
 }  # fmt: skip
 
 
-def cockpit(*args: str, cache: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+def cockpit(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    return cockpit_here(*args, env={**os.environ, "COCKPIT_CACHE_DIR": str(cache)}, cwd=REPO)
+
+
+def cockpit_process(*args: str, cache: Path, timeout: float) -> subprocess.CompletedProcess:
+    """`cockpit ARGS` in a process of its own: a FIFO opened for reading blocks forever, and a
+    test times out a process, not a call in its own."""
     env = {**os.environ, "COCKPIT_CACHE_DIR": str(cache)}
     return subprocess.run(
         [sys.executable, "-m", "cockpit", *args],
@@ -305,7 +312,7 @@ def test_a_fifo_in_a_corpus_folder_is_skipped_and_counted(cache: Path, tmp_path:
     folder.mkdir()
     (folder / "a.txt").write_text("Shall I compare thee to a summer's day?\n" * 100)
     os.mkfifo(folder / "pipe.txt")
-    prepared = cockpit(
+    prepared = cockpit_process(
         "data", "prepare", "--data", str(folder), "--preset", "tiny", cache=cache, timeout=30
     )
     assert prepared.returncode == 0, prepared.stderr
@@ -318,6 +325,8 @@ def test_a_fifo_in_a_corpus_folder_is_skipped_and_counted(cache: Path, tmp_path:
 def test_a_fifo_named_as_the_corpus_is_refused_in_one_line(cache: Path, tmp_path: Path):
     fifo = tmp_path / "pipe.txt"
     os.mkfifo(fifo)
-    refused = cockpit("data", "prepare", "--data", str(fifo), "--preset", "tiny", cache=cache, timeout=30)
+    refused = cockpit_process(
+        "data", "prepare", "--data", str(fifo), "--preset", "tiny", cache=cache, timeout=30
+    )
     assert refused.returncode == 2
     assert "not a regular file" in one_error_line(refused)
