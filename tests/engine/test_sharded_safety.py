@@ -2,7 +2,7 @@
 cockpit opens it: its `.metadata` is read by an unpickler that knows only DCP's own index
 classes, its non-tensor values load weights-only, and a damaged one is refused in one line that
 names the file and the fix. Real checkpoints: a tiny run's, re-saved as a DCP directory by the
-project's own `save_sharded`; the real CLI in a subprocess."""
+project's own `save_sharded`; the real CLI, in this process."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pathlib
 import pickle
 import shutil
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from command_here import cockpit_here
 from tiny import tiny_overrides
 
 from engine.checkpoint.store import CheckpointError, load_checkpoint
@@ -76,13 +76,7 @@ def run_dir(sharded_run, tmp_path: Path) -> Path:
 
 
 def cockpit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TERM": "dumb"},
-    )
+    return cockpit_here(*args, env={**os.environ, "TERM": "dumb"})
 
 
 def one_line(done: subprocess.CompletedProcess) -> str:
