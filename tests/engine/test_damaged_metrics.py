@@ -1,6 +1,6 @@
 """A damaged line in metrics.jsonl is read past, with one warning, by every reader of the file: a
-resume, `cockpit export --format csv|tensorboard` and `cockpit fork` (real runs, real CLI
-processes); the runs listing, the curves, the replay and the journal read past it too. Damaged:
+resume, `cockpit export --format csv|tensorboard` and `cockpit fork` (real runs, the real CLI in
+this process); the runs listing, the curves, the replay and the journal read past it too. Damaged:
 a byte that is not UTF-8 (a damaged disk or copy), brackets nested thousands deep, a record
 without the time or step its kind has."""
 
@@ -9,27 +9,23 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from command_here import cockpit_here
 from run_copies import copy_run, train_here
 
-REPO = Path(__file__).resolve().parents[2]
 DAMAGED_LINE = 6  # a step record's line
 LOST: list[int] = []  # the step whose record it was
 
 
 def cockpit(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit", *argv], capture_output=True, text=True, cwd=cwd,
-        timeout=180, env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "dumb"},
-    )  # fmt: skip
+    return cockpit_here(*argv, cwd=cwd, env={**os.environ, "TERM": "dumb"})
 
 
 @pytest.fixture(scope="module")
 def damaged(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
-    where = tmp_path_factory.mktemp("damaged")  # trained here (what reads it: real processes)
+    where = tmp_path_factory.mktemp("damaged")  # trained here (what reads it: the CLI)
     train_here(
         Path("runs/run"), ["train.max_steps=40", "checkpoint.interval=20"], isolated_env, cwd=where
     )
