@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from command_here import cockpit_here
 
 from cockpit.cli import main as cockpit_main
 from engine.config.presets import load_preset
@@ -286,16 +287,13 @@ def test_best_pt_copy_never_goes_through_a_link_at_its_name(tmp_path: Path, vict
 def test_a_fork_under_umask_0_makes_no_world_writable_branch(finished_run: Path, tmp_path: Path):
     """`cockpit fork` made its branch 0777 and its files 0666 under umask 0 (any user could
     then plant links in it); now 0700 and 0644, as a run's."""
-    import subprocess
-    import sys
-
     branch = tmp_path / "branch"
-    made = subprocess.run(
-        [sys.executable, "-m", "cockpit", "fork", str(finished_run), "--run-dir", str(branch),
-         "--no-start", "--set", "train.max_steps=6"],
-        capture_output=True, text=True, timeout=120, preexec_fn=lambda: os.umask(0),
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-    )  # fmt: skip
+    umask = os.umask(0)
+    try:
+        made = cockpit_here("fork", str(finished_run), "--run-dir", str(branch), "--no-start",
+                            "--set", "train.max_steps=6")  # fmt: skip
+    finally:
+        os.umask(umask)
     assert made.returncode == 0, made.stderr
     assert stat.S_IMODE(branch.stat().st_mode) == 0o700
     found = modes(branch)
@@ -307,20 +305,14 @@ def test_cockpit_start_refuses_a_link_as_its_engine_log(tmp_path: Path, victim: 
     """A detached run's engine.log is appended to: a link there is refused in one line and
     nothing starts (it was opened "ab", writing the engine's output into the link's target)."""
     import signal
-    import subprocess
-    import sys
 
     from engine.control.live_runs import find_live_runs
 
     run_dir = tmp_path / "detached"
     run_dir.mkdir()
     (run_dir / "engine.log").symlink_to(victim)
-    result = subprocess.run(
-        [sys.executable, "-m", "cockpit", "start", "--preset", "tiny", "--no-telemetry",
-         "--run-dir", str(run_dir), "--no-attach"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-    )  # fmt: skip
+    result = cockpit_here("start", "--preset", "tiny", "--no-telemetry", "--run-dir", str(run_dir),
+                          "--no-attach", cwd=tmp_path)  # fmt: skip
     for live in find_live_runs(tmp_path):  # an engine started anyway must not outlive the test
         os.kill(live.pid, signal.SIGKILL)
     assert result.returncode == 1, result  # as any refusal of `start` once it has begun
