@@ -7,14 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pilot import TINY, Toasts, alert_text, run_pilot, wait_for, wait_for_engine
-from run_copies import copy_run
+from run_copies import copy_run, train_here
 from run_dirs import three_runs, write_run
 from scripted import ScriptedFactory, ScriptedTrainer, build_script
 from textual.pilot import Pilot
@@ -159,16 +157,8 @@ def trained_tiny_run(tmp_path_factory: pytest.TempPathFactory, isolated_env: dic
     """A real `tiny` run of 30 steps that finished with checkpoints at 20 and 30: trained once
     for the module, read only through the copies `finished_tiny_run` makes."""
     run_dir = tmp_path_factory.mktemp("trained") / "tiny-run"
-    subprocess.run(
-        [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny",
-         "--run-dir", str(run_dir), "--no-telemetry", "--set", f"train.max_steps={TINY_STEPS}",
-         "--set", "checkpoint.interval=20", "--set", "eval.interval=0",
-         "--set", "sample.interval=0"],  # fmt: skip
-        check=True,
-        capture_output=True,
-        timeout=300,
-        env={**os.environ, **isolated_env, "CI": "true"},
-    )
+    sets = [f"train.max_steps={TINY_STEPS}", "checkpoint.interval=20", "eval.interval=0", "sample.interval=0"]
+    train_here(run_dir, sets, isolated_env)
     assert (run_dir / "ckpt-00000020.pt").exists()
     return run_dir
 
