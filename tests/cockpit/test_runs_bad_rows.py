@@ -1,7 +1,8 @@
 """`cockpit runs` when some runs are bad: a summary.json of the wrong types, records of the wrong
 types, a run directory another user may not read. Each bad run is one row saying what is wrong
 (or, where its metrics.jsonl is sound, listed as it is: the summary is rebuilt from it); the
-others list; exit 0, no traceback. A real tiny run, copied and damaged; real CLI processes."""
+others list; exit 0, no traceback. A real tiny run, copied and damaged; the commands as the CLI
+runs them (`cockpit_here`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from command_here import cockpit_here
 from run_copies import train_here
 
 import cockpit.cli.ps  # noqa: F401
@@ -32,15 +34,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def cockpit(*argv: str, cwd: Path, columns: int = 80) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit", *argv], capture_output=True, text=True, cwd=cwd,
-        timeout=120, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": str(columns)},
-    )  # fmt: skip
+    return cockpit_here(*argv, cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": str(columns)})
 
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
-    where = tmp_path_factory.mktemp("bad-rows")  # trained here (the listings: real processes)
+    where = tmp_path_factory.mktemp("bad-rows")
     train_here(Path("runs/good"), ["train.max_steps=30", "checkpoint.interval=10"], isolated_env, cwd=where)
     return where / "runs" / "good"
 
