@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from command_here import cockpit_here
 from tiny import set_args, tiny_overrides
 
 from engine.checkpoint.store import mark_best, remove_partial_saves
@@ -110,14 +111,7 @@ def train(run_dir: Path | None, *extra: str) -> tuple[Trainer, str, list[str]]:
 
 
 def cockpit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cockpit", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
+    return cockpit_here(*args, cwd=cwd)
 
 
 def listing(directory: Path) -> dict[str, bytes | None]:
