@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from run_copies import copy_run
 from tiny import set_args, tiny_overrides
 
 from cockpit.cli import main
@@ -33,6 +35,25 @@ def train(run_dir: Path, *extra: str) -> list[Event]:
     )
     assert trainer.run() == "finished"
     return events
+
+
+@pytest.fixture(scope="module")
+def trained(
+    tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]
+) -> Callable[..., Path]:
+    """The finished run of `train(...extra)`, trained once for the module: tests copy it."""
+    runs: dict[tuple[str, ...], Path] = {}
+
+    def run_of(*extra: str) -> Path:
+        if extra not in runs:
+            with pytest.MonkeyPatch.context() as patch:
+                for name, value in isolated_env.items():
+                    patch.setenv(name, value)
+                runs[extra] = tmp_path_factory.mktemp("trained") / "run"
+                train(runs[extra], *extra)
+        return runs[extra]
+
+    return run_of
 
 
 def resume(target: Path, *overrides: str, should_stop=None) -> tuple[Trainer, list[Event], str]:
@@ -72,10 +93,10 @@ def digest(path: Path) -> str:
 # ---------------------------------------------------------------- item 1: --set on the optimizer
 
 
-def test_optimizer_settings_set_on_resume_are_the_ones_training(tmp_path):
-    train(tmp_path, "train.max_steps=20")
+def test_optimizer_settings_set_on_resume_are_the_ones_training(tmp_path, trained):
+    run_dir = copy_run(trained("train.max_steps=20"), tmp_path / "run")
     trainer, events, final = resume(
-        tmp_path,
+        run_dir,
         "train.max_steps=24",
         "schedule.decay_steps=40",
         "optim.lr=1e-2",
@@ -100,8 +121,8 @@ def test_optimizer_settings_set_on_resume_are_the_ones_training(tmp_path):
     ), notes
     assert any(n.startswith("optim.weight_decay: 0.1 -> 0.05") for n in notes), notes
     assert any(n.startswith("LR at step 20:") for n in notes), notes
-    assert records(tmp_path, "run_started")[-1]["notes"] == list(notes)
-    config = json.loads((tmp_path / "config.json").read_text())
+    assert records(run_dir, "run_started")[-1]["notes"] == list(notes)
+    config = json.loads((run_dir / "config.json").read_text())
     assert config["optim"]["lr"] == 1e-2 and config["optim"]["beta2"] == 0.9
 
 
@@ -133,9 +154,9 @@ def test_the_headless_printer_shows_the_changes_first(tmp_path, capsys):
         ("lion", "adamw"),
     ],
 )
-def test_another_optimizer_starts_fresh_with_a_notice(tmp_path, before, after):
-    train(tmp_path, "train.max_steps=4", f"optim.name={before}")
-    trainer, events, final = resume(tmp_path, "train.max_steps=7", f"optim.name={after}")
+def test_another_optimizer_starts_fresh_with_a_notice(tmp_path, trained, before, after):
+    run_dir = copy_run(trained("train.max_steps=4", f"optim.name={before}"), tmp_path / "run")
+    trainer, events, final = resume(run_dir, "train.max_steps=7", f"optim.name={after}")
     assert final == "finished", of(events, "alert")
     assert [e.step for e in of(events, "step")] == [5, 6, 7]
     notes = of(events, "run_started")[0].notes
@@ -150,7 +171,7 @@ def test_another_optimizer_starts_fresh_with_a_notice(tmp_path, before, after):
     expected = {"adamw": {"FusedAdamW"}, "lion": {"Lion"}, "adafactor": {"Adafactor"}}
     assert kinds == expected.get(after, {"Muon", "FusedAdamW"})
     # and the next resume continues the new optimizer from its own state
-    _, events, final = resume(tmp_path, "train.max_steps=8")
+    _, events, final = resume(run_dir, "train.max_steps=8")
     assert final == "finished"
     assert not [n for n in of(events, "run_started")[0].notes if "optim.name" in n]
 
@@ -158,9 +179,9 @@ def test_another_optimizer_starts_fresh_with_a_notice(tmp_path, before, after):
 # ---------------------------------------------------------------- item 4: schedule, refusals, branches
 
 
-def test_extending_max_steps_keeps_the_lr_where_it_was(tmp_path):
-    train(tmp_path, "train.max_steps=20")
-    trainer, events, final = resume(tmp_path, "train.max_steps=30")
+def test_extending_max_steps_keeps_the_lr_where_it_was(tmp_path, trained):
+    run_dir = copy_run(trained("train.max_steps=20"), tmp_path / "run")
+    trainer, events, final = resume(run_dir, "train.max_steps=30")
     assert final == "finished"
     lrs = [e.lr for e in of(events, "step")]
     # the first run ended at its floor (3e-4): the extension continues there, no jump
@@ -168,12 +189,12 @@ def test_extending_max_steps_keeps_the_lr_where_it_was(tmp_path):
     started = of(events, "run_started")[0]
     assert any(n.startswith("schedule.decay_steps: kept at 20") for n in started.notes)
     assert [lr for step, lr in started.planned_lr if step >= 20] == [pytest.approx(3e-4)] * 10
-    assert json.loads((tmp_path / "config.json").read_text())["schedule"]["decay_steps"] == 20
+    assert json.loads((run_dir / "config.json").read_text())["schedule"]["decay_steps"] == 20
 
 
-def test_an_explicit_decay_horizon_replans_and_says_how_far_the_lr_jumps(tmp_path):
-    train(tmp_path, "train.max_steps=20")
-    trainer, events, final = resume(tmp_path, "train.max_steps=30", "schedule.decay_steps=30")
+def test_an_explicit_decay_horizon_replans_and_says_how_far_the_lr_jumps(tmp_path, trained):
+    run_dir = copy_run(trained("train.max_steps=20"), tmp_path / "run")
+    trainer, events, final = resume(run_dir, "train.max_steps=30", "schedule.decay_steps=30")
     assert final == "finished"
     first = of(events, "step")[0]
     assert first.lr == pytest.approx(lr_at(20, trainer.cfg)) and first.lr > 1e-3
