@@ -170,7 +170,7 @@ class AppViewer:
         command = f"exec {PY} -m cockpit attach {shlex.quote(str(run_dir))}"
         self.tmux = Tmux(command, *SIZE, prefix="cockpit-bench")
         out = subprocess.run(
-            ["tmux", "list-panes", "-t", self.tmux.name, "-F", "#{pane_pid}"],
+            self.tmux.argv("list-panes", "-t", self.tmux.name, "-F", "#{pane_pid}"),
             capture_output=True, text=True,
         )  # fmt: skip
         self._pid = int(out.stdout.split()[0]) if out.stdout.strip() else None

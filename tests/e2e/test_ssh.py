@@ -161,7 +161,7 @@ def remote_job(tmp_path: Path, argv: str, shell: str = "passes") -> tuple[str, P
 def drop_the_link(term: Tmux) -> None:
     """SIGKILL the ssh client in `term`: the connection drops with no goodbye."""
     pane = int(subprocess.run(
-        ["tmux", "display-message", "-p", "-t", term.name, "#{pane_pid}"],
+        term.argv("display-message", "-p", "-t", term.name, "#{pane_pid}"),
         capture_output=True, text=True, check=True,
     ).stdout)  # fmt: skip
     shell = psutil.Process(pane)
