@@ -26,7 +26,7 @@ from engine.data import prepare
 from engine.data.batches import BatchSampler
 from engine.model import GPT
 from engine.optim import build_optimizer
-from engine.train import Trainer
+from engine.train import Trainer, apply_threads
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -85,6 +85,9 @@ def main() -> None:
     ]
     cfg = load_preset("nanogpt-cpu", overrides)
     data = prepare(cfg.data, data_path=args.data)
+    # the engine sets its threads when it trains; the minimal loop runs with the same count,
+    # from its first round on
+    apply_threads(cfg.train.threads, "cpu")
     print(
         f"nanogpt-cpu: {args.steps} steps x {cfg.tokens_per_step} tokens, {torch.get_num_threads()} threads"
     )
