@@ -1,13 +1,8 @@
 """A run started from another run's config.toml makes that run's changes again, at their steps.
 
-Each `[[changes]]` entry is made as it was made then: a `set` (or an LR multiplier set by
-hand, `lr_scale`) is decided by `live_change` at its step, with the mid-run rules; an entry a
-resume made (by "resume") is decided as the resume decided it, which may also change what a
-running run may not (the warmup after it ended), though never what the process is built with.
-`check_replay` walks the whole plan from the starting values before anything trains, so a
-plan that no longer holds (a hand-edited file) is refused in one line naming its entry.
-
-Pure and torch-free: the CLI checks a replay before it starts a run.
+Each `[[changes]]` entry is decided as it was then: a `set` or an `lr_scale` by `live_change` with
+the mid-run rules, a resume's entry as the resume decided it. `check_replay` walks the whole plan
+before anything trains and refuses one that no longer holds in one line. Pure and torch-free.
 """
 
 from __future__ import annotations
