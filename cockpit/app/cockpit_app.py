@@ -40,7 +40,6 @@ from cockpit.app.run_starts import ResumeFactory, RunStarts
 from cockpit.app.run_view import RunView
 from cockpit.app.session import Session
 from cockpit.app.session_runs import SessionRun, resumed_preset, run_dir_of
-from cockpit.app.stop_wait import BoundaryWork
 from cockpit.app.switching import Switching
 from cockpit.screens.cooldown import CooldownScreen
 from cockpit.screens.dialogs import HelpScreen
@@ -220,7 +219,7 @@ class CockpitApp(App[None]):
         make = make or partial(self.trainer_factory, preset)
         self.session.preset = preset
         self.session.pending_preset = self.session.pending_make = None
-        self._remember_run()
+        self.session.put_aside_current_run()
         self.session.detaching = False  # a viewer that left its run for this one is now this one's
         self._reset_run_view()
         self.run_events.set_state(RunState.STARTING)
@@ -321,32 +320,6 @@ class CockpitApp(App[None]):
         if self.screen_stack:  # not after the app has shut down
             self.screen.refresh()
 
-    def _summary(self) -> SessionRun | None:
-        """The run on screen as the exit report describes it, or None if it never started."""
-        info = self.session.view.info
-        run_dir = self.session.run_dir
-        if run_dir is None or (info is None and not os.path.isdir(run_dir)):
-            return None  # refused before anything was written: nothing to report
-        ckpt = self.session.view.last_checkpoint
-        return SessionRun(
-            preset=self.session.preset,
-            run_dir=str(run_dir),
-            state=self.session.state,
-            attached=self.session.attached,
-            detached=self.session.detaching and self.session.state not in RunState.ENDED,
-            step=self.session.view.step,
-            start_step=info.start_step if info is not None else 0,
-            checkpoint=(ckpt[0], ckpt[1]) if ckpt is not None else None,
-        )
-
-    def _remember_run(self) -> None:
-        """Before another preset starts: keep the outgoing run for the exit report."""
-        self.session.last_step_seen = None
-        self.session.boundary_work = BoundaryWork()
-        summary = self._summary()
-        if summary is not None:
-            self.session.past_runs.append(summary)
-
     def exit_summary(self) -> list[SessionRun]:
         """Every run of this session, the current one last (call once the app has closed)."""
         trainer = self.session.trainer
@@ -361,7 +334,7 @@ class CockpitApp(App[None]):
                         self.session.view.step = ev.step
                     case RunStarted() if self.session.view.info is None:
                         self.session.view.info = ev
-        current = self._summary()
+        current = self.session.current_run()
         return [*self.session.past_runs, *([current] if current is not None else [])]
 
     # keys and the palette ----------------------------------------------------------------------

@@ -21,6 +21,7 @@ from cockpit.app.run_view import RunView
 from cockpit.app.session_runs import SessionRun
 from cockpit.app.stop_wait import BoundaryWork
 from engine.contract import EngineHandle
+from engine.events import RunState
 
 
 @dataclass
@@ -105,3 +106,28 @@ class Session:
         if self.status_note == self.busy_note:
             self.status_note = ""
         self.busy_note = None
+
+    def current_run(self) -> SessionRun | None:
+        """The run on screen as the exit report describes it, or None if it never started."""
+        info, run_dir = self.view.info, self.run_dir
+        if run_dir is None or (info is None and not os.path.isdir(run_dir)):
+            return None  # refused before anything was written: nothing to report
+        ckpt = self.view.last_checkpoint
+        return SessionRun(
+            preset=self.preset,
+            run_dir=str(run_dir),
+            state=self.state,
+            attached=self.attached,
+            detached=self.detaching and self.state not in RunState.ENDED,
+            step=self.view.step,
+            start_step=info.start_step if info is not None else 0,
+            checkpoint=(ckpt[0], ckpt[1]) if ckpt is not None else None,
+        )
+
+    def put_aside_current_run(self) -> None:
+        """Before another run starts: keep the outgoing one for the exit report."""
+        self.last_step_seen = None
+        self.boundary_work = BoundaryWork()
+        summary = self.current_run()
+        if summary is not None:
+            self.past_runs.append(summary)
