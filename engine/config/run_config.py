@@ -144,8 +144,9 @@ MIN_TEMPERATURE = 1e-6
 class OptimConfig:
     name: str = _opt(
         "adamw",
-        help="optimizer (muon: Muon for the blocks' matrices, AdamW for the rest)",
-        choices=("adamw", "muon", "lion", "adafactor"),
+        help="optimizer (muon: Muon for the blocks' matrices, AdamW for the rest; sgd: SGD with "
+        "momentum, optim.sgd_momentum and optim.sgd_nesterov)",
+        choices=("adamw", "muon", "lion", "adafactor", "sgd"),
     )
     lr: float = _opt(1e-3, help="peak learning rate", min_excl=0.0, max=MAX_LR)
     weight_decay: float = _opt(
@@ -162,6 +163,17 @@ class OptimConfig:
     )
     eps: float = _opt(1e-8, help="AdamW's and Adafactor's denominator epsilon", min_excl=0.0)
     grad_clip: float = _opt(1.0, help="max gradient norm; 0 turns clipping off", min=0.0)
+    sgd_momentum: float = _opt(
+        0.9,
+        help="SGD's momentum: the buffer b = momentum * b + gradient (0 = plain SGD)",
+        min=0.0,
+        below=1.0,
+    )
+    sgd_nesterov: bool = _opt(
+        True,
+        help="SGD's Nesterov form: each step follows gradient + momentum * b instead of b (with "
+        "momentum 0 both are plain SGD)",
+    )
     muon_lr: float = _opt(0.02, help="Muon's LR for the 2-D block matrices", min_excl=0.0)
     muon_momentum: float = _opt(0.95, help="Muon's (Nesterov) momentum", min=0.0, below=1.0)
     muon_ns: str = _opt(
@@ -260,6 +272,15 @@ class TrainConfig:
         choices=("auto", "float32", "bfloat16", "float16"),
     )
     compile: bool = _opt(False, help="torch.compile the model")
+    float8: str = _opt(
+        "off",
+        help="float8 training of the MLP and head matmuls (torchao, pip install 'cockpit[float8]'): "
+        "'on' needs a CUDA GPU of compute capability 8.9 or higher; 'emulate' runs torchao's "
+        "float8 numerics in ordinary matmuls on any device (checks, no speedup); true/false mean "
+        "on/off",
+        choices=("off", "on", "emulate"),
+        from_bool=("off", "on"),
+    )
     threads: int = _opt(
         0,
         help="CPU threads for torch's arithmetic (0 = auto: on CPU one fewer than the usable cores, at least 1; OMP_NUM_THREADS, if set, and GPUs keep torch's default)",
