@@ -23,7 +23,7 @@ from engine.distributed.world import World
 
 # FSDP shards every matrix across ranks: an optimizer that needs a whole matrix at once (Muon's
 # orthogonalisation, Adafactor's row and column factors) would see only its rank's rows.
-FSDP_OPTIMIZERS = ("adamw", "lion")
+FSDP_OPTIMIZERS = ("adamw", "lion", "sgd")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The optimizers (AdamW, Muon, Lion, Adafactor), the refused-step convention, LR schedules."""
+"""The optimizers (AdamW, Muon, Lion, Adafactor, SGD), the refused-step convention, LR schedules."""
 
 from engine import lazy_exports
 

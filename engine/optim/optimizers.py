@@ -1,4 +1,4 @@
-"""Optimizers: AdamW, Muon (+AdamW for the rest), Lion and Adafactor behind one interface.
+"""Optimizers: AdamW, Muon (+AdamW for the rest), Lion, Adafactor and SGD behind one interface.
 
 Parameters are grouped by role (`param_role`: embeddings, the blocks' matrices, the head, the
 scalars), each group with its own peak LR kept as `base_lr`; the groups depend on the model only,
@@ -17,6 +17,7 @@ from engine.optim.adafactor import Adafactor
 from engine.optim.lion import Lion
 from engine.optim.muon import BatchedMuon
 from engine.optim.refused_step import FusedAdamW, found_inf_mask
+from engine.optim.sgd import SGD
 
 # the groups' order; the flattened parameter order is the one checkpoints number them in
 ROLES = ("embed", "matrix", "head", "scalar")
@@ -228,6 +229,11 @@ def build_optimizer(
         opt = Lion(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
     elif cfg.name == "adafactor":
         opt = Adafactor(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    elif cfg.name == "sgd":
+        # every group says its momentum, so that a resume's settings replace a checkpoint's
+        for group in groups:
+            group.update(momentum=cfg.sgd_momentum, nesterov=cfg.sgd_nesterov)
+        opt = SGD(groups, lr=cfg.lr, momentum=cfg.sgd_momentum, nesterov=cfg.sgd_nesterov)
     else:  # the config validates names; this guards programmatic use
         raise ValueError(f"unknown optimizer {cfg.name!r}")
     opt.register_load_state_dict_pre_hook(_regroup_legacy(named))

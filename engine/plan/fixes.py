@@ -18,6 +18,7 @@ from engine.distributed.parallel import FSDP_OPTIMIZERS
 from engine.plan.planner import (
     MemoryPlan,
     compute_dtype,
+    keeps_first_moment,
     optimizer_state_bytes,
     param_shapes,
     plan_memory,
@@ -152,10 +153,11 @@ def suggest_fixes(
     ):
         if parallel == "fsdp" and name not in FSDP_OPTIMIZERS:
             continue  # needs whole matrices (an FSDP run refuses it)
-        moment = cfg.optim.beta1 > 0  # Adafactor's first moment, in the trial as now
+        # Adafactor's first moment in the trial as now; the current optimizer's as it is
+        moment, now = keeps_first_moment(cfg, name), keeps_first_moment(cfg)
         if name != cfg.optim.name and optimizer_state_bytes(
             param_shapes(cfg, vocab_size), name, first_moment=moment
-        ) < optimizer_state_bytes(param_shapes(cfg, vocab_size), cfg.optim.name, moment):
+        ) < optimizer_state_bytes(param_shapes(cfg, vocab_size), cfg.optim.name, now):
             trial = _with(cfg, optim={"name": name})
             fixes.append(
                 Fix(

@@ -40,11 +40,19 @@ def param_shapes(cfg: RunConfig, vocab_size: int) -> list[tuple[str, tuple[int, 
     return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
 
 
+def keeps_first_moment(cfg: RunConfig, optimizer: str | None = None) -> bool:
+    """Whether `optimizer` (cfg.optim.name when None) keeps a first moment under cfg's settings:
+    SGD a momentum buffer when optim.sgd_momentum > 0, Adafactor one when optim.beta1 > 0."""
+    name = optimizer or cfg.optim.name
+    return cfg.optim.sgd_momentum > 0 if name == "sgd" else cfg.optim.beta1 > 0
+
+
 def optimizer_state_bytes(
     shapes: list[tuple[str, tuple[int, ...]]], optimizer: str, first_moment: bool = True
 ) -> int:
     """Bytes of optimizer state for fp32 parameters, matching the implementations' (torch's,
-    and cockpit's own in engine.optim). `first_moment`: Adafactor keeps one (optim.beta1 > 0)."""
+    and cockpit's own in engine.optim). `first_moment`: Adafactor keeps one (optim.beta1 > 0),
+    SGD its momentum buffer (optim.sgd_momentum > 0): `keeps_first_moment`."""
     total = 0
     for name, shape in shapes:
         n = prod(shape)
@@ -52,6 +60,8 @@ def optimizer_state_bytes(
             total += 8 * n + 4  # exp_avg, exp_avg_sq, and a scalar step tensor
         elif optimizer == "lion":
             total += 4 * n
+        elif optimizer == "sgd":
+            total += 4 * n if first_moment else 0  # the momentum buffer
         elif optimizer == "adafactor":
             if len(shape) >= 2:  # factored second moment: one row and one column statistic
                 total += 4 * (prod(shape[:-1]) + prod(shape[:-2]) * shape[-1]) + 4
@@ -170,7 +180,7 @@ def plan_memory(
     n_held = sum(prod(s) for _, s in held)
     weights = 4 * n_held  # master weights stay fp32 under autocast
     gradients = 4 * n_held
-    optimizer = optimizer_state_bytes(held, cfg.optim.name, first_moment=cfg.optim.beta1 > 0)
+    optimizer = optimizer_state_bytes(held, cfg.optim.name, first_moment=keeps_first_moment(cfg))
     buckets = ddp_bucket_bytes(gradients) if parallel == "ddp" else 0  # copies for the all-reduce
     unsharded = unsharded_bytes(shapes, value_bytes) if parallel == "fsdp" else 0
     tensors = weights + gradients + optimizer + activations + buckets + unsharded

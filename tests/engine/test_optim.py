@@ -15,7 +15,7 @@ from engine.optim.muon import BatchedMuon
 from engine.optim.optimizers import MultiOptimizer, build_optimizer, set_lr_factor
 from engine.optim.refused_step import skips_on_device, step_unless_refused
 
-NAMES = ("adamw", "muon", "lion", "adafactor")
+NAMES = ("adamw", "muon", "lion", "adafactor", "sgd")
 
 
 def tiny_model(seed: int = 0) -> GPT:
@@ -162,10 +162,10 @@ def test_lr_factor_scales_every_group_from_its_own_peak(name):
 
 def test_unknown_optimizer_is_rejected_naming_the_key(tmp_path):
     path = tmp_path / "mine.toml"
-    path.write_text('extends = "speedrun-cpu"\ndescription = "x"\n[optim]\nname = "sgd"\n')
+    path.write_text('extends = "speedrun-cpu"\ndescription = "x"\n[optim]\nname = "rmsprop"\n')
     with pytest.raises(ConfigError) as err:
         load_preset(str(path))
-    assert "optim.name" in str(err.value) and "sgd" in str(err.value)
+    assert "optim.name" in str(err.value) and "rmsprop" in str(err.value)
     with pytest.raises(ConfigError, match=r"optim\.name"):
         load_preset("speedrun-cpu", ["optim.name=shampoo"])
     with pytest.raises(ConfigError, match="rotary"):
