@@ -163,6 +163,9 @@ class GPT(nn.Module):
         self.skip_weights = nn.Parameter(torch.ones(cfg.n_layer // 2)) if cfg.unet_skips else None
         self.ln_f = make_norm(cfg, cfg.n_embd)
         self.lm_head = nn.Linear(cfg.n_embd, self.padded_vocab, bias=False)
+        # True: the training loss computes the logits through lm_head itself, unchunked (a
+        # float8 head's matmul is its module's; `head_loss` multiplies by the weight directly)
+        self.whole_head = False
         if cfg.tie_embeddings:
             # nanoGPT ties the head to the embedding: fewer parameters, better small-model loss.
             self.wte.weight = self.lm_head.weight
@@ -234,14 +237,14 @@ class GPT(nn.Module):
             if i < skipped:
                 outputs.append(x)
         x = self.ln_f(x)
-        if full_logits:
+        if full_logits or (self.whole_head and targets is not None):
             logits = self._logits(x)
             if targets is None:
                 return logits, None
             # the padded rows take no part in the softmax, as in head_loss
             true_logits = logits[..., : self.vocab_size].reshape(-1, self.vocab_size).float()
             loss = F.cross_entropy(true_logits, targets.reshape(-1), ignore_index=-1)
-            return logits, loss
+            return (logits if full_logits else None), loss
         if targets is None:
             return self._logits(x[:, [-1], :]), None
         return None, head_loss(

@@ -32,6 +32,15 @@ class DatasheetPeak:
     tf32: float | None  # fp32 matmuls on TF32 tensor cores (None: the part has none)
     fp32: float  # plain fp32 on the CUDA cores
     bf16: bool = True  # False: no bf16 tensor cores (Volta, Turing), so bf16 is fp32's figure
+    # float8 tensor cores (compute capability 8.9 and up: Ada, Hopper, Blackwell): dense FP8 at
+    # twice the dense BF16/FP16 figure, as each of these datasheets gives it (the L40S's 733 is
+    # 1.2% above twice its 362.05; the lower figure is kept)
+    fp8: bool = False
+
+    @property
+    def tensor8(self) -> float | None:
+        """Dense FP8 TFLOP/s, None without float8 tensor cores."""
+        return 2 * self.tensor16 if self.fp8 else None
 
 
 # NVIDIA's datasheets mostly print tensor figures "with sparsity" (2:4 structured sparsity, which
@@ -43,33 +52,33 @@ class DatasheetPeak:
 PEAK_TFLOPS: tuple[DatasheetPeak, ...] = (
     # NVIDIA H200 Tensor Core GPU datasheet, H200 NVL: BF16 1,671*, TF32 835* (*: with sparsity,
     # halved), FP32 60
-    DatasheetPeak("H200 NVL", r"\bh200\b.*\bnvl\b", 835.5, 417.5, 60.0),
+    DatasheetPeak("H200 NVL", r"\bh200\b.*\bnvl\b", 835.5, 417.5, 60.0, fp8=True),
     # H200 datasheet, H200 SXM: BF16 1,979*, TF32 989* (halved), FP32 67
-    DatasheetPeak("H200 SXM", r"\bh200\b", 989.5, 494.5, 67.0),
+    DatasheetPeak("H200 SXM", r"\bh200\b", 989.5, 494.5, 67.0, fp8=True),
     # NVIDIA H100 Tensor Core GPU datasheet, H100 NVL (per GPU): BF16 1,671*, TF32 835* (halved),
     # FP32 60
-    DatasheetPeak("H100 NVL", r"\bh100\b.*\bnvl\b", 835.5, 417.5, 60.0),
+    DatasheetPeak("H100 NVL", r"\bh100\b.*\bnvl\b", 835.5, 417.5, 60.0, fp8=True),
     # H100 datasheet, H100 PCIe: BF16 1,513*, TF32 756* (halved), FP32 51
-    DatasheetPeak("H100 PCIe", r"\bh100\b.*\bpcie\b", 756.5, 378.0, 51.0),
+    DatasheetPeak("H100 PCIe", r"\bh100\b.*\bpcie\b", 756.5, 378.0, 51.0, fp8=True),
     # H100 datasheet, H100 SXM: BF16 1,979*, TF32 989* (halved), FP32 67 ("H100 80GB HBM3" names
     # the SXM part)
-    DatasheetPeak("H100 SXM", r"\bh100\b", 989.5, 494.5, 67.0),
+    DatasheetPeak("H100 SXM", r"\bh100\b", 989.5, 494.5, 67.0, fp8=True),
     # NVIDIA GB200 NVL72 datasheet, per Blackwell GPU: FP16/BF16 5 PF*, TF32 2.5 PF* (halved),
     # FP32 80
-    DatasheetPeak("GB200", r"\bgb200\b", 2500.0, 1250.0, 80.0),
+    DatasheetPeak("GB200", r"\bgb200\b", 2500.0, 1250.0, 80.0, fp8=True),
     # NVIDIA HGX B200 datasheet, per GPU: FP16/BF16 4.5 PF*, TF32 2.2 PF* (halved), FP32 75
-    DatasheetPeak("B200", r"\bb200\b", 2250.0, 1100.0, 75.0),
+    DatasheetPeak("B200", r"\bb200\b", 2250.0, 1100.0, 75.0, fp8=True),
     # NVIDIA A100 Tensor Core GPU datasheet (40 and 80 GB, SXM and PCIe alike): BF16 312, TF32 156
     # dense (624* / 312* with sparsity), FP32 19.5
     DatasheetPeak("A100 SXM", r"\ba100\b.*\bsxm", 312.0, 156.0, 19.5),
     DatasheetPeak("A100 PCIe", r"\ba100\b.*\bpcie\b", 312.0, 156.0, 19.5),
     DatasheetPeak("A100", r"\ba100\b", 312.0, 156.0, 19.5),
     # NVIDIA L40S datasheet: BF16 362.05 | 733*, TF32 183 | 366*, FP32 91.6
-    DatasheetPeak("L40S", r"\bl40s\b", 362.05, 183.0, 91.6),
+    DatasheetPeak("L40S", r"\bl40s\b", 362.05, 183.0, 91.6, fp8=True),
     # NVIDIA L40 datasheet: BF16 181.05 | 362.1*, TF32 90.5 | 181*, FP32 90.5
-    DatasheetPeak("L40", r"\bl40\b", 181.05, 90.5, 90.5),
+    DatasheetPeak("L40", r"\bl40\b", 181.05, 90.5, 90.5, fp8=True),
     # NVIDIA L4 datasheet (sparse figures only): BF16 242*, TF32 120* (halved), FP32 30.3
-    DatasheetPeak("L4", r"\bl4\b", 121.0, 60.0, 30.3),
+    DatasheetPeak("L4", r"\bl4\b", 121.0, 60.0, 30.3, fp8=True),
     # A10G: AWS's part (G5), no NVIDIA datasheet published; 80 SMs at 1.71 GHz give FP32 35, and
     # its tensor cores accumulate fp32 at the GeForce rate: BF16 70, TF32 35 (as AWS users quote)
     DatasheetPeak("A10G", r"\ba10g\b", 70.0, 35.0, 35.0),
@@ -78,19 +87,24 @@ PEAK_TFLOPS: tuple[DatasheetPeak, ...] = (
     # NVIDIA RTX Blackwell GPU architecture whitepaper, GeForce RTX 5090: FP16/BF16 with FP32
     # accumulate 209.5 dense (419 with FP16 accumulate), TF32 104.8 dense, FP32 104.8 (not the
     # 5090 D)
-    DatasheetPeak("RTX 5090", r"\brtx 5090\b(?! d\b)", 209.5, 104.8, 104.8),
+    DatasheetPeak("RTX 5090", r"\brtx 5090\b(?! d\b)", 209.5, 104.8, 104.8, fp8=True),
     # NVIDIA RTX PRO 6000 Blackwell Max-Q datasheet: 3,511 AI TOPS (FP4, sparse) = BF16 438.9 dense
     # (/8: sparsity, FP8, FP16), TF32 half that, FP32 110
     DatasheetPeak(
-        "RTX PRO 6000 Blackwell Max-Q", r"\brtx pro 6000\b.*\bmax.q\b", 438.9, 219.4, 110.0
+        "RTX PRO 6000 Blackwell Max-Q",
+        r"\brtx pro 6000\b.*\bmax.q\b",
+        438.9,
+        219.4,
+        110.0,
+        fp8=True,
     ),
     # RTX PRO 6000 Blackwell Workstation Edition datasheet: 4,000 AI TOPS (FP4, sparse) = BF16 500
     # dense (a professional card: full-rate fp32 accumulate), TF32 250, FP32 125; the Server
     # Edition, clocked a little lower, is read against these figures
-    DatasheetPeak("RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 500.0, 250.0, 125.0),
+    DatasheetPeak("RTX PRO 6000 Blackwell", r"\brtx pro 6000\b", 500.0, 250.0, 125.0, fp8=True),
     # NVIDIA Ada GPU architecture whitepaper, GeForce RTX 4090: FP16/BF16 with FP32 accumulate
     # 165.2 | 330.4*, TF32 82.6 | 165.2*, FP32 82.6 (not the 4090 D)
-    DatasheetPeak("RTX 4090", r"\brtx 4090\b(?! d\b)", 165.2, 82.6, 82.6),
+    DatasheetPeak("RTX 4090", r"\brtx 4090\b(?! d\b)", 165.2, 82.6, 82.6, fp8=True),
     # NVIDIA Ampere GA102 GPU architecture whitepaper, GeForce RTX 3090: FP16/BF16 with FP32
     # accumulate 71 | 142*, TF32 35.6 | 71*, FP32 35.6 (not the 3090 Ti)
     DatasheetPeak("RTX 3090", r"\brtx 3090\b(?! ti\b)", 71.0, 35.6, 35.6),
@@ -131,6 +145,33 @@ def flops_per_token_at(flops_per_block_token: float, cfg: ModelConfig, seq_len: 
     return flops_per_block_token - 12 * cfg.n_layer * cfg.n_head * head_dim * (
         cfg.block_size - seq_len
     )
+
+
+def float8_flop_share(cfg: ModelConfig, padded_vocab: int, flops_per_tok: float) -> float:
+    """The share of a token's training FLOPs (`flops_per_token`) that train.float8 runs in
+    float8: 6 per weight of the blocks' MLPs (8 * n_embd^2 each) and of the head
+    (n_embd * padded_vocab), forward and backward alike."""
+    converted = cfg.n_layer * 8 * cfg.n_embd**2 + cfg.n_embd * padded_vocab
+    return min(6 * converted / flops_per_tok, 1.0) if flops_per_tok > 0 else 0.0
+
+
+def mixed_peak(peak16: float, peak8: float, share8: float) -> float:
+    """The FLOP/s a step reaches at both peaks when `share8` of its FLOPs run at `peak8` and the
+    rest at `peak16`: its FLOPs over the least time they take, F / (F8 / peak8 + F16 / peak16)."""
+    return 1.0 / (share8 / peak8 + (1.0 - share8) / peak16)
+
+
+def float8_table_peak(device_name: str, share8: float) -> Peak | None:
+    """A float8 run's datasheet peak: `mixed_peak` of the part's bf16 and fp8 figures with
+    `share8` of the FLOPs in float8 (`float8_flop_share`); None for a part not in the table, or
+    one without float8 tensor cores."""
+    peak16 = table_peak(device_name, torch.bfloat16, tf32=False)
+    name = device_name.lower()
+    entry = next((e for e in PEAK_TFLOPS if re.search(e.pattern, name)), None)
+    if peak16 is None or entry is None or entry.tensor8 is None:
+        return None
+    flops = mixed_peak(peak16.flops, entry.tensor8 * TERA, share8)
+    return Peak(flops, f"table: {entry.part} bf16 + fp8 for {share8:.0%} of the FLOPs")
 
 
 @dataclass(frozen=True)
@@ -236,10 +277,18 @@ def device_peak(device: torch.device, dtype: torch.dtype, *, tf32: bool | None =
 
 
 def peak_meter(
-    device: torch.device, dtype: torch.dtype, on_change: Callable[[str], None] | None = None
+    device: torch.device,
+    dtype: torch.dtype,
+    on_change: Callable[[str], None] | None = None,
+    float8_share: float = 0.0,
 ) -> PeakMeter:
-    """The device's peak (datasheet, else measured) in a meter that corrects a measured one."""
-    peak = device_peak(device, dtype)
+    """The device's peak (datasheet, else measured) in a meter that corrects a measured one.
+    `float8_share`: the FLOPs train.float8 = on runs in float8 (`float8_flop_share`), against the
+    part's fp8 figure where the table has one (a measured peak is corrected as the run goes)."""
+    peak = None
+    if float8_share > 0 and device.type == "cuda":
+        peak = float8_table_peak(torch.cuda.get_device_name(device), float8_share)
+    peak = peak or device_peak(device, dtype)
     if peak.source.startswith("table"):
         return PeakMeter(peak)
     return PeakMeter(peak, lambda: measure_peak(device, dtype), on_change=on_change)

@@ -176,13 +176,14 @@ def activation_bytes_estimate(
     recompute_blocks: int = 0,
     value_embeds: int = 0,
     unet_skips: bool = False,
+    whole_head: bool = False,
 ) -> int:
     """Activations live at the peak of a training step, in bytes.
 
     `grad_checkpoint` is model.grad_checkpoint's mode (True/False: full/none), applied to the
     first `recompute_blocks` blocks (0: all); `recomputed_layers_bytes` has the layers' part.
     The head and its loss add `head_loss_bytes`; model.value_embeds and model.unet_skips add
-    `speedrun_parts_bytes`.
+    `speedrun_parts_bytes`; `whole_head` (a float8 head): the head's logits are never chunked.
     """
     layers = recomputed_layers_bytes(
         batch,
@@ -206,24 +207,37 @@ def activation_bytes_estimate(
         unet_skips=unet_skips,
         full_recompute_blocks=min(recompute_blocks or n_layer, n_layer) if full else 0,
     )
-    return int(layers + parts + head_loss_bytes(batch, seq, n_embd, vocab, bytes_per_value))
+    head = head_loss_bytes(batch, seq, n_embd, vocab, bytes_per_value, whole=whole_head)
+    return int(layers + parts + head)
 
 
-def head_loss_bytes(batch: int, seq: int, n_embd: int, vocab: int, bytes_per_value: int) -> int:
+def head_loss_bytes(
+    batch: int, seq: int, n_embd: int, vocab: int, bytes_per_value: int, *, whole: bool = False
+) -> int:
     """What the head and the cross-entropy add to a step's peak, in bytes, as `head_loss` computes
     them (in chunks of `chunk_tokens_for` tokens when the logits would not fit one).
 
     One chunk: 12 bytes per logit (the saved log-softmax, its gradient, the logits' gradient; as
     measured on CPU and an H200). Several: one chunk's fp32 logits and gradient (8 bytes per logit)
     beside the fp32 gradients of the hidden states and the head's weight, held twice at backward's
-    start (the larger figure when the chunk is small beside the weight)."""
+    start (the larger figure when the chunk is small beside the weight). `whole`: the logits of
+    every token at once, as a float8 head computes them (through its module, unchunked)."""
     tokens = batch * seq
     chunk = chunk_tokens_for(vocab, tokens)
-    if chunk >= tokens:
+    if whole or chunk >= tokens:
         return tokens * vocab * 12
     gradients = 4 * (tokens + vocab) * n_embd
     in_chunk = 8 * chunk * vocab + (vocab * n_embd * bytes_per_value if bytes_per_value < 4 else 0)
     return max(gradients + in_chunk, 2 * gradients)
+
+
+def float8_activation_saving(converted_weights: int, bytes_per_value: int) -> int:
+    """What float8 (train.float8) takes off a step's activations, in bytes: under 16-bit autocast
+    each Linear keeps a 16-bit copy of its weight for backward, which a float8 Linear never makes
+    (it keeps its fp32 weight and its input, as a plain Linear keeps the input, and casts both to
+    float8 again in backward; the float8 copies live only for their matmul). `converted_weights`:
+    the weights of the converted layers (the MLPs' and the head's)."""
+    return 2 * converted_weights if bytes_per_value == 2 else 0
 
 
 def step_start_allocated(device: torch.device) -> int:
@@ -275,6 +289,7 @@ def memory_breakdown(
             recompute_blocks=m.recompute_blocks,
             value_embeds=m.value_embeds,
             unet_skips=m.unet_skips,
+            whole_head=cfg.train.float8 != "off",
         )
         measured = False
         cache = 0

@@ -17,6 +17,7 @@ from engine.config.run_config import RunConfig
 from engine.model.gpt import GPT, padded_vocab_size
 from engine.plan.memory import (
     activation_bytes_estimate,
+    float8_activation_saving,
     layer_activation_bytes,
     mlp_recompute_saving,
 )
@@ -38,6 +39,15 @@ def param_shapes(cfg: RunConfig, vocab_size: int) -> list[tuple[str, tuple[int, 
     with torch.device("meta"):
         model = GPT(cfg.model, vocab_size)
     return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
+
+
+def float8_weights(shapes: list[tuple[str, tuple[int, ...]]]) -> int:
+    """Weights of the layers train.float8 converts: the blocks' MLPs and the head (a head tied to
+    the embedding is named as the embedding, once, in `param_shapes`)."""
+    names = dict(shapes)
+    head = names.get("lm_head.weight", names.get("wte.weight", ()))
+    mlps = sum(prod(s) for n, s in shapes if ".mlp." in n and n.endswith(".weight"))
+    return mlps + (prod(head) if head else 0)
 
 
 def keeps_first_moment(cfg: RunConfig, optimizer: str | None = None) -> bool:
@@ -168,6 +178,7 @@ def plan_memory(
         recompute_blocks=m.recompute_blocks,
         value_embeds=m.value_embeds,
         unet_skips=m.unet_skips,
+        whole_head=cfg.train.float8 != "off",
     )
     if value_bytes == 2 and parallel != "fsdp":
         # autocast's 16-bit copies of the weights, kept for backward (FSDP's mixed precision
@@ -175,6 +186,8 @@ def plan_memory(
         # embeddings are looked up, in float32, never copied
         looked_up = sum(prod(s) for name, s in shapes if name.startswith("value_embeds."))
         activations += 2 * (n_params - looked_up)
+        if cfg.train.float8 != "off":
+            activations -= float8_activation_saving(float8_weights(shapes), value_bytes)
     # each rank's own parameters: under FSDP its shard of every one
     held = shard_shapes(shapes, world_size) if parallel == "fsdp" else shapes
     n_held = sum(prod(s) for _, s in held)

@@ -41,10 +41,11 @@ from engine.distributed.world import World, rank_seed
 from engine.events import Event
 from engine.files import atomic_write_text
 from engine.model.evaluation import Evaluator
+from engine.model.float8 import convert_to_float8
 from engine.model.gpt import GPT
 from engine.optim.optimizers import build_optimizer
 from engine.plan.fixes import check_fits
-from engine.plan.flops import Peak, PeakMeter, flops_per_token, peak_meter
+from engine.plan.flops import Peak, PeakMeter, float8_flop_share, flops_per_token, peak_meter
 from engine.plan.planner import MemoryPlan, plan_memory
 from engine.rundir.metrics_log import read_history
 from engine.rundir.sinks import summary_writer_class
@@ -171,6 +172,7 @@ def build(
     if weights is not None:
         load_into(model, weights)  # the padded rows keep the seed's values, as a fresh model's
     model = model.to(device)
+    convert_to_float8(model, cfg.train.float8, device)  # before the optimizer and any wrapping
     if parallel.mode == "fsdp":
         shard_model(model, dtype)  # before the optimizer: it holds the shards
     if world.distributed:
@@ -231,9 +233,14 @@ def instrument(cfg: RunConfig, parts: RunParts, *, world: World, report: Reporte
         world=world, split_over_ranks=parts.parallel.mode == "ddp",
     )  # fmt: skip
     # MFU is never above 100%: a measured peak the model beats is measured again
+    flops = flops_per_token(parts.model.num_params(), cfg.model)
+    float8_share = 0.0
+    if cfg.train.float8 == "on":  # emulated float8 runs its matmuls at the compute dtype
+        float8_share = float8_flop_share(cfg.model, parts.model.padded_vocab, flops)
     meter = peak_meter(
-        parts.device, parts.dtype, on_change=lambda msg: report.alert("info", msg, "peak")
-    )
+        parts.device, parts.dtype, on_change=lambda msg: report.alert("info", msg, "peak"),
+        float8_share=float8_share,
+    )  # fmt: skip
     return Instruments(
         step=StepParts(
             cfg=cfg,
@@ -248,7 +255,7 @@ def instrument(cfg: RunConfig, parts: RunParts, *, world: World, report: Reporte
             grad_sync=wrapped.grad_sync,
         ),
         evaluator=evaluator,
-        flops_per_token=flops_per_token(parts.model.num_params(), cfg.model),
+        flops_per_token=flops,
         peak_meter=meter,
         peak=meter.peak,
         log_every=read_back_every(cfg, parts.device),
