@@ -283,7 +283,7 @@ class TrainConfig:
     )
     threads: int = _opt(
         0,
-        help="CPU threads for torch's arithmetic (0 = auto: on CPU one fewer than the usable cores, at least 1; OMP_NUM_THREADS, if set, and GPUs keep torch's default)",
+        help="CPU threads for torch's arithmetic (0 = auto: on CPU the count the steps are fastest at, timed during the first steps and again when the step time drifts; under torchrun one fewer than the cores; OMP_NUM_THREADS, if set, and GPUs keep torch's default)",
         min=0,
         max=1024,
     )
