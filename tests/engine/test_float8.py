@@ -59,7 +59,10 @@ def test_the_planner_terms_by_hand():
     assert head_loss_bytes(16, 1024, 768, 50_304, 2) < 16 * 1024 * 50_304 * 12 / 10
     on = load_preset("tiny", ["train.float8=on", "train.dtype=bfloat16"])
     off = load_preset("tiny", ["train.dtype=bfloat16"])
-    saved = plan_memory(off, 65, "cuda", None).activations - plan_memory(on, 65, "cuda", None).activations
+    saved = (
+        plan_memory(off, 65, "cuda", None).activations
+        - plan_memory(on, 65, "cuda", None).activations
+    )
     assert saved == 40_960  # one chunk either way at this size: only the copies differ
     # FLOPs: 6 x 20,480 float8 of 6N + 12 L H Q T
     assert float8_flop_share(cfg.model, 128, 245_760.0) == pytest.approx(0.5)
