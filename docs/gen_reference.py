@@ -497,6 +497,9 @@ METRICS_KINDS: dict[str, str] = {
     "state": "The run's state changed. The final state (`stopped`, `finished` or `failed`) is "
     "always the run's last record.",
     "alert": "Something a person should know, at a level and with a code a program can match.",
+    "threads": "On CPU with `train.threads = 0`: the thread count a measurement kept and the step "
+    "times it measured (after the first steps, then whenever the step time drifts by more than a "
+    "quarter and every 5 minutes; docs/guide/plan.md, CPU threads).",
     "telemetry": "One poll of the machine (about every second).",
     "memory": "The memory breakdown on the training device, in bytes.",
     "data_progress": "The corpus preparation's final figures: one record, before `run_started` "
@@ -595,6 +598,13 @@ METRICS_FIELDS: dict[tuple[str, str], str] = {
     ("alert", "code"): "for programs: `nan`, `spike`, `lr`, `disk`, `data`, `config`, "
     "`checkpoint` (one that cannot be read or does not fit), `peak` (the MFU peak corrected), "
     "`log` (a TensorBoard log left incomplete), `socket`, `rollback`, ...",
+    ("threads", "step"): "the step the measurement ended at",
+    ("threads", "threads"): "the count kept: torch's intra-op threads from the next step on",
+    ("threads", "previous"): "the count in use before the measurement",
+    ("threads", "step_times_s"): "each count measured (a string key) and its median step time, "
+    "seconds",
+    ("threads", "reason"): "why it measured: `the first steps`, `the step time went from 240 ms "
+    "to 410 ms`, `5 minutes since the last measurement`",
     ("telemetry", "source"): "`nvml`, `psutil` or `unavailable`",
     ("telemetry", "gpus"): "one reading per GPU (below)",
     ("telemetry", "cpu_percent"): "the machine's CPU use",

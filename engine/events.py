@@ -235,6 +235,27 @@ class SettingsChanged(Event):
 
 
 @dataclass(frozen=True)
+class ThreadsChosen(Event):
+    """On CPU with `train.threads = 0`: the thread count a measurement kept, and each measured
+    count's median step time (engine/train/thread_tuner.py): at the first steps, then whenever
+    the step time drifts and every few minutes."""
+
+    kind: ClassVar[str] = "threads"
+    step: int
+    threads: int
+    previous: int  # the count in use before the measurement
+    step_times_s: dict[str, float]  # thread count (a JSON key) -> median step time measured at it
+    reason: str  # why it measured: the first steps, a drift of the step time, the interval
+
+    @property
+    def summary(self) -> str:
+        """`threads 2 (measured: 1→410 ms, 2→240 ms)`."""
+        times = sorted(self.step_times_s.items(), key=lambda item: int(item[0]))
+        measured = ", ".join(f"{n}→{t * 1e3:.0f} ms" for n, t in times)
+        return f"threads {self.threads} (measured: {measured})"
+
+
+@dataclass(frozen=True)
 class Alert(Event):
     kind: ClassVar[str] = "alert"
     level: str  # info, warning, error
@@ -410,6 +431,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LrChanged,
         SettingsChanged,
         Alert,
+        ThreadsChosen,
         Telemetry,
         MemoryBreakdown,
         DataProgress,

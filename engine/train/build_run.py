@@ -24,6 +24,7 @@ from engine.distributed.command_exchange import RankSync
 from engine.distributed.rank_report import RankReporter
 from engine.distributed.ranks import RankCommands, RngStates
 from engine.distributed.world import World, mean_over_ranks
+from engine.events import ThreadsChosen
 from engine.optim.optimizers import applied_lr
 from engine.rundir.metrics_log import MetricsWriter
 from engine.train.cadence import Readings, ValPoint
@@ -38,6 +39,7 @@ from engine.train.readback import PendingSteps
 from engine.train.reporter import Reporter
 from engine.train.run import Run
 from engine.train.setup import build, instrument
+from engine.train.thread_tuner import ThreadChoice, thread_tuner
 
 
 def build_run(
@@ -152,10 +154,25 @@ def build_run(
         rollback=faults.rollback, flush=readings.flush, sample=readings.sample,
         evaluate=readings.evaluate, rank_commands=rank_commands, live=live,
     )  # fmt: skip
+
+    def threads_chosen(choice: ThreadChoice) -> None:
+        times = {str(n): t for n, t in choice.step_times_s.items()}
+        emit(
+            ThreadsChosen(
+                step=counters.step,
+                threads=choice.threads,
+                previous=choice.previous,
+                step_times_s=times,
+                reason=choice.reason,
+            )
+        )
+
+    # on this thread, the one that trains: where build set the count it starts from
+    threads = thread_tuner(cfg.train.threads, device.type, world.distributed, threads_chosen)
     return Run(
         cfg=cfg, run_dir=opened, resumed=resume_state is not None, world=world,
         counters=counters, reporter=reporter, stopping=stopping, should_stop=should_stop,
         rank_report=rank_report, replay_plan=replay_plan, start_config=started, parts=parts,
         instruments=instruments, disk=disk, checkpointer=checkpointer, live=live,
-        pending=pending, faults=faults, readings=readings, commands=commands,
+        pending=pending, faults=faults, readings=readings, commands=commands, threads=threads,
     )  # fmt: skip

@@ -1,9 +1,10 @@
-"""How many threads torch's CPU arithmetic uses: `train.threads`, or the measured default.
+"""How many threads torch's CPU arithmetic uses: `train.threads`, or the static default.
 
-On CPU the default leaves one core free (bench/threads.py, docs/guide/plan.md "CPU threads": a
-thread per core collapses as soon as anything else wants a core). OMP_NUM_THREADS is kept, and
-so is torch's default on a GPU. Called on the thread that trains (or samples): a thread takes
-the setting at its first parallel operation.
+On CPU the static default leaves one core free (bench/threads.py, docs/guide/plan.md "CPU
+threads": a thread per core collapses as soon as anything else wants a core): a run starts there
+and then measures (engine/train/thread_tuner.py); `cockpit sample` and the ranks of torchrun keep
+it. OMP_NUM_THREADS is kept, and so is torch's default on a GPU. Called on the thread that trains
+(or samples): a thread takes the setting at its first parallel operation.
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ def usable_cores() -> int:
 
 
 def auto_threads(cores: int) -> int:
-    """The measured default on CPU: one core left free for everything else, at least one."""
+    """The static default on CPU (where a run starts measuring): one core left free for
+    everything else, at least one."""
     return max(1, cores - 1)
 
 
-def chosen_threads(setting: int, device_type: str, env: Mapping[str, str] = os.environ) -> int | None:
+def chosen_threads(
+    setting: int, device_type: str, env: Mapping[str, str] = os.environ
+) -> int | None:
     """The thread count to set for `train.threads = setting` on `device_type`, or None to
     leave torch's own (a GPU, or OMP_NUM_THREADS set)."""
     if setting > 0:

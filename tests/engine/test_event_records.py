@@ -28,6 +28,7 @@ from engine.events import (
     StateChanged,
     Step,
     Telemetry,
+    ThreadsChosen,
     ViewerChanged,
 )
 
@@ -99,6 +100,14 @@ REALISTIC: list[Event] = [
         time=T + 6.5,
     ),
     Alert(level="warning", message="loss spike: 4.1 (mean 2.3)", step=301, code="spike", time=T + 7),
+    ThreadsChosen(
+        step=308,
+        threads=1,
+        previous=2,
+        step_times_s={"2": 0.9, "1": 0.41},
+        reason="the step time went from 240 ms to 900 ms",
+        time=T + 7.5,
+    ),
     Telemetry(
         source="nvml",
         gpus=(

@@ -1,0 +1,197 @@
+"""CPU threads chosen by measurement (engine/train/thread_tuner.py): the decision, the state
+machine on a fake clock, and a real run measuring against a busy process the test starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from engine.config.presets import load_preset
+from engine.events import ThreadsChosen
+from engine.train.thread_tuner import (
+    INTERVAL_S,
+    RECENT,
+    START_WARMUP_STEPS,
+    TIMED_STEPS,
+    ThreadChoice,
+    ThreadTuner,
+    candidate_counts,
+    keep_threads,
+    thread_tuner,
+)
+from engine.train.threads import usable_cores
+from engine.train.trainer import Trainer
+from tests.tiny import tiny_overrides
+
+
+def test_the_fastest_count_is_kept_unless_the_one_in_use_is_within_the_margin() -> None:
+    assert keep_threads({1: 0.410, 2: 0.240}, current=1) == 2  # 240 ms beats 410 by far
+    assert keep_threads({1: 0.410, 2: 0.240}, current=2) == 2
+    assert keep_threads({1: 0.100, 2: 0.400}, current=2) == 1  # collapsed under load
+    # 95 ms is 5% faster than 100 ms: within the 10% margin, the count in use stays
+    assert keep_threads({1: 0.100, 2: 0.095}, current=1) == 1
+    assert keep_threads({1: 0.095, 2: 0.100}, current=2) == 2
+    # 89 ms against 100 ms: 12% faster, past the margin
+    assert keep_threads({1: 0.100, 2: 0.089}, current=1) == 2
+    assert keep_threads({1: 0.100, 2: 0.089}, current=1, margin=0.2) == 1
+    # a tie goes to fewer threads; a count in use that was not measured does not count
+    assert keep_threads({4: 0.2, 2: 0.2, 8: 0.3}, current=3) == 2
+    assert keep_threads({4: 0.2, 8: 0.3}, current=8) == 4
+
+
+def test_candidates_are_every_count_on_a_few_cores_and_a_spread_on_many() -> None:
+    assert candidate_counts(1) == (1,)
+    assert candidate_counts(2) == (1, 2)
+    assert candidate_counts(4) == (1, 2, 3, 4)
+    assert candidate_counts(8) == (2, 4, 7, 8)
+    assert candidate_counts(64) == (16, 32, 63, 64)
+
+
+class Machine:
+    """A fake machine: a step's time is what the table says for the count in use; the clock is
+    set by the test."""
+
+    def __init__(self, times: dict[int, float], start: int) -> None:
+        self.times, self.threads, self.now = times, start, 0.0
+        self.set_calls: list[int] = []
+        self.choices: list[ThreadChoice] = []
+
+    def set_threads(self, n: int) -> None:
+        self.set_calls.append(n)
+        self.threads = n
+
+    def tuner(self, counts: tuple[int, ...]) -> ThreadTuner:
+        return ThreadTuner(counts, self.threads, self.choices.append,
+                           set_threads=self.set_threads, clock=lambda: self.now)  # fmt: skip
+
+    def steps(self, tuner: ThreadTuner, n: int) -> list[int]:
+        """Train `n` steps; the count each one ran at."""
+        ran = []
+        for _ in range(n):
+            ran.append(self.threads)
+            tuner.step_done(self.times[self.threads])
+        return ran
+
+
+def test_the_first_steps_measure_each_count_and_keep_the_fastest() -> None:
+    machine = Machine({1: 0.410, 2: 0.240}, start=1)
+    tuner = machine.tuner((1, 2))
+    ran = machine.steps(tuner, START_WARMUP_STEPS + TIMED_STEPS + 1 + TIMED_STEPS + 5)
+    # the count in use first (after the run's warm-up), then 2 with one untimed step, then 2 kept
+    assert ran[: START_WARMUP_STEPS + TIMED_STEPS] == [1] * (START_WARMUP_STEPS + TIMED_STEPS)
+    assert set(ran[START_WARMUP_STEPS + TIMED_STEPS :]) == {2}
+    assert machine.choices == [ThreadChoice(2, 1, {1: 0.410, 2: 0.240}, "the first steps")]
+    assert machine.set_calls == [2] and not tuner.measuring
+
+
+def test_a_collapsed_count_gets_one_timed_step_and_the_choice_holds_without_a_set() -> None:
+    machine = Machine({1: 0.1, 2: 5.0}, start=1)
+    tuner = machine.tuner((1, 2))
+    ran = machine.steps(tuner, START_WARMUP_STEPS + TIMED_STEPS + 2 + 3)
+    assert ran.count(2) == 2  # its warm-up step and one timed step: 50x the fastest
+    assert machine.choices == [ThreadChoice(1, 1, {1: 0.1, 2: 5.0}, "the first steps")]
+    assert machine.set_calls == [2, 1] and machine.threads == 1
+
+
+def settled(times: dict[int, float], start: int) -> tuple[Machine, ThreadTuner]:
+    machine = Machine(times, start)
+    tuner = machine.tuner((1, 2))
+    while not machine.choices:
+        machine.steps(tuner, 1)
+    return machine, tuner
+
+
+def test_a_drift_of_the_step_time_measures_again_and_follows_the_load() -> None:
+    machine, tuner = settled({1: 0.410, 2: 0.240}, start=1)
+    machine.steps(tuner, 10 * RECENT)  # nothing changed: no measurement, no set
+    assert len(machine.choices) == 1 and machine.set_calls == [2]
+    machine.times = {1: 0.420, 2: 0.900}  # a busy process started: a thread per core collapses
+    machine.steps(tuner, RECENT)  # the median of the next RECENT steps is 900 ms, not 240
+    assert tuner.measuring
+    machine.steps(tuner, TIMED_STEPS + 1 + TIMED_STEPS)  # at 2 (in use: no warm-up), then 1
+    assert machine.choices[-1] == ThreadChoice(
+        1, 2, {2: 0.900, 1: 0.420}, "the step time went from 240 ms to 900 ms"
+    )
+    assert machine.threads == 1
+    # 24% slower is noise: no measurement
+    machine.times = {1: 0.420 * 1.24, 2: 0.3}
+    machine.steps(tuner, 3 * RECENT)
+    assert len(machine.choices) == 2 and not tuner.measuring
+
+
+def test_the_interval_measures_again_even_when_nothing_drifted() -> None:
+    machine, tuner = settled({1: 0.410, 2: 0.240}, start=1)
+    machine.now = INTERVAL_S - 1
+    machine.steps(tuner, RECENT)
+    assert not tuner.measuring
+    machine.now = INTERVAL_S + 1
+    machine.steps(tuner, RECENT)
+    assert tuner.measuring
+    machine.steps(tuner, TIMED_STEPS + 1 + TIMED_STEPS)
+    assert machine.choices[-1] == ThreadChoice(
+        2, 2, {2: 0.240, 1: 0.410}, "5 minutes since the last measurement"
+    )
+    assert machine.set_calls == [2, 1, 2]  # measured 1, back to 2
+
+
+def test_the_count_is_measured_only_on_cpu_with_auto_and_no_omp_nor_ranks(monkeypatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    choose = lambda choice: None  # noqa: E731
+    on_cpu = thread_tuner(0, "cpu", False, choose)
+    assert (on_cpu is not None) == (usable_cores() > 1)
+    assert thread_tuner(2, "cpu", False, choose) is None  # train.threads = 2 fixes it
+    assert thread_tuner(0, "cuda", False, choose) is None
+    assert thread_tuner(0, "cpu", True, choose) is None  # under torchrun
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert thread_tuner(0, "cpu", False, choose) is None
+
+
+def test_the_record_says_the_count_and_why() -> None:
+    ev = ThreadsChosen(step=8, threads=2, previous=1, step_times_s={"2": 0.24, "1": 0.41},
+                       reason="the first steps")  # fmt: skip
+    assert ev.summary == "threads 2 (measured: 1→410 ms, 2→240 ms)"
+
+
+@pytest.mark.skipif(usable_cores() < 2, reason="one core: nothing to choose")
+def test_a_real_run_measures_each_count_against_a_busy_process_and_keeps_its_fastest(
+    tmp_path, monkeypatch
+) -> None:
+    """A busy process on the same cores (started here): the run times both counts, records its
+    choice with the times it measured, and trains on at the count it chose."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(busy.pid, os.sched_getaffinity(0))
+        seen: dict[int, int] = {}  # step -> the count its training thread uses
+
+        def sink(event) -> None:  # on the training thread
+            if event.kind == "step":
+                seen[event.step] = torch.get_num_threads()
+
+        cfg = load_preset("tiny", tiny_overrides("train.max_steps=14", quiet=True))
+        trainer = Trainer(cfg, run_dir=tmp_path, sinks=[sink], telemetry=False)
+        thread = threading.Thread(target=trainer.run)
+        thread.start()
+        thread.join(120)
+        assert trainer.state == "finished"
+    finally:
+        busy.kill()
+        busy.wait()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    chosen = [r for r in records if r["kind"] == "threads"]
+    assert chosen, "no measurement recorded"
+    first = chosen[0]
+    counts = candidate_counts(usable_cores())
+    assert sorted(int(n) for n in first["step_times_s"]) == sorted(counts)
+    times = {int(n): t for n, t in first["step_times_s"].items()}
+    assert first["threads"] == keep_threads(times, first["previous"])
+    assert first["reason"] == "the first steps"
+    assert set(counts) <= set(seen.values())  # the steps trained at each count
+    after = first["step"] + 1
+    assert seen[after] == first["threads"]  # and on at the one chosen
