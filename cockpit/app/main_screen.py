@@ -42,6 +42,7 @@ from engine.events import (
     StateChanged,
     Step,
     Telemetry,
+    ThreadsChosen,
 )
 
 STATUS_REFRESH_S = 1.0  # counters in the status line redraw at most this often
@@ -136,6 +137,8 @@ class MainScreen(Screen[None]):
                 self.device_panel.update_telemetry(ev)
             case MemoryBreakdown():
                 self.memory_panel.update_breakdown(ev)
+            case ThreadsChosen():  # on CPU: the count measured fastest, and the times
+                self.device_panel.update_threads(ev)
             case RankReport():  # under torchrun: every rank, gathered by rank 0
                 self.device_panel.update_ranks(ev)
                 self.memory_panel.update_ranks(ev)

@@ -21,7 +21,7 @@ from cockpit.widgets.ranks import RanksView
 from cockpit.widgets.sparkline import BARS, StripSparkline
 from cockpit.widgets.status import Segment, StatusText
 from cockpit.widgets.throttling import throttle_labels
-from engine.events import RankReport, Telemetry
+from engine.events import RankReport, Telemetry, ThreadsChosen
 
 HISTORY = 240  # readings kept per series (about 4 minutes at 1 Hz)
 
@@ -195,6 +195,8 @@ class CpuView(Vertical):
         self.cores = Static("", classes="cores")
         self.ram_meter = Meter("ram")
         self.rss = Static("", classes="rss")
+        self.threads = Static("", classes="threads")
+        self.threads.display = False  # until the run has measured its threads
         self.history = CpuHistory()
 
     def compose(self) -> ComposeResult:
@@ -205,6 +207,7 @@ class CpuView(Vertical):
         yield self.cores
         yield self.ram_meter
         yield self.rss
+        yield self.threads
         yield self.history
 
     def on_mount(self) -> None:
@@ -249,6 +252,23 @@ class CpuView(Vertical):
             else "",
         )
 
+    def show_threads(self, ev: ThreadsChosen | None) -> None:
+        """The run's thread count and the step times it was chosen by (None: hidden)."""
+        self.threads.display = ev is not None
+        if ev is None:
+            return
+        count, _, measured = ev.summary.removeprefix("threads ").partition(" ")
+        show_if_changed(
+            self.threads,
+            Content.assemble(
+                ("threads ", "$foreground-muted"),
+                (count, "bold"),
+                " ",
+                (measured, "$foreground-muted"),
+            ),
+        )
+        self.threads.tooltip = f"measured at step {ev.step}: {ev.reason}"
+
 
 class UnavailableView(Static):
     def __init__(self) -> None:
@@ -282,6 +302,7 @@ class DevicePanel(VerticalScroll):
         self._views: list[Any] = []
         self._last_reading_time: float | None = None  # the engine's timestamp of the last reading
         self._stopped_because = ""  # why readings stopped ("run ended"); "" while they come
+        self._threads: ThreadsChosen | None = None  # the run's latest measurement (on CPU)
         self._waiting = Static(
             Content.styled("waiting for telemetry...", "$foreground-muted"), classes="note waiting"
         )
@@ -301,6 +322,18 @@ class DevicePanel(VerticalScroll):
             self.remove_children()
             self._views = []
             self.border_title = "Device"
+        self._threads = None
+        self._show_threads()
+
+    def update_threads(self, ev: ThreadsChosen) -> None:
+        """The run measured its CPU threads: shown under the CPU's readings."""
+        self._threads = ev
+        self._show_threads()
+
+    def _show_threads(self) -> None:
+        for view in self._views:
+            if isinstance(view, CpuView):
+                view.show_threads(self._threads)
 
     def readings_stopped(self, why: str) -> None:
         """No more readings will come (the run that polled them ended): say so, with the time of
@@ -373,6 +406,7 @@ class DevicePanel(VerticalScroll):
                 title = f"Device [not bold $foreground-muted]GPU × {len(ev.gpus)}[/]"
             elif source == "psutil":
                 self._views = [CpuView()]
+                self._views[0].show_threads(self._threads)
                 title = "Device [not bold $foreground-muted]CPU[/]"
             else:
                 self._views = [UnavailableView()]
