@@ -110,7 +110,8 @@ class RunParts:
     sample_generator: torch.Generator
     spikes: SpikeDetector
     shape_schedule: ShapeSchedule  # each step's shape
-    weights_notes: tuple[str, ...] = ()  # init_from: where the weights came from (RunStarted)
+    # how the model was made (RunStarted's notes): init_from's source, float8's layers
+    weights_notes: tuple[str, ...] = ()
 
     @property
     def optimizer(self) -> Any:
@@ -172,7 +173,14 @@ def build(
     if weights is not None:
         load_into(model, weights)  # the padded rows keep the seed's values, as a fresh model's
     model = model.to(device)
-    convert_to_float8(model, cfg.train.float8, device)  # before the optimizer and any wrapping
+    # before the optimizer and any wrapping
+    if converted := convert_to_float8(model, cfg.train.float8, device):
+        how = "emulated in ordinary matmuls (no faster)"
+        if cfg.train.float8 == "on":
+            how = "on the GPU's float8 tensor cores"
+        weights_notes.append(
+            f"train.float8: {len(converted)} Linear layers (the MLPs' and the head's) in float8, {how}"
+        )
     if parallel.mode == "fsdp":
         shard_model(model, dtype)  # before the optimizer: it holds the shards
     if world.distributed:

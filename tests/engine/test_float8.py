@@ -100,6 +100,11 @@ def test_emulated_float8_converts_the_mlp_and_head_and_trains_as_the_unswitched_
     plain = losses(train_here(tmp_path / "plain", sets, isolated_env))
     run = train_here(tmp_path / "f8", [*sets, "train.float8=emulate"], isolated_env)
     f8 = losses(run)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    started = next(r for r in records if r["kind"] == "run_started")
+    assert "train.float8: 3 Linear layers (the MLPs' and the head's) in float8, emulated" in (
+        " ".join(started["notes"])
+    )
     # e4m3 keeps 3 mantissa bits (a cast is within 2^-4 of the value), but a loss averages over
     # thousands of such products with independent errors: measured within 5e-4 of the fp32
     # run's over these steps; 1e-2 relative is far from any real divergence (it trains down)
