@@ -42,8 +42,8 @@ def test_nanogpt_cpu_is_nanogpts_recipe():
         ("[model]\nn_embd = 100\nn_head = 3\n", "must be divisible by model.n_head"),
         ("[model]\ndropout = 1.0\n", "model.dropout: expected a value < 1.0"),
         (
-            "[optim]\nname = 'sgd'\n",
-            "optim.name: expected one of 'adamw', 'muon', 'lion', 'adafactor'",
+            "[optim]\nname = 'rmsprop'\n",
+            "optim.name: expected one of 'adamw', 'muon', 'lion', 'adafactor', 'sgd'",
         ),
         ("[modle]\n", "unknown key 'modle' (did you mean 'model'?)"),
         ("model = 3\n", "expected a table"),
