@@ -88,6 +88,7 @@ def step_parts(optimizer: str, muon_ns: str, extra: tuple[str, ...] = ()) -> Ste
         ("muon", "fp32", True),  # ours, batched (with the fused AdamW for the rest)
         ("muon", "bf16", False),  # torch's Muon cannot skip on the device: one read, for it only
         ("adafactor", "bf16", None),  # whichever the optimizer says
+        ("sgd", "bf16", True),
     ],
 )
 def test_a_step_reads_nothing_back_to_the_host(

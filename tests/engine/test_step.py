@@ -71,7 +71,8 @@ def snapshot(model: torch.nn.Module, optimizer) -> list[torch.Tensor]:
 
 
 # muon: torch's Muon (bf16, which reads the flag on the host) and ours (fp32, on the device)
-OPTIMIZERS = [("adamw", "bf16"), ("lion", "bf16"), ("muon", "bf16"), ("muon", "fp32"), ("adafactor", "bf16")]
+OPTIMIZERS = [("adamw", "bf16"), ("lion", "bf16"), ("muon", "bf16"), ("muon", "fp32"), ("adafactor", "bf16"),
+              ("sgd", "bf16")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "muon_ns"), OPTIMIZERS)
