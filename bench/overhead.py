@@ -64,10 +64,14 @@ from engine.events import (  # noqa: E402
 )
 from engine.optim import planned_curve  # noqa: E402
 from engine.train import Trainer  # noqa: E402
+from engine.train.threads import auto_threads, usable_cores  # noqa: E402
 from engine.train.trainer import settle_garbage_collector  # noqa: E402
 
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 SIZE = (160, 48)
+# The runs with and without the app at one fixed thread count (the static default): the measured
+# choice (engine/train/thread_tuner.py) may differ between them, which is not the app's cost.
+FIXED_THREADS = f"train.threads={auto_threads(usable_cores())}"
 
 
 UI_THREAD = "MainThread"  # Textual runs its event loop, so all drawing, on the main thread
@@ -116,7 +120,9 @@ class Timing:
 
 
 def make_trainer(steps: int, data: str, run_dir: str, timing: Timing) -> Trainer:
-    cfg = load_preset("nanogpt-cpu", [f"train.max_steps={steps}", "checkpoint.interval=0"])
+    cfg = load_preset(
+        "nanogpt-cpu", [f"train.max_steps={steps}", "checkpoint.interval=0", FIXED_THREADS]
+    )
 
     def clock(event) -> None:
         if event.kind == "step":
@@ -237,7 +243,9 @@ async def pause_latency(data: str, presses: int) -> tuple[Presses, float]:
         made: list[Trainer] = []
 
         def factory(_preset: str) -> Trainer:
-            cfg = load_preset("nanogpt-cpu", ["train.max_steps=100000", "checkpoint.interval=0"])
+            cfg = load_preset(
+                "nanogpt-cpu", ["train.max_steps=100000", "checkpoint.interval=0", FIXED_THREADS]
+            )
 
             def sink(event) -> None:
                 if event.kind == "state" and event.state == "paused":

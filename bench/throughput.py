@@ -8,6 +8,10 @@ between step `warmup` and the last step, so everything the engine does per step 
     python bench/throughput.py [--steps 300] [--rounds 3] [--data PATH]
 
 Goal: ratio (engine / minimal) >= 0.98.
+
+Both run at the same fixed thread count (the engine's `train.threads` set to it): the engine's
+measured choice of threads (engine/train/thread_tuner.py) would change the arithmetic, not the
+bookkeeping. What the tuner adds to a step when nothing changes is timed on its own, last.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from engine.data.batches import BatchSampler
 from engine.model import GPT
 from engine.optim import build_optimizer
 from engine.train import Trainer, apply_threads
+from engine.train.thread_tuner import ThreadTuner
 
 SHAKESPEARE = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -67,6 +72,18 @@ def engine_run(cfg, data_path: str, steps: int, warmup: int) -> float:
     return (steps - warmup) * cfg.tokens_per_step / (times[steps] - times[warmup])
 
 
+def tuner_cost_s(step_time_s: float, calls: int = 200_000) -> float:
+    """Seconds the thread tuner adds to a step when nothing changes: settled, fed a steady step
+    time (the loop around it included: an upper bound)."""
+    tuner = ThreadTuner((1, 2), 1, lambda choice: None, set_threads=lambda n: None)
+    while tuner.measuring:
+        tuner.step_done(step_time_s)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        tuner.step_done(step_time_s)
+    return (time.perf_counter() - t0) / calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -88,6 +105,7 @@ def main() -> None:
     # the engine sets its threads when it trains; the minimal loop runs with the same count,
     # from its first round on
     apply_threads(cfg.train.threads, "cpu")
+    cfg = load_preset("nanogpt-cpu", [*overrides, f"train.threads={torch.get_num_threads()}"])
     print(
         f"nanogpt-cpu: {args.steps} steps x {cfg.tokens_per_step} tokens, {torch.get_num_threads()} threads"
     )
@@ -99,6 +117,11 @@ def main() -> None:
     m, e = statistics.median(minimal), statistics.median(engine)
     print(
         f"median: minimal {m:,.0f} tok/s   engine {e:,.0f} tok/s   ratio {e / m:.3f} (goal >= 0.98)"
+    )
+    step_s = cfg.tokens_per_step / e
+    cost = tuner_cost_s(step_s)
+    print(
+        f"thread tuner, settled: {cost * 1e6:.2f} us a step ({cost / step_s:.4%} of the engine's step)"
     )
 
 
