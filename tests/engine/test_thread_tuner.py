@@ -195,3 +195,20 @@ def test_a_real_run_measures_each_count_against_a_busy_process_and_keeps_its_fas
     assert set(counts) <= set(seen.values())  # the steps trained at each count
     after = first["step"] + 1
     assert seen[after] == first["threads"]  # and on at the one chosen
+
+
+def test_train_threads_fixes_the_count_on_a_run_long_enough_to_measure(tmp_path) -> None:
+    seen: set[int] = set()
+
+    def sink(event) -> None:  # on the training thread
+        if event.kind == "step":
+            seen.add(torch.get_num_threads())
+
+    cfg = load_preset("tiny", tiny_overrides("train.max_steps=14", "train.threads=1", quiet=True))
+    trainer = Trainer(cfg, run_dir=tmp_path, sinks=[sink], telemetry=False)
+    thread = threading.Thread(target=trainer.run)
+    thread.start()
+    thread.join(120)
+    assert trainer.state == "finished" and seen == {1}
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert "threads" not in {json.loads(line)["kind"] for line in lines}  # nothing measured

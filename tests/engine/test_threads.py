@@ -1,5 +1,5 @@
 """`train.threads`: torch's CPU threads on the thread that trains, validated like every key, and
-the measured default (engine/train/threads.py, bench/threads.py)."""
+the static default a run starts from (engine/train/threads.py, bench/threads.py)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def test_train_threads_is_what_the_training_thread_uses(threads: int) -> None:
     assert got["process"] == threads  # the pool is the process's: `cockpit sample` alike
 
 
-def test_auto_leaves_a_core_free_on_cpu_and_keeps_an_omp_setting() -> None:
+def test_auto_starts_with_a_core_free_on_cpu_and_keeps_an_omp_setting() -> None:
+    """Three steps: the run has not measured another count yet (test_thread_tuner.py)."""
     cores = len(os.sched_getaffinity(0))
     assert run_threads()["engine_thread"] == [max(1, cores - 1)]
     # someone chose OMP_NUM_THREADS: torch's own reading of it is kept
