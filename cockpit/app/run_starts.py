@@ -26,7 +26,9 @@ ResumeFactory = Callable[[str, Sequence[str]], EngineHandle]
 BRANCH = "the branch"  # how a refusal of the fork dialog's settings starts (then cut off)
 
 
-def branch_settings_error(run_dir: Path, checkpoint: str | None, overrides: Sequence[str]) -> str | None:
+def branch_settings_error(
+    run_dir: Path, checkpoint: str | None, overrides: Sequence[str]
+) -> str | None:
     """Why a branch of `run_dir` from `checkpoint` (a file name; None: the newest) would refuse
     `overrides`, checked as its resume checks them (`plan_resume`) against the
     run's config.json, cheaply (no checkpoint read, no torch): one line for the dialog, or None
@@ -134,7 +136,9 @@ class RunStarts:
         if branch is not None:
             self.host.call_from_thread(self._train_branch, branch, source, engine)
             return
-        self.host.call_from_thread(self.opening.leave_for, run_dir.name, engine, "resuming another run")
+        self.host.call_from_thread(
+            self.opening.leave_for, run_dir.name, engine, "resuming another run"
+        )
 
     def _train_branch(self, branch: Path, source: Path, engine: EngineHandle) -> None:
         """The branch is made and its engine built: it trains here now (the dialog that asked
@@ -152,7 +156,9 @@ class RunStarts:
         self.opening.not_busy()
         from engine.checkpoint import list_checkpoints
 
-        saved = list_checkpoints(run_dir)  # the resume starts from the newest: its step is the run's
+        saved = list_checkpoints(
+            run_dir
+        )  # the resume starts from the newest: its step is the run's
         step = saved[-1][0] if saved else 0
         initial = f"train.max_steps={2 * step}" if step else "train.max_steps="
         self.host.push_screen(
@@ -190,7 +196,9 @@ class RunStarts:
             return
         self.host.push_screen(
             ConfirmScreen("New run", question, yes="Start", no="Cancel", purpose="switch"),
-            lambda yes: self.switching.switch_to(label, reason="starting another run") if yes else None,
+            lambda yes: (
+                self.switching.switch_to(label, reason="starting another run") if yes else None
+            ),
         )
 
     def ask_fork(self, run_dir: Path) -> None:
@@ -203,16 +211,24 @@ class RunStarts:
                 f"{run_dir.name} has no checkpoint to branch from", title="Cannot fork", timeout=6
             )
             return
-        self.host.push_screen(
-            SettingsScreen(
-                f"Fork {run_dir.name}",
+
+        def message() -> str:  # asked again while open: the step it names is the run's now
+            series = self.host.leaving_series_note()
+            return (
                 "A new run from a checkpoint of this one, with changed settings (the LR and "
                 "its schedule, batch, optimizer...); its curves continue this run's."
                 + self._fork_enter_note()
-                + (f"\n{self.host.leaving_series_note()}" if self.host.leaving_series_note() else ""),
+                + (f"\n{series}" if series else "")
+            )
+
+        self.host.push_screen(
+            SettingsScreen(
+                f"Fork {run_dir.name}",
+                message(),
                 checkpoints=checkpoints,
                 required=True,
                 check=lambda s: branch_settings_error(run_dir, s.checkpoint, s.overrides),
+                live=message,
             ),
             lambda s: self._fork_chosen(run_dir, s),
         )
@@ -260,7 +276,10 @@ class RunStarts:
         name = target.parent.name if target.is_file() else target.name
         self.host.push_screen(
             ConfirmScreen(
-                "Fork", f"Train a branch of {name} here? {leaving}", yes="Fork", no="Cancel",
+                "Fork",
+                f"Train a branch of {name} here? {leaving}",
+                yes="Fork",
+                no="Cancel",
                 purpose="switch",
             ),  # fmt: skip
             lambda yes: self._make_branch(target, overrides) if yes else None,

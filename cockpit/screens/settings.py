@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Label, Select, Static
 
-from cockpit.screens.dialogs import InputDialog
+from cockpit.screens.dialogs import LIVE_REFRESH_S, InputDialog
 from engine.config import ConfigError, parse_override
 
 
@@ -59,6 +59,7 @@ class SettingsScreen(InputDialog):
         checkpoints: Sequence[str] = (),
         required: bool = False,
         check: Callable[[Settings], str | None] | None = None,
+        live: Callable[[], str] | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
         self.title_text, self.message, self.initial = title, message, initial
@@ -66,6 +67,21 @@ class SettingsScreen(InputDialog):
         self.required = required  # enter with nothing to change is refused
         # why the run would refuse these settings (one line), or None: the dialog stays open
         self.check = check
+        self.live = live  # the message as it stands now: it names the run's step, which moves
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        if self.live is not None:
+            self.set_interval(LIVE_REFRESH_S, self.refresh_message)
+
+    def refresh_message(self) -> None:
+        """The message as it stands now (`live`), redrawn only when it changed."""
+        if self.live is None:
+            return
+        message = self.live()
+        if message != self.message:
+            self.message = message
+            self.query_one(".dialog-message", Static).update(message)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="settings-dialog") as box:
@@ -112,4 +128,3 @@ class SettingsScreen(InputDialog):
     def _changed(self, _event: Input.Changed) -> None:
         if self.error:
             self.show_error("")  # half-typed input is normal: errors wait for enter
-

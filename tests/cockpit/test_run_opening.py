@@ -488,6 +488,28 @@ def test_enter_in_the_fork_dialog_of_a_live_run_starts_the_branch(finished_tiny_
     assert "lr" in json.loads((branch / "fork.json").read_text())["overrides"][0]
 
 
+def test_the_fork_dialog_of_a_live_run_names_the_step_it_is_at_now(finished_tiny_run: Path) -> None:
+    """The step the fork dialog says the run is saved at follows the run while the dialog is
+    open (it said 'step 1,100' with the run at 3,051 behind it)."""
+    from scripted import step_event
+
+    app, made = live_app_on(finished_tiny_run)
+
+    async def scenario(pilot: Pilot) -> None:
+        await wait_for(pilot, lambda: app.state == "running" and app.view.step == 300)
+        await pilot.press("f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen))
+        assert "default (step 300) is saved" in app.screen.message
+        trainer = made[0]
+        for step in range(301, 339):
+            trainer._emit(step_event(step, 2.0, 1e-3, 1.0, trainer._next_time()))
+        await wait_for(pilot, lambda: "default (step 338) is saved" in app.screen.message)
+        shown = str(app.screen.query_one(".dialog-message").render())
+        assert "default (step 338) is saved" in shown.replace("\n", " ")
+
+    run_pilot(app, scenario, size=SIZE)
+
+
 def test_a_fork_from_the_runs_screen_asks_before_it_makes_the_branch(finished_tiny_run: Path) -> None:
     """From the runs screen (whose fork line does not say what happens to the run on screen) the
     app asks first: Cancel leaves nothing made."""
