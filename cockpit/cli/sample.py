@@ -82,8 +82,9 @@ def check_numbers(args: argparse.Namespace) -> None:
         )
     if args.temperature is not None and 0 < args.temperature < MIN_TEMPERATURE:
         raise ConfigError(
-            f"--temperature {args.temperature:g}: too small to sample with (the logits divided by "
-            f"it are not finite in float32); give 0 for greedy, or at least {MIN_TEMPERATURE:g}"
+            f"--temperature {args.temperature:g}: too small to sample with (it picks as greedy "
+            "does, and from about 1e-36 the logits divided by it are not finite in float32); "
+            f"give 0 for greedy, or at least {MIN_TEMPERATURE:g}"
         )
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
         raise ConfigError(f"--seed {args.seed}: must be 0 to {MAX_SEED} (2**64 - 1); e.g. --seed 1")

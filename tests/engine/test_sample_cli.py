@@ -175,8 +175,13 @@ def test_bad_inputs_are_one_line_and_exit_2(run_dir, env, tmp_path):
         ([str(run_dir), "--top-k", "-1"], "--top-k -1: must be 0 (no top-k) or more"),
         (  # it said "sampling failed (probability tensor contains inf...); try --device cpu"
             [str(run_dir), "--temperature", "1e-300"],
-            "--temperature 1e-300: too small to sample with (the logits divided by it are not "
-            "finite in float32); give 0 for greedy, or at least 1e-06",
+            "--temperature 1e-300: too small to sample with (it picks as greedy does, and from "
+            "about 1e-36 the logits divided by it are not finite in float32); give 0 for greedy, "
+            "or at least 1e-06",
+        ),
+        (  # finite in float32, so the reason is not overflow: the message says both
+            [str(run_dir), "--temperature", "1e-7"],
+            "--temperature 1e-07: too small to sample with (it picks as greedy does",
         ),
         (  # it said "Overflow when unpacking long long"
             [str(run_dir), "--seed", "99999999999999999999999"],
