@@ -40,11 +40,12 @@ def float8_refusal(
     mode: str,
     device_type: str,
     capability: tuple[int, int] | None,
-    dims: dict[str, int],
+    n_embd: int,
+    padded_vocab: int,
 ) -> str | None:
     """Why train.float8 = `mode` cannot run here, in one line; None when it can (or is off).
-    `capability`: the CUDA device's (None elsewhere); `dims`: the converted matmuls' outer
-    dimensions by the setting that makes each ("model.n_embd": ..., "the padded vocabulary": ...)."""
+    `capability`: the CUDA device's (None elsewhere). The converted matmuls' outer dimensions
+    are n_embd, 4 * n_embd (a multiple of 16 when n_embd is) and the head's padded vocabulary."""
     if mode == "off":
         return None
     if mode == "on":
@@ -58,22 +59,18 @@ def float8_refusal(
                 f"train.float8 = on needs compute capability 8.9 or higher (Ada, Hopper or later); "
                 f"this GPU's is {capability[0]}.{capability[1]}: set train.float8 = off"
             )
-    for what, size in dims.items():
-        if size % FLOAT8_MULTIPLE:
-            return (
-                f"train.float8: float8 matmuls need {what} a multiple of {FLOAT8_MULTIPLE} "
-                f"(it is {size})"
-            )
+    if n_embd % FLOAT8_MULTIPLE:
+        return (
+            f"train.float8: float8 matmuls need model.n_embd a multiple of {FLOAT8_MULTIPLE} "
+            f"(it is {n_embd})"
+        )
+    if padded_vocab % FLOAT8_MULTIPLE:
+        return (
+            f"train.float8: float8 matmuls need the head's rows a multiple of {FLOAT8_MULTIPLE} "
+            f"(the vocabulary padded to model.vocab_multiple is {padded_vocab}): set "
+            f"model.vocab_multiple to a multiple of {FLOAT8_MULTIPLE}"
+        )
     return None
-
-
-def float8_dims(n_embd: int, padded_vocab: int) -> dict[str, int]:
-    """The converted matmuls' outer dimensions by what sets them: the MLP's n_embd and 4 * n_embd
-    (a multiple of 16 when n_embd is), the head's n_embd and padded vocabulary."""
-    return {
-        "model.n_embd": n_embd,
-        f"the padded vocabulary (model.vocab_multiple = a multiple of {FLOAT8_MULTIPLE})": padded_vocab,
-    }
 
 
 def _torchao_float8() -> Any:
@@ -101,9 +98,7 @@ def convert_to_float8(model: nn.Module, mode: str, device: torch.device) -> list
         return []
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     head = model.get_submodule("lm_head")
-    why = float8_refusal(
-        mode, device.type, capability, float8_dims(head.in_features, head.out_features)
-    )
+    why = float8_refusal(mode, device.type, capability, head.in_features, head.out_features)
     if why is not None:
         raise ConfigError(why)
     float8 = _torchao_float8()

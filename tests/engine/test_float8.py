@@ -12,7 +12,7 @@ import torch
 from engine.checkpoint.store import load_checkpoint
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError
-from engine.model.float8 import convert_to_float8, float8_dims, float8_refusal
+from engine.model.float8 import convert_to_float8, float8_refusal
 from engine.model.gpt import GPT
 from engine.plan.flops import PEAK_TFLOPS, float8_flop_share, float8_table_peak, mixed_peak
 from engine.plan.memory import float8_activation_saving, head_loss_bytes
@@ -20,22 +20,48 @@ from engine.plan.planner import float8_weights, param_shapes, plan_memory
 from tests.run_copies import train_here
 from tests.tiny import tiny_overrides
 
-DIMS = float8_dims(64, 128)
-
 
 def test_refusals_name_the_device_the_capability_and_the_dimension():
-    assert float8_refusal("off", "cpu", None, float8_dims(10, 65)) is None
-    assert float8_refusal("emulate", "cpu", None, DIMS) is None
-    assert float8_refusal("on", "cuda", (9, 0), DIMS) is None
-    assert float8_refusal("on", "cuda", (8, 9), DIMS) is None
-    on_cpu = float8_refusal("on", "cpu", None, DIMS)
+    assert float8_refusal("off", "cpu", None, 10, 65) is None
+    assert float8_refusal("emulate", "cpu", None, 64, 128) is None
+    assert float8_refusal("on", "cuda", (9, 0), 64, 128) is None
+    assert float8_refusal("on", "cuda", (8, 9), 64, 128) is None
+    on_cpu = float8_refusal("on", "cpu", None, 64, 128)
     assert "CUDA GPU of compute capability 8.9" in on_cpu and "emulate" in on_cpu
-    ampere = float8_refusal("on", "cuda", (8, 0), DIMS)
+    ampere = float8_refusal("on", "cuda", (8, 0), 64, 128)
     assert "this GPU's is 8.0" in ampere
-    narrow = float8_refusal("emulate", "cpu", None, float8_dims(40, 128))
+    narrow = float8_refusal("emulate", "cpu", None, 40, 128)
     assert "model.n_embd a multiple of 16 (it is 40)" in narrow
-    assert "vocab_multiple" in float8_refusal("on", "cuda", (9, 0), float8_dims(64, 65))
-    assert all("\n" not in why for why in (on_cpu, ampere, narrow))
+    rows = float8_refusal("on", "cuda", (9, 0), 64, 65)
+    assert "padded to model.vocab_multiple is 65" in rows
+    assert all("\n" not in why for why in (on_cpu, ampere, narrow, rows))
+
+
+def qdq(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`t` cast to float8 `dtype` with one scale for the tensor (its max finite value over the
+    tensor's largest magnitude) and back: what each float8 matmul multiplies."""
+    top = torch.finfo(dtype).max
+    scale = (top / t.abs().max().double()).float()
+    return (t * scale).clamp(-top, top).to(dtype).float() / scale
+
+
+def test_an_emulated_layer_steps_as_computed_by_hand():
+    """Forward: x and w in e4m3; backward: the output's gradient in e5m2, against e4m3 copies."""
+    pytest.importorskip("torchao", reason="torchao is not installed: pip install 'cockpit[float8]'")
+    torch.manual_seed(0)
+    model = GPT(load_preset("tiny", tiny_overrides()).model, vocab_size=65)
+    w = model.blocks[0].mlp.c_fc.weight.detach().clone()
+    convert_to_float8(model, "emulate", torch.device("cpu"))
+    layer = model.blocks[0].mlp.c_fc  # the converted module, in the plain one's place
+    x = torch.randn(8, 16, requires_grad=True)
+    y = layer(x)
+    e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
+    assert torch.equal(y, qdq(x.detach(), e4m3) @ qdq(w, e4m3).T)
+    assert not torch.allclose(y, x.detach() @ w.T, atol=1e-3)  # float8 rounds it visibly
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    assert torch.equal(layer.weight.grad, qdq(grad, e5m2).T @ qdq(x.detach(), e4m3))
+    assert torch.equal(x.grad, qdq(grad, e5m2) @ qdq(w, e4m3))
 
 
 def test_a_missing_torchao_is_refused_naming_the_extra(monkeypatch):
