@@ -498,7 +498,7 @@ METRICS_KINDS: dict[str, str] = {
     "always the run's last record.",
     "alert": "Something a person should know, at a level and with a code a program can match.",
     "threads": "On CPU with `train.threads = 0`: the thread count a measurement kept and the step "
-    "times it measured (after the first steps, then whenever the step time drifts by more than a "
+    "times it measured (after the first steps, then when the step time drifts by more than a "
     "quarter and every 5 minutes; docs/guide/plan.md, CPU threads).",
     "telemetry": "One poll of the machine (about every second).",
     "memory": "The memory breakdown on the training device, in bytes.",
@@ -602,7 +602,7 @@ METRICS_FIELDS: dict[tuple[str, str], str] = {
     ("threads", "threads"): "the count kept: torch's intra-op threads from the next step on",
     ("threads", "previous"): "the count in use before the measurement",
     ("threads", "step_times_s"): "each count measured (a string key) and its median step time, "
-    "seconds",
+    "seconds (a count that collapsed: the one step that showed it)",
     ("threads", "reason"): "why it measured: `the first steps`, `the step time went from 240 ms "
     "to 410 ms`, `5 minutes since the last measurement`",
     ("telemetry", "source"): "`nvml`, `psutil` or `unavailable`",

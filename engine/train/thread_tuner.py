@@ -3,8 +3,8 @@
 A thread per core trains 1.4-1.9x faster on an idle machine and several times slower as soon as
 something else wants a core (bench/threads.py), so no count chosen once is right: the run times a
 few steps at each candidate count (they train as any other: nothing is thrown away), keeps the
-fastest (`keep_threads`), and measures again when the step time drifts (a job started or ended)
-and every few minutes. Between two measurements a step costs an append and, every RECENT steps,
+fastest (`keep_threads`), and measures again when the step time drifts (a job started or ended;
+less often while the count stays the same) and every few minutes. Between two measurements a step costs an append and, every RECENT steps,
 the median of RECENT numbers. Off on a GPU, with `train.threads = N`, with OMP_NUM_THREADS, and
 under torchrun (each rank keeps the static default: ranks measuring apart would time each other).
 `step_done` must be called on the thread that trains: torch's count is set on the calling thread.
@@ -12,6 +12,7 @@ under torchrun (each rank keeps the static default: ranks measuring apart would 
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import deque
@@ -26,10 +27,15 @@ WARMUP_STEPS = 1  # the first step at a new count is not timed (its threads star
 START_WARMUP_STEPS = 2  # a run's first steps are slower still (allocations): not timed either
 TIMED_STEPS = 3  # steps timed at each count; their median is its step time
 GIVE_UP = 2.0  # a timed step this many times the fastest count's: that count is done (slower)
+WARMUP_GIVE_UP = 4.0  # the same for its untimed first step, which may be slower by itself
 MARGIN = 0.10  # another count replaces the one in use only when this much faster (noise)
 DRIFT = 0.25  # the recent median this far from the one measured at the choice: measure again
 RECENT = 8  # steps in that median, taken every RECENT steps
 INTERVAL_S = 300.0  # measure again this often even when nothing drifted
+# After a measurement that kept the count, a drift is measured again only this long after it,
+# doubled each time the count is kept again (up to INTERVAL_S): a load that keeps moving does not
+# buy a measurement every few steps. A measurement that changed the count starts over at none.
+DRIFT_WAIT_S = 30.0
 MAX_CANDIDATES = 4  # counts measured on a machine with many cores
 
 
@@ -65,9 +71,9 @@ class ThreadTuner:
     """The measurement's state machine (see the module), fed each training step's wall time.
 
     Measuring: WARMUP_STEPS untimed then TIMED_STEPS timed steps at each count (fewer where one
-    takes GIVE_UP times the fastest count's), the count in use first (no warm-up: its threads are
-    running; but a run's first START_WARMUP_STEPS are not timed). Then
-    settled on `keep_threads`'s choice, watching the median of the last RECENT steps.
+    takes GIVE_UP times the fastest count's, or its first step WARMUP_GIVE_UP times), the count in
+    use first (no warm-up: its threads are running; but a run's first START_WARMUP_STEPS are not
+    timed). Then settled on `keep_threads`'s choice, watching the median of the last RECENT steps.
     `set_threads` and `clock` are torch's and time.monotonic, injectable for tests."""
 
     def __init__(
@@ -85,6 +91,7 @@ class ThreadTuner:
         self._recent: deque[float] = deque(maxlen=RECENT)
         self._reference = 0.0  # the chosen count's step time, measured at the choice
         self._measured_at = clock()
+        self._drift_wait = 0.0  # see DRIFT_WAIT_S
         self._queue: list[int] = []  # counts still to measure, the one being measured first
         self._results: dict[int, float] = {}
         self._timed: list[float] = []
@@ -108,11 +115,12 @@ class ThreadTuner:
             return
         median = statistics.median(recent)
         recent.clear()  # the next look is RECENT steps away: O(1) a step
-        if abs(median / max(self._reference, 1e-9) - 1) > DRIFT:
+        since = self._clock() - self._measured_at
+        if abs(median / max(self._reference, 1e-9) - 1) > DRIFT and since >= self._drift_wait:
             self._measure(
                 f"the step time went from {self._reference * 1e3:.0f} ms to {median * 1e3:.0f} ms"
             )
-        elif self._clock() - self._measured_at >= INTERVAL_S:
+        elif since >= INTERVAL_S:
             self._measure(f"{INTERVAL_S / 60:.0f} minutes since the last measurement")
 
     def _measure(self, reason: str, warm: bool = True) -> None:
@@ -122,14 +130,16 @@ class ThreadTuner:
         self._timed, self._skip = [], 0 if warm else START_WARMUP_STEPS
 
     def _measuring_step(self, seconds: float) -> None:
-        if self._skip:
-            self._skip -= 1
-            return
-        self._timed.append(seconds)
         # a count that collapsed (under load a thread per core can be 100x slower) is not
         # given more steps than it takes to see that it is slower
-        best = min(self._results.values(), default=None)
-        if len(self._timed) < TIMED_STEPS and (best is None or seconds < GIVE_UP * best):
+        best = min(self._results.values(), default=math.inf)
+        if self._skip:
+            self._skip -= 1
+            if seconds < WARMUP_GIVE_UP * best:
+                return
+            self._skip = 0
+        self._timed.append(seconds)
+        if len(self._timed) < TIMED_STEPS and seconds < GIVE_UP * best:
             return
         self._results[self._queue.pop(0)] = statistics.median(self._timed)
         self._timed = []
@@ -138,6 +148,8 @@ class ThreadTuner:
             self._skip = WARMUP_STEPS
             return
         chosen = keep_threads(self._results, self._previous)
+        kept = DRIFT_WAIT_S if self._drift_wait == 0 else 2 * self._drift_wait
+        self._drift_wait = 0.0 if chosen != self._previous else min(INTERVAL_S, kept)
         self._switch(chosen)
         self._reference = self._results[chosen]
         self._measured_at = self._clock()

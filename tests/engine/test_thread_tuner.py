@@ -15,6 +15,7 @@ import torch
 from engine.config.presets import load_preset
 from engine.events import ThreadsChosen
 from engine.train.thread_tuner import (
+    DRIFT_WAIT_S,
     INTERVAL_S,
     RECENT,
     START_WARMUP_STEPS,
@@ -90,13 +91,18 @@ def test_the_first_steps_measure_each_count_and_keep_the_fastest() -> None:
     assert machine.set_calls == [2] and not tuner.measuring
 
 
-def test_a_collapsed_count_gets_one_timed_step_and_the_choice_holds_without_a_set() -> None:
+def test_a_collapsed_count_gets_no_more_steps_than_it_takes_to_see_it() -> None:
     machine = Machine({1: 0.1, 2: 5.0}, start=1)
     tuner = machine.tuner((1, 2))
-    ran = machine.steps(tuner, START_WARMUP_STEPS + TIMED_STEPS + 2 + 3)
-    assert ran.count(2) == 2  # its warm-up step and one timed step: 50x the fastest
+    ran = machine.steps(tuner, START_WARMUP_STEPS + TIMED_STEPS + 1 + 3)
+    assert ran.count(2) == 1  # its first step took 50x the fastest: that is its time
     assert machine.choices == [ThreadChoice(1, 1, {1: 0.1, 2: 5.0}, "the first steps")]
     assert machine.set_calls == [2, 1] and machine.threads == 1
+    # 3x the fastest: a slow first step is not enough, one timed step at 3x is
+    machine = Machine({1: 0.1, 2: 0.3}, start=1)
+    tuner = machine.tuner((1, 2))
+    ran = machine.steps(tuner, START_WARMUP_STEPS + TIMED_STEPS + 2 + 3)
+    assert ran.count(2) == 2 and machine.choices[0].step_times_s == {1: 0.1, 2: 0.3}
 
 
 def settled(times: dict[int, float], start: int) -> tuple[Machine, ThreadTuner]:
@@ -123,6 +129,27 @@ def test_a_drift_of_the_step_time_measures_again_and_follows_the_load() -> None:
     machine.times = {1: 0.420 * 1.24, 2: 0.3}
     machine.steps(tuner, 3 * RECENT)
     assert len(machine.choices) == 2 and not tuner.measuring
+
+
+def test_a_load_that_keeps_moving_but_never_changes_the_count_is_measured_less_and_less() -> None:
+    machine, tuner = settled({1: 0.1, 2: 5.0}, start=1)  # 1 kept: the next drift waits
+    machine.times = {1: 0.2, 2: 5.0}
+    machine.now = DRIFT_WAIT_S - 1
+    machine.steps(tuner, RECENT)
+    assert not tuner.measuring  # drifted, but too soon after a measurement that kept the count
+    machine.now = DRIFT_WAIT_S + 1
+    machine.steps(tuner, RECENT)
+    assert tuner.measuring
+    machine.steps(tuner, TIMED_STEPS + 1)
+    assert machine.choices[-1].threads == 1 and machine.choices[-1].reason.endswith("to 200 ms")
+    measured_at = machine.now
+    machine.times = {1: 0.1, 2: 5.0}  # kept again: twice the wait
+    machine.now = measured_at + 2 * DRIFT_WAIT_S - 1
+    machine.steps(tuner, RECENT)
+    assert not tuner.measuring
+    machine.now = measured_at + 2 * DRIFT_WAIT_S + 1
+    machine.steps(tuner, RECENT)
+    assert tuner.measuring
 
 
 def test_the_interval_measures_again_even_when_nothing_drifted() -> None:
