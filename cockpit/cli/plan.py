@@ -136,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         if chunk >= tokens
         else f"the loss in chunks of {chunk:,} tokens (the full logits never held)"
     )
+    if cfg.train.float8 != "off" and chunk < tokens:  # a float8 head's matmul is never chunked
+        loss = "the loss on the whole micro-batch's logits (12 B each: a float8 head is not chunked)"
     print(
         f"\nvocabulary {vocab:,} ({how}){head}; activations per Korthikanti et al. 2022"
         f" with fused attention; {loss}"

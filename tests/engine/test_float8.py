@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from command_here import cockpit_here
 
 from engine.checkpoint.store import load_checkpoint
 from engine.config.presets import load_preset
@@ -141,3 +142,11 @@ def test_emulated_float8_converts_the_mlp_and_head_and_trains_as_the_unswitched_
     rows = state["model"]["wte.weight"].shape[0]  # the padded vocabulary: pads to itself
     fresh = GPT(load_preset("tiny", tiny_overrides()).model, vocab_size=rows)
     fresh.load_state_dict(state["model"])
+
+
+def test_the_plan_says_a_float8_head_holds_the_whole_logits():
+    args = ("plan", "--preset", "gpt2-small", "--device-memory", "80GB")
+    plain = cockpit_here(*args)
+    assert "the loss in chunks of 512 tokens" in plain.stdout
+    f8 = cockpit_here(*args, "--set", "train.float8=on")
+    assert "whole micro-batch's logits (12 B each: a float8 head is not chunked)" in f8.stdout
