@@ -171,6 +171,7 @@ class RunCommands:
             avoid=self.host.main_screen.lr_panel.region,
             follow=lambda: self.session.view.step,
             lr_scale=view.scale,
+            top=self.host.main_screen.status_line.region.bottom,
         )
         self.host.push_screen(screen, self.settings_chosen)
 

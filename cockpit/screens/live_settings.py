@@ -34,17 +34,18 @@ from engine.config import COOLDOWN, LIVE_SETTINGS, RunConfig, setting_value, wsd
 from engine.optim import planned_curve
 
 
-def placement(avoid: Region | None, screen: Size) -> tuple[str, str, int, int]:
-    """Where the screen's box goes so the LR panel (`avoid`) stays in view: (horizontal align,
-    vertical align, width, height). Beside a panel on the left (the wide layout), above one on
-    the right (compact); centred when the panel fills the screen or is not known."""
-    full_w, full_h = screen.width, screen.height
+def placement(avoid: Region | None, screen: Size, top: int = 0) -> tuple[str, str, int, int]:
+    """Where the screen's box goes so the LR panel (`avoid`) and the `top` rows (the status
+    line) stay in view: (horizontal align, vertical align, width, height), the box starting
+    below the `top` rows. Beside a panel on the left (the wide layout), above one on the right
+    (compact); centred when the panel fills the screen or is not known."""
+    full_w, full_h = screen.width, screen.height - top
     if avoid is None or avoid.width >= full_w or avoid.height >= full_h - 2:
         return "center", "middle", min(full_w, 96), full_h
     if avoid.x == 0 and full_w - avoid.right >= 40:
         return "right", "top", full_w - avoid.right, full_h
-    if avoid.y >= 10:
-        return "center", "top", full_w, avoid.y
+    if avoid.y - top >= 10:
+        return "center", "top", full_w, avoid.y - top
     return "center", "middle", min(full_w, 96), full_h
 
 
@@ -100,8 +101,12 @@ class LiveSettingsScreen(InputDialog):
         avoid: Region | None = None,
         follow: Callable[[], int] | None = None,
         lr_scale: float = 1.0,
+        top: int = 0,
     ) -> None:
         super().__init__(classes="dialog-screen")
+        # rows left in view above the box: the status line, which follows the run meanwhile
+        # (covered, its cut end showed beside the box's corner)
+        self.top = top
         self.config, self.step, self.read_only = config, step, read_only
         # the multiplier on the schedule set with l, + and - (or a rollback): optim.lr alone
         # is not the peak in force while it is not 1
@@ -215,10 +220,11 @@ class LiveSettingsScreen(InputDialog):
     def on_mount(self) -> None:
         if self.follow is not None:
             self.set_interval(1.0, self._follow_step)
-        h, v, width, height = placement(self.avoid, self.app.size)
+        h, v, width, height = placement(self.avoid, self.app.size, self.top)
         self.styles.align_horizontal, self.styles.align_vertical = h, v  # type: ignore[assignment]
         box = self.query_one("#live-dialog")
         box.styles.width, box.styles.height = width, height
+        box.styles.margin = (self.top, 0, 0, 0)
         for inp in self.query(Input):
             inp.cursor_blink = False
         first = self.query_one(f"#{_field_id(next(iter(LIVE_SETTINGS)))}", Input)

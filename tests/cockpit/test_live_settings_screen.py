@@ -95,6 +95,19 @@ def test_the_box_leaves_the_lr_panel_in_view() -> None:
     assert placement(Region(40, 14, 40, 9), Size(80, 24)) == ("center", "top", 80, 14)
     # zoomed (it fills the screen): centred
     assert placement(Region(0, 0, 160, 48), screen)[:2] == ("center", "middle")
+    # the status line (row 0) left in view above the box: one row less for it
+    assert placement(Region(0, 30, 96, 17), screen, top=1) == ("right", "top", 64, 47)
+    assert placement(Region(40, 14, 40, 9), Size(80, 24), top=1) == ("center", "top", 80, 13)
+
+
+@pilot_test()
+async def test_the_status_line_stays_whole_above_the_screen(pilot: Pilot, app: CockpitApp) -> None:
+    """The box starts below the status line, which follows the run meanwhile: it covered row 0,
+    leaving the line's cut ends beside its corners ('R╭─ Live settings' at 80x24)."""
+    status = app.main_screen.status_line.region
+    await open_screen(pilot, app)
+    box = app.screen.query_one("#live-dialog").region
+    assert box.y >= status.bottom
 
 
 # the screen in the app -----------------------------------------------------------------------
