@@ -314,6 +314,13 @@ class TrainConfig:
         "eval.fine_interval near it) whose val loss is at or below this, before train.max_steps (0 = off)",
         min=0.0,
     )
+    time_budget: float = _opt(
+        0.0,
+        help="finish the run (final evaluation and checkpoint) once its training time, the time in "
+        "training steps alone (evaluations, samples, saves and pauses not counted; a resume counts "
+        "what it trained before), reaches this many seconds, before train.max_steps (0 = off)",
+        min=0.0,
+    )
 
 
 @dataclass
