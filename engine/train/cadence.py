@@ -105,6 +105,16 @@ def val_target_note(event: Eval | None, cfg: RunConfig, step: int) -> str | None
     return f"val loss {event.val_loss:.4f} reached train.stop_at_val {target:g} at step {step}"
 
 
+def time_budget_note(cfg: RunConfig, train_time_s: float) -> str | None:
+    """Why the run finishes now, when its training time (steps alone, as `Counters` counts it,
+    a resume's earlier sessions included) has reached `train.time_budget`; None otherwise, and
+    always when the setting is 0 (off)."""
+    budget = cfg.train.time_budget
+    if not budget or train_time_s < budget:
+        return None
+    return f"training time {train_time_s:.1f} s reached train.time_budget {budget:g} s"
+
+
 def evaluate(
     evaluator: Evaluator, data: PreparedData, counters: Counters, report: Reporter
 ) -> Eval:

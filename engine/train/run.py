@@ -21,7 +21,7 @@ from engine.distributed.rank_report import RankReporter
 from engine.distributed.world import World
 from engine.events import Eval, RunState
 from engine.optim.schedule import lr_multiplied
-from engine.train.cadence import Readings, val_target_note, work_due
+from engine.train.cadence import Readings, time_budget_note, val_target_note, work_due
 from engine.train.commands import CommandHandler, StopRequest
 from engine.train.config_file import ReplayPlan
 from engine.train.counters import Counters
@@ -76,7 +76,11 @@ class Run:
         self.parts.model.train()
         last_memory_report = -math.inf
         last_eval: Eval | None = None  # a checkpoint at its step may become best.pt
-        while counters.step < cfg.train.max_steps:
+        # train.time_budget: a resumed run whose budget was spent before it stopped trains no step more
+        while (
+            counters.step < cfg.train.max_steps
+            and time_budget_note(cfg, counters.train_time_s) is None
+        ):
             t_commands = time.perf_counter()
             for change in self.replay_plan.due(counters.step):  # a replay's, at the same boundary
                 self.commands.replay(change)
@@ -104,6 +108,7 @@ class Run:
                 continue
             step_time = time.perf_counter() - t0
             counters.train_time_s += step_time
+            over_budget = time_budget_note(cfg, counters.train_time_s) is not None
             if self.threads is not None:  # the update alone: evaluations and samples come after
                 self.threads.step_done(step_time)
             due = work_due(counters.step, cfg, self.readings.val_points)
@@ -113,6 +118,7 @@ class Run:
                 len(pending) >= instruments.log_every
                 or any(due)
                 or counters.step >= cfg.train.max_steps
+                or over_budget
             ):
                 self.readings.flush()
             if (
@@ -124,6 +130,9 @@ class Run:
                 # giving up, or paused on an anomaly (these weights are suspect: no checkpoint).
                 pending.exclude(time.perf_counter())
                 continue
+            if over_budget:  # train.time_budget: the final evaluation and checkpoint are the end's
+                pending.exclude(time.perf_counter())
+                break
             # The due work in this order: a checkpoint after an eval at its step may become
             # best.pt.
             t_extra = time.perf_counter()
@@ -195,4 +204,5 @@ class Run:
                 RunState.FINISHED, f"the final checkpoint was not written ({self.disk.failure})"
             )
             return
-        report.set_state(RunState.FINISHED, reached or "")
+        budget = time_budget_note(cfg, counters.train_time_s)
+        report.set_state(RunState.FINISHED, reached or budget or "")
