@@ -327,6 +327,13 @@ def _inert(old: RunConfig, new: RunConfig, asked: Mapping[str, Any]) -> str | No
         old.optim.name != "muon" or old.optim.muon_variant != "normuon"
     ):
         return "optim.normuon_beta2 changes nothing on this run: it applies to optim.muon_variant = 'normuon' of optim.name = 'muon'"
+    if old.optim.name == "sgd":
+        for key in ("optim.beta1", "optim.beta2", "optim.eps"):
+            if key in asked and setting_value(new, key) != setting_value(old, key):
+                return (
+                    f"{key} changes nothing on this run: SGD keeps no moments but its momentum "
+                    "buffer (optim.sgd_momentum, set on resume)"
+                )
     if "schedule.min_lr" in asked and new.schedule.min_lr != old.schedule.min_lr and old.schedule.kind == "constant":
         return "schedule.min_lr changes nothing on this run: a constant schedule has no floor to decay to; set optim.lr"
     return None

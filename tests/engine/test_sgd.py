@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from engine.checkpoint.store import load_checkpoint
+from engine.config import live_change
 from engine.config.presets import load_preset
 from engine.optim.optimizers import build_optimizer, set_lr_factor
 from engine.optim.refused_step import skips_on_device, step_unless_refused
@@ -123,3 +124,14 @@ def test_a_tiny_run_trains_with_sgd_and_checkpoints_its_buffers(tmp_path, isolat
     state = load_checkpoint(next(run.glob("ckpt-*.pt")))["optimizer"]
     assert all("momentum_buffer" in s for s in state["state"].values())
     assert {g["nesterov"] for g in state["param_groups"]} == {True}
+
+
+def test_a_live_set_of_a_moment_key_on_an_sgd_run_is_refused_as_changing_nothing():
+    cfg = load_preset("tiny", ["optim.name=sgd", "optim.lr=0.3"])
+    refused = live_change(cfg, {"optim.beta1": 0.8}, step=5)
+    assert refused == (
+        "set refused: optim.beta1 changes nothing on this run: SGD keeps no moments but its "
+        "momentum buffer (optim.sgd_momentum, set on resume)"
+    )
+    taken = live_change(cfg, {"optim.weight_decay": 0.0}, step=5)
+    assert not isinstance(taken, str) and "optim.weight_decay" in taken.changes
