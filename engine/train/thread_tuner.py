@@ -4,8 +4,8 @@ A thread per core trains 1.4-1.9x faster on an idle machine and several times sl
 something else wants a core (bench/threads.py), so no count chosen once is right: the run times a
 few steps at each candidate count (they train as any other: nothing is thrown away), keeps the
 fastest (`keep_threads`), and measures again when the step time drifts (a job started or ended;
-less often while the count stays the same) and every few minutes. Between two measurements a step costs an append and, every RECENT steps,
-the median of RECENT numbers. Off on a GPU, with `train.threads = N`, with OMP_NUM_THREADS, and
+less often while the count stays the same) and every few minutes. Between two measurements a
+step costs an append and, every RECENT steps, the median of RECENT numbers. Off on a GPU, with `train.threads = N`, with OMP_NUM_THREADS, and
 under torchrun (each rank keeps the static default: ranks measuring apart would time each other).
 `step_done` must be called on the thread that trains: torch's count is set on the calling thread.
 """
@@ -36,7 +36,7 @@ INTERVAL_S = 300.0  # measure again this often even when nothing drifted
 # doubled each time the count is kept again (up to INTERVAL_S): a load that keeps moving does not
 # buy a measurement every few steps. A measurement that changed the count starts over at none.
 DRIFT_WAIT_S = 30.0
-MAX_CANDIDATES = 4  # counts measured on a machine with many cores
+MAX_CANDIDATES = 4  # every count up to this many cores; past it, this many of them
 
 
 def keep_threads(step_times: Mapping[int, float], current: int, margin: float = MARGIN) -> int:
