@@ -78,6 +78,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.subcommand in ("train", "start") and args.tensorboard:
         args.overrides.append("log.tensorboard=true")
+    if args.subcommand in ("train", "start") and args.metrics_port is not None:
+        args.overrides.append(f"log.metrics_port={args.metrics_port}")
     return args
 
 

@@ -75,6 +75,12 @@ class ProgressPrinter:
                 f"{event.tokenizer} vocab {event.vocab_size}, {event.train_tokens:,} train tokens; "
                 f"run dir {event.run_dir}{resumed}"
             )
+            port = event.config.get("log", {}).get("metrics_port", 0)
+            if port:  # the token itself stays in its file: this output may be kept in a CI log
+                self._say(
+                    f"metrics: http://127.0.0.1:{port}/metrics for Prometheus, with the token in "
+                    f"{event.run_dir}/metrics.token"
+                )
             label = "resume" if event.resumed_from else "note"  # e.g. a batch split over ranks
             for note in event.notes:
                 self._say(f"{label}: {note}")

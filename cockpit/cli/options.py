@@ -84,6 +84,13 @@ def add_run_options(parser: argparse.ArgumentParser, headless: bool = True) -> N
         action="store_true",
         help="also write TensorBoard event files to RUN_DIR/tensorboard (same as --set log.tensorboard=true)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve the live run's figures to Prometheus on 127.0.0.1:PORT/metrics, with the token "
+        "in RUN_DIR/metrics.token (same as --set log.metrics_port=PORT)",
+    )
 
 
 def add_notify_options(parser: argparse.ArgumentParser) -> None:

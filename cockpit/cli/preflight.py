@@ -194,11 +194,16 @@ def check_tokenizer(cfg: Any) -> None:
 
 
 def check_log_packages(cfg: Any) -> None:
-    """`[log]` sinks whose package is missing: one line and exit 2, before anything starts."""
+    """`[log]` sinks whose package is missing, or whose port is taken: one line and exit 2,
+    before anything starts."""
     if cfg.log.tensorboard:
         from engine.rundir import summary_writer_class
 
         summary_writer_class()
+    if torchrun_rank() == 0:  # rank 0 alone serves the endpoint
+        from engine.rundir import check_metrics_port
+
+        check_metrics_port(cfg.log.metrics_port)
 
 
 def check_resume_corpus(args: argparse.Namespace) -> None:

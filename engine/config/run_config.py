@@ -363,6 +363,13 @@ class LogConfig:
         False,
         help="also write TensorBoard event files to RUN_DIR/tensorboard (needs the tensorboard package)",
     )
+    metrics_port: int = _opt(
+        0,
+        help="serve the live run's figures to Prometheus on 127.0.0.1:PORT/metrics, with the token in "
+        "RUN_DIR/metrics.token (needs the prometheus_client package; 0 = off)",
+        min=0,
+        max=65535,
+    )
 
 
 SECTIONS: dict[str, type] = {

@@ -16,6 +16,7 @@ _EXPORTS = {
     "engine.rundir.journal": ("Entry", "JournalTail"),
     "engine.rundir.recorded": ("RecordedRun",),
     "engine.rundir.sinks": ("summary_writer_class",),
+    "engine.rundir.metrics_endpoint": ("check_metrics_port",),
     "engine.rundir.listing": (
         "CRASHED", "FORKED", "LIVE", "UNREADABLE", "ListedRun", "engine_holds", "find_run_dirs",
         "list_run", "list_runs",

@@ -1,6 +1,7 @@
-"""The run's optional log sinks beside metrics.jsonl (TensorBoard), chosen by `[log]`. The sink
-only queues each event (full: dropped and counted); a daemon thread writes it through an
-EventFile, and what it could not write is one line when the run closes it, never a traceback.
+"""The run's optional log sinks beside metrics.jsonl (TensorBoard, the Prometheus endpoint),
+chosen by `[log]`. The TensorBoard sink only queues each event (full: dropped and counted); a
+daemon thread writes it through an EventFile, and what it could not write is one line when the
+run closes it, never a traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from engine.events import Event
 from engine.export.metrics_records import BranchTracker
 from engine.files import DIR_MODE, make_private_dir, own_dir_problem, refusal
 from engine.rundir.event_file import EventFile
+from engine.rundir.metrics_endpoint import MetricsEndpoint
 from engine.rundir.tensorboard_scalars import KINDS, ScalarWriter, write_record
 
 MISSING_TENSORBOARD = (
@@ -172,4 +174,6 @@ def log_sinks(cfg: RunConfig, run_dir: Path, start_step: int = 0) -> list[Callab
     if cfg.log.tensorboard:
         writer = open_event_file(run_dir / "tensorboard", start_step)
         sinks.append(TensorBoardSink(writer, start_step))
+    if cfg.log.metrics_port:
+        sinks.append(MetricsEndpoint(cfg.log.metrics_port, run_dir, run_dir.name, cfg.name))
     return sinks
