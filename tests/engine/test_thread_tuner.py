@@ -195,13 +195,16 @@ def test_a_real_run_measures_each_count_against_a_busy_process_and_keeps_its_fas
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         os.sched_setaffinity(busy.pid, os.sched_getaffinity(0))
-        seen: dict[int, int] = {}  # step -> the count its training thread uses
+        seen: dict[int, int] = {}  # step -> the count in use on the training thread after it
 
         def sink(event) -> None:  # on the training thread
             if event.kind == "step":
                 seen[event.step] = torch.get_num_threads()
 
-        cfg = load_preset("tiny", tiny_overrides("train.max_steps=14", quiet=True))
+        counts = candidate_counts(usable_cores())
+        # the longest first measurement (no count given up early), and a few steps after it
+        steps = START_WARMUP_STEPS + TIMED_STEPS + (len(counts) - 1) * (1 + TIMED_STEPS) + 3
+        cfg = load_preset("tiny", tiny_overrides(f"train.max_steps={steps}", quiet=True))
         trainer = Trainer(cfg, run_dir=tmp_path, sinks=[sink], telemetry=False)
         thread = threading.Thread(target=trainer.run)
         thread.start()
@@ -214,12 +217,11 @@ def test_a_real_run_measures_each_count_against_a_busy_process_and_keeps_its_fas
     chosen = [r for r in records if r["kind"] == "threads"]
     assert chosen, "no measurement recorded"
     first = chosen[0]
-    counts = candidate_counts(usable_cores())
     assert sorted(int(n) for n in first["step_times_s"]) == sorted(counts)
     times = {int(n): t for n, t in first["step_times_s"].items()}
     assert first["threads"] == keep_threads(times, first["previous"])
     assert first["reason"] == "the first steps"
-    assert set(counts) <= set(seen.values())  # the steps trained at each count
+    assert set(counts) <= set(seen.values())  # the training thread took each count
     after = first["step"] + 1
     assert seen[after] == first["threads"]  # and on at the one chosen
 
