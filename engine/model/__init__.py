@@ -6,7 +6,7 @@ from engine import lazy_exports
 _EXPORTS = {
     "engine.model.gpt": ("GPT", "padded_vocab_size"),
     "engine.model.head_loss": ("chunk_tokens_for",),
-    "engine.model.float8": ("convert_to_float8", "float8_refusal"),
+    "engine.model.float8": ("check_float8", "convert_to_float8", "float8_refusal"),
     "engine.model.sampling": ("PromptError", "SamplingOptions", "encode_prompt", "generate_tokens", "stream_text"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

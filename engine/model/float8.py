@@ -90,6 +90,18 @@ def _torchao_float8() -> Any:
     return float8
 
 
+def check_float8(mode: str, device: torch.device, n_embd: int) -> None:
+    """The refusals of `convert_to_float8` that need no corpus (the vocabulary sets the head's
+    rows), before anything starts: the device, model.n_embd, torchao installed. One line."""
+    if mode == "off":
+        return
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    why = float8_refusal(mode, device.type, capability, n_embd, FLOAT8_MULTIPLE)
+    if why is not None:
+        raise ConfigError(why)
+    _torchao_float8()
+
+
 def convert_to_float8(model: nn.Module, mode: str, device: torch.device) -> list[str]:
     """Convert `model`'s MLP and head Linear layers to torchao's Float8Linear in place (before the
     optimizer is built: the parameters stay the same tensors); returns the names converted.
