@@ -33,6 +33,7 @@ def preflight(args: argparse.Namespace) -> str | None:
             args.overrides = [*args.overrides, *check_init_from(cfg, args.overrides)]
         check_log_packages(cfg)
         check_device(cfg)
+        check_float8(cfg)
         check_corpus_exists(cfg, args.data)
         check_tokenizer(cfg)
         if args.run_dir and torchrun_rank() == 0:  # rank 0 locks it: the others use it too
@@ -180,6 +181,18 @@ def check_device(cfg: Any) -> None:
     from engine.train import select_device
 
     select_device(cfg.train.device)
+
+
+def check_float8(cfg: Any) -> None:
+    """train.float8 that no run could start with here (no torchao, a device without float8,
+    model.n_embd not a multiple of 16): the run's own refusal, one line and exit 2 before
+    anything starts."""
+    if cfg.train.float8 == "off":
+        return
+    from engine.model import check_float8 as check
+    from engine.train import select_device
+
+    check(cfg.train.float8, select_device(cfg.train.device), cfg.model.n_embd)
 
 
 def check_tokenizer(cfg: Any) -> None:
