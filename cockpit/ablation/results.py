@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.ablation.series_record import RESULT_STATES
+from engine.events import RunState
 
 Point = tuple[int, float, float]  # step, train time (s), val loss
 
@@ -35,6 +36,11 @@ class RunResult:
     target_step: int | None = None  # the first evaluation at or below the target
     before_step: int | None = None  # the last one above it (None: the first reached it)
     tokens_per_s: float | None = None
+    tokens: int = 0  # tokens trained on
+    final_val_bpb: float | None = None  # the last evaluation's val bits per byte
+    full_val: bool = False  # the last evaluation measured the whole val split
+    peak_memory: int | None = None  # bytes: the largest total of its memory breakdowns
+    end_reason: str = ""  # its final state's reason: why it finished, or how it failed
     # what was changed while it trained (the LR by hand, a live setting): not the change alone
     changed_live: tuple[str, ...] = ()
 
@@ -105,7 +111,16 @@ def read_result(label: str, run_dir: Path, status: str, target: float | None, is
     records = list(read_records(run_dir / METRICS_NAME)) if (run_dir / METRICS_NAME).is_file() else []
     curve = eval_curve(records)
     steps, tokens, train_time = 0, 0, None
+    last_eval: dict[str, Any] | None = None
+    end_reason = ""
+    peak: int | None = None
     for r in records:
+        if r.get("kind") == "eval":
+            last_eval = r
+        elif r.get("kind") == "memory":
+            peak = max(peak or 0, memory_total(r))
+        if r.get("kind") == "state":
+            end_reason = str(r.get("reason") or "")
         if r.get("kind") == "step":
             steps, tokens = int(r["step"]), int(r.get("tokens", 0))
         elif r.get("kind") == "state" and r.get("train_time_s") is not None:
@@ -125,8 +140,25 @@ def read_result(label: str, run_dir: Path, status: str, target: float | None, is
         target_step=reached[1] if reached else None,
         before_step=step_before(curve, reached[1]) if reached else None,
         tokens_per_s=tokens / train_time if train_time and tokens else None,
+        tokens=tokens,
+        final_val_bpb=_finite(last_eval.get("val_bpb")) if last_eval else None,
+        full_val=bool(last_eval.get("full_split")) if last_eval else False,
+        peak_memory=peak,
+        end_reason=end_reason,
         changed_live=live_changes(records),
     )
+
+
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "cache", "other")
+
+
+def memory_total(record: dict[str, Any]) -> int:
+    """A memory record's total in bytes: what the process held on its device then."""
+    return sum(int(record.get(part) or 0) for part in MEMORY_PARTS)
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 @dataclass(frozen=True)
@@ -175,6 +207,7 @@ class AblationTable:
     base_val: float | None
     time_spread: Spread | None
     val_spread: Spread | None
+    budget: float | None = None  # seconds of training every run had: val is in bits per byte
 
 
 def compared_time(result: RunResult, target: float | None) -> float | None:
@@ -190,12 +223,20 @@ def difference(value: float | None, base: float | None, spread: Spread | None, i
     return Difference(d, percent, in_noise)
 
 
-def build_table(results: Sequence[RunResult], target: float | None, title: str = "") -> AblationTable:
-    """Every run against the baseline's mean (time and val); the baseline's repeats give the
-    spread a change's value is inside of (noise) or not."""
+def compared_val(result: RunResult, budget: float | None) -> float | None:
+    """The val figure compared: bits per byte with a budget (runs of other tokenizers compare),
+    else the val loss."""
+    return result.final_val_bpb if budget is not None else result.final_val
+
+
+def build_table(
+    results: Sequence[RunResult], target: float | None, title: str = "", budget: float | None = None
+) -> AblationTable:
+    """Every run against the baseline's mean (time and val; val bits per byte with a budget);
+    the baseline's repeats give the spread a change's value is inside of (noise) or not."""
     base = [r for r in results if r.is_baseline]
     times = [t for r in base if (t := compared_time(r, target)) is not None]
-    vals = [r.final_val for r in base if r.final_val is not None]
+    vals = [v for r in base if (v := compared_val(r, budget)) is not None]
     base_time = statistics.fmean(times) if times else None
     base_val = statistics.fmean(vals) if vals else None
     time_spread, val_spread = Spread.of(times), Spread.of(vals)
@@ -207,10 +248,10 @@ def build_table(results: Sequence[RunResult], target: float | None, title: str =
                 result=r,
                 time_s=t,
                 d_time=difference(t, base_time, time_spread, not r.is_baseline),
-                d_val=difference(r.final_val, base_val, val_spread, not r.is_baseline),
+                d_val=difference(compared_val(r, budget), base_val, val_spread, not r.is_baseline),
             )
         )
-    return AblationTable(title, target, tuple(rows), base_time, base_val, time_spread, val_spread)
+    return AblationTable(title, target, tuple(rows), base_time, base_val, time_spread, val_spread, budget)
 
 
 # -------------------------------------------------------------------------------- writing it
@@ -218,7 +259,7 @@ def build_table(results: Sequence[RunResult], target: float | None, title: str =
 CSV_COLUMNS = (
     "run", "run_dir", "status", "baseline", "steps", "time_s", "time_to_target_s", "target_step",
     "before_step", "train_time_s", "final_val", "tokens_per_s", "d_time_s", "d_time_pct", "time_in_noise",
-    "d_val", "d_val_pct", "val_in_noise", "changed_live",
+    "d_val", "d_val_pct", "val_in_noise", "changed_live", "final_val_bpb", "tokens", "peak_memory_bytes",
 )  # fmt: skip
 
 
@@ -245,7 +286,7 @@ def to_csv(table: AblationTable) -> str:
                 r.target_step, r.before_step, r.train_time_s, r.final_val, r.tokens_per_s,
                 dt.value if dt else None, dt.percent if dt else None, dt.in_noise if dt else None,
                 dv.value if dv else None, dv.percent if dv else None, dv.in_noise if dv else None,
-                "; ".join(r.changed_live) or None,
+                "; ".join(r.changed_live) or None, r.final_val_bpb, r.tokens, r.peak_memory,
             )  # fmt: skip
         )
     return out.getvalue()
@@ -264,7 +305,67 @@ def fmt_difference(d: Difference | None, unit: str) -> str:
     return value + pct + (" ~" if d.in_noise else "")
 
 
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def budget_rows(table: AblationTable) -> list[list[str]]:
+    """The table of a budget series: what the same training time bought each run."""
+    head = ["run", "val bpb", "Δ bpb", "tokens", "tokens/s", "peak memory", "train time", "steps", "status"]
+    rows = [head]
+    single = len([x for x in table.rows if x.result.is_baseline]) == 1
+    for row in table.rows:
+        r = row.result
+        bpb = f"{r.final_val_bpb:.4f}" if r.final_val_bpb is not None else "-"
+        rows.append(
+            [
+                r.label.replace("|", "\\|"),
+                bpb + ("" if r.full_val or r.final_val_bpb is None else " †"),
+                "" if r.is_baseline and single else fmt_difference(row.d_val, "val"),
+                f"{r.tokens:,}",
+                f"{r.tokens_per_s:,.0f}" if r.tokens_per_s is not None else "-",
+                fmt_bytes(r.peak_memory),
+                fmt_seconds(r.train_time_s) if r.train_time_s is not None else "-",
+                str(r.steps),
+                r.status + (" *" if r.changed_live else ""),
+            ]
+        )
+    return rows
+
+
+def budget_notes(table: AblationTable) -> list[str]:
+    """The lines under a budget series' table: what was measured, and how."""
+    assert table.budget is not None
+    lines = [
+        f"Every run trained for {fmt_seconds(table.budget)} of training time (the steps alone: start-up, data "
+        "preparation, evaluations and saves not counted), then was evaluated on the whole val split; val bpb is its "
+        "val loss in bits per byte of text, comparable across tokenizers. Peak memory: the largest total of the "
+        "run's memory breakdowns (taken at its first step and every 20 s)."
+    ]
+    short = [
+        r.result.label
+        for r in table.rows
+        if r.result.status == RunState.FINISHED
+        and r.result.train_time_s is not None
+        and r.result.train_time_s < table.budget
+    ]
+    if short:
+        lines.append(
+            f"Ended at its train.max_steps before the budget ({', '.join(short)}): --steps N raises the cap."
+        )
+    if any(r.result.final_val_bpb is not None and not r.result.full_val for r in table.rows):
+        lines.append("† evaluated on part of the val split (a bound cut it short): see the run's alerts.")
+    return lines
+
+
 def markdown_rows(table: AblationTable) -> list[list[str]]:
+    if table.budget is not None:
+        return budget_rows(table)
     what = f"time to val {table.target:g}" if table.target is not None else "train time"
     head = ["run", what, "Δ time", "final val", "Δ val", "tokens/s", "steps", "status"]
     rows = [head]
@@ -294,7 +395,9 @@ def markdown_rows(table: AblationTable) -> list[list[str]]:
 def notes(table: AblationTable) -> list[str]:
     """The lines under the table: how times are measured, and the noise."""
     lines = []
-    if table.target is not None:
+    if table.budget is not None:
+        lines.extend(budget_notes(table))
+    elif table.target is not None:
         lines.append(
             f"Time to val {table.target:g}: the run's training wall time (evaluation excluded), "
             "linear between the last evaluation above the target and the first at or below it"
@@ -333,12 +436,13 @@ def notes(table: AblationTable) -> list[str]:
                 "the time's mean and spread are of those alone."
             )
         spreads = []
-        if table.time_spread is not None:
+        if table.time_spread is not None and table.budget is None:  # a budget's times are all its own
             s = table.time_spread
             spreads.append(f"time {fmt_seconds(s.low)} to {fmt_seconds(s.high)} (std {fmt_seconds(s.std)})")
         if table.val_spread is not None:
             s = table.val_spread
-            spreads.append(f"val {s.low:.4f} to {s.high:.4f} (std {s.std:.4f})")
+            what = "val bpb" if table.budget is not None else "val"
+            spreads.append(f"{what} {s.low:.4f} to {s.high:.4f} (std {s.std:.4f})")
         if spreads:
             lines.append("Noise, the baseline's spread: " + "; ".join(spreads) + ". ~ marks a value inside it.")
     else:
@@ -367,7 +471,7 @@ def resolution(table: AblationTable) -> str:
 
 def aligned(rows: list[list[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    right = [False, True, True, True, True, True, True, False]
+    right = [False, *[True] * (len(widths) - 2), False]  # the run and its status to the left
 
     def line(cells: list[str]) -> str:
         padded = [c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)]

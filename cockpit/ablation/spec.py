@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -26,7 +27,13 @@ else:  # pragma: no cover
 BASELINE = "baseline"
 FINE_KEY = "eval.fine_interval"  # the cadence near a target (engine.train.cadence)
 FINE_PER_INTERVAL = 10  # with a target, evaluations near it are 10 times as frequent
-FILE_KEYS = ("preset", "target", "steps", "repeat_baseline", "name", "description", "settings", "change")
+FILE_KEYS = (
+    "preset", "target", "budget", "steps", "repeat_baseline", "name", "description", "settings", "change",
+)  # fmt: skip
+BUDGET_KEY = "train.time_budget"  # what --budget sets (engine.train.cadence.time_budget_note)
+FULL_VAL_KEY = "eval.full_val"  # a budget's runs are compared on the whole val split
+DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(s|m|h)")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
 
 
 def plain_label(text: str) -> str:
@@ -43,6 +50,24 @@ class Change:
 
     label: str
     settings: tuple[str, ...]
+    source: str = field(default="--change", compare=False)  # who proposed it: --change, or its file
+
+
+def parse_duration(text: str, where: str = "--budget") -> float:
+    """`90s`, `5m`, `1.5h` in seconds; ConfigError (one line) for anything else."""
+    match = DURATION.fullmatch(text.strip())
+    seconds = float(match.group(1)) * UNIT_SECONDS[match.group(2)] if match else 0.0
+    if not seconds > 0:
+        raise ConfigError(f"{where} {text!r}: a training time with its unit, e.g. 90s, 5m or 1h")
+    return seconds
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as --budget spells them: 300 as 5m, 90 as 90s."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True)
@@ -54,6 +79,7 @@ class AblationSpec:
     changes: tuple[Change, ...] = ()
     target: float | None = None  # val loss each run stops at (train.stop_at_val)
     steps: int | None = None  # train.max_steps of every run
+    budget: float | None = None  # seconds of training time of every run (train.time_budget)
     settings: tuple[str, ...] = ()  # --set: every run of the series
     repeat_baseline: int = 1
     name: str | None = None  # the series' directory under runs/ (default: from the spec)
@@ -62,6 +88,9 @@ class AblationSpec:
 
     def measure(self) -> str:
         """What the runs are measured to, in words: "val 1.88" or "200 steps"."""
+        if self.budget is not None:
+            cap = f" (at most {self.steps} steps)" if self.steps is not None else ""
+            return f"a training time of {duration_text(self.budget)}{cap}"
         if self.target is not None and self.steps is not None:
             return f"val {self.target:g} (at most {self.steps} steps)"
         if self.target is not None:
@@ -78,6 +107,10 @@ class AblationSpec:
         if self.target is not None:
             made.append(f"train.stop_at_val={self.target!r}")
             made.extend(self.fine_cadence())
+        if self.budget is not None:
+            made.append(f"{BUDGET_KEY}={self.budget!r}")
+            if not any(text.partition("=")[0] == FULL_VAL_KEY for text in self.settings):
+                made.append(f"{FULL_VAL_KEY}=true")
         return made
 
     def fine_cadence(self) -> list[str]:
@@ -94,12 +127,15 @@ class AblationSpec:
 
     def identity(self) -> dict[str, Any]:
         """What makes two series the same one: a rerun of the same command finds its runs."""
-        return {
+        made = {
             "preset": self.preset,
             "target": self.target,
             "steps": self.steps,
             "settings": settled(self.settings),
         }
+        if self.budget is not None:  # absent otherwise: the series of before keep their names
+            made["budget"] = self.budget
+        return made
 
     def series_name(self) -> str:
         """The directory name: `--name`, else `ablate-PRESET-HASH` of the whole spec."""
@@ -247,13 +283,14 @@ def spec_from_file(path: Path) -> AblationSpec:
         if not made:
             raise ConfigError(f"{where}: no settings; add key = value lines, e.g. optim.name = \"adamw\"")
         shown = label if isinstance(label, str) else " ".join(shown_setting(t) for t in made)
-        changes.append(Change(label=plain_label(shown), settings=tuple(made)))
+        changes.append(Change(label=plain_label(shown), settings=tuple(made), source=str(path)))
     repeats = _number(raw, "repeat_baseline", int, path)
     return AblationSpec(
         preset=preset,
         changes=tuple(changes),
         target=_number(raw, "target", float, path),
         steps=_number(raw, "steps", int, path),
+        budget=_budget(raw, path),
         settings=tuple(flat_settings(settings, f"{path}: settings")),
         repeat_baseline=1 if repeats is None else repeats,  # 0 is refused by check_spec, not made 1
         name=_text(raw, "name", path),
@@ -281,6 +318,20 @@ def _number(raw: dict[str, Any], key: str, kind: type, path: Path) -> Any:
     return kind(value)
 
 
+def _budget(raw: dict[str, Any], path: Path) -> float | None:
+    """The file's `budget = "5m"` (or a number of seconds) in seconds."""
+    value = raw.get("budget")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return parse_duration(value, f"{path}: budget")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(
+            f'{path}: budget: a training time, e.g. budget = "5m" (or a number of seconds), got {value!r}'
+        )
+    return float(value)
+
+
 def _text(raw: dict[str, Any], key: str, path: Path) -> str | None:
     value = raw.get(key)
     if value is not None and not isinstance(value, str):
@@ -294,6 +345,14 @@ def check_spec(spec: AblationSpec) -> None:
     naming what to fix."""
     if spec.target is not None and not (math.isfinite(spec.target) and spec.target > 0):
         raise ConfigError(f"--target {spec.target:g}: a val loss above 0, e.g. --target 1.88")
+    if spec.budget is not None and not (math.isfinite(spec.budget) and spec.budget > 0):
+        raise ConfigError(f"--budget {spec.budget:g}: a training time above 0, e.g. --budget 5m")
+    if spec.budget is not None and spec.target is not None:
+        raise ConfigError(
+            f"--budget {duration_text(spec.budget)} and --target {spec.target:g}: a series compares either "
+            "the val bits per byte after the same training time (--budget) or the time to a val loss "
+            "(--target); give one"
+        )
     if spec.steps is not None and spec.steps < 1:
         raise ConfigError(f"--steps {spec.steps}: at least 1")
     if spec.repeat_baseline < 1:
@@ -305,7 +364,11 @@ def check_spec(spec: AblationSpec) -> None:
     ):  # printed in every progress line: no terminal escapes in it
         raise ConfigError(f"--name {spec.name!r}: a plain directory name, e.g. --name muon-vs-adamw")
     # what every run is measured to is the series' own: a run of its own steps or target is another series
-    measured = {"train.max_steps": ("--steps", spec.steps), "train.stop_at_val": ("--target", spec.target)}
+    measured = {
+        "train.max_steps": ("--steps", spec.steps),
+        "train.stop_at_val": ("--target", spec.target),
+        BUDGET_KEY: ("--budget", spec.budget),
+    }
     for where, texts in [("--set", spec.settings), *((f"--change {c.label!r}", c.settings) for c in spec.changes)]:
         for text in texts:
             option, value = measured.get(text.partition("=")[0], ("", None))

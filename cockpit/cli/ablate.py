@@ -78,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "evaluating 10 times as often near it (eval.fine_interval); the table compares the time to it",
     )  # fmt: skip
     parser.add_argument(
+        "--budget", metavar="DURATION",
+        help="each run trains for this much training time (90s, 5m, 1h: steps alone, not start-up, "
+        "evaluations or saves; train.time_budget), then is evaluated on the whole val split; the "
+        "table compares the val bits per byte, tokens, peak memory and tokens/s",
+    )  # fmt: skip
+    parser.add_argument(
         "--steps", type=int, metavar="N",
         help="every run trains N steps (train.max_steps); with --target, the most it may take",
     )  # fmt: skip
@@ -100,7 +106,13 @@ def spec_from_args(args: argparse.Namespace) -> AblationSpec:
     """The series the command line describes (a file's, with the options added on top)."""
     from dataclasses import replace
 
-    from cockpit.ablation.spec import AblationSpec, canonical_setting, parse_change, spec_from_file
+    from cockpit.ablation.spec import (
+        AblationSpec,
+        canonical_setting,
+        parse_change,
+        parse_duration,
+        spec_from_file,
+    )
 
     spec = spec_from_file(Path(args.file)) if args.file else None
     preset = args.preset or (spec.preset if spec else None)
@@ -119,6 +131,7 @@ def spec_from_args(args: argparse.Namespace) -> AblationSpec:
         changes=tuple(changes),
         settings=tuple(settings),
         target=given(args.target, base.target),
+        budget=parse_duration(args.budget) if args.budget is not None else base.budget,
         steps=given(args.steps, base.steps),
         repeat_baseline=given(args.repeat_baseline, base.repeat_baseline),
         name=given(args.name, base.name),
@@ -146,7 +159,9 @@ class SeriesDriver:
         self.plans = self._plan_all(series.runs)
         self.index = -1  # the plan whose run is on its way
         self.current_engine: Any = None  # its engine, once built
+        self.log_problem: str | None = None  # why the research log could not be written
         series.save()
+        self.log_results()  # runs a stopped or killed series ended without logging
 
     def _plan_all(self, runs: list[SeriesRun]) -> list[PlannedRun]:
         """Every run's plan, each command line checked as `cockpit train` checks its own before
@@ -235,6 +250,38 @@ class SeriesDriver:
         if plan.run.status in RESULT_STATES:
             plan.train = None
         self.series.save()
+        self.log_results()
+
+    def log_path(self) -> Path:
+        from cockpit.ablation.research_log import LOG_NAME, log_dir
+
+        return log_dir(Path(self.args.runs_root), self.series.directory.name) / LOG_NAME
+
+    def log_results(self) -> None:
+        """Append to the series' research log (RUNS/research/SERIES/log.tsv) a row for each run
+        with a result that is not in it yet. A log that cannot be written is said (`log_problem`),
+        the series goes on."""
+        from cockpit.ablation.research_log import ResearchLog
+        from cockpit.ablation.series_log import series_rows
+
+        log = ResearchLog(self.log_path().parent)
+        try:
+            log.append(series_rows(self.series, self.results(), log.logged_ids()))
+        except ConfigError as e:
+            self.log_problem = f"the research log is not written: {e}"
+        except OSError as e:
+            self.log_problem = f"the research log is not written: {self.log_path()}: {e.strerror}"
+
+    def results(self) -> list[Any]:
+        """Each run's result (RunResult), in the series' order."""
+        from cockpit.ablation.results import read_result
+        from cockpit.ablation.series_record import run_status
+
+        spec = self.series.spec
+        return [
+            read_result(r.label, r.run_dir, run_status(r.run_dir), spec.target, r.is_baseline)
+            for r in self.series.runs
+        ]
 
     def complete(self) -> bool:
         """Every run is done: finished, failed, or stopped with no step left to train."""
@@ -247,17 +294,13 @@ class SeriesDriver:
 
     def table(self) -> AblationTable:
         """The results, written as results.csv and results.md in the series' directory."""
-        from cockpit.ablation.results import build_table, read_result, to_csv, to_markdown
-        from cockpit.ablation.series_record import run_status
+        from cockpit.ablation.results import build_table, to_csv, to_markdown
         from engine.files import atomic_write_text
 
         spec = self.series.spec
-        results = [
-            read_result(r.label, r.run_dir, run_status(r.run_dir), spec.target, r.is_baseline)
-            for r in self.series.runs
-        ]
+        results = self.results()
         title = f"Ablation of {spec.preset} to {spec.measure()}: {self.series.directory}"
-        table = build_table(results, spec.target, title)
+        table = build_table(results, spec.target, title, spec.budget)
         # written new and renamed into place: a link at the name is replaced, never followed
         atomic_write_text(self.series.directory / "results.csv", to_csv(table))
         atomic_write_text(self.series.directory / "results.md", to_markdown(table))
@@ -276,6 +319,14 @@ class SeriesDriver:
         dirs = [str(r.run_dir) for r in self.series.runs][: MAX_OVERLAYS + 1]  # its most
         return "cockpit compare " + " ".join(shlex.quote(d) for d in dirs)
 
+    def log_note(self) -> str:
+        """Where the series' research log is, or why it is not written."""
+        if self.log_problem is not None:
+            return f"cockpit ablate: {self.log_problem}"
+        name = shlex.quote(self.series.directory.name)
+        runs = "" if self.args.runs_root == "runs" else f" --runs {shlex.quote(str(self.args.runs_root))}"
+        return f"research log: {self.log_path()} (cockpit research log {name}{runs})"
+
     def done_note(self) -> str:
         return f"ablate done: {len(self.series.runs)} runs, table in {self.series.directory / 'results.md'}"
 
@@ -287,6 +338,10 @@ class SeriesDriver:
             f"ablate stopped: {done} of {len(self.series.runs)} runs done ({self.series.directory}); "
             "run the same command again to continue (the runs done are skipped, a stopped one resumes)"
         )
+
+
+def print_log_note(driver: SeriesDriver) -> None:
+    print(driver.log_note(), file=sys.stderr if driver.log_problem else sys.stdout, flush=True)
 
 
 def new_series_note(series: Series) -> str | None:
@@ -373,11 +428,13 @@ def run_headless(driver: SeriesDriver) -> int:
         signals.restore()
     if not driver.complete():
         print(driver.stopped_note(), flush=True)
+        print_log_note(driver)
         return 1
     table = driver.table()
     print()
     print(to_markdown(table), end="")
     print(f"\nwritten: {series.directory / 'results.csv'}, {series.directory / 'results.md'}")
+    print_log_note(driver)
     print(f"compare the runs: {driver.compare_command()}")
     return 0
 
@@ -416,7 +473,9 @@ def run_in_app(driver: SeriesDriver) -> int:
         print()
         print(to_markdown(table), end="")
         print(f"\nwritten: {driver.series.directory / 'results.csv'}, {driver.series.directory / 'results.md'}")
+        print_log_note(driver)
         print(f"compare the runs again: {driver.compare_command()}")
         return status
     print(driver.stopped_note())
+    print_log_note(driver)
     return 1
