@@ -32,13 +32,16 @@ def subcommands() -> dict[str, ModuleType]:
         plan,
         presets,
         ps,
+        research,
         runs,
         sample,
         serve,
         start,
     )
 
-    modules = (start, attach, ps, runs, compare, ablate, serve, fork, plan, presets, sample, export, data, completion)
+    modules = (
+        start, attach, ps, runs, compare, ablate, research, serve, fork, plan, presets, sample, export, data, completion,
+    )  # fmt: skip
     return {module.NAME: module for module in modules}
 
 
