@@ -1,6 +1,6 @@
 """An ablation series' experiments as research log rows: each run with a result is one row, its
-change measured against the baseline on the series' own figure (val bits per byte after a
-budget or a number of steps, the time to a target val loss), `kept` when it beat the baseline
+change measured against the baseline on the figure its table compares (val bits per byte after
+a budget, the time to a target val loss, else the final val loss), `kept` when it beat the baseline
 by more than the baseline's own spread (its repeats), `discarded` otherwise; a run that failed
 before its first step was `refused`, one that failed later `crashed`."""
 
@@ -23,7 +23,7 @@ def figure(result: RunResult, spec: AblationSpec) -> tuple[float | None, str]:
     """The value a change is judged on (lower is better) and its name."""
     if spec.target is not None:
         return result.time_to_target_s, f"time to val {spec.target:g}"
-    if result.final_val_bpb is not None:
+    if spec.budget is not None:  # as the table compares them
         return result.final_val_bpb, "val bpb"
     return result.final_val, "val loss"
 
