@@ -30,11 +30,12 @@ EPILOG = textwrap.dedent(
     examples:
       cockpit ablate --preset speedrun-cpu --change optim.name=adamw --change model.qk_norm=false --target 1.88
       cockpit ablate --preset tiny --change 'model.norm=rmsnorm model.mlp=relu2' --steps 200 --headless
+      cockpit ablate --preset speedrun-cpu --change optim.lr=0.002 --change model.mlp=relu2 --budget 5m
       cockpit ablate series.toml --repeat-baseline 3
 
     A series file:
       preset = "speedrun-cpu"        # the baseline
-      target = 1.88                  # or: steps = 2000
+      target = 1.88                  # or: steps = 2000, or: budget = "5m"
       repeat_baseline = 3            # the baseline's spread is the noise estimate
       [settings]                     # every run, as --set
       "eval.interval" = 25
@@ -50,7 +51,8 @@ EPILOG = textwrap.dedent(
     names it), the table to RUNS/SERIES/results.csv and results.md. q in the app (ctrl+c or
     SIGTERM headless) stops the series, the run on its way checkpointed; the same command
     again skips the runs that are done and resumes that one. Exit status: 0 the series is
-    complete, 1 stopped before its end, 2 refused (one line says why).
+    complete, 1 stopped before its end, 2 refused (one line says why). Each run that ends is
+    a row of the series' research log, RUNS/research/SERIES/log.tsv: `cockpit research log`.
     """
 )
 
