@@ -22,6 +22,11 @@ these do not drift. Their sum against the process's CPU is what the cockpit cost
 `--profile` adds a cProfile of the UI thread alone over a minute of live training.
 `--parts` picks the parts to run (e.g. `--parts cpu,profile`; `cpu` is part 1 without the
 headless rounds).
+
+`--parts metrics` (not run by default): the Prometheus endpoint (`--metrics-port`), headless
+rounds of the same run three ways, in a rotating order: without it, with it and nobody scraping,
+and with it scraped once a second as Prometheus would; the tokens/s ratios against the run
+without it. Goal: nothing measurable unscraped, under 1% scraped. Needs prometheus_client.
 """
 
 from __future__ import annotations
@@ -119,9 +124,11 @@ class Timing:
         }
 
 
-def make_trainer(steps: int, data: str, run_dir: str, timing: Timing) -> Trainer:
+def make_trainer(
+    steps: int, data: str, run_dir: str, timing: Timing, extra: tuple[str, ...] = ()
+) -> Trainer:
     cfg = load_preset(
-        "nanogpt-cpu", [f"train.max_steps={steps}", "checkpoint.interval=0", FIXED_THREADS]
+        "nanogpt-cpu", [f"train.max_steps={steps}", "checkpoint.interval=0", FIXED_THREADS, *extra]
     )
 
     def clock(event) -> None:
@@ -135,14 +142,87 @@ def make_trainer(steps: int, data: str, run_dir: str, timing: Timing) -> Trainer
     return Trainer(cfg, run_dir=run_dir, data_path=data, sinks=[clock])
 
 
-def headless_run(steps: int, data: str, warmup: int) -> tuple[float, Timing]:
+def headless_run(
+    steps: int, data: str, warmup: int, extra: tuple[str, ...] = (), scrape_s: float = 0.0
+) -> tuple[float, Timing]:
+    """tokens/s of a headless run; `scrape_s` > 0: its metrics endpoint (`extra` sets
+    log.metrics_port) is scraped that often while it trains, with its token."""
     timing = Timing(warmup, steps)
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = make_trainer(steps, data, run_dir, timing)
+        trainer = make_trainer(steps, data, run_dir, timing, extra)
         thread = threading.Thread(target=trainer.run)  # a thread, as in the app
         thread.start()
+        scraper = None
+        if scrape_s > 0:
+            port = trainer.cfg.log.metrics_port
+            scraper = threading.Thread(
+                target=scrape_while, args=(thread, Path(run_dir), port, scrape_s), daemon=True
+            )
+            scraper.start()
         thread.join()
+        if scraper is not None:
+            scraper.join()
         return timing.tokens_per_s(trainer.cfg.tokens_per_step), timing
+
+
+def scrape_while(training: threading.Thread, run_dir: Path, port: int, every_s: float) -> None:
+    """GET /metrics every `every_s` while `training` runs, as a Prometheus server would."""
+    import urllib.error
+    import urllib.request
+
+    token_file = run_dir / "metrics.token"
+    while training.is_alive() and not token_file.exists():
+        time.sleep(0.01)
+    scrapes = 0
+    while training.is_alive():
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+        request.add_header("Authorization", f"Bearer {token_file.read_text().strip()}")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                response.read()
+            scrapes += 1
+        except (urllib.error.URLError, ConnectionError):  # the endpoint closing as the run ends
+            pass
+        time.sleep(every_s)
+    if scrapes == 0:  # then "scraped" measured nothing more than "on"
+        print("   warning: the endpoint was never scraped: the run was too short (--steps)")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics_rounds(steps: int, data: str, warmup: int, rounds: int) -> None:
+    """Part 5: the run without the endpoint, with it unscraped, and scraped every second."""
+    print(
+        f"5. metrics endpoint: nanogpt-cpu headless, {steps} steps: off, on (not scraped), "
+        "on (scraped every 1 s), in a rotating order"
+    )
+    ways = ("off", "on", "scraped")
+    results: dict[str, list[float]] = {way: [] for way in ways}
+    ratios: dict[str, list[float]] = {"on": [], "scraped": []}
+    for r in range(rounds):
+        got = {}
+        for way in ways[r % 3 :] + ways[: r % 3]:  # a machine drifting hits each way alike
+            extra = () if way == "off" else (f"log.metrics_port={free_port()}",)
+            scrape_s = 1.0 if way == "scraped" else 0.0
+            got[way] = headless_run(steps, data, warmup, extra, scrape_s)[0]
+            results[way].append(got[way])
+        for way in ratios:
+            ratios[way].append(got[way] / got["off"])
+        print(
+            f"   round {r + 1}: off {got['off']:,.0f} tok/s   on {got['on']:,.0f} "
+            f"(ratio {ratios['on'][-1]:.3f})   scraped {got['scraped']:,.0f} "
+            f"(ratio {ratios['scraped'][-1]:.3f})"
+        )
+    print(
+        f"   median ratios against off: on {statistics.median(ratios['on']):.3f} (goal: 1.000 "
+        f"within noise)   scraped {statistics.median(ratios['scraped']):.3f} (goal >= 0.99)"
+    )
 
 
 async def app_run(
@@ -506,7 +586,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-PARTS = ("overhead", "cpu", "pause", "redraw", "profile")
+PARTS = ("overhead", "cpu", "pause", "redraw", "profile", "metrics")
 
 
 def main() -> None:
@@ -613,6 +693,9 @@ def main() -> None:
         )
         assert profile is not None
         print_profile(profile, args.profile_seconds)
+
+    if "metrics" in parts:
+        metrics_rounds(args.steps, args.data, args.warmup, args.rounds)
 
 
 if __name__ == "__main__":
