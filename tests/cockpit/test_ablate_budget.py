@@ -243,3 +243,16 @@ def test_a_change_is_kept_only_below_every_baseline_run():
     )
     assert verdict(result(1.47), spec, three)[0] == "kept"
     assert verdict(result(None), spec, three) == ("discarded", "no val bpb measured")
+
+
+def test_a_link_in_the_logs_place_is_refused_not_followed(tmp_path):
+    from engine.config import ConfigError
+
+    log = ResearchLog(tmp_path / "runs" / "research" / "s")
+    log.directory.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("mine\n")
+    log.path.symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match="is a symbolic link"):
+        log.append([row("a")])
+    assert elsewhere.read_text() == "mine\n"
