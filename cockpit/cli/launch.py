@@ -33,6 +33,7 @@ def train(args: argparse.Namespace, signals: StopSignals) -> int:
     a terminal, or asked) or in the app. A refusal raises ConfigError (one line)."""
     resume_after_restart(args)
     finished = preflight(args)
+    notify_endpoints(args)  # a malformed notify.toml or --notify: one line before anything
     if finished is not None:
         print(finished)  # nothing to train; nothing touched
         return 0
@@ -93,7 +94,7 @@ def make_trainer(
     # a later run gets a new directory under the runs root, made by the engine: a name taken
     # there (a link another user planted) gives way to the next free one
     later_root = runs_root if not first and runs_root is not None else "runs"
-    return Trainer(
+    trainer = Trainer(
         replay.config,
         planned_changes=replay.changes,
         run_dir=args.run_dir if first else None,
@@ -106,6 +107,41 @@ def make_trainer(
         interactive=interactive,
         allow_data_change=args.allow_data_change if first else False,
     )
+    endpoints = notify_endpoints(args)
+    if endpoints and torchrun_rank() == 0:  # rank 0 alone sends
+        from engine.rundir import Notifications
+
+        notes = Notifications(endpoints, partial(notify_warning, trainer), preset=Path(name).stem)
+        trainer.sinks.append(notes)  # the list its reporter reads at every event
+    return trainer
+
+
+NOTIFY_ENV = "COCKPIT_NOTIFY"  # more [FORMAT:]URL endpoints, one a line (`cockpit start`'s engine)
+
+
+def notify_endpoints(args: argparse.Namespace) -> list[Any]:
+    """The endpoints a run's notices go to: the user's notify.toml's, $COCKPIT_NOTIFY's, then
+    --notify's; a malformed one is a ConfigError (one line naming it and the fix)."""
+    from engine.rundir import load_notify_file, parse_endpoint
+
+    from_env = [line for line in os.environ.get(NOTIFY_ENV, "").splitlines() if line.strip()]
+    given = getattr(args, "notify", None) or []
+    return [
+        *load_notify_file(),
+        *(parse_endpoint(text, f"${NOTIFY_ENV}") for text in from_env),
+        *(parse_endpoint(text) for text in given),
+    ]
+
+
+def notify_warning(trainer: Any, message: str) -> None:
+    """A notification that could not be sent: a warning of the run while it goes on (its alerts,
+    metrics.jsonl), and on stderr once it has ended (its final state stays its last record)."""
+    from engine.events import RunState
+
+    if trainer.state in RunState.ENDED:
+        print(f"cockpit: {message}", file=sys.stderr)
+    else:
+        trainer.reporter.alert("warning", message, "notify")
 
 
 def run_headless(args: argparse.Namespace, signals: StopSignals | None = None) -> int:

@@ -80,6 +80,15 @@ def add_run_options(parser: argparse.ArgumentParser, headless: bool = True) -> N
     parser.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
     add_notify_options(parser)
     parser.add_argument(
+        "--notify",
+        action="append",
+        default=[],
+        metavar="[FORMAT:]URL",
+        help="post a notice to URL when the run finishes, fails, stops on a fault, stalls or "
+        "reaches its target (repeatable); FORMAT: json, ntfy, slack or discord, inferred from the "
+        "URL when left out; added to the endpoints of $XDG_CONFIG_HOME/cockpit/notify.toml",
+    )
+    parser.add_argument(
         "--tensorboard",
         action="store_true",
         help="also write TensorBoard event files to RUN_DIR/tensorboard (same as --set log.tensorboard=true)",

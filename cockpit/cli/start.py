@@ -53,11 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cockpit.cli.launch import notify_endpoints
     from cockpit.cli.preflight import preflight
 
     try:
         nproc = parse_nproc(args.nproc)
         finished = preflight(args)  # every refusal before anything starts: one line, exit 2
+        notify_endpoints(args)  # a malformed notify.toml or --notify
         if finished is not None:
             print(finished)
             return 0
@@ -219,6 +221,7 @@ def spawn_engine(
 ) -> subprocess.Popen[bytes]:
     """The engine in a new session (no terminal, no SIGHUP), its output in RUN_DIR/engine.log
     (torchrun's and every rank's, for more than one process)."""
+    from cockpit.cli.launch import NOTIFY_ENV
     from engine.files import open_for_append
     from engine.rundir import check_run_dir, create_run_dir
 
@@ -230,6 +233,8 @@ def spawn_engine(
     except ConfigError as e:
         raise StartError(str(e)) from None
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if args.notify:  # in its environment, not on its command line (`ps` shows that to all)
+        env[NOTIFY_ENV] = "\n".join(filter(None, [env.get(NOTIFY_ENV, ""), *args.notify]))
     if nproc > 1:
         env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
     try:  # never through a link planted at its name

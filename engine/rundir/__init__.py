@@ -1,4 +1,5 @@
-"""A run's directory: lock, metrics log and its readers, summary, history, journal, sinks."""
+"""A run's directory: lock, metrics log and its readers, summary, history, journal, sinks, and the
+notifications a run sends (what deserves one, the endpoints, the senders)."""
 
 from engine import lazy_exports
 
@@ -21,6 +22,9 @@ _EXPORTS = {
         "CRASHED", "FORKED", "LIVE", "UNREADABLE", "ListedRun", "engine_holds", "find_run_dirs",
         "list_run", "list_runs",
     ),
+    "engine.rundir.notices": ("FAULT_CODES", "KINDS", "STALL_FACTOR", "STALL_MIN_S", "Notice", "StallWatch", "action_notice", "notice_for"),
+    "engine.rundir.notify_endpoints": ("FORMATS", "Endpoint", "infer_format", "load_notify_file", "notify_file", "parse_endpoint", "redact"),
+    "engine.rundir.notify_senders": ("Notifications", "request_for"),
     "engine.rundir.branch": ("FORK_FILE", "ForkError", "NothingToTrain", "branch_overrides", "carried_changes", "make_fork"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
