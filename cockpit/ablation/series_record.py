@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.ablation.spec import BASELINE, AblationSpec, plain_label, settled
+from cockpit.ablation.spec import BASELINE, AblationSpec, duration_text, plain_label, settled
 from engine.config import ConfigError, load_preset, read_small_text
 from engine.events import RunState
 from engine.files import atomic_write_text
@@ -219,6 +219,8 @@ def describe(identity: dict[str, Any]) -> str:
     what = [f"preset {identity.get('preset')}"]
     if identity.get("target") is not None:
         what.append(f"to val {identity['target']:g}")
+    if identity.get("budget") is not None:
+        what.append(f"a training time of {duration_text(float(identity['budget']))}")
     if identity.get("steps") is not None:
         what.append(f"{identity['steps']} steps")
     if identity.get("settings"):

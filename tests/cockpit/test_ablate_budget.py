@@ -121,6 +121,12 @@ def test_a_budget_series_compares_what_the_same_training_time_bought(tmp_path):
     relogged, damaged = read_log(log_path)
     assert [r.id for r in relogged] == ["00-baseline", "01-optim.name=lion"] and damaged == 1
     assert relogged[1] == logged[1]
+    # another budget is another series: refused under the same name
+    other = cockpit(runs, *args[:-4], "--budget", "2s", "--steps", "100000", "--name", "b", *QUICK)
+    assert (
+        other.returncode == 2
+        and "(preset tiny, a training time of 1s, 100000 steps, --set " in other.stderr
+    )
 
 
 @pytest.mark.parametrize(
