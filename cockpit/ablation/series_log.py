@@ -32,12 +32,16 @@ def fmt(value: float, name: str) -> str:
     return f"{value:.2f} s" if name.startswith("time") else f"{value:.4f}"
 
 
-def verdict(result: RunResult, spec: AblationSpec, baselines: Sequence[RunResult]) -> tuple[str, str]:
+def verdict(
+    result: RunResult, spec: AblationSpec, baselines: Sequence[RunResult]
+) -> tuple[str, str]:
     """(kept or discarded, why) of a finished change against the baseline's runs with a result."""
     value, name = figure(result, spec)
     base = [v for b in baselines if (v := figure(b, spec)[0]) is not None]
     if value is None:
-        return "discarded", f"no {name} measured" + (" (not reached)" if spec.target is not None else "")
+        return "discarded", f"no {name} measured" + (
+            " (not reached)" if spec.target is not None else ""
+        )
     if not base:
         return "discarded", f"{name} {fmt(value, name)}; no baseline measured to compare with"
     mean = statistics.fmean(base)
@@ -46,7 +50,9 @@ def verdict(result: RunResult, spec: AblationSpec, baselines: Sequence[RunResult
         said += f" (mean of {len(base)}, spread {fmt(min(base), name)} to {fmt(max(base), name)})"
         if value < min(base):
             return "kept", said + ": lower than every baseline run"
-        return "discarded", said + ": " + ("within the baseline's spread" if value <= max(base) else "higher")
+        return "discarded", said + ": " + (
+            "within the baseline's spread" if value <= max(base) else "higher"
+        )
     if value < mean:
         return "kept", said + ": lower (no noise measured: --repeat-baseline K)"
     return "discarded", said + ": not lower"
