@@ -8,6 +8,7 @@ Prometheus asks, on the server's own thread. Read-only: nothing it serves change
 
 from __future__ import annotations
 
+import errno
 import hmac
 import math
 import secrets
@@ -65,13 +66,29 @@ def port_in_use(port: int) -> str:
     )
 
 
+def port_refusal(port: int, error: OSError) -> str:
+    """The one line saying why `port` cannot be listened on (`error`: what bind raised)."""
+    if error.errno == errno.EADDRINUSE:
+        return port_in_use(port)
+    if error.errno == errno.EACCES:
+        return (
+            f"log.metrics_port: port {port} needs privileges this user lacks (ports below 1024 "
+            f"do); choose a port from 1024 to 65535: --metrics-port N"
+        )
+    return (
+        f"log.metrics_port: cannot listen on {HOST}:{port} ({error.strerror or error}); "
+        f"choose another port: --metrics-port N"
+    )
+
+
 def check_port_free(port: int) -> None:
     """ConfigError (one line) when `port` on 127.0.0.1 cannot be listened on now."""
     probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the endpoint binds it
     try:
         probe.bind((HOST, port))
-    except OSError:
-        raise ConfigError(port_in_use(port)) from None
+    except OSError as e:
+        raise ConfigError(port_refusal(port, e)) from None
     finally:
         probe.close()
 
@@ -213,7 +230,9 @@ class _QuietHandler(WSGIRequestHandler):
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # a scrape in progress never holds the run's exit
-    allow_reuse_address = False  # a port another program listens on is refused, not shared
+    # a port left in TIME_WAIT by the run before (a resume just after a stop) is free to take;
+    # one another program listens on is refused all the same
+    allow_reuse_address = True
 
 
 def token_guard(app: Callable[..., Any], token: str) -> Callable[..., Any]:
@@ -264,8 +283,8 @@ class MetricsEndpoint:
             self._server = make_server(
                 HOST, port, app, server_class=_Server, handler_class=_QuietHandler
             )
-        except OSError:
-            raise ConfigError(port_in_use(port)) from None
+        except OSError as e:
+            raise ConfigError(port_refusal(port, e)) from None
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-endpoint", daemon=True
         )

@@ -4,6 +4,7 @@ refusals of a taken port and a missing package."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import stat
@@ -26,6 +27,7 @@ from engine.rundir.metrics_endpoint import (
     TOKEN_NAME,
     MetricsEndpoint,
     port_in_use,
+    port_refusal,
 )
 from engine.train.trainer import Trainer
 
@@ -210,3 +212,13 @@ def test_a_headless_run_says_where_its_endpoint_is(tmp_path: Path) -> None:
     assert line in done.stdout.splitlines()
     token = (run_dir / TOKEN_NAME).read_text().strip()
     assert len(token) >= 32 and token not in done.stdout  # the token stays in its file
+
+
+def test_a_port_this_user_may_not_use_is_named_as_such() -> None:
+    # as root (where this suite runs) no port is refused for privileges: the line for it alone
+    refused = port_refusal(80, PermissionError(errno.EACCES, "Permission denied"))
+    assert refused == (
+        "log.metrics_port: port 80 needs privileges this user lacks (ports below 1024 do); "
+        "choose a port from 1024 to 65535: --metrics-port N"
+    )
+    assert port_refusal(9100, OSError(errno.EADDRINUSE, "Address in use")) == port_in_use(9100)
