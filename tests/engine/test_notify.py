@@ -363,3 +363,29 @@ def test_an_endpoint_that_hangs_or_fails_neither_slows_nor_stops_the_run_and_is_
     assert not any(isinstance(e, Alert) and e.level == "error" for e in events)
     assert hook.requests  # it was tried
     assert os.environ.get("COCKPIT_NOTIFY") is None
+
+
+def test_a_detached_run_notifies_with_the_url_kept_off_its_command_line(
+    hooks: Callable[..., Hook], config_home: Path, tmp_path: Path
+) -> None:
+    from cockpit.cli.command_line import parse_args
+    from cockpit.cli.start import engine_argv
+
+    hook = hooks()
+    url = hook.url("/SECRET-TOKEN")
+    run_dir = tmp_path / "detached"
+    argv = ["start", "--no-telemetry", "--run-dir", str(run_dir), "--no-attach", "--notify", url,
+            *set_args(tiny_overrides("train.max_steps=3", quiet=True))]  # fmt: skip
+    assert not any(
+        "SECRET" in arg for arg in engine_argv(parse_args(argv), run_dir)
+    )  # `ps` shows it
+    started = cockpit_here(*argv, cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    ((path, _, body),) = hook.wait_for(1, timeout=120)
+    assert path == "/SECRET-TOKEN" and json.loads(body)["kind"] == "finished"
+    from engine.control.live_runs import find_live_runs
+
+    deadline = time.monotonic() + 30
+    while find_live_runs(tmp_path) and time.monotonic() < deadline:  # the engine ends after it
+        time.sleep(0.1)
+    assert "SECRET" not in (run_dir / "engine.log").read_text(encoding="utf-8")
