@@ -7,6 +7,7 @@ preset compiles) is included.
 
     python bench/speedrun.py [--rounds 3] [--target 1.88] [--data PATH]
     python bench/speedrun.py --ablation [--rounds 1] [--seeds 3] [--only LABEL ...]
+    python bench/speedrun.py --nanogpt ~/nanoGPT [--busy] [--rounds 3]
 
 Evaluation cadence: every `--coarse` steps, and every `--fine` steps once the last val loss is
 within `--margin` of the target, so the first crossing is seen within a few steps. The time to
@@ -26,6 +27,16 @@ of its final val loss, and its time against the baseline's. The val loss at a st
 depend on the machine's load (same seed, CPU), the times do: rounds measure the time's noise,
 seeds the loss's.
 
+`--nanogpt DIR` measures against the real nanoGPT instead of the `nanogpt-cpu` preset: its own
+train.py from the checkout (run where it is, never copied; its char data written to a temporary
+folder as its prepare.py writes them), with the CPU command of its README and torch's default
+threads, alternating with `speedrun-cpu` at its default settings. nanoGPT's training time is the
+sum of its iterations' times (its two evaluations' iterations counted at the median iteration's
+time); its final weights are evaluated on the whole val split by cockpit's evaluator, and that
+loss is the target speedrun-cpu's time is taken to (interpolated, as above). `--busy` measures
+both sides a second time with one competing busy process (a spinning Python process started by
+the bench, on any core), so the ratio is given quiet and under load, each a median of the rounds.
+
 `--set KEY=VALUE` (repeatable) changes every run of the bench, e.g. to shrink it for a test.
 
 Figures only, no pass/fail; the issue's goal is a ratio (speedrun / nanogpt time) <= 0.15.
@@ -34,14 +45,21 @@ Figures only, no pass/fail; the issue's goal is a ratio (speedrun / nanogpt time
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import pickle
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from engine.config import load_preset
@@ -267,7 +285,9 @@ def summarise(label: str, results: list[Result], target: float) -> Row:
         step_to=statistics.median(c[2] for c in reaching) if reaching else math.nan,
         final_val=spread([r.final[2] for r in results]),
         train_s=statistics.median(train),
-        ms_per_step=statistics.median(1000 * t / max(n, 1) for t, n in zip(train, steps, strict=True)),
+        ms_per_step=statistics.median(
+            1000 * t / max(n, 1) for t, n in zip(train, steps, strict=True)
+        ),
     )
 
 
@@ -303,8 +323,10 @@ def ablation(args: argparse.Namespace) -> None:
     variants = [(label, ov) for label, ov in ABLATIONS if not args.only or label in args.only]
     unknown = set(args.only) - {label for label, _ in ABLATIONS}
     if unknown:
-        raise SystemExit(f"--only: no variant named {sorted(unknown)}; the variants: "
-                         f"{[label for label, _ in ABLATIONS]}")
+        raise SystemExit(
+            f"--only: no variant named {sorted(unknown)}; the variants: "
+            f"{[label for label, _ in ABLATIONS]}"
+        )
     print(
         f"ablation: speedrun-cpu with one technique removed (-) or added (+); {args.rounds} "
         f"round(s) x {args.seeds} seed(s) ({seed0}..{seed0 + args.seeds - 1}) per variant; each "
@@ -343,30 +365,192 @@ def ablation(args: argparse.Namespace) -> None:
     )
 
 
+# nanoGPT's README, "I only have a macbook": its CPU recipe for Tiny Shakespeare (char)
+NANOGPT_CPU = [
+    "--device=cpu", "--compile=False", "--eval_iters=20", "--log_interval=1", "--block_size=64",
+    "--batch_size=12", "--n_layer=4", "--n_head=4", "--n_embd=128", "--max_iters=2000",
+    "--lr_decay_iters=2000", "--dropout=0.0",
+]  # fmt: skip
+# evaluated at iterations 0 and 2000 only, the final weights saved for cockpit's evaluator
+NANOGPT_OUT = ["--eval_interval=2000", "--always_save_checkpoint=True", "--wandb_log=False"]
+NANOGPT_ITER = re.compile(r"^iter (\d+): loss [-\d.naninf]+, time ([\d.]+)ms", re.M)
+NANOGPT_EVAL = re.compile(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)", re.M)
+
+
+@dataclass
+class NanoRun:
+    train_s: float  # its iterations' times, an evaluation's iteration at the median's
+    iterations: int
+    own_val: float  # its own estimate at the end (eval_iters batches)
+    full_val: float  # its final weights on the whole val split, by cockpit's evaluator
+
+
+def write_char_data(text_path: str, folder: Path) -> None:
+    """nanoGPT's shakespeare_char data as its prepare.py makes them: the sorted characters as
+    ids, the first 90% train, the rest val, uint16 files and a meta.pkl."""
+    text = Path(text_path).read_text(encoding="utf-8")
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    cut = int(len(text) * 0.9)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, part in (("train", text[:cut]), ("val", text[cut:])):
+        np.array([stoi[c] for c in part], dtype=np.uint16).tofile(folder / f"{split}.bin")
+    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}
+    (folder / "meta.pkl").write_bytes(pickle.dumps(meta))
+
+
+def full_val_of(ckpt: Path, data: str) -> float:
+    """A nanoGPT ckpt.pt's loss on the whole val split, as cockpit evaluates speedrun-cpu's: the
+    nanogpt-cpu preset started from its weights, evaluated before its first step."""
+    cfg = load_preset("nanogpt-cpu", [f"model.init_from={ckpt}", "train.max_steps=1", *COMMON])
+    vals: list[float] = []
+    with tempfile.TemporaryDirectory() as run_dir:
+        sink = lambda ev: vals.append(ev.val_loss) if ev.kind == "eval" else None  # noqa: E731
+        trainer = Trainer(cfg, run_dir=run_dir, data_path=data, sinks=[sink], telemetry=False)
+        trainer.evaluate()  # taken at the first step boundary, before the step trains
+        state = trainer.run()
+    if not vals:
+        raise SystemExit(f"{ckpt}: cockpit could not evaluate nanoGPT's weights (the run {state})")
+    return vals[0]
+
+
+def run_real_nanogpt(checkout: Path, work: Path, data: str, extra: list[str]) -> NanoRun:
+    """nanoGPT's train.py, from `work` (its data/ and a link to its configurator.py there)."""
+    link = work / "configurator.py"
+    if not link.exists():
+        link.symlink_to(checkout / "configurator.py")
+    out = work / "out"
+    argv = [sys.executable, str(checkout / "train.py"), str(checkout / "config" / "train_shakespeare_char.py"),
+            *NANOGPT_CPU, *NANOGPT_OUT, f"--out_dir={out}", *extra]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torch's default
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the checkout as it is
+    done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True)
+    iters = [(int(i), float(ms) / 1e3) for i, ms in NANOGPT_ITER.findall(done.stdout)]
+    evals = [(int(s), float(v)) for s, _, v in NANOGPT_EVAL.findall(done.stdout)]
+    if done.returncode != 0 or not iters or not evals:
+        raise SystemExit(
+            f"nanoGPT's train.py exited {done.returncode}: {(done.stdout + done.stderr)[-1500:]}"
+        )
+    evaluated = {s for s, _ in evals}
+    median = statistics.median(t for i, t in iters if i not in evaluated)
+    train_s = sum(median if i in evaluated else t for i, t in iters)
+    # cockpit reads a char model's vocabulary from the meta.pkl beside its ckpt.pt
+    (out / "meta.pkl").write_bytes((work / "data" / "shakespeare_char" / "meta.pkl").read_bytes())
+    return NanoRun(train_s, len(iters), evals[-1][1], full_val_of(out / "ckpt.pt", data))
+
+
+@contextlib.contextmanager
+def busy_process(on: bool) -> Iterator[None]:
+    """One competing process that spins on a core for as long as the block runs."""
+    if not on:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def against_nanogpt(args: argparse.Namespace) -> None:
+    checkout = Path(args.nanogpt).expanduser().resolve()
+    conditions = ["quiet", "busy"] if args.busy else ["quiet"]
+    summary = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        write_char_data(args.data, work / "data" / "shakespeare_char")
+        for condition in conditions:
+            ratios, nano_s, fast_s = [], [], []
+            with busy_process(condition == "busy"):
+                for r in range(args.rounds):
+                    nano = run_real_nanogpt(checkout, work, args.data, args.nanogpt_set)
+                    res = timed_run("speedrun-cpu", args.set, args.data, nano.full_val, stop_at_target=False,
+                                    coarse=min(args.coarse, 50), fine=args.fine, margin=args.margin)  # fmt: skip
+                    _, t_int, step = res.time_to(nano.full_val)
+                    ratios.append(t_int / nano.train_s)
+                    nano_s.append(nano.train_s)
+                    fast_s.append(t_int)
+                    print(
+                        f"{condition} round {r + 1}: nanoGPT {nano.iterations} iterations in {nano.train_s:.1f} s of "
+                        f"training, final val {nano.full_val:.4f} on the whole split (its own estimate "
+                        f"{nano.own_val:.4f}); speedrun-cpu reached it at step {step} after {fmt(t_int)} s "
+                        f"(final val {res.final[2]:.4f} at {res.final[1]:.1f} s); ratio {fmt(t_int / nano.train_s, '.3f')}",
+                        flush=True,
+                    )  # fmt: skip
+            finite = [x for x in ratios if math.isfinite(x)]
+            summary.append(
+                f"{condition}: median ratio {fmt(statistics.median(finite), '.3f') if finite else '-'} "
+                f"(min {fmt(min(finite or [math.nan]), '.3f')}, max {fmt(max(finite or [math.nan]), '.3f')}, "
+                f"{len(finite)}/{len(ratios)} rounds reached nanoGPT's val); nanoGPT median {statistics.median(nano_s):.1f} s, "
+                f"speedrun-cpu median {fmt(statistics.median(fast_s))} s"
+            )  # fmt: skip
+    print()
+    print(
+        "speedrun-cpu (default settings) / nanoGPT's CPU recipe, training time to nanoGPT's final val:"
+    )
+    for line in summary:
+        print("  " + line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="alternating rounds (default 3; 1 for the ablation)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="alternating rounds (default 3; 1 for the ablation)",
+    )
     parser.add_argument("--seeds", type=int, default=1, help="ablation: seeds per variant")
-    parser.add_argument("--only", action="append", default=[], metavar="LABEL",
-                        help="ablation: run only this variant (repeatable; the first one run is "
-                        "the baseline of the ratios)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="an override for every run (repeatable)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="ablation: run only this variant (repeatable; the first one run is "
+        "the baseline of the ratios)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override for every run (repeatable)",
+    )
     parser.add_argument("--target", type=float, default=1.88)
     parser.add_argument("--coarse", type=int, default=100, help="steps between evals far away")
     parser.add_argument("--fine", type=int, default=10, help="steps between evals near target")
     parser.add_argument("--margin", type=float, default=0.04, help="'near' = within this much")
     parser.add_argument("--ablation", action="store_true", help="one technique removed at a time")
     parser.add_argument(
+        "--nanogpt", metavar="DIR", help="a nanoGPT checkout: compare with its own train.py"
+    )
+    parser.add_argument(
+        "--busy", action="store_true", help="with --nanogpt: also under one busy process"
+    )
+    parser.add_argument(
+        "--nanogpt-set",
+        action="append",
+        default=[],
+        metavar="--KEY=VALUE",
+        help="with --nanogpt: an extra argument to its train.py (e.g. to shrink it for a test)",
+    )
+    parser.add_argument(
         "--data", default=os.environ.get("COCKPIT_TINYSHAKESPEARE", str(SHAKESPEARE))
     )
     args = parser.parse_args()
+    if args.nanogpt and not (Path(args.nanogpt).expanduser() / "train.py").is_file():
+        parser.error(f"--nanogpt {args.nanogpt}: no train.py there (give a nanoGPT checkout)")
+    if args.busy and not args.nanogpt:
+        parser.error("--busy measures against the real nanoGPT: give --nanogpt DIR too")
     if args.rounds is None:
         args.rounds = 1 if args.ablation else 3
     os.environ.setdefault("COCKPIT_CACHE_DIR", str(Path(tempfile.gettempdir()) / "speedrun-cache"))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, data {args.data}")
-    ablation(args) if args.ablation else compare(args)
+    if args.nanogpt:
+        against_nanogpt(args)
+    else:
+        ablation(args) if args.ablation else compare(args)
 
 
 if __name__ == "__main__":
