@@ -670,6 +670,8 @@ NESTED_FIELDS: dict[tuple[str, str], str] = {
     ("DeviceReading", "power_limit_w"): "power limit, W",
     ("DeviceReading", "sm_clock_mhz"): "SM clock, MHz",
     ("DeviceReading", "throttle"): "why the clocks are held back, if they are",
+    ("DeviceReading", "process_util_percent"): "the run's process's SM utilisation since the "
+    "previous reading (0 while it holds memory there but ran no kernel)",
     ("RankReading", "rank"): "the rank",
     ("RankReading", "host"): "its host name",
     ("RankReading", "local_rank"): "its rank on that host",

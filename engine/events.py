@@ -302,6 +302,7 @@ class DeviceReading:
     power_limit_w: float | None = None
     sm_clock_mhz: float | None = None
     throttle: tuple[str, ...] = ()
+    process_util_percent: float | None = None  # the run's own SM use since the last reading
 
 
 @dataclass(frozen=True)

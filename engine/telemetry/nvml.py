@@ -1,5 +1,6 @@
-"""GPU telemetry through NVML: every visible GPU (utilisation, memory, this process's share,
-temperature, power, SM clock, throttle reasons) plus the host stats, source "nvml"."""
+"""GPU telemetry through NVML: every visible GPU (utilisation, memory, this process's share of
+its memory and SMs, temperature, power, SM clock, throttle reasons) plus the host stats, source
+"nvml"."""
 
 from __future__ import annotations
 
@@ -78,6 +79,13 @@ class NvmlBackend:
         self._clock_sm = getattr(nvml, "NVML_CLOCK_SM", 1)
         self._host = PsutilBackend(psutil_module)
         self._pid = os.getpid()
+        # per device, the newest process-utilisation sample already read (microseconds): each
+        # reading averages the samples NVML took since the previous one
+        self._util_seen = [0] * len(self._handles)
+        not_found = getattr(nvml, "NVMLError_NotFound", None)
+        self._not_found: tuple[type[BaseException], ...] = (
+            (not_found,) if isinstance(not_found, type) else ()
+        )
 
     @property
     def device_count(self) -> int:
@@ -106,6 +114,7 @@ class NvmlBackend:
         power_mw = self._optional(nv.nvmlDeviceGetPowerUsage, handle)
         limit_mw = self._optional(nv.nvmlDeviceGetEnforcedPowerLimit, handle)
         clock = self._optional(nv.nvmlDeviceGetClockInfo, handle, self._clock_sm)
+        process_mem = self._optional(process_gpu_memory, nv, handle, self._pid)
         return DeviceReading(
             index=index,
             name=self._names[index],
@@ -113,13 +122,36 @@ class NvmlBackend:
             mem_util_percent=_num(getattr(util, "memory", None)),
             mem_used=_int(mem.used),
             mem_total=_int(mem.total),
-            process_mem=self._optional(process_gpu_memory, nv, handle, self._pid),
+            process_mem=process_mem,
             temperature_c=_num(temp),
             power_w=None if power_mw is None else power_mw / 1000.0,
             power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
             sm_clock_mhz=_num(clock),
             throttle=self._throttle(handle),
+            process_util_percent=self._process_util(index, handle, process_mem),
         )
+
+    def _process_util(self, index: int, handle: Any, process_mem: int | None) -> float | None:
+        """This process's SM utilisation on the device: the mean of the samples NVML took of it
+        since the previous reading (as nvitop's %SM). None where the device cannot tell or the
+        process is not on it; 0 where it holds memory there but NVML sampled no kernel of it."""
+        fn = getattr(self._nvml, "nvmlDeviceGetProcessUtilization", None)
+        if fn is None:
+            return None
+        try:
+            samples = fn(handle, self._util_seen[index]) or ()
+        except self._not_found:  # no process sampled since the last reading
+            samples = ()
+        except self._fatal:
+            raise
+        except self._nvml_error:
+            return None
+        for s in samples:
+            self._util_seen[index] = max(self._util_seen[index], int(s.timeStamp))
+        mine = [float(s.smUtil) for s in samples if s.pid == self._pid]
+        if mine:
+            return sum(mine) / len(mine)
+        return None if process_mem is None else 0.0
 
     def _optional(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Call an NVML query; None when this device cannot answer it, raise when it is gone."""

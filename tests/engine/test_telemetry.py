@@ -45,6 +45,9 @@ class FakeNvml:
     class NVMLError_FunctionNotFound(NVMLError):
         pass
 
+    class NVMLError_NotFound(NVMLError):  # no process sample newer than the timestamp asked
+        pass
+
     def __init__(self, count: int = 2, init_error: Exception | None = None) -> None:
         self.count = count
         self.init_error = init_error
@@ -59,6 +62,9 @@ class FakeNvml:
             ],
             1: [SimpleNamespace(pid=MY_PID + 100_001, usedGpuMemory=1 * GIB)],
         }
+        # per GPU, NVML's process samples (pid, timeStamp in microseconds, smUtil)
+        self.samples: dict[int, list[Any]] = {0: [], 1: []}
+        self.util_asked: list[tuple[int, int]] = []  # (gpu, lastSeenTimeStamp) per call
 
     # -- lifecycle
     def nvmlInit(self) -> None:
@@ -99,6 +105,14 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         self._check(h, "procs")
         return self.processes[h]
+
+    def nvmlDeviceGetProcessUtilization(self, h: int, last_seen: int) -> list[Any]:
+        self._check(h, "putil")
+        self.util_asked.append((h, last_seen))
+        newer = [s for s in self.samples[h] if s.timeStamp > last_seen]
+        if not newer:
+            raise self.NVMLError_NotFound("Not Found")
+        return newer
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
         assert sensor == self.NVML_TEMPERATURE_GPU
@@ -156,6 +170,34 @@ def test_process_memory_counts_only_our_pid(nvml: FakeNvml) -> None:
     g0, g1 = NvmlBackend(nvml).read().gpus
     assert g0.process_mem == 4 * GIB  # 3 + 1 of ours, the other 5 GiB belong to someone else
     assert g1.process_mem is None  # no entry of ours on GPU 1: unknown, not 0
+
+
+def sample(pid: int, t_us: int, sm: int) -> Any:
+    return SimpleNamespace(pid=pid, timeStamp=t_us, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+
+
+def test_process_utilisation_is_our_pid_s_samples_since_the_last_reading(nvml: FakeNvml) -> None:
+    """As nvitop's %SM: our own samples only, each reading averaging those taken since the
+    previous one; 0 where we hold memory but ran nothing, unknown where we are not on it."""
+    nvml.samples[0] = [
+        sample(MY_PID, 10, 90),
+        sample(MY_PID + 100_000, 11, 5),
+        sample(MY_PID, 12, 70),
+    ]
+    backend = NvmlBackend(nvml)
+    g0, g1 = backend.read().gpus
+    assert g0.process_util_percent == 80.0  # (90 + 70) / 2, the other process's 5 not counted
+    assert g1.process_util_percent is None  # none of our memory there: not our GPU
+    nvml.samples[0].append(sample(MY_PID, 20, 40))
+    g0, _ = backend.read().gpus
+    assert g0.process_util_percent == 40.0  # only the sample taken since the last reading
+    assert (0, 12) in nvml.util_asked  # asked from the newest sample seen, not from 0 again
+    g0, _ = backend.read().gpus
+    assert g0.process_util_percent == 0.0  # on the GPU (3 GiB) but no sample since: no kernel
+    # one query per device per reading: on the poller's pace, never more
+    assert [a for a in nvml.util_asked if a[0] == 0] == [(0, 0), (0, 12), (0, 20)]
+    nvml.unsupported.add((0, "putil"))
+    assert backend.read().gpus[0].process_util_percent is None  # the device cannot tell
 
 
 def test_unsupported_query_yields_none_and_rest_is_filled(nvml: FakeNvml) -> None:
