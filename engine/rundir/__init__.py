@@ -1,5 +1,5 @@
-"""A run's directory: lock, metrics log and its readers, summary, history, journal, sinks, and the
-notifications a run sends (what deserves one, the endpoints, the senders)."""
+"""A run's directory: lock, metrics log and its readers, summary, history, journal, the digest of
+a time away, sinks, and the notifications a run sends (what deserves one, the endpoints, the senders)."""
 
 from engine import lazy_exports
 
@@ -16,6 +16,10 @@ _EXPORTS = {
     "engine.rundir.history": ("RunCurves", "read_curves", "run_tokenizer"),
     "engine.rundir.sample_records": ("read_samples",),
     "engine.rundir.journal": ("Entry", "JournalTail"),
+    "engine.rundir.digest": (
+        "AWAY_MIN_S", "Digest", "Noted", "away_digest", "digest", "digest_lines", "last_detach",
+        "parse_duration", "read_digest",
+    ),
     "engine.rundir.recorded": ("RecordedRun",),
     "engine.rundir.sinks": ("summary_writer_class",),
     "engine.rundir.metrics_endpoint": ("check_metrics_port",),
