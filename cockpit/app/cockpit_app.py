@@ -38,12 +38,14 @@ from cockpit.app.run_events import RunEvents
 from cockpit.app.run_opening import RunOpening
 from cockpit.app.run_starts import ResumeFactory, RunStarts
 from cockpit.app.run_view import RunView
+from cockpit.app.samples_view import SamplesView
 from cockpit.app.session import Session
 from cockpit.app.session_runs import SessionRun, resumed_preset, run_dir_of
 from cockpit.app.switching import Switching
 from cockpit.screens.cooldown import CooldownScreen
 from cockpit.screens.dialogs import HelpScreen
 from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
+from cockpit.widgets.samples import SamplesPanel
 from engine.config import DEFAULT_PRESET, ConfigError
 from engine.contract import EngineHandle
 from engine.control import DETACHED
@@ -108,6 +110,7 @@ class CockpitApp(App[None]):
             data_available or data_always_available, fit_warning,
         )  # fmt: skip
         self.comparing = Comparing(self)
+        self.samples_view = SamplesView(self)
         self.opening = RunOpening(self, self.switching, self.comparing)
         self.starts = RunStarts(self, self.opening, self.switching, resume_factory)
         self.run_events = RunEvents(
@@ -496,6 +499,10 @@ class CockpitApp(App[None]):
         from cockpit.screens.journal import JournalScreen
 
         self.push_screen(JournalScreen(self.session.run_dir))
+
+    def on_samples_panel_open_screen(self, _message: SamplesPanel.OpenScreen) -> None:
+        """enter on the samples panel: its samples by prompt and step, compared runs' beside."""
+        self.samples_view.open()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for title, description, action in palette_entries():

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from textual.binding import Binding
 from textual.content import Content
 from textual.geometry import Size
+from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.visual import Visual
@@ -49,6 +51,8 @@ class SamplesPanel(ScrollView):
     widget per sample, or one long text, cost a layout pass or a full re-wrap per sample."""
 
     BORDER_TITLE = "Samples"
+    # the app opens the samples screen (not shown in the footer: the panel's own key)
+    BINDINGS = [Binding("enter", "open_screen", "Samples screen", show=False)]
     ALLOW_MAXIMIZE = True
     can_focus = True
     EMPTY = "no samples yet"
@@ -63,6 +67,12 @@ class SamplesPanel(ScrollView):
         self._blocks: deque[tuple[tuple[int, str, str], list[Strip]]] = deque()
         self._wrap_width = 0
         self.sampling_offered = False  # the empty panel names s only while a press samples
+
+    class OpenScreen(Message):
+        """enter on the panel: every sample by prompt and step, on a screen of its own."""
+
+    def action_open_screen(self) -> None:
+        self.post_message(self.OpenScreen())
 
     def offer_sampling(self, offered: bool) -> None:
         if offered != self.sampling_offered:
