@@ -1,0 +1,112 @@
+"""`cockpit autopilot` on a real tiny run in a thread, serving its control socket: a plateau
+makes it cool the run down, the journal credits the autopilot, and the LR follows the decay."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from command_here import cockpit_here
+from tiny import tiny_overrides
+
+from engine.config.presets import load_preset
+from engine.control import wire
+from engine.rundir.journal import read_journal
+from engine.train.trainer import Trainer
+
+TIMEOUT = 30.0
+RULES = """
+[[rule]]
+when = "plateau"
+evals = 2
+min_delta = 100.0  # no evaluation betters the first by this: a plateau from the third on
+do = "cooldown 6"
+"""
+
+
+def start_run(run_dir: Path) -> tuple[Trainer, threading.Thread]:
+    overrides = tiny_overrides(
+        "schedule.kind=wsd", "schedule.warmup_steps=0", "optim.lr=3e-3", "schedule.min_lr=1e-5",
+        "eval.interval=3", "sample.interval=0", "checkpoint.interval=0", "train.max_steps=100000",
+    )  # fmt: skip
+    trainer = Trainer(
+        load_preset("tiny", overrides), run_dir=run_dir, telemetry=False, interactive=False
+    )
+    thread = threading.Thread(target=trainer.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TIMEOUT
+    while not (run_dir / wire.SOCKET_NAME).exists() or trainer.step < 1:
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.01)
+    return trainer, thread
+
+
+def test_a_plateau_cools_the_run_down_as_the_autopilots_doing(tmp_path: Path) -> None:
+    rules = tmp_path / "night.toml"
+    rules.write_text(RULES)
+    run_dir = tmp_path / "run"
+    trainer, thread = start_run(run_dir)
+    try:
+        done = cockpit_here("autopilot", str(run_dir), "--rules", str(rules))
+    finally:
+        trainer.stop(checkpoint=False)
+        thread.join(TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"autopilot: watching {run_dir} with 1 rules from {rules}"
+    assert "rule 1 (plateau): plateau: val loss" in lines[1]
+    assert lines[1].endswith("for 2 evaluations (evals = 2); doing: cooldown 6")
+    assert lines[-1].startswith("autopilot: the run finished at step ")
+
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    changed = [r for r in records if r["kind"] == "settings_changed"]
+    assert len(changed) == 1  # once, not at every evaluation after
+    assert changed[0]["by"].endswith(f"autopilot (rules {rules})")
+    assert changed[0]["changes"]["train.max_steps"][1] == changed[0]["step"] + 6
+    entries = [e for e in read_journal(run_dir / "metrics.jsonl") if "autopilot" in e.who]
+    assert any(e.what.startswith("set") or "cool" in e.what for e in entries), entries
+    # the LR decays from the cool-down on, to the floor at the run's end
+    lrs = [r["lr"] for r in records if r["kind"] == "step" and r["step"] > changed[0]["step"]]
+    assert lrs == sorted(lrs, reverse=True) and lrs[1] < 3e-3 and lrs[-1] < 1e-3
+    assert records[-1]["kind"] == "state" and records[-1]["state"] == "finished"
+
+
+def test_a_dry_run_only_says_and_an_absent_run_is_one_line(tmp_path: Path) -> None:
+    rules = tmp_path / "night.toml"
+    rules.write_text(RULES)
+    absent = cockpit_here("autopilot", str(tmp_path), "--rules", str(rules))
+    assert absent.returncode == 2
+    assert absent.stderr.startswith(f"cockpit autopilot: no live run in {tmp_path}")
+    assert absent.stderr.count("\n") == 1
+    run_dir = tmp_path / "run"
+    trainer, thread = start_run(run_dir)
+    result: list = []
+    runner = threading.Thread(target=lambda: None)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+
+        # the run goes on: stop it once the dry run has said what it would do
+        def stop_when_said() -> None:
+            while time.monotonic() < deadline:
+                text = (run_dir / "metrics.jsonl").read_text()
+                if text.count('"kind": "eval"') + text.count('"kind":"eval"') >= 5:
+                    break
+                time.sleep(0.05)
+            trainer.stop(checkpoint=False)
+
+        runner = threading.Thread(target=stop_when_said, daemon=True)
+        runner.start()
+        result.append(cockpit_here("autopilot", str(run_dir), "--rules", str(rules), "--dry-run"))
+    finally:
+        trainer.stop(checkpoint=False)
+        thread.join(TIMEOUT)
+        runner.join(TIMEOUT)
+    done = result[0]
+    assert done.returncode == 0, done.stderr
+    assert "would do: cooldown 6" in done.stdout
+    assert "doing:" not in done.stdout
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert not [r for r in records if r["kind"] == "settings_changed"]
+    assert done.stdout.splitlines()[-1].startswith("autopilot: the run stopped at step ")
