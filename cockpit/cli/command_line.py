@@ -24,6 +24,7 @@ def subcommands() -> dict[str, ModuleType]:
     from cockpit.cli import (
         ablate,
         attach,
+        autopilot,
         compare,
         completion,
         data,
@@ -40,7 +41,7 @@ def subcommands() -> dict[str, ModuleType]:
     )
 
     modules = (
-        start, attach, ps, runs, compare, ablate, research, serve, fork, plan, presets, sample, export, data, completion,
+        start, attach, ps, runs, compare, ablate, research, autopilot, serve, fork, plan, presets, sample, export, data, completion,
     )  # fmt: skip
     return {module.NAME: module for module in modules}
 
