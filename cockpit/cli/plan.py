@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cockpit.cli.options import add_presets_dir_option, add_set_option
 from engine.config import DEFAULT_PRESET
@@ -50,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the corpus to train on: its characters size a char-level vocabulary",
     )
     add_presets_dir_option(parser)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the plan as JSON (bytes as numbers, the fixes with their --set), for scripts",
+    )
 
 
 def parse_nproc(text: str) -> int:
@@ -123,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = per_rank_batch(cfg, nproc)
     plan = plan_memory(cfg, vocab, device_type, capacity, nproc, parallel)
     fixes = suggest_fixes(cfg, vocab, device_type, capacity, nproc, parallel)
+    if args.json:
+        print(json.dumps(plan_json(cfg.name, plan, fixes, vocab), indent=2))
+        return 0 if plan.fits else 1
     print(format_plan(cfg, plan, fixes))
     from engine.model import chunk_tokens_for, padded_vocab_size
 
@@ -143,3 +152,31 @@ def run(args: argparse.Namespace) -> int:
         f" with fused attention; {loss}"
     )
     return 0 if plan.fits else 1
+
+
+def plan_json(preset: str, plan: Any, fixes: list[Any], vocab: int) -> dict[str, Any]:
+    """`cockpit plan --json`: the figures the table prints, unrounded; capacity and fits are
+    null when the device's memory is unknown. The fixes are listed, as the table lists them, only
+    when the plan does not fit or may not."""
+    shown = fixes if not plan.fits else []
+    return {
+        "preset": preset,
+        "device": plan.device,
+        "capacity": plan.capacity,
+        "fits": plan.fits,
+        "n_params": plan.n_params,
+        "vocab_size": vocab,
+        "parallel": plan.parallel,
+        "world_size": plan.world_size,
+        "memory": {name: value for name, value in plan.rows()},
+        "total": plan.total,
+        "fixes": [
+            {
+                "description": fix.description,
+                "set": list(fix.overrides),
+                "total": fix.plan.total,
+                "fits": fix.plan.fits,
+            }
+            for fix in shown
+        ],
+    }

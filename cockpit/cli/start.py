@@ -8,6 +8,7 @@ not to. With `--nproc N` the process is torchrun (`--standalone`) starting N ran
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -44,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-attach", action="store_true", help="print the run directory and return: do not open the app"
     )
     parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the started run as JSON (run_dir, pid, log, nproc) and return, for scripts "
+        "and agents: implies --no-attach",
+    )
+    parser.add_argument(
         "--nproc",
         default="1",
         metavar="N|auto",
@@ -61,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         finished = preflight(args)  # every refusal before anything starts: one line, exit 2
         notify_endpoints(args)  # a malformed notify.toml or --notify
         if finished is not None:
-            print(finished)
+            print(json.dumps({"started": False, "message": finished}) if args.json else finished)
             return 0
         if nproc == "auto":
             nproc = auto_nproc()
@@ -88,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
     from cockpit.cli.options import notify_settings
     from cockpit.cli.terminal import no_app_here
 
+    if args.json:
+        print(json.dumps(started_json(run_dir, process.pid, nproc)))
+        return 0
     why = None if args.no_attach else no_app_here()
     # With the app opened, this report is still on the terminal when the app's own exit
     # report comes, maybe after the run ended: the pid to kill is named only without the app.
@@ -318,6 +328,19 @@ def rank_error_line(path: Path) -> str:
         if line.startswith(("error: ", "cockpit: ", "[rank ")):
             return line.removeprefix("cockpit: ").removeprefix("error: ")
     return ""
+
+
+def started_json(run_dir: Path, pid: int, nproc: int = 1) -> dict[str, object]:
+    """What `cockpit start --json` prints once the run serves: where it is (absolute: usable from
+    any directory, as `cockpit ps --json` gives it) and what to signal."""
+    where = Path(os.path.abspath(run_dir))
+    return {
+        "started": True,
+        "run_dir": str(where),
+        "pid": pid,
+        "nproc": nproc,
+        "log": str(where / LOG_NAME),
+    }
 
 
 def started_report(run_dir: Path, pid: int, nproc: int = 1, kill: bool = True) -> str:
