@@ -73,29 +73,32 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     who = f"autopilot (rules {args.rules})"
-    try:
-        engine = RemoteEngine(run_dir, who=who, read_only=args.dry_run)
-    except EngineUnreachable as e:
-        print(f"cockpit autopilot: {e}", file=sys.stderr)
-        return 2
+    # a stop asked for while the autopilot connects is kept for the loop, never a traceback
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
     }
-    pilot = Pilot(engine, Autopilot(rules, start=time.time()), who, args.dry_run)
     try:
-        dry = " (dry run: nothing is sent)" if args.dry_run else ""
-        print(
-            f"autopilot: watching {run_dir} with {len(rules)} rules from {args.rules}{dry}",
-            flush=True,
-        )
-        ended = pilot.follow(stop)
+        try:
+            engine = RemoteEngine(run_dir, who=who, read_only=args.dry_run)
+        except EngineUnreachable as e:
+            print(f"cockpit autopilot: {e}", file=sys.stderr)
+            return 2
+        pilot = Pilot(engine, Autopilot(rules, start=time.time()), who, args.dry_run)
+        try:
+            dry = " (dry run: nothing is sent)" if args.dry_run else ""
+            print(
+                f"autopilot: watching {run_dir} with {len(rules)} rules from {args.rules}{dry}",
+                flush=True,
+            )
+            ended = pilot.follow(stop)
+        finally:
+            engine.close()
+            if pilot.notes is not None:
+                pilot.notes.close()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        engine.close()
-        if pilot.notes is not None:
-            pilot.notes.close()
     print(f"autopilot: {ended}", flush=True)
     return 0
 
@@ -111,7 +114,7 @@ class Pilot:
         self.dry_run = dry_run
         self.preset = ""
         self.pending: dict[str, int] = {}  # alert code -> commands sent that it could refuse
-        self.notes = _notifications()
+        self.notes = _notifications(Path(engine.run_dir).name)
 
     def follow(self, stop: threading.Event) -> str:
         """Until the run ends (what it ended as) or `stop` is set (the autopilot stopped)."""
@@ -123,6 +126,8 @@ class Pilot:
             for event in self.engine.drain_events():
                 if isinstance(event, RunStarted):
                     self.preset = event.preset
+                    if self.notes is not None:
+                        self.notes.preset = event.preset
                 live = event.time > live_from  # the replay only informs the rules
                 self._say_refusal(event)
                 for firing in self.autopilot.observe(event, live):
@@ -182,7 +187,7 @@ class Pilot:
             print(f"step {event.step}: the run refused: {event.message}", flush=True)
 
 
-def _notifications() -> Any:
+def _notifications(run: str) -> Any:
     """Where the autopilot's action notices go: the endpoints of the user's notify.toml and
     $COCKPIT_NOTIFY, as a run of this user sends its own; None when there are none (or they
     cannot be read: said in one line, the autopilot goes on)."""
@@ -198,4 +203,6 @@ def _notifications() -> Any:
         return None
     from engine.rundir import Notifications
 
-    return Notifications(endpoints, lambda message: print(f"autopilot: {message}", file=sys.stderr))
+    return Notifications(
+        endpoints, lambda message: print(f"autopilot: {message}", file=sys.stderr), run=run
+    )

@@ -4,8 +4,11 @@ makes it cool the run down, the journal credits the autopilot, and the LR follow
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from command_here import cockpit_here
@@ -43,16 +46,42 @@ def start_run(run_dir: Path) -> tuple[Trainer, threading.Thread]:
     return trainer, thread
 
 
+class Hook:
+    """An HTTP server on 127.0.0.1 that records the JSON bodies POSTed to it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                hook.bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
 def test_a_plateau_cools_the_run_down_as_the_autopilots_doing(tmp_path: Path) -> None:
     rules = tmp_path / "night.toml"
     rules.write_text(RULES)
     run_dir = tmp_path / "run"
+    hook = Hook()
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "COCKPIT_NOTIFY": f"json:{hook.url}"}
     trainer, thread = start_run(run_dir)
     try:
-        done = cockpit_here("autopilot", str(run_dir), "--rules", str(rules))
+        done = cockpit_here("autopilot", str(run_dir), "--rules", str(rules), env=env)
     finally:
         trainer.stop(checkpoint=False)
         thread.join(TIMEOUT)
+        hook.server.shutdown()
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"autopilot: watching {run_dir} with 1 rules from {rules}"
@@ -71,9 +100,14 @@ def test_a_plateau_cools_the_run_down_as_the_autopilots_doing(tmp_path: Path) ->
     lrs = [r["lr"] for r in records if r["kind"] == "step" and r["step"] > changed[0]["step"]]
     assert lrs == sorted(lrs, reverse=True) and lrs[1] < 3e-3 and lrs[-1] < 1e-3
     assert records[-1]["kind"] == "state" and records[-1]["state"] == "finished"
+    # the action is a notice too, to the endpoints this user's runs notify
+    assert [(b["kind"], b["title"], b["run"]) for b in hook.bodies] == [
+        ("action", f"cockpit: autopilot (rules {rules}) acted on tiny", "run")
+    ]
+    assert hook.bodies[0]["body"].endswith("(evals = 2); cooldown 6")
 
 
-def test_a_dry_run_only_says_and_an_absent_run_is_one_line(tmp_path: Path) -> None:
+def test_a_dry_run_only_says_sigterm_ends_it_and_an_absent_run_is_one_line(tmp_path: Path) -> None:
     rules = tmp_path / "night.toml"
     rules.write_text(RULES)
     absent = cockpit_here("autopilot", str(tmp_path), "--rules", str(rules))
@@ -89,12 +123,15 @@ def test_a_dry_run_only_says_and_an_absent_run_is_one_line(tmp_path: Path) -> No
 
         # the run goes on: stop it once the dry run has said what it would do
         def stop_when_said() -> None:
+            # the autopilot has attached (its signal handlers are in place), then 3 evaluations:
+            # a plateau it would act on
             while time.monotonic() < deadline:
-                text = (run_dir / "metrics.jsonl").read_text()
-                if text.count('"kind": "eval"') + text.count('"kind":"eval"') >= 5:
+                records = (run_dir / "metrics.jsonl").read_text().splitlines()
+                kinds = [json.loads(line)["kind"] for line in records]
+                if "viewer" in kinds and kinds[kinds.index("viewer") :].count("eval") >= 4:
                     break
                 time.sleep(0.05)
-            trainer.stop(checkpoint=False)
+            os.kill(os.getpid(), signal.SIGTERM)  # the autopilot's, as `kill` sends it
 
         runner = threading.Thread(target=stop_when_said, daemon=True)
         runner.start()
@@ -109,4 +146,4 @@ def test_a_dry_run_only_says_and_an_absent_run_is_one_line(tmp_path: Path) -> No
     assert "doing:" not in done.stdout
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert not [r for r in records if r["kind"] == "settings_changed"]
-    assert done.stdout.splitlines()[-1].startswith("autopilot: the run stopped at step ")
+    assert done.stdout.splitlines()[-1] == "autopilot: stopped; the run goes on"
