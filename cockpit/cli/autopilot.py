@@ -129,7 +129,7 @@ class Pilot:
                     if self.notes is not None:
                         self.notes.preset = event.preset
                 live = event.time > live_from  # the replay only informs the rules
-                self._say_refusal(event)
+                self._say_reply(event)
                 for firing in self.autopilot.observe(event, live):
                     self._act(firing)
                 if isinstance(event, StateChanged) and event.state in RunState.ENDED:
@@ -171,20 +171,38 @@ class Pilot:
                 action_notice(self.preset, firing.step, self.who, f"{firing.why}; {what}")
             )
 
-    def _say_refusal(self, event: Any) -> None:
-        """A refusal of a command this autopilot sent, in one line (the run goes on)."""
-        from engine.events import Alert
+    def _say_reply(self, event: Any) -> None:
+        """The run's answer to a command this autopilot sent, in one line: taken or refused."""
+        from engine.events import Alert, LrChanged, SettingsChanged
 
-        if (
-            not isinstance(event, Alert)
-            or event.level == "error"
-            or event.code not in _REFUSAL_CODES
-        ):
+        if isinstance(event, SettingsChanged) and event.by.endswith(self.who):
+            self.pending["set"] = max(0, self.pending.get("set", 0) - 1)
+            changes = ", ".join(
+                f"{key} {old} -> {new}" for key, (old, new) in event.changes.items()
+            )
+            print(f"step {event.step}: the run took it: {changes}", flush=True)
+        elif isinstance(event, LrChanged):  # the wire does not say whose: the oldest waiting
+            for code in ("lr", "rollback"):
+                if self.pending.get(code, 0) > 0:
+                    self.pending[code] -= 1
+                    print(
+                        f"step {event.step}: LR {event.old_lr:.3g} -> {event.new_lr:.3g}",
+                        flush=True,
+                    )
+                    break
+        elif not isinstance(event, Alert) or event.code not in _REFUSAL_CODES:
             return
-        if event.code == "socket" or self.pending.get(event.code, 0) > 0:
-            if event.code != "socket":
-                self.pending[event.code] -= 1
+        elif event.code == "socket":
+            # this connection's own (a reply refusing, a line not sent); the run's line about
+            # a viewer's mistake ("control socket: viewer N sent ...") may be another viewer's
+            if not event.message.startswith("control socket:"):
+                print(f"step {event.step}: {event.message}", flush=True)
+        elif event.level != "info" and self.pending.get(event.code, 0) > 0:
+            self.pending[event.code] -= 1
             print(f"step {event.step}: the run refused: {event.message}", flush=True)
+        elif event.level == "info" and self.pending.get(event.code, 0) > 0:
+            self.pending[event.code] -= 1  # "settings unchanged", "the LR it already has"
+            print(f"step {event.step}: nothing to change: {event.message}", flush=True)
 
 
 def _notifications(run: str) -> Any:

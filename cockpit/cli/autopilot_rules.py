@@ -327,9 +327,10 @@ class Autopilot:
             since += 1
             self._plateaus[rule.number] = (best, since)
             if live and since >= rule.evals:
+                margin = f" by more than {rule.min_delta:g}" if rule.min_delta else ""
                 why = (
-                    f"plateau: val loss {event.val_loss:.4g}, the best {best:.4g} not bettered "
-                    f"for {since} evaluations (evals = {rule.evals})"
+                    f"plateau: {since} evaluations without a val loss below the best "
+                    f"{best:.4g}{margin} (evals = {rule.evals}); the newest {event.val_loss:.4g}"
                 )
                 fired += self._once(rule, why, event.step)
         return fired

@@ -29,9 +29,9 @@ do = "cooldown 6"
 """
 
 
-def start_run(run_dir: Path) -> tuple[Trainer, threading.Thread]:
+def start_run(run_dir: Path, schedule: str = "wsd") -> tuple[Trainer, threading.Thread]:
     overrides = tiny_overrides(
-        "schedule.kind=wsd", "schedule.warmup_steps=0", "optim.lr=3e-3", "schedule.min_lr=1e-5",
+        f"schedule.kind={schedule}", "schedule.warmup_steps=0", "optim.lr=3e-3", "schedule.min_lr=1e-5",
         "eval.interval=3", "sample.interval=0", "checkpoint.interval=0", "train.max_steps=100000",
     )  # fmt: skip
     trainer = Trainer(
@@ -85,8 +85,10 @@ def test_a_plateau_cools_the_run_down_as_the_autopilots_doing(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"autopilot: watching {run_dir} with 1 rules from {rules}"
-    assert "rule 1 (plateau): plateau: val loss" in lines[1]
-    assert lines[1].endswith("for 2 evaluations (evals = 2); doing: cooldown 6")
+    assert "rule 1 (plateau): plateau: 2 evaluations without a val loss below the best " in lines[1]
+    assert " by more than 100 (evals = 2); the newest " in lines[1]
+    assert lines[1].endswith("; doing: cooldown 6")
+    assert lines[2].startswith("step ") and ": the run took it: " in lines[2]
     assert lines[-1].startswith("autopilot: the run finished at step ")
 
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -95,7 +97,14 @@ def test_a_plateau_cools_the_run_down_as_the_autopilots_doing(tmp_path: Path) ->
     assert changed[0]["by"].endswith(f"autopilot (rules {rules})")
     assert changed[0]["changes"]["train.max_steps"][1] == changed[0]["step"] + 6
     entries = [e for e in read_journal(run_dir / "metrics.jsonl") if "autopilot" in e.who]
-    assert any(e.what.startswith("set") or "cool" in e.what for e in entries), entries
+    step = changed[0]["step"]
+    assert [(e.who, e.what) for e in entries] == [
+        (f"viewer 1 autopilot (rules {rules})", "attached"),
+        (
+            f"viewer 1 autopilot (rules {rules})",
+            f"set schedule.decay_start 0 -> {step}, train.max_steps 100000 -> {step + 6}",
+        ),
+    ]
     # the LR decays from the cool-down on, to the floor at the run's end
     lrs = [r["lr"] for r in records if r["kind"] == "step" and r["step"] > changed[0]["step"]]
     assert lrs == sorted(lrs, reverse=True) and lrs[1] < 3e-3 and lrs[-1] < 1e-3
@@ -104,7 +113,8 @@ def test_a_plateau_cools_the_run_down_as_the_autopilots_doing(tmp_path: Path) ->
     assert [(b["kind"], b["title"], b["run"]) for b in hook.bodies] == [
         ("action", f"cockpit: autopilot (rules {rules}) acted on tiny", "run")
     ]
-    assert hook.bodies[0]["body"].endswith("(evals = 2); cooldown 6")
+    assert hook.bodies[0]["body"].startswith("step ")
+    assert hook.bodies[0]["body"].endswith("; cooldown 6")
 
 
 def test_a_dry_run_only_says_sigterm_ends_it_and_an_absent_run_is_one_line(tmp_path: Path) -> None:
@@ -147,3 +157,33 @@ def test_a_dry_run_only_says_sigterm_ends_it_and_an_absent_run_is_one_line(tmp_p
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert not [r for r in records if r["kind"] == "settings_changed"]
     assert done.stdout.splitlines()[-1] == "autopilot: stopped; the run goes on"
+
+
+def test_a_cooldown_the_run_refuses_is_said_in_one_line(tmp_path: Path) -> None:
+    rules = tmp_path / "night.toml"
+    rules.write_text(RULES)
+    run_dir = tmp_path / "run"
+    trainer, thread = start_run(run_dir, schedule="cosine")
+    said = threading.Event()
+    try:
+        deadline = time.monotonic() + TIMEOUT
+
+        def stop_when_refused() -> None:
+            while time.monotonic() < deadline and not said.is_set():
+                lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+                if any(json.loads(line).get("code") == "set" for line in lines):
+                    break
+                time.sleep(0.05)
+            time.sleep(0.3)  # the autopilot reads the refusal before the run ends
+            trainer.stop(checkpoint=False)
+
+        runner = threading.Thread(target=stop_when_refused, daemon=True)
+        runner.start()
+        done = cockpit_here("autopilot", str(run_dir), "--rules", str(rules))
+    finally:
+        said.set()
+        trainer.stop(checkpoint=False)
+        thread.join(TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    refused = [line for line in done.stdout.splitlines() if "the run refused: " in line]
+    assert len(refused) == 1 and "cosine" in refused[0], done.stdout
