@@ -18,7 +18,9 @@ NAME = "sample"
 HELP = "stream text from a trained model (a run's best checkpoint by default)"
 EPILOG = (
     "Example: cockpit sample runs/tiny-20260101-120000 --prompt 'def ' --tokens 200 --seed 1. "
-    "Defaults come from the run's [sample] settings; --temperature 0 is greedy."
+    "Defaults come from the run's [sample] settings; --temperature 0 is greedy. "
+    "cockpit sample runs/a --compare runs/b runs/a/ckpt-000500.pt --seed 1: the same prompt "
+    "from each, in one table."
 )
 QUIT_WORDS = ("", ":q")
 MAX_SEED = 2**64 - 1  # the largest seed torch's generator takes
@@ -66,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--interactive", action="store_true",
         help="read prompts from stdin, one per line, until EOF, an empty line or :q",
     )  # fmt: skip
+    parser.add_argument(
+        "--compare", nargs="+", default=[], metavar="RUN_DIR|CKPT",
+        help="sample these runs or checkpoints too, with the same settings and seed, and print "
+        "the same prompt (--prompt, else each of the first's sample prompts) from each in one "
+        "table: a column each on a wide terminal, else a block each",
+    )  # fmt: skip
 
 
 def check_numbers(args: argparse.Namespace) -> None:
@@ -92,6 +100,11 @@ def check_numbers(args: argparse.Namespace) -> None:
         raise ConfigError(f"--top-k {args.top_k}: must be 0 (no top-k) or more; e.g. --top-k 200")
     if args.threads is not None and not 0 <= args.threads <= 1024:
         raise ConfigError(f"--threads {args.threads}: must be 0 (auto) to 1024; e.g. --threads 1")
+    if getattr(args, "compare", None) and args.interactive:
+        raise ConfigError(
+            "--compare and --interactive: a comparison prints one table; give --prompt TEXT "
+            "instead of --interactive"
+        )
 
 
 def pick_device(requested: str) -> Any:
@@ -139,6 +152,8 @@ def reproduce_command(args: argparse.Namespace, options: Any, prompt: str | None
     words = [shlex.quote(str(args.target))]
     if args.interactive:
         words.append("--interactive")
+    if getattr(args, "compare", None):
+        words += ["--compare", *(shlex.quote(str(t)) for t in args.compare)]
     if prompt is not None:
         words += ["--prompt", shell_quote(prompt)]
     words += [
@@ -180,6 +195,10 @@ def run(args: argparse.Namespace) -> int:
     from engine.config import ConfigError
 
     try:
+        if getattr(args, "compare", None):
+            from cockpit.cli.sample_compare import sample_compare
+
+            return sample_compare(args)
         return _sample(args)
     except BrokenPipeError:
         _silence_stdout()  # the reader went away (`| head`): nothing more to say
