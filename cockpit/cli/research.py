@@ -1,24 +1,42 @@
 """`cockpit research log [NAME]`: a series' research log (RUNS/research/NAME/log.tsv, one row per
-experiment, as `cockpit ablate` appends them) as a table, or JSON for scripts."""
+experiment, as `cockpit ablate` and `cockpit research run` append them) as a table, or JSON for
+scripts. `cockpit research run`: the keep-or-discard search over a changes file, headless."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
+
+from cockpit.cli.options import add_presets_dir_option
 
 NAME = "research"
-HELP = "the research log of a series of experiments: one row each, what was tried and what became of it"
+HELP = (
+    "keep-or-discard search over candidate changes, and the research log of a series of experiments"
+)
 EPILOG = textwrap.dedent(
     """\
     examples:
       cockpit research log                       # the newest series' log
       cockpit research log ablate-tiny-5d67bf15 --json
       cockpit research log --runs /data/runs
+      cockpit research run --preset speedrun-cpu --budget 5m --changes changes.toml --repeats 3
 
-    Exit status: 0 printed, 2 no such log, or not one (one line says why).
+    A changes file (each candidate is tried once, in order, on top of the best so far):
+      optim.lr = [1e-3, 2e-3, 4e-3]  # a range: each value one candidate
+      "model.mlp" = "relu2"          # one change
+      [[change]]                     # several keys at once
+      reason = "RMSNorm and no QK norm"
+      "model.norm" = "rmsnorm"
+      "model.qk_norm" = false
+
+    Exit status of log: 0 printed, 2 no such log, or not one (one line says why). Of run: 0 the
+    search is complete, 1 stopped (ctrl+c, SIGTERM; the same command again continues) or the
+    baseline failed, 2 refused (one line says why).
     """
 )
 
@@ -43,15 +61,86 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the runs root the logs are under (default: runs)",
     )
+    search = actions.add_parser(
+        "run",
+        help="keep-or-discard search: try each candidate of a changes file on the best so far",
+        description="Train the baseline --repeats times (their spread of val bits per byte is the "
+        "noise margin), then each candidate change of the changes file on top of the best "
+        "configuration so far for the same training time; keep it when its val bpb is lower than "
+        "the best's by more than the margin. Every experiment is a row of the research log; the "
+        "best configuration is written as a preset, RUNS/research/NAME/best.toml. Headless: "
+        "ctrl+c or SIGTERM stops it (the run on its way checkpointed), the same command again "
+        "continues.",
+    )
+    search.add_argument(
+        "--preset",
+        required=True,
+        metavar="NAME|PATH",
+        help="the baseline: a preset name or a .toml file",
+    )
+    search.add_argument(
+        "--budget",
+        required=True,
+        metavar="DURATION",
+        help="each experiment's training time (90s, 5m, 1h), then the whole val split is evaluated",
+    )
+    search.add_argument(
+        "--changes",
+        required=True,
+        metavar="FILE.toml",
+        help="the candidate changes (see the example below)",
+    )
+    search.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        metavar="N",
+        help="baseline runs (other seeds) whose spread is the noise margin (at least 2; default 2)",
+    )
+    search.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of every experiment, e.g. --set eval.batches=8 (repeatable)",
+    )
+    search.add_argument(
+        "--steps", type=int, metavar="N", help="at most N steps per experiment (train.max_steps)"
+    )
+    search.add_argument(
+        "--name",
+        metavar="NAME",
+        help="the search's name (default: research-PRESET-HASH of its settings)",
+    )
+    search.add_argument(
+        "--runs",
+        dest="runs_root",
+        default="runs",
+        metavar="DIR",
+        help="the runs root (default: runs): runs in DIR/NAME, log and best.toml in DIR/research/NAME",
+    )
+    search.add_argument(
+        "--data",
+        metavar="PATH",
+        help="local copy of the preset's corpus (or a text file or folder to train on)",
+    )
+    add_presets_dir_option(search)
+    search.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+    search.epilog = EPILOG
+    search.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def run(args: argparse.Namespace) -> int:
     from cockpit.ablation.research_log import find_log, read_log, to_json
     from engine.config import ConfigError
 
+    if getattr(args, "research_action", None) == "run":
+        return run_search(args)
     if getattr(args, "research_action", None) != "log":
         print(
-            "cockpit research: say what to do: cockpit research log [NAME] prints a series' log",
+            "cockpit research: say what to do: cockpit research log [NAME] prints a series' log, "
+            "cockpit research run --preset P --budget 5m --changes FILE searches",
             file=sys.stderr,
         )
         return 2
@@ -132,3 +221,124 @@ def text_table(path: Path, rows: list, damaged: int) -> str:
             f"{damaged} damaged line(s) skipped (cut short by a crash, or not rows of this log)"
         )
     return "\n".join(lines) + "\n"
+
+
+def run_search(args: argparse.Namespace) -> int:
+    """`cockpit research run`: the search, headless, to its end or a stop."""
+    from cockpit.ablation.spec import canonical_setting, parse_duration
+    from cockpit.cli.stop_signals import StopSignals
+    from cockpit.research import ChangesFileProposer, Search, SearchSpec, Stopped, check_search
+    from engine.config import ConfigError
+
+    root = Path(args.runs_root)
+    signals = StopSignals()
+    try:
+        spec = SearchSpec(
+            preset=args.preset,
+            budget=parse_duration(args.budget),
+            settings=tuple(canonical_setting(t, f"--set {t!r}") for t in args.overrides),
+            repeats=args.repeats,
+            steps=args.steps,
+            name=args.name,
+            presets_dirs=tuple(args.presets_dir),
+        )
+        check_search(spec)
+        if root.exists() and not root.is_dir():
+            raise ConfigError(
+                f"--runs {root}: not a directory; pass --runs DIR, a folder for the search"
+            )
+        proposer = ChangesFileProposer.from_file(
+            Path(args.changes), spec.preset, spec.common_settings(), spec.presets_dirs
+        )
+        search = Search(
+            spec,
+            root,
+            proposer,
+            train_run=lambda run_dir, overrides, resume: _train(
+                args, spec, signals, run_dir, overrides, resume
+            ),
+            stop_requested=lambda: bool(signals.received),
+            say=lambda line: print(line, flush=True),
+        )
+        search.open()
+    except ConfigError as e:
+        print(f"cockpit research run: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(
+            f"cockpit research run: --runs {root}: cannot write there ({e.strerror}); pass --runs DIR, a folder you can write",
+            file=sys.stderr,
+        )
+        return 2
+    log_cmd = f"cockpit research log {shlex.quote(search.name)}" + (
+        "" if args.runs_root == "runs" else f" --runs {shlex.quote(str(root))}"
+    )
+    print(
+        f"research {search.name}: {spec.preset}, {len(proposer.proposals)} candidate(s), "
+        f"{spec.repeats} baseline runs, {args.budget} each; runs in {search.runs_dir}",
+        flush=True,
+    )
+    signals.install()
+    try:
+        state = search.run()
+    except (Stopped, KeyboardInterrupt):
+        print(
+            f"research stopped: every experiment done is in the log ({log_cmd}); run the same "
+            "command again to continue (a stopped run resumes)",
+            flush=True,
+        )
+        return 1
+    except ConfigError as e:
+        print(f"cockpit research run: {e}", file=sys.stderr)
+        return 1 if "baseline measured" in str(e) else 2
+    finally:
+        signals.restore()
+    kept = [r for r in state.rows if r.status == "kept" and r.parent != f"preset {spec.preset}"]
+    print(
+        f"research done: {len(state.rows)} experiments, {len(kept)} kept; best val bpb "
+        f"{state.best_bpb:.4f} ({state.best_id})",
+        flush=True,
+    )
+    print(
+        f"best configuration: {search.best_path} (cockpit train --preset {shlex.quote(str(search.best_path))})"
+    )
+    print(f"research log: {search.log.path} ({log_cmd})")
+    return 0
+
+
+def _train(
+    args: argparse.Namespace,
+    spec: Any,
+    signals: Any,
+    run_dir: Path,
+    overrides: list[str],
+    resume: bool,
+) -> str:
+    """One experiment's run, headless, as `cockpit train` runs it; its final state."""
+    from cockpit.cli.headless import ProgressPrinter
+    from cockpit.cli.launch import make_trainer, train_arguments
+    from cockpit.cli.preflight import preflight
+    from engine.config import ConfigError
+    from engine.events import RunState
+
+    common = dict(
+        presets_dir=list(args.presets_dir), headless=True, no_telemetry=args.no_telemetry,
+    )  # fmt: skip
+    if resume:
+        train = train_arguments(resume=str(run_dir), overrides=[], **common)
+    else:
+        train = train_arguments(
+            preset=spec.preset, overrides=overrides, run_dir=str(run_dir), data=args.data, **common
+        )  # fmt: skip
+    if preflight(train) is not None:  # stopped at its last step: nothing left to train
+        return RunState.FINISHED
+    printer = ProgressPrinter(out=lambda line: print(line, flush=True))
+    trainer = make_trainer(train, sinks=[printer], interactive=False)
+    signals.attach(trainer)
+    try:
+        state = trainer.run()
+    finally:
+        signals.trainer = None  # between experiments a signal stops the search itself
+    if state == RunState.FAILED and printer.refusal:
+        raise ConfigError(f"{run_dir.name}: {printer.refusal}")
+    return state
