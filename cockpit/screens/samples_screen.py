@@ -29,6 +29,7 @@ from cockpit.figures.sample_diff import (
 )
 
 MAX_CHARS = 2_000  # of each text, what is shown (as on the samples panel)
+MAX_STEPS = 200  # the newest steps shown of a prompt: a widget per text stays quick to lay out
 CHANGED_STYLE = "bold reverse $warning"
 NOTE_STYLE = "$foreground-muted"
 
@@ -150,7 +151,11 @@ class SamplesScreen(ModalScreen[None]):
     def _one_run(self, prompt: str) -> list[Static]:
         widgets: list[Static] = []
         previous: str | None = None
-        for step, text in self.runs[0].get(prompt, []):
+        steps = self.runs[0].get(prompt, [])
+        if len(steps) > MAX_STEPS:
+            widgets.append(self._cut(len(steps)))
+            previous = _text(prompt, steps[-MAX_STEPS - 1][1])
+        for step, text in steps[-MAX_STEPS:]:
             shown = _text(prompt, text)
             spans = word_diff(previous, shown)
             header = Content.assemble(("step ", NOTE_STYLE), (fmt_int(step), "bold $accent"))
@@ -169,7 +174,10 @@ class SamplesScreen(ModalScreen[None]):
             Static(Content.styled(s.name, "bold"), classes="samples-cell") for s in self.sources
         ]
         rows: list[Static | Horizontal] = [self._row(names)]
-        for step, texts in side_by_side(self.runs, prompt):
+        steps = side_by_side(self.runs, prompt)
+        if len(steps) > MAX_STEPS:
+            rows.insert(0, self._cut(len(steps)))
+        for step, texts in steps[-MAX_STEPS:]:
             rows.append(
                 Static(Content.assemble(("step ", NOTE_STYLE), (fmt_int(step), "bold $accent")))
             )
@@ -185,6 +193,10 @@ class SamplesScreen(ModalScreen[None]):
                 cells.append(Static(spans_content(spans), classes="samples-cell"))
             rows.append(self._row(cells))
         return rows
+
+    @staticmethod
+    def _cut(steps: int) -> Static:
+        return Static(Content.styled(f"the newest {MAX_STEPS} of {steps:,} steps", NOTE_STYLE))
 
     @staticmethod
     def _row(cells: list[Static]) -> Horizontal:

@@ -150,3 +150,18 @@ def test_enter_on_the_samples_panel_opens_the_compare_and_esc_closes_it(
         assert app.main_screen.samples_panel.has_focus
 
     run_pilot(app, scenario, size=(160, 48))
+
+
+def test_a_long_run_shows_its_newest_steps_and_says_so() -> None:
+    samples = tuple((step, DEF, f"def f{step}(x)") for step in range(1, 251))
+    app = ScreenHost([SampleSource("tiny-a", samples)])
+
+    async def scenario(pilot: Any) -> str:
+        await pilot.pause()
+        return body_text(app.screen)
+
+    shown = run_pilot(app, scenario)
+    assert shown.startswith("the newest 200 of 250 steps")
+    # step 51, the first shown, is compared with step 50 all the same
+    assert "\nstep 51  1 word changed\nf51(x)\n" in shown and "step 50 " not in shown
+    assert shown.endswith("step 250  1 word changed\nf250(x)")
