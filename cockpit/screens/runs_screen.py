@@ -155,6 +155,8 @@ class RunsScreen(Screen["RunsChoice | None"]):
         Binding("r", "resume", "Resume"),
         Binding("n", "new", "New run"),
         Binding("f", "fork", "Fork"),
+        # not in the footer (its snapshots stay as they are): docs/guide/history.md names it
+        Binding("R", "research", "Research", show=False),
     ]
 
     def __init__(
@@ -394,6 +396,27 @@ class RunsScreen(Screen["RunsChoice | None"]):
         self.query_one("#runs-fork").remove_class("-open")
         self.query_one("#runs-fork-input", Input).value = ""
         self.query_one(RunsTable).focus()
+
+    def action_research(self) -> None:
+        """The research screen over this root's newest research log; what it chooses (open a
+        run, overlay the kept ones) is this screen's choice."""
+        if self._forking is not None:
+            return
+        # imported when asked: it brings numpy, which the runs screen alone does not need
+        from cockpit.screens.research_screen import ResearchChoice, ResearchScreen
+
+        def chosen(choice: ResearchChoice | None) -> None:
+            if choice is None:
+                return
+            dirs = choice.run_dirs
+            if choice.action == "overlay":  # on the run shown, as o here overlays
+                dirs = [d for d in dirs if os.path.abspath(d) != self.current]
+                if not dirs:
+                    self._refuse("the kept experiments' only run is the one shown")
+                    return
+            self.dismiss(RunsChoice(choice.action, dirs))
+
+        self.app.push_screen(ResearchScreen(self.root), chosen)
 
     def action_back(self) -> None:
         if self._forking is not None:
