@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cockpit.cli.autopilot_rules import Autopilot, load_rules
+    from cockpit.research.autopilot_rules import Autopilot, load_rules
     from engine.config import ConfigError
     from engine.control import EngineUnreachable, RemoteEngine
 

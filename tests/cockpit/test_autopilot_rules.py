@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from cockpit.cli.autopilot_rules import Autopilot, clock_deadline, load_rules, parse_rules
+from cockpit.research.autopilot_rules import Autopilot, clock_deadline, load_rules, parse_rules
 from engine.config import ConfigError
 from engine.events import Alert, Eval, Step
 
