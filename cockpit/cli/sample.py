@@ -2,6 +2,7 @@
 
 stdout holds only the text (the prompt, then its continuation), so it can be piped; the header
 (checkpoint, step, val loss, device), notes and the seed that reproduces a run go to stderr.
+With --compare, stdout holds one table of the same prompt(s) from each source instead.
 """
 
 from __future__ import annotations
@@ -196,9 +197,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if getattr(args, "compare", None):
-            from cockpit.cli.sample_compare import sample_compare
-
-            return sample_compare(args)
+            return _sample_compare(args)
         return _sample(args)
     except BrokenPipeError:
         _silence_stdout()  # the reader went away (`| head`): nothing more to say
@@ -288,6 +287,58 @@ def _sample(args: argparse.Namespace) -> int:
         command = reproduce_command(args, options, prompt, seed)
         print(f"seed {seed}: {command}", file=sys.stderr)
     return code
+
+
+def _sample_compare(args: argparse.Namespace) -> int:
+    """Load each source, sample each prompt with the same settings and seed, print the table."""
+    import torch
+
+    from cockpit.cli.sample_compare import source_name, table, terminal_width
+    from engine.checkpoint import load_trained
+    from engine.model import SamplingOptions, encode_prompt, stream_text
+    from engine.train import apply_threads, autocast_context, select_dtype
+
+    device = pick_device(args.device)
+    targets = [args.target, *args.compare]
+    models = [load_trained(t, device=str(device)) for t in targets]  # every one before any text
+    cfg = models[0].cfg  # the first source's settings for all: the same sampling for each
+    apply_threads(cfg.train.threads if args.threads is None else args.threads, device.type)
+    options = SamplingOptions(
+        max_new_tokens=cfg.sample.max_new_tokens if args.tokens is None else args.tokens,
+        temperature=cfg.sample.temperature if args.temperature is None else args.temperature,
+        top_k=cfg.sample.top_k if args.top_k is None else args.top_k,
+    )
+    if args.prompt is not None:
+        prompts = [args.prompt]
+    else:
+        prompts = list(cfg.sample.prompts) or [""]
+    for trained in models:  # a prompt a source cannot encode is one line, before any sampling
+        for prompt in prompts:
+            encode_prompt(trained.tokenizer, prompt, trained.cfg.model.block_size)
+    for trained in models:
+        print(header(trained, device, options), file=sys.stderr)
+    greedy = options.temperature == 0
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    texts: list[list[str]] = []
+    for prompt in prompts:
+        row = []
+        for trained in models:
+            encoded = encode_prompt(trained.tokenizer, prompt, trained.cfg.model.block_size)
+            generator = None if greedy else torch.Generator(device=device).manual_seed(seed)
+            autocast = autocast_context(device, select_dtype(trained.cfg.train.dtype, device))
+            pieces = stream_text(trained.model, trained.tokenizer, encoded.ids, options, device,
+                                 generator, autocast)  # fmt: skip
+            row.append(prompt + "".join(pieces))
+        texts.append(row)
+    names = [source_name(t, m) for t, m in zip(targets, models, strict=True)]
+    shown = [shell_quote(p) for p in prompts]
+    sys.stdout.write(table(shown, names, texts, terminal_width(sys.stdout)))
+    sys.stdout.flush()
+    if not greedy and args.seed is None:
+        print(
+            f"seed {seed}: {reproduce_command(args, options, args.prompt, seed)}", file=sys.stderr
+        )
+    return 0
 
 
 def _interactive(generate: Any, first_prompt: str | None) -> int:

@@ -1,14 +1,11 @@
-"""`cockpit sample RUN --compare OTHER...`: the same prompt(s), with the same settings and seed,
-sampled from each run or checkpoint and printed as one table, so the differences are the
-models'. A column per source on a terminal wide enough, else (and when piped) a block per
+"""`cockpit sample RUN --compare OTHER...`'s table: the same prompt(s) sampled from each run or
+checkpoint, a column per source on a terminal wide enough, else (and when piped) a block per
 source under each prompt.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,15 +54,14 @@ def blocks(names: Sequence[str], texts: Sequence[str]) -> list[str]:
 def table(
     prompts: Sequence[str], names: Sequence[str], texts: Sequence[Sequence[str]], width: int | None
 ) -> str:
-    """Every prompt's continuations (texts[p][s]: prompt p, source s) as one table; `width`
-    None (piped) or too narrow for a column each: a block per source."""
-    from cockpit.cli.sample import shell_quote
-
+    """Every prompt's texts (texts[p][s]: prompt p, source s) as one table; `prompts` as
+    shown (shell-quoted); `width` None (piped) or too narrow for a column each: a block per
+    source."""
     out: list[str] = []
     for prompt, row in zip(prompts, texts, strict=True):
         if out:
             out.append("")  # a blank line between prompts
-        out.append(f"prompt {shell_quote(prompt)}")
+        out.append(f"prompt {prompt}")
         if width is not None and (width - len(GAP) * (len(names) - 1)) // len(names) >= MIN_COLUMN:
             out += columns(names, row, width)
         else:
@@ -79,56 +75,3 @@ def terminal_width(out: TextIO) -> int | None:
         return shutil.get_terminal_size().columns if out.isatty() else None
     except (AttributeError, ValueError):
         return None
-
-
-def sample_compare(args: argparse.Namespace) -> int:
-    """Load each source, sample each prompt with the same settings and seed, print the table."""
-    import secrets
-
-    import torch
-
-    from cockpit.cli.sample import header, pick_device, reproduce_command
-    from engine.checkpoint import load_trained
-    from engine.model import SamplingOptions, encode_prompt, stream_text
-    from engine.train import apply_threads, autocast_context, select_dtype
-
-    device = pick_device(args.device)
-    targets = [args.target, *args.compare]
-    models = [load_trained(t, device=str(device)) for t in targets]  # every one before any text
-    cfg = models[0].cfg  # the first source's settings for all: the same sampling for each
-    apply_threads(cfg.train.threads if args.threads is None else args.threads, device.type)
-    options = SamplingOptions(
-        max_new_tokens=cfg.sample.max_new_tokens if args.tokens is None else args.tokens,
-        temperature=cfg.sample.temperature if args.temperature is None else args.temperature,
-        top_k=cfg.sample.top_k if args.top_k is None else args.top_k,
-    )
-    if args.prompt is not None:
-        prompts = [args.prompt]
-    else:
-        prompts = list(cfg.sample.prompts) or [""]
-    for trained in models:  # a prompt a source cannot encode is one line, before any sampling
-        for prompt in prompts:
-            encode_prompt(trained.tokenizer, prompt, trained.cfg.model.block_size)
-    for trained in models:
-        print(header(trained, device, options), file=sys.stderr)
-    greedy = options.temperature == 0
-    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    texts: list[list[str]] = []
-    for prompt in prompts:
-        row = []
-        for trained in models:
-            encoded = encode_prompt(trained.tokenizer, prompt, trained.cfg.model.block_size)
-            generator = None if greedy else torch.Generator(device=device).manual_seed(seed)
-            autocast = autocast_context(device, select_dtype(trained.cfg.train.dtype, device))
-            pieces = stream_text(trained.model, trained.tokenizer, encoded.ids, options, device,
-                                 generator, autocast)  # fmt: skip
-            row.append(prompt + "".join(pieces))
-        texts.append(row)
-    names = [source_name(t, m) for t, m in zip(targets, models, strict=True)]
-    sys.stdout.write(table(prompts, names, texts, terminal_width(sys.stdout)))
-    sys.stdout.flush()
-    if not greedy and args.seed is None:
-        print(
-            f"seed {seed}: {reproduce_command(args, options, args.prompt, seed)}", file=sys.stderr
-        )
-    return 0

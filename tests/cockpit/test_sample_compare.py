@@ -79,5 +79,5 @@ def test_columns_on_a_wide_terminal() -> None:
         "def f(x):".ljust(column) + " │ def g",
         "    return x".ljust(column) + " │",
     ]
-    narrow = table([PROMPT], ["a", "b"], [["x", "y"]], 40)  # columns of 18: blocks instead
+    narrow = table(["'def '"], ["a", "b"], [["x", "y"]], 40)  # columns of 18: blocks instead
     assert narrow.splitlines() == ["prompt 'def '", "── a ──", "x", "── b ──", "y"]
