@@ -115,13 +115,45 @@ def no_app_line(why: NoApp) -> str:
     return f"{why.reason}: cannot open the app here; {why.fix} (`cockpit ps` lists live runs in plain text)"
 
 
-def attached_app(engine: Any, notify: Any = None, runs_root: str = DEFAULT_ROOT) -> Any:
+def attached_app(
+    engine: Any, notify: Any = None, runs_root: str = DEFAULT_ROOT, away_min_s: float | None = None
+) -> Any:
     """The cockpit app as a viewer of `engine` (a connected RemoteEngine); its runs screen (h)
-    lists `runs_root`. A viewer starts no run: resume, new run and fork say so."""
+    lists `runs_root`. A viewer starts no run: resume, new run and fork say so. A user back
+    after `away_min_s` (default AWAY_MIN_S) since they last detached from this run gets the
+    digest of what it did meanwhile over the live screen."""
     from cockpit.app.cockpit_app import CockpitApp
+    from engine.rundir import AWAY_MIN_S
 
     preset = engine.summary.get("preset") or os.path.basename(os.path.normpath(engine.run_dir))
-    return CockpitApp(lambda _preset: engine, preset, notify=notify, runs_root=runs_root)
+    app = CockpitApp(lambda _preset: engine, preset, notify=notify, runs_root=runs_root)
+    gap = AWAY_MIN_S if away_min_s is None else away_min_s
+    app.call_later(_offer_digest, app, Path(engine.run_dir), gap)
+    return app
+
+
+def _offer_digest(app: Any, run_dir: Path, min_gap_s: float) -> None:
+    """Read the run's records off the UI thread; show the digest when this user was away long
+    enough and the run did something meanwhile."""
+    from cockpit.screens.away_dialog import AwayScreen
+    from engine.control import viewer_name
+    from engine.rundir import METRICS_NAME, away_digest, digest_lines
+
+    user = viewer_name().split("@", 1)[0]
+    now = time.time()  # when this viewer attached: the gap ends here
+
+    def read() -> None:
+        try:
+            found = away_digest(run_dir / METRICS_NAME, user, min_gap_s, now)
+        except OSError:  # no metrics file to read (yet): nothing to tell
+            return
+        if found is not None:
+            try:
+                app.call_from_thread(app.push_screen, AwayScreen(digest_lines(found, now)))
+            except RuntimeError:  # the app closed meanwhile: no one to tell
+                pass
+
+    app.run_worker(read, thread=True, exit_on_error=False, name="away-digest")
 
 
 def _detach_on_signals(app: Any) -> threading.Event:

@@ -7,7 +7,7 @@ from engine import lazy_exports
 
 # module -> the names it gives the rest of the code; each is imported when first asked for
 _EXPORTS = {
-    "engine.control.client": ("DETACHED", "RemoteEngine"),
+    "engine.control.client": ("DETACHED", "RemoteEngine", "viewer_name"),
     "engine.control.connection": ("EngineUnreachable",),
     "engine.control.live_runs": ("LiveRun", "find_live_runs", "probe"),
     "engine.control.carry_on": ("carry_on", "resume_command"),
