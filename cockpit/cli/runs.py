@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_runs_root_option(parser, DEFAULT_ROOT)
     parser.add_argument(
         "--json", action="store_true",
-        help="print a JSON list instead (every fact, numbers as numbers, null when unknown)",
+        help="print JSON instead: a list of the runs, or with --since the digest (every fact, numbers as numbers, null when unknown)",
     )  # fmt: skip
     parser.add_argument(
         "--since", metavar="DURATION",
