@@ -25,6 +25,8 @@ EPILOG = textwrap.dedent(
       cockpit research log ablate-tiny-5d67bf15 --json
       cockpit research log --runs /data/runs
       cockpit research run --preset speedrun-cpu --budget 5m --changes changes.toml --repeats 3
+      cockpit research run --preset speedrun-cpu --budget 5m --llm http://127.0.0.1:11434/v1 \\
+          --model qwen2.5:7b --auto --hours 8 --keys optim.lr,optim.weight_decay,schedule.warmup_steps
 
     A changes file (each candidate is tried once, in order, on top of the best so far):
       optim.lr = [1e-3, 2e-3, 4e-3]  # a range: each value one candidate
@@ -35,8 +37,8 @@ EPILOG = textwrap.dedent(
       "model.qk_norm" = false
 
     Exit status of log: 0 printed, 2 no such log, or not one (one line says why). Of run: 0 the
-    search is complete, 1 stopped (ctrl+c, SIGTERM; the same command again continues) or the
-    baseline failed, 2 refused (one line says why).
+    search is complete, 1 stopped (ctrl+c, SIGTERM, an --llm endpoint out of reach; the same
+    command again continues) or the baseline failed, 2 refused (one line says why).
     """
 )
 
@@ -86,9 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     search.add_argument(
         "--changes",
-        required=True,
         metavar="FILE.toml",
-        help="the candidate changes (see the example below)",
+        help="the candidate changes (see the example below); or --llm",
     )
     search.add_argument(
         "--repeats",
@@ -125,10 +126,123 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="local copy of the preset's corpus (or a text file or folder to train on)",
     )
+    add_agent_arguments(search)
     add_presets_dir_option(search)
     search.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
     search.epilog = EPILOG
     search.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def add_agent_arguments(search: argparse.ArgumentParser) -> None:
+    agent = search.add_argument_group(
+        "an agent that proposes (an OpenAI-compatible endpoint; pip install 'cockpit[agent]')"
+    )
+    agent.add_argument(
+        "--llm",
+        metavar="URL",
+        help="a chat completions endpoint proposes each change instead of a changes file, e.g. "
+        "http://127.0.0.1:11434/v1 (Ollama); needs --model and --auto",
+    )
+    agent.add_argument("--model", metavar="NAME", help="the model the --llm endpoint serves")
+    agent.add_argument(
+        "--llm-key-env",
+        metavar="VAR",
+        default="OPENAI_API_KEY",
+        help="the environment variable holding the endpoint's API key (default: OPENAI_API_KEY; "
+        "unset: none, as local servers need); the key is never written to any file",
+    )
+    agent.add_argument(
+        "--program",
+        metavar="FILE.md",
+        help="what the agent aims for and how, in Markdown (default: a built-in program)",
+    )
+    agent.add_argument(
+        "--keys",
+        metavar="K1,K2",
+        help="the only settings the agent may change, e.g. optim.lr,optim.weight_decay",
+    )
+    agent.add_argument(
+        "--auto",
+        action="store_true",
+        help="run unattended within --experiments and/or --hours (needed with --llm: no one "
+        "approves the proposals here)",
+    )
+    agent.add_argument(
+        "--experiments",
+        type=int,
+        metavar="N",
+        help="stop after N experiments (refused proposals not counted)",
+    )
+    agent.add_argument("--hours", type=float, metavar="H", help="start no experiment after H hours")
+
+
+def agent_refusal(args: argparse.Namespace) -> str | None:
+    """Why these agent options cannot run a search (one line), or None."""
+    if args.changes and args.llm:
+        return "--changes and --llm: one source of proposals, not both"
+    if not args.changes and not args.llm:
+        return "give the candidates: --changes FILE.toml, or --llm URL --model NAME --auto"
+    if not args.llm:
+        extra = [
+            f"--{n.replace('_', '-')}" for n in ("model", "program", "keys") if getattr(args, n)
+        ]
+        if args.llm_key_env != "OPENAI_API_KEY":
+            extra.append("--llm-key-env")
+        if extra:
+            return f"{', '.join(extra)}: only with --llm URL"
+    elif not args.model:
+        return "--llm needs --model NAME, the model the endpoint serves (e.g. --model qwen2.5:7b)"
+    elif not args.auto:
+        return (
+            "--llm: this command runs unattended; add --auto with --experiments N or --hours H, "
+            "its limits"
+        )
+    if args.auto and args.experiments is None and args.hours is None:
+        return "--auto: bound the unattended search with --experiments N or --hours H"
+    return None
+
+
+def make_proposer(args: argparse.Namespace, spec: Any) -> tuple[Any, str]:
+    """The search's proposer (guarded by --experiments/--hours) and what it is, in words."""
+    from cockpit.research import ChangesFileProposer, settable_keys
+    from cockpit.research.llm_proposer import (
+        DEFAULT_PROGRAM,
+        Guarded,
+        LLMProposer,
+        load_program,
+        parse_keys,
+        redacted_url,
+    )
+    from engine.config import ConfigError
+
+    if (why := agent_refusal(args)) is not None:
+        raise ConfigError(why)
+    if args.llm:
+        settable = settable_keys(spec.preset, spec.presets_dirs)
+        proposer: Any = LLMProposer(
+            args.llm,
+            args.model,
+            key_env=args.llm_key_env,
+            program=load_program(args.program) if args.program else DEFAULT_PROGRAM,
+            keys=parse_keys(args.keys, settable) if args.keys else None,
+            base=spec.common_settings(),
+            presets_dirs=spec.presets_dirs,
+            say=lambda line: print(line, flush=True),
+        )
+        what = f"proposals from {args.model} at {redacted_url(args.llm)}"
+    else:
+        proposer = ChangesFileProposer.from_file(
+            Path(args.changes), spec.preset, spec.common_settings(), spec.presets_dirs
+        )
+        what = f"{len(proposer.proposals)} candidate(s)"
+    if args.experiments is not None or args.hours is not None:
+        proposer = Guarded(
+            proposer,
+            experiments=args.experiments,
+            hours=args.hours,
+            say=lambda line: print(line, flush=True),
+        )
+    return proposer, what
 
 
 def run(args: argparse.Namespace) -> int:
@@ -227,7 +341,7 @@ def run_search(args: argparse.Namespace) -> int:
     """`cockpit research run`: the search, headless, to its end or a stop."""
     from cockpit.ablation.spec import canonical_setting, parse_duration
     from cockpit.cli.stop_signals import StopSignals
-    from cockpit.research import ChangesFileProposer, Search, SearchSpec, Stopped, check_search
+    from cockpit.research import Search, SearchSpec, Stopped, check_search
     from engine.config import ConfigError
 
     root = Path(args.runs_root)
@@ -247,9 +361,7 @@ def run_search(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--runs {root}: not a directory; pass --runs DIR, a folder for the search"
             )
-        proposer = ChangesFileProposer.from_file(
-            Path(args.changes), spec.preset, spec.common_settings(), spec.presets_dirs
-        )
+        proposer, proposing = make_proposer(args, spec)
         search = Search(
             spec,
             root,
@@ -274,7 +386,7 @@ def run_search(args: argparse.Namespace) -> int:
         "" if args.runs_root == "runs" else f" --runs {shlex.quote(str(root))}"
     )
     print(
-        f"research {search.name}: {spec.preset}, {len(proposer.proposals)} candidate(s), "
+        f"research {search.name}: {spec.preset}, {proposing}, "
         f"{spec.repeats} baseline runs, {args.budget} each; runs in {search.runs_dir}",
         flush=True,
     )
