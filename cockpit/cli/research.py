@@ -327,9 +327,15 @@ def text_table(path: Path, rows: list, damaged: int) -> str:
     }
     lines += ["", f"{len(rows)} experiments: " + ", ".join(f"{n} {s}" for s, n in tally.items())]
     measured = [r for r in rows if r.status == "kept" and r.val_bpb is not None]
-    if measured:
-        best = min(measured, key=lambda r: r.val_bpb)
+    # a change is kept against the baseline's runs together: no one baseline run is "the best"
+    changes = [r for r in measured if not r.parent.startswith("preset ")]
+    if changes:
+        best = min(changes, key=lambda r: r.val_bpb)
         lines.append(f"best kept: {plain_label(best.id)}, val bpb {best.val_bpb:.4f}")
+    elif measured:
+        mean = sum(r.val_bpb for r in measured) / len(measured)
+        runs = f" (mean of {len(measured)} runs)" if len(measured) > 1 else ""
+        lines.append(f"best kept: the baseline, no change kept; val bpb {mean:.4f}{runs}")
     if damaged:
         lines.append(
             f"{damaged} damaged line(s) skipped (cut short by a crash, or not rows of this log)"
