@@ -4,6 +4,7 @@ wide terminal)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,15 @@ def test_columns_on_a_wide_terminal() -> None:
     ]
     narrow = table(["'def '"], ["a", "b"], [["x", "y"]], 40)  # columns of 18: blocks instead
     assert narrow.splitlines() == ["prompt 'def '", "── a ──", "x", "── b ──", "y"]
+
+
+def test_the_seed_line_repeats_the_whole_table(runs, isolated_env) -> None:
+    short, long = runs
+    code, out, err = sample(isolated_env, str(short), "--compare", str(long), "--tokens", "12",
+                            "--device", "cpu")  # fmt: skip
+    assert code == 0, err
+    seed_line = err.splitlines()[-1]
+    assert seed_line.startswith("seed ") and f"--compare {long} " in seed_line
+    again = shlex.split(seed_line.split(": ", 1)[1])
+    assert again[:2] == ["cockpit", "sample"]
+    assert sample(isolated_env, *again[2:])[1] == out
