@@ -2,7 +2,10 @@
 
 nvml: per GPU a header and strip charts of utilisation and memory; psutil: CPU% (and per core),
 RAM and the process' RSS; unavailable: the reason. Under torchrun, `RankReport` events draw one
-row per rank instead (`RanksView`).
+row per rank instead (`RanksView`). Zoomed, the panel shows the last minutes' history instead
+(`HistoryMeter`: time-based, as tall as the panel's room allows): per GPU its utilisation, the
+run's own SM use, its memory and the run's share, its power; the run's own CPU and RSS; on a CPU
+machine each core too.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from textual.widgets import Label, Static
 
 from cockpit.figures.numbers import fmt_bytes, fmt_gib_pair, fmt_pct
 from cockpit.widgets.ranks import RanksView
-from cockpit.widgets.sparkline import BARS, StripSparkline
+from cockpit.widgets.sparkline import BARS, StripSparkline, WindowChart
 from cockpit.widgets.status import Segment, StatusText
 from cockpit.widgets.throttling import throttle_labels
+from cockpit.widgets.time_window import SPAN_S, TimeSeries, span_label
 from engine.events import RankReport, Telemetry, ThreadsChosen
 
 HISTORY = 240  # readings kept per series (about 4 minutes at 1 Hz)
+MAX_CHART_ROWS = 6  # a zoomed history chart grows up to this many rows to fill the panel
+HISTORY_NOTE = f"last {span_label(SPAN_S)}, newest on the right"
 
 
 def gpu_header(r: Any) -> list[Segment]:
@@ -80,8 +86,90 @@ class Meter(Horizontal):
         show_if_changed(self.value, value_text)
 
 
+class HistoryMeter(Horizontal):
+    """`label  chart  value`: a zoomed panel's history of one figure over the last minutes,
+    one or more rows tall (`set_rows`)."""
+
+    def __init__(self, label: str, hi: float = 100.0) -> None:
+        super().__init__(classes="history-meter")
+        self.label = Label(label, classes="meter-label")
+        self.chart = WindowChart(hi=hi, classes="history-chart")
+        self.value = Label("-", classes="meter-value")
+        self.series = TimeSeries()
+
+    def compose(self) -> ComposeResult:
+        yield self.label
+        yield self.chart
+        yield self.value
+
+    def add(self, t: float, value: float | None) -> None:
+        self.series.add(t, value)
+
+    def show(self, value_text: str, hi: float | None = None) -> None:
+        self.chart.show(self.series, hi)
+        show_if_changed(self.value, value_text)
+
+    def set_rows(self, rows: int) -> None:
+        if self.styles.height is None or self.styles.height.value != rows:
+            self.styles.height = rows
+
+
+def history_note(text: str) -> Static:
+    return Static(Content.styled(text, "$foreground-muted"), classes="note history-note")
+
+
+class GpuHistory(Vertical):
+    """One GPU's zoomed history: its utilisation and the run's own SM use, its memory and the
+    run's share of it, its power against the limit (hidden unless zoomed)."""
+
+    def __init__(self) -> None:
+        super().__init__(classes="history gpu-history")
+        self.util = HistoryMeter("util")
+        self.run_util = HistoryMeter(" run")
+        self.mem = HistoryMeter("mem")
+        self.run_mem = HistoryMeter(" run")
+        self.power = HistoryMeter("power")
+        self.meters = [self.util, self.run_util, self.mem, self.run_mem, self.power]
+
+    def compose(self) -> ComposeResult:
+        yield history_note(f"{HISTORY_NOTE}; run: this run's own process")
+        yield from self.meters
+
+    def add(self, r: Any, t: float) -> None:
+        total = r.mem_total
+
+        def share(n: int | None) -> float | None:
+            return 100.0 * n / total if n is not None and total else None
+
+        self.util.add(t, r.util_percent)
+        self.run_util.add(t, r.process_util_percent)
+        self.mem.add(t, share(r.mem_used))
+        self.run_mem.add(t, share(r.process_mem))
+        self.power.add(t, r.power_w)
+
+    def apply(self, r: Any) -> None:
+        self.util.show(fmt_pct(r.util_percent))
+        own = r.process_util_percent
+        self.run_util.show("-" if own is None else f"{own:.0f}% SM")
+        self.mem.show(fmt_gib_pair(r.mem_used, r.mem_total))
+        self.run_mem.show(fmt_bytes(r.process_mem))
+        # on the scale of the power limit (of the highest draw seen where there is none)
+        seen = [v for _, v in self.power.series.readings if v is not None]
+        hi = r.power_limit_w or max(seen, default=0.0) or 1.0
+        if r.power_w is None:
+            text = "-"
+        else:
+            text = (
+                f"{r.power_w:.0f}/{r.power_limit_w:.0f} W"
+                if r.power_limit_w
+                else f"{r.power_w:.0f} W"
+            )
+        self.power.show(text, hi=hi)
+
+
 class GpuView(Vertical):
-    """One GPU: header line + util and memory strip charts."""
+    """One GPU: header line + util and memory strip charts; zoomed, their history instead
+    (`GpuHistory`)."""
 
     def __init__(self, index: int) -> None:
         super().__init__(classes="gpu-view")
@@ -93,23 +181,26 @@ class GpuView(Vertical):
         self.header = StatusText(classes="gpu-header")
         self.util_meter = Meter("util")
         self.mem_meter = Meter("mem")
+        self.history = GpuHistory()
 
     def compose(self) -> ComposeResult:
         yield self.header
         yield self.util_meter
         yield self.mem_meter
+        yield self.history
 
     def on_mount(self) -> None:
         self._ready = True  # composed: the meters exist
         self.apply()
 
-    def add(self, reading: Any) -> None:
-        """Record a reading (drawn by the next apply)."""
+    def add(self, reading: Any, t: float) -> None:
+        """Record a reading taken at `t` (drawn by the next apply)."""
         self._reading = reading
         if reading.util_percent is not None:
             self.util.append(reading.util_percent)
         if reading.mem_used is not None and reading.mem_total:
             self.mem.append(100.0 * reading.mem_used / reading.mem_total)
+        self.history.add(reading, t)
 
     def apply(self) -> None:
         r = self._reading
@@ -118,66 +209,70 @@ class GpuView(Vertical):
         self.header.set_segments(gpu_header(r))
         self.util_meter.set(self.util, fmt_pct(r.util_percent))
         self.mem_meter.set(self.mem, fmt_gib_pair(r.mem_used, r.mem_total))
+        self.history.apply(r)
 
 
 class CpuHistory(Vertical):
-    """The zoomed CPU panel's history (hidden unless zoomed): the run's own CPU and resident
-    memory over time, then one strip chart per core."""
+    """A zoomed panel's history of the run's own process: its CPU (on the machine's scale) and
+    resident memory (on RAM's scale); on a CPU machine one chart per core too (`per_core`).
+    Hidden unless zoomed; on a GPU machine it is a view of its own, under the GPUs."""
 
-    def __init__(self) -> None:
-        super().__init__(classes="cpu-history")
-        self.run_cpu: deque[float | None] = deque(maxlen=HISTORY)
-        self.run_rss: deque[float | None] = deque(maxlen=HISTORY)
-        self.per_core: list[deque[float]] = []
-        self.title = Static(
-            Content.styled(
-                "history, newest on the right: the run's own process, each core",
-                "$foreground-muted",
-            ), classes="note"
-        )
-        self.run_meter = Meter("run")
-        self.rss_meter = Meter("rss")
-        self.core_meters: list[Meter] = []
-        self._unapplied: Any = None
+    def __init__(self, per_core: bool = True) -> None:
+        super().__init__(classes="history cpu-history")
+        self.per_core = per_core
+        self.run_meter = HistoryMeter("run")
+        self.rss_meter = HistoryMeter("rss")
+        self.core_meters: list[HistoryMeter] = []
+        self._n_cores = 0
+        self._event: Any = None
+        what = "the run's own process, each core" if per_core else "the run's own process"
+        self.title = history_note(f"{HISTORY_NOTE}: {what}")
 
     def compose(self) -> ComposeResult:
         yield self.title
         yield self.run_meter
         yield self.rss_meter
 
+    @property
+    def meters(self) -> list[HistoryMeter]:
+        return [self.run_meter, self.rss_meter, *self.core_meters]
+
     def add(self, ev: Any) -> None:
+        self._event = ev
         cores = ev.cpu_per_core or ()
-        if cores and len(cores) != len(self.per_core):  # another machine: its own history
-            self.per_core = [deque(maxlen=HISTORY) for _ in cores]
-        for history, value in zip(self.per_core, cores, strict=False):
-            history.append(value)
-        self.run_cpu.append(ev.process_cpu_percent)
+        if cores:
+            self._n_cores = len(cores)
+        if self.per_core and cores and len(cores) != len(self.core_meters):
+            # another machine: its own history (mounted by the next apply)
+            for meter in self.core_meters:
+                if meter.is_mounted:
+                    meter.remove()
+            self.core_meters = [HistoryMeter(f"cpu{i}") for i in range(len(cores))]
+        for meter, value in zip(self.core_meters, cores, strict=False):
+            meter.add(ev.time, value)
+        self.run_meter.add(ev.time, ev.process_cpu_percent)
         rss, total = ev.process_rss, ev.ram_total
-        self.run_rss.append(100.0 * rss / total if rss is not None and total else None)
+        self.rss_meter.add(ev.time, 100.0 * rss / total if rss is not None and total else None)
 
     def on_mount(self) -> None:
-        if self._unapplied is not None:  # a reading that came before this was mounted
-            self.apply(self._unapplied)
+        self.call_after_refresh(self.apply)  # a reading that came before this was mounted
 
-    def apply(self, ev: Any) -> None:
-        if not self.is_mounted:  # its meters cannot be mounted in it yet: drawn on mount
-            self._unapplied = ev
+    def apply(self) -> None:
+        ev = self._event
+        if ev is None or not self.is_mounted:  # its meters cannot be mounted yet: drawn on mount
             return
-        self._unapplied = None
-        if len(self.core_meters) != len(self.per_core):
-            for meter in self.core_meters:
-                meter.remove()
-            self.core_meters = [Meter(f"cpu{i}") for i in range(len(self.per_core))]
-            self.mount_all(self.core_meters)
-        n = max(1, len(self.per_core))
+        new = [m for m in self.core_meters if not m.is_mounted and m.parent is None]
+        if new:
+            self.mount_all(new)
         # the run's CPU on the scale of the whole machine (100% a core, n cores): as the cpu row
-        self.run_meter.spark.hi = 100.0 * n
         own = ev.process_cpu_percent
-        self.run_meter.set(self.run_cpu, "-" if own is None else f"{own / 100:.1f} cores")
+        self.run_meter.show(
+            "-" if own is None else f"{own / 100:.1f} cores", hi=100.0 * max(1, self._n_cores)
+        )
         # its memory on the scale of the machine's RAM, as the ram row
-        self.rss_meter.set(self.run_rss, fmt_bytes(ev.process_rss))
-        for meter, history in zip(self.core_meters, self.per_core, strict=True):
-            meter.set(history, fmt_pct(history[-1] if history else None))
+        self.rss_meter.show(fmt_bytes(ev.process_rss))
+        for meter in self.core_meters:
+            meter.show(fmt_pct(meter.series.latest))
 
 
 class CpuView(Vertical):
@@ -227,7 +322,7 @@ class CpuView(Vertical):
         ev = self._event
         if ev is None or not self._ready:
             return
-        self.history.apply(ev)
+        self.history.apply()
         self.cpu_meter.set(self.cpu, fmt_pct(ev.cpu_percent))
         cores = ev.cpu_per_core or ()
         bars = "".join(BARS[min(int(max(c, 0) / 100 * len(BARS)), len(BARS) - 1)] for c in cores)
@@ -357,6 +452,7 @@ class DevicePanel(VerticalScroll):
             self._show_stopped()
         if self.mode == "ranks":
             self._pending = True  # the rows follow the width and height
+        self.call_after_refresh(self._fit_history)  # zoomed: the charts fill the new height
 
     def update_ranks(self, report: RankReport) -> None:
         """Record one RankReport: from now on the panel shows every rank, not this machine."""
@@ -374,7 +470,9 @@ class DevicePanel(VerticalScroll):
             self.mount_all(self._views)
             self._drawn_at = -1e9
         kind = "GPU" if on_gpu else "CPU"
-        self.border_title = f"Device [not bold $foreground-muted]{len(report.ranks)} ranks · {kind}[/]"
+        self.border_title = (
+            f"Device [not bold $foreground-muted]{len(report.ranks)} ranks · {kind}[/]"
+        )
         self._views[0].add(report)
         self._pending = True
 
@@ -403,6 +501,7 @@ class DevicePanel(VerticalScroll):
             self.remove_children()
             if source == "nvml":
                 self._views = [GpuView(g.index) for g in ev.gpus]
+                self._views.append(CpuHistory(per_core=False))  # the run's own, zoomed
                 title = f"Device [not bold $foreground-muted]GPU × {len(ev.gpus)}[/]"
             elif source == "psutil":
                 self._views = [CpuView()]
@@ -413,10 +512,12 @@ class DevicePanel(VerticalScroll):
                 title = "Device"
             self.border_title = title
             self.mount_all(self._views)
+            self.call_after_refresh(self._fit_history)  # once the new views are laid out
             self._drawn_at = -1e9  # draw the new view at once
         if source == "nvml":
             for view, reading in zip(self._views, ev.gpus, strict=False):
-                view.add(reading)
+                view.add(reading, ev.time)
+            self._views[-1].add(ev)
         else:
             for view in self._views:
                 view.add(ev)
@@ -432,4 +533,22 @@ class DevicePanel(VerticalScroll):
             self._views[0].height_limit = self._rank_rows_limit()
         for view in self._views:
             view.apply()
+        self._fit_history()
         return True
+
+    def _fit_history(self) -> None:
+        """Zoomed, the history charts share the panel's height: as tall as there is room for
+        (up to MAX_CHART_ROWS rows each), one row each where there is none (it scrolls)."""
+        if not self.has_class("-maximized"):
+            return
+        meters = [m for m in self.query(HistoryMeter) if m.parent is not None and m.parent.display]
+        if not meters:
+            return
+        # the rows everything but the charts takes: the content's height, less the charts'
+        drawn = sum(m.outer_size.height for m in meters)
+        shown = [v for v in self._views if v.display]
+        content = max((v.virtual_region_with_margin.bottom for v in shown), default=0)
+        room = self.scrollable_content_region.height - (content - drawn)
+        rows, extra = divmod(max(room, len(meters)), len(meters))
+        for i, meter in enumerate(meters):  # the rows left over go to the first charts
+            meter.set_rows(min(MAX_CHART_ROWS, rows + (i < extra)))

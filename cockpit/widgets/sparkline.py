@@ -13,7 +13,10 @@ from collections.abc import Sequence
 from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Sparkline
+
+from cockpit.widgets.time_window import SPAN_S, TimeSeries, window_columns
 
 BARS = "▁▂▃▄▅▆▇█"
 
@@ -37,6 +40,107 @@ def strip_chart(
         bar = BARS[min(int(r * len(BARS)), len(BARS) - 1)]
         segments.append(Segment(bar, high if r >= 0.5 else low))
     return Strip(Segment.simplify(segments), width)
+
+
+def strip_rows(
+    data: Sequence[float | None],
+    width: int,
+    height: int,
+    lo: float,
+    hi: float,
+    low: Style,
+    high: Style,
+) -> list[Strip]:
+    """`strip_chart` `height` rows tall, top row first: each bar stacks eighths of a row, so a
+    taller chart tells finer differences; one row tall it is `strip_chart` exactly."""
+    if height <= 1:
+        return [strip_chart(data, width, lo, hi, low, high)]
+    values = list(data)[-width:] if width > 0 else []
+    pad = width - len(values)
+    extent = (hi - lo) or 1.0
+    # per column: (eighths filled, 1..height*8, style), or None for a missing reading
+    cols: list[tuple[int, Style] | None] = []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            cols.append(None)
+            continue
+        r = min(max((v - lo) / extent, 0.0), 1.0)
+        cols.append((min(int(r * height * 8), height * 8 - 1) + 1, high if r >= 0.5 else low))
+    rows = []
+    for row in range(height):
+        above = (height - 1 - row) * 8  # eighths below this row's bottom
+        segments = []
+        if pad > 0:
+            baseline = row == height - 1
+            segments.append(
+                Segment("▁" * pad, Style(color=low.color, dim=True))
+                if baseline
+                else Segment(" " * pad)
+            )
+        for col in cols:
+            filled = 0 if col is None else min(max(col[0] - above, 0), 8)
+            if filled == 0 or col is None:
+                segments.append(Segment(" "))
+            else:
+                segments.append(Segment(BARS[filled - 1], col[1]))
+        rows.append(Strip(Segment.simplify(segments), width))
+    return rows
+
+
+class WindowChart(Widget):
+    """A `TimeSeries` over the last `span_s` seconds up to its newest reading, as many columns
+    as the widget is wide and as tall as it is high, between `lo` and `hi`.
+
+    Its columns are computed once per (reading, size, scale, colours), not per repaint.
+    """
+
+    COMPONENT_CLASSES = {"sparkline--max-color", "sparkline--min-color"}
+    DEFAULT_CSS = """
+    WindowChart {
+        height: 1;
+        width: 1fr;
+    }
+    WindowChart > .sparkline--max-color {
+        color: $primary;
+    }
+    WindowChart > .sparkline--min-color {
+        color: $primary 60%;
+    }
+    """
+
+    def __init__(
+        self, *, lo: float = 0.0, hi: float = 100.0, span_s: float = SPAN_S, **kwargs
+    ) -> None:
+        super().__init__(**kwargs)
+        self.lo, self.hi, self.span_s = lo, hi, span_s
+        self.series: TimeSeries | None = None
+        self._rows: tuple[tuple[object, ...], list[Strip]] | None = None
+
+    def show(self, series: TimeSeries, hi: float | None = None) -> None:
+        """Draw `series` (on the scale up to `hi` where given)."""
+        if hi is not None:
+            self.hi = hi
+        self.series = series
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size
+        base = self.visual_style.rich_style
+        series = self.series
+        if series is None or series.end is None:
+            return Strip.blank(width, base)
+        _, background = self.background_colors
+        low = (background + self.get_component_styles("sparkline--min-color").color).rich_color
+        high = (background + self.get_component_styles("sparkline--max-color").color).rich_color
+        key = (id(series), series.version, width, height, self.lo, self.hi, low, high, base)
+        if self._rows is None or self._rows[0] != key:
+            values = window_columns(series.readings, series.end, width, self.span_s)
+            rows = strip_rows(
+                values, width, height, self.lo, self.hi, Style(color=low), Style(color=high)
+            )
+            self._rows = (key, [row.apply_style(base) for row in rows])
+        rows = self._rows[1]
+        return rows[y] if 0 <= y < len(rows) else Strip.blank(width, base)
 
 
 class StripSparkline(Sparkline):
