@@ -287,3 +287,52 @@ def test_any_proposer_plugs_in(tmp_path):
     )
     assert "unknown key 'lrr'" in refused.note and refused.parent == "baseline"
     assert load_preset(str(search.best_path)).optim.lr == load_preset("tiny").optim.lr
+
+
+def logged_baselines(runs: Path, name: str) -> None:
+    from cockpit.ablation.research_log import LogRow, ResearchLog, log_dir
+
+    ResearchLog(log_dir(runs, name)).append(
+        [
+            LogRow(
+                f"baseline-{i}", "", "preset tiny", bpb, 10, 1.0, 1, "kept", proposed_by="search"
+            )
+            for i, bpb in ((1, 2.50), (2, 2.52))
+        ]
+    )
+
+
+def test_a_stop_between_experiments_trains_and_logs_nothing_more(tmp_path):
+    from cockpit.research import Search, SearchSpec, Stopped
+
+    runs = tmp_path / "runs"
+    logged_baselines(runs, "p")
+    proposals = [Proposal({"optim.lr": 0.002}, "", "changes file")]
+    trained: list[Path] = []
+    search = Search(
+        SearchSpec(preset="tiny", budget=1.0, name="p"), runs, ChangesFileProposer(proposals),
+        lambda d, o, r: trained.append(d) or "finished", lambda: True, lambda s: None,
+    )  # fmt: skip
+    with pytest.raises(Stopped):
+        search.run()
+    assert trained == [] and len(read_log(search.log.path)[0]) == 2
+    assert search.best_path.is_file()  # the baseline is the best so far, runnable already
+
+
+def test_a_name_holding_a_search_of_other_settings_is_refused(tmp_path):
+    from cockpit.research import Search, SearchSpec
+
+    runs = tmp_path / "runs"
+
+    def search(budget: float) -> Search:
+        spec = SearchSpec(preset="tiny", budget=budget, name="p")
+        return Search(spec, runs, ChangesFileProposer([]), lambda *a: "finished", lambda: False)
+
+    search(1.0).open()
+    with pytest.raises(ConfigError) as refused:
+        search(2.0).open()
+    said = str(refused.value)
+    assert (
+        "holds a search of other settings" in said and "budget 1s" in said and "budget 2s" in said
+    )
+    assert "\n" not in said
