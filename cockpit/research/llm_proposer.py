@@ -44,8 +44,10 @@ DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # the client refuses to start without one.
 NO_KEY = "no-key"
 TIMEOUT_S = 120.0  # one answer; a local model on a CPU can take a minute
-CLIENT_RETRIES = 2  # the client's own retries of a refused connection or a 5xx/429 answer
-SLOW_TRIES = 3  # unanswered requests in a row before the search stops
+# the client's own retries, with a back-off, of a refused connection, a 5xx/429 answer or a
+# request unanswered within the timeout
+CLIENT_RETRIES = 2
+SLOW_TRIES = 2  # tries (each of 1 + CLIENT_RETRIES requests) unanswered before the search stops
 PROGRAM_LIMIT = 256 * 1024
 LOG_ROWS_SHOWN = 100  # the newest rows: a long series would outgrow a small model's context
 REPLY_SHOWN = 200  # characters of a refused reply kept in its line
@@ -351,6 +353,7 @@ class LLMProposer:
         self.program = program
         self.keys = list(keys) if keys is not None else None
         self.timeout_s = timeout_s
+        self.requests = 1 + client_retries  # per try: the client retries unanswered ones
         self.slow_tries = slow_tries
         self.base = list(base)  # the search's own --sets, under every experiment
         self.presets_dirs = list(presets_dirs)
@@ -384,8 +387,9 @@ class LLMProposer:
                 text = self._ask(messages)
                 break
             except TimeoutError:
+                asked = f" to {self.requests} requests" if self.requests > 1 else ""
                 self.say(
-                    f"agent: {self.url} gave no answer within {self.timeout_s:g}s "
+                    f"agent: {self.url} gave no answer within {self.timeout_s:g}s{asked} "
                     f"({slow} of {self.slow_tries} tries)"
                 )
             except AgentError as e:

@@ -228,13 +228,12 @@ def test_a_slow_server_is_asked_again_then_the_search_stops(chat) -> None:
     ]
 
 
-def test_a_slow_answer_then_a_good_one(chat) -> None:
-    server = chat(("slow", 1.0, GOOD), GOOD)
+def test_slow_answers_retried_by_the_client_then_by_the_proposer_then_a_good_one(chat) -> None:
+    server = chat(("slow", 1.0, GOOD), ("slow", 1.0, GOOD), GOOD)
     lines: list[str] = []
-    got = proposer(server, lines, timeout_s=0.3).propose(context())
-    assert (
-        got is not None and got.refused == "" and len(lines) == 1 and "(1 of 3 tries)" in lines[0]
-    )
+    got = proposer(server, lines, timeout_s=0.3, client_retries=1).propose(context())
+    assert got is not None and got.refused == "" and len(server.requests) == 3
+    assert lines == [f"agent: {server.url} gave no answer within 0.3s to 2 requests (1 of 2 tries)"]
 
 
 def test_a_server_error_is_retried_by_the_client_then_the_good_reply_taken(chat) -> None:
@@ -347,6 +346,7 @@ def baselines_logged(runs: Path, name: str) -> None:
     ])  # fmt: skip
 
 
+@pytest.mark.slow  # the client retries the refused connection with its back-off
 def test_an_agent_out_of_reach_stops_the_search_in_one_line_and_a_rerun_continues(chat, tmp_path):
     server = chat()
     url = server.url
