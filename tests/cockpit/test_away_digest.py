@@ -62,7 +62,7 @@ def test_back_after_a_detach_the_digest_shows_the_alert_and_the_live_set(live: L
     shown, under, later, state = run_pilot(again, come_back, size=SIZE)
     assert later != under and state == "running"
     assert "trained " in shown and " steps (step " in shown
-    assert "alerts: 1" in shown and "warning rollback" in shown and alert["message"][:30] in shown
+    assert "\nalerts: " in shown and "warning rollback" in shown and alert["message"][:30] in shown
     assert f"{AGENT}: set optim.weight_decay" in shown and "-> 0.05" in shown
     assert "attached" not in shown and left["time"] > 0
 
