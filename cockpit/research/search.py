@@ -330,9 +330,23 @@ class Search:
                 run_dir = self.runs_dir / f"{rid}-retry{n}"
             shown = change or "the baseline"
             self.say(
-                f"{run_dir.name}: {'resuming' if resume else 'training'} {shown} for {duration_text(self.spec.budget)}"
+                f"{run_dir.name}: {'resuming' if resume else 'starting'} {shown}, {duration_text(self.spec.budget)} of training"
             )
-            state = self.train_run(run_dir, [*self.spec.common_settings(), *settings], resume)
+            try:
+                state = self.train_run(run_dir, [*self.spec.common_settings(), *settings], resume)
+            except (
+                ConfigError
+            ) as e:  # refused before it started (preflight): a baseline's stops all
+                if proposal is None:
+                    raise
+                row = LogRow(
+                    id=rid, change=change, parent=parent, val_bpb=None, tokens=None,
+                    train_time_s=None, peak_memory_bytes=None, status="refused",
+                    reason=proposal.reason, proposed_by=proposal.proposed_by, note=str(e),
+                )  # fmt: skip
+                self.log.append([row])
+                self.say(f"{rid}: refused: {e}")
+                return row
         if state == RunState.STOPPED:
             raise Stopped
         result = read_result(rid, run_dir, state, None)

@@ -173,7 +173,7 @@ def test_a_search_stopped_within_an_experiment_continues_and_writes_a_runnable_b
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if line.startswith("step") and any("001-optim.lr=0.006: training" in s for s in lines):
+            if line.startswith("step") and any("001-optim.lr=0.006: starting" in s for s in lines):
                 in_first.set()
         in_first.set()  # the process ended: the assertion below says how
 
@@ -200,7 +200,7 @@ def test_a_search_stopped_within_an_experiment_continues_and_writes_a_runnable_b
     assert again.returncode == 0, again.stdout + again.stderr
     assert (
         "001-optim.lr=0.006: resuming" in again.stdout
-        and "baseline-1: training" not in again.stdout
+        and "baseline-1: starting" not in again.stdout
     )
     resumed = metrics(runs / "s" / "001-optim.lr=0.006")
     assert [r["start_step"] for r in resumed if r["kind"] == "run_started"][1] == stopped[-1][
@@ -237,7 +237,7 @@ def test_a_search_stopped_within_an_experiment_continues_and_writes_a_runnable_b
     assert metrics(tmp_path / "best-run")[-1]["state"] == "finished"
 
     once_more = research(runs, *args)  # all done: nothing trains, nothing is logged twice
-    assert once_more.returncode == 0 and "training" not in once_more.stdout
+    assert once_more.returncode == 0 and "starting" not in once_more.stdout
     assert len(read_log(log)[0]) == 4
 
 
@@ -336,3 +336,21 @@ def test_a_name_holding_a_search_of_other_settings_is_refused(tmp_path):
         "holds a search of other settings" in said and "budget 1s" in said and "budget 2s" in said
     )
     assert "\n" not in said
+
+
+def test_a_candidate_no_run_could_start_with_here_is_a_refused_row_and_the_search_goes_on(tmp_path):
+    runs = tmp_path / "runs"
+    logged_baselines(runs, "p")  # a continued search: the candidates are left
+    changes = tmp_path / "c.toml"
+    changes.write_text('train.device = "cuda"\n')  # a valid setting; no CUDA on this machine
+    done = research(
+        runs, "--preset", "tiny", "--budget", "1s", "--changes", str(changes), "--name", "p"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = read_log(runs / "research" / "p" / "log.tsv")[0][-1]
+    assert (row.id, row.status, row.proposed_by) == (
+        "001-train.device=cuda",
+        "refused",
+        "changes file",
+    )
+    assert "CUDA" in row.note and "research done: 3 experiments, 0 kept" in done.stdout
