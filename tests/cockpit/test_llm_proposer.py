@@ -376,10 +376,12 @@ def test_a_search_with_an_agent_logs_its_refusals_and_writes_its_key_nowhere(cha
     )
     # the baselines as a search logged them: only the agent's experiments are left to run
     baselines_logged(runs, "agent")
+    program = tmp_path / "program.md"
+    program.write_text("# Lower val_bpb\nTry the learning rate first.\n")
     done = research(
         runs, "--preset", "tiny", "--budget", "1s", "--steps", "100000", "--name", "agent",
         "--llm", server.url, "--model", "scripted", "--llm-key-env", "COCKPIT_TEST_LLM_KEY",
-        "--auto", "--experiments", "1", "--data", str(corpus), *QUICK, *set_args(TINY_MODEL),
+        "--auto", "--experiments", "1", "--program", str(program), "--data", str(corpus), *QUICK, *set_args(TINY_MODEL),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"proposals from scripted at {server.url}" in done.stdout
@@ -399,6 +401,7 @@ def test_a_search_with_an_agent_logs_its_refusals_and_writes_its_key_nowhere(cha
     assert "001-refused: : refused: not valid JSON" in done.stdout
     assert "Your last proposal was refused: not valid JSON" in json.dumps(server.requests[1])
     assert all(h["authorization"] == f"Bearer {KEY}" for h in server.headers)
+    assert server.requests[0]["messages"][0]["content"] == program.read_text()
     # the key: in no file the search wrote, nor in what it said
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(written) > 5 and not [p for p in written if KEY.encode() in p.read_bytes()]
