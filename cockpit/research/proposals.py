@@ -28,7 +28,7 @@ class ResearchContext:
     """What a proposer may look at to choose the next change."""
 
     preset: str
-    best: dict[str, object]  # the overrides in force in the best configuration so far
+    best: dict[str, object]  # the best configuration's overrides: key -> value, as --set spells it
     log_rows: list[dict] = field(default_factory=list)  # the research log so far, oldest first
     settable: list[str] = field(default_factory=list)  # the keys a proposer may change
     notes: list[str] = field(default_factory=list)  # a person's notes on rejected proposals
