@@ -44,6 +44,7 @@ GPU_FIGURES = (
     ("gpu_utilisation_percent", "GPU utilisation", "util_percent", ""),
     ("gpu_memory_used", "GPU memory in use", "mem_used", "bytes"),
     ("gpu_process_memory", "this run's GPU memory", "process_mem", "bytes"),
+    ("gpu_process_utilisation_percent", "this run's SM utilisation", "process_util_percent", ""),
     ("gpu_temperature_celsius", "GPU temperature", "temperature_c", ""),
     ("gpu_power_watts", "GPU power draw", "power_w", ""),
 )

@@ -165,6 +165,37 @@ def test_evaluations_and_the_run_state_are_served(tmp_path: Path) -> None:
         endpoint.close()
 
 
+def test_each_gpu_s_reading_is_served_the_run_s_own_share_included(tmp_path: Path) -> None:
+    """A GPU's figures from the newest telemetry (as NVML gave them; this machine has none),
+    labelled with its index; a figure the driver could not tell is left out."""
+    from engine.events import DeviceReading, Telemetry
+
+    port = free_port()
+    endpoint = MetricsEndpoint(port, tmp_path, "r1", "gpt2-small")
+    try:
+        token = (tmp_path / TOKEN_NAME).read_text().strip()
+        gpu = DeviceReading(
+            index=0,
+            name="NVIDIA GeForce RTX 4090",
+            util_percent=97.0,
+            mem_used=20 * 2**30,
+            mem_total=24 * 2**30,
+            process_mem=19 * 2**30,
+            process_util_percent=91.5,
+            power_w=402.0,
+        )
+        endpoint(Telemetry(source="nvml", gpus=(gpu,)))
+        got = scrape(port, token)
+        labels = {"run": "r1", "preset": "gpt2-small", "gpu": "0"}
+        assert value(got, "cockpit_gpu_utilisation_percent", **labels) == 97.0
+        assert value(got, "cockpit_gpu_process_utilisation_percent", **labels) == 91.5
+        assert value(got, "cockpit_gpu_process_memory_bytes", **labels) == 19 * 2**30
+        assert value(got, "cockpit_gpu_power_watts", **labels) == 402.0
+        assert "cockpit_gpu_temperature_celsius" not in got  # unknown: left out, not 0
+    finally:
+        endpoint.close()
+
+
 def test_a_taken_port_is_one_line(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
