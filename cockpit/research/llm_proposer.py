@@ -218,13 +218,23 @@ def _cell(value: Any) -> str:
 
 
 def prompt(
-    program: str, context: ResearchContext, cfg: RunConfig, keys: Sequence[str], proposed_by: str
+    program: str,
+    context: ResearchContext,
+    cfg: RunConfig,
+    keys: Sequence[str],
+    proposed_by: str,
+    base: Sequence[str] = (),
 ) -> list[dict[str, str]]:
     """The chat messages of a request: the program as the system message, the rest as the
     user's (with why its last proposal was refused, when it was)."""
     best = " ".join(best_settings(context.best)) or "(the preset as is)"
     parts = [
         f"Preset: {context.preset}",
+        *(
+            [f"Every experiment's own settings (the search's, fixed): {' '.join(base)}"]
+            if base
+            else []
+        ),
         f"Best configuration so far (its changes to the preset): {best}",
         f"Settings you may change (key = value now (allowed): what it sets):\n"
         f"{settings_text(cfg, keys)}",
@@ -381,7 +391,7 @@ class LLMProposer:
             raise ConfigError("--keys names no setting the search may change")
         settings = [*self.base, *best_settings(context.best)]
         cfg = load_preset(context.preset, settings, self.presets_dirs)
-        messages = prompt(self.program, context, cfg, allowed, self.proposed_by)
+        messages = prompt(self.program, context, cfg, allowed, self.proposed_by, self.base)
         for slow in range(1, self.slow_tries + 1):
             try:
                 text = self._ask(messages)

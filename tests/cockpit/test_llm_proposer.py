@@ -402,6 +402,10 @@ def test_a_search_with_an_agent_logs_its_refusals_and_writes_its_key_nowhere(cha
     assert "Your last proposal was refused: not valid JSON" in json.dumps(server.requests[1])
     assert all(h["authorization"] == f"Bearer {KEY}" for h in server.headers)
     assert server.requests[0]["messages"][0]["content"] == program.read_text()
+    assert "Every experiment's own settings (the search's, fixed): " in json.dumps(
+        server.requests[0]
+    )
+    assert "train.time_budget=1.0" in server.requests[0]["messages"][1]["content"]
     # the key: in no file the search wrote, nor in what it said
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(written) > 5 and not [p for p in written if KEY.encode() in p.read_bytes()]
