@@ -114,14 +114,17 @@ class WindowChart(Widget):
         super().__init__(**kwargs)
         self.lo, self.hi, self.span_s = lo, hi, span_s
         self.series: TimeSeries | None = None
+        self._version = -1  # the series' version last shown
         self._rows: tuple[tuple[object, ...], list[Strip]] | None = None
 
     def show(self, series: TimeSeries, hi: float | None = None) -> None:
         """Draw `series` (on the scale up to `hi` where given)."""
+        shown = (self.series, self._version, self.hi)
         if hi is not None:
             self.hi = hi
-        self.series = series
-        self.refresh()
+        self.series, self._version = series, series.version
+        if (series, series.version, self.hi) != shown:  # nothing new: no repaint
+            self.refresh()
 
     def render_line(self, y: int) -> Strip:
         width, height = self.size
