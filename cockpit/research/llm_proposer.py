@@ -51,6 +51,7 @@ SLOW_TRIES = 2  # tries (each of 1 + CLIENT_RETRIES requests) unanswered before 
 PROGRAM_LIMIT = 256 * 1024
 LOG_ROWS_SHOWN = 100  # the newest rows: a long series would outgrow a small model's context
 REPLY_SHOWN = 200  # characters of a refused reply kept in its line
+REASON_LIMIT = 300  # characters of a reason kept for the log: one row, not an essay
 
 DEFAULT_PROGRAM = """\
 # Research program
@@ -280,7 +281,7 @@ def parse_reply(text: str) -> tuple[dict[str, object], str] | str:
     reason = reply.get("reason", "")
     if not isinstance(reason, str):
         return '"reason" is not text'
-    return change, " ".join(reason.split())
+    return change, _shown(reason, REASON_LIMIT)
 
 
 def check_proposal(
@@ -449,9 +450,10 @@ class LLMProposer:
         return text.replace(self._secret, "***") if self._secret else text
 
 
-def _shown(text: str) -> str:
+def _shown(text: str, limit: int = REPLY_SHOWN) -> str:
+    """`text` on one line, cut to `limit` characters."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= REPLY_SHOWN else flat[: REPLY_SHOWN - 3] + "..."
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 class Guarded:

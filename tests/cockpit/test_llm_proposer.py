@@ -276,6 +276,8 @@ def test_the_reply_parser() -> None:
     assert parse_reply('{"change": {}}') == '"change" is empty: name one setting to change'
     assert parse_reply("```json\n{}\n```\n```json\n{}\n```").startswith("more than one code block")
     assert parse_reply('{"change": {"optim.lr": 1}, "reason": 3}') == '"reason" is not text'
+    long = parse_reply(json.dumps({"change": {"optim.lr": 1}, "reason": "why\n" * 200}))
+    assert long[1].startswith("why why") and long[1].endswith("...") and len(long[1]) == 300
 
 
 def test_bad_options_are_one_line_each(tmp_path: Path) -> None:
