@@ -5,9 +5,10 @@ The model gets the program (the user's Markdown, or DEFAULT_PROGRAM), the resear
 the best configuration, the settings it may change (with their help texts, valid ranges and
 values now) and a person's notes on rejected proposals, and answers with one change as JSON,
 `{"change": {"optim.lr": 0.002}, "reason": "..."}`, bare or in a Markdown code fence. A reply
-that is not that, names a key it may not change, or a value the config refuses is refused in
-one line (kept in `refusals`, passed to `on_refusal`) and the model is asked again, a bounded
-number of times. The API key is read from the environment and only ever handed to the client.
+that is not that, names a key it may not change, or a value the config refuses comes back as
+a Proposal with `refused` saying what was wrong in one line: the search logs it and asks
+again, the next prompt saying why (the search bounds how many in a row). The API key is read
+from the environment and only ever handed to the client.
 
 `Guarded` wraps any proposer with the unattended run's guards: a number of experiments and
 a number of hours, after which it proposes nothing more.
@@ -301,7 +302,12 @@ def check_proposal(
         except ConfigError:
             return dict(change), unknown_key(str(key), allowed)
         if name not in allowed:
-            why = AGENT_REFUSED_WHY if name in context.settable else "the search fixes it"
+            if name not in context.settable:
+                why = "the search fixes it"
+            elif agent_refused(name):
+                why = AGENT_REFUSED_WHY
+            else:
+                why = f"--keys names {','.join(allowed)}"
             return dict(change), f"{name} is not a setting it may change ({why})"
         if isinstance(value, dict) or value is None:
             return dict(change), f"{name}: {json.dumps(value)} is no setting's value"
