@@ -17,13 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.rundir.journal import Journal
+from engine.rundir.journal import JOURNAL_KINDS, Journal
 from engine.rundir.records import parse_record
 
 # A viewer's gap worth a digest: shorter, the person saw the run moments ago.
 AWAY_MIN_S = 600.0
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_READ_KINDS = JOURNAL_KINDS | {"step", "eval"}
 MAX_LISTED = 8  # alerts, actions or settings listed one a line; the rest counted
 
 
@@ -181,10 +182,15 @@ def digest(records: Iterable[Mapping[str, Any]], since: float) -> Digest:
 
 
 def file_records(metrics: Path) -> list[dict[str, Any]]:
-    """A metrics file's whole records (a line cut short or damaged is read past)."""
+    """A metrics file's whole records of the kinds a digest reads (a line cut short or damaged
+    is read past; telemetry, samples and the like are skipped by their kind's prefix, unparsed)."""
     out = []
     with metrics.open("rb") as f:
         for line in f:
+            if line.startswith(b'{"kind":"'):  # as MetricsWriter writes: the kind first, compact
+                end = line.find(b'"', 9)
+                if line[9:end].decode("ascii", "replace") not in _READ_KINDS:
+                    continue
             try:
                 out.append(parse_record(line))
             except ValueError:
