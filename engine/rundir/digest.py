@@ -252,7 +252,8 @@ def _listed(
         lines.append(f"  {clock(n.time)}  step {n.step:,}  {by}{n.what}{detail}")
     if len(items) > MAX_LISTED:
         lines.insert(
-            1, f"  ({len(items) - MAX_LISTED} earlier not listed: `cockpit journal` has them all)"
+            1,
+            f"  ({len(items) - MAX_LISTED} earlier not listed: the journal, j in the app, has them all)",
         )
     return lines
 

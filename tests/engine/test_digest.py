@@ -121,3 +121,15 @@ def test_a_bad_duration_is_one_line_saying_how_to_write_one(text: str) -> None:
         ValueError, match=r"is not a duration; write a number and a unit: 90s, 30m, 8h or 2d"
     ):
         parse_duration(text)
+
+
+def test_a_long_list_shows_the_newest_and_counts_the_rest() -> None:
+    alerts = [
+        {"kind": "alert", "time": T0 + HOUR + 1 + i, "step": 100 + i, "level": "warning", "code": "disk",
+         "message": f"no room {i}"}
+        for i in range(10)
+    ]  # fmt: skip
+    lines = digest_lines(digest([*RECORDS[:5], *alerts], T0 + HOUR), now=T0 + 2 * HOUR, clock=clock)
+    at = lines.index("alerts: 10")
+    assert lines[at + 1] == "  (2 earlier not listed: the journal, j in the app, has them all)"
+    assert "no room 2" in lines[at + 2] and "no room 9" in lines[at + 9]
