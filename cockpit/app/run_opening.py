@@ -16,9 +16,11 @@ from cockpit.app.comparing import Comparing
 from cockpit.app.host import Host
 from cockpit.app.switching import Switching
 from cockpit.figures.numbers import fmt_int
+from cockpit.screens.away_dialog import AwayScreen, away_lines
 from cockpit.screens.dialogs import ConfirmScreen
 from engine.contract import EngineHandle
 from engine.events import RunState
+from engine.rundir import AWAY_MIN_S
 
 
 def open_engine(run_dir: Path) -> EngineHandle:
@@ -49,6 +51,9 @@ class RunOpening:
         self.host = host
         self.switching = switching
         self.comparing = comparing
+        # a run opened by a user back from a gap this long since they last detached from it
+        # shows the digest of what it did meanwhile
+        self.away_min_s = AWAY_MIN_S
 
     def open_run(self, run_dir: Path) -> None:
         """Show the run in `run_dir` instead of the one on screen (attached or read back)."""
@@ -69,20 +74,36 @@ class RunOpening:
         except Exception as e:  # noqa: BLE001 - on a worker thread: whatever went wrong, one line
             self.host.call_from_thread(self.cannot, f"Cannot open {run_dir.name}", str(e))
             return
+        away = away_lines(run_dir, self.away_min_s)
         if get_current_worker().is_cancelled:
             engine.close()
             return
-        self.host.call_from_thread(self.leave_for, run_dir.name, engine, "opening another run")
+        self.host.call_from_thread(
+            self.leave_for, run_dir.name, engine, "opening another run", False, away
+        )
 
-    def leave_for(self, label: str, engine: EngineHandle, reason: str, asked: bool = False) -> None:
+    def leave_for(
+        self,
+        label: str,
+        engine: EngineHandle,
+        reason: str,
+        asked: bool = False,
+        away: list[str] | None = None,
+    ) -> None:
         """Switch to `engine` once the user agrees to leave the run on screen (`asked`: the
-        dialog that led here said what leaving does, and enter was the yes)."""
+        dialog that led here said what leaving does, and enter was the yes); `away`: the
+        digest shown over it once it is on screen."""
         self.not_busy()
         question = None if asked else self.leave_question(label)
 
+        def on_screen() -> EngineHandle:
+            if away:
+                self.host.push_screen(AwayScreen(away))  # over the run, once it is on screen
+            return engine
+
         def switch() -> None:
             self.comparing.drop_overlay(engine.run_dir)  # now it is the run itself
-            self.switching.switch_to(label, lambda: engine, reason=reason)
+            self.switching.switch_to(label, on_screen, reason=reason)
 
         if question is None:
             switch()

@@ -128,6 +128,7 @@ def attached_app(
     preset = engine.summary.get("preset") or os.path.basename(os.path.normpath(engine.run_dir))
     app = CockpitApp(lambda _preset: engine, preset, notify=notify, runs_root=runs_root)
     gap = AWAY_MIN_S if away_min_s is None else away_min_s
+    app.opening.away_min_s = gap  # a live run opened from its runs screen (h): the same gap
     app.call_later(_offer_digest, app, Path(engine.run_dir), gap)
     return app
 
@@ -135,21 +136,15 @@ def attached_app(
 def _offer_digest(app: Any, run_dir: Path, min_gap_s: float) -> None:
     """Read the run's records off the UI thread; show the digest when this user was away long
     enough and the run did something meanwhile."""
-    from cockpit.screens.away_dialog import AwayScreen
-    from engine.control import viewer_name
-    from engine.rundir import METRICS_NAME, away_digest, digest_lines
+    from cockpit.screens.away_dialog import AwayScreen, away_lines
 
-    user = viewer_name().split("@", 1)[0]
     now = time.time()  # when this viewer attached: the gap ends here
 
     def read() -> None:
-        try:
-            found = away_digest(run_dir / METRICS_NAME, user, min_gap_s, now)
-        except OSError:  # no metrics file to read (yet): nothing to tell
-            return
-        if found is not None:
+        lines = away_lines(run_dir, min_gap_s, now)
+        if lines:
             try:
-                app.call_from_thread(app.push_screen, AwayScreen(digest_lines(found, now)))
+                app.call_from_thread(app.push_screen, AwayScreen(lines))
             except RuntimeError:  # the app closed meanwhile: no one to tell
                 pass
 

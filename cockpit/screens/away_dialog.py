@@ -4,7 +4,9 @@ panels under it go on updating meanwhile."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from textual import events
 from textual.app import ComposeResult
@@ -14,6 +16,22 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 TITLE = "While you were away"
+
+
+def away_lines(run_dir: Path, min_gap_s: float, now: float | None = None) -> list[str]:
+    """The digest's lines for this user opening the run in `run_dir` now: since they last
+    detached from it, when that was `min_gap_s` or more ago and the run did something since
+    ([] when no digest is due). Reads the whole metrics file: call it off the UI thread."""
+    from engine.control import viewer_name
+    from engine.rundir import METRICS_NAME, away_digest, digest_lines
+
+    now = time.time() if now is None else now
+    user = viewer_name().split("@", 1)[0]
+    try:
+        found = away_digest(run_dir / METRICS_NAME, user, min_gap_s, now)
+    except OSError:  # no metrics file to read (yet): nothing to tell
+        return []
+    return [] if found is None else digest_lines(found, now)
 
 
 class AwayScreen(ModalScreen[None]):

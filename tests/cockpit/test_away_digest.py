@@ -5,24 +5,31 @@ nothing else. And the dialog's look."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from live_process import LiveRun
 from pilot import run_pilot, settle, status_text, wait_for, wait_for_engine
+from run_dirs import write_run
 from scripted import ScriptedFactory
+from textual.widgets import DataTable
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.cli.attach import attached_app
 from cockpit.screens.away_dialog import AwayScreen
+from cockpit.screens.runs_screen import RunsScreen
 from engine.control.client import RemoteEngine
 from engine.rundir.digest import Digest, Noted, digest_lines, local_clock
+from engine.rundir.recorded import RecordedRun
 
 SIZE = (120, 36)
 AGENT = "agent@box (script)"
 
 
-def test_back_after_a_detach_the_digest_shows_the_alert_and_the_live_set(live: LiveRun) -> None:
+def test_back_after_a_detach_the_digest_shows_the_alert_and_the_live_set(
+    live: LiveRun, tmp_path: Path
+) -> None:
     first = attached_app(RemoteEngine(live.run_dir))
 
     async def watch_then_leave(pilot: Any) -> None:
@@ -58,7 +65,9 @@ def test_back_after_a_detach_the_digest_shows_the_alert_and_the_live_set(live: L
     again = attached_app(RemoteEngine(live.run_dir), away_min_s=0)
 
     async def come_back(pilot: Any) -> tuple[str, str, str, str]:
-        await wait_for_engine(pilot, lambda: isinstance(again.screen, AwayScreen))
+        await wait_for_engine(
+            pilot, lambda: isinstance(again.screen, AwayScreen) and again.screen.shown()
+        )
         shown = again.screen.shown()
         under, step = status_text(again), again.view.step
         # the run goes on under the digest: its step and the status line drawn under it
@@ -74,12 +83,48 @@ def test_back_after_a_detach_the_digest_shows_the_alert_and_the_live_set(live: L
         return shown, under, status_text(again), state
 
     shown, under, later, state = run_pilot(again, come_back, size=SIZE)
-    assert later != under and state == "running"
+    assert later != under and state != "paused"
+    assert live.records("command", name="pause") == []  # the key that closed it paused nothing
     assert "trained " in shown and " steps (step " in shown
     assert "\nalerts: " in shown and "warning rollback" in shown and alert["message"][:30] in shown
     assert f"{AGENT}: set optim.weight_decay" in shown and "-> 0.05" in shown
     assert "attached" not in shown
     assert shown.startswith(f"Since {local_clock(left)} (")  # the second viewer's detach
+    # away again; then the live run opened from another app's runs screen (h) shows the digest too
+    live.wait_for_record("viewer", attached=False, viewer=again_number(live))
+    agent = RemoteEngine(live.run_dir, who=AGENT)
+    agent.set_settings({"optim.weight_decay": 0.07})
+    live.wait_for_record("settings_changed", by=f"viewer {agent.viewer} {AGENT}")
+    agent.close()
+    assert live.steps_grow(by=3)
+    finished = write_run(tmp_path, "old")
+    other = CockpitApp(lambda _preset: RecordedRun(finished), "old", runs_root=str(tmp_path))
+    other.opening.away_min_s = 0
+
+    async def open_it(pilot: Any) -> str:
+        await wait_for(pilot, lambda: other.state == "finished")
+        await pilot.press("h")
+        await wait_for(pilot, lambda: isinstance(other.screen, RunsScreen))
+        table = other.screen.query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 2, timeout=10)
+        await pilot.press("enter")  # the newest first: the live run
+        await wait_for_engine(
+            pilot, lambda: isinstance(other.screen, AwayScreen) and other.screen.shown()
+        )
+        assert other.session.attached and other.session.run_dir == str(live.run_dir)
+        text = other.screen.shown()
+        await pilot.press("x")
+        await wait_for(pilot, lambda: not isinstance(other.screen, AwayScreen))
+        other.detach()
+        return text
+
+    text = run_pilot(other, open_it, size=SIZE)
+    assert f"{AGENT}: set optim.weight_decay 0.05 -> 0.07" in text and "rollback" not in text
+
+
+def again_number(live: LiveRun) -> int:
+    """The number of the newest viewer that attached (the one back after the gap)."""
+    return live.records("viewer", attached=True)[-1]["viewer"]
 
 
 T0 = 1_700_000_000.0
