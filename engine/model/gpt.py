@@ -131,7 +131,9 @@ def value_embed_tables(n_layer: int, n_tables: int) -> list[int | None]:
     block i and block n_layer - n_tables + i, modded-nanogpt's "012 ... 012" layout (the tables
     carry what a token is to the blocks nearest the input and the output)."""
     if 2 * n_tables > n_layer:
-        raise ValueError(f"{n_tables} value embedding tables need {2 * n_tables} blocks, not {n_layer}")
+        raise ValueError(
+            f"{n_tables} value embedding tables need {2 * n_tables} blocks, not {n_layer}"
+        )
     last = n_layer - n_tables
     return [i if i < n_tables else i - last if i >= last else None for i in range(n_layer)]
 
@@ -144,18 +146,31 @@ def padded_vocab_size(vocab_size: int, multiple: int) -> int:
     return -(-vocab_size // multiple) * multiple
 
 
+def embedding(rows: int, dim: int, initialise: bool) -> nn.Embedding:
+    """An embedding table; unset (no N(0, 1) fill) unless `initialise`."""
+    return (
+        nn.Embedding(rows, dim)
+        if initialise
+        else nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
+    )
+
+
 class GPT(nn.Module):
-    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+    def __init__(self, cfg: ModelConfig, vocab_size: int, *, initialise: bool = True) -> None:
+        """`initialise=False` leaves the weights unset: for shapes on the meta device (the
+        planner's), where a normal_ imports torch._dynamo: a second of CPU."""
         super().__init__()
         self.cfg = cfg
         self.vocab_size = vocab_size  # the tokenizer's: ids at or above it are never produced
         self.padded_vocab = padded_vocab_size(vocab_size, cfg.vocab_multiple)
-        self.wte = nn.Embedding(self.padded_vocab, cfg.n_embd)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb == "learned" else None
+        self.wte = embedding(self.padded_vocab, cfg.n_embd, initialise)
+        self.wpe = (
+            embedding(cfg.block_size, cfg.n_embd, initialise) if cfg.pos_emb == "learned" else None
+        )
         self.drop = nn.Dropout(cfg.dropout)
         self.ve_tables = value_embed_tables(cfg.n_layer, cfg.value_embeds)
         self.value_embeds = nn.ModuleList(
-            nn.Embedding(self.padded_vocab, cfg.n_embd) for _ in range(cfg.value_embeds)
+            embedding(self.padded_vocab, cfg.n_embd, initialise) for _ in range(cfg.value_embeds)
         )
         self.blocks = nn.ModuleList(Block(cfg, table is not None) for table in self.ve_tables)
         # skip_weights[j]: block j's output into block n_layer-1-j's input, starting at 1 as
@@ -173,6 +188,8 @@ class GPT(nn.Module):
             cos, sin = rotary_tables(cfg.block_size, cfg.n_embd // cfg.n_head)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
+        if not initialise:
+            return
         self.apply(self._init_weights)
         for module in self.modules():
             if getattr(module, "is_residual_proj", False):

@@ -37,7 +37,7 @@ def param_shapes(cfg: RunConfig, vocab_size: int) -> list[tuple[str, tuple[int, 
     """Distinct parameters of the model (tied weights once), without allocating them; the
     embedding and head have the padded vocabulary's rows for the tokenizer's `vocab_size`."""
     with torch.device("meta"):
-        model = GPT(cfg.model, vocab_size)
+        model = GPT(cfg.model, vocab_size, initialise=False)
     return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
 
 

@@ -291,3 +291,26 @@ def test_flops_per_token_of_gpt2_small_count_the_padded_head():
     # 6N + 12 * layers * heads * head size * context
     assert flops_per_token(model.num_params(), cfg.model) == 6 * 123_689_472 + 12 * 12 * 12 * 64 * 1024
     assert flops_per_token(model.num_params(), cfg.model) == 855_383_040
+
+
+def test_the_planner_sees_a_models_shapes_without_initialising_it() -> None:
+    """param_shapes builds the model on the meta device with its weights unset: the same names
+    and shapes as an initialised model, and `cockpit plan` never imports torch._dynamo
+    (a normal_ on meta imported it: a second of CPU in every plan)."""
+    import subprocess
+    import sys
+
+    from engine.config import load_preset
+    from engine.model.gpt import GPT
+    from engine.plan.planner import param_shapes
+
+    cfg = load_preset("speedrun-cpu", ["model.value_embeds=2", "model.tie_embeddings=false"])
+    model = GPT(cfg.model, 65)
+    assert param_shapes(cfg, 65) == [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+    probe = (
+        "import sys; from engine.config import load_preset; from engine.plan.planner import "
+        "param_shapes; param_shapes(load_preset('gpt2-small'), 50257); "
+        "print('torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
