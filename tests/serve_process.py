@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import warm_process
+
 TIMEOUT_S = 30.0
 REPO = Path(__file__).resolve().parent.parent
 
@@ -22,7 +24,7 @@ def start_serve(run_dir: Path) -> tuple[subprocess.Popen[str], str]:
     """`cockpit serve RUN_DIR --port FREE` in its own process group (its tabs' processes too),
     once it listens, and the URL it printed (its token in it)."""
     port = free_port()
-    serve = subprocess.Popen(
+    serve = warm_process.Popen(
         [sys.executable, "-m", "cockpit", "serve", str(run_dir), "--port", str(port)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,

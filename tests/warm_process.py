@@ -1,0 +1,335 @@
+"""Real processes that start warm: `Popen`/`run` as subprocess's, for `python -m cockpit ...` and
+Python scripts, forked from a server that has imported torch once, instead of each process
+importing it again (2-3 s of CPU each on a 2-core machine, a quarter of the suite).
+
+The children are real processes of their own (their pid, signals, process group, exit status,
+file descriptors, environment and working directory are theirs); what they skip is the exec and
+the imports. Tests of what happens while a process starts up (a signal during the imports, the
+command line `ps` shows) keep starting a fresh interpreter with `subprocess`.
+
+The server is single-threaded (it forks) and lives as long as the test process that started it.
+"""
+
+from __future__ import annotations
+
+import array
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+HEADER = 4  # bytes of a message's length
+# read once when torch and its OpenMP load: a child asking for other values needs a fresh process
+READ_AT_IMPORT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES")
+WARM_IMPORTS = ("torch", "torch._dynamo", "torch.optim", "numpy", "cockpit.cli.command_line",
+                "engine.train", "engine.train.build_run", "engine.config")  # fmt: skip
+
+
+# ------------------------------------------------------------------ the server (its own process)
+def _send(conn: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    payload = len(data).to_bytes(HEADER, "big") + data
+    if fds:
+        conn.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        conn.sendall(payload)
+
+
+def _receive(conn: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    fds = array.array("i")
+    data, ancdata, _, _ = conn.recvmsg(1 << 20, socket.CMSG_SPACE(3 * fds.itemsize))
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(cdata[: len(cdata) - len(cdata) % fds.itemsize])
+    if not data:
+        return None, list(fds)
+    size = int.from_bytes(data[:HEADER], "big")
+    while len(data) < HEADER + size:
+        more = conn.recv(HEADER + size - len(data))
+        if not more:
+            return None, list(fds)
+        data += more
+    return json.loads(data[HEADER : HEADER + size]), list(fds)
+
+
+def _child(request: dict[str, Any], fds: list[int]) -> None:
+    """In the forked child: become the process the request describes, run it, exit."""
+    code = 1
+    try:
+        # the server's handlers are an interpreter's at start (SIGPIPE and SIGXFSZ ignored, SIGINT
+        # raising KeyboardInterrupt) but for the SIGCHLD it waits on
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        if request["new_session"]:
+            os.setsid()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        if request["memory_cap"]:
+            import resource
+
+            cap = request["memory_cap"]
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.umask(request["umask"])
+        unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stream
+        sys.stdout = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), write_through=unbuffered,
+            line_buffering=unbuffered or os.isatty(1),
+        )  # fmt: skip
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), errors="backslashreplace", line_buffering=True
+        )
+        argv = request["argv"]
+        import runpy
+
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(argv)
+            sys.path[0] = str(Path(argv[0]).resolve().parent)
+            runpy.run_path(argv[0], run_name="__main__")
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        if not isinstance(exit_.code, int) and exit_.code is not None:
+            print(exit_.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT  # an interpreter's own exit on an unhandled Ctrl-C, near enough
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:  # noqa: BLE001 - the child's last word, as an interpreter prints it
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(code)
+
+
+def serve(path: str) -> None:
+    """Import the heavy modules once, then fork a child for each request on `path`."""
+    import importlib
+    import select
+
+    for name in WARM_IMPORTS:
+        importlib.import_module(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select through the pipe
+    print("ready", flush=True)
+    children: dict[int, socket.socket] = {}
+    clients: list[socket.socket] = []
+    parent = os.getppid()
+    while os.getppid() == parent:  # the test process that started it is gone: so is it
+        readable, _, _ = select.select([listener, wake_read, *clients], [], [], 1.0)
+        if wake_read in readable:
+            os.read(wake_read, 512)
+            while children:
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                conn = children.pop(pid, None)
+                if conn is not None:
+                    try:
+                        _send(conn, {"exited": pid, "status": status})
+                    except OSError:
+                        pass
+                    conn.close()
+        if listener in readable:
+            conn, _ = listener.accept()
+            clients.append(conn)
+        for conn in [c for c in clients if c in readable]:
+            clients.remove(conn)
+            request, fds = _receive(conn)
+            if request is None:
+                conn.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                for own in (listener, conn, *clients, *children.values()):
+                    own.close()
+                os.close(wake_read)
+                os.close(wake_write)
+                _child(request, fds)
+            for fd in fds:
+                os.close(fd)
+            children[pid] = conn
+            _send(conn, {"pid": pid})
+
+
+# ------------------------------------------------------------------ the client (in the test)
+_server_lock = threading.Lock()
+_server: tuple[subprocess.Popen[str], str] | None = None
+_server_env = dict(os.environ)  # what the server imported torch with
+
+
+def _server_path() -> str:
+    """The warm server of this test process, started on first use."""
+    global _server
+    with _server_lock:
+        if _server is None or _server[0].poll() is not None:
+            _server_env.clear()
+            _server_env.update(os.environ)
+            folder = tempfile.mkdtemp(prefix="warm-")
+            path = os.path.join(folder, "sock")
+            process = subprocess.Popen(
+                [sys.executable, __file__, path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+            )  # fmt: skip
+            assert process.stdout is not None
+            if process.stdout.readline().strip() != "ready":
+                raise RuntimeError("the warm process server did not start")
+            _server = (process, path)
+        return _server[1]
+
+
+class Popen(subprocess.Popen):
+    """subprocess.Popen for `[sys.executable, "-m", MODULE, ...]` or `[sys.executable, SCRIPT,
+    ...]`, the child forked from the warm server. `memory_cap` (bytes of address space) stands
+    in for a preexec_fn that sets RLIMIT_AS."""
+
+    def __init__(self, args: list[str], *, memory_cap: int | None = None, **kwargs: Any) -> None:
+        if not args or args[0] != sys.executable or len(args) < 2:
+            raise ValueError(f"a warm process runs python -m MODULE or python SCRIPT, not {args}")
+        if kwargs.get("preexec_fn") is not None or kwargs.get("shell"):
+            raise ValueError("a warm process takes memory_cap, not preexec_fn or shell")
+        self._memory_cap = memory_cap
+        self._status_conn: socket.socket | None = None
+        super().__init__(args, **kwargs)
+
+    def _execute_child(  # type: ignore[override]
+        self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+        creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
+        restore_signals, gid, gids, uid, umask, start_new_session, process_group,
+    ) -> None:  # fmt: skip
+        # where the caller redirects nothing, the child shares the caller's own stream
+        streams = [
+            fd if fd != -1 else own for fd, own in ((p2cread, 0), (c2pwrite, 1), (errwrite, 2))
+        ]
+        umask_now = os.umask(0o022)
+        os.umask(umask_now)
+        request = {
+            "argv": list(args[1:]),
+            "cwd": str(cwd) if cwd is not None else os.getcwd(),
+            "env": dict(env) if env is not None else dict(os.environ),
+            "new_session": bool(start_new_session),
+            "memory_cap": self._memory_cap,
+            "umask": umask_now if umask < 0 else umask,
+        }
+        for name in READ_AT_IMPORT:
+            if request["env"].get(name) != _server_env.get(name):
+                raise ValueError(
+                    f"a warm process has the server's {name}; start a fresh one for another"
+                )
+        path = request["env"].get("PYTHONPATH", "")
+        if path and Path(path.split(os.pathsep)[0]).resolve() != REPO:
+            raise ValueError(f"a warm process runs this checkout's code, not PYTHONPATH={path}")
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(_server_path())
+        _send(conn, request, streams)
+        reply, _ = _receive(conn)
+        if reply is None or "pid" not in reply:
+            raise OSError(f"the warm process server did not start {args}")
+        self.pid = reply["pid"]
+        self._status_conn = conn
+        self._child_created = True
+        # the ends made for the child are the child's now (subprocess closes the same ones)
+        if p2cread != -1 and p2cwrite != -1 and p2cread != getattr(self, "_devnull", None):
+            os.close(p2cread)
+        if c2pwrite != -1 and c2pread != -1:
+            os.close(c2pwrite)
+        if errwrite != -1 and errread != -1:
+            os.close(errwrite)
+        if hasattr(self, "_devnull"):
+            os.close(self._devnull)
+
+    def _status(self, block: bool) -> tuple[int, int]:
+        conn = self._status_conn
+        if conn is None:
+            return self.pid, 0
+        conn.setblocking(block)
+        try:
+            reply, _ = _receive(conn)
+        except BlockingIOError:
+            return 0, 0
+        finally:
+            if self._status_conn is not None:
+                conn.setblocking(True)
+        conn.close()
+        self._status_conn = None
+        if reply is None:  # the server went away: say the child was killed
+            return self.pid, signal.SIGKILL
+        return self.pid, reply["status"]
+
+    def _try_wait(self, wait_flags: int) -> tuple[int, int]:
+        return self._status(block=not wait_flags & os.WNOHANG)
+
+    def _internal_poll(self, _deadstate: int | None = None, **_: Any) -> int | None:
+        if self.returncode is None and self._waitpid_lock.acquire(False):
+            try:
+                if self.returncode is None:
+                    pid, status = self._status(block=False)
+                    if pid == self.pid:
+                        self._handle_exitstatus(status)
+            finally:
+                self._waitpid_lock.release()
+        return self.returncode
+
+
+def run(
+    args: list[str],
+    *,
+    input: str | bytes | None = None,
+    timeout: float | None = None,
+    check: bool = False,
+    capture_output: bool = False,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[Any]:
+    """subprocess.run, the process started warm."""
+    if input is not None:
+        kwargs["stdin"] = subprocess.PIPE
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    with Popen(args, **kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        code = process.poll()
+    if check and code:
+        raise subprocess.CalledProcessError(code, args, stdout, stderr)
+    return subprocess.CompletedProcess(args, code, stdout, stderr)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
