@@ -32,7 +32,7 @@ from engine.train.readback import PendingSteps
 from engine.train.reporter import Reporter
 from engine.train.setup import Instruments, RunParts
 from engine.train.step import train_step
-from engine.train.thread_tuner import ThreadTuner
+from engine.train.thread_tuner import FixedThreads, ThreadTuner
 
 MEMORY_REPORT_INTERVAL_S = 20.0  # the breakdown walks every tensor: a few times a minute is enough
 
@@ -66,7 +66,7 @@ class Run:
     faults: FaultHandler
     readings: Readings
     commands: CommandHandler
-    threads: ThreadTuner | None  # CPU threads chosen by measurement; None: the count is fixed
+    threads: ThreadTuner | FixedThreads  # CPU threads chosen by measurement, or a fixed count
 
     def train(self) -> None:
         """Train until the last step, a stop or a failure, then finish."""
@@ -109,8 +109,9 @@ class Run:
             step_time = time.perf_counter() - t0
             counters.train_time_s += step_time
             over_budget = time_budget_note(cfg, counters.train_time_s) is not None
-            if self.threads is not None:  # the update alone: evaluations and samples come after
-                self.threads.step_done(step_time)
+            self.threads.step_done(
+                step_time
+            )  # the update alone: evaluations and samples come after
             due = work_due(counters.step, cfg, self.readings.val_points)
             # Read the losses back before any work due at this step, and at the last step, so
             # an anomaly among them is handled (rolled back, paused) before that work is done.

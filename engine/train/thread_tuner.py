@@ -162,19 +162,26 @@ class ThreadTuner:
             self.threads = threads
 
 
+class FixedThreads:
+    """The thread count of a run that does not measure it (see `thread_tuner`): kept as set."""
+
+    def step_done(self, seconds: float) -> None:
+        """A step's time changes nothing here."""
+
+
 def thread_tuner(
     setting: int,
     device_type: str,
     distributed: bool,
     on_choice: Callable[[ThreadChoice], None],
-) -> ThreadTuner | None:
-    """The tuner of a run with `train.threads = setting` on `device_type`, or None where the count
-    is not measured (see the module). Built where the count was set (`apply_threads`): it starts
-    from the count in use."""
+) -> ThreadTuner | FixedThreads:
+    """The tuner of a run with `train.threads = setting` on `device_type`, or FixedThreads where
+    the count is not measured (see the module). Built where the count was set (`apply_threads`):
+    it starts from the count in use."""
     if distributed or chosen_threads(setting, device_type) is None or setting > 0:
-        return None
+        return FixedThreads()
     cores = usable_cores()
     counts = candidate_counts(cores)
     if len(counts) < 2:
-        return None  # one core: nothing to choose
+        return FixedThreads()  # one core: nothing to choose
     return ThreadTuner(counts, auto_threads(cores), on_choice)

@@ -20,6 +20,7 @@ from engine.train.thread_tuner import (
     RECENT,
     START_WARMUP_STEPS,
     TIMED_STEPS,
+    FixedThreads,
     ThreadChoice,
     ThreadTuner,
     candidate_counts,
@@ -171,12 +172,14 @@ def test_the_count_is_measured_only_on_cpu_with_auto_and_no_omp_nor_ranks(monkey
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     choose = lambda choice: None  # noqa: E731
     on_cpu = thread_tuner(0, "cpu", False, choose)
-    assert (on_cpu is not None) == (usable_cores() > 1)
-    assert thread_tuner(2, "cpu", False, choose) is None  # train.threads = 2 fixes it
-    assert thread_tuner(0, "cuda", False, choose) is None
-    assert thread_tuner(0, "cpu", True, choose) is None  # under torchrun
+    assert isinstance(on_cpu, ThreadTuner) == (usable_cores() > 1)
+    assert isinstance(
+        thread_tuner(2, "cpu", False, choose), FixedThreads
+    )  # train.threads = 2 fixes it
+    assert isinstance(thread_tuner(0, "cuda", False, choose), FixedThreads)
+    assert isinstance(thread_tuner(0, "cpu", True, choose), FixedThreads)  # under torchrun
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    assert thread_tuner(0, "cpu", False, choose) is None
+    assert isinstance(thread_tuner(0, "cpu", False, choose), FixedThreads)
 
 
 def test_the_record_says_the_count_and_why() -> None:
