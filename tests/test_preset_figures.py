@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_process
 
 from engine.config.presets import discover
 
@@ -39,7 +39,7 @@ def quoted_plans() -> list[tuple[str, str, str]]:
 
 
 def planned_peak(preset: str, gigabytes: str) -> str:
-    done = subprocess.run(
+    done = warm_process.run(
         [sys.executable, "-m", "cockpit", "plan", "--preset", preset,
          "--device-memory", f"{gigabytes}GB"],
         capture_output=True, text=True, cwd=REPO, timeout=120,

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import warm_process
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "compare.py"
 NUMBER = r"[\d,.]+"
@@ -40,7 +42,7 @@ def test_compare_bench_prints_its_figures(tmp_path: Path) -> None:
         "--torch-threads",
         "1",
     ]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    done = warm_process.run(args, capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert re.search(r"wrote 5 runs of 500 steps in [\d.]+ s", out), out
@@ -82,7 +84,10 @@ def test_compare_bench_refuses_a_bad_option_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.strip() == "compare: --window must be a positive number of seconds"
     missing = tmp_path / "nowhere.txt"
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--data", str(missing)], capture_output=True, text=True, timeout=60
+        [sys.executable, str(BENCH), "--data", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert done.stderr.strip() == f"compare: no corpus at {missing}: pass --data PATH (a text file)"

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import warm_process
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "distributed.py"
 # part 2 (the loop with and without its exchange) is left out: two more launches
@@ -19,7 +21,7 @@ TINY = [
 
 
 def test_distributed_bench_prints_its_figures_with_verdicts() -> None:
-    done = subprocess.run(
+    done = warm_process.run(
         [sys.executable, str(BENCH), *TINY], capture_output=True, text=True, timeout=180, cwd=ROOT
     )
     assert done.returncode == 0, done.stdout + done.stderr

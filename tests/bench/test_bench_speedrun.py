@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import warm_process
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -38,7 +39,9 @@ def test_a_variant_row_has_the_median_and_spread_of_its_runs() -> None:
     row = summarise("v", runs, 1.9)
     assert (row.runs, row.reached, row.step_to) == (3, 2, 20)
     assert row.final_val == (1.87, 1.85, 1.95)
-    lo, hi = sorted([1.0 + 1.0 * (2.0 - 1.9) / (2.0 - 1.85), 2.0 + 2.0 * (2.0 - 1.9) / (2.0 - 1.87)])
+    lo, hi = sorted(
+        [1.0 + 1.0 * (2.0 - 1.9) / (2.0 - 1.85), 2.0 + 2.0 * (2.0 - 1.9) / (2.0 - 1.87)]
+    )
     assert math.isclose(row.time_to[1], lo) and math.isclose(row.time_to[2], hi)
     assert math.isclose(row.ms_per_step, 150.0)  # median of 100, 200, 150 ms a step
     base = summarise("base", [curve((10, 1.0, 1.8))], 1.9)
@@ -63,16 +66,24 @@ def test_every_technique_of_the_record_is_in_the_ablation() -> None:
 
 def test_the_ablation_prints_its_table_over_seeds(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text(Path(argparse.__file__).read_text(encoding="utf-8")[:40_000], encoding="utf-8")
+    corpus.write_text(
+        Path(argparse.__file__).read_text(encoding="utf-8")[:40_000], encoding="utf-8"
+    )
     shrink = [
         "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.block_size=32",
         "train.max_steps=20", "train.batch_size=8", "schedule.warmup_steps=5",
     ]  # fmt: skip
-    args = [sys.executable, str(ROOT / "bench" / "speedrun.py"), "--ablation", "--data", str(corpus)]
+    args = [
+        sys.executable,
+        str(ROOT / "bench" / "speedrun.py"),
+        "--ablation",
+        "--data",
+        str(corpus),
+    ]
     args += ["--seeds", "2", "--target", "3.6", "--only", "speedrun-cpu", "--only", "- qk_norm"]
     for s in shrink:
         args += ["--set", s]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    out = warm_process.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "2 seed(s)" in out.stdout
     (base,) = [line for line in out.stdout.splitlines() if line.startswith("speedrun-cpu ")]

@@ -7,28 +7,24 @@ before the fix they fail by running out of either, not by taking the machine dow
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_process
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_CAP = 6 * 1024**3  # far above what these commands need; far below a whole /dev/zero
-
-
-def cap_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
 
 
 def cockpit(cwd: Path, *args: str) -> tuple[int, list[str]]:
     """`cockpit ARGS` in `cwd`: its exit status and its output's lines (None: it hung)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
-        done = subprocess.run(
+        done = warm_process.run(
             [sys.executable, "-m", "cockpit", *args], cwd=cwd, env=env, capture_output=True,
-            text=True, timeout=60, preexec_fn=cap_memory,
+            text=True, timeout=60, memory_cap=MEMORY_CAP,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         raise AssertionError(f"cockpit {' '.join(args)} hung on its input") from None

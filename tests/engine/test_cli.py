@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_process
 from tiny import set_args, tiny_overrides
 
 TINY = set_args(tiny_overrides("sample.max_new_tokens=8"))
@@ -24,7 +25,7 @@ def headless_argv(run_dir: Path, *extra: str) -> list[str]:
 
 
 def cockpit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return warm_process.run(
         [sys.executable, "-m", "cockpit", *args],
         capture_output=True,
         text=True,
@@ -130,7 +131,7 @@ def test_a_terminal_with_no_input_runs_headless_instead_of_waiting_for_keys(tmp_
 
     primary, secondary = pty.openpty()
     try:
-        result = subprocess.run(
+        result = warm_process.run(
             [sys.executable, "-m", "cockpit", "--preset", "tiny", "--run-dir", str(tmp_path / "r"),
              *TINY, "--set", "train.max_steps=5"],
             stdin=subprocess.DEVNULL, stdout=secondary, stderr=subprocess.PIPE, text=True, timeout=120,
@@ -146,7 +147,7 @@ def test_a_terminal_with_no_input_runs_headless_instead_of_waiting_for_keys(tmp_
 
 def test_sigterm_checkpoints_and_resume_continues(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
+    proc = warm_process.Popen(
         headless_argv(
             run_dir,
             *TINY,
@@ -207,7 +208,7 @@ def test_a_reader_that_goes_away_does_not_stop_the_run(tmp_path):
     """`cockpit train --headless | head -1`: the pipe closes, the run trains on to its end."""
     run_dir = tmp_path / "r"
     reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    result = subprocess.run(
+    result = warm_process.run(
         headless_argv(run_dir, *TINY, "--set", "train.max_steps=40"),
         stdout=reader.stdin,
         stderr=subprocess.PIPE,

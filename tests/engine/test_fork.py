@@ -11,13 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import warm_process
 from run_copies import train_here
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def cockpit(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm_process.run(
         [sys.executable, "-m", "cockpit", *argv], capture_output=True, text=True, cwd=cwd,
         timeout=180, env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
@@ -35,7 +36,9 @@ def parent(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str
     return where / "runs" / "parent"
 
 
-def test_a_branch_starts_at_the_checkpoint_with_the_new_settings_and_the_parents_curve(parent: Path) -> None:
+def test_a_branch_starts_at_the_checkpoint_with_the_new_settings_and_the_parents_curve(
+    parent: Path,
+) -> None:
     before = sorted(p.name for p in parent.iterdir())
     size = (parent / "metrics.jsonl").stat().st_size
     done = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--set", "optim.lr=1e-3",
@@ -61,9 +64,15 @@ def test_a_fork_refused_is_one_line_and_makes_nothing(parent: Path) -> None:
     for argv, expected in [
         (["fork", "nowhere"], "no such run directory or checkpoint"),
         (["fork", str(parent), "--set", "model.n_layer=8"], "model.n_layer"),
-        (["fork", str(parent), "--set", "train.max_steps=120", "--run-dir", str(parent)], "exists already"),
+        (
+            ["fork", str(parent), "--set", "train.max_steps=120", "--run-dir", str(parent)],
+            "exists already",
+        ),
         # its newest checkpoint is at its max_steps: a branch would train nothing
-        (["fork", str(parent)], "the branch would train nothing; raise it too, e.g. --set train.max_steps=120"),
+        (
+            ["fork", str(parent)],
+            "the branch would train nothing; raise it too, e.g. --set train.max_steps=120",
+        ),
     ]:
         done = cockpit(*argv, "--no-start", cwd=here)
         assert done.returncode == 2, done
@@ -75,19 +84,27 @@ def test_a_fork_refused_is_one_line_and_makes_nothing(parent: Path) -> None:
 def test_cockpit_runs_shows_a_branch_under_its_parent(parent: Path) -> None:
     here = parent.parent.parent
     branch = parent.parent / "branch-b"
-    done = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--run-dir", str(branch), "--no-start", cwd=here)
+    done = cockpit(
+        "fork", str(parent / "ckpt-00000040.pt"), "--run-dir", str(branch), "--no-start", cwd=here
+    )
     assert done.returncode == 0, done.stderr
     listed = cockpit("runs", str(parent.parent), "--json", cwd=here)
     assert listed.returncode == 0, listed.stderr
     runs = {r["name"]: r for r in json.loads(listed.stdout)}
     fork = json.loads((branch / "fork.json").read_text())
-    assert runs["branch-b"]["parent"] == {"run": str(parent.resolve()), "step": 40, "time": fork["time"]}
+    assert runs["branch-b"]["parent"] == {
+        "run": str(parent.resolve()),
+        "step": 40,
+        "time": fork["time"],
+    }
     assert runs["branch-b"]["started"] == fork["time"]  # it began when it was made
     table = cockpit("runs", str(parent.parent), cwd=here)
     assert "branch-b <- parent@40" in table.stdout
 
 
-def test_a_branch_made_with_no_start_trains_with_its_settings_by_the_printed_command(parent: Path) -> None:
+def test_a_branch_made_with_no_start_trains_with_its_settings_by_the_printed_command(
+    parent: Path,
+) -> None:
     here = parent.parent.parent
     branch = parent.parent / "branch-later"
     made = cockpit("fork", str(parent / "ckpt-00000040.pt"), "--set", "optim.lr=1e-3",
