@@ -41,6 +41,7 @@ LIVE_SETTINGS: dict[str, str] = {
     "train.check_finite": "from the next step",
     "train.log_every": "from the next step",
     "train.stop_at_val": "from the next evaluation",
+    "train.time_budget": "from the next step (the training time so far counts)",
     "eval.interval": "from the next step",
     "eval.fine_interval": "from the next step",
     "sample.interval": "from the next step",
@@ -98,6 +99,7 @@ _REFUSED_KEYS = {
     "eval.full_val": "every evaluation measures the same split, so evals compare",
     "eval.batch_size": "every evaluation uses the same fixed batches, so evals compare",
     "log.tensorboard": "the event file is opened when the run starts",
+    "log.metrics_port": "the metrics endpoint listens from the run's start",
 }
 
 

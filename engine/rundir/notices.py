@@ -16,7 +16,7 @@ STALL_FACTOR = 10.0  # no step for this many times the usual step time: a stall
 STALL_MIN_S = 30.0  # ... and never sooner than this (a checkpoint or an eval is no stall)
 FAULT_CODES = ("nan", "spike", "oom", "disk", "rank")  # faults that pause or end a run
 # every kind of notice, as an endpoint's `events` names them ("fault": any of FAULT_CODES)
-KINDS = ("finished", "failed", *FAULT_CODES, "stall", "target", "action")
+KINDS = (RunState.FINISHED, RunState.FAILED, *FAULT_CODES, "stall", "target", "action")
 # how a run that finished on train.stop_at_val says why (engine.train.cadence.val_target_note)
 _TARGET_WORDS = "reached train.stop_at_val"
 
@@ -52,7 +52,7 @@ def notice_for(event: Event, preset: str, words: Callable[[str], str] = _same) -
             return Notice(
                 f"cockpit: {preset} finished",
                 f"{preset} finished at step {event.step}",
-                "finished",
+                RunState.FINISHED,
                 event.step,
             )
         if event.state == RunState.FAILED:
@@ -60,7 +60,7 @@ def notice_for(event: Event, preset: str, words: Callable[[str], str] = _same) -
             return Notice(
                 f"cockpit: {preset} failed",
                 f"{preset} failed at step {event.step}{why}",
-                "failed",
+                RunState.FAILED,
                 event.step,
             )
     if isinstance(event, Alert) and event.level == "error" and event.code in FAULT_CODES:

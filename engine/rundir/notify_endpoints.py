@@ -138,7 +138,7 @@ def _endpoint_from_table(table: Any, where: str) -> Endpoint:
         known = (*KINDS, "fault")
         if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
             raise ConfigError(
-                f'{where}: events must be a list of names, e.g. events = ["finished", "failed"]'
+                f'{where}: events must be a list of names, e.g. events = ["finished", "fault"]'
             )
         wrong = [e for e in events if e not in known]
         if wrong:

@@ -27,7 +27,8 @@ BACKOFF_S = 1.0  # the wait before the first retry, doubled before each next
 CAPACITY = 32  # notices waiting for one endpoint
 STALL_CHECK_S = 5.0  # how often the stall rule is looked at
 DISCORD_LIMIT = 2000  # characters of a Discord message
-_URGENT = ("failed", "stall", *FAULT_CODES)
+_URGENT = (RunState.FAILED, "stall", *FAULT_CODES)
+NTFY_HIGH, NTFY_NORMAL = "4", "3"  # ntfy's priorities (1-5): "high" and its default
 
 
 def _latin1(text: str) -> str:
@@ -48,7 +49,7 @@ def request_for(
             "Content-Type": "text/plain; charset=utf-8",
             "Title": _latin1(notice.title),
             "Tags": f"cockpit,{notice.kind}" if notice.kind else "cockpit",
-            "Priority": "high" if notice.kind in _URGENT else "default",
+            "Priority": NTFY_HIGH if notice.kind in _URGENT else NTFY_NORMAL,
         }
     else:
         if endpoint.format == "slack":

@@ -84,7 +84,7 @@ def test_runs_lists_the_best_val_bpb_and_a_dash_for_a_run_recorded_before_them(t
 
 def test_the_json_listing_has_the_bpb_fields(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_run(tmp_path / "new", bpb=True)
-    args = argparse.Namespace(root=str(tmp_path), json=True)
+    args = argparse.Namespace(root=str(tmp_path), json=True, since=None)
     assert runs_cli.run(args) == 0
     (entry,) = json.loads(capsys.readouterr().out)
     assert entry["best_val_bpb"] == pytest.approx(val_at(tmp_path / "new", 200) * VAL_SCALE)

@@ -85,7 +85,7 @@ def test_the_headless_eta_of_a_growing_batch_models_each_sizes_step_time(monkeyp
     started = SimpleNamespace(
         kind="run_started", max_steps=30, start_step=0, preset="tiny", n_params=1e5, device="cpu",
         dtype="float32", tokenizer="char", vocab_size=65, train_tokens=1000, run_dir="runs/x",
-        resumed_from=None, notes=(), tokens_schedule=((0, 100), (10, 200), (20, 400)),
+        resumed_from=None, notes=(), tokens_schedule=((0, 100), (10, 200), (20, 400)), config={},
     )  # fmt: skip
     printer(started)
 

@@ -116,7 +116,7 @@ def test_a_run_another_user_may_not_read_is_one_row_saying_so(
             os.setuid(65534)
             out = io.StringIO()
             sys.stdout = out
-            code = runs_command.run(argparse.Namespace(root=str(root), json=False))
+            code = runs_command.run(argparse.Namespace(root=str(root), json=False, since=None))
             os.write(write, out.getvalue().encode())
         except BaseException as e:  # noqa: BLE001 - said in the pipe, for the assertion
             os.write(write, f"{type(e).__name__}: {e}".encode())

@@ -131,7 +131,7 @@ def test_each_format_is_posted_with_its_body_and_headers(hooks: Callable[..., Ho
     headers, body = got["ntfy"]
     assert body == b"tiny failed at step 12: disk full"
     assert (headers["Title"], headers["Tags"], headers["Priority"]) == (
-        "cockpit: tiny failed", "cockpit,failed", "high",
+        "cockpit: tiny failed", "cockpit,failed", "4",
     )  # fmt: skip
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
     headers, body = got["slack"]
