@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,9 +68,15 @@ def test_an_lr_change_over_the_socket_is_credited_to_its_viewer(live, command) -
     assert viewer.command(command, 1, **argument)["ok"] is True
     viewer.until(kind("lr_changed"))
     by = f"viewer {viewer.number} {WHO}"
-    changes = tomllib.loads((live.run_dir / "config.toml").read_text())["changes"]
-    lr_changes = [c for c in changes if "lr_scale" in c["settings"]]
-    assert [c["by"] for c in lr_changes] == [by]
+
+    def lr_changes() -> list[dict]:  # config.toml takes the change just after the event
+        changes = tomllib.loads((live.run_dir / "config.toml").read_text()).get("changes", [])
+        return [c for c in changes if "lr_scale" in c["settings"]]
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while not lr_changes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [c["by"] for c in lr_changes()] == [by]
     assert live.wait_for_record("lr_changed")
     entries = [e for e in read_journal(live.run_dir / "metrics.jsonl") if e.what.startswith("LR")]
     assert [e.who for e in entries] == [by]
