@@ -12,13 +12,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
 from textual.content import Content
+from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from engine.config import LIVE_SETTINGS, config_from_dict, setting_value
 
-LIVE_REFRESH_S = 0.25  # how often a live question (ConfirmScreen(live=...)) is asked again
+LIVE_REFRESH_S = 0.25  # how often a dialog's live text (LiveMessage, the LR dialog) is asked again
 
 
 def settings_put_back(
@@ -54,6 +55,32 @@ class PutBack:
         return self._answer
 
 
+class LiveMessage(Static):
+    """A dialog's message that stays true while the dialog is open: `live()`, when given, is
+    the message as it stands now (it names the run's step, which moves), asked a few times a
+    second; the text is redrawn only when it changed."""
+
+    DEFAULT_CLASSES = "dialog-message"
+
+    message: reactive[str] = reactive("", init=False)
+
+    def __init__(self, message: str, live: Callable[[], str] | None = None) -> None:
+        super().__init__(message)
+        self.set_reactive(LiveMessage.message, message)
+        self.live = live
+
+    def on_mount(self) -> None:
+        if self.live is not None:
+            self.set_interval(LIVE_REFRESH_S, self.ask_live)
+
+    def ask_live(self) -> None:
+        if self.live is not None:
+            self.message = self.live()
+
+    def watch_message(self, message: str) -> None:
+        self.update(message)
+
+
 class ConfirmScreen(ModalScreen[bool]):
     """A yes/no question. y/enter = yes, n/escape = no. `live()`, when given, is the question
     again as it stands now: asked a few times a second, the text kept true while it is open."""
@@ -74,34 +101,28 @@ class ConfirmScreen(ModalScreen[bool]):
         live: Callable[[], str] | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
-        self.title_text, self.message, self.yes, self.no = title, message, yes, no
+        self.title_text, self.yes, self.no = title, yes, no
+        self.shown = LiveMessage(message, live)
         self.purpose = purpose
         self.danger = danger
-        self.live = live
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="confirm-dialog") as box:
             box.border_title = self.title_text
-            yield Static(self.message, classes="dialog-message")
+            yield self.shown
             with Horizontal(classes="dialog-buttons"):
                 yield Button(
                     f"{self.yes} (y)", id="yes", variant="error" if self.danger else "primary"
                 )
                 yield Button(f"{self.no} (n)", id="no")
 
+    @property
+    def message(self) -> str:
+        """The question as it is shown now."""
+        return self.shown.message
+
     def on_mount(self) -> None:
         self.query_one("#yes", Button).focus()
-        if self.live is not None:
-            self.set_interval(LIVE_REFRESH_S, self.refresh_message)
-
-    def refresh_message(self) -> None:
-        """The question as it stands now (`live`), redrawn only when it changed."""
-        if self.live is None:
-            return
-        message = self.live()
-        if message != self.message:
-            self.message = message
-            self.query_one(".dialog-message", Static).update(message)
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
@@ -126,7 +147,9 @@ class ChoiceScreen(ModalScreen["str | None"]):
 
     BINDINGS = [Binding("escape", "choose('')", "Cancel", show=False)]
 
-    def __init__(self, title: str, message: str, choices: Sequence[Choice], purpose: str = "") -> None:
+    def __init__(
+        self, title: str, message: str, choices: Sequence[Choice], purpose: str = ""
+    ) -> None:
         super().__init__(classes="dialog-screen")
         self.title_text, self.message, self.choices = title, message, tuple(choices)
         self.purpose = purpose

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Input, Label, Select, Static
+from textual.widgets import Input, Label, Select
 
-from cockpit.screens.dialogs import LIVE_REFRESH_S, InputDialog
+from cockpit.screens.dialogs import InputDialog, LiveMessage
 from engine.config import ConfigError, parse_override
 
 
@@ -62,32 +62,23 @@ class SettingsScreen(InputDialog):
         live: Callable[[], str] | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
-        self.title_text, self.message, self.initial = title, message, initial
+        self.title_text, self.initial = title, initial
+        self.shown = LiveMessage(message, live)
         self.checkpoints = list(checkpoints)
         self.required = required  # enter with nothing to change is refused
         # why the run would refuse these settings (one line), or None: the dialog stays open
         self.check = check
-        self.live = live  # the message as it stands now: it names the run's step, which moves
 
-    def on_mount(self) -> None:
-        super().on_mount()
-        if self.live is not None:
-            self.set_interval(LIVE_REFRESH_S, self.refresh_message)
-
-    def refresh_message(self) -> None:
-        """The message as it stands now (`live`), redrawn only when it changed."""
-        if self.live is None:
-            return
-        message = self.live()
-        if message != self.message:
-            self.message = message
-            self.query_one(".dialog-message", Static).update(message)
+    @property
+    def message(self) -> str:
+        """The message as it is shown now."""
+        return self.shown.message
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="settings-dialog") as box:
             box.border_title = self.title_text
             box.border_subtitle = "enter start · esc cancel"
-            yield Static(self.message, classes="dialog-message")
+            yield self.shown
             if self.checkpoints:
                 yield Select(
                     [(name, name) for name in self.checkpoints],
