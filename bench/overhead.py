@@ -23,10 +23,13 @@ these do not drift. Their sum against the process's CPU is what the cockpit cost
 `--parts` picks the parts to run (e.g. `--parts cpu,profile`; `cpu` is part 1 without the
 headless rounds).
 
-`--parts metrics` (not run by default): the Prometheus endpoint (`--metrics-port`), headless
-rounds of the same run three ways, in a rotating order: without it, with it and nobody scraping,
-and with it scraped once a second as Prometheus would; the tokens/s ratios against the run
-without it. Goal: nothing measurable unscraped, under 1% scraped. Needs prometheus_client.
+`--parts metrics` (not run by default): the Prometheus endpoint (`--metrics-port`) and the
+notifications (`--notify`), headless rounds of the same run four ways, in a rotating order:
+without either, with the endpoint and nobody scraping, with it scraped once a second as
+Prometheus would, and with notifications sent to a JSON endpoint on 127.0.0.1 (a real HTTP
+server: the run's notices, its end among them, arrive there); the tokens/s ratios against the
+run without either. Goal: nothing measurable unscraped, under 1% scraped or notifying. Needs
+prometheus_client.
 """
 
 from __future__ import annotations
@@ -143,13 +146,26 @@ def make_trainer(
 
 
 def headless_run(
-    steps: int, data: str, warmup: int, extra: tuple[str, ...] = (), scrape_s: float = 0.0
+    steps: int,
+    data: str,
+    warmup: int,
+    extra: tuple[str, ...] = (),
+    scrape_s: float = 0.0,
+    notify_url: str = "",
 ) -> tuple[float, Timing]:
     """tokens/s of a headless run; `scrape_s` > 0: its metrics endpoint (`extra` sets
-    log.metrics_port) is scraped that often while it trains, with its token."""
+    log.metrics_port) is scraped that often while it trains, with its token; `notify_url`: its
+    notices are sent there as `cockpit train --notify json:URL` sends them."""
     timing = Timing(warmup, steps)
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = make_trainer(steps, data, run_dir, timing, extra)
+        notes = None
+        if notify_url:
+            from engine.rundir import Notifications, parse_endpoint
+
+            endpoint = parse_endpoint(f"json:{notify_url}")
+            notes = Notifications([endpoint], print, preset="nanogpt-cpu")
+            trainer.sinks.append(notes)
         thread = threading.Thread(target=trainer.run)  # a thread, as in the app
         thread.start()
         scraper = None
@@ -162,6 +178,8 @@ def headless_run(
         thread.join()
         if scraper is not None:
             scraper.join()
+        if notes is not None:
+            notes.close()
         return timing.tokens_per_s(trainer.cfg.tokens_per_step), timing
 
 
@@ -196,32 +214,69 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class NoticeInbox:
+    """A JSON notification endpoint on 127.0.0.1 (a real HTTP server in a thread) that counts
+    the notices it receives."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        inbox = self
+        self.received = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                inbox.received += 1
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/notify"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def metrics_rounds(steps: int, data: str, warmup: int, rounds: int) -> None:
-    """Part 5: the run without the endpoint, with it unscraped, and scraped every second."""
+    """Part 5: the run without the endpoint or notifications, with the endpoint unscraped,
+    scraped every second, and with notifications to a local endpoint."""
     print(
-        f"5. metrics endpoint: nanogpt-cpu headless, {steps} steps: off, on (not scraped), "
-        "on (scraped every 1 s), in a rotating order"
+        f"5. metrics endpoint and notifications: nanogpt-cpu headless, {steps} steps: off, "
+        "endpoint on (not scraped), on (scraped every 1 s), notifying (--notify json:URL on "
+        "127.0.0.1), in a rotating order"
     )
-    ways = ("off", "on", "scraped")
-    results: dict[str, list[float]] = {way: [] for way in ways}
-    ratios: dict[str, list[float]] = {"on": [], "scraped": []}
-    for r in range(rounds):
-        got = {}
-        for way in ways[r % 3 :] + ways[: r % 3]:  # a machine drifting hits each way alike
-            extra = () if way == "off" else (f"log.metrics_port={free_port()}",)
-            scrape_s = 1.0 if way == "scraped" else 0.0
-            got[way] = headless_run(steps, data, warmup, extra, scrape_s)[0]
-            results[way].append(got[way])
-        for way in ratios:
-            ratios[way].append(got[way] / got["off"])
-        print(
-            f"   round {r + 1}: off {got['off']:,.0f} tok/s   on {got['on']:,.0f} "
-            f"(ratio {ratios['on'][-1]:.3f})   scraped {got['scraped']:,.0f} "
-            f"(ratio {ratios['scraped'][-1]:.3f})"
-        )
+    ways = ("off", "on", "scraped", "notify")
+    ratios: dict[str, list[float]] = {way: [] for way in ways[1:]}
+    inbox = NoticeInbox()
+    try:
+        for r in range(rounds):
+            got = {}
+            for way in ways[r % 4 :] + ways[: r % 4]:  # a machine drifting hits each way alike
+                extra = (f"log.metrics_port={free_port()}",) if way in ("on", "scraped") else ()
+                scrape_s = 1.0 if way == "scraped" else 0.0
+                url = inbox.url if way == "notify" else ""
+                got[way] = headless_run(steps, data, warmup, extra, scrape_s, url)[0]
+            for way in ratios:
+                ratios[way].append(got[way] / got["off"])
+            print(
+                f"   round {r + 1}: off {got['off']:,.0f} tok/s   "
+                + "   ".join(
+                    f"{way} {got[way]:,.0f} (ratio {ratios[way][-1]:.3f})" for way in ratios
+                )
+            )
+    finally:
+        inbox.close()
     print(
         f"   median ratios against off: on {statistics.median(ratios['on']):.3f} (goal: 1.000 "
-        f"within noise)   scraped {statistics.median(ratios['scraped']):.3f} (goal >= 0.99)"
+        f"within noise)   scraped {statistics.median(ratios['scraped']):.3f} (goal >= 0.99)   "
+        f"notify {statistics.median(ratios['notify']):.3f} (goal >= 0.99; "
+        f"{inbox.received} notices received over {rounds} runs)"
     )
 
 
