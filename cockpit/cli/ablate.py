@@ -19,9 +19,9 @@ from cockpit.cli.options import add_notify_options, add_presets_dir_option
 from engine.config import ConfigError
 
 if TYPE_CHECKING:  # the series' modules are imported when the subcommand runs, not to parse
-    from cockpit.ablation.results import AblationTable
     from cockpit.ablation.series_record import Series, SeriesRun
     from cockpit.ablation.spec import AblationSpec
+    from cockpit.ablation.table import AblationTable
 
 NAME = "ablate"
 HELP = "measure changes against a baseline preset: one run each, to the same val loss or steps, then a table"
@@ -296,7 +296,8 @@ class SeriesDriver:
 
     def table(self) -> AblationTable:
         """The results, written as results.csv and results.md in the series' directory."""
-        from cockpit.ablation.results import build_table, to_csv, to_markdown
+        from cockpit.ablation.table import build_table
+        from cockpit.ablation.table_text import to_csv, to_markdown
         from engine.files import atomic_write_text
 
         spec = self.series.spec
@@ -397,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_headless(driver: SeriesDriver) -> int:
-    from cockpit.ablation.results import to_markdown
+    from cockpit.ablation.table_text import to_markdown
     from cockpit.cli.headless import ProgressPrinter
     from cockpit.cli.stop_signals import StopSignals
     from engine.events import RunState
@@ -444,7 +445,7 @@ def run_headless(driver: SeriesDriver) -> int:
 def run_in_app(driver: SeriesDriver) -> int:
     from functools import partial
 
-    from cockpit.ablation.results import to_markdown
+    from cockpit.ablation.table_text import to_markdown
     from cockpit.app.ablating import AblationApp
     from cockpit.cli.launch import run_app, train_arguments
 

@@ -11,15 +11,9 @@ import json
 
 import pytest
 
-from cockpit.ablation.results import (
-    RunResult,
-    build_table,
-    eval_curve,
-    read_result,
-    time_to_target,
-    to_csv,
-    to_markdown,
-)
+from cockpit.ablation.results import RunResult, eval_curve, read_result, time_to_target
+from cockpit.ablation.table import build_table
+from cockpit.ablation.table_text import to_csv, to_markdown
 
 
 def test_the_time_to_a_target_is_linear_between_the_evaluations_around_it():

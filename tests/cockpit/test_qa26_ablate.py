@@ -148,7 +148,9 @@ def test_a_change_dropped_and_another_of_the_same_name_never_takes_its_run(tmp_p
 def test_the_notes_say_when_a_baseline_run_never_reached_the_target():
     """The time's mean and spread are over the baseline runs that reached the target; the
     note said "over its 3 runs" when one had not, a noise hidden."""
-    from cockpit.ablation.results import RunResult, build_table, to_markdown
+    from cockpit.ablation.results import RunResult
+    from cockpit.ablation.table import build_table
+    from cockpit.ablation.table_text import to_markdown
 
     def run(label: str, time: float | None, baseline: bool = True) -> RunResult:
         return RunResult(label, label, "finished", baseline, 100, 5.0, 2.8, time, 90 if time else None, 1e4)
