@@ -16,8 +16,9 @@ from cockpit.ablation.series_record import DONE, RESUME, START, Series
 from cockpit.ablation.spec import check_spec
 from cockpit.app.ablating import AblationApp
 from cockpit.cli import build_parser
-from cockpit.cli.ablate import SeriesDriver, spec_from_args
+from cockpit.cli.ablate import spec_from_args
 from cockpit.cli.launch import make_trainer, train_arguments
+from cockpit.cli.series_driver import SeriesDriver
 
 
 def series_app(tmp_path: Path, steps: int) -> tuple[AblationApp, SeriesDriver]:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from cockpit.ablation.spec import check_spec, spec_from_file
-from cockpit.cli.ablate import SeriesDriver, run_headless, spec_from_args
+from cockpit.cli.ablate import run_headless, spec_from_args
 from cockpit.cli.command_line import main, parse_args
+from cockpit.cli.series_driver import SeriesDriver
 from engine.config import ConfigError
 
 SERIES = ["--preset", "tiny", "--steps", "5", "--change", "optim.name=lion", "--headless"]
