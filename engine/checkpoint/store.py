@@ -36,8 +36,8 @@ from engine.checkpoint.state import numpy_rng_state
 from engine.checkpoint.state import plain_data as plain_data
 from engine.checkpoint.state import restore_global_rng as restore_global_rng
 from engine.checkpoint.state import state_fingerprint as state_fingerprint
-from engine.config.live import timed_change
 from engine.config.loading import recorded_config
+from engine.config.timeline import timed_change
 from engine.config.user_files import UserFileError, check_regular_file
 from engine.files import atomic_write, create_new, fsync_dir, make_temp, make_temp_dir
 

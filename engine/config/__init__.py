@@ -11,6 +11,7 @@ _EXPORTS = {
     "engine.config.byte_sizes": ("format_bytes", "parse_size"),
     "engine.config.to_toml": ("config_to_toml",),
     "engine.config.user_files": ("UserFileError", "check_regular_file", "open_regular_file", "read_small_text"),
-    "engine.config.live": ("LIVE_SETTINGS", "COOLDOWN", "LR_SCALE", "SettingsChange", "SettingsTimeline", "TimedChange", "canonical_key", "describe", "live_change", "refusal", "setting_value", "wsd_decay_start"),
+    "engine.config.timeline": ("SettingsTimeline", "TimedChange"),
+    "engine.config.live": ("LIVE_SETTINGS", "COOLDOWN", "LR_SCALE", "SettingsChange", "canonical_key", "describe", "live_change", "refusal", "setting_value", "wsd_decay_start"),
 }
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

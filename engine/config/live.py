@@ -1,9 +1,9 @@
-"""Settings a run may change while it trains, and the timeline of the changes made.
+"""Settings a run may change while it trains, and the decision of each change.
 
 `live_change(cfg, settings, step)` decides a `set` command at a step boundary, as `--set` checks
 it: the config from the next step on, or the one line why not (the model's shape, corpus, seed
-and process settings change only on resume). `SettingsTimeline` is what a run changed, when and
-by whom, with the hand-set LR multiplier as one more key, `LR_SCALE`. Pure and torch-free.
+and process settings change only on resume). The changes made go into the run's timeline
+(`timeline.py`), with the hand-set LR multiplier as one more key, `LR_SCALE`. Pure and torch-free.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from engine.config.loading import config_from_dict, parse_override
@@ -134,7 +134,11 @@ def _unknown(settings: Mapping[str, Any]) -> str:
             canonical_key(key)
         except ConfigError:
             close = difflib.get_close_matches(key, [*LIVE_SETTINGS, COOLDOWN], n=1, cutoff=0.5)
-            hint = f"did you mean '{close[0]}'?" if close else "live: " + ", ".join([*LIVE_SETTINGS, COOLDOWN])
+            hint = (
+                f"did you mean '{close[0]}'?"
+                if close
+                else "live: " + ", ".join([*LIVE_SETTINGS, COOLDOWN])
+            )
             return f"unknown setting '{key}' ({hint})"
     return "unknown setting"
 
@@ -239,7 +243,7 @@ def _cooldown_keys(asked: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _cooldown(cfg: RunConfig, raw: dict[str, Any], value: Any, step: int) -> str | None:
-    """"Cool down now" as settings: the WSD decay starts at `step` and lasts `value` steps (0:
+    """Cool down now, as settings: the WSD decay starts at `step` and lasts `value` steps (0:
     the configured fraction of the run); the run's length follows."""
     if cfg.schedule.kind != "wsd":
         return (
@@ -272,7 +276,9 @@ def wsd_decay_start(cfg: RunConfig) -> int:
     return s.decay_start or total - round(total * s.decay_fraction)
 
 
-def _mid_run_rules(old: RunConfig, new: RunConfig, asked: Mapping[str, Any], step: int) -> str | None:
+def _mid_run_rules(
+    old: RunConfig, new: RunConfig, asked: Mapping[str, Any], step: int
+) -> str | None:
     """What a config may say at a resume but not in the middle of a run."""
     if new.train.max_steps <= step:
         return (
@@ -288,7 +294,9 @@ def _mid_run_rules(old: RunConfig, new: RunConfig, asked: Mapping[str, Any], ste
     if (why := _inert(old, new, asked)) is not None:
         return why
     tokens = new.sample.max_new_tokens
-    if "sample.max_new_tokens" in asked and tokens > max(MAX_NEW_TOKENS_LIVE, old.sample.max_new_tokens):
+    if "sample.max_new_tokens" in asked and tokens > max(
+        MAX_NEW_TOKENS_LIVE, old.sample.max_new_tokens
+    ):
         return (
             f"sample.max_new_tokens={tokens:,}: the run samples between steps, so a sample that long "
             f"would hold the training (and a stop) until it ends; at most {MAX_NEW_TOKENS_LIVE:,} "
@@ -296,7 +304,9 @@ def _mid_run_rules(old: RunConfig, new: RunConfig, asked: Mapping[str, Any], ste
         )
     start = new.schedule.decay_start
     if "schedule.decay_start" in asked and start and start < step:
-        return f"schedule.decay_start={start} is behind the run (step {step}); cool down now instead"
+        return (
+            f"schedule.decay_start={start} is behind the run (step {step}); cool down now instead"
+        )
     return None
 
 
@@ -320,13 +330,19 @@ def _inert(old: RunConfig, new: RunConfig, asked: Mapping[str, Any]) -> str | No
             running = setting_value(old, owner)
             if running != needed:
                 return f"{key} changes nothing on this run: it applies to {owner} = {needed!r}, and this run's is {running!r}"
-    if "optim.head_lr" in asked and new.optim.head_lr != old.optim.head_lr and old.model.tie_embeddings:
+    if (
+        "optim.head_lr" in asked
+        and new.optim.head_lr != old.optim.head_lr
+        and old.model.tie_embeddings
+    ):
         return (
             "optim.head_lr changes nothing on this run: its head is tied to the embeddings "
             "(model.tie_embeddings), which take optim.embed_lr"
         )
-    if "optim.normuon_beta2" in asked and new.optim.normuon_beta2 != old.optim.normuon_beta2 and (
-        old.optim.name != "muon" or old.optim.muon_variant != "normuon"
+    if (
+        "optim.normuon_beta2" in asked
+        and new.optim.normuon_beta2 != old.optim.normuon_beta2
+        and (old.optim.name != "muon" or old.optim.muon_variant != "normuon")
     ):
         return "optim.normuon_beta2 changes nothing on this run: it applies to optim.muon_variant = 'normuon' of optim.name = 'muon'"
     if old.optim.name == "sgd":
@@ -336,7 +352,11 @@ def _inert(old: RunConfig, new: RunConfig, asked: Mapping[str, Any]) -> str | No
                     f"{key} changes nothing on this run: SGD keeps no moments but its momentum "
                     "buffer (optim.sgd_momentum, set on resume)"
                 )
-    if "schedule.min_lr" in asked and new.schedule.min_lr != old.schedule.min_lr and old.schedule.kind == "constant":
+    if (
+        "schedule.min_lr" in asked
+        and new.schedule.min_lr != old.schedule.min_lr
+        and old.schedule.kind == "constant"
+    ):
         return "schedule.min_lr changes nothing on this run: a constant schedule has no floor to decay to; set optim.lr"
     return None
 
@@ -369,83 +389,14 @@ def _pin_wsd_decay(
         and wsd_decay_start(new) != start
         and start < new.train.max_steps
     ):
-        return dataclasses.replace(new, schedule=dataclasses.replace(new.schedule, decay_start=start))
+        return dataclasses.replace(
+            new, schedule=dataclasses.replace(new.schedule, decay_start=start)
+        )
     return new
 
 
-# ---------------------------------------------------------------------------------------------
-# The timeline of a run's changes
-
-
-@dataclass(frozen=True)
-class TimedChange:
-    """One change: from step `step` on (shaping step `step + 1` first), by `by`, these values."""
-
-    step: int
-    settings: dict[str, Any]
-    by: str = "app"
-
-    def record(self) -> dict[str, Any]:
-        return {"step": self.step, "by": self.by, "settings": dict(self.settings)}
-
-
-@dataclass
-class SettingsTimeline:
-    """Every change a run made, oldest first (a resume or rollback keeps those up to its
-    checkpoint's step)."""
-
-    changes: list[TimedChange] = field(default_factory=list)
-
-    def add(self, step: int, settings: Mapping[str, Any], by: str = "app") -> TimedChange:
-        change = TimedChange(step=step, settings=dict(settings), by=by)
-        self.changes.append(change)
-        return change
-
-    def up_to(self, step: int) -> SettingsTimeline:
-        """The changes a checkpoint at `step` was trained under."""
-        return SettingsTimeline([c for c in self.changes if c.step <= step])
-
-    def due(self, step: int) -> list[TimedChange]:
-        """The changes that apply at `step` (a replay makes them there)."""
-        return [c for c in self.changes if c.step == step]
-
-    def __bool__(self) -> bool:
-        return bool(self.changes)
-
-    def state_dict(self) -> list[dict[str, Any]]:
-        return [c.record() for c in self.changes]
-
-    def load_state_dict(self, records: Iterable[Mapping[str, Any]] | None) -> None:
-        """Take a checkpoint's (or config.toml's) records; None or [] (a file from before
-        live settings) is an empty timeline."""
-        self.changes = [timed_change(r) for r in records or ()]
-
-    @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]] | None, source: str = "changes") -> SettingsTimeline:
-        timeline = cls()
-        try:
-            timeline.load_state_dict(records)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(
-                f"{source}: a [[changes]] entry needs step (an integer >= 0) and settings (a "
-                f"table of key = value), got {e}"
-            ) from None
-        return timeline
-
-
-def timed_change(record: Mapping[str, Any]) -> TimedChange:
-    step = record["step"]
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step {step!r}")
-    settings = record["settings"]
-    if not isinstance(settings, Mapping):
-        raise TypeError(f"settings {settings!r}")
-    by = record.get("by", "app")
-    return TimedChange(step=step, settings=dict(settings), by=str(by))
-
-
 def describe(changes: Mapping[str, tuple[Any, Any]]) -> str:
-    """"optim.weight_decay 0.1 -> 0, train.max_steps 2000 -> 5000": a change as one line."""
+    """A change as one line: "optim.weight_decay 0.1 -> 0, train.max_steps 2000 -> 5000"."""
     return ", ".join(f"{key} {_show(old)} -> {_show(new)}" for key, (old, new) in changes.items())
 
 

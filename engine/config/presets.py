@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.config.live import SettingsTimeline
 from engine.config.loading import apply_overrides, config_from_dict, merge_tables, read_toml
 from engine.config.replay import check_replay
 from engine.config.run_config import ConfigError, RunConfig
+from engine.config.timeline import SettingsTimeline
 
 DEFAULT_PRESET = "default"
 

@@ -15,8 +15,6 @@ from typing import Any
 from engine.config.live import (
     LR_SCALE,
     SettingsChange,
-    SettingsTimeline,
-    TimedChange,
     canonical_key,
     live_change,
     refusal,
@@ -24,6 +22,7 @@ from engine.config.live import (
 )
 from engine.config.loading import config_from_dict
 from engine.config.run_config import ConfigError, RunConfig
+from engine.config.timeline import SettingsTimeline, TimedChange
 
 # who made the changes a resume made: the --set of `cockpit --resume` (or of `cockpit fork`)
 RESUMED_BY = ("resume",)

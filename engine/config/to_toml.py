@@ -9,8 +9,8 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from engine.config.live import SettingsTimeline
 from engine.config.run_config import SECTIONS, RunConfig
+from engine.config.timeline import SettingsTimeline
 
 CHANGES_HEADER = (
     "The changes made while the run trained, oldest first: from `step` on (they shape step\n"

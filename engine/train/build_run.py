@@ -18,8 +18,8 @@ import torch
 
 from engine.checkpoint import store as ckpt
 from engine.checkpoint.checkpointer import Checkpointer, Nested, RunDescription
-from engine.config.live import SettingsTimeline
 from engine.config.run_config import RunConfig
+from engine.config.timeline import SettingsTimeline
 from engine.distributed.command_exchange import RankSync
 from engine.distributed.rank_report import RankReporter
 from engine.distributed.ranks import RankCommands, RngStates

@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.config.live import LR_SCALE, TimedChange, live_change
+from engine.config.live import LR_SCALE, live_change
 from engine.config.replay import replayed_change
+from engine.config.timeline import TimedChange
 from engine.events import LrChanged, RunState
 from engine.optim.schedule import lr_change, lr_multiplied, lr_plan
 from engine.train.command_queue import (

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from engine.config.live import SettingsTimeline, TimedChange
 from engine.config.loading import config_from_dict, recorded_config
 from engine.config.run_config import RunConfig
+from engine.config.timeline import SettingsTimeline, TimedChange
 from engine.config.to_toml import config_to_toml
 from engine.events import Event, LrChanged, SettingsChanged
 from engine.files import atomic_write_text

@@ -14,17 +14,10 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from engine.checkpoint.resume import optimizer_settings, put_settings
-from engine.config.live import (
-    LIVE_SETTINGS,
-    LR_SCALE,
-    SettingsChange,
-    SettingsTimeline,
-    TimedChange,
-    describe,
-    setting_value,
-)
+from engine.config.live import LIVE_SETTINGS, LR_SCALE, SettingsChange, describe, setting_value
 from engine.config.loading import config_from_dict, recorded_config
 from engine.config.run_config import SECTIONS, RunConfig
+from engine.config.timeline import SettingsTimeline, TimedChange
 from engine.data.shape_schedule import ShapeSchedule
 from engine.events import Event, SettingsChanged
 from engine.optim.optimizers import build_optimizer

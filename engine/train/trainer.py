@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.checkpoint import store as ckpt
-from engine.config.live import SettingsTimeline
 from engine.config.run_config import ConfigError, RunConfig
+from engine.config.timeline import SettingsTimeline
 from engine.control.server import ControlServer, serve_run
 from engine.data.errors import DataError, PreparationStopped
 from engine.data.resumed_corpus import resume_data_path

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from tiny import tiny_overrides
 
-from engine.config.live import SettingsTimeline
 from engine.config.presets import load_preset, load_replay
+from engine.config.timeline import SettingsTimeline
 from engine.data.batches import BatchSampler
 from engine.distributed.world import World, rank_seed
 from engine.events import Alert, EventQueue, RunState, SettingsChanged, StateChanged
