@@ -30,7 +30,7 @@ COLUMNS = (
     "id", "change", "parent", "val_bpb", "tokens", "train_time_s", "peak_memory_bytes", "status",
     "reason", "proposed_by", "note", "run_dir",
 )  # fmt: skip
-STATUSES = ("kept", "discarded", "crashed", "refused")
+STATUSES = ("kept", "discarded", "crashed", "refused", "rejected")
 NUMBERS = {"val_bpb": float, "tokens": int, "train_time_s": float, "peak_memory_bytes": int}
 
 

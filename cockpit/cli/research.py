@@ -1,6 +1,7 @@
 """`cockpit research log [NAME]`: a series' research log (RUNS/research/NAME/log.tsv, one row per
 experiment, as `cockpit ablate` and `cockpit research run` append them) as a table, or JSON for
-scripts. `cockpit research run`: the keep-or-discard search over a changes file, headless."""
+scripts. `cockpit research run`: the keep-or-discard search over a changes file or an agent's
+proposals, in the app (cockpit.app.researching) or headless."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from cockpit.cli.options import add_presets_dir_option
+from cockpit.cli.options import add_notify_options, add_presets_dir_option
 
 NAME = "research"
 HELP = (
@@ -26,6 +27,8 @@ EPILOG = textwrap.dedent(
       cockpit research log --runs /data/runs
       cockpit research run --preset speedrun-cpu --budget 5m --changes changes.toml --repeats 3
       cockpit research run --preset speedrun-cpu --budget 5m --llm http://127.0.0.1:11434/v1 \\
+          --model qwen2.5:7b                   # in the app: you approve each proposal
+      cockpit research run --preset speedrun-cpu --budget 5m --llm http://127.0.0.1:11434/v1 \\
           --model qwen2.5:7b --auto --hours 8 --keys optim.lr,optim.weight_decay,schedule.warmup_steps
 
     A changes file (each candidate is tried once, in order, on top of the best so far):
@@ -36,8 +39,12 @@ EPILOG = textwrap.dedent(
       "model.norm" = "rmsnorm"
       "model.qk_norm" = false
 
+    In a terminal, run trains each experiment in the app (R: the research log; q: stop, the run
+    on its way checkpointed); an --llm proposal waits in a dialog (a accept, e edit, r reject
+    with a note the agent reads next) unless --auto. --headless, or no terminal: progress lines.
+
     Exit status of log: 0 printed, 2 no such log, or not one (one line says why). Of run: 0 the
-    search is complete, 1 stopped (ctrl+c, SIGTERM, an --llm endpoint out of reach; the same
+    search is complete, 1 stopped (q, ctrl+c, SIGTERM, an --llm endpoint out of reach; the same
     command again continues) or the baseline failed, 2 refused (one line says why).
     """
 )
@@ -52,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print a series' research log (the newest series' when no NAME is given)",
         description="Print the research log of a series: each experiment's id, change (as --set "
         "spells it), parent, val bits per byte, tokens, training time, peak memory, status (kept, "
-        "discarded, crashed, refused), reason, who proposed it and why it was kept or not.",
+        "discarded, crashed, refused, rejected), reason, who proposed it and why it was kept or not.",
     )
     log.add_argument("name", nargs="?", metavar="NAME", help="the series (default: the newest log)")
     log.add_argument("--json", action="store_true", help="print JSON, for scripts")
@@ -70,9 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "noise margin), then each candidate change of the changes file on top of the best "
         "configuration so far for the same training time; keep it when its val bpb is lower than "
         "the best's by more than the margin. Every experiment is a row of the research log; the "
-        "best configuration is written as a preset, RUNS/research/NAME/best.toml. Headless: "
-        "ctrl+c or SIGTERM stops it (the run on its way checkpointed), the same command again "
-        "continues.",
+        "best configuration is written as a preset, RUNS/research/NAME/best.toml. In a terminal "
+        "each experiment trains in the app, and q stops the search; headless (--headless, or no "
+        "terminal) ctrl+c or SIGTERM does. The run on its way is checkpointed; the same command "
+        "again continues.",
     )
     search.add_argument(
         "--preset",
@@ -128,7 +136,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_agent_arguments(search)
     add_presets_dir_option(search)
+    search.add_argument(
+        "--headless",
+        action="store_true",
+        help="no UI: print progress lines (for batch jobs; without a terminal it is headless too)",
+    )
     search.add_argument("--no-telemetry", action="store_true", help="do not poll GPU/CPU telemetry")
+    search.add_argument(
+        "--no-mouse",
+        action="store_true",
+        help="turn off mouse tracking (saves bandwidth over slow SSH links)",
+    )
+    add_notify_options(search)
     search.epilog = EPILOG
     search.formatter_class = argparse.RawDescriptionHelpFormatter
 
@@ -141,7 +160,8 @@ def add_agent_arguments(search: argparse.ArgumentParser) -> None:
         "--llm",
         metavar="URL",
         help="a chat completions endpoint proposes each change instead of a changes file, e.g. "
-        "http://127.0.0.1:11434/v1 (Ollama); needs --model and --auto",
+        "http://127.0.0.1:11434/v1 (Ollama); needs --model; in the app a person approves each "
+        "proposal, headless needs --auto",
     )
     agent.add_argument("--model", metavar="NAME", help="the model the --llm endpoint serves")
     agent.add_argument(
@@ -164,8 +184,8 @@ def add_agent_arguments(search: argparse.ArgumentParser) -> None:
     agent.add_argument(
         "--auto",
         action="store_true",
-        help="run unattended within --experiments and/or --hours (needed with --llm: no one "
-        "approves the proposals here)",
+        help="run unattended within --experiments and/or --hours: no dialog asks a person to "
+        "approve each --llm proposal (needed with --llm headless)",
     )
     agent.add_argument(
         "--experiments",
@@ -176,8 +196,9 @@ def add_agent_arguments(search: argparse.ArgumentParser) -> None:
     agent.add_argument("--hours", type=float, metavar="H", help="start no experiment after H hours")
 
 
-def agent_refusal(args: argparse.Namespace) -> str | None:
-    """Why these agent options cannot run a search (one line), or None."""
+def agent_refusal(args: argparse.Namespace, attended: bool = False) -> str | None:
+    """Why these agent options cannot run a search (one line), or None; `attended`: in the
+    app, where a person approves each --llm proposal (no --auto needed)."""
     if args.changes and args.llm:
         return "--changes and --llm: one source of proposals, not both"
     if not args.changes and not args.llm:
@@ -192,19 +213,27 @@ def agent_refusal(args: argparse.Namespace) -> str | None:
             return f"{', '.join(extra)}: only with --llm URL"
     elif not args.model:
         return "--llm needs --model NAME, the model the endpoint serves (e.g. --model qwen2.5:7b)"
-    elif not args.auto:
+    elif not args.auto and not attended:
         return (
             "--llm: this command runs unattended; add --auto with --experiments N or --hours H, "
-            "its limits"
+            "its limits (or run it in a terminal, without --headless, to approve each proposal "
+            "in the app)"
         )
     if args.auto and args.experiments is None and args.hours is None:
         return "--auto: bound the unattended search with --experiments N or --hours H"
     return None
 
 
-def make_proposer(args: argparse.Namespace, spec: Any) -> tuple[Any, str]:
-    """The search's proposer (guarded by --experiments/--hours) and what it is, in words."""
-    from cockpit.research import ChangesFileProposer, settable_keys
+def make_proposer(
+    args: argparse.Namespace,
+    spec: Any,
+    ask: Any = None,
+    say: Any = None,
+) -> tuple[Any, str]:
+    """The search's proposer (guarded by --experiments/--hours) and what it is, in words.
+    `ask(proposal, context) -> Decision`: a person approves each --llm proposal (without
+    --auto, in the app); `say(line)`: where the proposer's lines go (default: printed)."""
+    from cockpit.research import Approving, ChangesFileProposer, settable_keys
     from cockpit.research.llm_proposer import (
         DEFAULT_PROGRAM,
         Guarded,
@@ -215,8 +244,9 @@ def make_proposer(args: argparse.Namespace, spec: Any) -> tuple[Any, str]:
     )
     from engine.config import ConfigError
 
-    if (why := agent_refusal(args)) is not None:
+    if (why := agent_refusal(args, attended=ask is not None)) is not None:
         raise ConfigError(why)
+    say = say or (lambda line: print(line, flush=True))
     if args.llm:
         settable = settable_keys(spec.preset, spec.presets_dirs)
         proposer: Any = LLMProposer(
@@ -227,9 +257,12 @@ def make_proposer(args: argparse.Namespace, spec: Any) -> tuple[Any, str]:
             keys=parse_keys(args.keys, settable) if args.keys else None,
             base=spec.common_settings(),
             presets_dirs=spec.presets_dirs,
-            say=lambda line: print(line, flush=True),
+            say=say,
         )
         what = f"proposals from {args.model} at {redacted_url(args.llm)}"
+        if ask is not None and not args.auto:
+            proposer = Approving(proposer, ask)
+            what += ", each approved by you"
     else:
         proposer = ChangesFileProposer.from_file(
             Path(args.changes), spec.preset, spec.common_settings(), spec.presets_dirs
@@ -240,7 +273,7 @@ def make_proposer(args: argparse.Namespace, spec: Any) -> tuple[Any, str]:
             proposer,
             experiments=args.experiments,
             hours=args.hours,
-            say=lambda line: print(line, flush=True),
+            say=say,
         )
     return proposer, what
 
@@ -325,6 +358,8 @@ def text_table(path: Path, rows: list, damaged: int) -> str:
     tally = {
         s: sum(r.status == s for r in rows) for s in ("kept", "discarded", "crashed", "refused")
     }
+    if any(r.status == "rejected" for r in rows):  # only where a person approves proposals
+        tally["rejected"] = sum(r.status == "rejected" for r in rows)
     lines += ["", f"{len(rows)} experiments: " + ", ".join(f"{n} {s}" for s, n in tally.items())]
     measured = [r for r in rows if r.status == "kept" and r.val_bpb is not None]
     # a change is kept against the baseline's runs together: no one baseline run is "the best"
@@ -344,29 +379,74 @@ def text_table(path: Path, rows: list, damaged: int) -> str:
 
 
 def run_search(args: argparse.Namespace) -> int:
-    """`cockpit research run`: the search, headless, to its end or a stop."""
-    from cockpit.ablation.spec import canonical_setting, parse_duration
+    """`cockpit research run`: the search to its end or a stop, in the app when there is a
+    terminal (and no --headless), else headless."""
     from cockpit.cli.stop_signals import StopSignals
-    from cockpit.research import Search, SearchSpec, Stopped, check_search
+    from cockpit.cli.terminal import no_app_here
+    from cockpit.research import Stopped
+    from engine.config import ConfigError
+
+    signals = StopSignals()
+    in_app = not args.headless and no_app_here() is None
+    try:
+        search, runner, proposing = make_search(args, signals, in_app)
+    except ConfigError as e:
+        print(f"cockpit research run: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(
+            f"cockpit research run: --runs {args.runs_root}: cannot write there ({e.strerror}); pass --runs DIR, a folder you can write",
+            file=sys.stderr,
+        )
+        return 2
+    log_cmd = log_command(args, search.name)
+    if runner is not None:
+        return run_in_app(args, runner, log_cmd)
+    spec = search.spec
+    print(
+        f"research {search.name}: {spec.preset}, {proposing}, "
+        f"{spec.repeats} baseline runs, {args.budget} each; runs in {search.runs_dir}",
+        flush=True,
+    )
+    signals.install()
+    try:
+        state = search.run()
+    except (Stopped, KeyboardInterrupt):
+        print(stopped_line(log_cmd), flush=True)
+        return 1
+    except ConfigError as e:
+        print(f"cockpit research run: {e}", file=sys.stderr)
+        return 1 if "baseline measured" in str(e) else 2
+    finally:
+        signals.restore()
+    print_done(search, state, log_cmd)
+    return 0
+
+
+def make_search(args: argparse.Namespace, signals: Any, in_app: bool) -> tuple[Any, Any, str]:
+    """The search the command line describes, opened (its log read back): (Search, the app's
+    SearchRunner or None headless, its proposer in words). ConfigError (one line) or OSError
+    when it cannot start."""
+    from cockpit.ablation.spec import canonical_setting, parse_duration
+    from cockpit.research import Search, SearchSpec, check_search
     from engine.config import ConfigError
 
     root = Path(args.runs_root)
-    signals = StopSignals()
-    try:
-        spec = SearchSpec(
-            preset=args.preset,
-            budget=parse_duration(args.budget),
-            settings=tuple(canonical_setting(t, f"--set {t!r}") for t in args.overrides),
-            repeats=args.repeats,
-            steps=args.steps,
-            name=args.name,
-            presets_dirs=tuple(args.presets_dir),
+    spec = SearchSpec(
+        preset=args.preset,
+        budget=parse_duration(args.budget),
+        settings=tuple(canonical_setting(t, f"--set {t!r}") for t in args.overrides),
+        repeats=args.repeats,
+        steps=args.steps,
+        name=args.name,
+        presets_dirs=tuple(args.presets_dir),
+    )
+    check_search(spec)
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"--runs {root}: not a directory; pass --runs DIR, a folder for the search"
         )
-        check_search(spec)
-        if root.exists() and not root.is_dir():
-            raise ConfigError(
-                f"--runs {root}: not a directory; pass --runs DIR, a folder for the search"
-            )
+    if not in_app:
         proposer, proposing = make_proposer(args, spec)
         search = Search(
             spec,
@@ -379,38 +459,44 @@ def run_search(args: argparse.Namespace) -> int:
             say=lambda line: print(line, flush=True),
         )
         search.open()
-    except ConfigError as e:
-        print(f"cockpit research run: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(
-            f"cockpit research run: --runs {root}: cannot write there ({e.strerror}); pass --runs DIR, a folder you can write",
-            file=sys.stderr,
-        )
-        return 2
-    log_cmd = f"cockpit research log {shlex.quote(search.name)}" + (
-        "" if args.runs_root == "runs" else f" --runs {shlex.quote(str(root))}"
+        return search, None, proposing
+    from cockpit.app.researching import SearchRunner
+
+    runner: Any = None  # made once the search is: the search's calls go to it
+    proposer, proposing = make_proposer(
+        args, spec, ask=lambda p, c: runner.ask(p, c), say=lambda line: runner.say(line)
     )
-    print(
-        f"research {search.name}: {spec.preset}, {proposing}, "
-        f"{spec.repeats} baseline runs, {args.budget} each; runs in {search.runs_dir}",
-        flush=True,
+    search = Search(
+        spec,
+        root,
+        proposer,
+        train_run=lambda run_dir, overrides, resume: runner.train_run(run_dir, overrides, resume),
+        stop_requested=lambda: runner.stop_requested(),
+        say=lambda line: runner.say(line),
     )
-    signals.install()
-    try:
-        state = search.run()
-    except (Stopped, KeyboardInterrupt):
-        print(
-            f"research stopped: every experiment done is in the log ({log_cmd}); run the same "
-            "command again to continue (a stopped run resumes)",
-            flush=True,
-        )
-        return 1
-    except ConfigError as e:
-        print(f"cockpit research run: {e}", file=sys.stderr)
-        return 1 if "baseline measured" in str(e) else 2
-    finally:
-        signals.restore()
+    search.open()
+    runner = SearchRunner(
+        search,
+        build=lambda run_dir, overrides, resume: _build(args, spec, run_dir, overrides, resume),
+        planned=planned_experiments(args, proposer),
+    )
+    return search, runner, proposing
+
+
+def log_command(args: argparse.Namespace, name: str) -> str:
+    runs = "" if args.runs_root == "runs" else f" --runs {shlex.quote(str(args.runs_root))}"
+    return f"cockpit research log {shlex.quote(name)}{runs}"
+
+
+def stopped_line(log_cmd: str) -> str:
+    return (
+        f"research stopped: every experiment done is in the log ({log_cmd}); run the same "
+        "command again to continue (a stopped run resumes)"
+    )
+
+
+def print_done(search: Any, state: Any, log_cmd: str) -> None:
+    spec = search.spec
     kept = [r for r in state.rows if r.status == "kept" and r.parent != f"preset {spec.preset}"]
     print(
         f"research done: {len(state.rows)} experiments, {len(kept)} kept; best val bpb "
@@ -421,7 +507,87 @@ def run_search(args: argparse.Namespace) -> int:
         f"best configuration: {search.best_path} (cockpit train --preset {shlex.quote(str(search.best_path))})"
     )
     print(f"research log: {search.log.path} ({log_cmd})")
-    return 0
+
+
+def planned_experiments(args: argparse.Namespace, proposer: Any) -> int | None:
+    """How many experiments the search will try, when known (a changes file's candidates,
+    --experiments): the app's titles say "exp 3/6"."""
+    from cockpit.research import ChangesFileProposer
+    from cockpit.research.llm_proposer import Guarded
+
+    inner = proposer.inner if isinstance(proposer, Guarded) else proposer
+    planned = len(inner.proposals) if isinstance(inner, ChangesFileProposer) else None
+    if args.experiments is not None:
+        planned = min(planned, args.experiments) if planned is not None else args.experiments
+    return planned
+
+
+def run_in_app(args: argparse.Namespace, runner: Any, log_cmd: str) -> int:
+    """The search in the app (cockpit.app.researching); then what became of it, as headless
+    says it. Exit status as headless: 0 complete, 1 stopped, 2 refused."""
+    from functools import partial
+
+    from cockpit.app.researching import ResearchApp
+    from cockpit.cli.launch import run_app, train_arguments
+
+    train = train_arguments(
+        preset=runner.search.spec.preset, presets_dir=list(args.presets_dir),
+        no_mouse=args.no_mouse, bell=args.bell, no_notify=args.no_notify,
+        no_telemetry=args.no_telemetry,
+    )  # fmt: skip
+    run_app(train, runs_root=args.runs_root, app_class=partial(ResearchApp, runner=runner))
+    runner.close()
+    runner.join(10.0)  # a row being written is written; an agent's call is not waited for
+    if runner.outcome == "done":
+        print_done(runner.search, runner.state, log_cmd)
+        return 0
+    if runner.outcome in ("refused", "failed"):
+        print(f"cockpit research run: {runner.message}", file=sys.stderr)
+        print(f"research log: {runner.search.log.path} ({log_cmd})")
+        return 2 if runner.outcome == "refused" else 1
+    print(stopped_line(log_cmd), flush=True)
+    return 1
+
+
+def _train_args(
+    args: argparse.Namespace,
+    spec: Any,
+    run_dir: Path,
+    overrides: list[str],
+    resume: bool,
+    headless: bool,
+) -> argparse.Namespace:
+    """`cockpit train`'s arguments for one experiment's run (a resumed one: its directory)."""
+    from cockpit.cli.launch import train_arguments
+
+    common = dict(
+        presets_dir=list(args.presets_dir), headless=headless, no_telemetry=args.no_telemetry,
+    )  # fmt: skip
+    if not headless:
+        common.update(no_mouse=args.no_mouse, bell=args.bell, no_notify=args.no_notify)
+    if resume:
+        return train_arguments(resume=str(run_dir), overrides=[], **common)
+    return train_arguments(
+        preset=spec.preset, overrides=overrides, run_dir=str(run_dir), data=args.data, **common
+    )  # fmt: skip
+
+
+def _build(
+    args: argparse.Namespace,
+    spec: Any,
+    run_dir: Path,
+    overrides: list[str],
+    resume: bool,
+) -> Any:
+    """One experiment's engine for the app (not started; on the search's thread), or None when
+    the run stopped at its last step; ConfigError when `cockpit train` would refuse it."""
+    from cockpit.cli.launch import make_trainer
+    from cockpit.cli.preflight import preflight
+
+    train = _train_args(args, spec, run_dir, overrides, resume, headless=False)
+    if preflight(train) is not None:
+        return None
+    return make_trainer(train, interactive=True)
 
 
 def _train(
@@ -434,20 +600,12 @@ def _train(
 ) -> str:
     """One experiment's run, headless, as `cockpit train` runs it; its final state."""
     from cockpit.cli.headless import ProgressPrinter
-    from cockpit.cli.launch import make_trainer, train_arguments
+    from cockpit.cli.launch import make_trainer
     from cockpit.cli.preflight import preflight
     from engine.config import ConfigError
     from engine.events import RunState
 
-    common = dict(
-        presets_dir=list(args.presets_dir), headless=True, no_telemetry=args.no_telemetry,
-    )  # fmt: skip
-    if resume:
-        train = train_arguments(resume=str(run_dir), overrides=[], **common)
-    else:
-        train = train_arguments(
-            preset=spec.preset, overrides=overrides, run_dir=str(run_dir), data=args.data, **common
-        )  # fmt: skip
+    train = _train_args(args, spec, run_dir, overrides, resume, headless=True)
     if preflight(train) is not None:  # stopped at its last step: nothing left to train
         return RunState.FINISHED
     printer = ProgressPrinter(out=lambda line: print(line, flush=True))

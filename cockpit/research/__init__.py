@@ -3,16 +3,22 @@
 from cockpit.research.changes_file import ChangesFileProposer, read_changes
 from cockpit.research.proposals import (
     FIXED_KEYS,
+    Approving,
+    ChangeLine,
+    Decision,
     Proposal,
     Proposer,
     ResearchContext,
+    change_lines,
     change_settings,
     change_text,
     check_change,
+    parse_edit,
     settable_keys,
 )
 from cockpit.research.search import (
     MARGIN_FLOOR,
+    REJECTED,
     Search,
     SearchSpec,
     Stopped,
@@ -24,6 +30,10 @@ from cockpit.research.search import (
 __all__ = [
     "FIXED_KEYS",
     "MARGIN_FLOOR",
+    "REJECTED",
+    "Approving",
+    "ChangeLine",
+    "Decision",
     "ChangesFileProposer",
     "Proposal",
     "Proposer",
@@ -31,12 +41,14 @@ __all__ = [
     "Search",
     "SearchSpec",
     "Stopped",
+    "change_lines",
     "change_settings",
     "change_text",
     "check_change",
     "check_search",
     "decide",
     "noise_margin",
+    "parse_edit",
     "read_changes",
     "settable_keys",
 ]

@@ -4,9 +4,9 @@ proposers; the loop does not know which it has."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from engine.config import ConfigError
 
@@ -21,6 +21,9 @@ class Proposal:
     # what was wrong with it when its proposer refused it itself (an LLM's reply that is not
     # valid JSON, names a key it may not change): the search logs it refused and asks again
     refused: str = ""
+    # a person's note on a proposal they rejected: the search logs it rejected and asks again,
+    # the note in the proposer's next context
+    rejected: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,3 +112,139 @@ def settable_keys(preset: str, presets_dirs: Sequence[str] = ()) -> list[str]:
         for name in values
         if f"{section}.{name}" not in FIXED_KEYS
     ]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A person's answer to a proposal: accept it, try `change` instead, or reject it (`note`)."""
+
+    action: Literal["accept", "edit", "reject"]
+    change: dict[str, object] = field(default_factory=dict)  # the edited change
+    note: str = ""  # why it was rejected, for the proposer
+
+
+EDITED = " (edited by a person)"  # after the proposer's name in the log's `proposed_by`
+
+
+class Approving:
+    """Another proposer whose proposals a person decides on before they are tried: `ask`
+    (proposal, context) -> Decision, blocking until they answer (it raises to stop the search).
+    Proposals refused already, and the end (None), pass through unasked."""
+
+    def __init__(
+        self, inner: Proposer, ask: Callable[[Proposal, ResearchContext], Decision]
+    ) -> None:
+        self.inner = inner
+        self.ask = ask
+
+    def propose(self, context: ResearchContext) -> Proposal | None:
+        proposal = self.inner.propose(context)
+        if proposal is None or proposal.refused:
+            return proposal
+        decision = self.ask(proposal, context)
+        if decision.action == "reject":
+            note = " ".join(decision.note.split()) or "(no note)"
+            return Proposal(proposal.change, proposal.reason, proposal.proposed_by, rejected=note)
+        if decision.action == "edit" and decision.change != proposal.change:
+            was = change_text(proposal.change)
+            reason = f"{proposal.reason} (proposed {was}; a person changed it)".lstrip()
+            return Proposal(dict(decision.change), reason, proposal.proposed_by + EDITED)
+        return proposal
+
+
+@dataclass(frozen=True)
+class ChangeLine:
+    """One setting of a proposed change as the approval dialog shows it."""
+
+    key: str
+    old: str  # its value in the best configuration, as --set spells it
+    new: str
+    help: str
+    allowed: str  # what it may be: "number, > 0", "one of "a", "b""
+
+
+def key_help(key: str) -> tuple[str, str]:
+    """A config key's help text and what values it takes (("", "") for no such key)."""
+    import dataclasses
+    import typing
+
+    from engine.config import RunConfig
+
+    section, _, name = key.partition(".")
+    hints = typing.get_type_hints(RunConfig)
+    cls = hints.get(section)
+    if cls is None or not dataclasses.is_dataclass(cls):
+        return "", ""
+    found = {f.name: f for f in dataclasses.fields(cls)}
+    if name not in found:
+        return "", ""
+    meta = dict(found[name].metadata)
+    kind = typing.get_type_hints(cls)[name]
+    if "choices" in meta:
+        return meta.get("help", ""), "one of " + ", ".join(str(c) for c in meta["choices"])
+    parts = [
+        {int: "integer", float: "number", bool: "true or false", str: "text"}.get(kind, "list")
+    ]
+    for bound, sign in (("min", ">="), ("min_excl", ">"), ("max", "<="), ("below", "<")):
+        if bound in meta:
+            parts.append(f"{sign} {meta[bound]:g}")
+    return meta.get("help", ""), ", ".join(parts)
+
+
+def change_lines(
+    preset: str,
+    change: dict[str, object],
+    base: Sequence[str] = (),
+    presets_dirs: Sequence[str] = (),
+) -> list[ChangeLine]:
+    """The change against the configuration `preset` with `base` --sets gives: each key's old
+    and new value, its help text and range. ConfigError (one line) for a change no setting takes."""
+    from cockpit.ablation.spec import shown_setting
+    from engine.config import load_preset
+
+    config = load_preset(preset, list(base), list(presets_dirs)).to_dict()
+    lines = []
+    for text in change_settings(change):
+        key, _, new = shown_setting(text).partition("=")
+        section, _, name = key.partition(".")
+        old = config.get(section, {}).get(name)
+        old_text = shown_setting(f"{key}={toml_value(old)}").partition("=")[2]
+        lines.append(ChangeLine(key, old_text, new, *key_help(key)))
+    return lines
+
+
+def toml_value(value: object) -> str:
+    """A config value as --set spells it (None: "none")."""
+    from cockpit.ablation.spec import toml_text
+
+    if value is None:
+        return "none"
+    try:
+        return toml_text(value)
+    except ConfigError:
+        return str(value)
+
+
+def parse_edit(text: str) -> dict[str, object]:
+    """What a person typed to edit a change (`optim.lr=0.003 optim.weight_decay=0.1`, as
+    --set spells each) as a change; ConfigError (one line) when it is no KEY=VALUE list."""
+    import shlex
+
+    from engine.config import parse_override
+
+    try:
+        words = shlex.split(text)
+    except ValueError as e:
+        raise ConfigError(f'{e}; quote a value with spaces as a="x y"') from None
+    if not words:
+        raise ConfigError("empty: type KEY=VALUE, e.g. optim.lr=0.002 (several: a=1 b=2)")
+    change: dict[str, object] = {}
+    for word in words:
+        if "=" not in word or word.startswith("="):
+            raise ConfigError(f"{word!r} is not KEY=VALUE, e.g. optim.lr=0.002")
+        try:
+            section, name, value = parse_override(word)
+        except ConfigError as e:
+            raise ConfigError(str(e).removeprefix("--set: ").removeprefix("--set ")) from None
+        change[f"{section}.{name}"] = value
+    return change

@@ -35,6 +35,7 @@ BASELINE = "baseline"
 BEST_NAME = "best.toml"
 IDENTITY_NAME = "search.json"
 MAX_REFUSED_IN_A_ROW = 5  # a proposer whose proposals keep being refused is stopped
+REJECTED = "rejected"  # the status of a proposal a person rejected (its note in the row)
 
 
 def noise_margin(baseline_bpb: Sequence[float], floor: float = MARGIN_FLOOR) -> float:
@@ -165,6 +166,11 @@ def experiment_id(number: int, change: dict[str, object]) -> str:
     return f"{number:03d}-{slug.strip('_.')[:80] or 'change'}"
 
 
+def rejection_notes(rows: Sequence[LogRow]) -> list[str]:
+    """A person's notes on the proposals they rejected, for the proposer's next context."""
+    return [f"{r.change}: {r.note}" for r in rows if r.status == REJECTED]
+
+
 class Stopped(Exception):
     """The search was stopped (a signal): what is done is in the log."""
 
@@ -181,6 +187,9 @@ class Search:
     stop_requested: Callable[[], bool]
     say: Callable[[str], None] = print
     notes: list[str] = field(default_factory=list)
+    # the experiment train_run is called for: (its id, its change as the log shows it; "" for
+    # the baseline), for a title
+    on_way: tuple[str, str] | None = field(default=None, init=False)
 
     @property
     def name(self) -> str:
@@ -247,7 +256,7 @@ class Search:
                 best={k: v.partition("=")[2] for k, v in state.best.items()},
                 log_rows=[r.to_json() for r in state.rows],
                 settable=settable_keys(self.spec.preset, self.spec.presets_dirs),
-                notes=list(self.notes),
+                notes=[*self.notes, *rejection_notes(state.rows)],
             )
             proposal = self.proposer.propose(context)
             if proposal is None or self.stop_requested():
@@ -255,6 +264,10 @@ class Search:
                     return state
                 raise Stopped
             number = sum(not r.id.startswith(BASELINE + "-") for r in state.rows) + 1
+            if proposal.rejected:  # a person's decision: logged, and the proposer asked again
+                row = self._rejected(number, proposal, state.best_id)
+                state = read_state([*state.rows, row])
+                continue
             base = [*self.spec.common_settings(), *state.best_settings]
             why = proposal.refused or check_change(
                 self.spec.preset, proposal.change, base, self.spec.presets_dirs
@@ -282,6 +295,16 @@ class Search:
             state = read_state([*state.rows, row])
             if row.status == "kept":
                 self.write_best(state, margin)
+
+    def _rejected(self, number: int, proposal: Proposal, parent: str) -> LogRow:
+        row = LogRow(
+            id=f"{number:03d}-{REJECTED}", change=change_text(proposal.change), parent=parent,
+            val_bpb=None, tokens=None, train_time_s=None, peak_memory_bytes=None, status=REJECTED,
+            reason=proposal.reason, proposed_by=proposal.proposed_by, note=proposal.rejected,
+        )  # fmt: skip
+        self.log.append([row])
+        self.say(f"{row.id}: {row.change}: rejected: {proposal.rejected}")
+        return row
 
     def _refused(self, number: int, proposal: Proposal, why: str, parent: str) -> LogRow:
         try:
@@ -314,6 +337,7 @@ class Search:
         from engine.events import RunState
 
         run_dir = self.runs_dir / rid
+        self.on_way = (rid, change)
         status = run_status(run_dir)
         if status == "live":
             raise ConfigError(

@@ -183,7 +183,13 @@ class ResearchScreen(Screen["ResearchChoice | None"]):
 
     def on_mount(self) -> None:
         self.query_one(DataTable).focus()
-        self.run_worker(self._read, name="research-read", thread=True, exit_on_error=False)
+        self.reread()
+
+    def reread(self) -> None:
+        """Read the log (again: a search running in the app calls this as its rows land)."""
+        self.run_worker(
+            self._read, name="research-read", thread=True, exit_on_error=False, exclusive=True
+        )
 
     def _read(self) -> tuple[str, list[LogRow], int]:
         research = self.root / "research"
@@ -208,7 +214,9 @@ class ResearchScreen(Screen["ResearchChoice | None"]):
             name, self.rows, damaged = event.worker.result
             title.update(Text(self._title(name, damaged)))
             self.query_one(BestChart).show(self.rows)
+            row = self.query_one(DataTable).cursor_row
             self._fill()
+            self.query_one(DataTable).move_cursor(row=row)  # where it was, as rows land below
         self.read_once = True
         self._update_hint()
 

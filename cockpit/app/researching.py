@@ -1,0 +1,388 @@
+"""The app of `cockpit research run`: the keep-or-discard search on a thread of its own, each of
+its experiments' runs trained on the usual panels, titled with the search and the experiment
+("research lr-search: exp 4/6 optim.lr=0.002"), and an agent's proposals put to a person in the
+approval dialog before their experiment starts.
+
+The search (cockpit.research.Search) runs as it runs headless; what differs is how it trains a
+run (the app starts it and the search's thread waits for it to end) and, when a person approves,
+its proposer (`Approving`, asking through the dialog). The thread never touches the screen: it
+posts messages, and waits for the app's answers. Proposers (an LLM's HTTP calls too) run on it,
+never on the UI thread. `q` checkpoints and stops the run on its way (or ends the search between
+experiments); what is done is in the log, and the same command again continues.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.binding import Binding
+from textual.message import Message
+
+from cockpit.app.cockpit_app import CockpitApp
+from cockpit.app.notifications import Notice
+from cockpit.research.proposals import (
+    Decision,
+    Proposal,
+    ResearchContext,
+    change_lines,
+    change_text,
+    check_change,
+)
+from cockpit.research.search import BASELINE, Search, Stopped
+from cockpit.screens.proposal_dialog import ProposalDialog, ProposalView
+from engine.config import ConfigError
+from engine.contract import EngineHandle
+from engine.events import RunStarted, RunState
+
+WAIT_S = 0.2  # how often the search's thread looks whether the app has closed while it waits
+
+# What the search's thread is told to build an experiment's engine with: (run_dir, overrides,
+# resume) -> the engine, not started, or None when the run has nothing left to train.
+BuildRun = Callable[[Path, list[str], bool], "EngineHandle | None"]
+
+
+@dataclass
+class Answer:
+    """A reply the search's thread waits for from the app."""
+
+    ready: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+
+    def give(self, value: Any) -> None:
+        self.value = value
+        self.ready.set()
+
+
+class StartExperiment(Message):
+    """From the search's thread: train this engine on the main screen, say when it has ended."""
+
+    def __init__(self, title: str, engine: EngineHandle, ended: Answer) -> None:
+        super().__init__()
+        self.title, self.engine, self.ended = title, engine, ended
+
+
+class AskPerson(Message):
+    """From the search's thread: put this proposal to the person, answer with a Decision."""
+
+    def __init__(self, view: ProposalView, answer: Answer) -> None:
+        super().__init__()
+        self.view, self.answer = view, answer
+
+
+class SearchSaid(Message):
+    """From the search's thread: one line of progress (an experiment started, its row logged)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
+
+
+class SearchEnded(Message):
+    """From the search's thread: the search has ended (see `SearchRunner.outcome`)."""
+
+
+class SearchRunner:
+    """A Search on its own thread, training its runs in the app (`train_run`) and asking the
+    app's person about proposals (`ask`). `outcome` once it has ended: "done", "stopped",
+    "refused" (a ConfigError: `message` says why) or "failed" (the baseline, or the thread)."""
+
+    def __init__(self, search: Search, build: BuildRun, planned: int | None = None) -> None:
+        self.search = search
+        self.build = build
+        self.planned = planned  # the experiments a changes file holds (the title's /N), if known
+        self.app: ResearchApp | None = None
+        self.closed = threading.Event()  # the app has gone (or the search was left)
+        self.left = False  # another run was started in the app: the search stopped for it
+        self.thread: threading.Thread | None = None
+        self.outcome: str | None = None
+        self.message = ""
+        self.state: Any = None  # the search's State at its end
+        self.current_engine: EngineHandle | None = None
+        self.title = f"research {search.name}"
+
+    # the app's side -----------------------------------------------------------------------
+    def start(self, app: ResearchApp) -> None:
+        self.app = app
+        # a daemon: an agent's HTTP call cannot be interrupted, and must not keep the process
+        # alive after the app closed (the search checks for a stop before it uses the answer)
+        self.thread = threading.Thread(target=self._run, name="research-search", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        """The app is closing: whatever the thread waits for will not come."""
+        self.closed.set()
+
+    def stop_requested(self) -> bool:
+        app = self.app
+        return self.closed.is_set() or (app is not None and app.session.quitting)
+
+    def join(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) for the thread to end: a row it is writing is written."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    # the search's thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self.state = self.search.run()
+            self.outcome = "done"
+        except Stopped:
+            self.outcome = "stopped"
+        except ConfigError as e:
+            self.outcome = "failed" if "baseline measured" in str(e) else "refused"
+            self.message = str(e)
+        except Exception as e:  # noqa: BLE001 - the thread's boundary: said in the app, not lost
+            self.outcome = "failed"
+            self.message = f"{type(e).__name__}: {e}"
+        self._post(SearchEnded())
+
+    def _post(self, message: Message) -> bool:
+        app = self.app
+        if app is None or self.closed.is_set():
+            return False
+        try:
+            return bool(app.post_message(message))  # thread-safe, never blocks
+        except RuntimeError:  # the app's loop has closed
+            return False
+
+    def _wait(self, answer: Answer) -> Any:
+        """The app's answer; Stopped when the app closes first."""
+        while not answer.ready.wait(WAIT_S):
+            if self.closed.is_set():
+                raise Stopped
+        return answer.value
+
+    def say(self, line: str) -> None:
+        self._post(SearchSaid(line))
+
+    def experiment_title(self) -> str:
+        rid, change = self.search.on_way or ("", "")
+        if rid.startswith(BASELINE + "-"):
+            number = rid.removeprefix(BASELINE + "-").split("-")[0]
+            return f"{self.title}: baseline {number}/{self.search.spec.repeats}"
+        number = rid.split("-", 1)[0].lstrip("0") or "0"
+        total = f"/{self.planned}" if self.planned else ""
+        return f"{self.title}: exp {number}{total} {change}".rstrip()
+
+    def train_run(self, run_dir: Path, overrides: list[str], resume: bool) -> str:
+        """Search.train_run: build the run here, train it in the app, return its final state
+        (stopped when the app closed or another run took its place)."""
+        if self.stop_requested():
+            return RunState.STOPPED
+        engine = self.build(run_dir, overrides, resume)
+        if engine is None:
+            return RunState.FINISHED  # stopped at its last step: nothing left to train
+        ended = Answer()
+        self.current_engine = engine
+        if not self._post(StartExperiment(self.experiment_title(), engine, ended)):
+            return RunState.STOPPED
+        try:
+            return str(self._wait(ended))
+        except Stopped:
+            return RunState.STOPPED
+
+    def ask(self, proposal: Proposal, context: ResearchContext) -> Decision:
+        """Approving's question: the proposal put to the person in the app's dialog."""
+        spec = self.search.spec
+        base = [*spec.common_settings(), *(f"{k}={v}" for k, v in context.best.items())]
+        best = self._best_line(context)
+        number = sum(not str(r.get("id", "")).startswith(BASELINE + "-") for r in context.log_rows)
+        view = ProposalView(
+            title=f"{self.title}: exp {number + 1}, on top of {best}",
+            proposed_by=proposal.proposed_by,
+            reason=proposal.reason,
+            lines=change_lines(spec.preset, proposal.change, base, spec.presets_dirs),
+            change_text=change_text(proposal.change),
+            check=lambda change: check_change(spec.preset, change, base, spec.presets_dirs),
+        )
+        answer = Answer()
+        if not self._post(AskPerson(view, answer)):
+            raise Stopped
+        self.say(f"{proposal.proposed_by} proposes {change_text(proposal.change)}: waiting for you")
+        decision = self._wait(answer)
+        if decision is None:
+            raise Stopped
+        return decision
+
+    @staticmethod
+    def _best_line(context: ResearchContext) -> str:
+        kept = [
+            r
+            for r in context.log_rows
+            if r.get("status") == "kept" and not str(r.get("id", "")).startswith(BASELINE + "-")
+        ]
+        if kept:
+            return f"the best so far, {kept[-1]['id']} (val bpb {kept[-1]['val_bpb']:.4f})"
+        return "the baseline (the preset as the search sets it)"
+
+
+class ResearchApp(CockpitApp):
+    """CockpitApp driving a research search (see the module's docstring)."""
+
+    BINDINGS = [Binding("R", "research_log", "Research log")]
+
+    def __init__(
+        self, *args: Any, runner: SearchRunner, runs_root: str = "runs", **kwargs: Any
+    ) -> None:
+        super().__init__(*args, runs_root=runs_root, **kwargs)
+        self.runner = runner
+        self.runner_started = False
+        self.experiment: tuple[str, EngineHandle, Answer] | None = None  # the run on its way
+        self.search_label = runner.title
+        self.dialog: ProposalDialog | None = None
+        self.last_word = ""  # the proposer's last line (an agent out of reach, a guard reached)
+
+    # the search's runs ---------------------------------------------------------------------
+    def start_run(self, preset: str, make: Callable[[], EngineHandle] | None = None) -> None:
+        if not self.runner_started:  # the app's first run is the search's, once it has one
+            self.runner_started = True
+            self.session.preset = self.search_label
+            self.session.status_note = f"{self.search_label}: starting..."
+            self.main_screen.show_no_run(
+                f"{self.search_label}: its first experiment is on its way",
+                f"{self.search_label}: its first experiment is on its way; R: the research log",
+            )
+            self.refresh_status()
+            self.runner.start(self)
+            return
+        self.leave_search()  # another run (p, n, f, r, open): the search's go through super()
+        super().start_run(preset, make)
+
+    def _ours(self) -> bool:
+        trainer = self.session.trainer
+        return self.experiment is not None and trainer is self.experiment[1]
+
+    @on(StartExperiment)
+    def start_experiment(self, message: StartExperiment) -> None:
+        if self.session.quitting or self.runner.left or self.session.engine_running:
+            message.ended.give(RunState.STOPPED)  # the search is over here: it stops
+            return
+        self.search_label = message.title
+        self.experiment = (message.title, message.engine, message.ended)
+        engine = message.engine
+        super().start_run(message.title, lambda: engine)
+        if self.session.trainer is not engine:  # it could not start: the search records it
+            message.ended.give(RunState.FAILED)
+
+    def retitle(self, ev: RunStarted) -> None:
+        super().retitle(ev)
+        if self._ours():
+            self.session.preset = self.search_label  # the status line's first words
+            self.sub_title = self.search_label
+            self.refresh_status()
+
+    def engine_finished(self) -> None:
+        if self._ours() and self.experiment is not None:
+            ended = self.experiment[2]
+            if self.session.pending_preset is not None and not self.session.quitting:
+                self.leave_search()  # another run picked: the one on its way is stopped for it
+            ended.give(self.session.state)
+        super().engine_finished()
+
+    def leave_search(self) -> None:
+        """Another run takes the screen: the search stops here (a rerun continues it)."""
+        runner = self.runner
+        if runner.left or runner.outcome is not None or not self.runner_started:
+            return
+        runner.left = True
+        runner.close()
+        self.notify(
+            f"{self.stopped_note()} · the run picked is not part of it",
+            title="Research stopped",
+            severity="warning",
+            timeout=15,
+        )
+
+    def leaving_series_note(self) -> str:
+        if self.runner.outcome is not None or self.runner.left:
+            return ""
+        return (
+            "This stops the research search here; the same `cockpit research run` command "
+            "continues it later (every experiment done is in its log)."
+        )
+
+    def stopped_note(self) -> str:
+        return (
+            f"{self.runner.title} stopped: every experiment done is in its log; the same command "
+            "continues it (the run on its way resumes)"
+        )
+
+    # the search's messages ----------------------------------------------------------------
+    @on(AskPerson)
+    def ask_person(self, message: AskPerson) -> None:
+        if self.session.quitting:
+            message.answer.give(None)
+            return
+        self.dialog = ProposalDialog(message.view)
+
+        def answered(decision: Decision | None) -> None:
+            self.dialog = None
+            message.answer.give(decision)
+
+        self.push_screen(self.dialog, answered)
+        # a desktop notification (and the bell, if asked for): the search waits for a person
+        self.notifier.notify(Notice("cockpit research", f"{message.view.title}: a proposal waits"))
+
+    @on(SearchSaid)
+    def search_said(self, message: SearchSaid) -> None:
+        if message.line.startswith(("agent:", "research:")):  # the proposer's own: why it stops
+            self.last_word = message.line
+            self.notify(message.line, title="Research", severity="warning", timeout=15)
+        if not self.session.engine_running:
+            self.session.status_note = f"{self.runner.title}: {message.line}"
+            self.refresh_status()
+        if any(
+            f": {s}" in message.line
+            for s in ("kept", "discarded", "crashed", "refused", "rejected")
+        ):
+            self.notify(message.line, title="Research", timeout=6)
+        self.reread_research()
+
+    @on(SearchEnded)
+    def search_ended(self) -> None:
+        runner = self.runner
+        self.reread_research()
+        if runner.outcome == "done" and runner.state is not None:
+            state = runner.state
+            kept = [
+                r for r in state.rows if r.status == "kept" and not r.id.startswith(BASELINE + "-")
+            ]
+            note = (
+                f"{runner.title} done: {len(state.rows)} experiments, {len(kept)} kept; best val "
+                f"bpb {state.best_bpb:.4f} ({state.best_id})"
+            )
+            self.session.status_note = f"✓ {note} · R: the research log · q: quit"
+            self.notify(note, title="Research done", timeout=10)
+        elif runner.outcome == "stopped":
+            if not self.session.quitting and not runner.left:
+                why = f"{self.last_word} · " if self.last_word else ""
+                self.session.status_note = f"{why}{self.stopped_note()} · q: quit"
+        else:
+            self.session.status_note = f"✗ {runner.title}: {runner.message} · q: quit"
+            self.notify(runner.message, title="Research stopped", severity="error", timeout=15)
+        self.refresh_status()
+
+    def reread_research(self) -> None:
+        """The research screen, when open, shows the rows landed since."""
+        from cockpit.screens.research_screen import ResearchScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, ResearchScreen):
+                screen.reread()
+
+    def action_research_log(self) -> None:
+        """`R`: this search's research log (its table and running best), live as rows land."""
+        from cockpit.screens.research_screen import ResearchScreen
+
+        self.push_screen(
+            ResearchScreen(Path(self.runs_root), self.runner.search.name), self.runs_chosen
+        )
+
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        self.runner.close()
+        super().exit(*args, **kwargs)
