@@ -28,6 +28,25 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# Under `--dist loadfile` a worker takes a whole file, and the run ends when its last file does:
+# the files that start several processes (torchrun's ranks, a terminal, a browser, a bench) go
+# first, so that the short files at the end even out the two workers' ends.
+HEAVY_FIRST = ("distributed", "e2e", "bench")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # xdist's default sorts files by test count
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def weight(item: pytest.Item) -> int:
+        parts = item.path.relative_to(REPO / "tests").parts
+        return HEAVY_FIRST.index(parts[0]) if parts[0] in HEAVY_FIRST else len(HEAVY_FIRST)
+
+    items.sort(key=weight)  # stable: a file's tests stay in their order
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
     """Under `pytest -n N`, a `serial` test (a wall-clock bound another test's load would break)
