@@ -61,7 +61,7 @@ from bench.drawn import FrameWatch  # noqa: E402
 from cockpit.cli.attach import attached_app  # noqa: E402
 from engine.control import RemoteEngine, probe  # noqa: E402
 from engine.events import StateChanged  # noqa: E402
-from tests.live_process import LiveRun  # noqa: E402
+from tests.live_process import LiveRun, run_process  # noqa: E402
 from tests.tmux_driver import TMUX_INSTALLED, Tmux  # noqa: E402
 
 SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -437,7 +437,7 @@ def pause_latency(args: argparse.Namespace, run: LiveRun) -> None:
 
 # ------------------------------------------------------------------ 3. attach time
 def cockpit_train(*argv: str) -> None:
-    done = subprocess.run(
+    done = run_process(  # a new interpreter (started warm under a test)
         [sys.executable, "-m", "cockpit", "train", "--headless", "--no-telemetry", *argv],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -414,7 +414,7 @@ class HeadlessAppViewer:
         folder = Path(tempfile.mkdtemp(prefix="cockpit-viewer-"))
         self.ready_file, self.log_file = folder / "drawn", folder / "viewer.log"
         with self.log_file.open("wb") as log:
-            self.process = subprocess.Popen(
+            self.process = live_process.popen(  # a new interpreter (started warm under a test)
                 [sys.executable, str(Path(__file__).resolve()), "--app-viewer", str(run_dir), str(self.ready_file)],
                 cwd=REPO, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip

@@ -15,13 +15,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-if "pytest" in sys.modules:  # the tests' runs start warm; a bench's, as a user's would
+# the tests' runs start warm, and so do those of a bench that a test started naming its warm
+# server; a bench's own, as a user's would
+if "pytest" in sys.modules or os.environ.get("COCKPIT_WARM_SERVER"):
     try:
         from warm_process import Popen as popen
+        from warm_process import run as run_process
     except ImportError:
         from tests.warm_process import Popen as popen
+        from tests.warm_process import run as run_process
 else:
-    popen = subprocess.Popen
+    popen, run_process = subprocess.Popen, subprocess.run
 
 TIMEOUT_S = 60.0  # a loaded 2-core machine can take a while to import torch and start
 REPO = Path(__file__).resolve().parent.parent

@@ -50,3 +50,21 @@ def test_settings_read_when_torch_loads_need_a_fresh_process() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": str(int(os.environ.get("OMP_NUM_THREADS", "1")) + 7)}
     with pytest.raises(ValueError, match="OMP_NUM_THREADS"):
         warm_process.run([sys.executable, "-m", "cockpit", "--help"], env=env)
+
+
+def test_code_runs_as_python_c_and_a_named_server_serves_the_processes_a_child_starts() -> None:
+    # the child starts a process of its own through live_process, as a bench run by a test does
+    code = (
+        "import os, sys, live_process\n"
+        "done = live_process.run_process([sys.executable, '-c', 'import os; print(os.getppid())'],"
+        " capture_output=True, text=True)\n"
+        "print(sys.argv[1:], os.getppid(), done.stdout.strip())\n"
+    )
+    done = warm_process.run(
+        [sys.executable, "-c", code, "x"], capture_output=True, text=True, timeout=60,
+        cwd=Path(__file__).parent, env=warm_process.sharing_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    argv, parent, grandchild_parent = done.stdout.strip().rsplit(" ", 2)
+    assert argv == "['x']"
+    assert parent == grandchild_parent  # both forked from the one server: no new one started

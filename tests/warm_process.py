@@ -100,6 +100,10 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
             sys.argv = [argv[1], *argv[2:]]
             sys.path[0] = os.getcwd()
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        elif argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            sys.path[0] = ""
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102
         else:
             sys.argv = list(argv)
             sys.path[0] = str(Path(argv[0]).resolve().parent)
@@ -186,6 +190,9 @@ def serve(path: str) -> None:
 
 
 # ------------------------------------------------------------------ the client (in the test)
+# where a test names its server to a process it starts (a bench, say), that process starts its
+# own processes from the same server (tests/live_process.py's runs, a bench's viewers)
+SERVER_ENV = "COCKPIT_WARM_SERVER"
 _server_lock = threading.Lock()
 _server: tuple[subprocess.Popen[str], str] | None = None
 _server_env = dict(os.environ)  # what the server imported torch with
@@ -194,6 +201,9 @@ _server_env = dict(os.environ)  # what the server imported torch with
 def _server_path() -> str:
     """The warm server of this test process, started on first use."""
     global _server
+    shared = os.environ.get(SERVER_ENV)
+    if shared and _server is None and os.path.exists(shared):
+        return shared
     with _server_lock:
         if _server is None or _server[0].poll() is not None:
             _server_env.clear()
@@ -211,14 +221,20 @@ def _server_path() -> str:
         return _server[1]
 
 
+def sharing_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's) naming this test process's server: a process started
+    with it starts its own warm, from the same server."""
+    return {**(os.environ if env is None else env), SERVER_ENV: _server_path()}
+
+
 class Popen(subprocess.Popen):
-    """subprocess.Popen for `[sys.executable, "-m", MODULE, ...]` or `[sys.executable, SCRIPT,
-    ...]`, the child forked from the warm server. `memory_cap` (bytes of address space) stands
-    in for a preexec_fn that sets RLIMIT_AS."""
+    """subprocess.Popen for `[sys.executable, "-m", MODULE, ...]`, `[sys.executable, "-c", CODE,
+    ...]` or `[sys.executable, SCRIPT, ...]`, the child forked from the warm server.
+    `memory_cap` (bytes of address space) stands in for a preexec_fn that sets RLIMIT_AS."""
 
     def __init__(self, args: list[str], *, memory_cap: int | None = None, **kwargs: Any) -> None:
         if not args or args[0] != sys.executable or len(args) < 2:
-            raise ValueError(f"a warm process runs python -m MODULE or python SCRIPT, not {args}")
+            raise ValueError(f"a warm process runs python -m MODULE, -c CODE or SCRIPT, not {args}")
         if kwargs.get("preexec_fn") is not None or kwargs.get("shell"):
             raise ValueError("a warm process takes memory_cap, not preexec_fn or shell")
         self._memory_cap = memory_cap

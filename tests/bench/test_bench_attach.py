@@ -5,7 +5,6 @@ engine processes, real sockets, real `cockpit attach` apps in tmux where tmux is
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,9 +21,11 @@ TINY = [
 
 def test_attach_bench_prints_its_figures_with_verdicts() -> None:
     kinds = "app,bare" if TMUX_INSTALLED else "bare"
+    # its runs start warm too (the tests' server named to it); the app viewers in tmux are
+    # `cockpit attach` as a person starts it
     done = warm_process.run(
         [sys.executable, str(BENCH), *TINY, "--kinds", kinds],
-        capture_output=True, text=True, timeout=180, cwd=ROOT,
+        capture_output=True, text=True, timeout=180, cwd=ROOT, env=warm_process.sharing_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -47,7 +48,7 @@ def test_attach_bench_prints_its_figures_with_verdicts() -> None:
 
 
 def test_attach_bench_refuses_a_bad_option_in_one_line() -> None:
-    done = subprocess.run(
+    done = warm_process.run(
         [sys.executable, str(BENCH), "--kinds", "ghost"],
         capture_output=True,
         text=True,

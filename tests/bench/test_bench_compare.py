@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -66,7 +65,7 @@ def test_compare_bench_prints_its_figures(tmp_path: Path) -> None:
 
 
 def test_compare_bench_refuses_a_bad_option_in_one_line(tmp_path: Path) -> None:
-    done = subprocess.run(
+    done = warm_process.run(
         [sys.executable, str(BENCH), "--data", some_text(tmp_path), "--preset", "no-such-preset"],
         capture_output=True,
         text=True,
@@ -77,13 +76,13 @@ def test_compare_bench_refuses_a_bad_option_in_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith("compare: --preset no-such-preset: "), (
         done.stderr
     )
-    done = subprocess.run(
+    done = warm_process.run(
         [sys.executable, str(BENCH), "--window", "0"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
     assert done.stderr.strip() == "compare: --window must be a positive number of seconds"
     missing = tmp_path / "nowhere.txt"
-    done = subprocess.run(
+    done = warm_process.run(
         [sys.executable, str(BENCH), "--data", str(missing)],
         capture_output=True,
         text=True,

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_process
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "gpu_side_by_side.py"
@@ -31,13 +32,15 @@ def load_bench():
 
 
 def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """The bench run as a script, it and the processes it starts (runs, the app viewer) forked
+    from the tests' warm server: real processes that skip importing torch."""
+    return warm_process.run(
         [sys.executable, str(BENCH), "--cpu", *args],
-        capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+        capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=warm_process.sharing_env(),
     )  # fmt: skip
 
 
-@pytest.mark.slow  # four processes of torch: about 30 s on 2 quiet cores
+@pytest.mark.slow  # five processes training or drawing: about 20 s on 2 quiet cores
 def test_cpu_mode_runs_every_part_and_prints_figures_beside_goals(some_text: Path, tiktoken_cache: Path) -> None:
     done = bench("--data", str(some_text))
     out = done.stdout

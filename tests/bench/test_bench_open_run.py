@@ -4,9 +4,10 @@ instead of a million steps."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import warm_process
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "open_run.py"
@@ -14,7 +15,7 @@ BENCH = ROOT / "bench" / "open_run.py"
 
 def test_open_run_bench_prints_its_figures() -> None:
     args = [sys.executable, str(BENCH), "--steps", "20000"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = warm_process.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert re.search(r"wrote a run of 20,000 steps \([\d.]+ MB of metrics.jsonl\) in [\d.]+ s", out), out
@@ -27,6 +28,6 @@ def test_open_run_bench_prints_its_figures() -> None:
 
 
 def test_open_run_bench_refuses_a_bad_option_in_one_line() -> None:
-    done = subprocess.run([sys.executable, str(BENCH), "--steps", "0"], capture_output=True, text=True, timeout=60)
+    done = warm_process.run([sys.executable, str(BENCH), "--steps", "0"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == "open_run: --steps and --repeats must be at least 1"

@@ -5,9 +5,10 @@ difference between the two results at float32's rounding, and a step's total."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import warm_process
 
 from engine.optim.muon import gram_is_cheaper
 
@@ -20,7 +21,7 @@ SHAPE = re.compile(
 
 
 def test_one_line_per_shape_and_the_step_total() -> None:
-    done = subprocess.run(
+    done = warm_process.run(
         [sys.executable, "bench/orthogonalise.py", "--preset", "tiny", "--rounds", "2", "--repeat", "2"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
     )  # fmt: skip

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_process
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = re.compile(
@@ -21,7 +22,8 @@ FIGURES = re.compile(
 
 
 def bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    """The bench as a script, forked warm (its measurements run in child processes of its own)."""
+    return warm_process.run(
         [sys.executable, "-m", "bench.prepare", *args],
         capture_output=True,
         text=True,

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_process
 from live_process import LiveRun
 from pilot import TINY, Toasts, real_app, run_pilot, status_text, wait_for_engine
 
@@ -210,7 +211,7 @@ def test_a_viewer_killed_leaves_the_run_unaffected(live: LiveRun) -> None:
         "import sys, time; from engine.control.client import RemoteEngine; "
         f"e = RemoteEngine({str(live.run_dir)!r}); print('attached', flush=True); time.sleep(60)"
     )
-    viewer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    viewer = warm_process.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         assert viewer.stdout is not None and viewer.stdout.readline().strip() == b"attached"
         os.kill(viewer.pid, signal.SIGKILL)
@@ -225,7 +226,7 @@ def test_a_viewer_killed_leaves_the_run_unaffected(live: LiveRun) -> None:
 
 def test_attach_refusals_are_one_line(tmp_path: Path) -> None:
     def attach(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return warm_process.run(
             [sys.executable, "-m", "cockpit", "attach", *argv],
             capture_output=True, text=True, cwd=tmp_path, timeout=30,
         )  # fmt: skip

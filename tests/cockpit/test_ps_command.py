@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import warm_process
 from live_process import REPO, LiveRun
 
 from cockpit.cli.ps import table
@@ -29,9 +30,10 @@ BOB = "bob@gpu2 (pts/7)"
 
 
 def ps(*args: str, cwd: Path = REPO, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
-    """`cockpit ps` piped, as a script reads it: 80 columns (no COLUMNS, no terminal)."""
+    """`cockpit ps` piped, as a script reads it: 80 columns (no COLUMNS, no terminal); a process
+    of its own, forked warm (test_ps_imports_neither_torch_nor_the_app starts a fresh one)."""
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    return subprocess.run([sys.executable, "-m", "cockpit", "ps", *args], cwd=cwd, text=True,
+    return warm_process.run([sys.executable, "-m", "cockpit", "ps", *args], cwd=cwd, text=True,
                           capture_output=True, timeout=timeout, env=env)  # fmt: skip
 
 
@@ -53,7 +55,7 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
             dead = root / "old" / "dead"
             dead.mkdir(parents=True)
             code = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])"
-            subprocess.run([sys.executable, "-c", code, wire.SOCKET_NAME], cwd=dead, check=True,
+            warm_process.run([sys.executable, "-c", code, wire.SOCKET_NAME], cwd=dead, check=True,
                            timeout=TIMEOUT)  # fmt: skip
             (root / "stopped").mkdir()
             bind_unix(silent, root / "stopped" / wire.SOCKET_NAME)
@@ -145,7 +147,7 @@ def test_a_stale_socket_alone_is_no_live_run(tmp_path: Path) -> None:
     for name in ("gone", "closed"):
         (tmp_path / name).mkdir()
     code = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])"
-    subprocess.run([sys.executable, "-c", code, wire.SOCKET_NAME], cwd=tmp_path / "gone",
+    warm_process.run([sys.executable, "-c", code, wire.SOCKET_NAME], cwd=tmp_path / "gone",
                    check=True, timeout=TIMEOUT)  # fmt: skip
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     bind_unix(sock, tmp_path / "closed" / wire.SOCKET_NAME)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import warm_process
 from live_process import REPO, LiveRun
 
 from cockpit.figures.run_table import fmt_ago, table
@@ -25,7 +26,8 @@ NOW = time.time()
 
 
 def runs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cockpit", "runs", *args], cwd=REPO, text=True,
+    """`cockpit runs ARGS` in a process of its own (forked warm), its output piped."""
+    return warm_process.run([sys.executable, "-m", "cockpit", "runs", *args], cwd=REPO, text=True,
                           capture_output=True, timeout=TIMEOUT, env={**os.environ, "COLUMNS": "80"})  # fmt: skip
 
 
@@ -199,7 +201,7 @@ def test_the_table_gives_way_to_the_width_and_sanitises_names() -> None:
 def test_a_reader_that_goes_away_gets_no_traceback(tmp_path: Path) -> None:
     """`cockpit presets | head -1`: the pipe closes under it; no traceback."""
     (tmp_path / "runs").mkdir()
-    process = subprocess.Popen(
+    process = warm_process.Popen(
         [sys.executable, "-m", "cockpit", "presets"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
     )  # fmt: skip
