@@ -15,7 +15,7 @@ from scripted import T0, GiB, ScriptedFactory
 from textual.pilot import Pilot
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.widgets.device import HistoryMeter
+from cockpit.widgets.meters import HistoryMeter
 from engine.events import DeviceReading, Telemetry
 
 SIZES = {"80x24": (80, 24), "160x48": (160, 48)}

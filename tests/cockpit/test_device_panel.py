@@ -12,7 +12,7 @@ from scripted import ScriptedFactory, config_error, telemetry_event
 from textual.pilot import Pilot
 
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.widgets.device import gpu_header
+from cockpit.widgets.gpu_view import gpu_header
 from cockpit.widgets.throttling import throttle_labels
 from engine.telemetry.throttle_reasons import THROTTLE_BY_NAME, throttle_names
 

@@ -9,7 +9,8 @@ import dataclasses
 
 from textual.app import App, ComposeResult
 
-from cockpit.widgets.device import CpuView, DevicePanel
+from cockpit.widgets.cpu_view import CpuView
+from cockpit.widgets.device import DevicePanel
 from engine.events import Telemetry
 
 GiB = 2**30
