@@ -15,10 +15,16 @@ from collections.abc import Callable
 from cockpit.app.host import Host
 from cockpit.app.key_table import LR_STEP
 from cockpit.app.session import Session
-from cockpit.figures.live_decisions import cooldown_refusal, run_config, shown_refusal, shown_value
+from cockpit.figures.live_decisions import (
+    PutBack,
+    cooldown_refusal,
+    run_config,
+    shown_refusal,
+    shown_value,
+)
 from cockpit.figures.numbers import fmt_int
 from cockpit.screens.cooldown import CooldownScreen
-from cockpit.screens.dialogs import ConfirmScreen, PutBack
+from cockpit.screens.dialogs import ConfirmScreen
 from cockpit.screens.live_settings import LiveSettingsScreen
 from cockpit.screens.lr_dialog import LrFollow, LrScreen
 from engine.config import describe

@@ -1,6 +1,7 @@
 """The live settings as the app sees and decides them, without a screen: the run's config from its
-RunStarted (`run_config`, updated by `config_after`), a setting's texts, and each edited field
-checked by the engine's own `live_change`, so a refusal here is the engine's line.
+RunStarted (`run_config`, updated by `config_after`), those a rollback puts back
+(`settings_put_back`), a setting's texts, and each edited field checked by the engine's own
+`live_change`, so a refusal here is the engine's line.
 """
 
 from __future__ import annotations
@@ -50,6 +51,39 @@ def config_after(config: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[
         if section in _SECTIONS and name:
             raw.setdefault(section, {})[name] = new
     return raw
+
+
+def settings_put_back(
+    now: Mapping[str, Any] | None, saved: Mapping[str, Any] | None
+) -> dict[str, tuple[Any, Any]]:
+    """The live settings a rollback puts back (the engine restores those its checkpoint was
+    saved with): each one that differs between the run's config `now` and the config in force
+    when the checkpoint was `saved`, as (now, then). {} when either is not known here."""
+    if now is None or saved is None:
+        return {}
+    try:
+        current = config_from_dict(dict(now), "the run's config")
+        then = config_from_dict(dict(saved), "the checkpoint's config")
+    except (ValueError, TypeError, KeyError):  # ConfigError is a ValueError
+        return {}
+    pairs = {key: (setting_value(current, key), setting_value(then, key)) for key in LIVE_SETTINGS}
+    return {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
+
+
+class PutBack:
+    """`settings_put_back`, asked again only when either config changed (the rollback question
+    is asked a few times a second; a config is a new object at each change)."""
+
+    def __init__(self) -> None:
+        self._asked: tuple[object, object] | None = None
+        self._answer: dict[str, tuple[Any, Any]] = {}
+
+    def __call__(
+        self, now: Mapping[str, Any] | None, saved: Mapping[str, Any] | None
+    ) -> dict[str, tuple[Any, Any]]:
+        if self._asked is None or self._asked[0] is not now or self._asked[1] is not saved:
+            self._asked, self._answer = (now, saved), settings_put_back(now, saved)
+        return self._answer
 
 
 def field_help(key: str) -> str:

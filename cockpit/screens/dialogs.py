@@ -1,9 +1,9 @@
-"""Modal screens: confirmation, choices, an input dialog, the preset menu, help. The LR dialog
-is lr_dialog.py."""
+"""Modal screens: confirmation, choices, an input dialog, the preset menu, help; and a dialog's
+message that stays true while it is open (`LiveMessage`). The LR dialog is lr_dialog.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,42 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from engine.config import LIVE_SETTINGS, config_from_dict, setting_value
-
 LIVE_REFRESH_S = 0.25  # how often a dialog's live text (LiveMessage, the LR dialog) is asked again
-
-
-def settings_put_back(
-    now: Mapping[str, Any] | None, saved: Mapping[str, Any] | None
-) -> dict[str, tuple[Any, Any]]:
-    """The live settings a rollback puts back (the engine restores those its checkpoint was
-    saved with): each one that differs between the run's config `now` and the config in force
-    when the checkpoint was `saved`, as (now, then). {} when either is not known here."""
-    if now is None or saved is None:
-        return {}
-    try:
-        current = config_from_dict(dict(now), "the run's config")
-        then = config_from_dict(dict(saved), "the checkpoint's config")
-    except (ValueError, TypeError, KeyError):  # ConfigError is a ValueError
-        return {}
-    pairs = {key: (setting_value(current, key), setting_value(then, key)) for key in LIVE_SETTINGS}
-    return {key: pair for key, pair in pairs.items() if pair[0] != pair[1]}
-
-
-class PutBack:
-    """`settings_put_back`, asked again only when either config changed (the rollback question
-    is asked a few times a second; a config is a new object at each change)."""
-
-    def __init__(self) -> None:
-        self._asked: tuple[object, object] | None = None
-        self._answer: dict[str, tuple[Any, Any]] = {}
-
-    def __call__(
-        self, now: Mapping[str, Any] | None, saved: Mapping[str, Any] | None
-    ) -> dict[str, tuple[Any, Any]]:
-        if self._asked is None or self._asked[0] is not now or self._asked[1] is not saved:
-            self._asked, self._answer = (now, saved), settings_put_back(now, saved)
-        return self._answer
 
 
 class LiveMessage(Static):
