@@ -34,6 +34,7 @@ from cockpit.research.proposals import (
     check_change,
 )
 from cockpit.research.search import BASELINE, Search, Stopped
+from cockpit.screens.dialogs import ConfirmScreen
 from cockpit.screens.proposal_dialog import ProposalDialog, ProposalView
 from engine.config import ConfigError
 from engine.contract import EngineHandle
@@ -374,6 +375,21 @@ class ResearchApp(CockpitApp):
         for screen in self.screen_stack:
             if isinstance(screen, ResearchScreen):
                 screen.reread()
+
+    def runs_chosen(self, choice: Any) -> None:
+        """The runs (or research) screen's choice; opening another run while the search goes on
+        stops it, so it is asked first (the other ways to another run ask already)."""
+        note = self.leaving_series_note()
+        if choice is None or choice.action != "open" or not note or not choice.run_dirs:
+            super().runs_chosen(choice)
+            return
+        name = Path(choice.run_dirs[0]).name
+        self.push_screen(
+            ConfirmScreen(
+                "Open run", f"Open {name}?\n\n{note}", yes="Open", no="Cancel", purpose="switch"
+            ),
+            lambda yes: super(ResearchApp, self).runs_chosen(choice) if yes else None,
+        )
 
     def action_research_log(self) -> None:
         """`R`: this search's research log (its table and running best), live as rows land."""

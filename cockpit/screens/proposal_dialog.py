@@ -96,6 +96,8 @@ class ProposalDialog(ModalScreen[Decision]):
         self._show_mode("choose")
 
     def _show_mode(self, mode: str) -> None:
+        if not self.query("#proposal-input"):  # a key before it is composed, or once it is gone
+            return
         self.mode = mode
         box = self.query_one("#proposal-dialog", Vertical)
         prompt = self.query_one("#proposal-prompt", Label)

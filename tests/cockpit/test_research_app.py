@@ -66,8 +66,20 @@ def research_app(tmp_path: Path, *args: str) -> tuple[ResearchApp, Any]:
     return ResearchApp(factory, "tiny", runner=runner, runs_root=str(runs)), runner
 
 
-async def dialog_open(pilot: Pilot, app: ResearchApp) -> ProposalDialog:
-    await wait_for_engine(pilot, lambda: isinstance(app.screen, ProposalDialog), timeout=60)
+async def dialog_open(pilot: Pilot, app: ResearchApp, before: Any = None) -> ProposalDialog:
+    """The dialog of the next proposal, once it is up (not `before`, the one answered)."""
+
+    def up() -> bool:
+        screen = app.screen
+        return (
+            isinstance(screen, ProposalDialog)
+            and screen is not before
+            and screen.mode == "choose"
+            and bool(screen.query("#proposal-error"))
+        )
+
+    await wait_for_engine(pilot, up, timeout=60)
+    await pilot.pause()
     assert isinstance(app.screen, ProposalDialog)
     return app.screen
 
@@ -98,7 +110,7 @@ def test_an_agents_proposals_wait_for_a_person_who_rejects_edits_and_the_agent_r
         seen["diff"] = str(dialog.query_one("#proposal-diff").render())
         await pilot.press("r")
         await typed(pilot, "never above 0.01 for this model")
-        dialog = await dialog_open(pilot, app)
+        dialog = await dialog_open(pilot, app, before=dialog)
         await pilot.press("e")
         await typed(pilot, "optim.lr=0")
         seen["refused"] = dialog.error
@@ -189,3 +201,27 @@ def test_q_mid_experiment_checkpoints_its_run_and_the_same_command_continues(tmp
         "baseline-2",
         "001-optim.lr=0.006",
     ]
+
+
+def test_q_in_the_dialog_stops_the_search_with_nothing_trained_or_logged(tmp_path):
+    server = ChatServer(['{"change": {"optim.lr": 0.004}, "reason": "faster"}'])
+    baselines_logged(tmp_path / "runs", "wait")
+    app, runner = research_app(
+        tmp_path, "--budget", "1s", "--name", "wait", "--llm", server.url, "--model", "scripted"
+    )
+
+    async def scenario(pilot: Pilot) -> None:
+        await dialog_open(pilot, app)
+        assert "waits" in app.notifier.sent[-1].body  # a desktop notification: a person is needed
+        await pilot.press("q")
+        await wait_for_engine(pilot, lambda: app.screen.query("#confirm-dialog"))
+        await pilot.press("y")
+        await wait_for_engine(pilot, lambda: runner.outcome is not None)
+
+    try:
+        run_pilot(app, scenario, size=REAL_SIZE)
+    finally:
+        server.close()
+    assert runner.outcome == "stopped"
+    assert len(read_log(log_dir(tmp_path / "runs", "wait") / "log.tsv")[0]) == 2
+    assert not (tmp_path / "runs" / "wait").exists()  # no experiment's run was made
