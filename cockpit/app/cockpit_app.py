@@ -43,7 +43,7 @@ from cockpit.app.session import Session
 from cockpit.app.session_runs import SessionRun, resumed_preset, run_dir_of
 from cockpit.app.switching import Switching
 from cockpit.screens.cooldown import CooldownScreen
-from cockpit.screens.dialogs import HelpScreen
+from cockpit.screens.help_screen import HelpScreen
 from cockpit.screens.live_settings import LiveSettingsScreen, SchedulePreview
 from cockpit.widgets.samples import SamplesPanel
 from engine.config import DEFAULT_PRESET, ConfigError

@@ -13,7 +13,7 @@ from typing import Any
 
 from textual.markup import escape
 
-from cockpit.screens.dialogs import PresetRow
+from cockpit.screens.preset_menu import PresetRow
 
 # data_available(preset) -> (ok, note) or (ok, note, stand_in): see CockpitApp
 DataAvailable = Callable[[str], tuple[Any, ...]]

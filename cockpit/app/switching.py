@@ -18,7 +18,8 @@ from cockpit.app.host import Host
 from cockpit.app.preset_switch import preset_menu_rows, switch_question
 from cockpit.app.quitting import Quitting
 from cockpit.app.run_commands import RunCommands
-from cockpit.screens.dialogs import ConfirmScreen, PresetRow, PresetScreen
+from cockpit.screens.dialogs import ConfirmScreen
+from cockpit.screens.preset_menu import PresetRow, PresetScreen
 from engine.contract import EngineHandle
 from engine.events import RunState
 

@@ -1,5 +1,5 @@
-"""Modal screens: confirmation, choices, an input dialog, the preset menu, help; and a dialog's
-message that stays true while it is open (`LiveMessage`). The LR dialog is lr_dialog.py."""
+"""The app's plain dialogs: a yes/no question, a question with several answers, a dialog around
+one input; and a dialog's message that stays true while it is open (`LiveMessage`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from typing import Any
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Button, Input, Label, Static
 
 LIVE_REFRESH_S = 0.25  # how often a dialog's live text (LiveMessage, the LR dialog) is asked again
 
@@ -168,98 +167,4 @@ class InputDialog(ModalScreen[Any]):
         self.error = message
 
     def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
-@dataclass(frozen=True)
-class PresetRow:
-    name: str
-    description: str
-    origin: str
-    data_ok: bool
-    data_note: str
-    current: bool = False
-    data_stand_in: bool = False  # usable, but only a stand-in for the corpus the preset wants
-
-
-class PresetScreen(ModalScreen["str | None"]):
-    """Every preset with its description, origin and data availability; enter chooses."""
-
-    BINDINGS = [Binding("escape,q", "cancel", "Cancel", show=False)]
-
-    def __init__(self, rows: Sequence[PresetRow]) -> None:
-        super().__init__(classes="dialog-screen")
-        self.rows = list(rows)
-
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog", id="preset-dialog") as box:
-            box.border_title = "Switch preset"
-            box.border_subtitle = "↑↓ choose · enter select · esc cancel"
-            options: list[Option | None] = []
-            for r in self.rows:
-                if options:
-                    options.append(None)  # a separator line
-                options.append(Option(self._prompt(r), id=r.name))
-            if not options:
-                yield Static("no presets found", classes="dialog-message")
-            yield OptionList(*options, id="preset-list")
-
-    def _prompt(self, r: PresetRow) -> Content:
-        name_w = max(len(x.name) for x in self.rows)
-        origin_w = max(len(x.origin) for x in self.rows)
-        head: list[tuple[str, str] | str] = [(r.name.ljust(name_w), "bold")]
-        head.append((f"  {r.origin.ljust(origin_w)}  ", "$foreground-muted"))
-        if r.data_ok and r.data_stand_in:
-            head.append((f"⚠ {r.data_note or 'stand-in corpus'}", "$warning"))
-        elif r.data_ok:
-            head.append(("✓ data ready", "$success"))
-        else:
-            head.append((f"✗ {r.data_note or 'data missing'}", "$warning"))
-        if r.current:
-            head.append(("  ● current", "bold $accent"))
-        desc = r.description or "(no description)"
-        return Content.assemble(*head, "\n", (desc, "$foreground-muted"))
-
-    def on_mount(self) -> None:
-        ol = self.query_one(OptionList)
-        ol.focus()
-        for r in self.rows:
-            if r.current:
-                ol.highlighted = ol.get_option_index(r.name)
-                break
-
-    @on(OptionList.OptionSelected)
-    def _selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
-HELP_NOTE = (
-    "Commands apply at the next step. Notifications confirm them; the status line shows pause "
-    "and resume."
-)
-
-
-class HelpScreen(ModalScreen[None]):
-    """Every key in two columns (a long description wraps in its own column), then a note."""
-
-    BINDINGS = [Binding("escape,q,question_mark,enter", "close", "Close", show=False)]
-
-    def __init__(self, rows: Sequence[tuple[str, str]]) -> None:
-        super().__init__(classes="dialog-screen")
-        self.rows = rows  # (key, what it does): the app's key table, the keys that work now
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(classes="dialog", id="help-dialog") as box:
-            box.border_title = "Keys"
-            box.border_subtitle = "esc close"
-            with Grid(id="help-keys"):
-                for key, description in self.rows:
-                    yield Static(key, classes="help-key")
-                    yield Static(description, classes="help-description")
-            yield Static(Content.styled(HELP_NOTE, "$foreground-muted"), id="help-note")
-
-    def action_close(self) -> None:
         self.dismiss(None)

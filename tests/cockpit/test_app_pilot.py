@@ -32,8 +32,10 @@ from textual.widgets import Input
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.app.key_table import COMMANDS, PANEL_IDS, help_rows
 from cockpit.app.session_runs import SessionRun, format_exit_report
-from cockpit.screens.dialogs import ConfirmScreen, HelpScreen, PresetScreen
+from cockpit.screens.dialogs import ConfirmScreen
+from cockpit.screens.help_screen import HelpScreen
 from cockpit.screens.lr_dialog import LrScreen
+from cockpit.screens.preset_menu import PresetScreen
 from cockpit.widgets.status import AlertLine
 from engine.events import Alert, CheckpointSaved, StateChanged, Step
 
