@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_process
 from command_here import cockpit_here
 
 from engine.rundir import list_runs
@@ -92,7 +93,7 @@ def test_a_stopped_series_continues_where_it_stopped(tmp_path):
         "--preset", "tiny", "--change", "optim.name=lion", "--change", "model.qk_norm=true",
         "--steps", "120", "--set", "eval.interval=40", "--set", "checkpoint.interval=0", "--name", "s", *QUICK,
     ]  # fmt: skip
-    proc = subprocess.Popen(
+    proc = warm_process.Popen(  # a real process to interrupt, forked warm
         ablate_argv(runs, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=tmp_path
     )
     lines: list[str] = []

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import warm_process
 from command_here import cockpit_here
 
 from cockpit.ablation.research_log import read_log
@@ -163,7 +164,7 @@ def test_a_search_stopped_within_an_experiment_continues_and_writes_a_runnable_b
         "--repeats", "2", "--name", "s", *QUICK,
     ]  # fmt: skip
     argv = [sys.executable, "-m", "cockpit", "research", "run", "--runs", str(runs), *args]
-    proc = subprocess.Popen(
+    proc = warm_process.Popen(  # a real process to stop, forked warm
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=tmp_path
     )
     lines: list[str] = []

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +148,8 @@ def test_the_summaries_rebuilt_after_deletion_list_the_same(root: Path) -> None:
 def test_a_killed_run_is_crashed_and_a_stopped_one_stopped(tmp_path: Path) -> None:
     killed, stopped = LiveRun(tmp_path / "killed"), LiveRun(tmp_path / "stopped")
     try:
-        killed.start()
-        stopped.start()
+        with ThreadPoolExecutor(2) as pool:  # both start at once: neither waits on the other
+            list(pool.map(LiveRun.start, (killed, stopped)))
         assert {r["name"]: r["state"] for r in listing(tmp_path)} == {"killed": "live", "stopped": "live"}
         killed.kill()
         stopped.close()  # SIGTERM: it checkpoints and records its final state
