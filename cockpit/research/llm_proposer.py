@@ -260,20 +260,28 @@ _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)```", re.DOTALL)
 _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)  # reasoning models' preamble
 
 
-def parse_reply(text: str) -> tuple[dict[str, object], str] | str:
-    """(change, reason) from a reply, or what is wrong with it (one line)."""
+def reply_json(text: str) -> tuple[Any, str]:
+    """The JSON value a reply holds, bare or in one Markdown code fence (after a reasoning
+    model's <think> preamble), and ""; or None and what is wrong with the reply (one line)."""
     body = _THINKING.sub("", text).strip()
     fenced = _FENCE.findall(body)
     if fenced:
         if len(fenced) > 1:
-            return "more than one code block: send one change"
+            return None, "more than one code block: send one change"
         body = fenced[0].strip()
     if not body:
-        return "an empty reply"
+        return None, "an empty reply"
     try:
-        reply = json.loads(body)
+        return json.loads(body), ""
     except json.JSONDecodeError as e:
-        return f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        return None, f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+
+
+def parse_reply(text: str) -> tuple[dict[str, object], str] | str:
+    """(change, reason) from a reply, or what is wrong with it (one line)."""
+    reply, problem = reply_json(text)
+    if problem:
+        return problem
     if not isinstance(reply, dict) or not isinstance(reply.get("change"), dict):
         return 'not a JSON object with a "change" object in it'
     change = reply["change"]
@@ -424,6 +432,11 @@ class LLMProposer:
         change, reason = parsed
         change, problem = check_proposal(context, change, allowed, self.base, self.presets_dirs)
         return Proposal(change, reason, self.proposed_by, refused=problem or "")
+
+    def ask(self, messages: list) -> str:
+        """The reply's text to these chat messages (the key taken out of it): TimeoutError when
+        none came in time, AgentError (one line) when the endpoint cannot answer."""
+        return self._ask(messages)
 
     def _ask(self, messages: list) -> str:
         """The reply's text. TimeoutError when none came in time; AgentError (one line) when
