@@ -12,7 +12,8 @@ from textual.pilot import Pilot
 
 from cockpit.app.ablating import AblationApp
 from cockpit.app.cockpit_app import CockpitApp
-from cockpit.screens.dialogs import ConfirmScreen, PresetScreen
+from cockpit.screens.dialogs import ConfirmScreen
+from cockpit.screens.preset_menu import PresetScreen
 from cockpit.screens.settings import SettingsScreen
 
 SERIES_LINE = "This stops the ablation series here"

@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.app.key_table import COMMANDS, LR_STEP, Command, help_rows
-from cockpit.screens.dialogs import HelpScreen
+from cockpit.screens.help_screen import HelpScreen
 
 # How the help writes Textual's key names; = and _ are + and - unshifted.
 KEY_IN_HELP = {

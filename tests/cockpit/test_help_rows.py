@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.app.key_table import help_rows
-from cockpit.screens.dialogs import HelpScreen
+from cockpit.screens.help_screen import HelpScreen
 from cockpit.widgets.loss import SMOOTHING
 
 

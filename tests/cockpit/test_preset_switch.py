@@ -12,7 +12,7 @@ from textual.pilot import Pilot
 from cockpit.app.preset_switch import preset_menu_rows, switch_question
 from cockpit.cli.command_line import parse_args
 from cockpit.cli.launch import make_trainer, menu_data_check
-from cockpit.screens.dialogs import PresetRow, PresetScreen
+from cockpit.screens.preset_menu import PresetRow, PresetScreen
 
 
 def test_rows_say_which_data_is_here_and_which_preset_is_current() -> None:
