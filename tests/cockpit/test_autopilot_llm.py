@@ -196,6 +196,45 @@ def test_a_failing_endpoint_is_one_warning_and_the_rules_beside_it_go_on(tmp_pat
     assert lines[-1] == "autopilot: stopped; the run goes on"
 
 
+@pytest.mark.slow  # each answer awaited to its timeout, with the client's back-off
+def test_a_slow_endpoint_is_one_warning_then_a_dry_run_only_says_what_it_would_do(
+    tmp_path: Path,
+) -> None:
+    halve = '{"action": "set", "settings": {"optim.lr": 0.0015}, "reason": "halve it"}'
+    server = ChatServer([("slow", 1.0, halve)] * 3 + [halve] * 20)  # no --auto, no terminal
+    run = Run(tmp_path)
+    done = threading.Event()
+
+    def done_after_an_answer() -> None:  # the slow round (3 requests), then one answered
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and len(server.requests) < 4:
+            time.sleep(0.05)
+        done.set()
+
+    threading.Thread(target=done_after_an_answer, daemon=True).start()
+    try:
+        result = autopilot_until(
+            run, done, "--llm", server.url, "--model", "scripted", "--llm-timeout", "0.3",
+            "--dry-run",
+        )  # fmt: skip
+        changed = run.records("settings_changed")
+    finally:
+        run.close()
+        server.close()
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("(only printed) (dry run: nothing is sent)")
+    assert lines[1] == (
+        f"autopilot: warning: the agent: {server.url} gave no answer within 0.3s; no action, the "
+        "run goes on untouched (asked again at the next round)"
+    )
+    assert lines[2] == f"autopilot: the agent at {server.url} answers again"
+    assert lines[3].endswith(
+        ": llm scripted: halve it; would do: set optim.lr=0.0015 (optim.lr 0.003 -> 0.0015)"
+    )
+    assert changed == []
+
+
 U = "http://127.0.0.1:9/v1"
 
 
