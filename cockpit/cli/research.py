@@ -537,7 +537,7 @@ def run_in_app(args: argparse.Namespace, runner: Any, log_cmd: str) -> int:
     )  # fmt: skip
     run_app(train, runs_root=args.runs_root, app_class=partial(ResearchApp, runner=runner))
     runner.close()
-    runner.join(10.0)  # a row being written is written; an agent's call is not waited for
+    runner.join(3.0)  # a row being written is written; an agent's call is not waited for
     if runner.outcome == "done":
         print_done(runner.search, runner.state, log_cmd)
         return 0

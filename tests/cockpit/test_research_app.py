@@ -225,3 +225,38 @@ def test_q_in_the_dialog_stops_the_search_with_nothing_trained_or_logged(tmp_pat
     assert runner.outcome == "stopped"
     assert len(read_log(log_dir(tmp_path / "runs", "wait") / "log.tsv")[0]) == 2
     assert not (tmp_path / "runs" / "wait").exists()  # no experiment's run was made
+
+
+def test_a_rejection_is_a_row_whose_note_every_later_proposal_is_given_a_rerun_too(tmp_path):
+    """The loop without the app: Approving asks; a rejected proposal trains nothing, is a
+    `rejected` row, and its note is in the context of every proposal after it (read back from
+    the log, so a rerun's proposer has it too); `cockpit research log` counts it."""
+    from cockpit.research import Approving, Decision, Proposal, Search, SearchSpec
+
+    runs = tmp_path / "runs"
+    baselines_logged(runs, "p")
+    contexts: list[Any] = []
+
+    class Agent:
+        def propose(self, context: Any) -> Proposal | None:
+            contexts.append(context)
+            return (
+                Proposal({"optim.lr": 0.03}, "faster", "llm:test") if len(contexts) == 1 else None
+            )
+
+    def search() -> Search:
+        ask = lambda proposal, context: Decision("reject", note="  too   high\n")  # noqa: E731
+        spec = SearchSpec(preset="tiny", budget=1.0, name="p")
+        trains = lambda d, o, r: pytest.fail("a rejected proposal trains nothing")  # noqa: E731
+        return Search(spec, runs, Approving(Agent(), ask), trains, lambda: False, lambda s: None)
+
+    state = search().run()
+    row = state.rows[-1]
+    assert (row.id, row.status, row.change, row.note, row.proposed_by, row.reason) == (
+        "001-rejected", "rejected", "optim.lr=0.03", "too high", "llm:test", "faster",
+    )  # fmt: skip
+    assert contexts[0].notes == [] and contexts[1].notes == ["optim.lr=0.03: too high"]
+    search().run()  # a rerun: the note comes from the log
+    assert contexts[2].notes == ["optim.lr=0.03: too high"]
+    shown = cockpit_here("research", "log", "p", "--runs", str(runs))
+    assert "3 experiments: 2 kept, 0 discarded, 0 crashed, 0 refused, 1 rejected" in shown.stdout
