@@ -220,12 +220,14 @@ def test_loss_falls_on_shakespeare(tmp_path, shakespeare):
     cfg = load_preset(
         "nanogpt-cpu",
         [
-            "train.max_steps=300",
+            # a higher LR than the preset's reaches the bound in 120 steps, not 300 (CPU time)
+            "train.max_steps=120",
+            "optim.lr=4e-3",
             "eval.interval=0",
             "sample.interval=0",
             "checkpoint.interval=0",
-            "schedule.decay_steps=300",
-            "schedule.warmup_steps=30",
+            "schedule.decay_steps=120",
+            "schedule.warmup_steps=12",
         ],
     )
     rec = Recorder()
@@ -238,7 +240,7 @@ def test_loss_falls_on_shakespeare(tmp_path, shakespeare):
     first = rec.of("step")[0].loss
     final = rec.of("eval")[-1].val_loss
     assert first == pytest.approx(math.log(65), abs=0.3)  # starts near ln(vocab)
-    assert final < 2.6  # well below after 300 steps
+    assert final < 2.6  # well below after 120 steps (2.49 measured)
 
 
 def test_errors_become_a_failed_state_not_an_exception(tmp_path):
@@ -251,7 +253,9 @@ def test_errors_become_a_failed_state_not_an_exception(tmp_path):
 
 
 def test_resume_replays_the_curves_to_the_ui(tmp_path):
-    cfg = tiny_cfg("train.max_steps=12", "eval.interval=4", "sample.interval=0", "checkpoint.interval=4")
+    cfg = tiny_cfg(
+        "train.max_steps=12", "eval.interval=4", "sample.interval=0", "checkpoint.interval=4"
+    )
     assert Trainer(cfg, run_dir=tmp_path, telemetry=False).run() == "finished"
     # a crash after step 8 would leave records past the checkpoint: simulate with the file as is
     (tmp_path / "ckpt-00000012.pt").unlink()
@@ -351,7 +355,9 @@ def test_best_is_the_lowest_val_among_checkpoints_and_survives_resume(tmp_path, 
     assert last["best_val"] == 2.5 and not last["is_best"]
 
     # Resumed: ckpt-60 (2.3) beats ckpt-20 (2.5), though not the unsaved 2.0 at step 30.
-    resumed = Trainer(cfg, resume=tmp_path, resume_overrides=["train.max_steps=80"], telemetry=False)
+    resumed = Trainer(
+        cfg, resume=tmp_path, resume_overrides=["train.max_steps=80"], telemetry=False
+    )
     scripted_evals(monkeypatch, resumed, vals)
     assert resumed.run() == "finished"
     best = load_checkpoint(tmp_path / "best.pt")
@@ -362,7 +368,9 @@ def test_best_is_the_lowest_val_among_checkpoints_and_survives_resume(tmp_path, 
 def test_a_sample_records_the_prompt_the_model_was_given_and_says_what_was_left_out(tmp_path):
     # A char-level model has no token for a character its corpus never had: it is left out of
     # the prompt. The record must show what the model was given, and an alert say what went.
-    cfg = tiny_cfg("train.max_steps=2", "sample.interval=1", "sample.prompts=['Hi\u2603 there', '\u2603']")
+    cfg = tiny_cfg(
+        "train.max_steps=2", "sample.interval=1", "sample.prompts=['Hi\u2603 there', '\u2603']"
+    )
     rec = Recorder()
     assert Trainer(cfg, run_dir=tmp_path, sinks=[rec], telemetry=False).run() == "finished"
     samples = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
