@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import warm_process
 from test_cli import headless_argv
 from tiny import set_args, tiny_overrides
 from tmux_driver import TMUX_INSTALLED, Tmux
@@ -116,8 +117,11 @@ def test_headless_gives_up_after_max_rollbacks_with_exit_1(tmp_path, capsys, mon
 
 
 # ---------------------------------------------------------------------- signals
-def cli_process(run_dir: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
+def cli_process(run_dir: Path, *extra: str, warm: bool = False) -> subprocess.Popen:
+    """A headless run in its own process; `warm`: forked from tests/warm_process.py's server
+    (torch imported already), where the signal comes once the run trains, not while it starts."""
+    popen = warm_process.Popen if warm else subprocess.Popen
+    return popen(
         headless_argv(run_dir, *TINY_ARGS, "--set", "train.max_steps=100000", *extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -148,13 +152,13 @@ def test_sigterm_during_startup_stops_cleanly_and_says_why(tmp_path):
 @pytest.mark.parametrize("sig, reason", [(signal.SIGHUP, "SIGHUP"), (signal.SIGTERM, "SIGTERM")])
 def test_signal_mid_run_is_recorded_as_the_reason(tmp_path, sig, reason):
     run_dir = tmp_path / "run"
-    proc = cli_process(run_dir)
+    proc = cli_process(run_dir, warm=True)
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if metrics.exists() and '"kind":"step"' in metrics.read_text():
             break
-        time.sleep(0.1)
+        time.sleep(0.02)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

@@ -10,6 +10,7 @@ import sys
 import time
 
 import torch
+import warm_process
 from tiny import tiny_overrides
 
 from engine.checkpoint import store as ckpt
@@ -100,7 +101,9 @@ def test_headless_nan_rolls_back_with_half_the_lr(tmp_path):
 def test_a_refusal_read_back_steps_later_leaves_the_run_at_the_step_before_it(tmp_path):
     """Read back every 4 steps, a NaN at step 6 is known at step 8: steps 7 and 8 were held back
     with it, so the run pauses at step 5 with the weights and optimizer state of step 5."""
-    trainer = Trainer(cfg("train.max_steps=50", "train.log_every=4"), run_dir=tmp_path, telemetry=False)
+    trainer = Trainer(
+        cfg("train.max_steps=50", "train.log_every=4"), run_dir=tmp_path, telemetry=False
+    )
     seen: dict = {}
 
     def state(t: Trainer) -> list[torch.Tensor]:
@@ -126,7 +129,9 @@ def test_a_refusal_read_back_steps_later_leaves_the_run_at_the_step_before_it(tm
 
     events = run_with(trainer, install, stop_after_events=on_event)
     alert = next(e for e in events if e.kind == "alert" and e.code == "nan")
-    assert alert.message.startswith("non-finite gradient at step 6 (loss nan); the update was not applied")
+    assert alert.message.startswith(
+        "non-finite gradient at step 6 (loss nan); the update was not applied"
+    )
     assert seen["step"] == 5 and seen["tokens"] == 5 * trainer.cfg.tokens_per_step
     assert all(torch.equal(a, b) for a, b in zip(seen["after_5"], seen["paused"], strict=True))
     assert [e.step for e in events if e.kind == "step"] == [1, 2, 3, 4, 5]
@@ -240,25 +245,30 @@ while True:
 
 
 def test_sigkill_during_saves_never_damages_a_complete_checkpoint(tmp_path):
+    saver = tmp_path / "saver.py"
+    saver.write_text(SAVER)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
     good = {"model": {"w": torch.arange(10.0)}, "config": {"name": "x"}}
-    ckpt.save_checkpoint(tmp_path, 1, good, keep_last=100)
+    ckpt.save_checkpoint(run_dir, 1, good, keep_last=100)
     for attempt in range(6):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", SAVER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        # a real process that is killed, forked warm (torch imported): not one import per kill
+        proc = warm_process.Popen(
+            [sys.executable, str(saver), str(run_dir)], stdout=subprocess.PIPE, text=True
         )
         assert proc.stdout.readline().strip() == "ready"
         time.sleep(0.15 + 0.1 * attempt)  # land the kill at different points of a save
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        for _, path in list_checkpoints(tmp_path):
+        for _, path in list_checkpoints(run_dir):
             state = load_checkpoint(path)  # every complete checkpoint still loads
             assert "model" in state
     assert torch.equal(
-        load_checkpoint(tmp_path / "ckpt-00000001.pt")["model"]["w"], torch.arange(10.0)
+        load_checkpoint(run_dir / "ckpt-00000001.pt")["model"]["w"], torch.arange(10.0)
     )
     # the next run in that directory clears what the killed saves left behind
-    assert ckpt.remove_partial_saves(tmp_path) >= 0
-    assert not list(tmp_path.glob(".*.tmp"))
+    assert ckpt.remove_partial_saves(run_dir) >= 0
+    assert not list(run_dir.glob(".*.tmp"))
 
 
 def test_rollback_does_not_redo_the_restored_steps_eval_sample_and_checkpoint(tmp_path):

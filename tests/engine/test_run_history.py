@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import warm_process
 from live_process import LiveRun
 
 from engine.events import (
@@ -57,7 +57,9 @@ def line(event: Event) -> str:
     return json.dumps(record, separators=(",", ":"), default=str) + "\n"
 
 
-def started(clock: Clock, start: int = 0, train_time_s: float = 0.0, max_steps: int = 1000) -> RunStarted:
+def started(
+    clock: Clock, start: int = 0, train_time_s: float = 0.0, max_steps: int = 1000
+) -> RunStarted:
     return RunStarted(
         run_dir="x", preset="tiny", description="", config={"name": "tiny"}, device="cpu",
         dtype="float32", n_params=1, n_params_non_embedding=1, vocab_size=65, tokenizer="char",
@@ -88,7 +90,9 @@ def session(clock: Clock, first: int, last: int, start: int = 0, train_time_s: f
         lines.append(line(s))
         if n % 50 == 0:
             val = math.nan if n == nan_at else 2.5 + 1.0 / n
-            lines.append(line(Eval(step=n, train_loss=2.4, val_loss=val, train_time_s=elapsed, time=clock())))
+            lines.append(
+                line(Eval(step=n, train_loss=2.4, val_loss=val, train_time_s=elapsed, time=clock()))
+            )
             lines.append(line(Sample(step=n, prompt="def ", text="x", time=clock())))
         if n % 100 == 0:
             path = f"ckpt-{n:08d}.pt"
@@ -146,7 +150,10 @@ def reference_curves(run_dir: Path) -> dict[str, Any]:
             steps[r["step"]] = (r["tokens"], clock, loss)
         elif kind == "eval":
             clock = r["train_time_s"]
-            evals[r["step"]] = (r["train_time_s"], math.nan if r["val_loss"] is None else r["val_loss"])
+            evals[r["step"]] = (
+                r["train_time_s"],
+                math.nan if r["val_loss"] is None else r["val_loss"],
+            )
     assert newest_start is not None
     order, val_order = sorted(steps), sorted(evals)
     return {
@@ -167,8 +174,12 @@ def reference_curves(run_dir: Path) -> dict[str, Any]:
 def assert_same_as_reference(run_dir: Path) -> None:
     curves, want = read_curves(run_dir), reference_curves(run_dir)
     for name in ("step", "tokens", "loss", "val_step", "val_tokens", "val_loss", "val_train_s"):
-        np.testing.assert_array_equal(getattr(curves, name), np.array(want[name], float), err_msg=name)
-    np.testing.assert_allclose(curves.train_s, want["train_s"], rtol=1e-12)  # summed in another order
+        np.testing.assert_array_equal(
+            getattr(curves, name), np.array(want[name], float), err_msg=name
+        )
+    np.testing.assert_allclose(
+        curves.train_s, want["train_s"], rtol=1e-12
+    )  # summed in another order
     assert (curves.tokens_per_step, curves.max_steps, curves.preset) == (
         want["tokens_per_step"], want["max_steps"], want["preset"],
     )  # fmt: skip
@@ -186,13 +197,19 @@ def test_a_plain_run_reads_as_the_reference_does(tmp_path: Path) -> None:
     assert curves.step.tolist() == list(range(1, 301)) and len(curves.val_step) == 6
 
 
-def test_a_crash_and_a_resume_from_an_older_checkpoint_drop_the_abandoned_branch(tmp_path: Path) -> None:
+def test_a_crash_and_a_resume_from_an_older_checkpoint_drop_the_abandoned_branch(
+    tmp_path: Path,
+) -> None:
     run = crash_and_resume(tmp_path)
     assert_same_as_reference(run)
     curves = read_curves(run)
-    assert curves.step.tolist() == list(range(1, 261))  # 1..100 from the first engine, the rest again
+    assert curves.step.tolist() == list(
+        range(1, 261)
+    )  # 1..100 from the first engine, the rest again
     assert curves.val_step.tolist() == [50, 100, 150, 200, 250]
-    assert math.isnan(curves.loss[149]) and math.isnan(curves.val_loss[2])  # step 150: NaN, read back
+    assert math.isnan(curves.loss[149]) and math.isnan(
+        curves.val_loss[2]
+    )  # step 150: NaN, read back
     # training time restarts from the resume's train_time_s at step 100, not the abandoned 230
     assert curves.train_s[100] == pytest.approx(100 * 0.013 + step(Clock(), 101).step_time_s)
 
@@ -208,18 +225,24 @@ def test_a_step_line_in_another_layout_is_parsed_whole_and_a_last_line_without_n
     spaced = json.loads(lines[20])
     lines[20] = json.dumps(spaced) + "\n"  # spaces: another writer
     lines[30] = lines[30].replace('"loss":', '"loss":x', 1)  # not JSON: skipped, as json.loads does
-    lines[40] = lines[40].replace('"update_ratio":null', '"update_ratio":NaN')  # an older, lax writer
+    lines[40] = lines[40].replace(
+        '"update_ratio":null', '"update_ratio":NaN'
+    )  # an older, lax writer
     lines[41] = lines[41].replace('"update_ratio":null', '"update_ratio":NaN')
     lines.append(line(step(clock, 121)).rstrip("\n"))  # whole, but the newline never written
     run = write(tmp_path / "odd", lines)
     assert_same_as_reference(run)
-    assert 28 not in read_curves(run).step.tolist() and read_curves(run).step[-1] == 121  # line 30: step 28
+    assert (
+        28 not in read_curves(run).step.tolist() and read_curves(run).step[-1] == 121
+    )  # line 30: step 28
 
 
 def test_a_rollback_retrains_steps_and_the_later_records_win(tmp_path: Path) -> None:
     clock = Clock()
     lines = session(clock, 1, 140, ending=None)
-    lines += [line(step(clock, n, loss=1.0)) for n in range(101, 151)]  # same engine, no run_started
+    lines += [
+        line(step(clock, n, loss=1.0)) for n in range(101, 151)
+    ]  # same engine, no run_started
     lines.append(line(StateChanged(state="finished", step=150, time=clock())))
     run = write(tmp_path / "rolled", lines)
     assert_same_as_reference(run)
@@ -232,7 +255,13 @@ def test_a_rollback_drops_the_branch_it_discarded(tmp_path: Path) -> None:
     clock = Clock()
     lines = session(clock, 1, 140, ending=None)
     at_60 = sum(step(Clock(), n).step_time_s for n in range(1, 61))
-    lines.append(line(StateChanged(state="running", step=60, reason="rolled back", train_time_s=at_60, time=clock())))
+    lines.append(
+        line(
+            StateChanged(
+                state="running", step=60, reason="rolled back", train_time_s=at_60, time=clock()
+            )
+        )
+    )
     lines += [line(step(clock, n, loss=1.0)) for n in range(61, 81)]
     lines.append(line(StateChanged(state="finished", step=80, time=clock())))
     run = write(tmp_path / "rolled-back", lines)
@@ -240,7 +269,9 @@ def test_a_rollback_drops_the_branch_it_discarded(tmp_path: Path) -> None:
     curves = read_curves(run)
     assert curves.step.tolist() == list(range(1, 81)) and curves.val_step.tolist() == [50]
     replayed = [e for e in read_replay(run).events if isinstance(e, (Step, Eval))]
-    assert max(e.step for e in replayed) == 80 and [e.step for e in replayed if isinstance(e, Eval)] == [50]
+    assert max(e.step for e in replayed) == 80 and [
+        e.step for e in replayed if isinstance(e, Eval)
+    ] == [50]
 
 
 def test_what_is_not_a_run_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -251,25 +282,35 @@ def test_what_is_not_a_run_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(RunHistoryError, match="metrics.jsonl is empty: the run recorded nothing"):
         read_replay(tmp_path / "empty")
     write(tmp_path / "unstarted", [line(StateChanged(state="starting", step=0, time=1.0))])
-    with pytest.raises(RunHistoryError, match="has no run_started record: the run never started training"):
+    with pytest.raises(
+        RunHistoryError, match="has no run_started record: the run never started training"
+    ):
         read_curves(tmp_path / "unstarted")
 
 
 # ------------------------------------------------------------------ read_replay
 
 
-def test_a_replay_holds_every_panel_and_all_of_it_is_older_than_its_run_started(tmp_path: Path) -> None:
+def test_a_replay_holds_every_panel_and_all_of_it_is_older_than_its_run_started(
+    tmp_path: Path,
+) -> None:
     clock = Clock()
     lines = session(clock, 1, 3000, ending=None)
     lines.insert(3, line(MemoryBreakdown(step=0, device="cpu", capacity=9, weights=1, gradients=1,
                                           optimizer=2, activations=3, activations_measured=False,
                                           cache=0, other=1, time=clock())))  # fmt: skip
     lines.append(line(LrChanged(step=3000, old_lr=1e-3, new_lr=5e-4, scale=0.5, time=clock())))
-    lines.append(line(Alert(level="warning", message="rolled back", step=3000, code="rollback", time=clock())))
+    lines.append(
+        line(
+            Alert(level="warning", message="rolled back", step=3000, code="rollback", time=clock())
+        )
+    )
     for _ in range(200):
         gpu = DeviceReading(index=0, name="cpu", util_percent=math.nan)
         lines.append(line(Telemetry(source="psutil", gpus=(gpu,), cpu_percent=50.0, time=clock())))
-    lines.append(line(StateChanged(state="stopped", step=3000, reason="stopped by user", time=clock())))
+    lines.append(
+        line(StateChanged(state="stopped", step=3000, reason="stopped by user", time=clock()))
+    )
     replay = read_replay(write(tmp_path / "full", lines), max_steps=100)
 
     first, rest = replay.events[0], replay.events[1:]
@@ -279,11 +320,19 @@ def test_a_replay_holds_every_panel_and_all_of_it_is_older_than_its_run_started(
     assert kinds.count("step") <= 101 and rest[kinds.index("eval") - 1].kind == "step"
     steps = [e.step for e in rest if isinstance(e, Step)]
     assert steps[-1] == 3000 and steps == sorted(steps)
-    assert kinds.count("eval") == 60 and kinds.count("sample") == 60 and kinds.count("checkpoint") == 30
-    assert kinds.count("lr_changed") == 1 and kinds.count("alert") == 1 and kinds.count("memory") == 1
+    assert (
+        kinds.count("eval") == 60
+        and kinds.count("sample") == 60
+        and kinds.count("checkpoint") == 30
+    )
+    assert (
+        kinds.count("lr_changed") == 1 and kinds.count("alert") == 1 and kinds.count("memory") == 1
+    )
     assert kinds.count("telemetry") == 120 and kinds[-1] == "state"
     assert (replay.final_state, replay.reason) == ("stopped", "stopped by user")
-    assert rest[-1] == StateChanged(state="stopped", step=3000, reason="stopped by user", time=clock.now)
+    assert rest[-1] == StateChanged(
+        state="stopped", step=3000, reason="stopped by user", time=clock.now
+    )
 
 
 def test_a_run_with_no_final_state_ends_crashed_at_its_last_step(tmp_path: Path) -> None:
@@ -312,7 +361,9 @@ def same_replay(a: Replay, b: Replay) -> bool:
         a.final_state, a.reason, a.newest_time) == (b.final_state, b.reason, b.newest_time)  # fmt: skip
 
 
-def assert_fast_read_as_the_general_one(run_dir: Path, fast: bool, max_steps: int = REPLAY_STEPS) -> Replay:
+def assert_fast_read_as_the_general_one(
+    run_dir: Path, fast: bool, max_steps: int = REPLAY_STEPS
+) -> Replay:
     """The fast way is taken (or refused) as `fast` says, and either way the replay is the
     general scan's, event for event."""
     taken = scan_replay_fast(read_metrics(run_dir), max_steps) is not None
@@ -323,14 +374,18 @@ def assert_fast_read_as_the_general_one(run_dir: Path, fast: bool, max_steps: in
 
 
 @pytest.mark.parametrize("max_steps", [REPLAY_STEPS, 7, 1])
-def test_a_plain_run_replays_the_fast_way_as_the_general_way_does(tmp_path: Path, max_steps: int) -> None:
+def test_a_plain_run_replays_the_fast_way_as_the_general_way_does(
+    tmp_path: Path, max_steps: int
+) -> None:
     run = write(tmp_path / "plain", session(Clock(), 1, 300, nan_at=150))
     replay = assert_fast_read_as_the_general_one(run, fast=True, max_steps=max_steps)
     steps = [e.step for e in replay.events if isinstance(e, Step)]
     assert steps[-1] == 300 and len(steps) <= max_steps + 1 and replay.final_state == "finished"
     if max_steps >= 300:
         assert steps == list(range(1, 301))
-        assert math.isnan(next(e.loss for e in replay.events if isinstance(e, Step) and e.step == 150))
+        assert math.isnan(
+            next(e.loss for e in replay.events if isinstance(e, Step) and e.step == 150)
+        )
 
 
 def test_a_killed_run_whose_last_line_is_cut_replays_the_fast_way(tmp_path: Path) -> None:
@@ -342,7 +397,10 @@ def test_a_killed_run_whose_last_line_is_cut_replays_the_fast_way(tmp_path: Path
 
 def test_a_resume_from_the_last_step_replays_the_fast_way(tmp_path: Path) -> None:
     clock = Clock()
-    run = write(tmp_path / "continued", session(clock, 1, 200, ending="stopped") + session(clock, 201, 300, start=200))
+    run = write(
+        tmp_path / "continued",
+        session(clock, 1, 200, ending="stopped") + session(clock, 201, 300, start=200),
+    )
     replay = assert_fast_read_as_the_general_one(run, fast=True, max_steps=50)
     assert replay.events[0].start_step == 200  # type: ignore[attr-defined]
 
@@ -353,20 +411,34 @@ def test_readings_and_a_memory_breakdown_replay_the_fast_way(tmp_path: Path) -> 
     lines.insert(3, line(MemoryBreakdown(step=0, device="cpu", capacity=9, weights=1, gradients=1,
                                           optimizer=2, activations=3, activations_measured=False,
                                           cache=0, other=1, time=clock())))  # fmt: skip
-    lines.append(line(Alert(level="warning", message="loss spike", step=400, code="spike", time=clock())))
+    lines.append(
+        line(Alert(level="warning", message="loss spike", step=400, code="spike", time=clock()))
+    )
     for _ in range(150):
         gpu = DeviceReading(index=0, name="cpu", util_percent=math.nan)
         lines.append(line(Telemetry(source="psutil", gpus=(gpu,), cpu_percent=50.0, time=clock())))
-    lines.append(line(StateChanged(state="stopped", step=400, reason="stopped by user", time=clock())))
-    replay = assert_fast_read_as_the_general_one(write(tmp_path / "readings", lines), fast=True, max_steps=30)
+    lines.append(
+        line(StateChanged(state="stopped", step=400, reason="stopped by user", time=clock()))
+    )
+    replay = assert_fast_read_as_the_general_one(
+        write(tmp_path / "readings", lines), fast=True, max_steps=30
+    )
     kinds = [e.kind for e in replay.events]
-    assert kinds.count("telemetry") == 120 and kinds.count("memory") == 1 and kinds.count("alert") == 1
+    assert (
+        kinds.count("telemetry") == 120 and kinds.count("memory") == 1 and kinds.count("alert") == 1
+    )
 
 
 def test_a_bad_step_line_replays_the_fast_way_only_when_it_is_thinned_out(tmp_path: Path) -> None:
     lines = session(Clock(), 1, 300)
-    at = next(i for i, text in enumerate(lines) if text.startswith('{"kind":"step","time":') and '"step":28,' in text)
-    lines[at] = lines[at].replace('"loss":', '"loss":x', 1)  # the scan counts it as step 28; JSON refuses it
+    at = next(
+        i
+        for i, text in enumerate(lines)
+        if text.startswith('{"kind":"step","time":') and '"step":28,' in text
+    )
+    lines[at] = lines[at].replace(
+        '"loss":', '"loss":x', 1
+    )  # the scan counts it as step 28; JSON refuses it
     run = write(tmp_path / "bad", lines)
     assert_fast_read_as_the_general_one(run, fast=True, max_steps=10)  # kept: steps 1, 31, 61...
     assert_fast_read_as_the_general_one(run, fast=False)  # kept: parsing it fails, the general way
@@ -381,7 +453,11 @@ def make_retrained(tmp_path: Path) -> Path:
 
 
 def make_gap(tmp_path: Path) -> Path:
-    lines = [text for text in session(Clock(), 1, 300) if '"kind":"step"' not in text or '"step":77,' not in text]
+    lines = [
+        text
+        for text in session(Clock(), 1, 300)
+        if '"kind":"step"' not in text or '"step":77,' not in text
+    ]
     return write(tmp_path / "gap", lines)
 
 
@@ -394,8 +470,20 @@ def make_whole_last_line(tmp_path: Path) -> Path:
 def make_rollback_alert(tmp_path: Path) -> Path:
     clock = Clock()
     lines = session(clock, 1, 200, ending=None)
-    lines.append(line(Alert(level="info", message="rolled back to step 200", step=200, code="rollback", time=clock())))
-    lines += [line(step(clock, n)) for n in range(201, 260)] + [line(StateChanged(state="finished", step=259, time=clock()))]
+    lines.append(
+        line(
+            Alert(
+                level="info",
+                message="rolled back to step 200",
+                step=200,
+                code="rollback",
+                time=clock(),
+            )
+        )
+    )
+    lines += [line(step(clock, n)) for n in range(201, 260)] + [
+        line(StateChanged(state="finished", step=259, time=clock()))
+    ]
     return write(tmp_path / "rollback", lines)
 
 
@@ -407,7 +495,14 @@ def make_odd_layouts(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "make",
-    [crash_and_resume, make_retrained, make_gap, make_whole_last_line, make_rollback_alert, make_odd_layouts],
+    [
+        crash_and_resume,
+        make_retrained,
+        make_gap,
+        make_whole_last_line,
+        make_rollback_alert,
+        make_odd_layouts,
+    ],
 )
 @pytest.mark.parametrize("max_steps", [REPLAY_STEPS, 9])
 def test_what_the_fast_way_cannot_show_is_read_the_general_way(
@@ -426,7 +521,8 @@ def test_a_real_run_reads_back_as_its_metrics_say(tmp_path: Path) -> None:
     run = tmp_path / "real"
     argv = [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny", "--run-dir",
             str(run), "--set", "train.max_steps=200", "--no-telemetry"]  # fmt: skip
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    # a real process, forked warm (torch imported): what it writes is the point, not its start
+    done = warm_process.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     records = [json.loads(text) for text in (run / "metrics.jsonl").read_text().splitlines()]
     last_step = [r for r in records if r["kind"] == "step"][-1]
@@ -447,12 +543,21 @@ def test_a_live_run_is_refused_and_a_killed_one_reads_as_crashed(tmp_path: Path)
         live.start()
         with pytest.raises(RunHistoryError) as refused:
             read_replay(live.run_dir)
-        assert str(refused.value) == f"{live.run_dir} is live: attach to it (cockpit attach {live.run_dir})"
+        assert (
+            str(refused.value)
+            == f"{live.run_dir} is live: attach to it (cockpit attach {live.run_dir})"
+        )
         live.wait_for_record("eval")  # some steps on disk (the writer flushes on an eval)
         live.kill()  # no final state: the process vanished
         replay = read_replay(live.run_dir)
-        assert replay.final_state == "failed" and replay.reason.startswith("crashed: the run's process vanished")
+        assert replay.final_state == "failed" and replay.reason.startswith(
+            "crashed: the run's process vanished"
+        )
         last = live.step()
-        assert last > 0 and f"at step {last} " in replay.reason and read_curves(live.run_dir).step[-1] == last
+        assert (
+            last > 0
+            and f"at step {last} " in replay.reason
+            and read_curves(live.run_dir).step[-1] == last
+        )
     finally:
         live.close()
