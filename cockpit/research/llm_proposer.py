@@ -477,7 +477,7 @@ def _shown(text: str, limit: int = REPLY_SHOWN) -> str:
 
 class Guarded:
     """Another proposer within an unattended run's limits: at most `experiments` proposals
-    (those refused not counted) and none after `hours` (counted from construction, the
+    (those refused, or rejected by a person, not counted) and none after `hours` (counted from construction, the
     search's start; an experiment started before then trains to its end)."""
 
     def __init__(
@@ -511,6 +511,6 @@ class Guarded:
             self.say(f"research: {self.hours:g} hours have passed (--hours); the search stops")
             return None
         proposal = self.inner.propose(context)
-        if proposal is not None and not proposal.refused:
+        if proposal is not None and not proposal.refused and not proposal.rejected:
             self.proposed += 1
         return proposal

@@ -232,6 +232,7 @@ def test_a_rejection_is_a_row_whose_note_every_later_proposal_is_given_a_rerun_t
     `rejected` row, and its note is in the context of every proposal after it (read back from
     the log, so a rerun's proposer has it too); `cockpit research log` counts it."""
     from cockpit.research import Approving, Decision, Proposal, Search, SearchSpec
+    from cockpit.research.llm_proposer import Guarded
 
     runs = tmp_path / "runs"
     baselines_logged(runs, "p")
@@ -244,11 +245,15 @@ def test_a_rejection_is_a_row_whose_note_every_later_proposal_is_given_a_rerun_t
                 Proposal({"optim.lr": 0.03}, "faster", "llm:test") if len(contexts) == 1 else None
             )
 
+    said: list[str] = []
+
     def search() -> Search:
         ask = lambda proposal, context: Decision("reject", note="  too   high\n")  # noqa: E731
         spec = SearchSpec(preset="tiny", budget=1.0, name="p")
         trains = lambda d, o, r: pytest.fail("a rejected proposal trains nothing")  # noqa: E731
-        return Search(spec, runs, Approving(Agent(), ask), trains, lambda: False, lambda s: None)
+        # --experiments 1: a rejected proposal is no experiment, the agent is asked again
+        proposer = Guarded(Approving(Agent(), ask), experiments=1, say=said.append)
+        return Search(spec, runs, proposer, trains, lambda: False, lambda s: None)
 
     state = search().run()
     row = state.rows[-1]
@@ -256,6 +261,7 @@ def test_a_rejection_is_a_row_whose_note_every_later_proposal_is_given_a_rerun_t
         "001-rejected", "rejected", "optim.lr=0.03", "too high", "llm:test", "faster",
     )  # fmt: skip
     assert contexts[0].notes == [] and contexts[1].notes == ["optim.lr=0.03: too high"]
+    assert said == []  # the agent itself had nothing more: no guard stopped it
     search().run()  # a rerun: the note comes from the log
     assert contexts[2].notes == ["optim.lr=0.03: too high"]
     shown = cockpit_here("research", "log", "p", "--runs", str(runs))
