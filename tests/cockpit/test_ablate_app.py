@@ -5,12 +5,14 @@ run on its way with a checkpoint, and the series' record says what a rerun does 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pilot import REAL_SIZE, Toasts, run_pilot, status_text, wait_for_engine
 from textual.pilot import Pilot
+from training_here import keys_while_training
 
 from cockpit.ablation.series_record import DONE, RESUME, START, Series
 from cockpit.ablation.spec import check_spec
@@ -19,6 +21,12 @@ from cockpit.cli import build_parser
 from cockpit.cli.ablate import spec_from_args
 from cockpit.cli.launch import make_trainer, train_arguments
 from cockpit.cli.series_driver import SeriesDriver
+
+
+@pytest.fixture(autouse=True)
+def _keys_while_training() -> Iterator[None]:
+    with keys_while_training():  # the engine trains in this process: it is never idle
+        yield
 
 
 def series_app(tmp_path: Path, steps: int) -> tuple[AblationApp, SeriesDriver]:

@@ -19,6 +19,7 @@ import pytest
 import warm_process
 from live_process import LiveRun
 from pilot import TINY, Toasts, real_app, run_pilot, status_text, wait_for_engine
+from training_here import keys_while_training
 
 from cockpit.cli.attach import attached_app
 from cockpit.screens.dialogs import ChoiceScreen
@@ -262,5 +263,6 @@ def test_the_apps_own_run_can_be_watched_and_steered_from_a_second_terminal(tmp_
         assert other.run() == "stopped"  # the run's end reaches the second terminal too
         return other.drain_events()
 
-    events = run_pilot(app, scenario, size=SIZE)
+    with keys_while_training():  # the app's own run trains in this process: never idle
+        events = run_pilot(app, scenario, size=SIZE)
     assert any(isinstance(e, LrChanged) for e in events)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pilot import REAL_SIZE, TINY, Toasts, real_app, run_pilot, status_text, wait_for_engine
 from textual.pilot import Pilot
+from training_here import keys_while_training
 
 from cockpit.app.cockpit_app import CockpitApp
 from cockpit.figures.numbers import fmt_lr
@@ -16,6 +18,12 @@ from engine.checkpoint.store import list_checkpoints, load_checkpoint
 from engine.config.presets import load_preset
 from engine.optim.schedule import lr_at
 from engine.train.trainer import Trainer
+
+
+@pytest.fixture(autouse=True)
+def _keys_while_training() -> Iterator[None]:
+    with keys_while_training():  # the engine trains in this process: it is never idle
+        yield
 
 
 def test_space_pauses_the_engine_and_resumes_it(tmp_path: Path) -> None:
@@ -58,9 +66,9 @@ def test_lr_dialog_changes_the_lr_the_optimizer_applies(tmp_path: Path) -> None:
     async def scenario(pilot: Pilot) -> None:
         await wait_for_engine(pilot, lambda: made and made[0].step >= 2)
         trainer = made[0]
-        # Each key press waits up to 2 s for the process to go idle, which it never does
-        # while training: type by setting the input's value (the scripted-engine tests
-        # cover every invalid input key by key).
+        # Each key press waits for the process to go idle, which it never does while
+        # training: type by setting the input's value (the scripted-engine tests cover
+        # every invalid input key by key).
         for text in ("abc", "-1", "5e-4"):
             await pilot.press("l")
             await wait_for_engine(pilot, lambda: app.screen.query("#lr-input"))
