@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import warm_process
 
 from engine.config.presets import load_preset
 from engine.control import wire
@@ -227,8 +228,12 @@ def test_a_viewer_that_never_reads_does_not_slow_the_run(live) -> None:
 def test_a_second_engine_on_the_directory_is_refused_with_one_line(live) -> None:
     trainer, run_dir = live
     before = files_beside_checkpoints(run_dir)
-    second = Trainer(load_preset("tiny", ["train.max_steps=5"]), run_dir=run_dir,
-                     telemetry=False, interactive=False)
+    second = Trainer(
+        load_preset("tiny", ["train.max_steps=5"]),
+        run_dir=run_dir,
+        telemetry=False,
+        interactive=False,
+    )
     assert second.run() == "failed"
     (error,) = [e.message for e in second.drain_events() if e.kind == "alert"]
     assert "\n" not in error and f"in use by another engine (pid {os.getpid()}" in error
@@ -243,7 +248,8 @@ def test_from_the_command_line_a_second_engine_is_one_line_exit_2(live, how) -> 
     trainer, run_dir = live
     before = files_beside_checkpoints(run_dir)
     extra = ["--run-dir", str(run_dir)] if how == "--run-dir" else ["--resume", str(run_dir)]
-    result = subprocess.run(
+    # another process (forked warm: torch imported already), as a second `cockpit` would be
+    result = warm_process.run(
         [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny", *extra,
          "--set", "train.max_steps=5"],
         capture_output=True, text=True, timeout=60,
@@ -259,7 +265,9 @@ def test_stale_socket_replaced_and_the_socket_gone_after_the_run(tmp_path: Path)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     # a socket bound by a process that then died (as a SIGKILLed run leaves it)
-    code = f"import socket; s=socket.socket(socket.AF_UNIX); s.bind({str(run_dir / 'control.sock')!r})"
+    code = (
+        f"import socket; s=socket.socket(socket.AF_UNIX); s.bind({str(run_dir / 'control.sock')!r})"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert (run_dir / "control.sock").is_socket()
     trainer, thread = start_run(run_dir, steps=40)
@@ -301,8 +309,13 @@ def test_a_peer_of_another_uid_is_refused(live) -> None:
         "print(s.makefile('rb').readline().decode())"
     )
     # the directory was opened as root: the tmp dirs above it (0700) are not in the way
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=30, cwd=Path(__file__).resolve().parents[2])
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     if "Permission denied" in result.stderr:
         pytest.skip("the other uid cannot reach the socket's directory here")
     reply = json.loads(result.stdout)
@@ -330,13 +343,22 @@ def test_a_viewer_that_falls_behind_is_resynchronised_not_waited_for(tmp_path: P
     for _ in range(200):
         server(Alert(level="info", message="x" * 20_000, step=0))
     for step in range(1, 301):
-        server(Step(step=step, loss=1.0, lr=1e-3, grad_norm=1.0, tokens_per_s=1.0,
-                    step_time_s=0.01, tokens=step))
+        server(
+            Step(
+                step=step,
+                loss=1.0,
+                lr=1e-3,
+                grad_norm=1.0,
+                tokens_per_s=1.0,
+                step_time_s=0.01,
+                tokens=step,
+            )
+        )
     assert time.monotonic() - started < 2.0  # the producer never waited for the viewer
     seen = client.until(is_kind("step", step=300))
     resync = [m for m in seen if m["kind"] == "resync"]
     assert resync and resync[0]["replay"] >= 1
-    after = seen[seen.index(resync[-1]) + 1:]
+    after = seen[seen.index(resync[-1]) + 1 :]
     steps = [m["step"] for m in after if m["kind"] == "step"]
     assert steps == sorted(steps) and steps[-1] == 300  # replay then live: no gaps backwards
     server.close()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_process
 
 from engine.config.presets import load_preset
 from engine.config.run_config import ConfigError
@@ -38,13 +39,21 @@ print(json.dumps({"state": trainer.state, "engine_thread": sorted(set(seen)),
 """
 
 
-def run_threads(*overrides: str, omp: str | None = None) -> dict:
+def run_threads(*overrides: str, omp: str | None = None, script: Path | None = None) -> dict:
+    """RUN in a fresh interpreter with OMP_NUM_THREADS=`omp` (or unset); with no `omp` and
+    `script` (a file to write RUN to), forked from the warm server, which has torch imported
+    with no OMP_NUM_THREADS either (a fresh one is the only way to give torch another)."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     env["PYTHONPATH"] = str(REPO)
     if omp is not None:
         env["OMP_NUM_THREADS"] = omp
-    done = subprocess.run([sys.executable, "-c", RUN, *overrides], capture_output=True,
-                          text=True, timeout=180, env=env, cwd=REPO)  # fmt: skip
+    if script is not None and omp is None and "OMP_NUM_THREADS" not in os.environ:
+        script.write_text(RUN)
+        done = warm_process.run([sys.executable, str(script), *overrides], capture_output=True,
+                                text=True, timeout=180, env=env, cwd=REPO)  # fmt: skip
+    else:
+        done = subprocess.run([sys.executable, "-c", RUN, *overrides], capture_output=True,
+                              text=True, timeout=180, env=env, cwd=REPO)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -57,10 +66,10 @@ def test_train_threads_is_what_the_training_thread_uses(threads: int) -> None:
     assert got["process"] == threads  # the pool is the process's: `cockpit sample` alike
 
 
-def test_auto_starts_with_a_core_free_on_cpu_and_keeps_an_omp_setting() -> None:
+def test_auto_starts_with_a_core_free_on_cpu_and_keeps_an_omp_setting(tmp_path: Path) -> None:
     """Three steps: the run has not measured another count yet (test_thread_tuner.py)."""
     cores = len(os.sched_getaffinity(0))
-    assert run_threads()["engine_thread"] == [max(1, cores - 1)]
+    assert run_threads(script=tmp_path / "run.py")["engine_thread"] == [max(1, cores - 1)]
     # someone chose OMP_NUM_THREADS: torch's own reading of it is kept
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     torch_says = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
