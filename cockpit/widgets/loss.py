@@ -388,7 +388,9 @@ class LossPanel(ThrottledPlot):
         )
 
     # drawing ------------------------------------------------------------------------------------
-    def _y_range_points(self, xs: list[float], ys: list[float], x0: float, x1: float) -> list[float]:
+    def _y_range_points(
+        self, xs: list[float], ys: list[float], x0: float, x1: float
+    ) -> list[float]:
         """The losses the y range is taken from: all of them with `y_all`, else those past the
         first WARMUP_SHARE of the x span, so the first steps' ln(vocab) does not squash the rest
         (drawn above the top edge: plotext clips them)."""
@@ -432,7 +434,9 @@ class LossPanel(ThrottledPlot):
         ends = [float(s.xs[i]) for s in (raw, val) if s for i in (0, -1)] + nan_xs
         if not ends:
             untimed = self.x_axis == "time" and bool(self.raw)
-            plt.text("no training time for these steps yet" if untimed else self.empty_message, 0, 0)
+            plt.text(
+                "no training time for these steps yet" if untimed else self.empty_message, 0, 0
+            )
             return
         # x limits first, from the series' ends, moving in round steps (1/64 of the span);
         # the buckets of the downsampling share them, so a new step changes only the last
@@ -444,8 +448,10 @@ class LossPanel(ThrottledPlot):
             x1 = x0 + 1
         x0, x1 = steady_limits(x0, x1)
         rx, ry = downsample_minmax(raw.xs, raw.ys, cols, (x0, x1))
-        sx, sy = ([], []) if not self.ema_beta else downsample_minmax(
-            smooth.xs, smooth.ys, cols, (x0, x1)
+        sx, sy = (
+            ([], [])
+            if not self.ema_beta
+            else downsample_minmax(smooth.xs, smooth.ys, cols, (x0, x1))
         )
         vx, vy = downsample_minmax(val.xs, val.ys, max(4, cols // 2), (x0, x1))
         if self.y_unit != "loss":  # in bits per byte: each split's losses times its factor
