@@ -83,6 +83,8 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        # the server's, cached at its imports: read TMPDIR afresh, as a new process would
+        tempfile.tempdir = None
         os.umask(request["umask"])
         unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stream
@@ -133,11 +135,15 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
 
 def serve(path: str) -> None:
     """Import the heavy modules once, then fork a child for each request on `path`."""
+    import gc
     import importlib
     import select
 
     for name in WARM_IMPORTS:
         importlib.import_module(name)
+    # a child's garbage collections leave the imported objects alone: they would touch (and so
+    # copy, page by page) the whole heap the child shares with the server
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
