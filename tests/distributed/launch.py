@@ -1,19 +1,24 @@
 """Launching a test run through torchrun itself (2 ranks, gloo, this CPU), and reading what
-each rank recorded (tests/distributed/rank_worker.py)."""
+each rank recorded (tests/distributed/rank_worker.py). torchrun and its ranks start warm, forked
+from a server that imported torch once (tests/distributed/warm_ranks.py)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+import warm_ranks
 
 WORKER = Path(__file__).with_name("rank_worker.py")
+STAND_IN = Path(warm_ranks.__file__)
 REPO = WORKER.parents[2]
 TIMEOUT_S = 240.0
 # a tiny model that trains a step in milliseconds; 2 micro-batches: one per rank at world 2
@@ -25,14 +30,41 @@ TINY = [
 
 
 def torchrun_argv(*argv: str, nproc: int = 2, restarts: int = 0) -> list[str]:
+    """torchrun's command line, each of its ranks running rank_worker.py, all started warm."""
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={nproc}", f"--max-restarts={restarts}", str(WORKER), *argv,
+        sys.executable, str(STAND_IN), "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={nproc}", f"--max-restarts={restarts}", str(STAND_IN), str(WORKER), *argv,
     ]  # fmt: skip
 
 
+_server_lock = threading.Lock()
+_server: tuple[subprocess.Popen[str], str] | None = None
+
+
+def server_path() -> str:
+    """The warm ranks' server of this test process, started on first use (one thread each, as
+    torchrun would set: OpenMP reads it as torch loads)."""
+    global _server
+    with _server_lock:
+        if _server is None or _server[0].poll() is not None:
+            _server = warm_ranks.start_server(
+                {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+            )
+            atexit.register(stop_server, _server[0])
+        return _server[1]
+
+
+def stop_server(process: subprocess.Popen[str]) -> None:
+    """End the server with the tests (its CPU, and its children's, counted as theirs)."""
+    process.terminate()
+    process.wait(10)
+
+
 def environment(**extra: str) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **extra}
+    return {
+        **os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
+        warm_ranks.ENV_SERVER: server_path(), **extra,
+    }  # fmt: skip
 
 
 def run(*argv: str, nproc: int = 2, **env: str) -> subprocess.CompletedProcess[str]:
@@ -54,7 +86,7 @@ def start(*argv: str, nproc: int = 2, restarts: int = 0, **env: str) -> subproce
 def single(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     """The same worker as one process (no torchrun): the reference."""
     return subprocess.run(
-        [sys.executable, str(WORKER), *argv], capture_output=True, text=True, cwd=REPO,
+        [sys.executable, str(STAND_IN), str(WORKER), *argv], capture_output=True, text=True, cwd=REPO,
         env=environment(**env), timeout=TIMEOUT_S,
     )  # fmt: skip
 

@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from launch import REPO, TINY, assert_gradients_match_one_process, checked, records, run, single
+from launch import (
+    REPO,
+    STAND_IN,
+    TINY,
+    assert_gradients_match_one_process,
+    checked,
+    environment,
+    records,
+    run,
+    single,
+)
 
 from engine.checkpoint.dcp_reader import load_whole
 from engine.distributed.sharded import dcp_model_state
@@ -57,9 +67,9 @@ def test_a_sharded_checkpoint_resumes_on_one_process_and_exports_to_one_file(
     # one file out of the shards: the final checkpoint's weights, exactly
     out = tmp_path / "model.safetensors"
     exported = subprocess.run(
-        [sys.executable, "-m", "cockpit", "export", str(sharded / "ckpt-00000030.dcp"),
+        [sys.executable, str(STAND_IN), "-m", "cockpit", "export", str(sharded / "ckpt-00000030.dcp"),
          "--format", "safetensors", "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
+        capture_output=True, text=True, cwd=REPO, timeout=120, env=environment(),
     )  # fmt: skip
     assert exported.returncode == 0, exported.stderr
     from safetensors.torch import load_file
