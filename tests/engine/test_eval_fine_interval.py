@@ -92,8 +92,23 @@ def evals(run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
     return [r for r in records if r["kind"] == "eval"]
 
 
-def test_a_tiny_run_to_a_target_finishes_within_the_fine_cadence_of_the_crossing(tmp_path):
-    target = 2.9
+TARGET = 2.9
+FINE = ["eval.interval=50", "eval.fine_interval=5", f"train.stop_at_val={TARGET}"]
+
+
+@pytest.fixture(scope="module")
+def fine(
+    tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The evaluations of a run to the target at FINE's cadence, trained once for the module."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in isolated_env.items():
+            patch.setenv(name, value)
+        return evals(tmp_path_factory.mktemp("fine") / "run", *FINE)
+
+
+def test_a_tiny_run_to_a_target_finishes_within_the_fine_cadence_of_the_crossing(tmp_path, fine):
+    target = TARGET
     # every 5 steps throughout: where the crossing is, at this cadence (same seed, same run)
     every5 = evals(tmp_path / "every5", "eval.interval=5", f"train.stop_at_val={target}")
     crossing = every5[-1]
@@ -104,9 +119,6 @@ def test_a_tiny_run_to_a_target_finishes_within_the_fine_cadence_of_the_crossing
     assert all(e["step"] % 50 == 0 for e in coarse)
     assert coarse[-1]["step"] > crossing["step"]  # only seen at the next multiple of 50
 
-    fine = evals(
-        tmp_path / "fine", "eval.interval=50", "eval.fine_interval=5", f"train.stop_at_val={target}"
-    )
     assert fine[-1]["step"] == crossing["step"]  # the same evaluation as every 5 steps finds
     assert fine[-1]["val_loss"] == pytest.approx(crossing["val_loss"], abs=1e-6)
     steps = [e["step"] for e in fine]
@@ -114,10 +126,9 @@ def test_a_tiny_run_to_a_target_finishes_within_the_fine_cadence_of_the_crossing
     assert steps[0] == 50 and any(s % 50 for s in steps)
 
 
-def test_a_run_resumed_near_its_target_evaluates_finely_from_its_first_step(tmp_path):
-    target = 2.9
-    fine_run = ["eval.interval=50", "eval.fine_interval=5", f"train.stop_at_val={target}"]
-    whole = [e["step"] for e in evals(tmp_path / "whole", *fine_run)]
+def test_a_run_resumed_near_its_target_evaluates_finely_from_its_first_step(tmp_path, fine):
+    fine_run = FINE
+    whole = [e["step"] for e in fine]
     first_fine = next(s for s in whole if s % 50)
     stop_at = first_fine + 2  # the run is near its target there: every 5 steps
 
@@ -132,7 +143,9 @@ def test_a_run_resumed_near_its_target_evaluates_finely_from_its_first_step(tmp_
     assert state["trainer"].run() == "stopped"
     resumed = Trainer(cfg, run_dir=tmp_path / "cut", resume=tmp_path / "cut", telemetry=False)
     resumed.run()
-    records = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
+    ]
     after = [r["step"] for r in records if r["kind"] == "eval" and r["step"] > stop_at]
     assert after[0] == first_fine + 5  # not the next multiple of 50: it forgot it was near
     assert after == [s for s in whole if s > stop_at]

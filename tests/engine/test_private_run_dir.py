@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import warm_process
 from command_here import cockpit_here
 from tiny import set_args, tiny_overrides
 
@@ -764,8 +765,9 @@ def test_compiled_code_is_not_imported_from_a_folder_another_user_made(area: Pat
     ])  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
     env.update(TMPDIR=str(tmpdir), COCKPIT_CACHE_DIR=str(cache), PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=env)  # fmt: skip
+    # a new process (forked warm, torch imported: it reads TMPDIR and the cache's place afresh)
+    done = warm_process.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{cache / 'torchinductor'}\n"
     assert list(theirs.iterdir()) == []
