@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 import torch
+import warm_process
+from command_here import cockpit_here
 from pilot import run_pilot, status_text, wait_for
 from scripted import ScriptedTrainer, build_script
 
@@ -31,25 +33,24 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "dumb"}
 
 
 def cockpit_runs(root: Path, cwd: Path) -> list[dict[str, Any]]:
-    done = subprocess.run([sys.executable, "-m", "cockpit", "runs", str(root), "--json"],
-                          capture_output=True, text=True, cwd=cwd, timeout=60, env=ENV)  # fmt: skip
+    done = cockpit_here("runs", str(root), "--json", cwd=cwd, env=ENV)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run started with a relative --run-dir, stopped by SIGTERM after 300 steps (no eval
+    """A run started with a relative --run-dir, stopped by SIGTERM after 100 steps (no eval
     since its start: its training time has no eval to anchor it)."""
     where = tmp_path_factory.mktemp("train-time")
-    process = subprocess.Popen(
+    process = warm_process.Popen(
         [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny", "--no-telemetry",
          "--run-dir", "runs/stopped", "--set", "train.max_steps=100000", "--set", "eval.interval=100000"],
         cwd=where, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     metrics = where / "runs" / "stopped" / "metrics.jsonl"
     deadline = time.monotonic() + 120
-    while not metrics.exists() or metrics.read_text().count('"kind":"step"') < 300:
+    while not metrics.exists() or metrics.read_text().count('"kind":"step"') < 100:
         assert time.monotonic() < deadline and process.poll() is None, process.stderr
         time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
