@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import warm_process
 from run_copies import train_here
+from tiny import tiny_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,8 @@ def records(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def parent(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, str]) -> Path:
     where = tmp_path_factory.mktemp("fork")  # trained here (the forks are real processes)
-    sets = ["train.max_steps=60", "checkpoint.interval=20"]
+    # the smallest model (the branches inherit it): what is tested is steps, files and settings
+    sets = tiny_overrides("train.max_steps=60", "checkpoint.interval=20")
     train_here(Path("runs/parent"), sets, isolated_env, cwd=where)
     return where / "runs" / "parent"
 
