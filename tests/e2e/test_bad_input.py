@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import warm_process
 from run_copies import copy_run, train_here
 from tiny import set_args, tiny_overrides
 
@@ -221,10 +221,10 @@ def test_run_directory_that_is_a_file(tmp_path, capsys):
 
 def test_a_corpus_refused_once_read_is_exit_2_and_one_line(tmp_path):
     """Read by the run itself (its bytes are not UTF-8): still a refusal before training, as
-    the docs' exit status 2 says (guide/runs.md, Headless); a real CLI process."""
+    the docs' exit status 2 says (guide/runs.md, Headless); a real CLI process (started warm)."""
     corpus = tmp_path / "latin1.txt"
     corpus.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 200)
-    done = subprocess.run(
+    done = warm_process.run(
         [sys.executable, "-m", "cockpit", "train", "--headless", "--preset", "tiny", "--no-telemetry",
          "--data", str(corpus), "--run-dir", str(tmp_path / "run"), *TINY],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,

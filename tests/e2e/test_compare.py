@@ -11,16 +11,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm_process
 from run_copies import train_here
 from tmux_driver import TMUX_INSTALLED, Tmux
+from warm_pane import pane_command
 
-PY = shlex.quote(sys.executable)
 REPO = Path(__file__).resolve().parents[2]
 
 
 def cockpit(cwd: Path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`cockpit ARGV` in `cwd`, a real process started warm (tests/warm_process.py)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
+    return warm_process.run(
         [sys.executable, "-m", "cockpit", *argv],
         capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env,
     )  # fmt: skip
@@ -32,7 +34,9 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory, isolated_env: dict[str, s
     process: what is under test, `cockpit compare`, runs as a real process)."""
     root = tmp_path_factory.mktemp("compare")
     for name, lr in (("base", "3e-3"), ("hot", "6e-3")):
-        train_here(Path("runs") / name, ["train.max_steps=60", f"optim.lr={lr}"], isolated_env, cwd=root)
+        train_here(
+            Path("runs") / name, ["train.max_steps=60", f"optim.lr={lr}"], isolated_env, cwd=root
+        )
     return root
 
 
@@ -56,8 +60,11 @@ def test_refusals_are_one_line(two_runs: Path) -> None:
 
 @pytest.mark.skipif(not TMUX_INSTALLED, reason="tmux is not installed")
 def test_compare_two_runs_in_a_terminal(two_runs: Path) -> None:
-    command = f"cd {shlex.quote(str(two_runs))} && {PY} -m cockpit compare runs/base runs/hot; sleep 30"
-    with Tmux(f"env PYTHONPATH={shlex.quote(str(REPO))} sh -c {shlex.quote(command)}", 100, 30) as term:
+    compare = pane_command(["-m", "cockpit", "compare", "runs/base", "runs/hot"])
+    command = f"cd {shlex.quote(str(two_runs))} && {compare}; sleep 30"
+    with Tmux(
+        f"env PYTHONPATH={shlex.quote(str(REPO))} sh -c {shlex.quote(command)}", 100, 30
+    ) as term:
         term.wait_for("FINISHED", timeout=90)  # the runs open in a worker: STARTING until then
         screen = term.wait_for("hot ")  # the legend names the overlaid run
         assert "now " in screen

@@ -4,7 +4,6 @@ link drops), `cockpit attach` from a new one, and the keys still steer the run."
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -12,21 +11,23 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_process
 from tmux_driver import TMUX_INSTALLED, Tmux
+from warm_pane import pane_command
 
 from engine.control.client import RemoteEngine
 from engine.control.live_runs import find_live_runs, probe
 
 pytestmark = pytest.mark.skipif(not TMUX_INSTALLED, reason="tmux is not installed")
 
-PY = shlex.quote(sys.executable)
 LONG = "--preset tiny --set train.max_steps=1000000 --no-telemetry"
 REPO = Path(__file__).resolve().parents[2]
 
 
 def cockpit(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`cockpit ARGV` in `tmp_path`, a real process started warm (tests/warm_process.py)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
+    return warm_process.run(
         [sys.executable, "-m", "cockpit", *argv],
         capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env,
     )  # fmt: skip
@@ -52,7 +53,8 @@ def wait(condition, timeout_s: float = 60.0) -> None:  # noqa: ANN001
 def test_start_kill_the_terminal_attach_from_another_and_steer(tmp_path: Path) -> None:
     pid = None
     try:
-        with Tmux(f"cd {tmp_path} && {PY} -m cockpit start {LONG}; sleep 60", 120, 36) as first:
+        start = pane_command(["-m", "cockpit", "start", *LONG.split()])
+        with Tmux(f"cd {tmp_path} && {start}; sleep 60", 120, 36) as first:
             first.wait_for("RUNNING", timeout=90)
             runs = find_live_runs(tmp_path / "runs")
             assert len(runs) == 1
@@ -63,7 +65,8 @@ def test_start_kill_the_terminal_attach_from_another_and_steer(tmp_path: Path) -
         wait(lambda: (live := probe(run_dir)) is not None and not live.viewers, 30)
         before = probe(run_dir).step
         wait(lambda: probe(run_dir).step > before + 20, 30)
-        with Tmux(f"cd {tmp_path} && {PY} -m cockpit attach; sleep 60", 120, 36) as second:
+        attach = pane_command(["-m", "cockpit", "attach"])
+        with Tmux(f"cd {tmp_path} && {attach}; sleep 60", 120, 36) as second:
             second.wait_for("RUNNING", timeout=60)
             second.send("space")
             second.wait_for("PAUSED", timeout=30)

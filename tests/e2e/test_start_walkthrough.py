@@ -9,18 +9,16 @@ runs"; and after the app closed, the start report above its exit report still sa
 from __future__ import annotations
 
 import re
-import shlex
-import sys
 from pathlib import Path
 
 import pytest
 from tmux_driver import TMUX_INSTALLED, Tmux
+from warm_pane import pane_command
 
 from engine.config.presets import load_preset
 from engine.data.preparation import data_available
 from engine.data.tinyshakespeare import TINYSHAKESPEARE_ENV
 
-PY = shlex.quote(sys.executable)
 REPO = Path(__file__).resolve().parents[2]
 WALKTHROUGHS = [REPO / "README.md", REPO / "docs" / "guide" / "runs.md"]
 LASTS_STEPS = 1000  # tiny's 100 steps end in seconds; the walkthrough needs minutes
@@ -55,8 +53,9 @@ def test_the_walkthrough_starts_a_run_that_lasts_and_needs_no_download(
 def test_after_the_app_shows_the_run_s_end_no_pid_to_kill_is_left_on_the_terminal(
     tmp_path: Path,
 ) -> None:
-    short = "--preset tiny --set train.max_steps=20 --no-telemetry"
-    with Tmux(f"cd {tmp_path} && {PY} -m cockpit start {short}; sleep 60", 120, 40) as term:
+    short = ["--preset", "tiny", "--set", "train.max_steps=20", "--no-telemetry"]
+    start = pane_command(["-m", "cockpit", "start", *short])
+    with Tmux(f"cd {tmp_path} && {start}; sleep 60", 120, 40) as term:
         term.wait_for("FINISHED", timeout=90)
         term.send("q")
         term.wait_for("Quit (y)", timeout=10)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from command_here import cockpit_here
 from tiny import set_args, tiny_overrides
 from tmux_driver import TMUX_INSTALLED, Tmux
+from warm_pane import pane_command
 
 pytestmark = pytest.mark.skipif(not TMUX_INSTALLED, reason="tmux is not installed")
 
@@ -27,11 +28,18 @@ TINY = " ".join(
 )
 
 
+def cockpit(run_dir: Path) -> str:
+    """The shell command of `cockpit` on a tiny run in `run_dir`, started warm (tests/warm_pane.py)."""
+    return pane_command(
+        ["-m", "cockpit", "--preset", "tiny", "--run-dir", str(run_dir), *TINY.split()]
+    )
+
+
 def test_cockpit_in_a_real_terminal(tmp_path):
     run_dir = tmp_path / "run"
     marker = tmp_path / "exited"
     command = (
-        f"{shlex.quote(sys.executable)} -m cockpit --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}; "
+        f"{cockpit(run_dir)}; "
         f"echo $? > {shlex.quote(str(marker))}; sleep 60"  # the pane stays to be read
     )
     term = Tmux(command)
@@ -76,8 +84,7 @@ def test_dropped_terminal_checkpoints_and_resume_continues(tmp_path):
     """SIGHUP, as when an SSH connection drops: the run is saved, then resumes where it stopped."""
     run_dir = tmp_path / "run"
     metrics = run_dir / "metrics.jsonl"
-    command = f"{shlex.quote(sys.executable)} -m cockpit --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}"
-    term = Tmux(command)
+    term = Tmux(cockpit(run_dir))
     try:
         term.wait_for("RUNNING")
         deadline = time.monotonic() + 60
@@ -89,6 +96,7 @@ def test_dropped_terminal_checkpoints_and_resume_continues(tmp_path):
             time.sleep(0.2)
     finally:
         term.kill()  # the pty closes: the process gets SIGHUP
+
     # The hang-up save is at the last step run (a periodic checkpoint may already exist from
     # earlier in the run, and the metrics file is written in batches): wait for the exit.
     def last_step() -> int:
@@ -111,6 +119,8 @@ def test_dropped_terminal_checkpoints_and_resume_continues(tmp_path):
     step = newest()
     assert step >= 0, "a dropped terminal must leave a checkpoint"
     assert step == last_step(), "the checkpoint must be at the last step run: none lost"
-    resumed = cockpit_here("train", "--headless", "--resume", str(run_dir), "--set", f"train.max_steps={step + 3}")
+    resumed = cockpit_here(
+        "train", "--headless", "--resume", str(run_dir), "--set", f"train.max_steps={step + 3}"
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert f"finished at step {step + 3}" in resumed.stdout

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 import time
 
-from test_terminal import TINY, pytestmark  # noqa: F401 - skipped without tmux
+from test_terminal import cockpit, pytestmark  # noqa: F401 - skipped without tmux
 from tmux_driver import Tmux
 
 TOAST_MARK = "▌"  # the left edge Textual draws on every toast
@@ -17,8 +15,7 @@ def test_no_toast_outlives_its_timeout_at_80x24(tmp_path):
     Textual scrolls them; once they are gone, none may stay painted over the panels (a paused
     run repaints nothing by itself, so a ghost would stay for good)."""
     run_dir = tmp_path / "run"
-    command = f"{shlex.quote(sys.executable)} -m cockpit --preset tiny --run-dir {shlex.quote(str(run_dir))} {TINY}"
-    term = Tmux(command, width=80, height=24)
+    term = Tmux(cockpit(run_dir), width=80, height=24)
     try:
         term.wait_for("RUNNING")
         term.send("space")
@@ -27,7 +24,8 @@ def test_no_toast_outlives_its_timeout_at_80x24(tmp_path):
             term.send("+")
             time.sleep(0.1)
         term.wait_for("LR changed")
-        deadline = time.monotonic() + 4.0 + 3.0  # their timeout, and some slack for a loaded machine
+        # their timeout, and some slack for a loaded machine
+        deadline = time.monotonic() + 4.0 + 3.0
         screen = term.screen()
         while ("LR changed" in screen or TOAST_MARK in screen) and time.monotonic() < deadline:
             time.sleep(0.2)
