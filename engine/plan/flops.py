@@ -266,14 +266,24 @@ def _window_rate(
                 return flops * count / elapsed
 
 
+# Measured peaks by (device, dtype, threads): a process that builds several runs (the app's
+# preset switch, an ablation or research series in the app, the tests) measures once, not 0.3 s
+# at every start; a run that beats the figure corrects its own meter (PeakMeter).
+_measured: dict[tuple[torch.device, torch.dtype, int], Peak] = {}
+
+
 def device_peak(device: torch.device, dtype: torch.dtype, *, tf32: bool | None = None) -> Peak:
-    """The datasheet peak of this GPU, else a measured one; `tf32` None reads torch's setting."""
+    """The datasheet peak of this GPU, else a measured one (once per process for a device,
+    dtype and thread count); `tf32` None reads torch's setting."""
     if device.type == "cuda":
         uses_tf32 = fp32_matmul_uses_tf32() if tf32 is None else tf32
         found = table_peak(torch.cuda.get_device_name(device), dtype, tf32=uses_tf32)
         if found is not None:
             return found
-    return measure_peak(device, dtype)
+    key = (device, dtype, torch.get_num_threads())
+    if key not in _measured:
+        _measured[key] = measure_peak(device, dtype)
+    return _measured[key]
 
 
 def peak_meter(

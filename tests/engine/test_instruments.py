@@ -210,6 +210,7 @@ def test_trainer_corrects_a_deflated_peak_and_records_it(tmp_path, monkeypatch, 
     """A real tiny run whose start-up measurement was deflated (1 MFLOP/s): no step reports an
     MFU above 100%, and metrics.jsonl says the peak was corrected and why."""
     peaks = iter([Peak(1e6, "measured: deflated at start")])
+    monkeypatch.setattr(flops, "_measured", {})  # as in a fresh process: nothing measured yet
     monkeypatch.setattr(
         flops,
         "measure_peak",
@@ -304,3 +305,22 @@ def test_cockpit_plan_cli_answers_with_figures():
     assert result.returncode == 1  # does not fit
     assert "DOES NOT FIT" in result.stdout and "to lower peak memory" in result.stdout
     assert "--set train.batch_size=" in result.stdout
+
+
+def test_a_cpu_peak_is_measured_once_per_process_for_the_same_threads(monkeypatch):
+    """A second run built in the same process (a preset switch, a series in the app) does not
+    spend another 0.3 s measuring the same CPU; another thread count is measured afresh."""
+    calls = []
+    monkeypatch.setattr(flops, "_measured", {})
+    monkeypatch.setattr(
+        flops, "measure_peak", lambda *a, **k: calls.append(a) or Peak(1e9 * len(calls), "measured")
+    )
+    cpu, threads = torch.device("cpu"), torch.get_num_threads()
+    first = flops.device_peak(cpu, torch.float32)
+    assert flops.device_peak(cpu, torch.float32) is first and len(calls) == 1
+    torch.set_num_threads(threads + 1)
+    try:
+        assert flops.device_peak(cpu, torch.float32).flops == 2e9
+    finally:
+        torch.set_num_threads(threads)
+    assert flops.device_peak(cpu, torch.bfloat16).flops == 3e9 and len(calls) == 3
