@@ -142,10 +142,13 @@ def run_overrides(args: argparse.Namespace, steps: int) -> list[str]:
 
 
 def torchrun(*argv: str) -> list[str]:
-    return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc-per-node", str(WORLD), *argv,
-    ]  # fmt: skip
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD)]
+    if os.environ.get("COCKPIT_TEST_WARM_RANKS"):
+        # under a test that named its warm server (tests/warm_ranks.py): the launcher and its
+        # ranks are forked from it, each through a stand-in, instead of importing torch again
+        stand_in = str(REPO / "tests" / "warm_ranks.py")
+        return [sys.executable, stand_in, *launcher, stand_in, *argv]
+    return [sys.executable, *launcher, *argv]
 
 
 def child_env(threads: int | None) -> dict[str, str]:

@@ -4,12 +4,14 @@ ranks, real headless runs."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import warm_process
+import warm_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench" / "distributed.py"
@@ -21,9 +23,12 @@ TINY = [
 
 
 def test_distributed_bench_prints_its_figures_with_verdicts() -> None:
+    # its torchrun launches start warm too (tests/warm_ranks.py's server named to it)
+    env = {**os.environ, warm_ranks.ENV_SERVER: warm_ranks.server_path()}
     done = warm_process.run(
-        [sys.executable, str(BENCH), *TINY], capture_output=True, text=True, timeout=180, cwd=ROOT
-    )
+        [sys.executable, str(BENCH), *TINY], capture_output=True, text=True, timeout=180, cwd=ROOT,
+        env=env,
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     # 1. the exchange on each rank, the step time it is set against, the verdict

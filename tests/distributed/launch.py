@@ -1,15 +1,12 @@
 """Launching a test run through torchrun itself (2 ranks, gloo, this CPU), and reading what
 each rank recorded (tests/distributed/rank_worker.py). torchrun and its ranks start warm, forked
-from a server that imported torch once (tests/distributed/warm_ranks.py)."""
+from a server that imported torch once (tests/warm_ranks.py)."""
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,7 @@ import torch
 import warm_ranks
 
 WORKER = Path(__file__).with_name("rank_worker.py")
-STAND_IN = Path(warm_ranks.__file__)
+STAND_IN = warm_ranks.STAND_IN
 REPO = WORKER.parents[2]
 TIMEOUT_S = 240.0
 # a tiny model that trains a step in milliseconds; 2 micro-batches: one per rank at world 2
@@ -37,34 +34,8 @@ def torchrun_argv(*argv: str, nproc: int = 2, restarts: int = 0) -> list[str]:
     ]  # fmt: skip
 
 
-_server_lock = threading.Lock()
-_server: tuple[subprocess.Popen[str], str] | None = None
-
-
-def server_path() -> str:
-    """The warm ranks' server of this test process, started on first use (one thread each, as
-    torchrun would set: OpenMP reads it as torch loads)."""
-    global _server
-    with _server_lock:
-        if _server is None or _server[0].poll() is not None:
-            _server = warm_ranks.start_server(
-                {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-            )
-            atexit.register(stop_server, _server[0])
-        return _server[1]
-
-
-def stop_server(process: subprocess.Popen[str]) -> None:
-    """End the server with the tests (its CPU, and its children's, counted as theirs)."""
-    process.terminate()
-    process.wait(10)
-
-
 def environment(**extra: str) -> dict[str, str]:
-    return {
-        **os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
-        warm_ranks.ENV_SERVER: server_path(), **extra,
-    }  # fmt: skip
+    return {**warm_ranks.sharing_env(), **extra}
 
 
 def run(*argv: str, nproc: int = 2, **env: str) -> subprocess.CompletedProcess[str]:

@@ -93,7 +93,13 @@ def test_commands_through_the_socket_apply_at_the_same_step_on_every_rank(tmp_pa
         viewer.scale_lr(0.5)
         viewer.checkpoint()
         viewer.pause()
-        wait_for(lambda: any(r["state"] == "paused" for r in rank_records(run_dir, 1, "state")))
+        # each rank writes its own records: both, once each has paused
+        wait_for(
+            lambda: all(
+                any(r["state"] == "paused" for r in rank_records(run_dir, k, "state"))
+                for k in (0, 1)
+            )
+        )
         for kind, match in (
             ("settings_changed", lambda r: r["changes"]["optim.weight_decay"] == [0.1, 0.0]),
             ("lr_changed", lambda r: r["scale"] == 0.5),

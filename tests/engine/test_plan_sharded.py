@@ -4,13 +4,13 @@ checked against figures computed here by hand from the model's dimensions."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from math import ceil
 
 import pytest
+import warm_ranks
 from command_here import cockpit_here
 
 from cockpit.cli import main
@@ -204,14 +204,15 @@ def test_fsdp2_allocates_what_the_plan_says_on_rank_0(tmp_path):
     other rank holds at most as much)."""
     script = tmp_path / "shares.py"
     script.write_text(FSDP2_SHARES)
+    stand_in = str(warm_ranks.STAND_IN)  # torchrun and its ranks start warm
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script)],
+        [sys.executable, stand_in, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+         "2", stand_in, str(script)],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+        env=warm_ranks.sharing_env(),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     ranks = {}
     # each rank prints one JSON list; two processes writing at once may share a line

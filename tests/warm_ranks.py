@@ -1,6 +1,9 @@
 """torchrun and its ranks, started warm: each is a small stand-in process (this file, stdlib only)
 that has a server which imported torch once fork the real one, then mirrors it.
 
+    [sys.executable, STAND_IN, "-m", "torch.distributed.run", ..., STAND_IN, SCRIPT, ARGS...]
+    run with env=sharing_env()   (tests/distributed/launch.py, bench/distributed.py under a test)
+
 torchrun starts its ranks as fresh interpreters, each importing torch (2-3 s of CPU on this
 machine's 2 cores, three times a launch). Here the launcher and every rank it starts run
 `python warm_ranks.py SCRIPT|-m MODULE ARGS...`: the stand-in hands its standard streams, its
@@ -22,11 +25,16 @@ the server's) and its own command line in /proc (the children show the server's)
 from __future__ import annotations
 
 import array
+import atexit
 import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +54,8 @@ PRELOAD = (
     "cockpit.cli.command_line", "cockpit.cli.headless", "cockpit.cli.launch", "cockpit.cli.preflight",
     "cockpit.cli.stop_signals", "engine.rundir.metrics_log", "engine.train.build_run",
 )  # fmt: skip
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
+STAND_IN = Path(__file__).resolve()
 
 
 def _send(conn: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -85,7 +94,6 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
     """In the forked child: become the process the stand-in asked for, run it, exit."""
     import io
     import runpy
-    import threading
 
     code = 1
     try:
@@ -202,21 +210,43 @@ def serve(path: str) -> None:
             _send(conn, {"pid": pid})
 
 
-def start_server(env: dict[str, str]) -> tuple[Any, str]:
-    """A server importing torch with `env` (its OMP_NUM_THREADS is every child's): the process
-    and its socket's path, once it is ready."""
-    import subprocess
-    import tempfile
+_server_lock = threading.Lock()
+_server: tuple[subprocess.Popen[str], str] | None = None
 
-    path = os.path.join(tempfile.mkdtemp(prefix="warm-ranks-"), "sock")
-    process = subprocess.Popen(
-        [sys.executable, __file__, "--serve", path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        text=True, cwd=REPO, env=env,
-    )  # fmt: skip
-    assert process.stdout is not None
-    if process.stdout.readline().strip() != "ready":
-        raise RuntimeError("the warm ranks' server did not start")
-    return process, path
+
+def server_path() -> str:
+    """The server of this test process, started on first use: one thread a process, as torchrun
+    sets for its ranks (OpenMP reads OMP_NUM_THREADS as torch loads)."""
+    global _server
+    with _server_lock:
+        if _server is None or _server[0].poll() is not None:
+            path = os.path.join(tempfile.mkdtemp(prefix="warm-ranks-"), "sock")
+            process = subprocess.Popen(
+                [sys.executable, __file__, "--serve", path], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, text=True, cwd=REPO,
+                env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+            )  # fmt: skip
+            assert process.stdout is not None
+            if process.stdout.readline().strip() != "ready":
+                raise RuntimeError("the warm ranks' server did not start")
+            _server = (process, path)
+            atexit.register(_stop, process)
+        return _server[1]
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End the server with the tests (its CPU, and its children's, counted as theirs)."""
+    process.terminate()
+    process.wait(10)
+
+
+def sharing_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's) for a launch whose python processes start warm through
+    STAND_IN: this test process's server named, one thread a process, this checkout's code."""
+    return {
+        **(os.environ if env is None else env), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
+        ENV_SERVER: server_path(),
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------------ the stand-in
@@ -224,9 +254,7 @@ def stand_in(argv: list[str]) -> None:
     """Have the server run `argv` as a child, pass signals on to it, and end as it ended."""
     path = os.environ.get(ENV_SERVER)
     if not path:
-        sys.exit(
-            f"warm_ranks.py: {ENV_SERVER} is not set; launch through tests/distributed/launch.py"
-        )
+        sys.exit(f"warm_ranks.py: {ENV_SERVER} is not set; start it with warm_ranks.sharing_env()")
     parent = os.getppid()
     lifeline_read, lifeline_write = os.pipe()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
