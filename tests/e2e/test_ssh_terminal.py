@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from tiny import set_args, tiny_overrides
 from tmux_driver import TMUX_INSTALLED, Tmux
+from warm_pane import pane_command
 
 from cockpit.cli.terminal import NoApp, glyph_problem, no_app_reason
 from engine.control.live_runs import find_live_runs
@@ -83,7 +84,10 @@ def test_a_dumb_terminal_is_named_as_such_by_cockpit_start_and_attach(tmp_path: 
     pids: list[int] = []
     try:
         term, status = run_in(
-            "dumb", f"{PY} -m cockpit start --preset tiny {LONG}", tmp_path, "start"
+            "dumb",
+            pane_command(["-m", "cockpit", "start", "--preset", "tiny", *LONG.split()]),
+            tmp_path,
+            "start",
         )
         with term:
             assert wait_for_file(status) == "0", term.screen()
@@ -96,7 +100,7 @@ def test_a_dumb_terminal_is_named_as_such_by_cockpit_start_and_attach(tmp_path: 
         runs = find_live_runs(tmp_path / "runs")
         pids = [r.pid for r in runs if r.pid is not None]
         assert len(runs) == 1
-        attach = f"{PY} -m cockpit attach {shlex.quote(str(runs[0].run_dir))}"
+        attach = pane_command(["-m", "cockpit", "attach", str(runs[0].run_dir)])
         term, status = run_in("dumb", attach, tmp_path, "attach")
         with term:
             assert wait_for_file(status) == "2", term.screen()
@@ -106,7 +110,8 @@ def test_a_dumb_terminal_is_named_as_such_by_cockpit_start_and_attach(tmp_path: 
                 in screen
             )
             assert "TERM=xterm-256color" in screen and "RUNNING" not in screen
-        app = f"{PY} -m cockpit --preset tiny --run-dir r {shlex.join(set_args(tiny_overrides('train.max_steps=3')))}"
+        tiny = set_args(tiny_overrides("train.max_steps=3"))
+        app = pane_command(["-m", "cockpit", "--preset", "tiny", "--run-dir", "r", *tiny])
         term, status = run_in("dumb", app, tmp_path, "app")
         with term:
             assert wait_for_file(status) == "0", term.screen()
