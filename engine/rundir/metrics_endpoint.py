@@ -265,7 +265,8 @@ def token_guard(app: Callable[..., Any], token: str) -> Callable[..., Any]:
 class MetricsEndpoint:
     """The endpoint, serving from the moment it is made until `close()`: a sink (call it with
     each event) whose figures a scrape of http://127.0.0.1:PORT/metrics reads. Its token is
-    new for each session of the run, written to RUN_DIR/metrics.token (0600) first."""
+    new for each session of the run, written to RUN_DIR/metrics.token (0600) once the port
+    listens: a scraper that finds the token finds the endpoint answering."""
 
     def __init__(self, port: int, run_dir: Path, run: str, preset: str) -> None:
         check_prometheus_client()
@@ -275,7 +276,6 @@ class MetricsEndpoint:
         self.port = port
         self.token = secrets.token_urlsafe(32)
         self.token_file = run_dir / TOKEN_NAME
-        atomic_write_text(self.token_file, self.token + "\n", PRIVATE_MODE)
         self.latest = LatestEvents()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(RunCollector(self.latest, run, preset))  # type: ignore[arg-type]
@@ -286,6 +286,11 @@ class MetricsEndpoint:
             )
         except OSError as e:
             raise ConfigError(port_refusal(port, e)) from None
+        try:
+            atomic_write_text(self.token_file, self.token + "\n", PRIVATE_MODE)
+        except OSError:
+            self._server.server_close()
+            raise
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-endpoint", daemon=True
         )
