@@ -19,7 +19,9 @@ kills its own process group when that pipe closes (a stand-in killed by torchrun
 cleanup leaves no rank training on). A stand-in whose parent is gone kills its child.
 
 What a fresh interpreter would have and a fork does not: its own hash seed (the children share
-the server's) and its own command line in /proc (the children show the server's).
+the server's), its own command line in /proc (the children show the server's), and what torch
+reads from the environment as it loads: OMP_NUM_THREADS must be the server's (a request with
+another is refused), torchrun's LOGLEVEL is the server's.
 """
 
 from __future__ import annotations
