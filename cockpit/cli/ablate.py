@@ -25,14 +25,14 @@ HELP = "measure changes against a baseline preset: one run each, to the same val
 EPILOG = textwrap.dedent(
     """\
     examples:
-      cockpit ablate --preset speedrun-cpu --change optim.name=adamw --change model.qk_norm=false --target 1.88
+      cockpit ablate --preset speedrun-cpu --change optim.name=adamw --change model.qk_norm=false --target 1.89
       cockpit ablate --preset tiny --change 'model.norm=rmsnorm model.mlp=relu2' --steps 200 --headless
       cockpit ablate --preset speedrun-cpu --change optim.lr=0.002 --change model.mlp=relu2 --budget 5m
       cockpit ablate series.toml --repeat-baseline 3
 
     A series file:
       preset = "speedrun-cpu"        # the baseline
-      target = 1.88                  # or: steps = 2000, or: budget = "5m"
+      target = 1.89                  # or: steps = 2000, or: budget = "5m"
       repeat_baseline = 3            # the baseline's spread is the noise estimate
       [settings]                     # every run, as --set
       "eval.interval" = 25
