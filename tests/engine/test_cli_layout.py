@@ -45,7 +45,8 @@ def test_every_subcommand_module_has_the_four_parts_and_is_listed_once():
         assert isinstance(module.HELP, str) and module.HELP
         assert callable(module.add_arguments) and callable(module.run)
     helpers = {"__init__", "command_line", "launch", "preflight", "branch", "options", "headless",
-               "stop_signals", "preset_fit", "one_line_parser", "terminal", "sample_compare"}  # fmt: skip
+               "stop_signals", "preset_fit", "one_line_parser", "terminal", "sample_compare",
+               "series_driver"}  # fmt: skip
     modules = {p.stem for p in CLI.glob("*.py")} - helpers
     assert modules == {m.__name__.rpartition(".")[2] for m in table.values()}
 
