@@ -492,7 +492,12 @@ class CockpitApp(App[None]):
         self.main_screen.zoom_panel(panel_id)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(help_rows(self.offered)))  # the keys that do something now
+        # the keys that do something now, and those this kind of app adds
+        self.push_screen(HelpScreen([*help_rows(self.offered), *self.help_extras()]))
+
+    def help_extras(self) -> list[tuple[str, str]]:
+        """(keys, description) of the keys a kind of app binds beside the command table's."""
+        return []
 
     def action_journal(self) -> None:
         """`j`: the run's interventions, read from its metrics.jsonl."""

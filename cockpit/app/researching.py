@@ -227,6 +227,9 @@ class ResearchApp(CockpitApp):
 
     BINDINGS = [Binding("R", "research_log", "Research log")]
 
+    def help_extras(self) -> list[tuple[str, str]]:
+        return [("R", "this search's research log: every experiment, the best val bpb so far")]
+
     def __init__(
         self, *args: Any, runner: SearchRunner, runs_root: str = "runs", **kwargs: Any
     ) -> None:

@@ -24,6 +24,7 @@ from cockpit.cli import build_parser
 from cockpit.cli.launch import make_trainer, train_arguments
 from cockpit.cli.research import make_search
 from cockpit.cli.stop_signals import StopSignals
+from cockpit.screens.help_screen import HelpScreen
 from cockpit.screens.proposal_dialog import ProposalDialog
 from cockpit.screens.research_screen import ResearchScreen
 
@@ -123,6 +124,10 @@ def test_an_agents_proposals_wait_for_a_person_who_rejects_edits_and_the_agent_r
         await wait_for_engine(pilot, lambda: len(app.screen.rows) == 4)
         seen["screen"] = len(app.screen.rows)
         await pilot.press("escape")
+        await pilot.press("question_mark")  # the help lists the search's own key too
+        await wait_for_engine(pilot, lambda: isinstance(app.screen, HelpScreen))
+        seen["help"] = [key for key, _ in app.screen.rows]
+        await pilot.press("escape")
         await pilot.press("q")
 
     try:
@@ -154,6 +159,7 @@ def test_an_agents_proposals_wait_for_a_person_who_rejects_edits_and_the_agent_r
     )
     assert "never above 0.01" not in json.dumps(server.requests[0])
     assert runner.outcome == "stopped" and seen["screen"] == 4
+    assert seen["help"].count("R") == 1
     said = [t.message for t in toasts]
     assert any("agent: " in m and "answered HTTP 404" in m for m in said), said
 
