@@ -99,6 +99,7 @@ class Run:
             if report_memory:
                 last_memory_report = time.monotonic()
             rollbacks_before = counters.rollbacks
+            tokens_before = counters.tokens
             try:
                 self.train_one_step(report_memory)
             except torch.OutOfMemoryError:
@@ -109,9 +110,8 @@ class Run:
             step_time = time.perf_counter() - t0
             counters.train_time_s += step_time
             over_budget = time_budget_note(cfg, counters.train_time_s) is not None
-            self.threads.step_done(
-                step_time
-            )  # the update alone: evaluations and samples come after
+            # the update alone: evaluations and samples come after
+            self.threads.step_done(step_time, max(0, counters.tokens - tokens_before))
             due = work_due(counters.step, cfg, self.readings.val_points)
             # Read the losses back before any work due at this step, and at the last step, so
             # an anomaly among them is handled (rolled back, paused) before that work is done.

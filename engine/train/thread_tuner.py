@@ -3,8 +3,10 @@
 A thread per core trains 1.4-1.9x faster on an idle machine and several times slower as soon as
 something else wants a core (bench/threads.py), so no count chosen once is right: the run times a
 few steps at each candidate count (they train as any other: nothing is thrown away), keeps the
-fastest (`keep_threads`), and measures again when the step time drifts (a job started or ended;
-less often while the count stays the same) and every few minutes. Between two measurements a
+fastest (`keep_threads`), and measures again when the steps change size (a sequence-length or
+batch schedule: the best count for 256 tokens a step is not the best for 1,024), when the time
+per token drifts (a job started or ended; less often while the count stays the same) and every
+few minutes. Between two measurements a
 step costs an append and, every RECENT steps, the median of RECENT numbers. Off on a GPU, with `train.threads = N`, with OMP_NUM_THREADS, and
 under torchrun (each rank keeps the static default: ranks measuring apart would time each other).
 `step_done` must be called on the thread that trains: torch's count is set on the calling thread.
@@ -36,6 +38,7 @@ INTERVAL_S = 300.0  # measure again this often even when nothing drifted
 # doubled each time the count is kept again (up to INTERVAL_S): a load that keeps moving does not
 # buy a measurement every few steps. A measurement that changed the count starts over at none.
 DRIFT_WAIT_S = 30.0
+RESIZE = 1.5  # steps this many times bigger (or smaller) than at the choice: measure again
 MAX_CANDIDATES = 4  # every count up to this many cores; past it, this many of them
 
 
@@ -90,6 +93,7 @@ class ThreadTuner:
         self._on_choice, self._set_threads, self._clock = on_choice, set_threads, clock
         self._recent: deque[float] = deque(maxlen=RECENT)
         self._reference = 0.0  # the chosen count's step time, measured at the choice
+        self._size = 0  # tokens a step the times are scaled to (0: not told; times as they are)
         self._measured_at = clock()
         self._drift_wait = 0.0  # see DRIFT_WAIT_S
         self._queue: list[int] = []  # counts still to measure, the one being measured first
@@ -104,8 +108,16 @@ class ThreadTuner:
     def measuring(self) -> bool:
         return bool(self._queue)
 
-    def step_done(self, seconds: float) -> None:
-        """One training step took `seconds` (wall time, on the training thread)."""
+    def step_done(self, seconds: float, tokens: int = 0) -> None:
+        """One training step of `tokens` tokens (0: not told) took `seconds` (wall time, on the
+        training thread). Times are compared per token: a step twice the size is not a drift."""
+        if tokens and not self._size:
+            self._size = tokens  # the measurement's first step sets the size times are scaled to
+        if tokens:
+            if not self._queue and max(tokens, self._size) >= RESIZE * min(tokens, self._size):
+                self._measure(f"the steps went from {self._size:,} to {tokens:,} tokens")
+                self._size = tokens
+            seconds *= self._size / tokens
         if self._queue:
             self._measuring_step(seconds)
             return
@@ -125,6 +137,7 @@ class ThreadTuner:
 
     def _measure(self, reason: str, warm: bool = True) -> None:
         self._reason, self._previous, self._results = reason, self.threads, {}
+        self._size = 0  # set by the next step told its size
         # the count in use first: no switch, so its first step is a fair one (once warm)
         self._queue = [self.threads, *(n for n in self.counts if n != self.threads)]
         self._timed, self._skip = [], 0 if warm else START_WARMUP_STEPS
@@ -165,7 +178,7 @@ class ThreadTuner:
 class FixedThreads:
     """The thread count of a run that does not measure it (see `thread_tuner`): kept as set."""
 
-    def step_done(self, seconds: float) -> None:
+    def step_done(self, seconds: float, tokens: int = 0) -> None:
         """A step's time changes nothing here."""
 
 

@@ -244,3 +244,27 @@ def test_train_threads_fixes_the_count_on_a_run_long_enough_to_measure(tmp_path)
     assert trainer.state == "finished" and seen == {1}
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert "threads" not in {json.loads(line)["kind"] for line in lines}  # nothing measured
+
+
+def test_steps_that_grow_are_measured_again_at_once_and_timed_per_token() -> None:
+    """A sequence-length warmup: at 256 tokens a step one thread is as fast (the choice keeps it);
+    at 1,024 two threads are twice as fast. The tuner measures again as soon as the steps grow,
+    not after a drift wait, and a bigger step alone is not taken for a slower machine."""
+    machine = Machine({1: 0.010, 2: 0.0099}, start=1)
+    tuner = machine.tuner((1, 2))
+    for _ in range(START_WARMUP_STEPS + TIMED_STEPS + 1 + TIMED_STEPS + 3):
+        tuner.step_done(machine.times[machine.threads], tokens=256)
+    assert [c.threads for c in machine.choices] == [1]  # within the margin: kept
+    machine.times = {1: 0.080, 2: 0.040}  # 4x the tokens: per token 2x slower on 1, same on 2
+    ran = []
+    for _ in range(1 + TIMED_STEPS + 1 + TIMED_STEPS + 3):
+        ran.append(machine.threads)
+        tuner.step_done(machine.times[machine.threads], tokens=1024)
+    assert machine.choices[-1].threads == 2 and ran[-1] == 2
+    assert machine.choices[-1].reason == "the steps went from 256 to 1,024 tokens"
+    assert machine.choices[-1].step_times_s == {1: 0.080, 2: 0.040}  # at the new size
+    # the same size from now on: no more measurements, however many steps
+    before = len(machine.choices)
+    for _ in range(100):
+        tuner.step_done(machine.times[machine.threads], tokens=1024)
+    assert len(machine.choices) == before and not tuner.measuring
