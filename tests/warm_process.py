@@ -183,7 +183,10 @@ def serve(path: str) -> None:
             clients.append(conn)
         for conn in [c for c in clients if c in readable]:
             clients.remove(conn)
-            request, fds = _receive(conn)
+            try:  # a client that went away (its test ended, was killed) must not end the server
+                request, fds = _receive(conn)
+            except (OSError, ValueError):
+                request, fds = None, []
             if request is None:
                 conn.close()
                 continue
@@ -197,7 +200,10 @@ def serve(path: str) -> None:
             for fd in fds:
                 os.close(fd)
             children[pid] = conn
-            _send(conn, {"pid": pid})
+            try:
+                _send(conn, {"pid": pid})
+            except OSError:  # its client is gone; the child runs on and is reaped as any other
+                pass
 
 
 # ------------------------------------------------------------------ the client (in the test)
