@@ -24,6 +24,7 @@ from cockpit.research.llm_proposer import (
     AGENT_REFUSED_WHY,
     AgentError,
     agent_refused,
+    read_keys,
     reply_json,
     settings_text,
     unknown_key,
@@ -102,21 +103,8 @@ def live_keys() -> list[str]:
 def parse_live_keys(text: str) -> list[str]:
     """`--keys k1,k2` as canonical live keys; ConfigError (one line) for an unknown key or one
     that cannot change while the run trains."""
-    keys = []
-    for raw in (part.strip() for part in text.split(",")):
-        if not raw:
-            continue
-        try:
-            key = canonical_key(raw)
-        except ConfigError:
-            known = [*LIVE_SETTINGS, COOLDOWN]
-            raise ConfigError(f"--keys: {unknown_key(raw, known)}") from None
-        if (why := refusal(key)) is not None:
-            raise ConfigError(f"--keys: {why}")
-        keys.append(key)
-    if not keys:
-        raise ConfigError("--keys: name at least one key, e.g. --keys optim.lr,schedule.cooldown")
-    return list(dict.fromkeys(keys))
+    known = [*LIVE_SETTINGS, COOLDOWN]
+    return read_keys(text, lambda: known, refusal, "optim.lr,schedule.cooldown")
 
 
 @dataclass(frozen=True)

@@ -116,9 +116,11 @@ def load_program(path: str | os.PathLike[str]) -> str:
     return text
 
 
-def parse_keys(text: str, settable: Sequence[str] | None = None) -> list[str]:
-    """`--keys k1,k2` as canonical keys; ConfigError (one line) for an unknown key or, given
-    `settable`, one the search may not change."""
+def read_keys(
+    text: str, known: Callable[[], list[str]], check: Callable[[str], str | None], example: str
+) -> list[str]:
+    """`--keys k1,k2` as canonical keys, each once; ConfigError (one line) for an unknown key
+    (the nearest of `known()` named), one `check` refuses (its reason), or none at all."""
     keys = []
     for raw in (part.strip() for part in text.split(",")):
         if not raw:
@@ -126,13 +128,25 @@ def parse_keys(text: str, settable: Sequence[str] | None = None) -> list[str]:
         try:
             key = canonical_key(raw)
         except ConfigError:
-            raise ConfigError(f"--keys: {unknown_key(raw, list(_fields()))}") from None
-        if settable is not None and key not in settable:
-            raise ConfigError(f"--keys: {key} is not a setting the search may change")
+            raise ConfigError(f"--keys: {unknown_key(raw, known())}") from None
+        if (why := check(key)) is not None:
+            raise ConfigError(f"--keys: {why}")
         keys.append(key)
     if not keys:
-        raise ConfigError("--keys: name at least one key, e.g. --keys optim.lr,optim.weight_decay")
+        raise ConfigError(f"--keys: name at least one key, e.g. --keys {example}")
     return list(dict.fromkeys(keys))
+
+
+def parse_keys(text: str, settable: Sequence[str] | None = None) -> list[str]:
+    """`--keys k1,k2` as canonical keys; ConfigError (one line) for an unknown key or, given
+    `settable`, one the search may not change."""
+
+    def check(key: str) -> str | None:
+        if settable is None or key in settable:
+            return None
+        return f"{key} is not a setting the search may change"
+
+    return read_keys(text, lambda: list(_fields()), check, "optim.lr,optim.weight_decay")
 
 
 def unknown_key(key: str, known: Sequence[str]) -> str:
