@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cockpit.cli.options import add_llm_arguments
+
 NAME = "autopilot"
 HELP = (
     "act on a live run by rules (cool down on a plateau, checkpoint and lower the LR on a "
@@ -71,19 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     agent = parser.add_argument_group(
         "an agent that proposes (an OpenAI-compatible endpoint; pip install 'cockpit[agent]')"
     )
-    agent.add_argument(
-        "--llm",
-        metavar="URL",
-        help="a chat completions endpoint proposes actions on the run, e.g. "
+    add_llm_arguments(
+        agent,
+        "a chat completions endpoint proposes actions on the run, e.g. "
         "http://127.0.0.1:11434/v1 (Ollama); needs --model",
-    )
-    agent.add_argument("--model", metavar="NAME", help="the model the --llm endpoint serves")
-    agent.add_argument(
-        "--llm-key-env",
-        metavar="VAR",
-        default="OPENAI_API_KEY",
-        help="the environment variable holding the endpoint's API key (default: OPENAI_API_KEY; "
-        "unset: none, as local servers need); the key is never written to any file",
     )
     agent.add_argument(
         "--program",

@@ -138,3 +138,17 @@ def runs_root_problem(subcommand: str, root: str) -> str | None:
     if not path.is_dir():
         return f"cockpit {subcommand}: {root} is a file, not a directory; name the folder your runs are in: cockpit {subcommand} DIR"
     return None
+
+
+def add_llm_arguments(group: Any, llm_help: str) -> None:
+    """An OpenAI-compatible endpoint's options (the research search's and the autopilot's):
+    `--llm URL` (what it proposes, `llm_help`), `--model`, and where its API key is read from."""
+    group.add_argument("--llm", metavar="URL", help=llm_help)
+    group.add_argument("--model", metavar="NAME", help="the model the --llm endpoint serves")
+    group.add_argument(
+        "--llm-key-env",
+        metavar="VAR",
+        default="OPENAI_API_KEY",
+        help="the environment variable holding the endpoint's API key (default: OPENAI_API_KEY; "
+        "unset: none, as local servers need); the key is never written to any file",
+    )

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from cockpit.cli.options import add_notify_options, add_presets_dir_option
+from cockpit.cli.options import add_llm_arguments, add_notify_options, add_presets_dir_option
 
 NAME = "research"
 HELP = (
@@ -156,20 +156,11 @@ def add_agent_arguments(search: argparse.ArgumentParser) -> None:
     agent = search.add_argument_group(
         "an agent that proposes (an OpenAI-compatible endpoint; pip install 'cockpit[agent]')"
     )
-    agent.add_argument(
-        "--llm",
-        metavar="URL",
-        help="a chat completions endpoint proposes each change instead of a changes file, e.g. "
+    add_llm_arguments(
+        agent,
+        "a chat completions endpoint proposes each change instead of a changes file, e.g. "
         "http://127.0.0.1:11434/v1 (Ollama); needs --model; in the app a person approves each "
         "proposal, headless needs --auto",
-    )
-    agent.add_argument("--model", metavar="NAME", help="the model the --llm endpoint serves")
-    agent.add_argument(
-        "--llm-key-env",
-        metavar="VAR",
-        default="OPENAI_API_KEY",
-        help="the environment variable holding the endpoint's API key (default: OPENAI_API_KEY; "
-        "unset: none, as local servers need); the key is never written to any file",
     )
     agent.add_argument(
         "--program",
