@@ -7,9 +7,7 @@ viewer sees it."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import select
 import signal
 import sys
 import textwrap
@@ -369,6 +367,7 @@ class AgentPilot(Pilot):
     applied (--auto), asked on the terminal (y, n NOTE, e), or printed (--dry-run)."""
 
     def __init__(self, engine: Any, agent: Any, who: str, args: argparse.Namespace) -> None:
+        from cockpit.cli.approval_prompt import ApprovalPrompt
         from cockpit.research.live_agent import (
             DEFAULT_LIVE_PROGRAM,
             Rounds,
@@ -393,10 +392,8 @@ class AgentPilot(Pilot):
         self.due = False
         self.last_round = time.monotonic()
         self.failing = ""  # the endpoint's failure, said once until it answers again
-        self.awaiting: Any = None  # the proposal asked on the terminal (or being edited)
-        self.editing = False
-        self.typed = ""  # what the person typed, not yet taken as answers
         self.notes_for_agent: list[str] = []
+        self.prompt = ApprovalPrompt(self._apply, self._apply_edited, self.notes_for_agent.append)
 
     def observe(self, event: Any, live: bool) -> None:
         from engine.events import Eval
@@ -414,9 +411,9 @@ class AgentPilot(Pilot):
             # the next round from now on: evaluations during this one saw no action taken yet
             self.due, self.live_evals, self.last_round = False, 0, time.monotonic()
             self._outcome(outcome)
-        if self.awaiting is not None:
-            self._answer()
-        if self.due and not self.rounds.busy and self.awaiting is None:
+        if self.prompt.awaiting is not None:
+            self.prompt.poll()
+        if self.due and not self.rounds.busy and self.prompt.awaiting is None:
             self._start_round()
 
     def _start_round(self) -> None:
@@ -466,8 +463,7 @@ class AgentPilot(Pilot):
             self._apply(action)
         else:
             print(f"{head}; proposes: {action.text}{changes}", flush=True)
-            print(_ASK, flush=True)
-            self.awaiting = action
+            self.prompt.ask(action)
 
     def _apply(self, action: Any) -> None:
         from cockpit.research.autopilot_rules import Action
@@ -479,62 +475,10 @@ class AgentPilot(Pilot):
         self._send(Action(action.action, arguments, action.text))
         self._notify(self.watch.step, f"{action.reason}; {action.text}")
 
-    def _answer(self) -> None:
-        """The person's answers to the proposal awaiting, as lines of them come."""
-        ready, _, _ = select.select([sys.stdin], [], [], 0)
-        if ready:
-            data = os.read(sys.stdin.fileno(), 4096)
-            # the terminal closed: nobody is left to approve, so no is the answer
-            self.typed = self.typed + data.decode(errors="replace") if data else "n\n"
-        while self.awaiting is not None and "\n" in self.typed:
-            line, self.typed = self.typed.split("\n", 1)
-            self._take(line.strip())
-
-    def _take(self, answer: str) -> None:
-        from cockpit.research.autopilot_rules import parse_action
-        from engine.config import ConfigError
-
-        proposal = self.awaiting
-        if self.editing:
-            self.editing = False
-            if not answer:
-                print("rejected", flush=True)
-                self.awaiting = None
-                return
-            try:
-                action = parse_action(answer, "the action")
-            except ConfigError as e:
-                print(f"{e}; e to edit again, n to reject", flush=True)
-                return
-            print(f"doing: {action.text}", flush=True)
-            self._send(action)
-            self._notify(self.watch.step, f"{proposal.reason}; {action.text} (edited)")
-            self.awaiting = None
-            return
-        word, _, note = answer.partition(" ")
-        if word.lower() in ("y", "yes"):
-            print(f"doing: {proposal.text}", flush=True)
-            self._apply(proposal)
-        elif word.lower() in ("n", "no"):
-            note = note.strip()
-            self.notes_for_agent.append(f"{proposal.text}: {note or 'rejected, no note given'}")
-            heard = ": the agent hears your note next time" if note else ""
-            print(f"rejected{heard}", flush=True)
-        elif word.lower() in ("e", "edit"):
-            self.editing = True
-            print(_EDIT, flush=True)
-            return
-        else:
-            print(f"{answer!r}: answer y, n (a note after it for the agent), or e", flush=True)
-            return
-        self.awaiting = None
-
-
-_ASK = "apply it? y: yes, n [NOTE]: no (the agent hears the note), e: edit"
-_EDIT = (
-    "the action instead, as a rules file spells it (set KEY=VALUE, cooldown [STEPS], "
-    "checkpoint, rollback [LR_FACTOR], scale_lr FACTOR); enter: reject"
-)
+    def _apply_edited(self, proposal: Any, action: Any) -> None:
+        """The person's action (autopilot_rules.Action) in place of the agent's `proposal`."""
+        self._send(action)
+        self._notify(self.watch.step, f"{proposal.reason}; {action.text} (edited)")
 
 
 def _say(line: str) -> None:
