@@ -451,27 +451,16 @@ def make_search(args: argparse.Namespace, signals: Any, in_app: bool) -> tuple[A
         )
         search.open()
         return search, None, proposing
-    from cockpit.app.researching import SearchRunner
+    from cockpit.app.search_runner import open_search
 
-    runner: Any = None  # made once the search is: the search's calls go to it
-    proposer, proposing = make_proposer(
-        args, spec, ask=lambda p, c: runner.ask(p, c), say=lambda line: runner.say(line)
-    )
-    search = Search(
+    runner, proposing = open_search(
         spec,
         root,
-        proposer,
-        train_run=lambda run_dir, overrides, resume: runner.train_run(run_dir, overrides, resume),
-        stop_requested=lambda: runner.stop_requested(),
-        say=lambda line: runner.say(line),
-    )
-    search.open()
-    runner = SearchRunner(
-        search,
+        lambda ask, say: make_proposer(args, spec, ask=ask, say=say),
         build=lambda run_dir, overrides, resume: _build(args, spec, run_dir, overrides, resume),
-        planned=planned_experiments(args, proposer),
+        experiments=args.experiments,
     )
-    return search, runner, proposing
+    return runner.search, runner, proposing
 
 
 def log_command(args: argparse.Namespace, name: str) -> str:
@@ -498,19 +487,6 @@ def print_done(search: Any, state: Any, log_cmd: str) -> None:
         f"best configuration: {search.best_path} (cockpit train --preset {shlex.quote(str(search.best_path))})"
     )
     print(f"research log: {search.log.path} ({log_cmd})")
-
-
-def planned_experiments(args: argparse.Namespace, proposer: Any) -> int | None:
-    """How many experiments the search will try, when known (a changes file's candidates,
-    --experiments): the app's titles say "exp 3/6"."""
-    from cockpit.research import ChangesFileProposer
-    from cockpit.research.llm_proposer import Guarded
-
-    inner = proposer.inner if isinstance(proposer, Guarded) else proposer
-    planned = len(inner.proposals) if isinstance(inner, ChangesFileProposer) else None
-    if args.experiments is not None:
-        planned = min(planned, args.experiments) if planned is not None else args.experiments
-    return planned
 
 
 def run_in_app(args: argparse.Namespace, runner: Any, log_cmd: str) -> int:
