@@ -11,7 +11,6 @@ exits with its status, so a command after it in the pane (`; echo $?`) reads it 
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import sys
@@ -54,17 +53,12 @@ def main(argv: list[str]) -> int:
         [sys.executable, "-c", TAKE_THE_TERMINAL, *argv[1:]], start_new_session=True
     )
 
-    def pass_on(signum: int, _frame: object) -> None:
-        try:
-            os.kill(child.pid, signum)
-        except ProcessLookupError:
-            pass
-
     # Where the process could not take the terminal, it is still this script's (and the
     # shell's): what the terminal sends here goes on to it. Where it did, none comes here but a
     # hang-up by hand; this script stays to report the status either way.
-    for signum in (signal.SIGHUP, signal.SIGWINCH, signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, pass_on)
+    warm_process.pass_signals_on(
+        child.pid, (signal.SIGHUP, signal.SIGWINCH, signal.SIGTERM, signal.SIGINT)
+    )
     code = child.wait()
     return 128 - code if code < 0 else code
 

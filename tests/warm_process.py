@@ -7,15 +7,25 @@ file descriptors, environment and working directory are theirs); what they skip 
 the imports. Tests of what happens while a process starts up (a signal during the imports, the
 command line `ps` shows) keep starting a fresh interpreter with `subprocess`.
 
-The server is single-threaded (it forks) and lives as long as the test process that started it.
+This file holds the one fork server of the suite. A test process starts one server of each kind
+it uses (`ServerKind`: what the server imports, what its environment sets): this file's, for
+the processes `Popen` starts, and tests/warm_ranks.py's, for torchrun's launcher and ranks (one
+OpenMP thread each, torch.distributed imported). A request names the argv, environment, working
+directory and standard streams of the process to fork, and may bring a lifeline: the read end
+of a pipe whose closing kills the child's process group (tests/warm_ranks.py's stand-ins).
+
+A server is single-threaded (it forks), ends with the test process that started it, and its
+children get SIGTERM when it goes.
 """
 
 from __future__ import annotations
 
 import array
+import atexit
 import io
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -23,18 +33,20 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = 4  # bytes of a message's length
+STREAMS = 3  # stdin, stdout, stderr: the descriptors every request brings
 # read once when torch and its OpenMP load: a child asking for other values needs a fresh process
 READ_AT_IMPORT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES")
 WARM_IMPORTS = ("torch", "torch._dynamo", "torch.optim", "numpy", "cockpit.cli.command_line",
                 "engine.train", "engine.train.build_run", "engine.config")  # fmt: skip
 
 
-# ------------------------------------------------------------------ the server (its own process)
-def _send(conn: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+# ------------------------------------------------------------------ messages (both ends)
+def send(conn: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    """One message: its length, then its JSON; `fds` go with its first byte."""
     data = json.dumps(message).encode()
     payload = len(data).to_bytes(HEADER, "big") + data
     if fds:
@@ -43,21 +55,58 @@ def _send(conn: socket.socket, message: dict[str, Any], fds: list[int] | None = 
         conn.sendall(payload)
 
 
-def _receive(conn: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+def receive(conn: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message and the descriptors that came with it; None where the other end closed. It
+    reads no further than its message: the next one (a child's exit, right after its pid) stays
+    for the next call."""
     fds = array.array("i")
-    data, ancdata, _, _ = conn.recvmsg(1 << 20, socket.CMSG_SPACE(3 * fds.itemsize))
-    for level, kind, cdata in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(cdata[: len(cdata) - len(cdata) % fds.itemsize])
-    if not data:
-        return None, list(fds)
-    size = int.from_bytes(data[:HEADER], "big")
-    while len(data) < HEADER + size:
-        more = conn.recv(HEADER + size - len(data))
+    data = b""
+    while len(data) < HEADER:
+        more, ancdata, _, _ = conn.recvmsg(
+            HEADER - len(data), socket.CMSG_SPACE((STREAMS + 1) * fds.itemsize)
+        )
+        for level, kind, cdata in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(cdata[: len(cdata) - len(cdata) % fds.itemsize])
         if not more:
             return None, list(fds)
         data += more
-    return json.loads(data[HEADER : HEADER + size]), list(fds)
+    size = int.from_bytes(data, "big")
+    body = b""
+    while len(body) < size:
+        more = conn.recv(size - len(body))
+        if not more:
+            return None, list(fds)
+        body += more
+    return json.loads(body), list(fds)
+
+
+# ------------------------------------------------------------------ the server (its own process)
+def _refusal(request: dict[str, Any], fds: list[int]) -> str | None:
+    """Why this server cannot fork what `request` asks for; None where it can."""
+    wanted = STREAMS + bool(request.get("lifeline"))
+    if len(fds) != wanted:
+        return f"a request brings {wanted} descriptors, this one {len(fds)}"
+    if request.get("lifeline") and not request["new_session"]:  # it kills the child's group
+        return "a child with a lifeline has a session of its own: start_new_session=True"
+    env = request["env"]
+    for name in READ_AT_IMPORT:
+        if env.get(name) != os.environ.get(name):
+            return (
+                f"a warm process has its server's {name} ({os.environ.get(name, 'unset')}), not "
+                f"{env.get(name, 'unset')}: torch reads it as it loads; start a fresh process for another"
+            )  # fmt: skip
+    path = env.get("PYTHONPATH", "")
+    if path and Path(path.split(os.pathsep)[0]).resolve() != REPO:
+        return f"a warm process runs this checkout's code, not PYTHONPATH={path}"
+    return None
+
+
+def _die_with_lifeline(lifeline: int) -> None:
+    """Block until the other end of the lifeline closes, then kill this process's group."""
+    while os.read(lifeline, 1):
+        pass
+    os.killpg(0, signal.SIGKILL)
 
 
 def _child(request: dict[str, Any], fds: list[int]) -> None:
@@ -75,11 +124,15 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
             ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
         if request["new_session"]:
             os.setsid()
-        for target, fd in enumerate(fds):
+        streams, lifelines = fds[:STREAMS], fds[STREAMS:]
+        for target, fd in enumerate(streams):
             os.dup2(fd, target)
-        for fd in fds:
+        for fd in streams:
             if fd > 2:
                 os.close(fd)
+        for lifeline in lifelines:
+            os.set_inheritable(lifeline, False)
+            threading.Thread(target=_die_with_lifeline, args=(lifeline,), daemon=True).start()
         if request["memory_cap"]:
             import resource
 
@@ -138,13 +191,20 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         os._exit(code)
 
 
-def serve(path: str) -> None:
-    """Import the heavy modules once, then fork a child for each request on `path`."""
+def _reply(conn: socket.socket, message: dict[str, Any]) -> None:
+    """Best effort: a client gone (its test ended, was killed) must not end the server."""
+    try:
+        send(conn, message)
+    except OSError:
+        pass
+
+
+def serve(path: str, imports: list[str]) -> None:
+    """Import `imports` once, then fork a child for each request on `path`."""
     import gc
     import importlib
-    import select
 
-    for name in WARM_IMPORTS:
+    for name in imports:
         importlib.import_module(name)
     # a child's garbage collections leave the imported objects alone: they would touch (and so
     # copy, page by page) the whole heap the child shares with the server
@@ -173,21 +233,22 @@ def serve(path: str) -> None:
                     break
                 conn = children.pop(pid, None)
                 if conn is not None:
-                    try:
-                        _send(conn, {"exited": pid, "status": status})
-                    except OSError:
-                        pass
+                    _reply(conn, {"exited": pid, "status": status})
                     conn.close()
         if listener in readable:
-            conn, _ = listener.accept()
-            clients.append(conn)
+            clients.append(listener.accept()[0])
         for conn in [c for c in clients if c in readable]:
             clients.remove(conn)
-            try:  # a client that went away (its test ended, was killed) must not end the server
-                request, fds = _receive(conn)
+            try:
+                request, fds = receive(conn)
             except (OSError, ValueError):
                 request, fds = None, []
-            if request is None:
+            refusal = None if request is None else _refusal(request, fds)
+            if request is None or refusal is not None:
+                for fd in fds:
+                    os.close(fd)
+                if refusal is not None:
+                    _reply(conn, {"error": refusal})
                 conn.close()
                 continue
             pid = os.fork()
@@ -200,61 +261,88 @@ def serve(path: str) -> None:
             for fd in fds:
                 os.close(fd)
             children[pid] = conn
-            try:
-                _send(conn, {"pid": pid})
-            except OSError:  # its client is gone; the child runs on and is reaped as any other
-                pass
+            _reply(conn, {"pid": pid})  # its client gone, the child runs on and is reaped
 
 
-# ------------------------------------------------------------------ the client (in the test)
+# ------------------------------------------------------------------ the servers (in the test)
+class ServerKind(NamedTuple):
+    """A kind of warm server: the variable that names one to the processes a test starts (they
+    start theirs from it), the modules it imports once, and what its environment sets beside
+    the test process's."""
+
+    variable: str
+    imports: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
 # where a test names its server to a process it starts (a bench, say), that process starts its
 # own processes from the same server (tests/live_process.py's runs, a bench's viewers)
 SERVER_ENV = "COCKPIT_WARM_SERVER"
-_server_lock = threading.Lock()
-_server: tuple[subprocess.Popen[str], str] | None = None
-_server_env = dict(os.environ)  # what the server imported torch with
+PROCESSES = ServerKind(SERVER_ENV, WARM_IMPORTS)
+_servers_lock = threading.Lock()
+_servers: dict[ServerKind, tuple[subprocess.Popen[str], str]] = {}
 
 
-def _server_path() -> str:
-    """The warm server of this test process, started on first use."""
-    global _server
-    shared = os.environ.get(SERVER_ENV)
-    if shared and _server is None and os.path.exists(shared):
+def server_path(kind: ServerKind = PROCESSES) -> str:
+    """The socket of this test process's server of `kind` (started on first use), or of the
+    one its environment names."""
+    shared = os.environ.get(kind.variable)
+    if shared and kind not in _servers and os.path.exists(shared):
         return shared
-    with _server_lock:
-        if _server is None or _server[0].poll() is not None:
-            _server_env.clear()
-            _server_env.update(os.environ)
-            folder = tempfile.mkdtemp(prefix="warm-")
-            path = os.path.join(folder, "sock")
+    with _servers_lock:
+        server = _servers.get(kind)
+        if server is None or server[0].poll() is not None:
+            path = os.path.join(tempfile.mkdtemp(prefix="warm-"), "sock")
             process = subprocess.Popen(
-                [sys.executable, __file__, path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
-                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                [sys.executable, __file__, path, *kind.imports], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, text=True, cwd=REPO,
+                env={**os.environ, **dict(kind.env), "PYTHONPATH": str(REPO)},
             )  # fmt: skip
             assert process.stdout is not None
             if process.stdout.readline().strip() != "ready":
                 raise RuntimeError("the warm process server did not start")
-            _server = (process, path)
-        return _server[1]
+            server = _servers[kind] = (process, path)
+            atexit.register(_stop, process)
+        return server[1]
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End a server with the tests (its CPU, and its children's, counted as theirs)."""
+    process.terminate()
+    process.wait(10)
 
 
 def sharing_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """`env` (default: this process's) naming this test process's server: a process started
     with it starts its own warm, from the same server."""
-    return {**(os.environ if env is None else env), SERVER_ENV: _server_path()}
+    return {**(os.environ if env is None else env), SERVER_ENV: server_path()}
 
 
+# ------------------------------------------------------------------ the client (in the test)
 class Popen(subprocess.Popen):
     """subprocess.Popen for `[sys.executable, "-m", MODULE, ...]`, `[sys.executable, "-c", CODE,
-    ...]` or `[sys.executable, SCRIPT, ...]`, the child forked from the warm server.
-    `memory_cap` (bytes of address space) stands in for a preexec_fn that sets RLIMIT_AS."""
+    ...]` or `[sys.executable, SCRIPT, ...]`, the child forked from the warm server at `server`
+    (default: this test process's). `memory_cap` (bytes of address space) stands in for a
+    preexec_fn that sets RLIMIT_AS; `lifeline`, the read end of a pipe: the child's process
+    group is killed when its write end closes. A request the server cannot serve (another
+    OMP_NUM_THREADS, say) raises ValueError."""
 
-    def __init__(self, args: list[str], *, memory_cap: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        memory_cap: int | None = None,
+        server: str | None = None,
+        lifeline: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not args or args[0] != sys.executable or len(args) < 2:
             raise ValueError(f"a warm process runs python -m MODULE, -c CODE or SCRIPT, not {args}")
         if kwargs.get("preexec_fn") is not None or kwargs.get("shell"):
             raise ValueError("a warm process takes memory_cap, not preexec_fn or shell")
         self._memory_cap = memory_cap
+        self._server = server
+        self._lifeline = lifeline
         self._status_conn: socket.socket | None = None
         super().__init__(args, **kwargs)
 
@@ -264,9 +352,9 @@ class Popen(subprocess.Popen):
         restore_signals, gid, gids, uid, umask, start_new_session, process_group,
     ) -> None:  # fmt: skip
         # where the caller redirects nothing, the child shares the caller's own stream
-        streams = [
-            fd if fd != -1 else own for fd, own in ((p2cread, 0), (c2pwrite, 1), (errwrite, 2))
-        ]
+        fds = [fd if fd != -1 else own for fd, own in ((p2cread, 0), (c2pwrite, 1), (errwrite, 2))]
+        if self._lifeline is not None:
+            fds.append(self._lifeline)
         umask_now = os.umask(0o022)
         os.umask(umask_now)
         request = {
@@ -276,20 +364,20 @@ class Popen(subprocess.Popen):
             "new_session": bool(start_new_session),
             "memory_cap": self._memory_cap,
             "umask": umask_now if umask < 0 else umask,
+            "lifeline": self._lifeline is not None,
         }
-        for name in READ_AT_IMPORT:
-            if request["env"].get(name) != _server_env.get(name):
-                raise ValueError(
-                    f"a warm process has the server's {name}; start a fresh one for another"
-                )
-        path = request["env"].get("PYTHONPATH", "")
-        if path and Path(path.split(os.pathsep)[0]).resolve() != REPO:
-            raise ValueError(f"a warm process runs this checkout's code, not PYTHONPATH={path}")
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(_server_path())
-        _send(conn, request, streams)
-        reply, _ = _receive(conn)
+        try:
+            conn.connect(self._server or server_path())
+            send(conn, request, fds)
+            reply, _ = receive(conn)
+        except BaseException:
+            conn.close()
+            raise
         if reply is None or "pid" not in reply:
+            conn.close()
+            if reply is not None and "error" in reply:
+                raise ValueError(reply["error"])
             raise OSError(f"the warm process server did not start {args}")
         self.pid = reply["pid"]
         self._status_conn = conn
@@ -308,14 +396,9 @@ class Popen(subprocess.Popen):
         conn = self._status_conn
         if conn is None:
             return self.pid, 0
-        conn.setblocking(block)
-        try:
-            reply, _ = _receive(conn)
-        except BlockingIOError:
+        if not block and not select.select([conn], [], [], 0)[0]:
             return 0, 0
-        finally:
-            if self._status_conn is not None:
-                conn.setblocking(True)
+        reply, _ = receive(conn)
         conn.close()
         self._status_conn = None
         if reply is None:  # the server went away: say the child was killed
@@ -324,6 +407,18 @@ class Popen(subprocess.Popen):
 
     def _try_wait(self, wait_flags: int) -> tuple[int, int]:
         return self._status(block=not wait_flags & os.WNOHANG)
+
+    def _wait(self, timeout: float | None) -> int | None:
+        # the exit comes as a message: wait for it to arrive, rather than poll as subprocess does
+        conn = self._status_conn
+        if timeout is not None and self.returncode is None and conn is not None:
+            try:
+                ready = select.select([conn], [], [], max(timeout, 0.0))[0]
+            except (OSError, ValueError):  # another thread read the exit and closed it
+                ready = [conn]
+            if not ready:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return super()._wait(None)
 
     def _internal_poll(self, _deadstate: int | None = None, **_: Any) -> int | None:
         if self.returncode is None and self._waitpid_lock.acquire(False):
@@ -364,5 +459,18 @@ def run(
     return subprocess.CompletedProcess(args, code, stdout, stderr)
 
 
+def pass_signals_on(pid: int, signums: tuple[int, ...]) -> None:
+    """Send each of `signums` that reaches this process on to `pid` (a stand-in's child)."""
+
+    def pass_on(signum: int, _frame: object) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in signums:
+        signal.signal(signum, pass_on)
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], sys.argv[2:])
