@@ -228,12 +228,13 @@ def compare(args: argparse.Namespace) -> None:
 # overrides. The first row is the baseline the others are compared with.
 ABLATIONS: list[tuple[str, list[str]]] = [
     ("speedrun-cpu", []),
+    ("- bfloat16 (float32, 200 steps)", ["train.dtype=float32", "train.max_steps=200"]),
     ("- muon (AdamW everywhere)", ["optim.name=adamw"]),
     ("- fp32 Newton-Schulz (bf16)", ["optim.muon_ns=bf16"]),
     ("- Muon momentum 0.85 (0.95)", ["optim.muon_momentum=0.95"]),
     ("- Muon LR 0.04 (0.02)", ["optim.muon_lr=0.02"]),
-    ("- 200 steps, decay 0.5 (300, 0.4)", ["train.max_steps=300", "schedule.decay_fraction=0.4"]),
-    ("- 200 steps (225)", ["train.max_steps=225"]),
+    ("- 215 steps, decay 0.5 (300, 0.4)", ["train.max_steps=300", "schedule.decay_fraction=0.4"]),
+    ("- 215 steps (200)", ["train.max_steps=200"]),
     ("- wsd (cosine to min_lr)", ["schedule.kind=cosine"]),
     ("- rotary (learned positions)", ["model.pos_emb=learned"]),
     ("- qk_norm", ["model.qk_norm=false"]),

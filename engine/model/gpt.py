@@ -23,7 +23,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(ndim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, 1e-6)
+        # in x's dtype: a bfloat16 x (autocast's q and k) with a float32 weight takes torch's
+        # slower unfused path
+        return F.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), 1e-6)
 
 
 def make_norm(cfg: ModelConfig, ndim: int) -> nn.Module:
@@ -46,6 +48,36 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     cos, sin = cos[:t].to(x.dtype), sin[:t].to(x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+# On a CPU in bfloat16, torch's fused attention kernel is slower than its three ops written out
+# up to this many tokens (forward and backward: 2.4x at 64, 1.7x at 128, 1.1x at 256; slower
+# from 512): `python bench/attention_cpu.py`. In float32 and on GPUs the fused kernel is kept.
+CPU_BFLOAT16_UNFUSED_MAX_TOKENS = 256
+
+
+def attention_is_fused(device_type: str, dtype: torch.dtype, tokens: int) -> bool:
+    """Whether attention over `tokens` runs torch's fused kernel, which never holds the score
+    matrix (the memory planner's question too), or the three ops, which keep it for backward."""
+    return not (
+        device_type == "cpu" and dtype == torch.bfloat16 and tokens <= CPU_BFLOAT16_UNFUSED_MAX_TOKENS
+    )
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float
+) -> torch.Tensor:
+    """Causal softmax attention of (b, h, t, d) queries, keys and values: torch's fused kernel,
+    or on a CPU in bfloat16 for short sequences the same arithmetic as three ops."""
+    t = q.size(-2)
+    if attention_is_fused(q.device.type, q.dtype, t):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    scores = (q @ k.mT) * q.size(-1) ** -0.5
+    future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    weights = scores.masked_fill(future, float("-inf")).softmax(-1)
+    if dropout_p > 0:
+        weights = F.dropout(weights, dropout_p)
+    return weights @ v
 
 
 class CausalSelfAttention(nn.Module):
@@ -79,9 +111,7 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )
+        y = causal_attention(q, k, v, self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(b, t, c)
         return self.resid_dropout(self.c_proj(y))
 

@@ -14,7 +14,7 @@ import torch
 
 from engine.config.byte_sizes import GIB
 from engine.config.run_config import RunConfig
-from engine.model.gpt import GPT, padded_vocab_size
+from engine.model.gpt import GPT, attention_is_fused, padded_vocab_size
 from engine.plan.memory import (
     activation_bytes_estimate,
     float8_activation_saving,
@@ -174,6 +174,7 @@ def plan_memory(
         m.n_layer,
         padded_vocab_size(vocab_size, m.vocab_multiple),  # the head computes every padded row
         value_bytes,
+        flash_attention=attention_is_fused(device_type, dtype, m.block_size),
         grad_checkpoint=m.grad_checkpoint,
         recompute_blocks=m.recompute_blocks,
         value_embeds=m.value_embeds,

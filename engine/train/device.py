@@ -60,6 +60,30 @@ def select_dtype(requested: str, device: torch.device) -> torch.dtype:
     ]
 
 
+def cpu_bfloat16_note(dtype: torch.dtype, device: torch.device) -> str | None:
+    """A line for a run in bfloat16 on an x86 CPU that has no bfloat16 arithmetic (AVX512-BF16 or
+    AMX): there torch emulates it, slower than float32, where with it a matmul is about twice as
+    fast (bench/attention_cpu.py, speedrun-cpu). None when there is nothing to say."""
+    import platform
+
+    import torch
+
+    if device.type != "cpu" or dtype != torch.bfloat16:
+        return None
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    native = any(
+        getattr(torch.cpu, probe, lambda: False)()
+        for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    )
+    if native:
+        return None
+    return (
+        "train.dtype=bfloat16: this CPU has no bfloat16 arithmetic (AVX512-BF16 or AMX), so it is "
+        "emulated and slower than float32; --set train.dtype=float32 trains faster here"
+    )
+
+
 def allow_tf32(device: torch.device) -> None:
     """On CUDA, let fp32 matmuls and convolutions use TF32 tensor cores: several times faster
     on Ampere and newer GPUs, multiplying with 10 of fp32's 23 mantissa bits."""

@@ -51,7 +51,13 @@ from engine.rundir.metrics_log import read_history
 from engine.rundir.sinks import summary_writer_class
 from engine.train.config_file import start_config
 from engine.train.counters import Counters
-from engine.train.device import allow_tf32, autocast_context, device_capacity, select_dtype
+from engine.train.device import (
+    allow_tf32,
+    autocast_context,
+    cpu_bfloat16_note,
+    device_capacity,
+    select_dtype,
+)
 from engine.train.faults import SpikeDetector
 from engine.train.reporter import Reporter
 from engine.train.run_started import run_started
@@ -110,8 +116,9 @@ class RunParts:
     sample_generator: torch.Generator
     spikes: SpikeDetector
     shape_schedule: ShapeSchedule  # each step's shape
-    # how the model was made (RunStarted's notes): init_from's source, float8's layers
-    weights_notes: tuple[str, ...] = ()
+    # how the run was set up (RunStarted's notes): init_from's source, float8's layers, a
+    # bfloat16 the CPU emulates
+    setup_notes: tuple[str, ...] = ()
 
     @property
     def optimizer(self) -> Any:
@@ -135,18 +142,19 @@ def build(
     if cfg.log.tensorboard:
         summary_writer_class()  # a missing package refused before anything is on disk
     dtype = select_dtype(cfg.train.dtype, device)
+    setup_notes = [note] if (note := cpu_bfloat16_note(dtype, device)) else []
     allow_tf32(device)
     apply_threads(cfg.train.threads, device.type)  # on the training thread
     random.seed(cfg.train.seed)
     np.random.seed(cfg.train.seed)
     torch.manual_seed(cfg.train.seed)
-    weights, weights_notes = None, []
+    weights = None
     if resume_state is None and cfg.model.init_from:  # a resume's weights are its checkpoint's
         if cfg.model.init_from == REQUIRED:
             raise required_refusal(cfg.name)
         weights = open_source(cfg.model.init_from)  # refused before the corpus is prepared
         check_tokenizer_name(weights, cfg.data.tokenizer)
-        weights_notes = [weights.note(), *apply_shape(cfg.model, weights)]
+        setup_notes += [weights.note(), *apply_shape(cfg.model, weights)]
 
     # The preparation is a phase of the run: its progress goes to the UI and the sinks (the
     # metrics file keeps only the final record) and a stop asked for meanwhile ends it.
@@ -178,7 +186,7 @@ def build(
         how = "emulated in ordinary matmuls (no faster)"
         if cfg.train.float8 == "on":
             how = "on the GPU's float8 tensor cores"
-        weights_notes.append(
+        setup_notes.append(
             f"train.float8: {len(converted)} Linear layers (the MLPs' and the head's) in float8, {how}"
         )
     if parallel.mode == "fsdp":
@@ -210,7 +218,7 @@ def build(
         ),
         sample_generator=torch.Generator(device=device).manual_seed(cfg.train.seed + 2),
         spikes=SpikeDetector(cfg.train.spike_sigma),
-        weights_notes=tuple(weights_notes),
+        setup_notes=tuple(setup_notes),
         shape_schedule=schedule,
     )
 
@@ -302,7 +310,7 @@ def announce(
             memory_plan=parts.memory_plan,
             flops_per_token=instruments.flops_per_token,
             peak=instruments.peak,
-            notes=[*parts.weights_notes, *notes],
+            notes=[*parts.setup_notes, *notes],
             schedule=parts.shape_schedule,
             train_time_s=counters.train_time_s,
             planned_lr=planned_lr,
