@@ -4,7 +4,8 @@ A thread per core trains 1.4-1.9x faster on an idle machine and several times sl
 something else wants a core (bench/threads.py), so no count chosen once is right: the run times a
 few steps at each candidate count (they train as any other: nothing is thrown away), keeps the
 fastest (`keep_threads`), and measures again when the steps change size (a sequence-length or
-batch schedule: the best count for 256 tokens a step is not the best for 1,024), when the time
+batch schedule: the best count for 256 tokens a step is not the best for 1,024; unless the count
+is already the most there is and the steps grew, or the fewest and they shrank), when the time
 per token drifts (a job started or ended; less often while the count stays the same) and every
 few minutes. Between two measurements a
 step costs an append and, every RECENT steps, the median of RECENT numbers. Off on a GPU, with `train.threads = N`, with OMP_NUM_THREADS, and
@@ -115,7 +116,11 @@ class ThreadTuner:
             self._size = tokens  # the measurement's first step sets the size times are scaled to
         if tokens:
             if not self._queue and max(tokens, self._size) >= RESIZE * min(tokens, self._size):
-                self._measure(f"the steps went from {self._size:,} to {tokens:,} tokens")
+                if self._resize_can_change_the_count(grew=tokens > self._size):
+                    self._measure(f"the steps went from {self._size:,} to {tokens:,} tokens")
+                else:  # the count stays; its time at the new size is the next reference
+                    self._reference = 0.0
+                    self._recent.clear()
                 self._size = tokens
             seconds *= self._size / tokens
         if self._queue:
@@ -127,6 +132,9 @@ class ThreadTuner:
             return
         median = statistics.median(recent)
         recent.clear()  # the next look is RECENT steps away: O(1) a step
+        if not self._reference:
+            self._reference = median
+            return
         since = self._clock() - self._measured_at
         if abs(median / max(self._reference, 1e-9) - 1) > DRIFT and since >= self._drift_wait:
             self._measure(
@@ -134,6 +142,12 @@ class ThreadTuner:
             )
         elif since >= INTERVAL_S:
             self._measure(f"{INTERVAL_S / 60:.0f} minutes since the last measurement")
+
+    def _resize_can_change_the_count(self, grew: bool) -> bool:
+        """Bigger steps divide among threads at least as well, smaller ones at most as well: a
+        run already at the most threads whose steps grew (or at the fewest, whose steps shrank)
+        would only train a few steps at slower counts to see them lose again."""
+        return self.threads != (max(self.counts) if grew else min(self.counts))
 
     def _measure(self, reason: str, warm: bool = True) -> None:
         self._reason, self._previous, self._results = reason, self.threads, {}

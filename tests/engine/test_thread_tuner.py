@@ -268,3 +268,40 @@ def test_steps_that_grow_are_measured_again_at_once_and_timed_per_token() -> Non
     for _ in range(100):
         tuner.step_done(machine.times[machine.threads], tokens=1024)
     assert len(machine.choices) == before and not tuner.measuring
+
+
+def test_steps_that_grow_at_the_most_threads_are_not_measured_again() -> None:
+    """Bigger steps divide among threads at least as well: a run at the most threads whose steps
+    grow keeps its count without training steps at fewer, and the time per token at the new size
+    becomes the reference (the bigger steps' better time per token is not a drift)."""
+    machine = Machine({1: 0.020, 2: 0.010}, start=1)
+    tuner = machine.tuner((1, 2))
+    for _ in range(START_WARMUP_STEPS + TIMED_STEPS + 1 + TIMED_STEPS + 3):
+        tuner.step_done(machine.times[machine.threads], tokens=256)
+    assert [c.threads for c in machine.choices] == [2]
+    machine.times = {1: 0.060, 2: 0.020}  # 4x the tokens at half the time per token
+    machine.now = 10 * INTERVAL_S / 11  # long past any drift wait, short of the interval
+    ran = []
+    for _ in range(10 * RECENT):
+        ran.append(machine.threads)
+        tuner.step_done(machine.times[machine.threads], tokens=1024)
+    assert set(ran) == {2} and len(machine.choices) == 1 and not tuner.measuring
+    # a real change of the load at the new size is still a drift
+    machine.times = {1: 0.030, 2: 0.080}
+    for _ in range(2 * RECENT + TIMED_STEPS + 1 + TIMED_STEPS + 2):
+        tuner.step_done(machine.times[machine.threads], tokens=1024)
+    assert machine.choices[-1].threads == 1
+    assert machine.choices[-1].reason.startswith("the step time went from 20 ms")
+
+
+def test_steps_that_shrink_at_the_fewest_threads_are_not_measured_again() -> None:
+    machine = Machine({1: 0.010, 2: 0.020}, start=2)
+    tuner = machine.tuner((1, 2))
+    for _ in range(START_WARMUP_STEPS + TIMED_STEPS + 1 + TIMED_STEPS + 3):
+        tuner.step_done(machine.times[machine.threads], tokens=1024)
+    assert [c.threads for c in machine.choices] == [1]
+    ran = []
+    for _ in range(3 * RECENT):
+        ran.append(machine.threads)
+        tuner.step_done(machine.times[machine.threads] / 4, tokens=256)
+    assert set(ran) == {1} and len(machine.choices) == 1
