@@ -51,8 +51,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 # On a CPU in bfloat16, torch's fused attention kernel is slower than its three ops written out
-# up to this many tokens (forward and backward: 2.4x at 64, 1.7x at 128, 1.1x at 256; slower
-# from 512): `python bench/attention_cpu.py`. In float32 and on GPUs the fused kernel is kept.
+# up to this many tokens (forward and backward: 3.3x at 64, 2.0x at 128, 1.2x at 256; at 512 the
+# rounds disagree, at 1024 the fused one is faster and the scores the three ops keep grow with
+# the square): `python bench/attention_cpu.py`. In float32 and on GPUs the fused kernel is kept.
 CPU_BFLOAT16_UNFUSED_MAX_TOKENS = 256
 
 
