@@ -70,9 +70,16 @@ def causal_attention(
 ) -> torch.Tensor:
     """Causal softmax attention of (b, h, t, d) queries, keys and values: torch's fused kernel,
     or on a CPU in bfloat16 for short sequences the same arithmetic as three ops."""
-    t = q.size(-2)
-    if attention_is_fused(q.device.type, q.dtype, t):
+    if attention_is_fused(q.device.type, q.dtype, q.size(-2)):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    return unfused_causal_attention(q, k, v, dropout_p)
+
+
+def unfused_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0
+) -> torch.Tensor:
+    """The fused kernel's arithmetic as three ops: scores, masked softmax, weights times values."""
+    t = q.size(-2)
     scores = (q @ k.mT) * q.size(-1) ** -0.5
     future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
     weights = scores.masked_fill(future, float("-inf")).softmax(-1)

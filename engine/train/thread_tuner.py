@@ -7,9 +7,9 @@ fastest (`keep_threads`), and measures again when the steps change size (a seque
 batch schedule: the best count for 256 tokens a step is not the best for 1,024; unless the count
 is already the most there is and the steps grew, or the fewest and they shrank), when the time
 per token drifts (a job started or ended; less often while the count stays the same) and every
-few minutes. Between two measurements a
-step costs an append and, every RECENT steps, the median of RECENT numbers. Off on a GPU, with `train.threads = N`, with OMP_NUM_THREADS, and
-under torchrun (each rank keeps the static default: ranks measuring apart would time each other).
+few minutes. Between two measurements a step costs an append and, every RECENT steps, the median
+of RECENT numbers. Off on a GPU, with `train.threads = N`, with OMP_NUM_THREADS, and under
+torchrun (each rank keeps the static default: ranks measuring apart would time each other).
 `step_done` must be called on the thread that trains: torch's count is set on the calling thread.
 """
 
@@ -112,10 +112,10 @@ class ThreadTuner:
     def step_done(self, seconds: float, tokens: int = 0) -> None:
         """One training step of `tokens` tokens (0: not told) took `seconds` (wall time, on the
         training thread). Times are compared per token: a step twice the size is not a drift."""
-        if tokens and not self._size:
-            self._size = tokens  # the measurement's first step sets the size times are scaled to
         if tokens:
-            if not self._queue and max(tokens, self._size) >= RESIZE * min(tokens, self._size):
+            if not self._size:  # the measurement's first step sets the size times are scaled to
+                self._size = tokens
+            elif not self._queue and max(tokens, self._size) >= RESIZE * min(tokens, self._size):
                 if self._resize_can_change_the_count(grew=tokens > self._size):
                     self._measure(f"the steps went from {self._size:,} to {tokens:,} tokens")
                 else:  # the count stays; its time at the new size is the next reference
